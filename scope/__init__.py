@@ -1,0 +1,3 @@
+"""scope: a provider-neutral chat protocol and a conversation history for async Python."""
+
+__version__ = "0.1.0.dev0"

@@ -1,0 +1,202 @@
+"""Exact JSON reading and canonical JSON writing, shared by RawJSON and the codec.
+
+Documents are read with the stdlib scanner so that every number token keeps its spelling
+(``2.50`` stays ``2.50``) and duplicate member names can be refused; orjson writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Final
+
+import orjson
+
+__all__ = ["MAX_DEPTH", "Num", "canonical", "check_str", "loads_exact"]
+
+#: The deepest nesting RawJSON accepts: ``[[...]]`` 512 levels deep is fine, 513 is not.
+MAX_DEPTH: Final = 512
+
+
+class Num(str):
+    """A JSON number token exactly as it was spelled in the source document."""
+
+    __slots__ = ()
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+class _Constant(ValueError):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Duplicate(f"duplicate member name {key!r}")
+            seen.add(key)
+    return obj
+
+
+def _constant(name: str) -> Any:
+    raise _Constant(f"{name} is not a JSON number")
+
+
+_decoder: Final = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_float=Num, parse_int=Num, parse_constant=_constant
+)
+
+
+def loads_exact(data: str | bytes | bytearray | memoryview) -> Any:
+    """Parse one JSON document into dicts, lists, strs, bools, None and ``Num`` tokens.
+
+    Raises ``ValueError`` with a readable message for input that is not UTF-8, not JSON,
+    has duplicate member names or NaN/Infinity, or nests too deep to parse.
+    """
+    if isinstance(data, str):
+        text = data
+    else:
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"input is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+            ) from exc
+    if text.startswith("\ufeff"):
+        raise ValueError("input starts with a byte order mark")
+    try:
+        return _decoder.decode(text)
+    except (_Duplicate, _Constant) as exc:
+        raise ValueError(str(exc)) from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except RecursionError:
+        raise ValueError(f"nesting deeper than {MAX_DEPTH} levels") from None
+
+
+def _fragment(value: Any) -> Any:
+    if isinstance(value, Num):
+        return orjson.Fragment(value.encode())
+    raw = getattr(value, "_raw_json_bytes", None)
+    if raw is not None:
+        return orjson.Fragment(raw)
+    raise TypeError(f"type {type(value).__name__} is not a JSON value")
+
+
+_OPTS: Final = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def canonical(tree: Any, *, check_floats: bool = False) -> bytes:
+    """Canonical bytes of a parsed tree: sorted keys, no whitespace, one string spelling.
+
+    ``Num`` tokens and RawJSON values are written verbatim. Raises ``ValueError`` for lone
+    surrogates, non-string keys, NaN/Infinity (when ``check_floats``), unsupported types
+    and nesting deeper than ``MAX_DEPTH``.
+    """
+    if check_floats:
+        _check_tree(tree, 0)
+    try:
+        return orjson.dumps(tree, default=_fragment, option=_OPTS)
+    except orjson.JSONEncodeError as exc:
+        message = str(exc)
+        if "Recursion limit" in message or "64-bit" in message:
+            # orjson stops at 255 levels and at 64-bit integers; the slow path allows more.
+            out: list[bytes] = []
+            _write(tree, out, 0)
+            return b"".join(out)
+        if "surrogates" in message:
+            raise ValueError("string is not valid Unicode (lone surrogate)") from None
+        raise ValueError(message) from None
+
+
+def _check_tree(value: Any, depth: int) -> None:
+    kind = type(value)
+    if kind is float:
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a JSON number")
+    elif kind is dict or kind is list or kind is tuple:
+        if depth >= MAX_DEPTH:
+            raise ValueError(f"nesting deeper than {MAX_DEPTH} levels")
+        items = value.values() if kind is dict else value
+        if kind is dict:
+            for key in value:
+                if type(key) is not str:
+                    raise ValueError(f"object keys must be strings, got {type(key).__name__}")
+        for item in items:
+            _check_tree(item, depth + 1)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a JSON number")
+    elif isinstance(value, dict | list | tuple):
+        raise ValueError(f"type {kind.__name__} is not a JSON value")
+
+
+def _write(value: Any, out: list[bytes], depth: int) -> None:
+    if isinstance(value, Num):
+        out.append(value.encode())
+    elif isinstance(value, dict):
+        if depth >= MAX_DEPTH:
+            raise ValueError(f"nesting deeper than {MAX_DEPTH} levels")
+        out.append(b"{")
+        for index, key in enumerate(sorted(value)):
+            if type(key) is not str:
+                raise ValueError(f"object keys must be strings, got {type(key).__name__}")
+            if index:
+                out.append(b",")
+            out.append(_string(key))
+            out.append(b":")
+            _write(value[key], out, depth + 1)
+        out.append(b"}")
+    elif isinstance(value, list | tuple):
+        if depth >= MAX_DEPTH:
+            raise ValueError(f"nesting deeper than {MAX_DEPTH} levels")
+        out.append(b"[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(b",")
+            _write(item, out, depth + 1)
+        out.append(b"]")
+    elif isinstance(value, str):
+        out.append(_string(value))
+    elif value is None or isinstance(value, bool):
+        out.append(orjson.dumps(value))
+    elif isinstance(value, int):
+        out.append(str(value).encode())
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a JSON number")
+        out.append(orjson.dumps(value))
+    else:
+        out.append(_raw(value))
+
+
+def _raw(value: Any) -> bytes:
+    raw = getattr(value, "_raw_json_bytes", None)
+    if raw is None:
+        raise ValueError(f"type {type(value).__name__} is not a JSON value")
+    return bytes(raw)
+
+
+def _string(value: str) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        raise ValueError("string is not valid Unicode (lone surrogate)") from None
+
+
+def check_str(value: str) -> bool:
+    """True when ``value`` is valid Unicode (no lone surrogates)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,0 +1,125 @@
+"""Small checks and converters shared by the value classes."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from typing import Any, Final, TypeVar
+
+import attrs
+
+from scope._json import check_str
+from scope.errors import ScopeError
+
+__all__ = [
+    "MAX_INT",
+    "check_int",
+    "check_text",
+    "convert_enum",
+    "nested",
+    "publish",
+    "to_bytes",
+    "to_tuple",
+]
+
+#: Every integer must fit a signed 64-bit wire integer.
+MAX_INT: Final = 2**63 - 1
+
+E = TypeVar("E", bound=enum.Enum)
+T = TypeVar("T")
+
+
+def check_text(
+    value: object,
+    what: str,
+    error: type[Exception],
+    *,
+    required: bool = False,
+    strip: bool = False,
+) -> str:
+    """Check a string field: a str, valid Unicode, optionally non-empty and unpadded."""
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise error(f"{what} must be a string, got {type(value).__name__}")
+    if required and not value:
+        raise error(f"{what} must not be empty")
+    if not check_str(value):
+        raise error(f"{what} is not valid Unicode (lone surrogate)")
+    if strip and value and value.strip() != value:
+        raise error(f"{what} must not have surrounding whitespace, got {value!r}")
+    return value
+
+
+def check_int(value: object, what: str, error: type[Exception], *, minimum: int = 0) -> int:
+    """Check an integer field: a real int (not bool) in [minimum, 2**63 - 1]."""
+    if type(value) is not int:
+        raise error(f"{what} must be an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise error(f"{what} must be at least {minimum}, got {value}")
+    if value > MAX_INT:
+        raise error(f"{what} must be below 2**63, got {value}")
+    return value
+
+
+def to_bytes(value: Any) -> bytes:
+    """Converter: bytes stay, bytearray and memoryview are copied."""
+    if type(value) is bytes:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return value  # type: ignore[no-any-return]  # the class check names the bad type
+
+
+def to_tuple(value: Any) -> tuple[Any, ...]:
+    """Converter: any iterable (but not a str or bytes) becomes a tuple."""
+    if type(value) is tuple:
+        return value
+    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Iterable):
+        return value  # type: ignore[no-any-return]  # the class check names the bad type
+    return tuple(value)
+
+
+def convert_enum(cls: type[E], error: type[Exception], what: str) -> Callable[[Any], E]:
+    """Converter to an enum member, raising ``error`` naming ``what`` for unknown values."""
+
+    def convert(value: Any) -> E:
+        if type(value) is cls:
+            return value  # type: ignore[no-any-return]
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in cls)
+            raise error(f"{what} must be one of {allowed}, got {value!r}") from None
+
+    return convert
+
+
+def nested(convert: Callable[[Any], T], error: type[Exception], what: str) -> Callable[[Any], T]:
+    """Wrap a converter so an invalid nested value raises the outer error type."""
+
+    def wrapped(value: Any) -> T:
+        try:
+            return convert(value)
+        except ScopeError as exc:
+            if isinstance(exc, error):
+                raise
+            raise error(f"{what}: {exc}") from exc
+
+    return wrapped
+
+
+def publish(module: str, names: Iterable[str], namespace: dict[str, Any]) -> None:
+    """Show public classes and functions under their public module in reprs and tracebacks.
+
+    attrs classes get their annotations resolved first, while the private module's
+    globals are still the ones to resolve them in.
+    """
+    for name in names:
+        obj = namespace[name]
+        if isinstance(obj, type) and attrs.has(obj):
+            attrs.resolve_types(obj)
+        if isinstance(obj, type) or callable(obj):
+            try:
+                obj.__module__ = module
+            except (AttributeError, TypeError):
+                pass

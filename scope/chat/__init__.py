@@ -1,0 +1,67 @@
+"""The provider-neutral chat protocol: values, accumulation, models and middleware."""
+
+from scope.chat._parts import Message as Message
+from scope.chat._parts import Part as Part
+from scope.chat._parts import ToolCall as ToolCall
+from scope.chat._parts import ToolCallDelta as ToolCallDelta
+from scope.chat._parts import ToolOutput as ToolOutput
+from scope.chat._parts import ToolResult as ToolResult
+from scope.chat._parts import assistant_message as assistant_message
+from scope.chat._parts import media_part as media_part
+from scope.chat._parts import reasoning_part as reasoning_part
+from scope.chat._parts import system_message as system_message
+from scope.chat._parts import text_part as text_part
+from scope.chat._parts import tool_call_delta_part as tool_call_delta_part
+from scope.chat._parts import tool_call_part as tool_call_part
+from scope.chat._parts import tool_message as tool_message
+from scope.chat._parts import tool_result_part as tool_result_part
+from scope.chat._parts import user_message as user_message
+from scope.chat._request import Request as Request
+from scope.chat._response import Output as Output
+from scope.chat._response import OutputMetadata as OutputMetadata
+from scope.chat._response import Response as Response
+from scope.chat._response import ResponseMetadata as ResponseMetadata
+from scope.chat._response import Usage as Usage
+from scope.chat._tools import Options as Options
+from scope.chat._tools import OutputFormat as OutputFormat
+from scope.chat._tools import ToolDefinition as ToolDefinition
+from scope.chat._types import FinishReason as FinishReason
+from scope.chat._types import OutputFormatType as OutputFormatType
+from scope.chat._types import PartKind as PartKind
+from scope.chat._types import Role as Role
+
+__all__ = [
+    "FinishReason",
+    "Message",
+    "Options",
+    "Output",
+    "OutputFormat",
+    "OutputFormatType",
+    "OutputMetadata",
+    "Part",
+    "PartKind",
+    "Request",
+    "Response",
+    "ResponseMetadata",
+    "Role",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolDefinition",
+    "ToolOutput",
+    "ToolResult",
+    "Usage",
+    "assistant_message",
+    "media_part",
+    "reasoning_part",
+    "system_message",
+    "text_part",
+    "tool_call_delta_part",
+    "tool_call_part",
+    "tool_message",
+    "tool_result_part",
+    "user_message",
+]
+
+from scope._validate import publish as _publish
+
+_publish(__name__, __all__, globals())

@@ -1,0 +1,392 @@
+"""Tool calls, tool results, parts and messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final, final
+
+import attrs
+
+from scope._validate import check_text, convert_enum, nested, to_bytes, to_tuple
+from scope.chat._types import PartKind, Role
+from scope.errors import (
+    InvalidMessageError,
+    InvalidPartError,
+    InvalidToolCallError,
+    InvalidToolResultError,
+)
+from scope.jsonvalue import RawJSON, coerce_raw_json
+from scope.media import Media
+from scope.metadata import Metadata
+
+__all__ = [
+    "Message",
+    "Part",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolOutput",
+    "ToolResult",
+    "assistant_message",
+    "media_part",
+    "reasoning_part",
+    "system_message",
+    "text_part",
+    "tool_call_delta_part",
+    "tool_call_part",
+    "tool_message",
+    "tool_result_part",
+    "user_message",
+]
+
+
+def _check_call(value: ToolCall | ToolCallDelta, what: str) -> None:
+    check_text(value.id, f"{what} id", InvalidToolCallError, required=True)
+    check_text(value.name, f"{what} name", InvalidToolCallError, required=True)
+    check_text(value.arguments, f"{what} arguments", InvalidToolCallError)
+
+
+@final
+@attrs.frozen
+class ToolCall:
+    """A complete tool call. ``arguments`` is the model's exact text: never parsed or
+    re-spelled, so it may be malformed JSON."""
+
+    id: str
+    name: str
+    arguments: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        _check_call(self, "tool call")
+
+    def validate(self) -> None:
+        """Check the call (construction already did)."""
+        _check_call(self, "tool call")
+
+
+@final
+@attrs.frozen
+class ToolCallDelta:
+    """One streamed fragment of a tool call; fragments merge by ``id``."""
+
+    id: str
+    name: str
+    arguments: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        _check_call(self, "tool call delta")
+
+    def validate(self) -> None:
+        """Check the fragment (construction already did)."""
+        _check_call(self, "tool call delta")
+
+
+def _optional_raw_json(value: Any) -> RawJSON | None:
+    return None if value is None else coerce_raw_json(value)
+
+
+@final
+@attrs.frozen
+class ToolOutput:
+    """What a tool returned: text and media parts, and/or a JSON ``details`` document."""
+
+    content: tuple[Part, ...] = attrs.field(default=(), converter=to_tuple)
+    details: RawJSON | None = attrs.field(
+        default=None,
+        converter=nested(_optional_raw_json, InvalidToolResultError, "tool output details"),
+    )
+
+    def __attrs_post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the output (construction already did)."""
+        if type(self.content) is not tuple:
+            raise InvalidToolResultError(
+                f"tool output content must be a sequence of parts, got {type(self.content).__name__}"
+            )
+        for index, part in enumerate(self.content):
+            if not isinstance(part, Part):
+                raise InvalidToolResultError(
+                    f"tool output content[{index}] must be a Part, got {type(part).__name__}"
+                )
+            if part.kind is not PartKind.TEXT and part.kind is not PartKind.MEDIA:
+                raise InvalidToolResultError(
+                    f"tool output content[{index}] must be a text or media part, got {part.kind}"
+                )
+
+    @classmethod
+    def of_text(cls, text: str) -> ToolOutput:
+        """Output of one text part; empty text gives the empty output."""
+        if text == "":
+            return cls()
+        try:
+            return cls((text_part(text),))
+        except InvalidPartError as exc:
+            raise InvalidToolResultError(f"tool output text: {exc}") from exc
+
+    @classmethod
+    def of_json(cls, raw: RawJSON | str | bytes | dict[str, Any] | list[Any]) -> ToolOutput:
+        """Output whose details are a JSON document (RawJSON, JSON text, dict or list)."""
+        try:
+            details = RawJSON.parse(raw) if isinstance(raw, str | bytes) else coerce_raw_json(raw)
+        except Exception as exc:
+            if not isinstance(exc, ValueError):
+                raise
+            raise InvalidToolResultError(f"tool output details: {exc}") from exc
+        return cls(details=details)
+
+    def text(self) -> str | None:
+        """The concatenated text; the details JSON when content is empty; None when the
+        content holds media."""
+        if not self.content:
+            return "" if self.details is None else str(self.details)
+        if any(part.kind is PartKind.MEDIA for part in self.content):
+            return None
+        return "".join(part.text for part in self.content)
+
+
+@final
+@attrs.frozen
+class ToolResult:
+    """The answer to one tool call, matched by ``id``."""
+
+    id: str
+    name: str
+    output: ToolOutput = attrs.field(factory=ToolOutput)
+    is_error: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the result (construction already did)."""
+        check_text(self.id, "tool result id", InvalidToolResultError, required=True)
+        check_text(self.name, "tool result name", InvalidToolResultError, required=True)
+        if not isinstance(self.output, ToolOutput):
+            raise InvalidToolResultError(
+                f"tool result output must be a ToolOutput, got {type(self.output).__name__}"
+            )
+        if type(self.is_error) is not bool:
+            raise InvalidToolResultError(
+                f"tool result is_error must be a bool, got {type(self.is_error).__name__}"
+            )
+
+
+_PAYLOADS: Final = ("media", "tool_call", "tool_call_delta", "tool_result")
+_PAYLOAD_TYPES: Final[dict[str, type]] = {
+    "media": Media,
+    "tool_call": ToolCall,
+    "tool_call_delta": ToolCallDelta,
+    "tool_result": ToolResult,
+}
+
+
+@final
+@attrs.frozen
+class Part:
+    """One piece of a message. ``kind`` selects exactly one payload:
+
+    text (non-empty ``text``), media, reasoning (``text`` and/or ``signature``),
+    tool_call, tool_call_delta or tool_result. Every other payload field stays empty.
+    """
+
+    kind: PartKind = attrs.field(converter=convert_enum(PartKind, InvalidPartError, "part kind"))
+    text: str = ""
+    media: Media | None = None
+    signature: bytes = attrs.field(default=b"", converter=to_bytes)
+    tool_call: ToolCall | None = None
+    tool_call_delta: ToolCallDelta | None = None
+    tool_result: ToolResult | None = None
+    metadata: Metadata = attrs.field(
+        factory=Metadata, converter=nested(Metadata.coerce, InvalidPartError, "part metadata")
+    )
+
+    def __attrs_post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the part (construction already did)."""
+        kind = self.kind
+        check_text(self.text, "part text", InvalidPartError)
+        if type(self.signature) is not bytes:
+            raise InvalidPartError(
+                f"part signature must be bytes, got {type(self.signature).__name__}"
+            )
+        for name in _PAYLOADS:
+            payload = getattr(self, name)
+            if payload is None:
+                if name == kind:
+                    raise InvalidPartError(f"a {kind} part needs its {name}")
+                continue
+            if name != kind:
+                raise InvalidPartError(f"a {kind} part must not set {name}")
+            if not isinstance(payload, _PAYLOAD_TYPES[name]):
+                raise InvalidPartError(
+                    f"part {name} must be a {_PAYLOAD_TYPES[name].__name__}, "
+                    f"got {type(payload).__name__}"
+                )
+        if kind is PartKind.TEXT:
+            if not self.text:
+                raise InvalidPartError("a text part needs non-empty text")
+        elif kind is PartKind.REASONING:
+            if not self.text and not self.signature:
+                raise InvalidPartError("a reasoning part needs text or a signature")
+        elif self.text:
+            raise InvalidPartError(f"a {kind} part must not set text")
+        if self.signature and kind is not PartKind.REASONING:
+            raise InvalidPartError(f"a {kind} part must not set a signature")
+
+
+def text_part(text: str, metadata: Metadata | dict[str, Any] | None = None) -> Part:
+    """A text part."""
+    return Part(PartKind.TEXT, text=text, metadata=metadata or Metadata())
+
+
+def media_part(media: Media, metadata: Metadata | dict[str, Any] | None = None) -> Part:
+    """A media part."""
+    return Part(PartKind.MEDIA, media=media, metadata=metadata or Metadata())
+
+
+def reasoning_part(
+    text: str = "",
+    signature: bytes | bytearray | memoryview = b"",
+    metadata: Metadata | dict[str, Any] | None = None,
+) -> Part:
+    """A reasoning part: visible reasoning text and/or an opaque provider signature."""
+    return Part(PartKind.REASONING, text=text, signature=signature, metadata=metadata or Metadata())
+
+
+def tool_call_part(
+    id: str, name: str, arguments: str = "", metadata: Metadata | dict[str, Any] | None = None
+) -> Part:
+    """A complete tool-call part."""
+    try:
+        call = ToolCall(id, name, arguments)
+    except InvalidToolCallError as exc:
+        raise InvalidPartError(f"part tool_call: {exc}") from exc
+    return Part(PartKind.TOOL_CALL, tool_call=call, metadata=metadata or Metadata())
+
+
+def tool_call_delta_part(
+    id: str, name: str, arguments: str = "", metadata: Metadata | dict[str, Any] | None = None
+) -> Part:
+    """A streamed tool-call fragment part."""
+    try:
+        delta = ToolCallDelta(id, name, arguments)
+    except InvalidToolCallError as exc:
+        raise InvalidPartError(f"part tool_call_delta: {exc}") from exc
+    return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta, metadata=metadata or Metadata())
+
+
+def tool_result_part(result: ToolResult, metadata: Metadata | dict[str, Any] | None = None) -> Part:
+    """A tool-result part."""
+    return Part(PartKind.TOOL_RESULT, tool_result=result, metadata=metadata or Metadata())
+
+
+_ALLOWED: Final[dict[Role, frozenset[PartKind]]] = {
+    Role.SYSTEM: frozenset({PartKind.TEXT}),
+    Role.USER: frozenset({PartKind.TEXT, PartKind.MEDIA}),
+    Role.ASSISTANT: frozenset(
+        {
+            PartKind.TEXT,
+            PartKind.MEDIA,
+            PartKind.REASONING,
+            PartKind.TOOL_CALL,
+            PartKind.TOOL_CALL_DELTA,
+        }
+    ),
+    Role.TOOL: frozenset({PartKind.TOOL_RESULT}),
+}
+
+
+@final
+@attrs.frozen
+class Message:
+    """A message: a role and at least one part of a kind that role may carry.
+
+    system: text; user: text, media; assistant: text, media, reasoning, tool_call,
+    tool_call_delta; tool: tool_result.
+    """
+
+    role: Role = attrs.field(converter=convert_enum(Role, InvalidMessageError, "message role"))
+    parts: tuple[Part, ...] = attrs.field(converter=to_tuple)
+    metadata: Metadata = attrs.field(
+        factory=Metadata,
+        converter=nested(Metadata.coerce, InvalidMessageError, "message metadata"),
+    )
+
+    def __attrs_post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the message (construction already did)."""
+        if type(self.parts) is not tuple:
+            raise InvalidMessageError(
+                f"message parts must be a sequence of parts, got {type(self.parts).__name__}"
+            )
+        if not self.parts:
+            raise InvalidMessageError(f"a {self.role} message needs at least one part")
+        allowed = _ALLOWED[self.role]
+        for index, part in enumerate(self.parts):
+            if not isinstance(part, Part):
+                raise InvalidMessageError(
+                    f"parts[{index}] must be a Part, got {type(part).__name__}"
+                )
+            if part.kind not in allowed:
+                raise InvalidMessageError(
+                    f"parts[{index}]: a {self.role} message cannot carry a {part.kind} part"
+                )
+
+    @property
+    def text(self) -> str:
+        """The text parts concatenated (reasoning and other parts excluded)."""
+        return "".join(part.text for part in self.parts if part.kind is PartKind.TEXT)
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The complete tool calls of this message, in order."""
+        return tuple(p.tool_call for p in self.parts if p.tool_call is not None)
+
+    @property
+    def tool_results(self) -> tuple[ToolResult, ...]:
+        """The tool results of this message, in order."""
+        return tuple(p.tool_result for p in self.parts if p.tool_result is not None)
+
+
+def _to_parts(parts: Iterable[Part | str], error: type[Exception]) -> tuple[Part, ...]:
+    out: list[Part] = []
+    for index, part in enumerate(parts):
+        if isinstance(part, str):
+            try:
+                out.append(text_part(part))
+            except InvalidPartError as exc:
+                raise error(f"parts[{index}]: {exc}") from exc
+        else:
+            out.append(part)
+    return tuple(out)
+
+
+def system_message(text: str) -> Message:
+    """A system message of one text part."""
+    return Message(Role.SYSTEM, _to_parts((text,), InvalidMessageError))
+
+
+def user_message(*parts: Part | str) -> Message:
+    """A user message; ``str`` arguments become text parts."""
+    return Message(Role.USER, _to_parts(parts, InvalidMessageError))
+
+
+def assistant_message(*parts: Part | str) -> Message:
+    """An assistant message; ``str`` arguments become text parts."""
+    return Message(Role.ASSISTANT, _to_parts(parts, InvalidMessageError))
+
+
+def tool_message(*results: ToolResult) -> Message:
+    """A tool message of one tool-result part per result."""
+    parts: list[Part] = []
+    for index, result in enumerate(results):
+        try:
+            parts.append(tool_result_part(result))
+        except InvalidPartError as exc:
+            raise InvalidMessageError(f"parts[{index}]: {exc}") from exc
+    return Message(Role.TOOL, parts)

@@ -1,0 +1,122 @@
+"""``Request``: the messages, tools and options of one model call."""
+
+from __future__ import annotations
+
+from typing import final
+
+import attrs
+
+from scope._validate import nested, to_tuple
+from scope.chat._parts import Message
+from scope.chat._tools import Options, ToolDefinition
+from scope.chat._types import PartKind, Role
+from scope.errors import InvalidRequestError
+
+__all__ = ["Request"]
+
+
+def _options(value: object) -> Options:
+    if value is None:
+        return Options()
+    return value  # type: ignore[return-value]  # validate() names a wrong type
+
+
+@final
+@attrs.frozen
+class Request:
+    """One model call.
+
+    Rules: at least one message; system messages form a leading prefix; no
+    tool_call_delta parts; tool names unique; a tool message directly follows an assistant
+    message with tool calls (or another tool message after it) and every tool result
+    answers one of that assistant message's calls, each call at most once.
+    """
+
+    messages: tuple[Message, ...] = attrs.field(converter=to_tuple)
+    tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=to_tuple)
+    options: Options = attrs.field(
+        factory=Options, converter=nested(_options, InvalidRequestError, "options")
+    )
+
+    def __attrs_post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the request (construction already did)."""
+        if type(self.messages) is not tuple:
+            raise InvalidRequestError(
+                f"messages must be a sequence of messages, got {type(self.messages).__name__}"
+            )
+        if not self.messages:
+            raise InvalidRequestError("a request needs at least one message")
+        if type(self.tools) is not tuple:
+            raise InvalidRequestError(
+                f"tools must be a sequence of tool definitions, got {type(self.tools).__name__}"
+            )
+        if not isinstance(self.options, Options):
+            raise InvalidRequestError(f"options must be Options, got {type(self.options).__name__}")
+        names: set[str] = set()
+        for index, tool in enumerate(self.tools):
+            if not isinstance(tool, ToolDefinition):
+                raise InvalidRequestError(
+                    f"tools[{index}] must be a ToolDefinition, got {type(tool).__name__}"
+                )
+            if tool.name in names:
+                raise InvalidRequestError(f"tools[{index}]: tool name {tool.name!r} is not unique")
+            names.add(tool.name)
+        check_sequence(self.messages, InvalidRequestError)
+
+
+def check_sequence(messages: tuple[Message, ...], error: type[Exception]) -> None:
+    """The message-order rules of a request (shared with history checks)."""
+    in_prefix = True
+    open_calls: dict[str, bool] | None = None  # call id -> answered, after a tool-call message
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise error(f"messages[{index}] must be a Message, got {type(message).__name__}")
+        role = message.role
+        if role is Role.SYSTEM:
+            if not in_prefix:
+                raise error(f"messages[{index}]: system messages must form a leading prefix")
+            continue
+        in_prefix = False
+        if role is Role.TOOL:
+            if open_calls is None:
+                raise error(
+                    f"messages[{index}]: a tool message must follow an assistant message "
+                    "with tool calls"
+                )
+            for part_index, part in enumerate(message.parts):
+                result = part.tool_result
+                assert result is not None
+                answered = open_calls.get(result.id)
+                if answered is None:
+                    raise error(
+                        f"messages[{index}].parts[{part_index}]: tool result {result.id!r} "
+                        "answers no call of the preceding assistant message"
+                    )
+                if answered:
+                    raise error(
+                        f"messages[{index}].parts[{part_index}]: tool call {result.id!r} "
+                        "is answered more than once"
+                    )
+                open_calls[result.id] = True
+            continue
+        open_calls = None
+        if role is Role.ASSISTANT:
+            calls: dict[str, bool] = {}
+            for part_index, part in enumerate(message.parts):
+                if part.kind is PartKind.TOOL_CALL_DELTA:
+                    raise error(
+                        f"messages[{index}].parts[{part_index}]: a request must not carry "
+                        "tool_call_delta parts"
+                    )
+                if part.tool_call is not None:
+                    if part.tool_call.id in calls:
+                        raise error(
+                            f"messages[{index}].parts[{part_index}]: tool call id "
+                            f"{part.tool_call.id!r} is repeated"
+                        )
+                    calls[part.tool_call.id] = False
+            if calls:
+                open_calls = calls

@@ -1,0 +1,234 @@
+"""Tool definitions, output formats and generation options."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Final, TypeVar, final
+
+import attrs
+
+from scope._validate import check_int, check_text, convert_enum, nested, to_tuple
+from scope.chat._types import OutputFormatType
+from scope.errors import (
+    InvalidOptionsError,
+    InvalidOutputFormatError,
+    InvalidToolDefinitionError,
+)
+from scope.jsonvalue import RawJSON, coerce_raw_json
+from scope.metadata import Extensions
+
+__all__ = ["Options", "OutputFormat", "ToolDefinition"]
+
+T = TypeVar("T")
+
+_TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _is_object_schema(schema: RawJSON) -> bool:
+    # Canonical bytes start with '{' exactly when the document is an object.
+    return schema.bytes[:1] == b"{"
+
+
+@final
+@attrs.frozen
+class ToolDefinition:
+    """A tool the model may call.
+
+    ``name`` is 1-64 ASCII letters, digits, ``_`` and ``-`` (what every major provider
+    accepts); ``input_schema`` is a JSON Schema object whose ``"type"`` is ``"object"``.
+    """
+
+    name: str
+    input_schema: RawJSON = attrs.field(
+        converter=nested(coerce_raw_json, InvalidToolDefinitionError, "tool input_schema")
+    )
+    description: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the definition (construction already did)."""
+        check_text(self.name, "tool name", InvalidToolDefinitionError, required=True)
+        if _TOOL_NAME.fullmatch(self.name) is None:
+            raise InvalidToolDefinitionError(
+                f"tool name must be 1-64 ASCII letters, digits, '_' or '-', got {self.name!r}"
+            )
+        check_text(self.description, "tool description", InvalidToolDefinitionError)
+        if not isinstance(self.input_schema, RawJSON) or not _is_object_schema(self.input_schema):
+            raise InvalidToolDefinitionError(
+                f"tool {self.name!r} input_schema must be a JSON object"
+            )
+        schema = self.input_schema.value()
+        if schema.get("type") != "object":
+            raise InvalidToolDefinitionError(
+                f'tool {self.name!r} input_schema must have "type": "object"'
+            )
+
+
+def _optional_schema(value: Any) -> RawJSON | None:
+    return None if value is None else coerce_raw_json(value)
+
+
+@final
+@attrs.frozen
+class OutputFormat:
+    """The shape of the answer: plain text, any JSON, or JSON matching a named schema."""
+
+    type: OutputFormatType = attrs.field(
+        converter=convert_enum(OutputFormatType, InvalidOutputFormatError, "output format type")
+    )
+    name: str = ""
+    description: str = ""
+    schema: RawJSON | None = attrs.field(
+        default=None,
+        converter=nested(_optional_schema, InvalidOutputFormatError, "output format schema"),
+    )
+
+    def __attrs_post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the format (construction already did)."""
+        check_text(self.name, "output format name", InvalidOutputFormatError, strip=True)
+        check_text(
+            self.description, "output format description", InvalidOutputFormatError, strip=True
+        )
+        if self.type is OutputFormatType.JSON_SCHEMA:
+            if not self.name:
+                raise InvalidOutputFormatError("a json_schema output format needs a name")
+            if self.schema is None or not _is_object_schema(self.schema):
+                raise InvalidOutputFormatError(
+                    "a json_schema output format needs a schema that is a JSON object"
+                )
+        elif self.name or self.description or self.schema is not None:
+            raise InvalidOutputFormatError(
+                f"a {self.type} output format takes no name, description or schema"
+            )
+
+    @classmethod
+    def text(cls) -> OutputFormat:
+        """Plain text (the default)."""
+        return cls(OutputFormatType.TEXT)
+
+    @classmethod
+    def json(cls) -> OutputFormat:
+        """Any single JSON value."""
+        return cls(OutputFormatType.JSON)
+
+    @classmethod
+    def json_schema(
+        cls, name: str, schema: RawJSON | dict[str, Any], description: str = ""
+    ) -> OutputFormat:
+        """JSON matching ``schema``, a JSON Schema object."""
+        return cls(OutputFormatType.JSON_SCHEMA, name=name, description=description, schema=schema)
+
+    def fallback_instruction(self) -> str:
+        """An instruction for models without native structured output (empty for text)."""
+        if self.type is OutputFormatType.TEXT:
+            return ""
+        if self.type is OutputFormatType.JSON:
+            return "Respond with a single valid JSON value and nothing else."
+        about = f" ({self.description})" if self.description else ""
+        return (
+            f"Respond with a single valid JSON value and nothing else. It must match the JSON "
+            f"Schema named {self.name!r}{about}:\n{self.schema}"
+        )
+
+    def schema_as(self, cls: type[T]) -> T:
+        """Decode the schema into ``cls`` with the scope codec."""
+        if self.type is not OutputFormatType.JSON_SCHEMA or self.schema is None:
+            raise InvalidOutputFormatError(f"a {self.type} output format has no schema")
+        from scope.codec import from_json
+
+        try:
+            return from_json(self.schema.bytes, cls)
+        except ValueError as exc:
+            raise InvalidOutputFormatError(f"output format schema: {exc}") from exc
+
+
+def _check_range(value: object, what: str, low: float, high: float) -> None:
+    if value is None:
+        return
+    if type(value) is bool or not isinstance(value, int | float):
+        raise InvalidOptionsError(f"{what} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise InvalidOptionsError(f"{what} must be between {low:g} and {high:g}, got {value!r}")
+
+
+def _to_float(value: Any) -> Any:
+    if type(value) is int:
+        return float(value)
+    return value
+
+
+def _stop(value: Any) -> Any:
+    return None if value is None else to_tuple(value)
+
+
+@final
+@attrs.frozen
+class Options:
+    """Generation settings. ``None`` (or ``""``) means unset; ``stop=()`` is an explicit
+    empty list. Provider-specific settings go in ``extensions`` as ``provider/name``."""
+
+    model: str = ""
+    output_format: OutputFormat | None = None
+    frequency_penalty: float | None = attrs.field(default=None, converter=_to_float)
+    max_tokens: int | None = None
+    presence_penalty: float | None = attrs.field(default=None, converter=_to_float)
+    reasoning_effort: str = ""
+    stop: tuple[str, ...] | None = attrs.field(default=None, converter=_stop)
+    temperature: float | None = attrs.field(default=None, converter=_to_float)
+    top_k: int | None = None
+    top_p: float | None = attrs.field(default=None, converter=_to_float)
+    extensions: Extensions = attrs.field(
+        factory=Extensions,
+        converter=nested(Extensions.coerce, InvalidOptionsError, "options extensions"),
+    )
+
+    def __attrs_post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the options (construction already did)."""
+        check_text(self.model, "model", InvalidOptionsError, strip=True)
+        check_text(self.reasoning_effort, "reasoning_effort", InvalidOptionsError, strip=True)
+        if self.output_format is not None and not isinstance(self.output_format, OutputFormat):
+            raise InvalidOptionsError(
+                f"output_format must be an OutputFormat, got {type(self.output_format).__name__}"
+            )
+        _check_range(self.frequency_penalty, "frequency_penalty", -2, 2)
+        _check_range(self.presence_penalty, "presence_penalty", -2, 2)
+        _check_range(self.temperature, "temperature", 0, 2)
+        _check_range(self.top_p, "top_p", 0, 1)
+        if self.max_tokens is not None:
+            check_int(self.max_tokens, "max_tokens", InvalidOptionsError, minimum=1)
+        if self.top_k is not None:
+            check_int(self.top_k, "top_k", InvalidOptionsError, minimum=1)
+        if self.stop is not None:
+            if type(self.stop) is not tuple:
+                raise InvalidOptionsError(
+                    f"stop must be a sequence of strings, got {type(self.stop).__name__}"
+                )
+            for index, entry in enumerate(self.stop):
+                check_text(entry, f"stop[{index}]", InvalidOptionsError, required=True)
+
+    def resolve(self, override: Options | None) -> Options:
+        """These options with ``override``'s populated fields laid over them.
+
+        A field is populated when it is not None and not the empty string, so
+        ``stop=()`` clears the base's stop list. Extensions merge, override winning.
+        """
+        if override is None:
+            return self
+        changes: dict[str, Any] = {}
+        for field in attrs.fields(Options):
+            if field.name == "extensions":
+                continue
+            value = getattr(override, field.name)
+            if value is not None and value != "":
+                changes[field.name] = value
+        changes["extensions"] = self.extensions.merge(override.extensions)
+        return attrs.evolve(self, **changes)

@@ -1,0 +1,261 @@
+"""The exception hierarchy of scope.
+
+::
+
+    ScopeError
+    ├── InvalidJSONError                (also ValueError)
+    ├── InvalidMetadataError            (also ValueError)
+    ├── InvalidMediaError               (also ValueError)
+    ├── InvalidPartError                (also ValueError)
+    ├── InvalidMessageError             (also ValueError)
+    ├── InvalidToolCallError            (also ValueError)
+    ├── InvalidToolResultError          (also ValueError)
+    ├── InvalidToolDefinitionError      (also ValueError)
+    ├── InvalidOutputFormatError        (also ValueError)
+    ├── InvalidOptionsError             (also ValueError)
+    ├── InvalidUsageError               (also ValueError)
+    ├── InvalidRequestError             (also ValueError)
+    ├── InvalidResponseError            (also ValueError)
+    ├── InvalidConversationIDError      (also ValueError)
+    ├── InvalidAppendIDError            (also ValueError)
+    ├── InvalidBatchError               (also ValueError)
+    ├── InvalidReceiptError             (also ValueError)
+    ├── InvalidWindowError              (also ValueError)
+    ├── UnsupportedOptionError          (also ValueError)
+    ├── HistoryError
+    │   ├── AppendConflictError
+    │   ├── ConversationClosedError
+    │   ├── WindowTooSmallError
+    │   ├── StoreError                  a backend failed (I/O, corrupt record)
+    │   └── CommitError                 generation succeeded, persisting it did not
+    └── ProviderError                   (status_code, body, request_id)
+        ├── AuthenticationError         401 / 403
+        ├── BadRequestError             400 / 404 / 422
+        ├── RateLimitError              429 (retry_after)
+        ├── ProviderServerError         5xx
+        ├── ProviderConnectionError
+        └── ProviderTimeoutError
+
+An error raised because a nested value is invalid is of the outer type, names the
+path of the bad value in its message and chains the inner error as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scope.chat import Response
+    from scope.history import Batch, Receipt
+
+__all__ = [
+    "AppendConflictError",
+    "AuthenticationError",
+    "BadRequestError",
+    "CommitError",
+    "ConversationClosedError",
+    "HistoryError",
+    "InvalidAppendIDError",
+    "InvalidBatchError",
+    "InvalidConversationIDError",
+    "InvalidJSONError",
+    "InvalidMediaError",
+    "InvalidMessageError",
+    "InvalidMetadataError",
+    "InvalidOptionsError",
+    "InvalidOutputFormatError",
+    "InvalidPartError",
+    "InvalidReceiptError",
+    "InvalidRequestError",
+    "InvalidResponseError",
+    "InvalidToolCallError",
+    "InvalidToolDefinitionError",
+    "InvalidToolResultError",
+    "InvalidUsageError",
+    "InvalidWindowError",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderServerError",
+    "ProviderTimeoutError",
+    "RateLimitError",
+    "ScopeError",
+    "StoreError",
+    "UnsupportedOptionError",
+    "WindowTooSmallError",
+]
+
+
+class ScopeError(Exception):
+    """The root of every error scope raises on purpose."""
+
+
+class InvalidJSONError(ScopeError, ValueError):
+    """Text that is not one valid JSON document within scope's limits."""
+
+
+class InvalidMetadataError(ScopeError, ValueError):
+    """A metadata or extensions key or value is invalid."""
+
+
+class InvalidMediaError(ScopeError, ValueError):
+    """A media value or its source is invalid."""
+
+
+class InvalidPartError(ScopeError, ValueError):
+    """A message part is invalid."""
+
+
+class InvalidMessageError(ScopeError, ValueError):
+    """A message is invalid."""
+
+
+class InvalidToolCallError(ScopeError, ValueError):
+    """A tool call or tool-call delta is invalid."""
+
+
+class InvalidToolResultError(ScopeError, ValueError):
+    """A tool result or tool output is invalid."""
+
+
+class InvalidToolDefinitionError(ScopeError, ValueError):
+    """A tool definition is invalid."""
+
+
+class InvalidOutputFormatError(ScopeError, ValueError):
+    """An output format is invalid or used where it has no schema."""
+
+
+class InvalidOptionsError(ScopeError, ValueError):
+    """Generation options are invalid."""
+
+
+class InvalidUsageError(ScopeError, ValueError):
+    """Token usage is invalid."""
+
+
+class InvalidRequestError(ScopeError, ValueError):
+    """A request is invalid."""
+
+
+class InvalidResponseError(ScopeError, ValueError):
+    """A response (or a stream chunk) is invalid or incomplete."""
+
+
+class InvalidConversationIDError(ScopeError, ValueError):
+    """A conversation id is invalid."""
+
+
+class InvalidAppendIDError(ScopeError, ValueError):
+    """An append id is invalid."""
+
+
+class InvalidBatchError(ScopeError, ValueError):
+    """A history batch is invalid."""
+
+
+class InvalidReceiptError(ScopeError, ValueError):
+    """A receipt is invalid or does not match its batch."""
+
+
+class InvalidWindowError(ScopeError, ValueError):
+    """A window limit is invalid."""
+
+
+class UnsupportedOptionError(ScopeError, ValueError):
+    """A populated option the provider's protocol cannot express."""
+
+
+class HistoryError(ScopeError):
+    """A history operation is refused by the state of the store."""
+
+
+class AppendConflictError(HistoryError):
+    """The append id was already used for a batch with another digest."""
+
+
+class ConversationClosedError(HistoryError):
+    """The conversation was cleared; it is closed for ever."""
+
+
+class WindowTooSmallError(HistoryError):
+    """The newest turn alone does not fit the window."""
+
+
+class StoreError(HistoryError):
+    """A store backend failed: I/O, a lost connection, or a corrupt stored record."""
+
+
+class CommitError(HistoryError):
+    """The model answered, but persisting the completed turn failed.
+
+    ``batch`` is exactly what should have been appended: the host retries
+    ``await writer.append(err.batch)`` without calling the model again. ``receipt`` is a
+    receipt that passed ``validate_for(batch)``, or None. ``response`` is the complete
+    response, usage included. The underlying failure is ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        batch: Batch,
+        response: Response,
+        receipt: Receipt | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.batch = batch
+        self.receipt = receipt
+        self.response = response
+
+
+class ProviderError(ScopeError):
+    """A model provider failed. ``body`` is the provider's error body, if any."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        body: Any = None,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+        self.request_id = request_id
+
+
+class AuthenticationError(ProviderError):
+    """401 or 403: the credentials were refused."""
+
+
+class BadRequestError(ProviderError):
+    """400, 404 or 422: the provider refused the request."""
+
+
+class RateLimitError(ProviderError):
+    """429: rate limited. ``retry_after`` is the server's hint in seconds, if any."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        body: Any = None,
+        request_id: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, status_code=status_code, body=body, request_id=request_id)
+        self.retry_after = retry_after
+
+
+class ProviderServerError(ProviderError):
+    """5xx: the provider failed."""
+
+
+class ProviderConnectionError(ProviderError):
+    """The connection failed or dropped."""
+
+
+class ProviderTimeoutError(ProviderError):
+    """The provider did not answer in time."""

@@ -1,0 +1,118 @@
+"""``RawJSON``: one complete JSON document held as canonical UTF-8 bytes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, final
+
+import orjson
+
+from scope._json import canonical, loads_exact
+from scope.errors import InvalidJSONError
+
+__all__ = ["RawJSON", "coerce_raw_json"]
+
+
+@final
+class RawJSON:
+    """One complete JSON document as canonical UTF-8 bytes.
+
+    Canonical means: object keys sorted by code point, no insignificant whitespace, every
+    string in one spelling, and every number token exactly as it was written (``1``,
+    ``1.0`` and ``1e0`` stay distinct, ``2.50`` stays ``2.50``). Duplicate member names,
+    NaN/Infinity, lone surrogates and nesting deeper than 512 levels are refused with
+    ``InvalidJSONError``. Values are immutable, hashable and equal when their bytes are.
+    """
+
+    __slots__ = ("_raw_json_bytes",)
+    _raw_json_bytes: bytes
+
+    def __init__(self, text: str | bytes | bytearray | memoryview) -> None:
+        object.__setattr__(self, "_raw_json_bytes", _canonical_text(text))
+
+    @classmethod
+    def parse(cls, text: str | bytes | bytearray | memoryview) -> RawJSON:
+        """Parse and canonicalise one JSON document."""
+        return cls(text)
+
+    @classmethod
+    def from_value(cls, value: Any) -> RawJSON:
+        """Encode a dict (str keys), list, tuple, str, int, finite float, bool or None.
+
+        RawJSON values may appear inside ``value`` and are embedded verbatim.
+        """
+        if isinstance(value, RawJSON):
+            return value
+        try:
+            data = canonical(value, check_floats=True)
+        except (ValueError, TypeError) as exc:
+            raise InvalidJSONError(f"cannot encode as JSON: {exc}") from None
+        return cls._trusted(data)
+
+    @classmethod
+    def _trusted(cls, data: bytes) -> RawJSON:
+        """Wrap bytes already known to be canonical (no checks)."""
+        self = object.__new__(cls)
+        object.__setattr__(self, "_raw_json_bytes", data)
+        return self
+
+    @classmethod
+    def _from_tree(cls, tree: Any) -> RawJSON:
+        """Canonicalise a tree produced by the exact reader (``Num`` tokens kept)."""
+        return cls._trusted(canonical(tree))
+
+    @property
+    def bytes(self) -> bytes:
+        """The canonical UTF-8 encoding."""
+        return self._raw_json_bytes
+
+    def value(self) -> Any:
+        """A fresh decoded Python object (numbers become int or float)."""
+        try:
+            return orjson.loads(self._raw_json_bytes)
+        except orjson.JSONDecodeError:  # integers beyond 64 bits
+            return json.loads(self._raw_json_bytes)
+
+    def __str__(self) -> str:
+        return self._raw_json_bytes.decode("utf-8")
+
+    def __repr__(self) -> str:
+        text = str(self)
+        if len(text) > 80:
+            text = text[:77] + "..."
+        return f"RawJSON({text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RawJSON):
+            return self._raw_json_bytes == other._raw_json_bytes
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((RawJSON, self._raw_json_bytes))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("RawJSON is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("RawJSON is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RawJSON._trusted, (self._raw_json_bytes,))
+
+
+def _canonical_text(text: str | bytes | bytearray | memoryview) -> bytes:
+    if not isinstance(text, str | bytes | bytearray | memoryview):
+        raise InvalidJSONError(f"RawJSON needs str or bytes, got {type(text).__name__}")
+    try:
+        return canonical(loads_exact(text))
+    except ValueError as exc:
+        raise InvalidJSONError(f"invalid JSON: {exc}") from None
+
+
+def coerce_raw_json(value: Any) -> RawJSON:
+    """Field converter: RawJSON stays, dicts and lists are encoded with ``from_value``."""
+    if isinstance(value, RawJSON):
+        return value
+    if isinstance(value, dict | list | tuple):
+        return RawJSON.from_value(value)
+    raise InvalidJSONError(f"expected RawJSON, dict or list, got {type(value).__name__}")
