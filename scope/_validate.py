@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar
@@ -38,9 +39,8 @@ def check_text(
     strip: bool = False,
 ) -> str:
     """Check a string field: a str, valid Unicode, optionally non-empty and unpadded."""
-    if type(value) is not str:
-        if not isinstance(value, str):
-            raise error(f"{what} must be a string, got {type(value).__name__}")
+    if type(value) is not str and not isinstance(value, str):
+        raise error(f"{what} must be a string, got {type(value).__name__}")
     if required and not value:
         raise error(f"{what} must not be empty")
     if not check_str(value):
@@ -75,7 +75,7 @@ def to_tuple(value: Any) -> tuple[Any, ...]:
     if type(value) is tuple:
         return value
     if isinstance(value, str | bytes | bytearray) or not isinstance(value, Iterable):
-        return value  # type: ignore[no-any-return]  # the class check names the bad type
+        return value  # type: ignore[return-value]  # the class check names the bad type
     return tuple(value)
 
 
@@ -84,7 +84,7 @@ def convert_enum(cls: type[E], error: type[Exception], what: str) -> Callable[[A
 
     def convert(value: Any) -> E:
         if type(value) is cls:
-            return value  # type: ignore[no-any-return]
+            return value
         try:
             return cls(value)
         except ValueError:
@@ -119,7 +119,5 @@ def publish(module: str, names: Iterable[str], namespace: dict[str, Any]) -> Non
         if isinstance(obj, type) and attrs.has(obj):
             attrs.resolve_types(obj)
         if isinstance(obj, type) or callable(obj):
-            try:
+            with contextlib.suppress(AttributeError, TypeError):
                 obj.__module__ = module
-            except (AttributeError, TypeError):
-                pass

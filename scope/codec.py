@@ -238,9 +238,9 @@ def _metadata_in(cls: type[Metadata], error: type[Exception]) -> Structurer:
                 fail.path.insert(0, key)
                 raise
             except InvalidMetadataError as exc:
-                fail = _Fail(str(exc), InvalidMetadataError, exc)
-                fail.path.insert(0, key)
-                raise fail from None
+                key_fail = _Fail(str(exc), InvalidMetadataError, exc)
+                key_fail.path.insert(0, key)
+                raise key_fail from None
         return cls._trusted(data)
 
     return structure
@@ -360,9 +360,9 @@ def _make_class_in(cls: type) -> Structurer:
                     fail.path.insert(0, wire)
                     raise
             elif required:
-                fail = _Fail(f"missing required field {wire!r} of {what}", error)
-                fail.path.append(wire)
-                raise fail
+                missing = _Fail(f"missing required field {wire!r} of {what}", error)
+                missing.path.append(wire)
+                raise missing
         try:
             return cls(**kwargs)
         except ScopeError as exc:

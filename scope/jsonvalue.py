@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Final, final
+from typing import Any, final
 
 import orjson
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Final, final
+from collections.abc import Callable
+from typing import Any, Final, final
 from urllib.parse import urlsplit
 
 import attrs
@@ -24,15 +25,20 @@ class SourceKind(enum.StrEnum):
     REFERENCE = "reference"
 
 
+def _convert_1(value: Any) -> Any:
+    return _convert_1_impl(value)
+
+
+_convert_1_impl: Callable[[Any], Any] = convert_enum(SourceKind, InvalidMediaError, "source kind")
+
+
 @final
 @attrs.frozen
 class Source:
     """Media content: ``bytes`` (non-empty data), ``uri`` (an absolute URI) or
     ``reference`` (a provider's non-blank file id). Exactly the kind's field is set."""
 
-    kind: SourceKind = attrs.field(
-        converter=convert_enum(SourceKind, InvalidMediaError, "source kind")
-    )
+    kind: SourceKind = attrs.field(converter=_convert_1)
     data: bytes = attrs.field(default=b"", converter=to_bytes)
     uri: str = ""
     ref: str = ""
@@ -94,6 +100,13 @@ def _check_mime(mime: object) -> str:
     return mime
 
 
+def _convert_2(value: Any) -> Any:
+    return _convert_2_impl(value)
+
+
+_convert_2_impl: Callable[[Any], Any] = nested(Metadata.coerce, InvalidMediaError, "media metadata")
+
+
 @final
 @attrs.frozen
 class Media:
@@ -103,9 +116,7 @@ class Media:
     source: Source
     id: str = ""
     name: str = ""
-    metadata: Metadata = attrs.field(
-        factory=Metadata, converter=nested(Metadata.coerce, InvalidMediaError, "media metadata")
-    )
+    metadata: Metadata = attrs.field(factory=Metadata, converter=_convert_2)
 
     def __attrs_post_init__(self) -> None:
         self.validate()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, final
 
 import attrs
@@ -84,6 +84,15 @@ def _optional_raw_json(value: Any) -> RawJSON | None:
     return None if value is None else coerce_raw_json(value)
 
 
+def _convert_1(value: Any) -> Any:
+    return _convert_1_impl(value)
+
+
+_convert_1_impl: Callable[[Any], Any] = nested(
+    _optional_raw_json, InvalidToolResultError, "tool output details"
+)
+
+
 @final
 @attrs.frozen
 class ToolOutput:
@@ -92,7 +101,7 @@ class ToolOutput:
     content: tuple[Part, ...] = attrs.field(default=(), converter=to_tuple)
     details: RawJSON | None = attrs.field(
         default=None,
-        converter=nested(_optional_raw_json, InvalidToolResultError, "tool output details"),
+        converter=_convert_1,
     )
 
     def __attrs_post_init__(self) -> None:
@@ -102,7 +111,8 @@ class ToolOutput:
         """Check the output (construction already did)."""
         if type(self.content) is not tuple:
             raise InvalidToolResultError(
-                f"tool output content must be a sequence of parts, got {type(self.content).__name__}"
+                "tool output content must be a sequence of parts, got "
+                f"{type(self.content).__name__}"
             )
         for index, part in enumerate(self.content):
             if not isinstance(part, Part):
@@ -181,6 +191,20 @@ _PAYLOAD_TYPES: Final[dict[str, type]] = {
 }
 
 
+def _convert_2(value: Any) -> Any:
+    return _convert_2_impl(value)
+
+
+_convert_2_impl: Callable[[Any], Any] = convert_enum(PartKind, InvalidPartError, "part kind")
+
+
+def _convert_3(value: Any) -> Any:
+    return _convert_3_impl(value)
+
+
+_convert_3_impl: Callable[[Any], Any] = nested(Metadata.coerce, InvalidPartError, "part metadata")
+
+
 @final
 @attrs.frozen
 class Part:
@@ -190,16 +214,14 @@ class Part:
     tool_call, tool_call_delta or tool_result. Every other payload field stays empty.
     """
 
-    kind: PartKind = attrs.field(converter=convert_enum(PartKind, InvalidPartError, "part kind"))
+    kind: PartKind = attrs.field(converter=_convert_2)
     text: str = ""
     media: Media | None = None
     signature: bytes = attrs.field(default=b"", converter=to_bytes)
     tool_call: ToolCall | None = None
     tool_call_delta: ToolCallDelta | None = None
     tool_result: ToolResult | None = None
-    metadata: Metadata = attrs.field(
-        factory=Metadata, converter=nested(Metadata.coerce, InvalidPartError, "part metadata")
-    )
+    metadata: Metadata = attrs.field(factory=Metadata, converter=_convert_3)
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -299,6 +321,22 @@ _ALLOWED: Final[dict[Role, frozenset[PartKind]]] = {
 }
 
 
+def _convert_4(value: Any) -> Any:
+    return _convert_4_impl(value)
+
+
+_convert_4_impl: Callable[[Any], Any] = convert_enum(Role, InvalidMessageError, "message role")
+
+
+def _convert_5(value: Any) -> Any:
+    return _convert_5_impl(value)
+
+
+_convert_5_impl: Callable[[Any], Any] = nested(
+    Metadata.coerce, InvalidMessageError, "message metadata"
+)
+
+
 @final
 @attrs.frozen
 class Message:
@@ -308,11 +346,11 @@ class Message:
     tool_call_delta; tool: tool_result.
     """
 
-    role: Role = attrs.field(converter=convert_enum(Role, InvalidMessageError, "message role"))
+    role: Role = attrs.field(converter=_convert_4)
     parts: tuple[Part, ...] = attrs.field(converter=to_tuple)
     metadata: Metadata = attrs.field(
         factory=Metadata,
-        converter=nested(Metadata.coerce, InvalidMessageError, "message metadata"),
+        converter=_convert_5,
     )
 
     def __attrs_post_init__(self) -> None:

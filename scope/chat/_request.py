@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import final
+from collections.abc import Callable
+from typing import Any, final
 
 import attrs
 
@@ -21,6 +22,13 @@ def _options(value: object) -> Options:
     return value  # type: ignore[return-value]  # validate() names a wrong type
 
 
+def _convert_1(value: Any) -> Any:
+    return _convert_1_impl(value)
+
+
+_convert_1_impl: Callable[[Any], Any] = nested(_options, InvalidRequestError, "options")
+
+
 @final
 @attrs.frozen
 class Request:
@@ -34,9 +42,7 @@ class Request:
 
     messages: tuple[Message, ...] = attrs.field(converter=to_tuple)
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=to_tuple)
-    options: Options = attrs.field(
-        factory=Options, converter=nested(_options, InvalidRequestError, "options")
-    )
+    options: Options = attrs.field(factory=Options, converter=_convert_1)
 
     def __attrs_post_init__(self) -> None:
         self.validate()

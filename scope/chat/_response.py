@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, final
 
 import attrs
@@ -77,7 +78,16 @@ _ZERO_USAGE = Usage()
 
 
 def _usage(value: Any) -> Usage:
-    return Usage() if value is None else value  # type: ignore[no-any-return]
+    return Usage() if value is None else value
+
+
+def _convert_1(value: Any) -> Any:
+    return _convert_1_impl(value)
+
+
+_convert_1_impl: Callable[[Any], Any] = nested(
+    Metadata.coerce, InvalidResponseError, "response metadata extra"
+)
 
 
 @final
@@ -90,7 +100,7 @@ class ResponseMetadata:
     usage: Usage = attrs.field(factory=Usage, converter=_usage)
     extra: Metadata = attrs.field(
         factory=Metadata,
-        converter=nested(Metadata.coerce, InvalidResponseError, "response metadata extra"),
+        converter=_convert_1,
     )
 
     def __attrs_post_init__(self) -> None:
@@ -104,6 +114,15 @@ class ResponseMetadata:
             raise InvalidResponseError(f"usage must be Usage, got {type(self.usage).__name__}")
 
 
+def _convert_2(value: Any) -> Any:
+    return _convert_2_impl(value)
+
+
+_convert_2_impl: Callable[[Any], Any] = nested(
+    Metadata.coerce, InvalidResponseError, "output metadata extra"
+)
+
+
 @final
 @attrs.frozen
 class OutputMetadata:
@@ -111,7 +130,7 @@ class OutputMetadata:
 
     extra: Metadata = attrs.field(
         factory=Metadata,
-        converter=nested(Metadata.coerce, InvalidResponseError, "output metadata extra"),
+        converter=_convert_2,
     )
 
     def validate(self) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Final, TypeVar, final
 
 import attrs
@@ -30,6 +32,15 @@ def _is_object_schema(schema: RawJSON) -> bool:
     return schema.bytes[:1] == b"{"
 
 
+def _convert_1(value: Any) -> Any:
+    return _convert_1_impl(value)
+
+
+_convert_1_impl: Callable[[Any], Any] = nested(
+    coerce_raw_json, InvalidToolDefinitionError, "tool input_schema"
+)
+
+
 @final
 @attrs.frozen
 class ToolDefinition:
@@ -40,9 +51,7 @@ class ToolDefinition:
     """
 
     name: str
-    input_schema: RawJSON = attrs.field(
-        converter=nested(coerce_raw_json, InvalidToolDefinitionError, "tool input_schema")
-    )
+    input_schema: RawJSON = attrs.field(converter=_convert_1)
     description: str = ""
 
     def __attrs_post_init__(self) -> None:
@@ -71,19 +80,35 @@ def _optional_schema(value: Any) -> RawJSON | None:
     return None if value is None else coerce_raw_json(value)
 
 
+def _convert_2(value: Any) -> Any:
+    return _convert_2_impl(value)
+
+
+_convert_2_impl: Callable[[Any], Any] = convert_enum(
+    OutputFormatType, InvalidOutputFormatError, "output format type"
+)
+
+
+def _convert_3(value: Any) -> Any:
+    return _convert_3_impl(value)
+
+
+_convert_3_impl: Callable[[Any], Any] = nested(
+    _optional_schema, InvalidOutputFormatError, "output format schema"
+)
+
+
 @final
 @attrs.frozen
 class OutputFormat:
     """The shape of the answer: plain text, any JSON, or JSON matching a named schema."""
 
-    type: OutputFormatType = attrs.field(
-        converter=convert_enum(OutputFormatType, InvalidOutputFormatError, "output format type")
-    )
+    type: OutputFormatType = attrs.field(converter=_convert_2)
     name: str = ""
     description: str = ""
     schema: RawJSON | None = attrs.field(
         default=None,
-        converter=nested(_optional_schema, InvalidOutputFormatError, "output format schema"),
+        converter=_convert_3,
     )
 
     def __attrs_post_init__(self) -> None:
@@ -136,7 +161,7 @@ class OutputFormat:
             f"Schema named {self.name!r}{about}:\n{self.schema}"
         )
 
-    def schema_as(self, cls: type[T]) -> T:
+    def schema_as(self, cls: builtins.type[T]) -> T:
         """Decode the schema into ``cls`` with the scope codec."""
         if self.type is not OutputFormatType.JSON_SCHEMA or self.schema is None:
             raise InvalidOutputFormatError(f"a {self.type} output format has no schema")
@@ -167,6 +192,15 @@ def _stop(value: Any) -> Any:
     return None if value is None else to_tuple(value)
 
 
+def _convert_4(value: Any) -> Any:
+    return _convert_4_impl(value)
+
+
+_convert_4_impl: Callable[[Any], Any] = nested(
+    Extensions.coerce, InvalidOptionsError, "options extensions"
+)
+
+
 @final
 @attrs.frozen
 class Options:
@@ -185,7 +219,7 @@ class Options:
     top_p: float | None = attrs.field(default=None, converter=_to_float)
     extensions: Extensions = attrs.field(
         factory=Extensions,
-        converter=nested(Extensions.coerce, InvalidOptionsError, "options extensions"),
+        converter=_convert_4,
     )
 
     def __attrs_post_init__(self) -> None:

@@ -1,0 +1,41 @@
+"""Conversation history: batches, receipts, store protocols, middleware and windows."""
+
+from scope.errors import AppendConflictError as AppendConflictError
+from scope.errors import CommitError as CommitError
+from scope.errors import ConversationClosedError as ConversationClosedError
+from scope.errors import HistoryError as HistoryError
+from scope.errors import StoreError as StoreError
+from scope.errors import WindowTooSmallError as WindowTooSmallError
+from scope.history._batch import Batch as Batch
+from scope.history._batch import Receipt as Receipt
+from scope.history._ids import AppendID as AppendID
+from scope.history._ids import ConversationID as ConversationID
+from scope.history._protocols import Clearer as Clearer
+from scope.history._protocols import Lister as Lister
+from scope.history._protocols import Reader as Reader
+from scope.history._protocols import ReadWriter as ReadWriter
+from scope.history._protocols import Store as Store
+from scope.history._protocols import Writer as Writer
+
+__all__ = [
+    "AppendConflictError",
+    "AppendID",
+    "Batch",
+    "Clearer",
+    "CommitError",
+    "ConversationClosedError",
+    "ConversationID",
+    "HistoryError",
+    "Lister",
+    "ReadWriter",
+    "Reader",
+    "Receipt",
+    "Store",
+    "StoreError",
+    "WindowTooSmallError",
+    "Writer",
+]
+
+from scope._validate import publish as _publish
+
+_publish(__name__, [n for n in __all__ if not n.endswith("Error")], globals())

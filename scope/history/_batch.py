@@ -1,0 +1,194 @@
+"""``Batch`` (an immutable, digested group of messages) and ``Receipt``."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any, final
+
+import attrs
+import orjson
+
+from scope._json import loads_exact
+from scope.chat import Message, PartKind
+from scope.codec import encode_messages, from_builtins
+from scope.errors import (
+    InvalidAppendIDError,
+    InvalidBatchError,
+    InvalidConversationIDError,
+    InvalidMessageError,
+    InvalidReceiptError,
+)
+from scope.history._ids import AppendID, ConversationID
+
+__all__ = ["Batch", "Receipt", "digest_of"]
+
+
+def digest_of(encoded_messages: bytes) -> str:
+    """``"sha256:" + hex(sha256(encoded_messages))``."""
+    return "sha256:" + hashlib.sha256(encoded_messages).hexdigest()
+
+
+def _conversation_id(value: Any, error: type[Exception]) -> ConversationID:
+    try:
+        return ConversationID(value)
+    except InvalidConversationIDError as exc:
+        raise error(f"conversation_id: {exc}") from exc
+
+
+def _append_id(value: Any, error: type[Exception]) -> AppendID:
+    try:
+        return AppendID(value)
+    except InvalidAppendIDError as exc:
+        raise error(f"id: {exc}") from exc
+
+
+@final
+@attrs.frozen(init=False)
+class Batch:
+    """The unit of history: messages appended atomically under one append id.
+
+    At least one message, each valid and complete (no tool_call_delta parts).
+    ``encoded_messages`` is the canonical JSON array of the messages and ``digest`` is
+    ``"sha256:" + hex(sha256(encoded_messages))``; both are computed once, at
+    construction. Equal messages give an equal digest, however they were built.
+    """
+
+    conversation_id: ConversationID
+    id: AppendID
+    messages: tuple[Message, ...]
+    encoded_messages: bytes = attrs.field(eq=False, repr=False)
+    digest: str = attrs.field(repr=False)
+
+    def __init__(
+        self,
+        conversation_id: str,
+        id: str,
+        messages: Iterable[Message],
+    ) -> None:
+        cid = _conversation_id(conversation_id, InvalidBatchError)
+        aid = _append_id(id, InvalidBatchError)
+        if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
+            raise InvalidBatchError(
+                f"batch messages must be a sequence of messages, got {type(messages).__name__}"
+            )
+        msgs = tuple(messages)
+        _check_messages(msgs)
+        encoded = encode_messages(msgs)
+        self.__attrs_init__(cid, aid, msgs, encoded, digest_of(encoded))
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def validate(self) -> None:
+        """Check the batch (construction already did)."""
+        _check_messages(self.messages)
+
+    def receipt(self) -> Receipt:
+        """The receipt a store returns for this batch."""
+        return Receipt(self.conversation_id, self.id, self.digest)
+
+    def to_json(self) -> bytes:
+        """``{"conversation_id", "digest", "id", "messages"}``, canonical."""
+        return orjson.dumps(
+            {
+                "conversation_id": str(self.conversation_id),
+                "digest": self.digest,
+                "id": str(self.id),
+                "messages": orjson.Fragment(self.encoded_messages),
+            },
+            option=orjson.OPT_SORT_KEYS,
+        )
+
+    @classmethod
+    def from_json(cls, data: str | bytes | bytearray | memoryview) -> Batch:
+        """Decode a batch and check its digest against its messages (``InvalidBatchError``)."""
+        try:
+            tree = loads_exact(data)
+        except ValueError as exc:
+            raise InvalidBatchError(f"invalid JSON: {exc}") from None
+        return cls._from_tree(tree)
+
+    @classmethod
+    def _from_tree(cls, tree: Any) -> Batch:
+        if type(tree) is not dict:
+            raise InvalidBatchError("a batch must be a JSON object")
+        expected = {"conversation_id", "id", "messages", "digest"}
+        if set(tree) != expected:
+            missing = sorted(expected - set(tree))
+            unknown = sorted(set(tree) - expected)
+            raise InvalidBatchError(
+                f"batch fields: missing {missing or 'none'}, unknown {unknown or 'none'}"
+            )
+        for key in ("conversation_id", "id", "digest"):
+            if type(tree[key]) is not str:
+                raise InvalidBatchError(f"{key}: expected a string")
+        if type(tree["messages"]) is not list:
+            raise InvalidBatchError("messages: expected an array")
+        messages = []
+        for index, item in enumerate(tree["messages"]):
+            try:
+                messages.append(from_builtins(item, Message))
+            except InvalidMessageError as exc:
+                raise InvalidBatchError(f"messages[{index}]: {exc}") from exc
+        batch = cls(tree["conversation_id"], tree["id"], messages)
+        if batch.digest != tree["digest"]:
+            raise InvalidBatchError(
+                f"digest mismatch: the document says {tree['digest']}, "
+                f"its messages digest to {batch.digest}"
+            )
+        return batch
+
+
+def _check_messages(messages: tuple[Message, ...]) -> None:
+    if not messages:
+        raise InvalidBatchError("a batch needs at least one message")
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise InvalidBatchError(
+                f"messages[{index}] must be a Message, got {type(message).__name__}"
+            )
+        for part_index, part in enumerate(message.parts):
+            if part.kind is PartKind.TOOL_CALL_DELTA:
+                raise InvalidBatchError(
+                    f"messages[{index}].parts[{part_index}]: a stored message must be "
+                    "complete (no tool_call_delta parts)"
+                )
+
+
+def _receipt_conversation_id(value: Any) -> ConversationID:
+    return _conversation_id(value, InvalidReceiptError)
+
+
+def _receipt_append_id(value: Any) -> AppendID:
+    return _append_id(value, InvalidReceiptError)
+
+
+@final
+@attrs.frozen
+class Receipt:
+    """A store's acknowledgement that a batch is durably appended."""
+
+    conversation_id: ConversationID = attrs.field(converter=_receipt_conversation_id)
+    id: AppendID = attrs.field(converter=_receipt_append_id)
+    digest: str
+
+    def __attrs_post_init__(self) -> None:
+        if type(self.digest) is not str or not self.digest.startswith("sha256:"):
+            raise InvalidReceiptError(f"receipt digest must be 'sha256:<hex>', got {self.digest!r}")
+
+    def validate_for(self, batch: Batch) -> None:
+        """Raise ``InvalidReceiptError`` unless this receipt acknowledges ``batch``."""
+        if self.conversation_id != batch.conversation_id:
+            raise InvalidReceiptError(
+                f"receipt is for conversation {self.conversation_id!r}, "
+                f"the batch for {batch.conversation_id!r}"
+            )
+        if self.id != batch.id:
+            raise InvalidReceiptError(
+                f"receipt is for append id {self.id!r}, the batch is {batch.id!r}"
+            )
+        if self.digest != batch.digest:
+            raise InvalidReceiptError(
+                f"receipt digest {self.digest} does not match the batch digest {batch.digest}"
+            )

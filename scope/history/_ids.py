@@ -1,0 +1,63 @@
+"""Conversation and append ids: validated ``str`` subclasses."""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Final, Self
+
+from scope.errors import InvalidAppendIDError, InvalidConversationIDError
+
+__all__ = ["MAX_ID_BYTES", "AppendID", "ConversationID"]
+
+#: The longest id, in UTF-8 bytes.
+MAX_ID_BYTES: Final = 512
+
+
+def _check_id(value: object, what: str, error: type[Exception]) -> str:
+    if not isinstance(value, str):
+        raise error(f"{what} must be a string, got {type(value).__name__}")
+    if not value:
+        raise error(f"{what} must not be empty")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise error(f"{what} {value!r} is not valid Unicode (lone surrogate)") from None
+    if size > MAX_ID_BYTES:
+        raise error(f"{what} must be at most {MAX_ID_BYTES} UTF-8 bytes, got {size}")
+    if value.strip() != value:
+        raise error(f"{what} {value!r} must not have surrounding whitespace")
+    if not value.isprintable():
+        for ch in value:
+            if unicodedata.category(ch) in ("Cc", "Cs"):
+                raise error(f"{what} {value!r} must not contain control characters")
+    return value
+
+
+class ConversationID(str):
+    """A conversation id: non-empty, at most 512 UTF-8 bytes, no control characters or
+    lone surrogates, no surrounding whitespace. Raises ``InvalidConversationIDError``."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: str) -> Self:
+        if type(value) is cls:
+            return value
+        return super().__new__(cls, _check_id(value, "conversation id", InvalidConversationIDError))
+
+    def __repr__(self) -> str:
+        return f"ConversationID({str.__repr__(self)})"
+
+
+class AppendID(str):
+    """An append id (idempotency key of one batch, scoped per conversation): same rules
+    as ``ConversationID``. Raises ``InvalidAppendIDError``."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: str) -> Self:
+        if type(value) is cls:
+            return value
+        return super().__new__(cls, _check_id(value, "append id", InvalidAppendIDError))
+
+    def __repr__(self) -> str:
+        return f"AppendID({str.__repr__(self)})"

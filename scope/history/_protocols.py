@@ -1,0 +1,63 @@
+"""The store protocols. Every backend honours the store rules of ``scope.history``."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from scope.chat import Message
+from scope.history._batch import Batch, Receipt
+from scope.history._ids import ConversationID
+
+__all__ = ["Clearer", "Lister", "ReadWriter", "Reader", "Store", "Writer"]
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """Reads a conversation."""
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        """A new list of the stored messages in order; ``[]`` for an unknown or closed
+        conversation."""
+        ...
+
+
+@runtime_checkable
+class Writer(Protocol):
+    """Appends batches."""
+
+    async def append(self, batch: Batch) -> Receipt:
+        """Append ``batch`` atomically (all or nothing) and return its receipt.
+
+        A retry of an accepted batch (same id, same digest) returns an equal receipt and
+        appends nothing; the same id with another digest raises ``AppendConflictError``;
+        a closed conversation raises ``ConversationClosedError``.
+        """
+        ...
+
+
+@runtime_checkable
+class Clearer(Protocol):
+    """Closes conversations."""
+
+    async def clear(self, conversation_id: str) -> None:
+        """Close the conversation for ever (idempotent; an id never written too)."""
+        ...
+
+
+@runtime_checkable
+class Lister(Protocol):
+    """Lists conversations."""
+
+    async def conversations(self) -> list[ConversationID]:
+        """Unique open conversation ids in lexical order; ``[]`` when none."""
+        ...
+
+
+@runtime_checkable
+class ReadWriter(Reader, Writer, Protocol):
+    """Reader and Writer."""
+
+
+@runtime_checkable
+class Store(Reader, Writer, Clearer, Protocol):
+    """Reader, Writer and Clearer: a full history store."""
