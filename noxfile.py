@@ -1,0 +1,55 @@
+"""Development sessions: ``nox -s tests lint typecheck bench``."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests", "lint", "typecheck"]
+
+PYTHONS = ["3.11", "3.12", "3.13"]
+BENCHMARKS = [
+    "benchmarks/bench_codec.py",
+    "benchmarks/bench_accumulator.py",
+    "benchmarks/bench_history.py",
+    "benchmarks/bench_middleware.py",
+    "benchmarks/bench_stores.py",
+    "benchmarks/bench_openai.py",
+]
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """The test suite (server tests skip unless SCOPE_TEST_* servers are reachable)."""
+    session.install("-e", ".[test,postgres,redis,openai]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the package."""
+    session.install("-e", ".[postgres,redis,openai]", "mypy")
+    session.run("mypy", "--strict", "scope")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Every benchmark, competitors included (they are never runtime dependencies)."""
+    session.install(
+        "-e",
+        ".[postgres,redis,openai]",
+        "langchain-core",
+        "pydantic-ai-slim",
+        "openai",
+        "openai-agents",
+    )
+    for script in session.posargs or BENCHMARKS:
+        session.run("python", script)
