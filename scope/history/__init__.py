@@ -10,12 +10,16 @@ from scope.history._batch import Batch as Batch
 from scope.history._batch import Receipt as Receipt
 from scope.history._ids import AppendID as AppendID
 from scope.history._ids import ConversationID as ConversationID
+from scope.history._middleware import IncompleteReason as IncompleteReason
+from scope.history._middleware import IncompleteTurn as IncompleteTurn
+from scope.history._middleware import Middleware as Middleware
 from scope.history._protocols import Clearer as Clearer
 from scope.history._protocols import Lister as Lister
 from scope.history._protocols import Reader as Reader
 from scope.history._protocols import ReadWriter as ReadWriter
 from scope.history._protocols import Store as Store
 from scope.history._protocols import Writer as Writer
+from scope.history._window import WindowReader as WindowReader
 
 __all__ = [
     "AppendConflictError",
@@ -26,12 +30,16 @@ __all__ = [
     "ConversationClosedError",
     "ConversationID",
     "HistoryError",
+    "IncompleteReason",
+    "IncompleteTurn",
     "Lister",
+    "Middleware",
     "ReadWriter",
     "Reader",
     "Receipt",
     "Store",
     "StoreError",
+    "WindowReader",
     "WindowTooSmallError",
     "Writer",
 ]

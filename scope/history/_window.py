@@ -1,0 +1,126 @@
+"""``WindowReader``: a bounded, read-only view of a conversation for a model's context."""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+import attrs
+
+from scope.chat import Message, Part, Role, text_part
+from scope.errors import InvalidWindowError, WindowTooSmallError
+from scope.history._ids import ConversationID
+from scope.history._protocols import Reader
+from scope.metadata import Metadata
+
+__all__ = ["WindowReader"]
+
+_SEPARATOR = text_part("\n\n")
+
+
+def _check_reader(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, Reader):
+        raise InvalidWindowError(
+            f"window reader must be a Reader (an object with async read), got "
+            f"{type(value).__name__}"
+        )
+
+
+def _check_limit(instance: Any, attribute: Any, value: Any) -> None:
+    if type(value) is not int:
+        raise InvalidWindowError(f"window limit must be an integer, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidWindowError(f"window limit must be at least 1, got {value}")
+
+
+@final
+@attrs.frozen
+class WindowReader:
+    """A ``Reader`` that returns at most ``limit`` messages of what ``reader`` holds.
+
+    The window is:
+
+    1. one system message merging every stored system message, wherever it was stored:
+       their parts in stored order with a ``"\\n\\n"`` text part between messages, and
+       their metadata merged (later messages win per key); present only when the
+       conversation holds a system message, and counted in ``limit``;
+    2. then the longest suffix of whole turns that fits the rest of ``limit``. A turn
+       starts at a user message and keeps every assistant and tool message after it, so
+       a tool call is never separated from its result and no turn is ever cut.
+
+    Non-system messages stored before the first user message belong to no turn (a
+    greeting, say, or a history imported without its question); they are never part of
+    the window, since a window must start at a turn boundary to be a valid request.
+
+    ``read`` raises ``WindowTooSmallError`` when the newest turn alone (plus the merged
+    system message) does not fit. It is read-only: it has no ``append`` or ``clear``, so it
+    is a ``Reader`` but neither a ``Writer`` nor a ``Clearer``. It holds no state beyond
+    its two fields and is as safe to share as the reader it wraps. ``limit`` must be an
+    ``int`` (not a ``bool``) of at least 1, and ``reader`` a ``Reader``; otherwise
+    ``InvalidWindowError``.
+    """
+
+    reader: Reader = attrs.field(validator=_check_reader)
+    limit: int = attrs.field(validator=_check_limit)
+
+    def validate(self) -> None:
+        """Check the fields (construction already did)."""
+        _check_reader(self, None, self.reader)
+        _check_limit(self, None, self.limit)
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        """The window over the conversation, as a new list (``[]`` when it is empty).
+
+        The id is validated before the underlying reader is called
+        (``InvalidConversationIDError``). Cancellation propagates from the underlying read
+        untouched; nothing is cached.
+        """
+        cid = ConversationID(conversation_id)
+        return window(await self.reader.read(cid), self.limit)
+
+
+def window(messages: list[Message], limit: int) -> list[Message]:
+    """The window rule of ``WindowReader`` applied to a list of stored messages."""
+    systems = [m for m in messages if m.role is Role.SYSTEM]
+    turns: list[list[Message]] = []
+    for message in messages:
+        if message.role is Role.SYSTEM:
+            continue
+        if message.role is Role.USER:
+            turns.append([message])
+        elif turns:
+            turns[-1].append(message)
+        # else: before the first user message, part of no turn: dropped.
+    out: list[Message] = []
+    room = limit
+    if systems:
+        out.append(_merge_systems(systems))
+        room -= 1
+    if not turns:
+        return out
+    newest = len(turns[-1])
+    if newest > room:
+        raise WindowTooSmallError(
+            f"the newest turn has {newest} messages"
+            + (" plus the merged system message" if systems else "")
+            + f"; the window limit is {limit}"
+        )
+    start = len(turns)
+    while start > 0 and len(turns[start - 1]) <= room:
+        start -= 1
+        room -= len(turns[start])
+    for turn in turns[start:]:
+        out.extend(turn)
+    return out
+
+
+def _merge_systems(systems: list[Message]) -> Message:
+    if len(systems) == 1:
+        return systems[0]
+    parts: list[Part] = []
+    metadata = Metadata()
+    for index, message in enumerate(systems):
+        if index:
+            parts.append(_SEPARATOR)
+        parts.extend(message.parts)
+        metadata = metadata.merge(message.metadata)
+    return Message(Role.SYSTEM, parts, metadata)

@@ -1,0 +1,112 @@
+"""The reference history store: everything in memory, nothing survives the process.
+
+``Store`` is what every other backend is measured against: it passes
+``scope.history.storetest.StoreConformance`` and is the model the persistent stores copy.
+It is safe to share between tasks and threads, and it runs unchanged under asyncio and
+trio: its only synchronisation is a ``threading.Lock`` that is never held across an
+``await`` (no method awaits at all).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import final
+
+import attrs
+
+from scope.chat import Message
+from scope.errors import AppendConflictError, ConversationClosedError, InvalidBatchError
+from scope.history._batch import Batch, Receipt
+from scope.history._ids import AppendID, ConversationID
+
+__all__ = ["Store"]
+
+
+@final
+@attrs.define(eq=False)
+class Store:
+    """An in-memory ``Store`` and ``Lister``.
+
+    Guarantees, beyond the store rules every backend keeps (see ``scope.history``):
+
+    - **Atomicity.** Each method runs to completion under one lock and never suspends, so
+      it cannot be interrupted half-way: the closed check, the dedupe record and the
+      message insert of an ``append`` happen together or not at all.
+    - **Cancellation.** No method has a checkpoint: a call that starts finishes. A task
+      cancelled before the call starts leaves the store untouched.
+    - **Sharing.** Messages are immutable values, so reads hand out the stored objects in a
+      new list; callers may change the list freely.
+    - **Memory.** A cleared conversation keeps only its id (the closure evidence); its
+      messages and dedupe records are dropped. Nothing is ever evicted otherwise.
+    """
+
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
+    _messages: dict[ConversationID, list[Message]] = attrs.field(
+        factory=dict, init=False, repr=False
+    )
+    # Dedupe evidence: append id -> digest of the accepted batch, per conversation, so a
+    # retry is recognised for as long as the conversation is open.
+    _accepted: dict[ConversationID, dict[AppendID, str]] = attrs.field(
+        factory=dict, init=False, repr=False
+    )
+    # Closure evidence: never expires.
+    _closed: set[ConversationID] = attrs.field(factory=set, init=False, repr=False)
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        """A new list of the conversation's messages in stored order.
+
+        ``[]`` for an unknown or closed conversation. An invalid id raises
+        ``InvalidConversationIDError``.
+        """
+        cid = ConversationID(conversation_id)
+        with self._lock:
+            if cid in self._closed:
+                return []
+            return list(self._messages.get(cid, ()))
+
+    async def append(self, batch: Batch) -> Receipt:
+        """Append every message of ``batch``, contiguously and in order, and return its
+        receipt.
+
+        A retry of an accepted batch (same conversation, id and digest) returns an equal
+        receipt and appends nothing. The same id with another digest raises
+        ``AppendConflictError``; a closed conversation raises ``ConversationClosedError``
+        (retries of accepted batches included); in both cases nothing is appended. Anything
+        but a ``Batch`` raises ``InvalidBatchError``.
+        """
+        if not isinstance(batch, Batch):
+            raise InvalidBatchError(f"append needs a Batch, got {type(batch).__name__}")
+        cid = batch.conversation_id
+        with self._lock:
+            if cid in self._closed:
+                raise ConversationClosedError(f"conversation {cid!r} is closed")
+            accepted = self._accepted.setdefault(cid, {})
+            digest = accepted.get(batch.id)
+            if digest is None:
+                accepted[batch.id] = batch.digest
+                self._messages.setdefault(cid, []).extend(batch.messages)
+            elif digest != batch.digest:
+                raise AppendConflictError(
+                    f"append id {batch.id!r} of conversation {cid!r} was accepted with "
+                    f"digest {digest}, this batch has {batch.digest}"
+                )
+        return batch.receipt()
+
+    async def clear(self, conversation_id: str) -> None:
+        """Close the conversation for ever: its messages are dropped, it reads as ``[]``,
+        leaves the listing, and every later append raises ``ConversationClosedError``.
+
+        Idempotent; an id never written is closed too. An invalid id raises
+        ``InvalidConversationIDError``.
+        """
+        cid = ConversationID(conversation_id)
+        with self._lock:
+            self._closed.add(cid)
+            self._messages.pop(cid, None)
+            self._accepted.pop(cid, None)
+
+    async def conversations(self) -> list[ConversationID]:
+        """The open conversations holding at least one message: unique, in lexical
+        (code point) order; ``[]`` when none."""
+        with self._lock:
+            return sorted(self._messages)

@@ -1,0 +1,642 @@
+"""``StoreConformance``: the pytest suite every history store must pass.
+
+A backend's test module subclasses it and provides an async ``store`` fixture that yields
+a fresh, empty store (a ``Store`` and ``Lister``)::
+
+    import pytest
+    from scope.history.storetest import StoreConformance
+
+    class TestMyStore(StoreConformance):
+        @pytest.fixture
+        async def store(self):
+            async with await MyStore.open(...) as store:
+                yield store
+
+        async def reopen(self, store):        # optional: enables the durability checks
+            return await MyStore.open(...)    # a new handle on the same data
+
+The tests are ``@pytest.mark.anyio`` tests: they run under every backend the
+``anyio_backend`` fixture names. anyio's own default is asyncio alone; define
+``anyio_backend`` (in the subclass, its module or a conftest) to choose, for example
+parametrised over ``"asyncio"`` and ``"trio"``. Without ``reopen`` the durability tests
+skip and say why. A handle returned by ``reopen`` is closed with ``aclose()`` when it has
+one; ``reopen`` must leave ``store`` open (the fixture closes it).
+
+Each rule of the store contract is its own test, named after the rule, so a failure says
+which rule a backend breaks. The suite needs pytest and anyio; it imports nothing from a
+project's ``tests/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from scope.chat import (
+    Message,
+    Role,
+    ToolOutput,
+    ToolResult,
+    assistant_message,
+    media_part,
+    reasoning_part,
+    system_message,
+    text_part,
+    tool_call_part,
+    tool_message,
+    user_message,
+)
+from scope.codec import encode_messages, from_json, to_json
+from scope.errors import (
+    AppendConflictError,
+    ConversationClosedError,
+    InvalidBatchError,
+    InvalidConversationIDError,
+)
+from scope.history._batch import Batch, Receipt
+from scope.history._ids import ConversationID
+from scope.history._protocols import Clearer, Lister, Reader, Writer
+from scope.jsonvalue import RawJSON
+from scope.media import Media
+
+__all__ = ["HOSTILE_IDS", "StoreConformance", "rich_messages"]
+
+
+@runtime_checkable
+class _ListingStore(Reader, Writer, Clearer, Lister, Protocol):
+    """What the suite exercises: a Store that is also a Lister."""
+
+
+#: Ids that break naive key building, quoting, LIKE/glob patterns and prefix scans. Each is
+#: a valid ``ConversationID`` and ``AppendID``; a store must keep them apart and intact.
+HOSTILE_IDS: tuple[str, ...] = (
+    "plain",
+    'say "hi"',
+    "it's",
+    "100%",
+    "100_",
+    "a;DROP TABLE messages;--",
+    "{braces}",
+    "}{",
+    "*",
+    "a*",
+    "?",
+    "[ab]",
+    "a:b",
+    "a:",
+    "scope:history:x",
+    "back\\slash",
+    "$1",
+    "a b",
+    "nbsp\u00a0inside",
+    "日本語の会話",
+    "emoji 🙂🚀",
+    "é" * 256,  # 512 UTF-8 bytes: the longest valid id
+    "x" * 512,
+)
+
+
+def rich_messages() -> list[Message]:
+    """Messages using every stored part kind, media source, signatures, metadata and
+    RawJSON number spellings that a decoder could lose (``2.50``, ``1e0``, ``-0``)."""
+    spelled = RawJSON.parse('{"b": 2.50, "a": [1e0, 1.0, -0, 10]}')
+    return [
+        system_message("Be brief."),
+        Message(
+            Role.USER,
+            (
+                text_part("Look at these.", metadata={"price": RawJSON.parse("2.50")}),
+                media_part(Media.from_bytes("image/png", bytes(range(256)) * 4)),
+                media_part(Media.from_uri("image/jpeg", "https://example.com/cat.jpg")),
+                media_part(Media.from_reference("application/pdf", "file-123")),
+            ),
+            metadata={"spelled": spelled, "plain": "ünïcode"},
+        ),
+        assistant_message(
+            reasoning_part("Let me think.", signature=b"\x00\xffsig\n"),
+            reasoning_part(signature=b"opaque-only"),
+            # Arguments are the model's exact text: spacing and spelling must survive.
+            tool_call_part("call_1", "lookup", '{"q": "cats",  "n": 1.50}'),
+            tool_call_part("call_2", "broken", '{"unterminated": '),
+        ),
+        tool_message(
+            ToolResult(
+                "call_1",
+                "lookup",
+                ToolOutput(
+                    (
+                        text_part("found"),
+                        media_part(Media.from_bytes("text/plain; charset=utf-8", b"\x00\x01")),
+                    ),
+                    details=RawJSON.parse('{"z": 1E+2, "price": 2.50}'),
+                ),
+            ),
+            ToolResult("call_2", "broken", ToolOutput.of_text("bad arguments"), is_error=True),
+        ),
+        Message(
+            Role.ASSISTANT,
+            (text_part("Two cats."),),
+            metadata={"n": RawJSON.parse("0.10"), "deep": {"list": [1, "two", None, True]}},
+        ),
+    ]
+
+
+def _turn(tag: str, size: int = 2) -> list[Message]:
+    """A user message followed by ``size - 1`` assistant messages, all tagged."""
+    return [user_message(f"{tag}/0")] + [assistant_message(f"{tag}/{i}") for i in range(1, size)]
+
+
+def _texts(messages: Sequence[Message]) -> list[str]:
+    return [m.text for m in messages]
+
+
+class StoreConformance:
+    """The store contract of ``scope.history`` as pytest tests. Subclass it (see the
+    module docstring); never instantiate it directly."""
+
+    pytestmark: ClassVar[Any] = pytest.mark.anyio
+
+    #: How many tasks append distinct batches at once, and how many retry one batch.
+    concurrent_appends: ClassVar[int] = 40
+    concurrent_retries: ClassVar[int] = 25
+    #: How many cancellation points the cancellation test tries.
+    cancellation_rounds: ClassVar[int] = 12
+
+    # -- hooks ------------------------------------------------------------------------
+
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[Any]:
+        """Override: yield a fresh, empty store."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must define an async `store` fixture yielding a fresh, "
+            "empty store"
+        )
+        yield  # pragma: no cover
+
+    async def reopen(self, store: Any) -> Any:
+        """Override: return a new handle on the same data as ``store``."""
+        pytest.skip(
+            f"{type(self).__name__} defines no reopen(store): durability checks need a second "
+            "handle on the same data"
+        )
+
+    @contextlib.asynccontextmanager
+    async def _reopened(self, store: Any) -> AsyncIterator[Any]:
+        handle = await self.reopen(store)
+        try:
+            yield handle
+        finally:
+            aclose = getattr(handle, "aclose", None)
+            if aclose is not None and handle is not store:
+                await aclose()
+
+    # -- shape ------------------------------------------------------------------------
+
+    async def test_store_implements_the_protocols(self, store: Any) -> None:
+        assert isinstance(store, _ListingStore)
+
+    # -- empty and unknown ------------------------------------------------------------
+
+    async def test_read_of_unknown_conversation_is_empty(self, store: Any) -> None:
+        assert await store.read("never-written") == []
+
+    async def test_conversations_of_empty_store_is_empty(self, store: Any) -> None:
+        assert await store.conversations() == []
+
+    async def test_read_returns_a_new_list_each_time(self, store: Any) -> None:
+        await store.append(Batch("c", "a1", _turn("t")))
+        first = await store.read("c")
+        assert type(first) is list
+        first.clear()
+        second = await store.read("c")
+        assert _texts(second) == ["t/0", "t/1"]
+        assert second is not await store.read("c")
+
+    async def test_str_and_conversation_id_are_the_same_conversation(self, store: Any) -> None:
+        await store.append(Batch("c", "a1", _turn("t")))
+        assert await store.read(ConversationID("c")) == await store.read("c")
+        await store.clear(ConversationID("c"))
+        assert await store.read("c") == []
+
+    # -- exact round trip -------------------------------------------------------------
+
+    async def test_round_trip_is_exact_for_every_part_kind(self, store: Any) -> None:
+        messages = rich_messages()
+        batch = Batch("rich", "a1", messages)
+        await store.append(batch)
+        stored = await store.read("rich")
+        assert stored == messages
+        # Byte-exact: the stored messages digest to the batch's digest.
+        assert encode_messages(stored) == batch.encoded_messages
+        assert Batch("rich", "a1", stored).digest == batch.digest
+
+    async def test_round_trip_keeps_media_bytes_and_signatures(self, store: Any) -> None:
+        data = bytes(range(256)) * 64
+        messages = [
+            user_message(media_part(Media.from_bytes("application/octet-stream", data))),
+            assistant_message(reasoning_part("r", signature=bytes(range(255, -1, -1)))),
+        ]
+        await store.append(Batch("bytes", "a1", messages))
+        stored = await store.read("bytes")
+        media = stored[0].parts[0].media
+        assert media is not None and media.source.data == data
+        assert stored[1].parts[0].signature == bytes(range(255, -1, -1))
+
+    async def test_round_trip_keeps_number_spellings(self, store: Any) -> None:
+        spellings = ["2.50", "1e0", "1E+2", "1.0", "-0", "0.10", "10"]
+        messages = [
+            user_message(
+                text_part(
+                    "n", metadata={f"k{i}": RawJSON.parse(s) for i, s in enumerate(spellings)}
+                )
+            ),
+            assistant_message(tool_call_part("c1", "t")),
+            tool_message(
+                ToolResult("c1", "t", ToolOutput.of_json(RawJSON.parse('{"v":[2.50,1e0,-0]}')))
+            ),
+        ]
+        await store.append(Batch("numbers", "a1", messages))
+        stored = await store.read("numbers")
+        assert stored == messages
+        assert stored[0].parts[0].metadata["k0"].bytes == b"2.50"
+        assert [stored[0].parts[0].metadata[f"k{i}"].bytes.decode() for i in range(7)] == (
+            spellings
+        )
+        output = stored[2].parts[0].tool_result
+        assert output is not None and output.output.details is not None
+        assert output.output.details.bytes == b'{"v":[2.50,1e0,-0]}'
+
+    async def test_round_trip_of_a_one_mebibyte_message(self, store: Any) -> None:
+        chunk = "héllo wörld 🙂 ɐ "
+        text = (chunk * ((1 << 20) // len(chunk.encode()) + 1))[: 1 << 20]
+        assert len(text.encode()) >= 1 << 20
+        batch = Batch("big", "a1", [user_message(text), assistant_message("ok")])
+        await store.append(batch)
+        stored = await store.read("big")
+        assert stored[0].text == text
+        assert encode_messages(stored) == batch.encoded_messages
+
+    async def test_unicode_ids_round_trip(self, store: Any) -> None:
+        ids = ["日本語", "emoji 🙂", "ñandú", "Ελληνικά", "עברית", "a\u00a0b"]
+        for cid in ids:
+            await store.append(Batch(cid, f"append {cid}", _turn(cid)))
+        for cid in ids:
+            assert _texts(await store.read(cid)) == [f"{cid}/0", f"{cid}/1"]
+        assert await store.conversations() == sorted(ids)
+
+    async def test_hostile_ids_round_trip_and_stay_apart(self, store: Any) -> None:
+        for cid in HOSTILE_IDS:
+            receipt = await store.append(Batch(cid, cid, _turn(cid)))
+            assert receipt == Receipt(cid, cid, receipt.digest)
+        for cid in HOSTILE_IDS:
+            assert _texts(await store.read(cid)) == [f"{cid}/0", f"{cid}/1"]
+            # The same hostile append id is remembered, exactly, per conversation.
+            assert (await store.append(Batch(cid, cid, _turn(cid)))).id == cid
+            with pytest.raises(AppendConflictError):
+                await store.append(Batch(cid, cid, _turn(cid + "!")))
+        listed = await store.conversations()
+        assert listed == sorted(HOSTILE_IDS)
+        assert all(type(c) is ConversationID for c in listed)
+        # Clearing pattern-like ids touches nothing else.
+        for cid in ("*", "a*", "?", "[ab]", "100%", "100_", "a:"):
+            await store.clear(cid)
+        remaining = sorted(set(HOSTILE_IDS) - {"*", "a*", "?", "[ab]", "100%", "100_", "a:"})
+        assert await store.conversations() == remaining
+        for cid in remaining:
+            assert _texts(await store.read(cid)) == [f"{cid}/0", f"{cid}/1"]
+
+    # -- receipts and retries ---------------------------------------------------------
+
+    async def test_append_returns_a_receipt_for_the_batch(self, store: Any) -> None:
+        batch = Batch("c", "a1", _turn("t"))
+        receipt = await store.append(batch)
+        assert isinstance(receipt, Receipt)
+        receipt.validate_for(batch)
+        assert receipt == batch.receipt()
+
+    async def test_retry_of_accepted_batch_returns_equal_receipt_and_appends_nothing(
+        self, store: Any
+    ) -> None:
+        batch = Batch("c", "a1", _turn("t"))
+        first = await store.append(batch)
+        for _ in range(3):
+            assert await store.append(batch) == first
+        assert _texts(await store.read("c")) == ["t/0", "t/1"]
+
+    async def test_retry_of_batch_rebuilt_from_same_messages_appends_nothing(
+        self, store: Any
+    ) -> None:
+        messages = rich_messages()
+        batch = Batch("c", "a1", messages)
+        first = await store.append(batch)
+        decoded = Batch.from_json(batch.to_json())
+        rebuilt = Batch("c", "a1", [from_json(to_json(m), Message) for m in messages])
+        assert await store.append(decoded) == first
+        assert await store.append(rebuilt) == first
+        # Even a batch rebuilt from what the store returned is the same batch.
+        assert await store.append(Batch("c", "a1", await store.read("c"))) == first
+        assert await store.read("c") == messages
+
+    async def test_retry_after_later_appends_still_appends_nothing(self, store: Any) -> None:
+        first = Batch("c", "a1", _turn("one"))
+        await store.append(first)
+        await store.append(Batch("c", "a2", _turn("two")))
+        assert await store.append(first) == first.receipt()
+        assert _texts(await store.read("c")) == ["one/0", "one/1", "two/0", "two/1"]
+
+    async def test_same_id_other_digest_conflicts_and_appends_nothing(self, store: Any) -> None:
+        accepted = Batch("c", "a1", _turn("t"))
+        await store.append(accepted)
+        for other in (
+            Batch("c", "a1", _turn("other")),
+            Batch("c", "a1", _turn("t", 3)),
+            Batch("c", "a1", _turn("t")[:1]),
+        ):
+            with pytest.raises(AppendConflictError):
+                await store.append(other)
+        assert _texts(await store.read("c")) == ["t/0", "t/1"]
+        # The accepted batch is still recognised after the conflicts.
+        assert await store.append(accepted) == accepted.receipt()
+        assert _texts(await store.read("c")) == ["t/0", "t/1"]
+
+    async def test_conflict_detection_is_exact_about_number_spelling(self, store: Any) -> None:
+        def batch(spelling: str) -> Batch:
+            meta = {"x": RawJSON.parse(spelling)}
+            return Batch("c", "a1", [user_message(text_part("n", metadata=meta))])
+
+        await store.append(batch("2.5"))
+        with pytest.raises(AppendConflictError):
+            await store.append(batch("2.50"))
+        assert len(await store.read("c")) == 1
+
+    async def test_append_ids_are_scoped_per_conversation(self, store: Any) -> None:
+        one = Batch("one", "shared", _turn("one"))
+        two = Batch("two", "shared", _turn("two"))
+        assert await store.append(one) == one.receipt()
+        assert await store.append(two) == two.receipt()
+        assert _texts(await store.read("one")) == ["one/0", "one/1"]
+        assert _texts(await store.read("two")) == ["two/0", "two/1"]
+        # Same id and messages in a third conversation: a new batch there, not a retry.
+        three = Batch("three", "shared", _turn("one"))
+        assert await store.append(three) == three.receipt()
+        assert _texts(await store.read("three")) == ["one/0", "one/1"]
+
+    # -- order ------------------------------------------------------------------------
+
+    async def test_batches_read_back_in_append_order_and_contiguous(self, store: Any) -> None:
+        expected: list[str] = []
+        for i in range(10):
+            messages = _turn(f"b{i}", 1 + i % 4)
+            await store.append(Batch("c", f"a{i}", messages))
+            expected += _texts(messages)
+            assert _texts(await store.read("c")) == expected
+
+    async def test_messages_of_a_batch_keep_their_order(self, store: Any) -> None:
+        messages = [user_message(f"m{i}") for i in range(50)]
+        await store.append(Batch("c", "a1", messages))
+        assert await store.read("c") == messages
+
+    async def test_conversations_do_not_mix(self, store: Any) -> None:
+        for i in range(6):
+            await store.append(Batch(f"c{i % 2}", f"a{i}", _turn(f"{i}")))
+        assert _texts(await store.read("c0")) == ["0/0", "0/1", "2/0", "2/1", "4/0", "4/1"]
+        assert _texts(await store.read("c1")) == ["1/0", "1/1", "3/0", "3/1", "5/0", "5/1"]
+
+    # -- closure ----------------------------------------------------------------------
+
+    async def test_cleared_conversation_reads_empty(self, store: Any) -> None:
+        await store.append(Batch("c", "a1", _turn("t")))
+        await store.clear("c")
+        assert await store.read("c") == []
+
+    async def test_cleared_conversation_rejects_new_appends(self, store: Any) -> None:
+        await store.append(Batch("c", "a1", _turn("t")))
+        await store.clear("c")
+        with pytest.raises(ConversationClosedError):
+            await store.append(Batch("c", "a2", _turn("new")))
+        assert await store.read("c") == []
+
+    async def test_cleared_conversation_rejects_retries_of_accepted_batches(
+        self, store: Any
+    ) -> None:
+        batch = Batch("c", "a1", _turn("t"))
+        await store.append(batch)
+        await store.clear("c")
+        with pytest.raises(ConversationClosedError):
+            await store.append(batch)
+        # Closure wins over a conflict, too.
+        with pytest.raises(ConversationClosedError):
+            await store.append(Batch("c", "a1", _turn("other")))
+        assert await store.read("c") == []
+
+    async def test_clear_of_never_written_id_closes_it(self, store: Any) -> None:
+        await store.clear("fresh")
+        with pytest.raises(ConversationClosedError):
+            await store.append(Batch("fresh", "a1", _turn("t")))
+        assert await store.read("fresh") == []
+        assert await store.conversations() == []
+
+    async def test_clear_is_idempotent(self, store: Any) -> None:
+        await store.append(Batch("c", "a1", _turn("t")))
+        await store.clear("c")
+        await store.clear("c")
+        await store.clear("c")
+        assert await store.read("c") == []
+        assert await store.conversations() == []
+        with pytest.raises(ConversationClosedError):
+            await store.append(Batch("c", "a1", _turn("t")))
+
+    async def test_cleared_conversation_leaves_the_listing(self, store: Any) -> None:
+        for cid in ("a", "b", "c"):
+            await store.append(Batch(cid, "a1", _turn(cid)))
+        await store.clear("b")
+        assert await store.conversations() == ["a", "c"]
+
+    async def test_clear_leaves_other_conversations_alone(self, store: Any) -> None:
+        await store.append(Batch("keep", "a1", _turn("keep")))
+        await store.append(Batch("drop", "a1", _turn("drop")))
+        await store.clear("drop")
+        assert _texts(await store.read("keep")) == ["keep/0", "keep/1"]
+        second = Batch("keep", "a2", _turn("more"))
+        assert await store.append(second) == second.receipt()
+
+    # -- listing ----------------------------------------------------------------------
+
+    async def test_conversations_are_unique_in_lexical_order(self, store: Any) -> None:
+        ids = ["b", "a", "B", "a b", "ab", "é", "z", "日本", "🙂", "a:b", "10", "9", "A", "~"]
+        for i, cid in enumerate(ids):
+            await store.append(Batch(cid, f"a{i}", _turn(cid)))
+            await store.append(Batch(cid, f"again{i}", _turn(cid)))
+        listed = await store.conversations()
+        # Code point order, which is also UTF-8 byte order (not a locale collation).
+        assert listed == sorted(ids)
+        assert all(type(c) is ConversationID for c in listed)
+
+    async def test_conversations_returns_a_new_list(self, store: Any) -> None:
+        await store.append(Batch("c", "a1", _turn("t")))
+        listed = await store.conversations()
+        listed.clear()
+        assert await store.conversations() == ["c"]
+
+    # -- invalid input ----------------------------------------------------------------
+
+    async def _rejects_without_suspending(
+        self, error: type[Exception], call: Any, *args: Any
+    ) -> None:
+        # Inside an already-cancelled scope, the first checkpoint (any I/O, lock or
+        # thread hop) would raise Cancelled instead; the error must come first.
+        rejected = False
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            with pytest.raises(error):
+                await call(*args)
+            rejected = True
+        assert rejected, f"{call.__name__}{args!r} suspended before rejecting invalid input"
+
+    @pytest.mark.parametrize(
+        "bad_id",
+        ["", " padded", "padded ", "ctl\x00", "nl\nid", "\ud800", "x" * 513, "é" * 257, 42, None],
+        ids=[
+            "empty",
+            "leading-space",
+            "trailing-space",
+            "nul",
+            "newline",
+            "lone-surrogate",
+            "513-bytes",
+            "514-utf8-bytes",
+            "int",
+            "none",
+        ],
+    )
+    async def test_invalid_conversation_ids_rejected_before_io(
+        self, store: Any, bad_id: Any
+    ) -> None:
+        await self._rejects_without_suspending(InvalidConversationIDError, store.read, bad_id)
+        await self._rejects_without_suspending(InvalidConversationIDError, store.clear, bad_id)
+        assert await store.conversations() == []
+
+    @pytest.mark.parametrize(
+        "bad_batch",
+        [None, "batch", {"conversation_id": "c", "id": "a", "messages": []}, [user_message("x")]],
+        ids=["none", "str", "dict", "list"],
+    )
+    async def test_non_batch_append_rejected_before_io(self, store: Any, bad_batch: Any) -> None:
+        await self._rejects_without_suspending(InvalidBatchError, store.append, bad_batch)
+        assert await store.conversations() == []
+
+    # -- concurrency ------------------------------------------------------------------
+
+    async def test_concurrent_appends_all_land_each_batch_contiguous(self, store: Any) -> None:
+        n = self.concurrent_appends
+        batches = [Batch("c", f"a{i}", _turn(f"b{i}", 3)) for i in range(n)]
+        receipts: dict[int, Receipt] = {}
+
+        async def append(i: int) -> None:
+            receipts[i] = await store.append(batches[i])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(n):
+                tg.start_soon(append, i)
+        for i, batch in enumerate(batches):
+            receipts[i].validate_for(batch)
+        stored = _texts(await store.read("c"))
+        assert len(stored) == 3 * n
+        assert sorted(stored) == sorted(t for b in batches for t in _texts(b.messages))
+        for i in range(n):
+            start = stored.index(f"b{i}/0")
+            assert stored[start : start + 3] == [f"b{i}/0", f"b{i}/1", f"b{i}/2"], (
+                f"batch {i} is not contiguous"
+            )
+
+    async def test_concurrent_retries_of_one_batch_land_once(self, store: Any) -> None:
+        batch = Batch("c", "a1", _turn("once", 3))
+        receipts: list[Receipt] = []
+
+        async def append() -> None:
+            receipts.append(await store.append(batch))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(self.concurrent_retries):
+                tg.start_soon(append)
+        assert len(receipts) == self.concurrent_retries
+        assert all(r == batch.receipt() for r in receipts)
+        assert _texts(await store.read("c")) == ["once/0", "once/1", "once/2"]
+
+    async def test_concurrent_appends_to_many_conversations(self, store: Any) -> None:
+        async def append(i: int) -> None:
+            for j in range(3):
+                await store.append(Batch(f"c{i}", f"a{j}", _turn(f"{i}.{j}")))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(10):
+                tg.start_soon(append, i)
+        assert await store.conversations() == sorted(f"c{i}" for i in range(10))
+        for i in range(10):
+            expected = [f"{i}.{j}/{k}" for j in range(3) for k in range(2)]
+            assert _texts(await store.read(f"c{i}")) == expected
+
+    # -- cancellation -----------------------------------------------------------------
+
+    async def test_cancelled_append_leaves_all_or_nothing_and_retry_resolves(
+        self, store: Any
+    ) -> None:
+        # Cancel the append after 0, 1, 2, ... scheduling rounds, so cancellation lands
+        # before, inside and after the store's work, then once more with a cancelled scope.
+        for round_ in itertools.chain(range(self.cancellation_rounds), [-1]):
+            cid = f"cancel-{round_}"
+            batch = Batch(cid, "a1", _turn(cid, 4))
+            if round_ < 0:
+                with anyio.CancelScope() as scope:
+                    scope.cancel()
+                    await store.append(batch)
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(store.append, batch)
+                    for _ in range(round_):
+                        await anyio.lowlevel.checkpoint()
+                    tg.cancel_scope.cancel()
+            after_cancel = await store.read(cid)
+            assert after_cancel in ([], list(batch.messages)), (
+                f"round {round_}: a cancelled append left part of a batch: {_texts(after_cancel)}"
+            )
+            assert await store.append(batch) == batch.receipt()
+            assert await store.read(cid) == list(batch.messages), f"round {round_}"
+
+    # -- durability (needs reopen) ----------------------------------------------------
+
+    async def test_durable_messages_survive_reopen(self, store: Any) -> None:
+        messages = rich_messages()
+        await store.append(Batch("c", "a1", messages))
+        await store.append(Batch("d", "a1", _turn("d")))
+        async with self._reopened(store) as again:
+            assert await again.read("c") == messages
+            assert _texts(await again.read("d")) == ["d/0", "d/1"]
+            assert await again.conversations() == ["c", "d"]
+
+    async def test_durable_dedupe_evidence_survives_reopen(self, store: Any) -> None:
+        batch = Batch("c", "a1", _turn("t"))
+        await store.append(batch)
+        async with self._reopened(store) as again:
+            assert await again.append(batch) == batch.receipt()
+            with pytest.raises(AppendConflictError):
+                await again.append(Batch("c", "a1", _turn("other")))
+            assert _texts(await again.read("c")) == ["t/0", "t/1"]
+
+    async def test_durable_closure_survives_reopen(self, store: Any) -> None:
+        batch = Batch("c", "a1", _turn("t"))
+        await store.append(batch)
+        await store.clear("c")
+        await store.clear("never-written")
+        async with self._reopened(store) as again:
+            assert await again.read("c") == []
+            assert await again.conversations() == []
+            for cid, aid in (("c", "a1"), ("c", "a2"), ("never-written", "a1")):
+                with pytest.raises(ConversationClosedError):
+                    await again.append(Batch(cid, aid, _turn("t")))

@@ -1,0 +1,241 @@
+"""StoreConformance is not a rubber stamp: it fails deliberately broken stores.
+
+Each case runs the suite (the tests relevant to one breakage, selected with ``-k``) in a
+fresh pytest session against an in-memory store with one rule broken, and asserts the
+tests named after that rule fail. A control run of the same configurable store with
+nothing broken passes the whole suite, so the failures are the breakage's.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+_BROKEN_STORE = textwrap.dedent(
+    '''
+    import anyio.lowlevel
+    import pytest
+
+    from scope.errors import (
+        AppendConflictError,
+        ConversationClosedError,
+        InvalidBatchError,
+    )
+    from scope.history import Batch, ConversationID
+    from scope.history.storetest import StoreConformance
+
+    class Store:
+        """A configurable in-memory store; every name in ``broken`` disables one rule."""
+
+        def __init__(self, broken, state=None):
+            self.broken = broken
+            self.state = state or {"messages": {}, "accepted": {}, "closed": set()}
+
+        async def read(self, conversation_id):
+            if "validate-after-io" in self.broken:
+                await anyio.lowlevel.checkpoint()
+            cid = ConversationID(conversation_id)
+            if cid in self.state["closed"] and "closure" not in self.broken:
+                return []
+            out = list(self.state["messages"].get(cid, ()))
+            if "read-order" in self.broken:
+                out.reverse()
+            return out
+
+        async def append(self, batch):
+            if not isinstance(batch, Batch):
+                raise InvalidBatchError("not a batch")
+            cid = batch.conversation_id
+            if cid in self.state["closed"] and "closure" not in self.broken:
+                raise ConversationClosedError(cid)
+            key = (cid, batch.id) if "global-ids" not in self.broken else batch.id
+            seen = self.state["accepted"].get(key)
+            if seen is not None and "dedupe" not in self.broken:
+                if seen == batch.digest or "conflict" in self.broken:
+                    return batch.receipt()
+                raise AppendConflictError(batch.id)
+            if seen is not None and "conflict" not in self.broken and seen != batch.digest:
+                raise AppendConflictError(batch.id)
+            if "atomic" in self.broken:
+                # One message at a time, with a scheduling point between them, and the
+                # dedupe record written last.
+                for message in batch.messages:
+                    self.state["messages"].setdefault(cid, []).append(message)
+                    await anyio.lowlevel.checkpoint()
+            else:
+                self.state["messages"].setdefault(cid, []).extend(batch.messages)
+            self.state["accepted"][key] = batch.digest
+            return batch.receipt()
+
+        async def clear(self, conversation_id):
+            cid = ConversationID(conversation_id)
+            if "closure" not in self.broken:
+                self.state["closed"].add(cid)
+                self.state["messages"].pop(cid, None)
+
+        async def conversations(self):
+            names = list(self.state["messages"])
+            if "listing" in self.broken:
+                return names
+            return sorted(names)
+
+        def forget(self, what):
+            """A reopen that loses part of the data."""
+            state = dict(self.state)
+            state[what] = type(state[what])()
+            return Store(self.broken, state)
+
+
+    class Base(StoreConformance):
+        BREAK = ""
+
+        @pytest.fixture
+        async def store(self):
+            yield Store({self.BREAK})
+
+        async def reopen(self, store):
+            if self.BREAK == "durable-messages":
+                return Store(store.broken)
+            if self.BREAK == "durable-dedupe":
+                return store.forget("accepted")
+            if self.BREAK == "durable-closure":
+                return store.forget("closed")
+            return Store(store.broken, store.state)
+    '''
+)
+
+
+CASES = [
+    (
+        "dedupe",
+        "retry or retries",
+        {
+            "test_retry_of_accepted_batch_returns_equal_receipt_and_appends_nothing",
+            "test_retry_of_batch_rebuilt_from_same_messages_appends_nothing",
+            "test_retry_after_later_appends_still_appends_nothing",
+            "test_concurrent_retries_of_one_batch_land_once",
+        },
+    ),
+    (
+        "closure",
+        "clear or closure or closed",
+        {
+            "test_cleared_conversation_reads_empty",
+            "test_cleared_conversation_rejects_new_appends",
+            "test_cleared_conversation_rejects_retries_of_accepted_batches",
+            "test_clear_of_never_written_id_closes_it",
+            "test_clear_is_idempotent",
+            "test_cleared_conversation_leaves_the_listing",
+        },
+    ),
+    (
+        "conflict",
+        "conflict",
+        {
+            "test_same_id_other_digest_conflicts_and_appends_nothing",
+            "test_conflict_detection_is_exact_about_number_spelling",
+        },
+    ),
+    (
+        "read-order",
+        "order or contiguous or round_trip",
+        {
+            "test_batches_read_back_in_append_order_and_contiguous",
+            "test_messages_of_a_batch_keep_their_order",
+            "test_round_trip_is_exact_for_every_part_kind",
+        },
+    ),
+    (
+        "listing",
+        "conversations or listing or ids_round_trip",
+        {
+            "test_conversations_are_unique_in_lexical_order",
+            "test_unicode_ids_round_trip",
+            "test_hostile_ids_round_trip_and_stay_apart",
+        },
+    ),
+    (
+        "atomic",
+        "concurrent or cancelled",
+        {
+            "test_concurrent_appends_all_land_each_batch_contiguous",
+            "test_concurrent_retries_of_one_batch_land_once",
+            "test_cancelled_append_leaves_all_or_nothing_and_retry_resolves",
+        },
+    ),
+    ("global-ids", "scoped", {"test_append_ids_are_scoped_per_conversation"}),
+    ("validate-after-io", "invalid", {"test_invalid_conversation_ids_rejected_before_io"}),
+    ("durable-messages", "durable", {"test_durable_messages_survive_reopen"}),
+    ("durable-dedupe", "durable", {"test_durable_dedupe_evidence_survives_reopen"}),
+    ("durable-closure", "durable", {"test_durable_closure_survives_reopen"}),
+]
+
+
+def _class_name(broken: str) -> str:
+    return "TestBroken_" + broken.replace("-", "_")
+
+
+def _source() -> str:
+    classes = ["\n\nclass TestIntact(Base):\n    pass\n"]
+    for broken, _, _ in CASES:
+        classes.append(f"\n\nclass {_class_name(broken)}(Base):\n    BREAK = {broken!r}\n")
+    return _BROKEN_STORE + "".join(classes)
+
+
+# One inner pytest session serves every case (each session costs seconds of start-up):
+# the intact store runs the whole suite, each broken one only the tests of its rule.
+_RUNS: dict[str, tuple[dict[str, set[str]], dict[str, int], str]] = {}
+
+
+def _run(pytester: pytest.Pytester) -> tuple[dict[str, set[str]], dict[str, int], str]:
+    if "run" in _RUNS:
+        return _RUNS["run"]
+    pytester.makeini(
+        """
+        [pytest]
+        asyncio_mode = strict
+        asyncio_default_fixture_loop_scope = function
+        filterwarnings = error
+        """
+    )
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture
+        def anyio_backend():
+            return "asyncio"
+        """
+    )
+    pytester.makepyfile(test_broken=_source())
+    select = " or ".join(["TestIntact"] + [f"({_class_name(b)} and ({k}))" for b, k, _ in CASES])
+    result = pytester.runpytest_inprocess("-q", "--tb=line", "-p", "no:cacheprovider", "-k", select)
+    failed: dict[str, set[str]] = {}
+    for report in result.reprec.getreports("pytest_runtest_logreport"):  # type: ignore[attr-defined]
+        if report.failed:
+            _, cls, test = report.nodeid.split("::")
+            failed.setdefault(cls, set()).add(test.split("[")[0])
+    _RUNS["run"] = (failed, result.parseoutcomes(), result.stdout.str())
+    return _RUNS["run"]
+
+
+def test_the_configurable_store_passes_when_nothing_is_broken(pytester: pytest.Pytester) -> None:
+    failed, outcomes, output = _run(pytester)
+    assert "TestIntact" not in failed, output
+    assert outcomes.get("errors", 0) == 0, output
+    assert outcomes["passed"] > 50
+    assert "skipped" not in outcomes, output
+
+
+@pytest.mark.parametrize(
+    ("broken", "expected"), [(c[0], c[2]) for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_conformance_catches_a_broken_store(
+    pytester: pytest.Pytester, broken: str, expected: set[str]
+) -> None:
+    failed, _, output = _run(pytester)
+    caught = failed.get(_class_name(broken), set())
+    assert expected <= caught, f"not caught: {sorted(expected - caught)}\n{output}"

@@ -1,0 +1,118 @@
+"""The in-memory store: the conformance suite (asyncio and trio) plus its own guarantees."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from scope.chat import Message, assistant_message, user_message
+from scope.history import Batch, ConversationID, Lister, Receipt, Store
+from scope.history.inmemory import Store as InMemoryStore
+from scope.history.storetest import StoreConformance
+
+
+class TestInMemoryStore(StoreConformance):
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[InMemoryStore]:
+        yield InMemoryStore()
+
+
+class _Handle:
+    """A second handle on one in-memory store's data: what ``reopen`` means for a store
+    whose data lives as long as the object."""
+
+    def __init__(self, store: InMemoryStore) -> None:
+        self._store = store
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        return await self._store.read(conversation_id)
+
+    async def append(self, batch: Batch) -> Receipt:
+        return await self._store.append(batch)
+
+    async def clear(self, conversation_id: str) -> None:
+        await self._store.clear(conversation_id)
+
+    async def conversations(self) -> list[ConversationID]:
+        return await self._store.conversations()
+
+
+class TestInMemoryStoreThroughSecondHandle(StoreConformance):
+    """Runs the durability checks too: the 'reopened' handle shares the data."""
+
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[InMemoryStore]:
+        yield InMemoryStore()
+
+    async def reopen(self, store: Any) -> Any:
+        return _Handle(store)
+
+
+def test_store_is_a_store_and_lister() -> None:
+    store = InMemoryStore()
+    assert isinstance(store, Store)
+    assert isinstance(store, Lister)
+    assert type(store).__module__ == "scope.history.inmemory"
+
+
+def test_store_is_safe_across_threads() -> None:
+    # Each thread runs its own event loop (asyncio and trio alternately) on one store.
+    store = InMemoryStore()
+    shared = Batch("shared", "retry", [user_message("once"), assistant_message("ok")])
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        async def main() -> None:
+            for j in range(20):
+                messages = [user_message(f"{n}.{j}/0"), assistant_message(f"{n}.{j}/1")]
+                await store.append(Batch("c", f"{n}.{j}", messages))
+                assert await store.append(shared) == shared.receipt()
+
+        try:
+            anyio.run(main, backend="trio" if n % 2 else "asyncio")
+        except BaseException as exc:  # reported to the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+    async def check() -> None:
+        texts = [m.text for m in await store.read("c")]
+        assert len(texts) == 8 * 20 * 2
+        for n in range(8):
+            for j in range(20):
+                start = texts.index(f"{n}.{j}/0")
+                assert texts[start + 1] == f"{n}.{j}/1"
+        assert [m.text for m in await store.read("shared")] == ["once", "ok"]
+
+    anyio.run(check)
+
+
+@pytest.mark.anyio
+async def test_read_shares_the_immutable_messages() -> None:
+    store = InMemoryStore()
+    message = user_message("hi")
+    await store.append(Batch("c", "a1", [message]))
+    assert (await store.read("c"))[0] is message
+
+
+@pytest.mark.anyio
+async def test_clear_drops_messages_and_dedupe_records_but_keeps_closure() -> None:
+    store = InMemoryStore()
+    await store.append(Batch("c", "a1", [user_message("hi")]))
+    await store.clear("c")
+    assert store._messages == {}
+    assert store._accepted == {}
+    assert store._closed == {ConversationID("c")}
+
+
+def test_repr_does_not_dump_the_contents() -> None:
+    assert repr(InMemoryStore()) == "Store()"
