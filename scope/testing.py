@@ -1,0 +1,408 @@
+"""Test helpers for code built on scope: ``ScriptedModel``, a deterministic model.
+
+``ScriptedModel`` is both a ``chat.Model`` and a ``chat.Streamer``. It answers each
+request with the next scripted turn, records what it received and how every stream
+ended, and checks requests as a real provider would, so a test of your own middleware,
+agent loop or UI can run without a network under asyncio or trio::
+
+    model = ScriptedModel(
+        Response(Output(assistant_message("Hi!"), FinishReason.STOP)),   # a complete answer
+        [chunk1, chunk2],                                                # exact chunks
+        Fail(ProviderServerError("boom"), after=2),                      # fail mid-stream
+    )
+    answer = await model.call(request)
+    assert model.requests == [request]
+
+A turn is one of:
+
+- a ``Response``: ``call`` returns it; ``stream`` yields ``ScriptedModel.chunks(response)``
+  (text in small pieces, tool-call arguments in interleaved fragments, usage last);
+- a sequence of ``Response`` chunks: ``stream`` yields them as given; ``call`` returns
+  them accumulated;
+- an exception instance: raised by ``call``, or by a stream's first iteration;
+- ``Fail(error, after=k, script=...)``: a stream yields ``k`` chunks, then raises;
+- ``Hang(after=k, script=...)``: yields ``k`` chunks, then waits until cancelled (for
+  timeout and cancellation tests).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from typing import Final, Literal, TypeAlias, final
+
+import anyio
+import anyio.lowlevel
+import attrs
+
+from scope.chat import (
+    Message,
+    Output,
+    Part,
+    PartKind,
+    Request,
+    Response,
+    ResponseAccumulator,
+    ResponseMetadata,
+    Role,
+    text_part,
+    tool_call_delta_part,
+)
+from scope.errors import InvalidRequestError
+from scope.metadata import Metadata
+
+__all__ = ["Fail", "Hang", "ScriptExhaustedError", "ScriptedModel", "StreamLog", "Turn"]
+
+
+class ScriptExhaustedError(AssertionError):
+    """A ``ScriptedModel`` received more requests than it has scripted turns.
+
+    An ``AssertionError``: the test's script, not the code under test, is short.
+    """
+
+
+def _script_chunks(
+    script: Response | Sequence[Response] | None, after: int, what: str
+) -> tuple[Response, ...]:
+    if type(after) is not int or after < 0:
+        raise ValueError(f"{what} after must be a non-negative integer, got {after!r}")
+    if script is None:
+        return tuple(
+            Response(Output(Message(Role.ASSISTANT, (text_part(f"chunk {i} "),))))
+            for i in range(after)
+        )
+    chunks = (
+        tuple(ScriptedModel.chunks(script)) if isinstance(script, Response) else _chunk_list(script)
+    )
+    if after > len(chunks):
+        raise ValueError(f"{what} after={after}, but its script has only {len(chunks)} chunks")
+    return chunks[:after]
+
+
+def _chunk_list(chunks: Sequence[Response]) -> tuple[Response, ...]:
+    out = tuple(chunks)
+    for index, chunk in enumerate(out):
+        if not isinstance(chunk, Response):
+            raise TypeError(f"chunk {index} must be a Response, got {type(chunk).__name__}")
+    return out
+
+
+@final
+@attrs.frozen
+class Fail:
+    """A turn that fails: ``call`` raises ``error``; a stream yields ``after`` chunks
+    first, then raises ``error`` (once; the stream is then over).
+
+    The chunks are the first ``after`` of ``script`` (a ``Response``, split with
+    ``ScriptedModel.chunks``, or a list of chunks); without a script, chunk ``i`` is a
+    text delta ``"chunk {i} "``.
+    """
+
+    error: BaseException
+    after: int = 0
+    script: Response | Sequence[Response] | None = None
+    sent: tuple[Response, ...] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.error, BaseException):
+            raise TypeError(f"Fail needs an exception instance, got {type(self.error).__name__}")
+        object.__setattr__(self, "sent", _script_chunks(self.script, self.after, "Fail"))
+
+
+@final
+@attrs.frozen
+class Hang:
+    """A turn that never finishes: ``call`` waits until cancelled; a stream yields
+    ``after`` chunks (chosen as for ``Fail``), then waits until cancelled."""
+
+    after: int = 0
+    script: Response | Sequence[Response] | None = None
+    sent: tuple[Response, ...] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "sent", _script_chunks(self.script, self.after, "Hang"))
+
+
+#: One scripted answer.
+Turn: TypeAlias = Response | Sequence[Response] | BaseException | Fail | Hang
+
+Outcome: TypeAlias = Literal["running", "completed", "failed", "stopped", "cancelled"]
+
+
+@final
+@attrs.define(eq=False)
+class StreamLog:
+    """What happened to one stream of a ``ScriptedModel`` (created on first iteration).
+
+    ``sent``: chunks handed to the consumer. ``closed``: the stream's cleanup ran (it
+    ended, failed, or was closed early) — a stream left unclosed by the code under test
+    stays ``False``. ``outcome``: ``running``, ``completed``, ``failed`` (the scripted
+    error was raised), ``stopped`` (the consumer closed it early) or ``cancelled``.
+    """
+
+    request: Request
+    sent: int = 0
+    closed: bool = False
+    outcome: Outcome = "running"
+
+
+def check_request(request: Request) -> None:
+    """Check ``request`` as a strict provider would, raising ``InvalidRequestError``.
+
+    ``Request.validate()`` (which refuses ``tool_call_delta`` parts, misplaced system
+    messages and tool results that answer nothing), plus the rule OpenAI and Anthropic
+    both enforce: every tool call of an assistant message is answered by the tool
+    messages right after it, before the conversation moves on or ends.
+    """
+    if not isinstance(request, Request):
+        raise InvalidRequestError(f"request must be a Request, got {type(request).__name__}")
+    request.validate()
+    pending: dict[str, None] = {}
+    pending_at = 0
+    for index, message in enumerate(request.messages):
+        if message.role is Role.TOOL:
+            for result in message.tool_results:
+                pending.pop(result.id, None)
+            continue
+        if pending:
+            break
+        if message.role is Role.ASSISTANT:
+            pending = dict.fromkeys(call.id for call in message.tool_calls)
+            pending_at = index
+    if pending:
+        ids = ", ".join(repr(call_id) for call_id in pending)
+        raise InvalidRequestError(
+            f"messages[{pending_at}]: tool calls {ids} are not answered by the tool "
+            "messages that follow"
+        )
+
+
+_HANG: Final = object()
+
+
+@final
+class ScriptedModel:
+    """A deterministic ``Model`` and ``Streamer`` for tests, answering from a script.
+
+    ``ScriptedModel(*turns, text_size=4, args_size=3)``: every ``call`` or ``stream``
+    consumes the next turn (see the module docstring for the kinds of turns); when none
+    is left it raises ``ScriptExhaustedError``. ``text_size``/``args_size`` set how a
+    ``Response`` turn is split when streamed.
+
+    Like a real provider it checks each request before doing anything
+    (``check_request``: ``InvalidRequestError``; an invalid request consumes no turn and
+    is not recorded). Valid requests are appended to ``requests``.
+
+    Streams behave like a well-behaved provider's: ``stream(request)`` does nothing until
+    first iterated (no check, no record, no turn consumed); every chunk is preceded by a
+    cancellation checkpoint; a scripted failure is raised once and ends the stream;
+    ``aclose()`` runs the stream's cleanup before returning; cancellation propagates
+    untouched. Each started stream appends a ``StreamLog`` to ``streams``, whose
+    ``closed`` flag tells a test whether the code under test closed it.
+
+    Use from one task at a time (it is a plain object, like the accumulator).
+    """
+
+    def __init__(self, *turns: Turn, text_size: int = 4, args_size: int = 3) -> None:
+        _check_sizes(text_size, args_size)
+        for index, turn in enumerate(turns):
+            if isinstance(turn, Response | BaseException | Fail | Hang):
+                continue
+            if isinstance(turn, Sequence) and not isinstance(turn, str | bytes):
+                _chunk_list(turn)
+                continue
+            raise TypeError(
+                f"turn {index} must be a Response, a list of Response chunks, an exception, "
+                f"Fail or Hang, got {type(turn).__name__}"
+            )
+        self._turns: deque[Turn] = deque(turns)
+        self._text_size = text_size
+        self._args_size = args_size
+        #: Every valid request received, in order.
+        self.requests: list[Request] = []
+        #: One log per started stream, in order.
+        self.streams: list[StreamLog] = []
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted turns are left."""
+        return len(self._turns)
+
+    def _take(self, request: Request) -> Turn:
+        check_request(request)
+        self.requests.append(request)
+        if not self._turns:
+            raise ScriptExhaustedError(
+                f"ScriptedModel received request {len(self.requests)}, but its script has "
+                "no turn left"
+            )
+        return self._turns.popleft()
+
+    async def call(self, request: Request) -> Response:
+        """Answer with the next turn: a ``Response`` as is, chunks accumulated, an
+        exception or ``Fail`` raised, ``Hang`` waiting until cancelled."""
+        turn = self._take(request)
+        await anyio.lowlevel.checkpoint()
+        if isinstance(turn, Response):
+            return turn
+        if isinstance(turn, BaseException):
+            raise turn
+        if isinstance(turn, Fail):
+            raise turn.error
+        if isinstance(turn, Hang):
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")  # pragma: no cover
+        accumulator = ResponseAccumulator()
+        for chunk in turn:
+            accumulator.add(chunk)
+        response = accumulator.response()
+        return Response() if response is None else response
+
+    def stream(self, request: Request) -> AsyncIterator[Response]:
+        """A lazy stream answering with the next turn (see the class docstring)."""
+        return self._stream(request)
+
+    async def _stream(self, request: Request) -> AsyncIterator[Response]:
+        turn = self._take(request)
+        log = StreamLog(request)
+        self.streams.append(log)
+        tail: object = None
+        if isinstance(turn, Response):
+            chunks: Sequence[Response] = self.chunks(turn, self._text_size, self._args_size)
+        elif isinstance(turn, BaseException):
+            chunks, tail = (), turn
+        elif isinstance(turn, Fail):
+            chunks, tail = turn.sent, turn.error
+        elif isinstance(turn, Hang):
+            chunks, tail = turn.sent, _HANG
+        else:
+            chunks = turn
+        try:
+            for chunk in chunks:
+                await anyio.lowlevel.checkpoint()
+                log.sent += 1
+                yield chunk
+            await anyio.lowlevel.checkpoint()
+            if tail is _HANG:
+                await anyio.sleep_forever()
+            if isinstance(tail, BaseException):
+                log.outcome = "failed"
+                raise tail
+            log.outcome = "completed"
+        except GeneratorExit:
+            log.outcome = "stopped"
+            raise
+        except anyio.get_cancelled_exc_class():
+            log.outcome = "cancelled"
+            raise
+        finally:
+            log.closed = True
+
+    @staticmethod
+    def chunks(response: Response, text_size: int = 4, args_size: int = 3) -> list[Response]:
+        """Split a complete response into the chunks a provider would stream.
+
+        - the first chunk carries the response id, model and extra metadata and the
+          message metadata;
+        - each text part comes in pieces of ``text_size`` characters (with the part's
+          metadata on every piece, so they merge back);
+        - reasoning text likewise, its signature in one more piece at the end;
+        - each run of consecutive tool calls comes as ``tool_call_delta`` fragments of
+          ``args_size`` characters, interleaved round-robin between the parallel calls
+          (each call's first fragment in order, so positions are kept);
+        - media parts come whole;
+        - the last chunk carries the finish reason, output metadata and usage.
+
+        Accumulating the chunks with ``ResponseAccumulator`` gives back ``response``
+        whenever no two adjacent text (or reasoning) parts of it have equal metadata
+        (those would merge, as they would from any provider). At least one chunk is
+        returned.
+        """
+        _check_sizes(text_size, args_size)
+        if not isinstance(response, Response):
+            raise TypeError(f"response must be a Response, got {type(response).__name__}")
+        output = response.output
+        meta = response.metadata
+        message = None if output is None else output.message
+        groups: list[Part] = []
+        if message is not None:
+            parts = message.parts
+            index = 0
+            while index < len(parts):
+                part = parts[index]
+                kind = part.kind
+                if kind is PartKind.TEXT:
+                    groups.extend(
+                        text_part(piece, part.metadata) for piece in _split(part.text, text_size)
+                    )
+                elif kind is PartKind.REASONING:
+                    if part.text:
+                        groups.extend(
+                            Part(PartKind.REASONING, text=piece, metadata=part.metadata)
+                            for piece in _split(part.text, text_size)
+                        )
+                    if part.signature:
+                        groups.append(
+                            Part(
+                                PartKind.REASONING, signature=part.signature, metadata=part.metadata
+                            )
+                        )
+                elif kind is PartKind.TOOL_CALL:
+                    end = index
+                    while end < len(parts) and parts[end].kind is PartKind.TOOL_CALL:
+                        end += 1
+                    groups.extend(_interleave(parts[index:end], args_size))
+                    index = end
+                    continue
+                else:
+                    groups.append(part)
+                index += 1
+        last_output = None
+        if output is not None:
+            last_output = Output(finish_reason=output.finish_reason, metadata=output.metadata)
+        if not groups:  # nothing to split: one chunk
+            return [Response(last_output, meta)]
+        first_meta = None
+        last_meta = None
+        if meta is not None:
+            first_meta = ResponseMetadata(meta.id, meta.model, extra=meta.extra)
+            if not meta.usage.is_zero():
+                last_meta = ResponseMetadata(usage=meta.usage)
+        message_meta = Metadata() if message is None else message.metadata
+        out: list[Response] = []
+        for position, part in enumerate(groups):
+            first = position == 0
+            delta = Message(Role.ASSISTANT, (part,), message_meta if first else Metadata())
+            out.append(Response(Output(delta), first_meta if first else None))
+        out.append(Response(last_output, last_meta))
+        return out
+
+
+def _check_sizes(text_size: int, args_size: int) -> None:
+    for name, value in (("text_size", text_size), ("args_size", args_size)):
+        if type(value) is not int or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _split(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _interleave(calls: Sequence[Part], size: int) -> list[Part]:
+    fragments: list[list[Part]] = []
+    for part in calls:
+        call = part.tool_call
+        assert call is not None
+        pieces = _split(call.arguments, size) or [""]
+        fragments.append(
+            [
+                tool_call_delta_part(
+                    call.id, call.name, piece, part.metadata if n == 0 else Metadata()
+                )
+                for n, piece in enumerate(pieces)
+            ]
+        )
+    out: list[Part] = []
+    for round_ in range(max(len(f) for f in fragments)):
+        out.extend(f[round_] for f in fragments if round_ < len(f))
+    return out
