@@ -1,0 +1,277 @@
+"""The argument parser and ``main``: dispatch, exit statuses and one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Final, NoReturn
+
+from scope import __version__
+from scope.cli._errors import CLIError
+from scope.errors import InvalidConversationIDError, ScopeError
+from scope.history import ConversationID
+
+__all__ = ["build_parser", "main"]
+
+_PROG: Final = "scope"
+
+_STORE_HELP: Final = (
+    "history store URL: sqlite:///relative.db, sqlite:////absolute/path.db, "
+    "postgresql://USER@HOST/DB or redis://HOST:PORT/N (default: $SCOPE_STORE)"
+)
+
+_EPILOG: Final = """\
+exit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted.
+Errors are printed as one line: "scope: error: ...".
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one ``scope: error:`` line and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{_PROG}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _conversation_id(value: str) -> str:
+    try:
+        return str(ConversationID(value))
+    except InvalidConversationIDError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``scope`` argument parser."""
+    parser = _Parser(
+        prog=_PROG,
+        description="scope: provider-neutral chat with a history that never loses, "
+        "duplicates or resurrects a turn.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = commands.add_parser(
+        "demo",
+        help="run a scripted, offline conversation through the whole stack",
+        description="Stream a scripted three-turn conversation (with a parallel tool call) "
+        "through the history middleware into a real store, then show the stored history, "
+        "a retried batch landing once and a CommitError recovered without calling the "
+        "model again. Every step checks its claim: exit status 0 means all held.",
+    )
+    demo.add_argument(
+        "--store",
+        metavar="URL",
+        help="history store URL (default: a new SQLite file in a fresh temporary directory)",
+    )
+
+    chat = commands.add_parser(
+        "chat",
+        help="chat in the terminal with an OpenAI-compatible model, keeping history",
+        description="Read messages from stdin, stream the answers, keep the conversation in "
+        "a history store. /exit or end of input quits. Needs the openai extra. The API key "
+        "is read from $OPENAI_API_KEY.",
+    )
+    chat.add_argument(
+        "--model",
+        metavar="NAME",
+        default=os.environ.get("SCOPE_MODEL") or None,
+        help="model name (default: $SCOPE_MODEL, else gpt-4o-mini)",
+    )
+    chat.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="API base URL, e.g. http://localhost:11434/v1 "
+        "(default: $OPENAI_BASE_URL, else https://api.openai.com/v1)",
+    )
+    chat.add_argument(
+        "--store",
+        metavar="URL",
+        help="history store URL (default: $SCOPE_STORE, else "
+        "sqlite:// $XDG_DATA_HOME/scope/chat.sqlite3, i.e. ~/.local/share/scope/chat.sqlite3)",
+    )
+    chat.add_argument(
+        "--conversation",
+        metavar="ID",
+        type=_conversation_id,
+        help="resume this conversation (default: start a new one with a random id)",
+    )
+    chat.add_argument("--system", metavar="TEXT", help="a system prompt sent with every turn")
+
+    history = commands.add_parser(
+        "history",
+        help="list, show, export, import or clear stored conversations",
+        description="Inspect and move stored conversations.",
+    )
+    store_parent = _Parser(add_help=False)
+    store_parent.add_argument(
+        "--store", metavar="URL", default=os.environ.get("SCOPE_STORE") or None, help=_STORE_HELP
+    )
+    actions = history.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions.add_parser(
+        "list",
+        parents=[store_parent],
+        help="print the open conversation ids, one per line",
+        description="Print every open (not cleared) conversation id, one per line, in "
+        "lexical order.",
+    )
+    show = actions.add_parser(
+        "show",
+        parents=[store_parent],
+        help="print one conversation",
+        description="Print a conversation readably: each message with its role, text, "
+        "reasoning, tool calls and results, media as mime type and size or URI, and "
+        "metadata. Receipts are not shown: the store API does not list the batches or "
+        "digests it holds. With --json, print the conversation as one JSON line in the "
+        "export format.",
+    )
+    show.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
+    show.add_argument("--json", action="store_true", help="print one canonical JSON line")
+    export = actions.add_parser(
+        "export",
+        parents=[store_parent],
+        help="write every conversation as JSON Lines",
+        description='Write every open conversation as one JSON line {"conversation_id", '
+        '"messages"} (canonical encoding), to stdout or --output FILE. A file is written '
+        "under a temporary name and renamed when complete. A progress counter goes to "
+        "stderr when it is a terminal.",
+    )
+    export.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
+    import_ = actions.add_parser(
+        "import",
+        parents=[store_parent],
+        help="append the conversations of an export file",
+        description="Append each line of FILE (- for stdin) as one atomic batch. The whole "
+        "file is validated first: a malformed line aborts before anything is appended. "
+        "The append id comes from the conversation id alone, so importing a file twice is "
+        "a no-op, and a line whose messages changed since it was imported is reported as "
+        "a conflict (nothing appended for it; exit status 1). A conversation already "
+        "holding exactly the line's messages is left alone.",
+    )
+    import_.add_argument("file", metavar="FILE")
+    clear = actions.add_parser(
+        "clear",
+        parents=[store_parent],
+        help="close a conversation for ever",
+        description="Clear a conversation: its messages are deleted and the id is closed "
+        "for ever (later appends fail). Asks for confirmation on a terminal; without a "
+        "terminal, or at end of input, the answer is no.",
+    )
+    clear.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
+    clear.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    return parser
+
+
+def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from scope.cli import _history as h
+
+    url: str | None = args.store
+    if not url:
+        parser.exit(
+            2,
+            f"{_PROG}: error: scope history {args.action} needs --store URL (or $SCOPE_STORE)\n",
+        )
+    action: str = args.action
+    if action == "list":
+        return asyncio.run(h.list_conversations(url, sys.stdout))
+    if action == "show":
+        return asyncio.run(
+            h.show_conversation(url, args.conversation, as_json=args.json, out=sys.stdout)
+        )
+    if action == "export":
+        return asyncio.run(
+            h.export_conversations(url, args.output, stdout=sys.stdout.buffer, stderr=sys.stderr)
+        )
+    if action == "import":
+        data, source = h.read_import_file(args.file, sys.stdin.buffer)
+        return asyncio.run(
+            h.import_conversations(url, data, source, stdout=sys.stdout, stderr=sys.stderr)
+        )
+    return asyncio.run(
+        h.clear_conversation(
+            url,
+            args.conversation,
+            yes=args.yes,
+            stdin=sys.stdin,
+            stdout=sys.stdout,
+            stderr=sys.stderr,
+        )
+    )
+
+
+def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from scope.cli._demo import run_demo
+
+    return asyncio.run(run_demo(args.store, sys.stdout))
+
+
+def _chat(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from scope.cli._chat import DEFAULT_MODEL, run_chat
+    from scope.cli._stores import chat_store_url
+
+    return run_chat(
+        model_name=args.model or DEFAULT_MODEL,
+        base_url=args.base_url,
+        store_url=args.store or chat_store_url(os.environ),
+        conversation_id=args.conversation,
+        system=args.system,
+        stdin=sys.stdin,
+        stdout=sys.stdout,
+        stderr=sys.stderr,
+    )
+
+
+_COMMANDS: Final[dict[str, Callable[[argparse.Namespace, argparse.ArgumentParser], int]]] = {
+    "demo": _demo,
+    "chat": _chat,
+    "history": _history,
+}
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return (
+            f"the Python package {exc.name!r} is not installed; install the matching extra, "
+            "e.g. pip install 'scope[postgres]', 'scope[redis]' or 'scope[openai]'"
+        )
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ScopeError):
+        return f"{text} ({type(exc).__name__})"
+    return text
+
+
+def _fail(message: str, status: int) -> int:
+    sys.stdout.flush()
+    sys.stderr.write(f"{_PROG}: error: {message}\n")
+    sys.stderr.flush()
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``scope`` command line; return the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    try:
+        return _COMMANDS[args.command](args, parser)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    except CLIError as exc:
+        return _fail(str(exc), exc.status)
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``scope history export | head``): stop quietly, and keep
+        # the interpreter from complaining while flushing stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except (ScopeError, ValueError, OSError, ImportError) as exc:
+        return _fail(_describe(exc), 1)

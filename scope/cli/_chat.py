@@ -1,0 +1,244 @@
+"""``scope chat``: an interactive terminal chat over an OpenAI-compatible server.
+
+Lines are read from stdin (``/exit`` or end of input quits). Each line is one turn sent
+through the history ``Middleware``, so the conversation is replayed from the store and
+every completed turn is appended once. Answers stream to stdout as they arrive;
+everything else (the conversation id, hints, errors) goes to stderr, so stdout holds
+only the answers.
+
+Failures keep the session alive: a ``ProviderError`` or an invalid response is one line
+on stderr and nothing is stored (send the message again). A ``CommitError`` (the model
+answered, the store did not take the turn) is retried at once with
+``writer.append(err.batch)``; if that fails too, the turn is kept and retried before the
+next message is sent, so the replayed history never skips it. Ctrl-C during an answer
+abandons that answer (nothing stored); at the prompt it quits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Final, TextIO, final
+
+from scope.chat import (
+    Request,
+    Response,
+    ResponseAccumulator,
+    Streamer,
+    system_message,
+    user_message,
+    wrap_stream,
+)
+from scope.cli._errors import CLIError
+from scope.cli._stores import CLIStore, open_cli_store, prepare_sqlite_parent
+from scope.errors import (
+    CommitError,
+    ConversationClosedError,
+    InvalidResponseError,
+    ProviderError,
+    StoreError,
+)
+from scope.history import Batch, ConversationID, Middleware
+
+if TYPE_CHECKING:
+    from scope.models.openai import OpenAIChatModel
+
+__all__ = ["DEFAULT_MODEL", "run_chat"]
+
+#: The model ``scope chat`` asks for unless ``--model`` or ``$SCOPE_MODEL`` names one.
+DEFAULT_MODEL: Final = "gpt-4o-mini"
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@final
+class _Session:
+    """One chat session: the store, the model and the conversation, on one event loop."""
+
+    def __init__(
+        self,
+        store: CLIStore,
+        model: OpenAIChatModel,
+        conversation_id: ConversationID,
+        system: str | None,
+        out: TextIO,
+        err: TextIO,
+    ) -> None:
+        self.store = store
+        self.conversation_id = conversation_id
+        self.middleware = Middleware(store, store, conversation_id)
+        self.streamer: Streamer = wrap_stream(model, self.middleware.stream)
+        self.system = () if not system else (system_message(system),)
+        self.out = out
+        self.err = err
+        self.pending: Batch | None = None  # a committed-by-the-model turn not yet stored
+
+    def note(self, text: str) -> None:
+        self.err.write(text + "\n")
+        self.err.flush()
+
+    async def save_pending(self) -> bool:
+        """Append the pending turn; True when nothing is pending any more."""
+        batch = self.pending
+        if batch is None:
+            return True
+        try:
+            receipt = await self.store.append(batch)
+            receipt.validate_for(batch)
+        except ConversationClosedError:
+            raise CLIError(
+                f"conversation {str(self.conversation_id)!r} is closed (cleared); "
+                "its last answer cannot be saved; start a new conversation with `scope chat`"
+            ) from None
+        except StoreError as exc:
+            self.note(
+                f"scope: warning: the last answer is still not saved ({exc}); it will be "
+                "retried before your next message; /exit now loses it"
+            )
+            return False
+        self.pending = None
+        self.note("(the last answer is now saved)")
+        return True
+
+    async def _print_stream(self, chunks: AsyncIterator[Response]) -> Response | None:
+        accumulator = ResponseAccumulator()
+        prefix = "assistant> " if _isatty(self.out) else ""
+        started = False
+        try:
+            async for chunk in chunks:
+                accumulator.add(chunk)
+                if chunk.text:
+                    if not started:
+                        self.out.write(prefix)
+                        started = True
+                    self.out.write(chunk.text)
+                    self.out.flush()
+        finally:
+            if started:
+                self.out.write("\n")
+                self.out.flush()
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return accumulator.response()
+
+    async def turn(self, text: str) -> None:
+        """Send one user message and print the streamed answer."""
+        if not await self.save_pending():
+            self.note("(message not sent: the previous answer must be saved first)")
+            return
+        request = Request((*self.system, user_message(text)))
+        try:
+            response = await self._print_stream(self.streamer.stream(request))
+        except CommitError as exc:
+            if isinstance(exc.__cause__, ConversationClosedError):
+                raise CLIError(
+                    f"conversation {str(self.conversation_id)!r} is closed (cleared); this "
+                    "answer was not saved; start a new conversation with `scope chat`"
+                ) from None
+            self.note(f"scope: warning: the answer was not saved ({exc.__cause__}); retrying")
+            self.pending = exc.batch
+            await self.save_pending()
+            return
+        except ProviderError as exc:
+            self.note(f"scope: error: {_provider_line(exc)} (message not saved; send it again)")
+            return
+        except InvalidResponseError as exc:
+            self.note(f"scope: error: invalid response from the server: {exc} (not saved)")
+            return
+        except StoreError as exc:
+            self.note(f"scope: error: cannot read the history: {exc} (message not sent)")
+            return
+        if response is not None and response.output is not None:
+            message = response.output.message
+            if message is not None and message.tool_calls:
+                self.note("(the model asked for tools; scope chat has none, so nothing was saved)")
+
+
+def _provider_line(exc: ProviderError) -> str:
+    status = f" (HTTP {exc.status_code})" if exc.status_code is not None else ""
+    return f"{type(exc).__name__}{status}: {exc}"
+
+
+def run_chat(
+    *,
+    model_name: str,
+    base_url: str | None,
+    store_url: str,
+    conversation_id: str | None,
+    system: str | None,
+    stdin: TextIO,
+    stdout: TextIO,
+    stderr: TextIO,
+) -> int:
+    """Run the chat loop until ``/exit``, end of input, or Ctrl-C at the prompt.
+
+    The store and the model are opened once and live on one event loop
+    (``asyncio.Runner``) for the whole session; stdin is read between turns on the main
+    thread, so Ctrl-C always reaches the session.
+    """
+    try:
+        from scope.models.openai import OpenAIChatModel
+    except ImportError as exc:
+        raise CLIError(
+            f"scope chat needs the OpenAI adapter's dependencies ({exc.name or exc}); "
+            "install them with: pip install 'scope[openai]'"
+        ) from None
+    cid = ConversationID(conversation_id or f"chat-{uuid.uuid4().hex[:12]}")
+    model = OpenAIChatModel(model_name, base_url=base_url)
+    prepare_sqlite_parent(store_url)
+    with asyncio.Runner() as runner:
+        store = runner.run(open_cli_store(store_url))
+        try:
+            session = _Session(store, model, cid, system, stdout, stderr)
+            stored = runner.run(store.read(cid))
+            if conversation_id is None:
+                session.note(f"new conversation: {cid}")
+            else:
+                count = len(stored)
+                state = f"resumed, {count} stored message{'s' if count != 1 else ''}"
+                session.note(f"conversation: {cid} ({state})")
+            session.note(f"model: {model.model} at {model.base_url}; store: {store_url}")
+            session.note("type a message; /exit or end of input quits")
+            return _loop(runner, session, stdin)
+        finally:
+            try:
+                runner.run(model.aclose())
+            finally:
+                runner.run(store.aclose())
+
+
+def _loop(runner: asyncio.Runner, session: _Session, stdin: TextIO) -> int:
+    interactive = _isatty(stdin)
+    while True:
+        if interactive:
+            session.out.write("you> ")
+            session.out.flush()
+        try:
+            line = stdin.readline()
+        except KeyboardInterrupt:
+            session.note("")
+            break
+        if not line:  # end of input
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text == "/exit":
+            break
+        try:
+            runner.run(session.turn(text))
+        except KeyboardInterrupt:
+            session.note("\n(interrupted: this answer was not saved)")
+    if session.pending is not None and not runner.run(session.save_pending()):
+        raise CLIError(
+            "the last answer could not be saved; it is lost "
+            f"(conversation {str(session.conversation_id)!r})"
+        )
+    return 0

@@ -1,0 +1,308 @@
+"""``scope history list|show|export|import|clear``."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterator
+from typing import IO, Any, BinaryIO, TextIO, final
+
+import attrs
+
+from scope._json import loads_exact
+from scope.chat import Message
+from scope.cli._errors import CLIError
+from scope.cli._render import Progress, conversation_line, render_conversation
+from scope.cli._stores import CLIStore, opened_store
+from scope.codec import from_builtins
+from scope.errors import (
+    AppendConflictError,
+    ConversationClosedError,
+    InvalidBatchError,
+    InvalidConversationIDError,
+    InvalidMessageError,
+)
+from scope.history import AppendID, Batch, ConversationID
+
+__all__ = [
+    "ImportLine",
+    "clear_conversation",
+    "export_conversations",
+    "import_append_id",
+    "import_conversations",
+    "list_conversations",
+    "parse_import",
+    "read_import_file",
+    "show_conversation",
+]
+
+
+def import_append_id(conversation_id: str) -> AppendID:
+    """The append id ``scope history import`` uses for a conversation.
+
+    Derived from the conversation id alone, never from the messages: importing the same
+    line twice is a retry of one batch (an equal receipt, nothing appended) and a line
+    whose messages changed since is an ``AppendConflictError``, not a second copy.
+    """
+    digest = hashlib.sha256(conversation_id.encode("utf-8")).hexdigest()[:32]
+    return AppendID(f"import-v1:{digest}")
+
+
+async def list_conversations(url: str, out: TextIO) -> int:
+    """Print every open conversation id, one per line, in lexical order."""
+    async with opened_store(url) as store:
+        ids = await store.conversations()
+    for conversation_id in ids:
+        out.write(f"{conversation_id}\n")
+    out.flush()
+    return 0
+
+
+async def show_conversation(url: str, conversation_id: str, *, as_json: bool, out: TextIO) -> int:
+    """Print one conversation readably, or as one export-format JSON line."""
+    cid = ConversationID(conversation_id)
+    async with opened_store(url) as store:
+        messages = await store.read(cid)
+    if not messages:
+        raise CLIError(f"conversation {str(cid)!r} has no messages (unknown or cleared)")
+    if as_json:
+        out.write(conversation_line(cid, messages).decode() + "\n")
+    else:
+        count = len(messages)
+        out.write(f"conversation {cid} ({count} message{'s' if count != 1 else ''})\n")
+        for line in render_conversation(messages):
+            out.write(line + "\n")
+    out.flush()
+    return 0
+
+
+@contextlib.contextmanager
+def _output(path: str | None, stdout: BinaryIO) -> Iterator[IO[bytes]]:
+    """``stdout``, or a temporary file renamed over ``path`` only when all went well."""
+    if path is None or path == "-":
+        yield stdout
+        stdout.flush()
+        return
+    target = pathlib.Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+async def export_conversations(
+    url: str, output: str | None, *, stdout: BinaryIO, stderr: TextIO
+) -> int:
+    """Write every open conversation as one JSON line ``{"conversation_id", "messages"}``.
+
+    Messages are the codec's canonical encoding. With ``output`` the file is written to a
+    temporary name and renamed when complete, so a failed export never leaves a partial
+    file behind.
+    """
+    async with opened_store(url) as store:
+        ids = await store.conversations()
+        progress = Progress(stderr, "exported", len(ids))
+        count = 0
+        with _output(output, stdout) as sink:
+            for cid in ids:
+                messages = await store.read(cid)
+                if messages:  # cleared since it was listed
+                    sink.write(conversation_line(cid, messages) + b"\n")
+                    count += 1
+                progress.step()
+        progress.done()
+    if output not in (None, "-"):
+        stderr.write(f"exported {count} conversation{'s' if count != 1 else ''} to {output}\n")
+    return 0
+
+
+@final
+@attrs.frozen
+class ImportLine:
+    """One validated line of an import file: where it was and the batch it becomes."""
+
+    number: int
+    batch: Batch
+
+
+def _line_error(source: str, number: int, problem: str) -> CLIError:
+    return CLIError(f"{source}:{number}: {problem}; nothing was imported")
+
+
+def _parse_line(source: str, number: int, line: bytes) -> Batch:
+    try:
+        tree: Any = loads_exact(line)
+    except ValueError as exc:
+        raise _line_error(source, number, f"invalid JSON: {exc}") from None
+    if type(tree) is not dict:
+        raise _line_error(source, number, "expected a JSON object")
+    expected = {"conversation_id", "messages"}
+    if set(tree) != expected:
+        missing = sorted(expected - set(tree))
+        unknown = sorted(set(tree) - expected)
+        raise _line_error(
+            source,
+            number,
+            f"expected the keys conversation_id and messages (missing {missing or 'none'}, "
+            f"unknown {unknown or 'none'})",
+        )
+    if type(tree["conversation_id"]) is not str:
+        raise _line_error(source, number, "conversation_id: expected a string")
+    try:
+        cid = ConversationID(tree["conversation_id"])
+    except InvalidConversationIDError as exc:
+        raise _line_error(source, number, f"conversation_id: {exc}") from None
+    if type(tree["messages"]) is not list:
+        raise _line_error(source, number, "messages: expected an array")
+    messages: list[Message] = []
+    for index, item in enumerate(tree["messages"]):
+        try:
+            messages.append(from_builtins(item, Message))
+        except InvalidMessageError as exc:
+            raise _line_error(source, number, f"messages[{index}]: {exc}") from None
+    try:
+        return Batch(cid, import_append_id(cid), messages)
+    except InvalidBatchError as exc:
+        raise _line_error(source, number, str(exc)) from None
+
+
+def parse_import(data: bytes, source: str) -> list[ImportLine]:
+    """Validate a whole import file: every non-blank line must become a ``Batch``.
+
+    Raises ``CLIError`` naming ``source:line`` for the first bad line (invalid JSON,
+    unexpected keys, an invalid message, a conversation given twice); nothing is
+    appended by anyone before this returns.
+    """
+    lines: list[ImportLine] = []
+    seen: dict[ConversationID, int] = {}
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        line = raw.removesuffix(b"\r")
+        if not line.strip():
+            continue
+        batch = _parse_line(source, number, line)
+        first = seen.setdefault(batch.conversation_id, number)
+        if first != number:
+            raise _line_error(
+                source,
+                number,
+                f"conversation {str(batch.conversation_id)!r} already appears on line {first}",
+            )
+        lines.append(ImportLine(number, batch))
+    return lines
+
+
+async def _import_one(store: CLIStore, batch: Batch) -> bool:
+    """Import one batch; True when messages were appended, False when already there."""
+    before = await store.read(batch.conversation_id)
+    if before == list(batch.messages):
+        # Already holds exactly these messages (imported before, or this store is the
+        # one the file was exported from): appending would only duplicate them.
+        return False
+    receipt = await store.append(batch)
+    receipt.validate_for(batch)
+    after = await store.read(batch.conversation_id)
+    return len(after) != len(before)
+
+
+def read_import_file(path: str, stdin: BinaryIO) -> tuple[bytes, str]:
+    """The bytes of an import file (``-``: stdin) and the name errors call it by."""
+    if path == "-":
+        return stdin.read(), "<stdin>"
+    try:
+        return pathlib.Path(path).read_bytes(), path
+    except OSError as exc:
+        raise CLIError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+async def import_conversations(
+    url: str, data: bytes, source: str, *, stdout: TextIO, stderr: TextIO
+) -> int:
+    """Append each line of an import file as one batch (see ``import_append_id``).
+
+    The whole file is validated before the store is opened. Each batch is atomic; a
+    conflict or a closed conversation is reported on its own line and the import goes
+    on with the next conversation (exit status 1 at the end). Running the same import
+    again is a no-op for every conversation that landed.
+    """
+    lines = parse_import(data, source)
+    imported = unchanged = failed = 0
+    async with opened_store(url) as store:
+        progress = Progress(stderr, "imported", len(lines))
+        for item in lines:
+            cid = str(item.batch.conversation_id)
+            try:
+                appended = await _import_one(store, item.batch)
+            except AppendConflictError:
+                failed += 1
+                progress.done()
+                stderr.write(
+                    f"scope: error: {source}:{item.number}: conversation {cid!r} was imported "
+                    "before with other messages (append conflict); nothing appended\n"
+                )
+            except ConversationClosedError:
+                failed += 1
+                progress.done()
+                stderr.write(
+                    f"scope: error: {source}:{item.number}: conversation {cid!r} is closed "
+                    "(cleared); nothing appended\n"
+                )
+            else:
+                if appended:
+                    imported += 1
+                else:
+                    unchanged += 1
+            progress.step()
+        progress.done()
+    stdout.write(
+        f"imported {imported}, already present {unchanged}, failed {failed} "
+        f"(of {len(lines)} conversation{'s' if len(lines) != 1 else ''})\n"
+    )
+    stdout.flush()
+    return 1 if failed else 0
+
+
+def _confirm(question: str, stdin: TextIO, stderr: TextIO) -> bool:
+    """Ask on stderr, read one answer from a terminal stdin; anything but yes is no."""
+    try:
+        interactive = stdin.isatty()
+    except (AttributeError, ValueError):
+        interactive = False
+    if not interactive:
+        return False
+    stderr.write(f"{question} [y/N] ")
+    stderr.flush()
+    answer = stdin.readline()
+    if not answer.endswith("\n"):  # EOF
+        stderr.write("\n")
+    return answer.strip().lower() in ("y", "yes")
+
+
+async def clear_conversation(
+    url: str, conversation_id: str, *, yes: bool, stdin: TextIO, stdout: TextIO, stderr: TextIO
+) -> int:
+    """Close a conversation for ever, after confirmation unless ``yes``."""
+    cid = ConversationID(conversation_id)
+    async with opened_store(url) as store:
+        if not yes:
+            count = len(await store.read(cid))
+            question = (
+                f"Clear conversation {str(cid)!r} ({count} message{'s' if count != 1 else ''})? "
+                "Its messages are deleted and it can never be written again."
+            )
+            if not _confirm(question, stdin, stderr):
+                raise CLIError(
+                    f"not confirmed; conversation {str(cid)!r} was not cleared "
+                    "(pass --yes to clear without asking)"
+                )
+        await store.clear(cid)
+    stdout.write(f"cleared conversation {cid}\n")
+    stdout.flush()
+    return 0

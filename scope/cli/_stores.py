@@ -1,0 +1,77 @@
+"""Opening the history store a ``--store URL`` names, and the default store locations."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping
+from typing import TypeAlias
+
+from scope.historystores import PersistentStore, open_store
+
+__all__ = [
+    "CLIStore",
+    "chat_store_url",
+    "open_cli_store",
+    "opened_store",
+    "prepare_sqlite_parent",
+    "sqlite_url",
+]
+
+#: Environment variable naming the store ``scope chat`` and ``scope history`` use when
+#: ``--store`` is not given.
+STORE_ENV = "SCOPE_STORE"
+
+
+#: What the command line needs of a store: Store + Lister, closed with ``aclose()``.
+CLIStore: TypeAlias = PersistentStore
+
+
+def sqlite_url(path: os.PathLike[str] | str) -> str:
+    """The ``sqlite:///`` URL of a database file, made absolute (``sqlite:////abs/path``:
+    the path follows the three slashes of the empty authority)."""
+    return "sqlite:///" + urllib.parse.quote(str(pathlib.Path(path).resolve()))
+
+
+def chat_store_url(environ: Mapping[str, str]) -> str:
+    """``$SCOPE_STORE``, else the SQLite file ``$XDG_DATA_HOME/scope/chat.sqlite3``
+    (``~/.local/share/scope/chat.sqlite3`` without ``XDG_DATA_HOME``)."""
+    if environ.get(STORE_ENV):
+        return environ[STORE_ENV]
+    data_home = environ.get("XDG_DATA_HOME") or ""
+    base = (
+        pathlib.Path(data_home)
+        if os.path.isabs(data_home)  # the XDG spec says: ignore a relative value
+        else pathlib.Path.home() / ".local" / "share"
+    )
+    return sqlite_url(base / "scope" / "chat.sqlite3")
+
+
+def prepare_sqlite_parent(url: str) -> None:
+    """Create the parent directory of a ``sqlite:`` URL's file when it is missing."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() == "sqlite" and not parts.netloc and len(parts.path) > 1:
+        path = pathlib.Path(urllib.parse.unquote(parts.path)[1:])
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+
+async def open_cli_store(url: str) -> CLIStore:
+    """Open the store ``url`` names (``sqlite:///path``, ``postgresql://…``,
+    ``redis://…``).
+
+    A malformed URL raises ``ValueError``; a missing driver ``ImportError``; an
+    unreachable server the store's ``StoreError``.
+    """
+    return await open_store(url)
+
+
+@contextlib.asynccontextmanager
+async def opened_store(url: str) -> AsyncIterator[CLIStore]:
+    """``open_cli_store(url)``, closed on every path."""
+    store = await open_cli_store(url)
+    try:
+        yield store
+    finally:
+        await store.aclose()

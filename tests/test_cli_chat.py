@@ -1,0 +1,242 @@
+"""``scope chat`` against a loopback server speaking the OpenAI streaming wire format.
+
+The chat runs as a subprocess (``python -m scope chat``) fed on stdin, exactly as a user
+runs it; tests/openai_server.py is the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import selectors
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytest.importorskip("httpx")
+
+from scope.chat import Role
+from scope.cli._stores import sqlite_url
+from scope.historystores.sqlite import SQLiteStore
+from tests.openai_server import OpenAIServer
+
+_BASE = {"id": "chatcmpl-cli", "object": "chat.completion.chunk", "created": 1, "model": "m-1"}
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {**_BASE, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def answer(*pieces: str) -> dict[str, Any]:
+    """A streamed answer whose text arrives in ``pieces``."""
+    items: list[Any] = [_chunk({"role": "assistant", "content": ""})]
+    items.extend(_chunk({"content": piece}) for piece in pieces)
+    items.append(_chunk({}, "stop"))
+    usage = {"prompt_tokens": 9, "completion_tokens": len(pieces), "total_tokens": 9 + len(pieces)}
+    items.append({**_BASE, "choices": [], "usage": usage})
+    items.append("[DONE]")
+    return {"status": 200, "sse": items}
+
+
+def _env(tmp_path: pathlib.Path) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("SCOPE_", "OPENAI_")) and key != "XDG_DATA_HOME"
+    }
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    env["OPENAI_API_KEY"] = "sk-test"
+    env["PYTHONIOENCODING"] = "utf-8"
+    return env
+
+
+def chat(
+    tmp_path: pathlib.Path, server: OpenAIServer, *args: str, input: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scope", "chat", "--base-url", server.base_url, *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        timeout=60,
+        check=False,
+    )
+
+
+def stored(path: pathlib.Path) -> dict[str, list[tuple[Role, str]]]:
+    async def read() -> dict[str, list[tuple[Role, str]]]:
+        async with await SQLiteStore.open(path) as store:
+            return {
+                str(cid): [(m.role, m.text) for m in await store.read(cid)]
+                for cid in await store.conversations()
+            }
+
+    return asyncio.run(read())
+
+
+def sent(server: OpenAIServer) -> list[list[tuple[str, Any]]]:
+    """(role, content) of every message of every request the server received."""
+    return [[(m["role"], m["content"]) for m in body["messages"]] for body in server.bodies()]
+
+
+def test_chat_streams_answers_and_keeps_history(tmp_path: pathlib.Path) -> None:
+    with OpenAIServer() as server:
+        server.script(answer("Hel", "lo ", "there!"), answer("Paris", "."))
+        proc = chat(tmp_path, server, "--model", "m-1", input="Hi\n\nCapital of France?\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Hello there!\nParis.\n"
+    notes = proc.stderr.splitlines()
+    assert notes[0].startswith("new conversation: chat-")
+    cid = notes[0].split(": ")[1]
+    # The default store honours XDG_DATA_HOME.
+    path = tmp_path / "xdg" / "scope" / "chat.sqlite3"
+    assert notes[1] == f"model: m-1 at {server.base_url}; store: {sqlite_url(path)}"
+    assert stored(path) == {
+        cid: [
+            (Role.USER, "Hi"),
+            (Role.ASSISTANT, "Hello there!"),
+            (Role.USER, "Capital of France?"),
+            (Role.ASSISTANT, "Paris."),
+        ]
+    }
+    # The second request replayed the first turn.
+    assert sent(server) == [
+        [("user", "Hi")],
+        [("user", "Hi"), ("assistant", "Hello there!"), ("user", "Capital of France?")],
+    ]
+    assert all(body["stream"] is True and body["model"] == "m-1" for body in server.bodies())
+
+
+def test_chat_resumes_a_conversation(tmp_path: pathlib.Path) -> None:
+    url = sqlite_url(tmp_path / "chat.db")
+    with OpenAIServer() as server:
+        server.script(answer("One."), answer("Two."))
+        first = chat(
+            tmp_path, server, "--store", url, "--conversation", "trip", input="first\n/exit\nx\n"
+        )
+        assert first.returncode == 0, first.stderr
+        assert first.stderr.splitlines()[0] == "conversation: trip (resumed, 0 stored messages)"
+        second = chat(
+            tmp_path,
+            server,
+            "--store",
+            url,
+            "--conversation",
+            "trip",
+            "--system",
+            "Be terse.",
+            input="second\n",
+        )
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == "Two.\n"
+    assert second.stderr.splitlines()[0] == "conversation: trip (resumed, 2 stored messages)"
+    assert sent(server)[1] == [
+        ("system", "Be terse."),
+        ("user", "first"),
+        ("assistant", "One."),
+        ("user", "second"),
+    ]
+    assert [text for _, text in stored(tmp_path / "chat.db")["trip"]] == [
+        "first",
+        "One.",
+        "second",
+        "Two.",
+    ]
+
+
+def test_chat_provider_error_keeps_the_session(tmp_path: pathlib.Path) -> None:
+    url = sqlite_url(tmp_path / "chat.db")
+    refused = {
+        "status": 400,
+        "json": {"error": {"message": "context too long", "type": "invalid_request_error"}},
+    }
+    with OpenAIServer() as server:
+        server.script(refused, answer("Fine."))
+        proc = chat(tmp_path, server, "--store", url, input="too long\nshort\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Fine.\n"
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("scope: error:")]
+    assert len(errors) == 1
+    assert errors[0].startswith("scope: error: BadRequestError (HTTP 400): ")
+    assert errors[0].endswith("(message not saved; send it again)")
+    (history,) = stored(tmp_path / "chat.db").values()
+    assert history == [(Role.USER, "short"), (Role.ASSISTANT, "Fine.")]
+
+
+def test_chat_on_a_cleared_conversation_stops_with_one_line(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "chat.db"
+
+    async def close() -> None:
+        async with await SQLiteStore.open(path) as store:
+            await store.clear("old")
+
+    asyncio.run(close())
+    with OpenAIServer() as server:
+        server.script(answer("Lost."))
+        proc = chat(
+            tmp_path, server, "--store", sqlite_url(path), "--conversation", "old", input="hi\n"
+        )
+    assert proc.returncode == 1
+    assert proc.stdout == "Lost.\n"
+    assert proc.stderr.splitlines()[-1] == (
+        "scope: error: conversation 'old' is closed (cleared); this answer was not saved; "
+        "start a new conversation with `scope chat`"
+    )
+    assert "Traceback" not in proc.stderr
+
+
+def test_chat_prints_each_chunk_as_it_arrives(tmp_path: pathlib.Path) -> None:
+    # The server sends one chunk and then holds the stream open: the chunk must already
+    # be on stdout while the answer is still unfinished.
+    first = _chunk({"role": "assistant", "content": "Thinking"})
+    with OpenAIServer() as server:
+        server.script({"status": 200, "sse": [first, {"$hold": True}]})
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "scope", "chat", "--base-url", server.base_url),
+                *("--store", sqlite_url(tmp_path / "chat.db")),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_env(tmp_path),
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(b"hello\n")
+            proc.stdin.flush()
+            seen = b""
+            with selectors.DefaultSelector() as selector:
+                selector.register(proc.stdout, selectors.EVENT_READ)
+                while b"Thinking" not in seen:
+                    if not selector.select(timeout=30):
+                        break  # a hang guard, not a timing assertion
+                    data = os.read(proc.stdout.fileno(), 4096)
+                    if not data:
+                        break
+                    seen += data
+            assert seen == b"Thinking"
+            assert proc.poll() is None  # still streaming
+        finally:
+            proc.kill()
+            proc.wait(30)
+            proc.stdin.close()
+            proc.stdout.close()
+
+
+def test_chat_without_the_adapter_dependencies_is_one_line(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scope.cli import main
+
+    monkeypatch.setitem(sys.modules, "scope.models.openai", None)  # import fails
+    status = main(["chat", "--store", sqlite_url(tmp_path / "c.db")])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err.startswith("scope: error: scope chat needs the OpenAI adapter's dependencies")
+    assert err.endswith("install them with: pip install 'scope[openai]'\n")
