@@ -1,0 +1,247 @@
+"""History stores side by side: append throughput and read latency.
+
+Stores: scope's in-memory reference store, SQLiteStore (synchronous NORMAL and FULL),
+PostgresStore and RedisStore (servers from SCOPE_TEST_POSTGRES_DSN / SCOPE_TEST_REDIS_URL,
+e.g. after ``eval "$(bash .ci/services.sh start)"``), and the OpenAI Agents SDK's
+``SQLiteSession`` (package ``openai-agents``; ``add_items`` / ``get_items``) on the same
+data. A store whose server or package is missing is reported as skipped.
+
+Measured (best of N, time.perf_counter, asyncio):
+- append, 1 task: 200 sequential appends of one 2-message batch (user + assistant).
+- append, 16 tasks: 16 tasks x 25 appends, each task on its own conversation.
+- read of a conversation of 10, 100 and 1,000 messages.
+
+The persistent scope stores run with their decoded-batch cache off, so every read decodes
+and validates every message; one extra row shows SQLiteStore with its default cache
+(repeated reads of a conversation skip decoding). Each column's ratio is to the fastest
+store in it (the floor).
+Run: ``python benchmarks/bench_stores.py``
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from scope.chat import assistant_message, user_message
+from scope.history import Batch
+from scope.history.inmemory import Store as InMemoryStore
+
+USER = "What is the capital of France, and why is it famous? " * 2
+ASSISTANT = "Paris. It is known for art, food, history and the Eiffel Tower. " * 3
+REPEATS = 3
+SEQUENTIAL = 200
+TASKS, PER_TASK = 16, 25
+READ_SIZES = (10, 100, 1000)
+
+
+def batch(cid: str, aid: str) -> Batch:
+    return Batch(cid, aid, [user_message(USER), assistant_message(ASSISTANT)])
+
+
+def items() -> list[dict[str, Any]]:
+    return [{"role": "user", "content": USER}, {"role": "assistant", "content": ASSISTANT}]
+
+
+class Adapter:
+    """One store under test: append a 2-message turn, read a conversation."""
+
+    def __init__(
+        self,
+        append: Callable[[str, str], Awaitable[Any]],
+        read: Callable[[str], Awaitable[Any]],
+    ) -> None:
+        self.append = append
+        self.read = read
+
+
+def scope_adapter(store: Any) -> Adapter:
+    async def append(cid: str, aid: str) -> None:
+        await store.append(batch(cid, aid))
+
+    return Adapter(append, store.read)
+
+
+def agents_adapter(db_path: str) -> Adapter:
+    from agents import SQLiteSession
+
+    sessions: dict[str, Any] = {}
+
+    def session(cid: str) -> Any:
+        if cid not in sessions:
+            sessions[cid] = SQLiteSession(cid, db_path)
+        return sessions[cid]
+
+    async def append(cid: str, aid: str) -> None:
+        await session(cid).add_items(items())
+
+    async def read(cid: str) -> Any:
+        return await session(cid).get_items()
+
+    return Adapter(append, read)
+
+
+@contextlib.asynccontextmanager
+async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
+    out: list[tuple[str, Adapter | str]] = [("in-memory", scope_adapter(InMemoryStore()))]
+    async with contextlib.AsyncExitStack() as stack:
+        from scope.historystores.sqlite import SQLiteStore
+
+        # Every scope store runs with its decoded-batch cache off (each read decodes),
+        # except one row that shows what the cache does for repeated reads.
+        cached = await SQLiteStore.open(tmp / "cached.db")
+        stack.push_async_callback(cached.aclose)
+        out.append(("SQLiteStore, decoded cache", scope_adapter(cached)))
+        normal = await SQLiteStore.open(tmp / "normal.db", decoded_cache_messages=0)
+        stack.push_async_callback(normal.aclose)
+        out.append(("SQLiteStore NORMAL", scope_adapter(normal)))
+        full = await SQLiteStore.open(tmp / "full.db", synchronous="FULL", decoded_cache_messages=0)
+        stack.push_async_callback(full.aclose)
+        out.append(("SQLiteStore FULL", scope_adapter(full)))
+
+        dsn = os.environ.get("SCOPE_TEST_POSTGRES_DSN")
+        if not dsn:
+            out.append(("PostgresStore", "skipped: SCOPE_TEST_POSTGRES_DSN not set"))
+        else:
+            try:
+                from scope.historystores.postgres import PostgresStore
+
+                prefix = f"scope_bench_{uuid.uuid4().hex[:8]}"
+                pg = await PostgresStore.open(
+                    dsn, table_prefix=prefix, max_size=16, decoded_cache_messages=0
+                )
+                stack.push_async_callback(drop_postgres, dsn, prefix)
+                stack.push_async_callback(pg.aclose)
+                out.append(("PostgresStore", scope_adapter(pg)))
+            except Exception as exc:  # report and go on: a benchmark, not a test
+                out.append(("PostgresStore", f"skipped: {type(exc).__name__}: {exc}"))
+
+        url = os.environ.get("SCOPE_TEST_REDIS_URL")
+        if not url:
+            out.append(("RedisStore", "skipped: SCOPE_TEST_REDIS_URL not set"))
+        else:
+            try:
+                from scope.historystores.redis import RedisStore
+
+                key_prefix = f"scope-bench:{uuid.uuid4().hex[:8]}"
+                rs = await RedisStore.open(url, prefix=key_prefix, decoded_cache_messages=0)
+                stack.push_async_callback(drop_redis, url, key_prefix)
+                stack.push_async_callback(rs.aclose)
+                out.append(("RedisStore", scope_adapter(rs)))
+            except Exception as exc:
+                out.append(("RedisStore", f"skipped: {type(exc).__name__}: {exc}"))
+
+        try:
+            import agents  # noqa: F401
+
+            out.append(("agents SQLiteSession", agents_adapter(str(tmp / "agents.db"))))
+        except ImportError:
+            out.append(("agents SQLiteSession", "skipped: openai-agents not installed"))
+        yield out
+
+
+async def drop_postgres(dsn: str, prefix: str) -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations";'
+            f'DROP FUNCTION IF EXISTS "{prefix}_append"'
+        )
+    finally:
+        await conn.close()
+
+
+async def drop_redis(url: str, prefix: str) -> None:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        for start in range(0, len(keys), 500):
+            await client.delete(*keys[start : start + 500])
+    finally:
+        await client.aclose()
+
+
+async def best_of(repeats: int, fn: Callable[[int], Awaitable[None]]) -> float:
+    best = float("inf")
+    for round_ in range(repeats):
+        start = time.perf_counter()
+        await fn(round_)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+async def measure(adapter: Adapter) -> dict[str, float]:
+    run = uuid.uuid4().hex[:6]
+    results: dict[str, float] = {}
+
+    async def sequential(round_: int) -> None:
+        cid = f"seq-{run}-{round_}"
+        for i in range(SEQUENTIAL):
+            await adapter.append(cid, f"a{i}")
+
+    results["append 1 task (us/batch)"] = await best_of(REPEATS, sequential) / SEQUENTIAL * 1e6
+
+    async def concurrent(round_: int) -> None:
+        async def worker(task: int) -> None:
+            cid = f"par-{run}-{round_}-{task}"
+            for i in range(PER_TASK):
+                await adapter.append(cid, f"a{i}")
+
+        async with anyio.create_task_group() as tg:
+            for task in range(TASKS):
+                tg.start_soon(worker, task)
+
+    total = TASKS * PER_TASK
+    results["append 16 tasks (us/batch)"] = await best_of(REPEATS, concurrent) / total * 1e6
+
+    for size in READ_SIZES:
+        cid = f"read-{run}-{size}"
+        for i in range(size // 2):
+            await adapter.append(cid, f"a{i}")
+        repeats = 30 if size <= 100 else 8
+
+        async def read(_: int, cid: str = cid, size: int = size) -> None:
+            got = await adapter.read(cid)
+            assert len(got) == size, (len(got), size)
+
+        results[f"read {size} msgs (ms)"] = await best_of(repeats, read) * 1e3
+    return results
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        async with stores(Path(tmp)) as candidates:
+            table: dict[str, dict[str, float] | str] = {}
+            for name, adapter in candidates:
+                if isinstance(adapter, str):
+                    table[name] = adapter
+                else:
+                    table[name] = await measure(adapter)
+    measured = {k: v for k, v in table.items() if isinstance(v, dict)}
+    columns = list(next(iter(measured.values())))
+    floors = {c: min(v[c] for v in measured.values()) for c in columns}
+    width = max(len(n) for n in table) + 2
+    print("".ljust(width) + "".join(c.rjust(30) for c in columns))
+    for name, row in table.items():
+        if isinstance(row, str):
+            print(name.ljust(width) + row)
+            continue
+        cells = "".join(f"{row[c]:>18.1f} ({row[c] / floors[c]:>6.1f}x)".rjust(30) for c in columns)
+        print(name.ljust(width) + cells)
+    print("\nratios: to the fastest store in each column (1.0x = the floor)")
+
+
+if __name__ == "__main__":
+    anyio.run(main)

@@ -1,0 +1,105 @@
+"""Persistent history stores, and ``open_store(url)`` to pick one by URL.
+
+============================================  ==========================================
+``scope.historystores.sqlite.SQLiteStore``    one file, stdlib sqlite3; the embedded
+                                              default; asyncio and trio
+``scope.historystores.postgres.PostgresStore``  PostgreSQL via asyncpg (``scope[postgres]``);
+                                              asyncio
+``scope.historystores.redis.RedisStore``      Redis via redis-py (``scope[redis]``); asyncio
+============================================  ==========================================
+
+Each is a ``scope.history.Store`` and ``Lister``, passes the store conformance suite,
+opens with an async ``open`` classmethod that creates its schema when missing, is an async
+context manager and has ``aclose()``. Driver errors surface as ``scope.errors.StoreError``
+(the driver error chained); a stored record that was changed outside scope makes ``read``
+raise ``StoreError`` naming the conversation. Importing this package or a backend module
+imports no driver: asyncpg and redis-py are imported when a store is opened.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol, Self, cast, runtime_checkable
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from scope.history._protocols import Clearer, Lister, Reader, Writer
+
+if TYPE_CHECKING:
+    from scope.historystores.sqlite import Synchronous
+
+__all__ = ["PersistentStore", "open_store"]
+
+
+@runtime_checkable
+class PersistentStore(Reader, Writer, Clearer, Lister, Protocol):
+    """What ``open_store`` returns: a Store and Lister that must be closed."""
+
+    async def aclose(self) -> None:
+        """Release the store's connections; later calls raise ``StoreError``."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+_USAGE = "use sqlite:///path, postgresql://user@host/db or redis://host:port/db"
+
+
+async def open_store(url: str, *, prefix: str | None = None) -> PersistentStore:
+    """Open the store a URL names.
+
+    - ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``; the query may set
+      ``synchronous=NORMAL|FULL|EXTRA`` (see ``SQLiteStore.open``).
+    - ``postgresql://…`` or ``postgres://…``: a libpq URI, passed to asyncpg as it is.
+    - ``redis://…``, ``rediss://…`` (TLS): passed to redis-py as it is.
+
+    ``prefix`` is the table prefix (SQLite, PostgreSQL) or key prefix (Redis); each
+    store's default when None. A URL of another form raises ``ValueError`` with a
+    one-line message (never echoing credentials); an unreachable server ``StoreError``.
+    """
+    if not isinstance(url, str):
+        raise ValueError(f"store URL must be a string, got {type(url).__name__}")
+    scheme, sep, _ = url.partition("://")
+    scheme = scheme.lower()
+    if not sep:
+        raise ValueError(f"store URL has no scheme: {_USAGE}")
+    if scheme == "sqlite":
+        from scope.historystores.sqlite import SQLiteStore
+
+        parts = urlsplit(url)
+        if parts.netloc:
+            raise ValueError(
+                f"sqlite URL must have an empty host (sqlite:///path), got {parts.netloc!r}"
+            )
+        path = unquote(parts.path)[1:]  # drop the slash that ends the empty authority
+        if not path:
+            raise ValueError("sqlite URL names no file: use sqlite:///path/to/history.db")
+        query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=False)
+        unknown = sorted(set(query) - {"synchronous"})
+        if unknown:
+            raise ValueError(f"sqlite URL has unknown parameters {unknown}: only synchronous")
+        synchronous = query.get("synchronous", ["NORMAL"])[-1].upper()
+        if synchronous not in ("NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
+        return await SQLiteStore.open(
+            path,
+            table_prefix="scope_history" if prefix is None else prefix,
+            synchronous=cast("Synchronous", synchronous),
+        )
+    if scheme in ("postgresql", "postgres"):
+        from scope.historystores.postgres import PostgresStore
+
+        return await PostgresStore.open(
+            url, table_prefix="scope_history" if prefix is None else prefix
+        )
+    if scheme in ("redis", "rediss"):
+        from scope.historystores.redis import RedisStore
+
+        return await RedisStore.open(url, prefix="scope:history" if prefix is None else prefix)
+    raise ValueError(f"unsupported store URL scheme {scheme!r}: {_USAGE}")

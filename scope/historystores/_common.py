@@ -1,0 +1,174 @@
+"""What the persistent stores share: argument checks, record decoding, corruption checks.
+
+Every backend stores a batch as one record: the conversation id, the append id, the
+batch digest and the batch's canonical encoded messages (``Batch.encoded_messages``). On
+read each record is checked against its digest and decoded strictly, so a record that
+was changed outside scope is reported as a ``StoreError`` naming the conversation and
+the append id, never returned, skipped or allowed to crash the reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any, Final
+
+from scope._json import loads_exact
+from scope.chat import Message
+from scope.codec import from_builtins
+from scope.errors import InvalidBatchError, InvalidMessageError, StoreError
+from scope.history._batch import Batch
+
+__all__ = [
+    "DecodedCache",
+    "check_batch",
+    "corrupt",
+    "decode_records",
+    "require_asyncio",
+    "validate_cache_size",
+    "validate_table_prefix",
+]
+
+_DIGEST_PREFIX: Final = "sha256:"
+_TABLE_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]*\Z")
+#: PostgreSQL truncates identifiers at 63 bytes; the longest suffix we add is 14 bytes.
+MAX_TABLE_PREFIX: Final = 63 - len("_conversations")
+
+
+def require_asyncio(what: str, driver: str) -> None:
+    """Raise ``RuntimeError`` unless an asyncio event loop runs this task."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            f"{what} needs a running asyncio event loop ({driver} is asyncio-only); "
+            "under trio use scope.historystores.sqlite.SQLiteStore"
+        ) from None
+
+
+def check_batch(batch: object) -> Batch:
+    """``batch`` itself, or ``InvalidBatchError`` (before any I/O) for anything else."""
+    if not isinstance(batch, Batch):
+        raise InvalidBatchError(f"append needs a Batch, got {type(batch).__name__}")
+    return batch
+
+
+def validate_table_prefix(prefix: object) -> str:
+    """A table prefix: 1-49 characters of lowercase ASCII letters, digits and ``_``, not
+    starting with a digit (so it is the same identifier quoted or not, in SQLite and
+    PostgreSQL). Anything else raises ``ValueError``."""
+    if not isinstance(prefix, str):
+        raise ValueError(f"table_prefix must be a string, got {type(prefix).__name__}")
+    if not _TABLE_PREFIX.match(prefix) or len(prefix) > MAX_TABLE_PREFIX:
+        raise ValueError(
+            f"table_prefix must be 1-{MAX_TABLE_PREFIX} characters of a-z, 0-9 and _, "
+            f"not starting with a digit, got {prefix!r}"
+        )
+    return prefix
+
+
+def corrupt(conversation_id: str, append_id: object, problem: str) -> StoreError:
+    """The error a read raises for a stored record that is not what scope wrote."""
+    return StoreError(
+        f"conversation {str(conversation_id)!r}: stored batch {append_id!r} is corrupt: {problem}"
+    )
+
+
+class DecodedCache:
+    """Decoded batches by digest: a bounded LRU shared by one store's reads.
+
+    Decoding (strict, validating) costs far more than fetching, and a conversation is
+    read again on every turn. A record's digest is checked against its bytes on every
+    read, and equal digests mean equal bytes, so the cached messages (immutable values)
+    are exactly what decoding would give. Thread-safe: SQLite reads decode on worker
+    threads. ``max_messages=0`` disables it.
+    """
+
+    def __init__(self, max_messages: int) -> None:
+        self.max_messages = max_messages
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[Message, ...]] = OrderedDict()
+        self._size = 0
+
+    def get(self, digest: str) -> tuple[Message, ...] | None:
+        with self._lock:
+            found = self._entries.get(digest)
+            if found is not None:
+                self._entries.move_to_end(digest)
+            return found
+
+    def put(self, digest: str, messages: tuple[Message, ...]) -> None:
+        if len(messages) > self.max_messages:
+            return
+        with self._lock:
+            if digest in self._entries:
+                return
+            self._entries[digest] = messages
+            self._size += len(messages)
+            while self._size > self.max_messages:
+                _, evicted = self._entries.popitem(last=False)
+                self._size -= len(evicted)
+
+
+def validate_cache_size(value: object) -> int:
+    """``decoded_cache_messages``: an int >= 0, else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"decoded_cache_messages must be an integer >= 0, got {value!r}")
+    return value
+
+
+def decode_record(
+    conversation_id: str,
+    append_id: Any,
+    digest: Any,
+    data: Any,
+    cache: DecodedCache | None = None,
+) -> tuple[Message, ...]:
+    """The messages of one stored batch record, checked against its digest."""
+    if isinstance(data, memoryview | bytearray):
+        data = bytes(data)
+    if not isinstance(data, bytes):
+        raise corrupt(conversation_id, append_id, f"messages are {type(data).__name__}, not bytes")
+    if not isinstance(digest, str) or not digest.startswith(_DIGEST_PREFIX):
+        raise corrupt(conversation_id, append_id, f"invalid digest {digest!r}")
+    actual = _DIGEST_PREFIX + hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise corrupt(
+            conversation_id, append_id, f"its messages digest to {actual}, the record says {digest}"
+        )
+    if cache is not None:
+        cached = cache.get(digest)
+        if cached is not None:
+            return cached
+    try:
+        tree = loads_exact(data)
+    except ValueError as exc:
+        raise corrupt(conversation_id, append_id, f"invalid JSON: {exc}") from None
+    if type(tree) is not list or not tree:
+        raise corrupt(conversation_id, append_id, "messages are not a non-empty JSON array")
+    messages = []
+    for index, item in enumerate(tree):
+        try:
+            messages.append(from_builtins(item, Message))
+        except InvalidMessageError as exc:
+            raise corrupt(conversation_id, append_id, f"messages[{index}]: {exc}") from exc
+    out = tuple(messages)
+    if cache is not None:
+        cache.put(digest, out)
+    return out
+
+
+def decode_records(
+    conversation_id: str,
+    records: Iterable[tuple[Any, Any, Any]],
+    cache: DecodedCache | None = None,
+) -> list[Message]:
+    """The messages of ``(append_id, digest, encoded_messages)`` records, in order."""
+    out: list[Message] = []
+    for append_id, digest, data in records:
+        out += decode_record(conversation_id, append_id, digest, data, cache)
+    return out

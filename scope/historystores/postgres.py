@@ -1,0 +1,386 @@
+"""``PostgresStore``: a history store in PostgreSQL, on asyncpg (extra ``scope[postgres]``).
+
+asyncpg is imported when a store is opened, not when this module is imported. asyncpg is
+asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore`` there).
+
+Schema (``{prefix}`` is ``table_prefix``, default ``scope_history``; created when missing,
+under a transaction-level advisory lock so processes opening at once do not race)::
+
+    {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN)
+    {prefix}_batches(conversation_id TEXT COLLATE "C", seq BIGINT, append_id TEXT,
+                     digest TEXT, messages BYTEA)
+        PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
+    {prefix}_append(cid, aid, digest, messages) -> text     -- plpgsql, one round trip
+
+Tables go to the first schema of the connection's ``search_path``. Every store operation
+on one conversation locks that conversation's row first, so appends, retries and clears
+of one conversation are linearizable across connections, pools and hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar, final
+
+from scope.chat import Message
+from scope.errors import (
+    AppendConflictError,
+    ConversationClosedError,
+    InvalidConversationIDError,
+    StoreError,
+)
+from scope.history._batch import Batch, Receipt
+from scope.history._ids import ConversationID
+from scope.historystores._common import (
+    DecodedCache,
+    check_batch,
+    corrupt,
+    decode_records,
+    require_asyncio,
+    validate_cache_size,
+    validate_table_prefix,
+)
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+
+#: The advisory lock key held while the schema is created (any fixed 64-bit number).
+_SCHEMA_LOCK: Final = 0x5C09E_4157_0001
+
+
+def _asyncpg() -> Any:
+    """The asyncpg module, imported on first use."""
+    try:
+        import asyncpg  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise ImportError(
+            "PostgresStore needs asyncpg: install the extra, pip install 'scope[postgres]'"
+        ) from exc
+    return asyncpg
+
+
+def _driver_errors(asyncpg: Any) -> tuple[type[BaseException], ...]:
+    """Every exception asyncpg raises: server errors, client errors, I/O and timeouts."""
+    return (
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+        asyncpg.exceptions.InternalClientError,
+        OSError,
+        TimeoutError,
+    )
+
+
+def _retryable(asyncpg: Any) -> tuple[type[BaseException], ...]:
+    """Failures after which the same operation may succeed on a fresh connection: the
+    connection or its server session is gone or confused, or the server asks for a
+    retry. Deterministic server errors (permissions, a dropped table, bad data) are not
+    retried. Retrying is always safe here: every store operation is idempotent."""
+    exc = asyncpg.exceptions
+    return (
+        OSError,  # refused, reset, broken pipe
+        TimeoutError,
+        # Client side: the connection was closed or detached under the call, or the
+        # protocol was left mid-operation by a session killed while idle.
+        asyncpg.InterfaceError,
+        exc.InternalClientError,
+        exc.PostgresConnectionError,  # SQLSTATE class 08
+        exc.OperatorInterventionError,  # class 57: admin/crash shutdown, cannot connect now
+        exc.TransactionRollbackError,  # class 40: serialization failure, deadlock
+    )
+
+
+def map_error(exc: BaseException, what: str) -> StoreError:
+    """The ``StoreError`` for a driver failure (the driver error is chained by callers)."""
+    return StoreError(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}")
+
+
+@final
+class PostgresStore:
+    """A ``Store`` and ``Lister`` in PostgreSQL tables.
+
+    Open with ``await PostgresStore.open(dsn)``; use as an async context manager or call
+    ``aclose()`` (closes the connection pool).
+
+    Guarantees, beyond the store rules of ``scope.history``:
+
+    - **Atomicity.** An append is one call of a server-side function, one transaction:
+      it locks the conversation's row (``SELECT ... FOR UPDATE``), checks closure and the
+      dedupe record, and inserts the batch as one row. A clear locks the same row, marks
+      it closed and deletes the batches in one transaction. So appends, retries and
+      clears of one conversation are linearizable, whichever pool or host runs them.
+    - **Reconnects.** When the connection drops (server restart, ``pg_terminate_backend``,
+      network), the operation is retried once on a fresh connection; every operation is
+      idempotent (an append's retry is recognised by its append id), so the batch lands
+      exactly once. If the retry fails too, ``StoreError`` is raised with the driver
+      error chained; an append that raised ``StoreError`` may still have committed, and
+      retrying the same batch resolves it.
+    - **Cancellation.** A cancelled call leaves all or nothing: the server commits or rolls
+      back the statement or transaction as a unit (a cancelled append may have committed;
+      a retry resolves it).
+    - **Errors.** Every asyncpg, socket and timeout error becomes ``StoreError``; a
+      corrupt stored record makes ``read`` raise ``StoreError`` naming the conversation.
+      Calls on a closed store raise ``StoreError``.
+    """
+
+    __slots__ = ("_cache", "_closed", "_pool", "_sql", "table_prefix")
+
+    def __init__(self, pool: Any, table_prefix: str, cache: DecodedCache) -> None:
+        """Internal: use ``await PostgresStore.open(dsn)``."""
+        self._pool = pool
+        self._cache = cache
+        self._sql = _Statements(table_prefix)
+        self._closed = False
+        self.table_prefix: Final = table_prefix
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        table_prefix: str = "scope_history",
+        min_size: int = 1,
+        max_size: int = 10,
+        application_name: str = "scope",
+        connect_timeout: float = 10.0,
+        decoded_cache_messages: int = 10_000,
+    ) -> PostgresStore:
+        """Connect a pool to ``dsn`` (a libpq URI such as
+        ``postgresql://user:password@host:5432/db``) and create the tables when missing.
+
+        ``table_prefix``: 1-49 of ``a-z``, ``0-9``, ``_`` (not starting with a digit);
+        stores with different prefixes share one database independently.
+        ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
+        re-reading a conversation skips decoding (each record is still checked against its
+        digest on every read); 0 disables the cache.
+        Bad arguments
+        (the prefix, pool sizes, a DSN asyncpg cannot parse) raise ``ValueError`` before
+        any I/O; an unreachable server raises ``StoreError``. Needs asyncio.
+        """
+        prefix = validate_table_prefix(table_prefix)
+        cache = DecodedCache(validate_cache_size(decoded_cache_messages))
+        if not isinstance(dsn, str) or not dsn:
+            raise ValueError(f"dsn must be a non-empty string, got {dsn!r}")
+        for name, value in (("min_size", min_size), ("max_size", max_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if max_size < 1 or min_size > max_size:
+            raise ValueError(
+                f"need 0 <= min_size <= max_size and max_size >= 1, got "
+                f"min_size={min_size}, max_size={max_size}"
+            )
+        require_asyncio("PostgresStore", "asyncpg")
+        asyncpg = _asyncpg()
+        try:
+            pool = await asyncpg.create_pool(
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=connect_timeout,
+                server_settings={
+                    "application_name": application_name,
+                    # The locking protocol relies on each statement seeing the latest
+                    # committed rows once it holds the conversation's row lock.
+                    "default_transaction_isolation": "read committed",
+                },
+            )
+        except ValueError as exc:  # includes asyncpg's ClientConfigurationError
+            raise ValueError(f"invalid PostgreSQL DSN: {exc}") from exc
+        except _driver_errors(asyncpg) as exc:
+            raise map_error(exc, "connect") from exc
+        store = cls(pool, prefix, cache)
+        try:
+            await store._with_connection(store._create_schema, "schema creation")
+        except BaseException:
+            pool.terminate()
+            raise
+        return store
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(table_prefix={self.table_prefix!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the pool (waiting for calls in progress to release their connections).
+        Later calls raise ``StoreError``. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._pool.close()
+        except _driver_errors(_asyncpg()):
+            self._pool.terminate()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose()`` was called."""
+        return self._closed
+
+    async def _with_connection(self, fn: Callable[[Any], Awaitable[T]], what: str) -> T:
+        """Run ``fn(connection)``, retrying once on a fresh connection when the first one
+        dropped; map driver errors to ``StoreError``."""
+        if self._closed:
+            raise StoreError("the PostgresStore is closed")
+        asyncpg = _asyncpg()
+        retryable = _retryable(asyncpg)
+        errors = _driver_errors(asyncpg)
+        try:
+            async with self._pool.acquire() as conn:
+                return await fn(conn)
+        except retryable:
+            if self._closed:
+                raise StoreError("the PostgresStore is closed") from None
+            # The server may have dropped every pooled connection (restart, terminate):
+            # make the pool replace them all instead of retrying on another dead one.
+            await self._pool.expire_connections()
+        except errors as exc:
+            raise map_error(exc, what) from exc
+        try:
+            async with self._pool.acquire() as conn:
+                return await fn(conn)
+        except errors as exc:
+            raise map_error(exc, f"{what} (retried on a fresh connection)") from exc
+
+    async def _create_schema(self, conn: Any) -> None:
+        async with conn.transaction():
+            await conn.execute(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
+            for statement in self._sql.schema:
+                await conn.execute(statement)
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        """The conversation's messages in stored order (``[]`` when unknown or closed).
+
+        One statement: a consistent snapshot. A corrupt stored record raises
+        ``StoreError`` naming the conversation."""
+        cid = ConversationID(conversation_id)
+        sql = self._sql.read
+
+        async def read(conn: Any) -> list[Any]:
+            return list(await conn.fetch(sql, cid))
+
+        rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
+        return decode_records(cid, ((r[0], r[1], r[2]) for r in rows), self._cache)
+
+    async def append(self, batch: Batch) -> Receipt:
+        """Append ``batch`` atomically and return its receipt. Raises
+        ``ConversationClosedError``, ``AppendConflictError``, ``InvalidBatchError`` (not a
+        Batch, before any I/O) or ``StoreError``."""
+        batch = check_batch(batch)
+        cid = batch.conversation_id
+        sql = self._sql.append
+        args = (str(cid), str(batch.id), batch.digest, batch.encoded_messages)
+
+        async def append(conn: Any) -> str:
+            return str(await conn.fetchval(sql, *args))
+
+        outcome = await self._with_connection(append, f"append to conversation {str(cid)!r}")
+        if outcome == "closed":
+            raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
+        if outcome.startswith("accepted:"):
+            accepted = outcome.removeprefix("accepted:")
+            if accepted != batch.digest:
+                raise AppendConflictError(
+                    f"append id {str(batch.id)!r} of conversation {str(cid)!r} was accepted "
+                    f"with digest {accepted}, this batch has {batch.digest}"
+                )
+        elif outcome != "inserted":
+            raise StoreError(f"PostgreSQL append function returned {outcome!r}")
+        return batch.receipt()
+
+    async def clear(self, conversation_id: str) -> None:
+        """Close the conversation for ever and delete its batches, in one transaction.
+        Idempotent; an id never written is closed too."""
+        cid = ConversationID(conversation_id)
+        close, delete = self._sql.close, self._sql.delete
+
+        async def clear(conn: Any) -> None:
+            async with conn.transaction():
+                await conn.execute(close, cid)
+                await conn.execute(delete, cid)
+
+        await self._with_connection(clear, f"clear of conversation {str(cid)!r}")
+
+    async def conversations(self) -> list[ConversationID]:
+        """Open conversations holding at least one batch, in code point order."""
+        sql = self._sql.conversations
+
+        async def conversations(conn: Any) -> list[Any]:
+            return list(await conn.fetch(sql))
+
+        rows = await self._with_connection(conversations, "listing of conversations")
+        out = []
+        for (raw,) in rows:
+            try:
+                out.append(ConversationID(raw))
+            except InvalidConversationIDError as exc:
+                raise corrupt(str(raw), None, f"invalid conversation id: {exc}") from exc
+        return out
+
+
+@final
+class _Statements:
+    """The SQL of one table prefix (validated, so plain identifiers)."""
+
+    __slots__ = ("append", "close", "conversations", "delete", "read", "schema")
+
+    def __init__(self, prefix: str) -> None:
+        conv = f'"{prefix}_conversations"'
+        batches = f'"{prefix}_batches"'
+        fn = f'"{prefix}_append"'
+        self.schema = (
+            f"CREATE TABLE IF NOT EXISTS {conv} ("
+            'id TEXT COLLATE "C" PRIMARY KEY, '
+            "closed BOOLEAN NOT NULL DEFAULT FALSE)",
+            f"CREATE TABLE IF NOT EXISTS {batches} ("
+            'conversation_id TEXT COLLATE "C" NOT NULL, '
+            "seq BIGINT NOT NULL, "
+            'append_id TEXT COLLATE "C" NOT NULL, '
+            "digest TEXT NOT NULL, "
+            "messages BYTEA NOT NULL, "
+            "PRIMARY KEY (conversation_id, seq), "
+            "UNIQUE (conversation_id, append_id))",
+            # Runs as one statement, so one transaction; plpgsql takes a fresh snapshot per
+            # statement, so the reads after the row lock see every committed batch.
+            f"CREATE OR REPLACE FUNCTION {fn}("
+            "p_cid TEXT, p_aid TEXT, p_digest TEXT, p_messages BYTEA) "
+            "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
+            "DECLARE v_closed BOOLEAN; v_digest TEXT;\n"
+            "BEGIN\n"
+            f"  SELECT c.closed INTO v_closed FROM {conv} c WHERE c.id = p_cid FOR UPDATE;\n"
+            "  IF NOT FOUND THEN\n"
+            f"    INSERT INTO {conv} (id) VALUES (p_cid) ON CONFLICT (id) DO NOTHING;\n"
+            f"    SELECT c.closed INTO v_closed FROM {conv} c WHERE c.id = p_cid FOR UPDATE;\n"
+            "  END IF;\n"
+            "  IF v_closed THEN RETURN 'closed'; END IF;\n"
+            f"  SELECT b.digest INTO v_digest FROM {batches} b\n"
+            "    WHERE b.conversation_id = p_cid AND b.append_id = p_aid;\n"
+            "  IF FOUND THEN RETURN 'accepted:' || v_digest; END IF;\n"
+            f"  INSERT INTO {batches} (conversation_id, seq, append_id, digest, messages)\n"
+            "    SELECT p_cid, COALESCE(MAX(b.seq), 0) + 1, p_aid, p_digest, p_messages\n"
+            f"    FROM {batches} b WHERE b.conversation_id = p_cid;\n"
+            "  RETURN 'inserted';\n"
+            "END\n"
+            "$fn$",
+        )
+        self.append = f"SELECT {fn}($1, $2, $3, $4)"
+        self.read = (
+            f"SELECT append_id, digest, messages FROM {batches} "
+            "WHERE conversation_id = $1 ORDER BY seq"
+        )
+        self.close = (
+            f"INSERT INTO {conv} (id, closed) VALUES ($1, TRUE) "
+            "ON CONFLICT (id) DO UPDATE SET closed = TRUE"
+        )
+        self.delete = f"DELETE FROM {batches} WHERE conversation_id = $1"
+        self.conversations = f"SELECT id FROM {conv} WHERE NOT closed ORDER BY id"

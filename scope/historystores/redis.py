@@ -1,0 +1,400 @@
+"""``RedisStore``: a history store in Redis, on redis-py's asyncio client (``scope[redis]``).
+
+redis-py is imported when a store is opened, not when this module is imported. The
+client is asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore``).
+
+Keys (``{P}`` is ``prefix``, default ``scope:history``; ``{H}`` is the hex of the
+conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag)::
+
+    {P}:{{H}}:batches   LIST    one element per batch: digest, "\\n", append id, "\\n", messages
+    {P}:{{H}}:ids       HASH    append id -> digest (the dedupe record)
+    {P}:{{H}}:closed    STRING  closure evidence; never expires
+    {P}:conversations   ZSET    every conversation ever appended to, score 0 (lexical order)
+
+One conversation's keys share a hash slot, so its scripts also run on Redis Cluster. The
+append and clear are each one Lua script (atomic in Redis). The listing sorted set is
+maintained beside them, before the append script and after the clear script, and
+``conversations()`` drops closed and empty ids from it, so the listing never shows a
+closed id and shows every acknowledged one. Redis' own durability applies: configure
+AOF (``appendonly yes``, ``appendfsync everysec`` or ``always``) for a store that must
+survive a server restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, final
+
+from scope.chat import Message
+from scope.errors import (
+    AppendConflictError,
+    ConversationClosedError,
+    InvalidConversationIDError,
+    StoreError,
+)
+from scope.history._batch import Batch, Receipt
+from scope.history._ids import ConversationID
+from scope.historystores._common import (
+    DecodedCache,
+    check_batch,
+    corrupt,
+    decode_records,
+    require_asyncio,
+    validate_cache_size,
+)
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["RedisStore"]
+
+T = TypeVar("T")
+
+_PREFIX: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,100}\Z")
+
+# KEYS: closed, ids, batches. ARGV: append id, digest, record. Checks first, writes last,
+# so an error (or an out-of-memory refusal of the first write) leaves nothing behind.
+_APPEND: Final = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'closed' end
+local accepted = redis.call('HGET', KEYS[2], ARGV[1])
+if accepted then return 'accepted:' .. accepted end
+redis.call('RPUSH', KEYS[3], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return 'inserted'
+"""
+
+# KEYS: closed, ids, batches.
+_CLEAR: Final = """
+redis.call('SET', KEYS[1], '1')
+redis.call('DEL', KEYS[2], KEYS[3])
+return 'cleared'
+"""
+
+
+def _redis() -> Any:
+    """The redis.asyncio module, imported on first use."""
+    try:
+        import redis.asyncio
+    except ImportError as exc:
+        raise ImportError(
+            "RedisStore needs redis-py: install the extra, pip install 'scope[redis]'"
+        ) from exc
+    return redis.asyncio
+
+
+def _driver_errors() -> tuple[type[BaseException], ...]:
+    """Every exception redis-py raises, plus socket errors and timeouts."""
+    import redis.exceptions
+
+    # Not every redis-py error derives from RedisError; the odd ones (present in some
+    # versions only) are listed by name.
+    odd = ("RedisClusterException", "ChildDeadlockedError", "IncorrectPolicyType")
+    return (
+        redis.exceptions.RedisError,
+        *(getattr(redis.exceptions, name) for name in odd if hasattr(redis.exceptions, name)),
+        OSError,
+        TimeoutError,
+    )
+
+
+def _retryable() -> tuple[type[BaseException], ...]:
+    """Failures after which the same operation may succeed on a fresh connection."""
+    import redis.exceptions
+
+    return (
+        redis.exceptions.ConnectionError,  # includes BusyLoadingError
+        redis.exceptions.TimeoutError,
+        redis.exceptions.TryAgainError,
+        OSError,
+        TimeoutError,
+    )
+
+
+def map_error(exc: BaseException, what: str) -> StoreError:
+    """The ``StoreError`` for a driver failure (callers chain the driver error)."""
+    return StoreError(f"Redis {what} failed: {type(exc).__name__}: {exc}")
+
+
+def validate_prefix(prefix: object) -> str:
+    """A key prefix: 1-100 of ASCII letters, digits, ``_``, ``.``, ``:`` and ``-``.
+
+    Braces are refused because a ``{`` in the prefix would become the hash tag of every
+    key; glob characters because the prefix must be usable in ``SCAN MATCH``. Anything
+    else raises ``ValueError``."""
+    if not isinstance(prefix, str):
+        raise ValueError(f"prefix must be a string, got {type(prefix).__name__}")
+    if not _PREFIX.match(prefix):
+        raise ValueError(
+            "prefix must be 1-100 characters of ASCII letters, digits, '_', '.', ':' "
+            f"and '-', got {prefix!r}"
+        )
+    return prefix
+
+
+@final
+class RedisStore:
+    """A ``Store`` and ``Lister`` in Redis.
+
+    Open with ``await RedisStore.open(url)``; use as an async context manager or call
+    ``aclose()`` (closes the client and its connections).
+
+    Guarantees, beyond the store rules of ``scope.history``:
+
+    - **Atomicity.** ``append`` is one Lua script: closed check, dedupe record and push of
+      the batch (one list element) run as a unit; ``clear`` is one script that records the
+      closure and deletes the batches and dedupe records. Both are linearizable across
+      clients and hosts.
+    - **Reconnects.** When a connection drops (``CLIENT KILL``, restart, network) the
+      operation is retried once on a fresh connection; every operation is idempotent, so a
+      batch lands exactly once. If the retry fails too, ``StoreError`` is raised with the
+      driver error chained; an append that raised ``StoreError`` may have been applied,
+      and retrying the same batch resolves it.
+    - **Cancellation.** A cancelled call leaves all or nothing: a script runs entirely or
+      not at all (a cancelled append may have been applied; a retry resolves it).
+    - **Errors.** Every redis-py, socket and timeout error becomes ``StoreError``; a
+      corrupt stored record makes ``read`` raise ``StoreError`` naming the conversation.
+      Calls on a closed store raise ``StoreError``.
+    """
+
+    __slots__ = ("_cache", "_client", "_closed", "_listing", "prefix")
+
+    def __init__(self, client: Redis, prefix: str, cache: DecodedCache) -> None:
+        """Internal: use ``await RedisStore.open(url)``."""
+        self._client = client
+        self._cache = cache
+        self._closed = False
+        self._listing = f"{prefix}:conversations"
+        self.prefix: Final = prefix
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        prefix: str = "scope:history",
+        max_connections: int | None = None,
+        client_name: str | None = None,
+        socket_timeout: float | None = 10.0,
+        decoded_cache_messages: int = 10_000,
+    ) -> RedisStore:
+        """Connect to ``url`` (``redis://[[user]:password@]host:port/db`` or ``rediss://``
+        for TLS) and check the server answers.
+
+        ``prefix`` names every key (see ``validate_prefix``); stores with different
+        prefixes share one database independently.
+        ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
+        re-reading a conversation skips decoding (each record is still checked against its
+        digest on every read); 0 disables the cache.
+        A bad prefix, URL or cache size raises
+        ``ValueError`` before any I/O; an unreachable server raises ``StoreError``.
+        Needs asyncio.
+        """
+        prefix = validate_prefix(prefix)
+        cache = DecodedCache(validate_cache_size(decoded_cache_messages))
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
+        require_asyncio("RedisStore", "redis-py")
+        aioredis = _redis()
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        try:
+            client = aioredis.Redis.from_url(
+                url,
+                max_connections=max_connections,
+                client_name=client_name,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_timeout,
+                # The store retries once itself, knowing which operations are safe to.
+                retry=Retry(NoBackoff(), 0),
+            )
+        except ValueError as exc:
+            raise ValueError(f"invalid Redis URL: {exc}") from exc
+        store = cls(client, prefix, cache)
+        try:
+            await store._call(lambda: client.ping(), "connect")
+        except BaseException:
+            await client.aclose()
+            raise
+        return store
+
+    def __repr__(self) -> str:
+        return f"RedisStore(prefix={self.prefix!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the client and its connection pool. Later calls raise ``StoreError``.
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._client.aclose()
+        except _driver_errors() as exc:
+            raise map_error(exc, "close") from exc
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose()`` was called."""
+        return self._closed
+
+    def _keys(self, cid: str) -> tuple[str, str, str]:
+        tag = cid.encode("utf-8").hex()
+        base = f"{self.prefix}:{{{tag}}}"
+        return f"{base}:closed", f"{base}:ids", f"{base}:batches"
+
+    async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
+        """Run ``fn()``, retrying once on a fresh connection when the connection dropped;
+        map driver errors to ``StoreError``."""
+        if self._closed:
+            raise StoreError("the RedisStore is closed")
+        errors = _driver_errors()
+        try:
+            return await fn()
+        except _retryable():
+            if self._closed:
+                raise StoreError("the RedisStore is closed") from None
+            # The server may have dropped every pooled connection (restart, CLIENT KILL)
+            # before this client noticed: reconnect the idle ones rather than retry on one.
+            with contextlib.suppress(*errors):
+                await self._client.connection_pool.disconnect(inuse_connections=False)
+        except errors as exc:
+            raise map_error(exc, what) from exc
+        try:
+            return await fn()
+        except errors as exc:
+            raise map_error(exc, f"{what} (retried on a fresh connection)") from exc
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        """The conversation's messages in stored order (``[]`` when unknown or closed).
+
+        One command: a consistent snapshot. A corrupt stored record raises ``StoreError``
+        naming the conversation."""
+        cid = ConversationID(conversation_id)
+        key = self._keys(cid)[2]
+        client = self._client
+        items: list[Any] = await self._call(
+            lambda: client.lrange(key, 0, -1), f"read of conversation {str(cid)!r}"
+        )
+        return decode_records(cid, (_split(cid, item) for item in items), self._cache)
+
+    async def append(self, batch: Batch) -> Receipt:
+        """Append ``batch`` atomically and return its receipt. Raises
+        ``ConversationClosedError``, ``AppendConflictError``, ``InvalidBatchError`` (not a
+        Batch, before any I/O) or ``StoreError``."""
+        batch = check_batch(batch)
+        cid = batch.conversation_id
+        aid = str(batch.id).encode("utf-8")
+        digest = batch.digest.encode("ascii")
+        record = b"".join((digest, b"\n", aid, b"\n", batch.encoded_messages))
+        keys = self._keys(cid)
+        member = cid.encode("utf-8")
+        client = self._client
+        listing = self._listing
+
+        async def append() -> Any:
+            # One round trip: list the id (idempotent), then run the append script. The
+            # listing skips ids that end up closed or without batches.
+            pipe = client.pipeline(transaction=False)
+            pipe.zadd(listing, {member: 0}, nx=True)
+            pipe.eval(_APPEND, 3, *keys, aid, digest, record)
+            return (await pipe.execute())[1]
+
+        raw = await self._call(append, f"append to conversation {str(cid)!r}")
+        outcome = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        if outcome == "closed":
+            raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
+        if outcome.startswith("accepted:"):
+            accepted = outcome.removeprefix("accepted:")
+            if accepted != batch.digest:
+                raise AppendConflictError(
+                    f"append id {str(batch.id)!r} of conversation {str(cid)!r} was accepted "
+                    f"with digest {accepted}, this batch has {batch.digest}"
+                )
+        elif outcome != "inserted":
+            raise StoreError(f"Redis append script returned {outcome!r}")
+        return batch.receipt()
+
+    async def clear(self, conversation_id: str) -> None:
+        """Close the conversation for ever and delete its batches (one script), then drop
+        it from the listing. Idempotent; an id never written is closed too."""
+        cid = ConversationID(conversation_id)
+        keys = self._keys(cid)
+        client = self._client
+        listing = self._listing
+        member = cid.encode("utf-8")
+
+        async def clear() -> None:
+            pipe = client.pipeline(transaction=False)
+            pipe.eval(_CLEAR, 3, *keys)
+            pipe.zrem(listing, member)
+            await pipe.execute()
+
+        await self._call(clear, f"clear of conversation {str(cid)!r}")
+
+    async def conversations(self) -> list[ConversationID]:
+        """Open conversations holding at least one batch, in code point order (the
+        sorted set orders members by their UTF-8 bytes)."""
+        client = self._client
+        listing = self._listing
+
+        async def members() -> list[Any]:
+            return list(await client.zrange(listing, 0, -1))
+
+        raw_ids = await self._call(members, "listing of conversations")
+        if not raw_ids:
+            return []
+        ids: list[ConversationID] = []
+        for raw in raw_ids:
+            try:
+                ids.append(ConversationID(bytes(raw).decode("utf-8")))
+            except (UnicodeDecodeError, InvalidConversationIDError) as exc:
+                raise corrupt(repr(raw), None, f"invalid listed conversation id: {exc}") from exc
+
+        async def states() -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for cid in ids:
+                closed, _, batches = self._keys(cid)
+                pipe.exists(closed)
+                pipe.exists(batches)
+            return list(await pipe.execute())
+
+        flags = await self._call(states, "listing of conversations")
+        out = []
+        gone = []
+        for index, cid in enumerate(ids):
+            closed, has_batches = flags[2 * index], flags[2 * index + 1]
+            if closed:
+                gone.append(cid.encode("utf-8"))  # closed for ever: safe to forget
+            elif has_batches:
+                out.append(cid)
+        if gone:
+            await self._call(lambda: client.zrem(listing, *gone), "listing cleanup")
+        return out
+
+
+def _split(cid: str, item: Any) -> tuple[Any, Any, Any]:
+    """``(append_id, digest, messages)`` of one stored list element."""
+    if not isinstance(item, bytes):
+        raise corrupt(cid, None, f"record is {type(item).__name__}, not bytes")
+    parts = item.split(b"\n", 2)
+    if len(parts) != 3:
+        raise corrupt(cid, None, "record is not 'digest\\nappend id\\nmessages'")
+    digest, aid, data = parts
+    try:
+        return aid.decode("utf-8"), digest.decode("ascii"), data
+    except UnicodeDecodeError as exc:
+        raise corrupt(cid, aid, f"record header is not text: {exc}") from exc

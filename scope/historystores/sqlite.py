@@ -1,0 +1,437 @@
+"""``SQLiteStore``: the embedded default history store, on the standard library's sqlite3.
+
+One file holds any number of conversations; several ``SQLiteStore`` handles, in one
+process or many, may share it (WAL mode, ``BEGIN IMMEDIATE`` write transactions and a
+busy timeout). Every database call runs on a worker thread through
+``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
+under asyncio and trio.
+
+Schema (``{prefix}`` is ``table_prefix``, default ``scope_history``)::
+
+    {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER)     -- one row per id
+    {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB)
+        PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
+
+A batch is one row holding its canonical encoded messages; reading checks every row
+against its digest, so a record changed outside scope raises ``StoreError``.
+
+Durability: ``synchronous="NORMAL"`` (the default) with WAL loses nothing a killed
+process acknowledged; after a power loss or OS crash the last acknowledged transactions
+may be rolled back (never torn). ``synchronous="FULL"`` (or ``"EXTRA"``) syncs the WAL on
+every commit and survives power loss, at a cost in append throughput.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Final, Literal, Self, TypeVar, final
+
+import anyio.to_thread
+
+from scope.chat import Message
+from scope.errors import (
+    AppendConflictError,
+    ConversationClosedError,
+    InvalidConversationIDError,
+    StoreError,
+)
+from scope.history._batch import Batch, Receipt
+from scope.history._ids import ConversationID
+from scope.historystores._common import (
+    DecodedCache,
+    check_batch,
+    corrupt,
+    decode_records,
+    validate_cache_size,
+    validate_table_prefix,
+)
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
+_SYNCHRONOUS: Final = ("NORMAL", "FULL", "EXTRA")
+
+
+def _map_error(exc: sqlite3.Error, what: str) -> StoreError:
+    """Every sqlite3 error (the root of all the module raises) becomes a ``StoreError``."""
+    return StoreError(f"SQLite {what} failed: {type(exc).__name__}: {exc}")
+
+
+class _Pool:
+    """sqlite3 connections for worker threads. Lives entirely on the thread side.
+
+    A connection is used by one thread at a time; idle ones are kept for reuse (up to
+    ``max_idle``). ``write_lock`` serialises this handle's write transactions, so threads
+    of one handle queue on a lock instead of on SQLite's sleeping busy handler; other
+    handles and processes are kept out by ``BEGIN IMMEDIATE`` and the busy timeout.
+    """
+
+    def __init__(
+        self, path: str, synchronous: str, busy_timeout: float, max_idle: int, tables: _Tables
+    ) -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self.max_idle = max_idle
+        self.tables = tables
+        self.lock = threading.Lock()
+        self.write_lock = threading.Lock()
+        self.idle: list[sqlite3.Connection] = []
+        self.closed = False
+
+    def connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self.busy_timeout,
+            isolation_level=None,  # autocommit: transactions are explicit BEGIN IMMEDIATE
+            check_same_thread=False,  # a pooled connection moves between worker threads
+            cached_statements=64,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def take(self) -> sqlite3.Connection:
+        with self.lock:
+            if self.closed:
+                raise StoreError("the SQLiteStore is closed")
+            if self.idle:
+                return self.idle.pop()
+        return self.connect()
+
+    def give(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            # Only reached when a rollback itself failed: the connection is suspect.
+            conn.close()
+            return
+        with self.lock:
+            if not self.closed and len(self.idle) < self.max_idle:
+                self.idle.append(conn)
+                return
+        conn.close()
+
+    def run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        try:
+            conn = self.take()
+        except sqlite3.Error as exc:
+            raise _map_error(exc, what) from exc
+        try:
+            return fn(conn)
+        except sqlite3.Error as exc:
+            raise _map_error(exc, what) from exc
+        finally:
+            self.give(conn)
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            idle, self.idle = self.idle, []
+        for conn in idle:
+            conn.close()
+
+
+@final
+class _Tables:
+    """Quoted table names for one prefix (validated: plain identifiers only)."""
+
+    __slots__ = ("batches", "conversations")
+
+    def __init__(self, prefix: str) -> None:
+        self.conversations = f'"{prefix}_conversations"'
+        self.batches = f'"{prefix}_batches"'
+
+
+def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
+    """Run ``body`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``; roll back on any failure.
+
+    The commit is the last statement: either it succeeds and all of ``body`` is
+    durable, or the transaction is rolled back and nothing of it is.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = body()
+        conn.execute("COMMIT")
+    except BaseException:
+        # Runs in a worker thread: no await here, so no cancellation is swallowed.
+        if conn.in_transaction:
+            # If the rollback fails, give() closes the connection still in a transaction.
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+@final
+class SQLiteStore:
+    """A ``Store`` and ``Lister`` in one SQLite database file.
+
+    Open with ``await SQLiteStore.open(path)``; use as an async context manager or call
+    ``aclose()``.
+
+    Guarantees, beyond the store rules of ``scope.history``:
+
+    - **Atomicity.** ``append`` runs the closed check, the dedupe lookup and the insert in
+      one ``BEGIN IMMEDIATE`` transaction; ``clear`` closes the id and deletes its
+      batches in one transaction. Two handles or two processes on one file are
+      linearizable: a clear and an append never interleave.
+    - **Cancellation.** The work of a call runs to completion on its worker thread even if
+      the awaiting task is cancelled (the cancellation is delivered when the thread is
+      done). A cancelled ``append`` therefore has either committed entirely or not at all;
+      it *may have committed*, so retry the same batch: the retry returns the receipt
+      and appends nothing.
+    - **Reads** are one statement, a consistent snapshot; every stored batch is checked
+      against its digest, and a corrupt record raises ``StoreError`` naming the
+      conversation and append id.
+    - **Errors.** Every sqlite3 error (locked past the busy timeout, I/O error, a file
+      that is not a database) is raised as ``StoreError`` with the driver error chained.
+      Calls on a closed store raise ``StoreError``.
+    """
+
+    __slots__ = ("_cache", "_pool", "_tables", "path", "synchronous", "table_prefix")
+
+    def __init__(self, pool: _Pool, table_prefix: str, cache: DecodedCache) -> None:
+        """Internal: use ``await SQLiteStore.open(path)``."""
+        self._pool = pool
+        self._cache = cache
+        self._tables = pool.tables
+        self.path: Final = pool.path
+        self.synchronous: Final = pool.synchronous
+        self.table_prefix: Final = table_prefix
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        table_prefix: str = "scope_history",
+        synchronous: Synchronous = "NORMAL",
+        busy_timeout: float = 5.0,
+        max_idle_connections: int = 4,
+        decoded_cache_messages: int = 10_000,
+    ) -> SQLiteStore:
+        """Open (creating when missing) the database at ``path`` and its tables.
+
+        ``table_prefix``: 1-49 of ``a-z``, ``0-9``, ``_`` (not starting with a digit);
+        stores with different prefixes share one file independently.
+        ``synchronous``: ``"NORMAL"`` survives a killed process, ``"FULL"``/``"EXTRA"``
+        also a power loss. ``busy_timeout``: seconds a write waits for another handle's
+        transaction before failing with ``StoreError``.
+        ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
+        re-reading a conversation skips decoding (each record is still checked against its
+        digest on every read); 0 disables the cache.
+        Bad arguments raise
+        ``ValueError`` (before any I/O); a file that cannot be opened as a database
+        raises ``StoreError``.
+        """
+        prefix = validate_table_prefix(table_prefix)
+        cache = DecodedCache(validate_cache_size(decoded_cache_messages))
+        if synchronous not in _SYNCHRONOUS:
+            raise ValueError(
+                f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}"
+            )
+        if (
+            isinstance(busy_timeout, bool)
+            or not isinstance(busy_timeout, int | float)
+            or not math.isfinite(busy_timeout)
+            or busy_timeout < 0
+        ):
+            raise ValueError(f"busy_timeout must be a finite number >= 0, got {busy_timeout!r}")
+        if (
+            isinstance(max_idle_connections, bool)
+            or not isinstance(max_idle_connections, int)
+            or max_idle_connections < 1
+        ):
+            raise ValueError(
+                f"max_idle_connections must be an integer >= 1, got {max_idle_connections!r}"
+            )
+        fspath = os.fspath(path)
+        if not isinstance(fspath, str) or not fspath or fspath == ":memory:":
+            raise ValueError(f"path must name a database file, got {path!r}")
+        pool = _Pool(
+            fspath, synchronous, float(busy_timeout), max_idle_connections, _Tables(prefix)
+        )
+        await anyio.to_thread.run_sync(_create_schema, pool)
+        return cls(pool, prefix, cache)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore(path={self.path!r}, table_prefix={self.table_prefix!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the store: later calls raise ``StoreError``. Idempotent.
+
+        Idle connections are closed now; a call already running finishes and closes its
+        connection when done.
+        """
+        await anyio.to_thread.run_sync(self._pool.close)
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose()`` was called."""
+        return self._pool.closed
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        if self._pool.closed:
+            raise StoreError("the SQLiteStore is closed")
+        return await anyio.to_thread.run_sync(self._pool.run, fn, what)
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        """The conversation's messages in stored order (``[]`` when unknown or closed).
+
+        A corrupt stored record raises ``StoreError`` naming the conversation."""
+        cid = ConversationID(conversation_id)
+        sql = (
+            f"SELECT append_id, digest, messages FROM {self._tables.batches} "
+            "WHERE conversation_id = ? ORDER BY seq"
+        )
+
+        cache = self._cache
+
+        def read(conn: sqlite3.Connection) -> list[Message]:
+            rows = conn.execute(sql, (cid,)).fetchall()
+            return decode_records(cid, rows, cache)
+
+        return await self._run(read, f"read of conversation {str(cid)!r}")
+
+    async def append(self, batch: Batch) -> Receipt:
+        """Append ``batch`` atomically and return its receipt (see the class docstring
+        for cancellation). Raises ``ConversationClosedError``, ``AppendConflictError``,
+        ``InvalidBatchError`` (not a Batch, before any I/O) or ``StoreError``."""
+        batch = check_batch(batch)
+        cid = batch.conversation_id
+        aid = batch.id
+        digest = batch.digest
+        data = batch.encoded_messages
+        t = self._tables
+        pool = self._pool
+
+        def body(conn: sqlite3.Connection) -> None:
+            row = conn.execute(f"SELECT closed FROM {t.conversations} WHERE id = ?", (cid,))
+            state = row.fetchone()
+            if state is not None and state[0]:
+                raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
+            row = conn.execute(
+                f"SELECT digest FROM {t.batches} WHERE conversation_id = ? AND append_id = ?",
+                (cid, aid),
+            )
+            found = row.fetchone()
+            if found is not None:
+                if found[0] != digest:
+                    raise AppendConflictError(
+                        f"append id {str(aid)!r} of conversation {str(cid)!r} was accepted "
+                        f"with digest {found[0]}, this batch has {digest}"
+                    )
+                return  # a retry of an accepted batch: nothing to write
+            if state is None:
+                conn.execute(f"INSERT INTO {t.conversations} (id, closed) VALUES (?, 0)", (cid,))
+            conn.execute(
+                f"INSERT INTO {t.batches} (conversation_id, seq, append_id, digest, messages) "
+                f"SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ? FROM {t.batches} "
+                "WHERE conversation_id = ?",
+                (cid, aid, digest, data, cid),
+            )
+
+        def append(conn: sqlite3.Connection) -> None:
+            with pool.write_lock:
+                _transaction(conn, lambda: body(conn))
+
+        await self._run(append, f"append to conversation {str(cid)!r}")
+        return batch.receipt()
+
+    async def clear(self, conversation_id: str) -> None:
+        """Close the conversation for ever and delete its batches, in one transaction.
+        Idempotent; an id never written is closed too."""
+        cid = ConversationID(conversation_id)
+        t = self._tables
+        pool = self._pool
+
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                f"INSERT INTO {t.conversations} (id, closed) VALUES (?, 1) "
+                "ON CONFLICT (id) DO UPDATE SET closed = 1",
+                (cid,),
+            )
+            conn.execute(f"DELETE FROM {t.batches} WHERE conversation_id = ?", (cid,))
+
+        def clear(conn: sqlite3.Connection) -> None:
+            with pool.write_lock:
+                _transaction(conn, lambda: body(conn))
+
+        await self._run(clear, f"clear of conversation {str(cid)!r}")
+
+    async def conversations(self) -> list[ConversationID]:
+        """Open conversations holding at least one batch, in code point order."""
+        sql = f"SELECT id FROM {self._tables.conversations} WHERE closed = 0 ORDER BY id"
+
+        def conversations(conn: sqlite3.Connection) -> list[ConversationID]:
+            out = []
+            for (raw,) in conn.execute(sql):
+                try:
+                    out.append(ConversationID(raw))
+                except InvalidConversationIDError as exc:
+                    raise corrupt(str(raw), None, f"invalid conversation id: {exc}") from exc
+            return out
+
+        return await self._run(conversations, "listing of conversations")
+
+
+def _create_schema(pool: _Pool) -> None:
+    t = pool.tables
+    try:
+        conn = pool.connect()
+    except sqlite3.Error as exc:
+        raise _map_error(exc, f"open of {pool.path!r}") from exc
+    try:
+        # WAL is a property of the file: set once, kept by every later connection.
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if mode is None or str(mode[0]).lower() != "wal":
+            raise StoreError(f"SQLite database {pool.path!r} cannot use WAL mode (got {mode!r})")
+
+        def body() -> None:
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {t.conversations} ("
+                "id TEXT PRIMARY KEY NOT NULL, "
+                "closed INTEGER NOT NULL DEFAULT 0"
+                ") WITHOUT ROWID"
+            )
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {t.batches} ("
+                "conversation_id TEXT NOT NULL, "
+                "seq INTEGER NOT NULL, "
+                "append_id TEXT NOT NULL, "
+                "digest TEXT NOT NULL, "
+                "messages BLOB NOT NULL, "
+                "PRIMARY KEY (conversation_id, seq), "
+                "UNIQUE (conversation_id, append_id))"
+            )
+
+        _transaction(conn, body)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise _map_error(exc, f"open of {pool.path!r}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    pool.give(conn)

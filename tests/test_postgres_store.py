@@ -1,0 +1,356 @@
+"""PostgresStore against a real server: conformance (with reopen), dropped connections,
+corruption, validation and the error mapping. asyncio only (asyncpg is asyncio-only).
+
+Needs ``SCOPE_TEST_POSTGRES_DSN`` (see tests/servers.py); skipped without it unless
+``SCOPE_REQUIRE_SERVERS=1``. Every test works under its own table prefix and drops it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from scope.chat import Message, assistant_message, user_message
+from scope.errors import StoreError
+from scope.history import Batch, Lister, Store
+from scope.history.storetest import StoreConformance
+from scope.historystores.postgres import PostgresStore
+from tests.servers import import_driver, postgres_dsn_or_skip, unique_table_prefix
+
+asyncpg = import_driver("asyncpg")
+
+pytestmark = [pytest.mark.anyio, pytest.mark.servers]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def dsn() -> str:
+    return postgres_dsn_or_skip()
+
+
+async def drop_prefix(dsn: str, prefix: str) -> None:
+    """Remove everything a store with ``prefix`` created."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations";'
+            f'DROP FUNCTION IF EXISTS "{prefix}_append"'
+        )
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def prefix(dsn: str) -> AsyncIterator[str]:
+    prefix = unique_table_prefix()
+    yield prefix
+    await drop_prefix(dsn, prefix)
+
+
+class TestPostgresConformance(StoreConformance):
+    @pytest.fixture
+    async def store(self, dsn: str, prefix: str) -> AsyncIterator[PostgresStore]:
+        async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+            self.dsn = dsn
+            yield store
+
+    async def reopen(self, store: Any) -> Any:
+        return await PostgresStore.open(self.dsn, table_prefix=store.table_prefix)
+
+
+def batch(cid: str, aid: str, text: str = "hello") -> Batch:
+    return Batch(cid, aid, [user_message(text), assistant_message(text + "!")])
+
+
+def texts(stored: list[Message]) -> list[str]:
+    return [m.text for m in stored]
+
+
+async def admin(dsn: str, sql: str, *args: Any) -> Any:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetch(sql, *args)
+    finally:
+        await conn.close()
+
+
+async def terminate(dsn: str, application_name: str) -> int:
+    """Kill every server session of ``application_name``; how many were killed."""
+    rows = await admin(
+        dsn,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+        application_name,
+    )
+    return sum(1 for row in rows if row[0])
+
+
+@pytest.fixture
+def app_name() -> str:
+    return f"scope-test-{uuid.uuid4().hex[:12]}"
+
+
+# -- shape, validation ------------------------------------------------------------------
+
+
+async def test_is_a_store_and_lister_with_public_module(dsn: str, prefix: str) -> None:
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+        assert isinstance(store, Store)
+        assert isinstance(store, Lister)
+        assert type(store).__module__ == "scope.historystores.postgres"
+        assert prefix in repr(store)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "1abc", "Upper", "a-b", 'a"b', "a b", "a;drop", "é", "x" * 50, 7, None],
+)
+async def test_invalid_table_prefix_is_a_value_error(bad: Any) -> None:
+    # Validation comes before any I/O: no server needed.
+    with pytest.raises(ValueError, match="table_prefix"):
+        await PostgresStore.open("postgresql://nowhere.invalid/db", table_prefix=bad)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"min_size": -1}, "min_size"),
+        ({"max_size": 0}, "max_size"),
+        ({"min_size": 5, "max_size": 2}, "min_size"),
+        ({"max_size": True}, "max_size"),
+    ],
+)
+async def test_invalid_pool_sizes_are_value_errors(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        await PostgresStore.open("postgresql://nowhere.invalid/db", **kwargs)
+
+
+@pytest.mark.parametrize("dsn_value", ["", "postgresql://host:notaport/db"])
+async def test_invalid_dsn_is_a_value_error(dsn_value: str) -> None:
+    with pytest.raises(ValueError, match=r"invalid PostgreSQL DSN|dsn must be"):
+        await PostgresStore.open(dsn_value)
+
+
+async def test_unreachable_server_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match="connect") as info:
+        await PostgresStore.open("postgresql://scope@127.0.0.1:1/postgres", connect_timeout=2)
+    assert isinstance(info.value.__cause__, OSError)
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_is_refused_with_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match="asyncio"):
+        await PostgresStore.open("postgresql://nowhere.invalid/db")
+
+
+async def test_longest_valid_prefix_works(dsn: str) -> None:
+    prefix = "p" * 49
+    try:
+        async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+            await store.append(batch("c", "a1"))
+            assert texts(await store.read("c")) == ["hello", "hello!"]
+    finally:
+        await drop_prefix(dsn, prefix)
+
+
+async def test_prefixes_share_one_database_independently(dsn: str, prefix: str) -> None:
+    other = unique_table_prefix()
+    try:
+        async with (
+            await PostgresStore.open(dsn, table_prefix=prefix) as one,
+            await PostgresStore.open(dsn, table_prefix=other) as two,
+        ):
+            await one.append(batch("c", "a1", "one"))
+            await two.append(batch("c", "a1", "two"))
+            await one.clear("c")
+            assert await one.read("c") == []
+            assert texts(await two.read("c")) == ["two", "two!"]
+    finally:
+        await drop_prefix(dsn, other)
+
+
+async def test_schema_creation_is_safe_when_many_open_at_once(dsn: str, prefix: str) -> None:
+    stores: list[PostgresStore] = []
+
+    async def open_one() -> None:
+        stores.append(await PostgresStore.open(dsn, table_prefix=prefix, max_size=1))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(6):
+            tg.start_soon(open_one)
+    try:
+        for i, store in enumerate(stores):
+            await store.append(batch("c", f"a{i}"))
+        assert len(await stores[0].read("c")) == 12
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+async def test_closed_store_refuses_every_call(dsn: str, prefix: str) -> None:
+    store = await PostgresStore.open(dsn, table_prefix=prefix)
+    await store.append(batch("c", "a1"))
+    await store.aclose()
+    await store.aclose()
+    assert store.closed
+    for call in (store.read("c"), store.append(batch("c", "a2")), store.clear("c")):
+        with pytest.raises(StoreError, match="closed"):
+            await call
+    with pytest.raises(StoreError, match="closed"):
+        await store.conversations()
+
+
+# -- dropped connections -----------------------------------------------------------------
+
+
+async def test_retry_after_connection_killed_after_commit_lands_once(
+    dsn: str, prefix: str, app_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append commits, then its session is terminated before the client reads the
+    reply: the store retries on a fresh connection and the dedupe record answers."""
+    original = PostgresStore._with_connection
+    killed: list[int] = []
+
+    async def lose_the_reply(
+        self: PostgresStore, fn: Callable[[Any], Awaitable[Any]], what: str
+    ) -> Any:
+        async def commit_then_die(conn: Any) -> Any:
+            result = await fn(conn)  # committed
+            if what.startswith("append") and not killed:
+                killed.append(await terminate(dsn, app_name))
+                await conn.fetchval("SELECT 1")  # the dead session: a real driver error
+            return result
+
+        return await original(self, commit_then_die, what)
+
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name
+    ) as store:
+        monkeypatch.setattr(PostgresStore, "_with_connection", lose_the_reply)
+        b = batch("c", "a1")
+        assert await store.append(b) == b.receipt()
+        assert killed and killed[0] >= 1
+        # The host's own retry of the same batch is answered from the dedupe record too.
+        assert await store.append(b) == b.receipt()
+        assert texts(await store.read("c")) == ["hello", "hello!"]
+
+
+async def test_every_pooled_connection_killed_between_calls(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name, min_size=3, max_size=3
+    ) as store:
+        first = batch("c", "a1")
+        await store.append(first)
+        assert await terminate(dsn, app_name) >= 1
+        assert await store.append(first) == first.receipt()
+        assert await terminate(dsn, app_name) >= 1
+        await store.append(batch("c", "a2", "more"))
+        assert await terminate(dsn, app_name) >= 1
+        assert texts(await store.read("c")) == ["hello", "hello!", "more", "more!"]
+        assert await terminate(dsn, app_name) >= 1
+        assert await store.conversations() == ["c"]
+
+
+async def test_connection_killed_while_append_waits_for_the_row_lock(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """The append's session dies mid-transaction: the transaction rolls back on the server,
+    the store retries on a fresh connection, and the batch lands exactly once."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name
+    ) as store:
+        await store.append(batch("c", "a1"))
+        locker = await asyncpg.connect(dsn)
+        try:
+            tr = locker.transaction()
+            await tr.start()
+            await locker.execute(
+                f'SELECT 1 FROM "{prefix}_conversations" WHERE id = $1 FOR UPDATE', "c"
+            )
+            second = batch("c", "a2", "second")
+            receipts: list[Any] = []
+
+            async def append() -> None:
+                receipts.append(await store.append(second))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(append)
+                waiting = 0
+                with anyio.fail_after(10):
+                    while not waiting:
+                        rows = await admin(
+                            dsn,
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                            app_name,
+                        )
+                        waiting = rows[0][0]
+                assert await terminate(dsn, app_name) >= 1
+                await tr.rollback()
+        finally:
+            await locker.close()
+        assert receipts == [second.receipt()]
+        assert texts(await store.read("c")) == ["hello", "hello!", "second", "second!"]
+
+
+# -- corruption -------------------------------------------------------------------------
+
+
+async def test_corrupt_record_is_reported_naming_the_conversation(dsn: str, prefix: str) -> None:
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+        await store.append(batch("victim;'%", "a1"))
+        await store.append(batch("bystander", "a1"))
+        await admin(
+            dsn,
+            f'UPDATE "{prefix}_batches" SET messages = $1 WHERE conversation_id = $2',
+            b'[{"role":"user"}]',
+            "victim;'%",
+        )
+        with pytest.raises(StoreError, match="corrupt") as info:
+            await store.read("victim;'%")
+        assert 'conversation "victim;\'%"' in str(info.value)
+        assert "digest" in str(info.value)
+        assert texts(await store.read("bystander")) == ["hello", "hello!"]
+
+
+# -- error mapping ----------------------------------------------------------------------
+
+
+def _driver_error_classes() -> list[type[BaseException]]:
+    out: list[type[BaseException]] = []
+    for name in dir(asyncpg.exceptions):
+        cls = getattr(asyncpg.exceptions, name)
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, Exception)
+            and not issubclass(cls, Warning)
+            and cls.__module__.startswith("asyncpg")
+        ):
+            out.append(cls)
+    return out
+
+
+async def test_every_driver_error_becomes_store_error(dsn: str, prefix: str) -> None:
+    classes = [*_driver_error_classes(), OSError, ConnectionResetError, TimeoutError]
+    assert len(classes) > 200  # every SQLSTATE class asyncpg knows, and its client errors
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+        for cls in classes:
+
+            async def fail(conn: Any, cls: type[BaseException] = cls) -> None:
+                raise cls("injected")
+
+            with pytest.raises(StoreError, match="injected") as info:
+                await store._with_connection(fail, "test")
+            assert type(info.value.__cause__) is cls, cls
+        # Still usable.
+        await store.append(batch("c", "a1"))
+        assert len(await store.read("c")) == 2

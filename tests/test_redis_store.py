@@ -1,0 +1,317 @@
+"""RedisStore against a real server: conformance (with reopen), killed clients, key
+layout, listing repair, corruption, validation and the error mapping. asyncio only
+(redis-py's client is asyncio-only).
+
+Needs ``SCOPE_TEST_REDIS_URL`` (see tests/servers.py); skipped without it unless
+``SCOPE_REQUIRE_SERVERS=1``. Every test works under its own key prefix and deletes it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from scope.chat import Message, assistant_message, user_message
+from scope.errors import StoreError
+from scope.history import Batch, Lister, Store
+from scope.history.storetest import StoreConformance
+from scope.historystores.redis import RedisStore
+from tests.servers import import_driver, redis_url_or_skip, unique_key_prefix
+
+redis = import_driver("redis")
+aioredis = import_driver("redis.asyncio")
+
+pytestmark = [pytest.mark.anyio, pytest.mark.servers]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def url() -> str:
+    return redis_url_or_skip()
+
+
+async def drop_prefix(url: str, prefix: str) -> None:
+    """Delete every key under ``prefix`` (SCAN, never KEYS)."""
+    client = aioredis.Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def prefix(url: str) -> AsyncIterator[str]:
+    prefix = unique_key_prefix()
+    yield prefix
+    await drop_prefix(url, prefix)
+
+
+@pytest.fixture
+async def admin(url: str) -> AsyncIterator[Any]:
+    client = aioredis.Redis.from_url(url)
+    yield client
+    await client.aclose()
+
+
+class TestRedisConformance(StoreConformance):
+    @pytest.fixture
+    async def store(self, url: str, prefix: str) -> AsyncIterator[RedisStore]:
+        async with await RedisStore.open(url, prefix=prefix) as store:
+            self.url = url
+            yield store
+
+    async def reopen(self, store: Any) -> Any:
+        return await RedisStore.open(self.url, prefix=store.prefix)
+
+
+def batch(cid: str, aid: str, text: str = "hello") -> Batch:
+    return Batch(cid, aid, [user_message(text), assistant_message(text + "!")])
+
+
+def texts(stored: list[Message]) -> list[str]:
+    return [m.text for m in stored]
+
+
+async def kill_clients(admin: Any, name: str) -> int:
+    """``CLIENT KILL`` every connection named ``name``; how many were killed."""
+    killed = 0
+    for client in await admin.client_list():
+        if client.get("name") == name:
+            killed += int(await admin.execute_command("CLIENT", "KILL", "ID", client["id"]))
+    return killed
+
+
+@pytest.fixture
+def client_name() -> str:
+    return f"scope-test-{uuid.uuid4().hex[:12]}"
+
+
+# -- shape, validation ------------------------------------------------------------------
+
+
+async def test_is_a_store_and_lister_with_public_module(url: str, prefix: str) -> None:
+    async with await RedisStore.open(url, prefix=prefix) as store:
+        assert isinstance(store, Store)
+        assert isinstance(store, Lister)
+        assert type(store).__module__ == "scope.historystores.redis"
+        assert prefix in repr(store)
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "a{b", "a}b", "{x}", "a*", "a?", "a[b]", "a b", "é", "x" * 101, 5, None]
+)
+async def test_invalid_prefix_is_a_value_error(bad: Any) -> None:
+    # Validation comes before any I/O: no server needed.
+    with pytest.raises(ValueError, match="prefix"):
+        await RedisStore.open("redis://nowhere.invalid:1/0", prefix=bad)
+
+
+@pytest.mark.parametrize("bad", ["", "http://host", "localhost:6379", 42])
+async def test_invalid_url_is_a_value_error(bad: Any) -> None:
+    with pytest.raises(ValueError, match="url"):
+        await RedisStore.open(bad)
+
+
+async def test_unreachable_server_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match="connect"):
+        await RedisStore.open("redis://127.0.0.1:1/0", socket_timeout=2)
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_is_refused_with_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match="asyncio"):
+        await RedisStore.open("redis://nowhere.invalid:1/0")
+
+
+async def test_closed_store_refuses_every_call(url: str, prefix: str) -> None:
+    store = await RedisStore.open(url, prefix=prefix)
+    await store.append(batch("c", "a1"))
+    await store.aclose()
+    await store.aclose()
+    assert store.closed
+    for call in (store.read("c"), store.append(batch("c", "a2")), store.clear("c")):
+        with pytest.raises(StoreError, match="closed"):
+            await call
+    with pytest.raises(StoreError, match="closed"):
+        await store.conversations()
+
+
+# -- key layout ---------------------------------------------------------------------------
+
+
+def hash_tag(key: bytes) -> bytes:
+    """The part of a key Redis Cluster hashes: the first ``{...}`` with content."""
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
+
+
+async def test_keys_of_a_conversation_share_one_hash_tag(url: str, prefix: str, admin: Any) -> None:
+    hostile = ["{braces}", "}{", "a}b{c", "{", "}", "*", "日本語", "x" * 512]
+    async with await RedisStore.open(url, prefix=prefix) as store:
+        for cid in hostile:
+            await store.append(batch(cid, "a1"))
+        await store.clear("{braces}")
+        keys = [key async for key in admin.scan_iter(match=f"{prefix}:*")]
+        tags: dict[bytes, set[bytes]] = {}
+        for key in keys:
+            if key == f"{prefix}:conversations".encode():
+                continue
+            tags.setdefault(hash_tag(key), set()).add(key)
+        # One tag per conversation: the hex of its UTF-8 bytes.
+        assert set(tags) == {cid.encode().hex().encode() for cid in hostile}
+        # Open conversations have their batches and dedupe record under that tag.
+        assert all(
+            len(group) == 2 for tag, group in tags.items() if tag != b"{braces}".hex().encode()
+        )
+
+
+async def test_listing_repairs_a_crash_between_steps(url: str, prefix: str, admin: Any) -> None:
+    async with await RedisStore.open(url, prefix=prefix) as store:
+        await store.append(batch("kept", "a1"))
+        await store.append(batch("closed", "a1"))
+        await store.clear("closed")
+        # A clear that died after its script, before ZREM; an append that died after
+        # listing the id, before its script ran.
+        await admin.zadd(f"{prefix}:conversations", {"closed": 0, "never appended": 0})
+        assert await store.conversations() == ["kept"]
+        # The closed id is forgotten; the empty one stays listed until it gets a batch.
+        members = await admin.zrange(f"{prefix}:conversations", 0, -1)
+        assert members == [b"kept", b"never appended"]
+        await store.append(batch("never appended", "a1"))
+        assert await store.conversations() == ["kept", "never appended"]
+
+
+# -- killed clients -----------------------------------------------------------------------
+
+
+async def test_retry_after_client_killed_after_commit_lands_once(
+    url: str,
+    prefix: str,
+    admin: Any,
+    client_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The append script runs, then the connection is killed before the reply is read:
+    the store retries on a fresh connection and the dedupe record answers."""
+    original = RedisStore._call
+    killed: list[int] = []
+
+    async def lose_the_reply(self: RedisStore, fn: Callable[[], Awaitable[Any]], what: str) -> Any:
+        async def commit_then_die() -> Any:
+            result = await fn()  # applied
+            if what.startswith("append") and not killed:
+                killed.append(await kill_clients(admin, client_name))
+                raise redis.exceptions.ConnectionError("Connection closed by server.")
+            return result
+
+        return await original(self, commit_then_die, what)
+
+    async with await RedisStore.open(url, prefix=prefix, client_name=client_name) as store:
+        monkeypatch.setattr(RedisStore, "_call", lose_the_reply)
+        b = batch("c", "a1")
+        assert await store.append(b) == b.receipt()
+        assert killed and killed[0] >= 1
+        assert await store.append(b) == b.receipt()
+        assert texts(await store.read("c")) == ["hello", "hello!"]
+
+
+async def test_every_connection_killed_between_calls(
+    url: str, prefix: str, admin: Any, client_name: str
+) -> None:
+    async with await RedisStore.open(url, prefix=prefix, client_name=client_name) as store:
+        first = batch("c", "a1")
+        await store.append(first)
+        assert await kill_clients(admin, client_name) >= 1
+        assert await store.append(first) == first.receipt()
+        assert await kill_clients(admin, client_name) >= 1
+        await store.append(batch("c", "a2", "more"))
+        assert await kill_clients(admin, client_name) >= 1
+        assert texts(await store.read("c")) == ["hello", "hello!", "more", "more!"]
+        assert await kill_clients(admin, client_name) >= 1
+        await store.clear("other")
+        assert await store.conversations() == ["c"]
+
+
+# -- corruption -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        b"garbage without newlines",
+        b"sha256:00\na1\n[]",
+        b"\xff\xfe\n\xff\n[]",
+    ],
+    ids=["unframed", "bad-digest", "not-text"],
+)
+async def test_corrupt_record_is_reported_naming_the_conversation(
+    url: str, prefix: str, admin: Any, record: bytes
+) -> None:
+    cid = "victim {x}*"
+    async with await RedisStore.open(url, prefix=prefix) as store:
+        await store.append(batch(cid, "a1"))
+        await store.append(batch("bystander", "a1"))
+        key = f"{prefix}:{{{cid.encode().hex()}}}:batches"
+        await admin.lset(key, 0, record)
+        with pytest.raises(StoreError, match="corrupt") as info:
+            await store.read(cid)
+        assert f"conversation {cid!r}" in str(info.value)
+        assert texts(await store.read("bystander")) == ["hello", "hello!"]
+
+
+async def test_flipped_byte_is_reported(url: str, prefix: str, admin: Any) -> None:
+    async with await RedisStore.open(url, prefix=prefix) as store:
+        await store.append(batch("c", "a1"))
+        key = f"{prefix}:{{{b'c'.hex()}}}:batches"
+        stored = await admin.lindex(key, 0)
+        await admin.lset(key, 0, stored.replace(b"hello", b"jello"))
+        with pytest.raises(StoreError, match="digest"):
+            await store.read("c")
+
+
+# -- error mapping ----------------------------------------------------------------------
+
+
+def _driver_error_classes() -> list[type[BaseException]]:
+    out: list[type[BaseException]] = []
+    for name in dir(redis.exceptions):
+        cls = getattr(redis.exceptions, name)
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, Exception)
+            and cls.__module__.startswith("redis")
+        ):
+            out.append(cls)
+    return out
+
+
+async def test_every_driver_error_becomes_store_error(url: str, prefix: str) -> None:
+    classes = [*_driver_error_classes(), OSError, ConnectionResetError, TimeoutError]
+    assert redis.exceptions.ResponseError in classes
+    async with await RedisStore.open(url, prefix=prefix) as store:
+        for cls in classes:
+            # Some classes parse their message (MovedError: "slot host:port"); bypass that.
+            error: BaseException = cls.__new__(cls)  # type: ignore[call-overload]
+            Exception.__init__(error, "injected")
+
+            async def fail(error: BaseException = error) -> None:
+                raise error
+
+            with pytest.raises(StoreError, match="injected") as info:
+                await store._call(fail, "test")
+            assert type(info.value.__cause__) is cls, cls
+        await store.append(batch("c", "a1"))
+        assert len(await store.read("c")) == 2

@@ -1,0 +1,342 @@
+"""SQLiteStore: the conformance suite (asyncio and trio, with reopen) and its own rules."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scope.chat import assistant_message, user_message
+from scope.errors import StoreError
+from scope.history import Batch, Lister, Store
+from scope.history.storetest import StoreConformance
+from scope.historystores.sqlite import SQLiteStore
+
+
+class TestSQLiteConformance(StoreConformance):
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+        async with await SQLiteStore.open(tmp_path / "history.db") as store:
+            yield store
+
+    async def reopen(self, store: Any) -> Any:
+        return await SQLiteStore.open(store.path, table_prefix=store.table_prefix)
+
+
+class TestSQLiteConformanceFullSync(StoreConformance):
+    """The same rules with synchronous=FULL and a non-default table prefix."""
+
+    concurrent_appends = 10
+    concurrent_retries = 10
+    cancellation_rounds = 4
+
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+        path = tmp_path / "full.db"
+        async with await SQLiteStore.open(path, table_prefix="other", synchronous="FULL") as s:
+            yield s
+
+    async def reopen(self, store: Any) -> Any:
+        return await SQLiteStore.open(store.path, table_prefix="other", synchronous="FULL")
+
+
+def batch(cid: str, aid: str, text: str = "hello") -> Batch:
+    return Batch(cid, aid, [user_message(text), assistant_message(text + "!")])
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    async with await SQLiteStore.open(tmp_path / "h.db") as store:
+        yield store
+
+
+def raw(store: SQLiteStore) -> sqlite3.Connection:
+    """A plain connection on the store's file, for tampering with it."""
+    return sqlite3.connect(store.path, isolation_level=None)
+
+
+# -- shape and configuration -----------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_is_a_store_and_lister_with_public_module(store: SQLiteStore) -> None:
+    assert isinstance(store, Store)
+    assert isinstance(store, Lister)
+    assert type(store).__module__ == "scope.historystores.sqlite"
+    assert "h.db" in repr(store)
+
+
+@pytest.mark.anyio
+async def test_file_is_in_wal_mode(store: SQLiteStore) -> None:
+    with raw(store) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("synchronous", "level"), [("NORMAL", 1), ("FULL", 2), ("EXTRA", 3)])
+async def test_synchronous_setting_is_applied(tmp_path: Path, synchronous: Any, level: int) -> None:
+    async with await SQLiteStore.open(tmp_path / "s.db", synchronous=synchronous) as store:
+        assert store.synchronous == synchronous
+        conn = store._pool.take()
+        try:
+            assert conn.execute("PRAGMA synchronous").fetchone() == (level,)
+        finally:
+            store._pool.give(conn)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "prefix",
+    ["", "1abc", "Upper", "a-b", 'a"b', "a b", "a;b", "é", "x" * 50, 7, None],
+)
+async def test_invalid_table_prefix_is_a_value_error(tmp_path: Path, prefix: Any) -> None:
+    with pytest.raises(ValueError, match="table_prefix"):
+        await SQLiteStore.open(tmp_path / "p.db", table_prefix=prefix)
+    assert not (tmp_path / "p.db").exists()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"synchronous": "OFF"}, "synchronous"),
+        ({"synchronous": "normal"}, "synchronous"),
+        ({"busy_timeout": -1}, "busy_timeout"),
+        ({"busy_timeout": float("nan")}, "busy_timeout"),
+        ({"busy_timeout": True}, "busy_timeout"),
+        ({"max_idle_connections": 0}, "max_idle_connections"),
+        ({"decoded_cache_messages": -1}, "decoded_cache_messages"),
+        ({"decoded_cache_messages": 1.5}, "decoded_cache_messages"),
+    ],
+)
+async def test_invalid_options_are_value_errors(
+    tmp_path: Path, kwargs: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        await SQLiteStore.open(tmp_path / "o.db", **kwargs)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", ["", ":memory:"])
+async def test_path_must_name_a_file(path: str) -> None:
+    with pytest.raises(ValueError, match="path"):
+        await SQLiteStore.open(path)
+
+
+@pytest.mark.anyio
+async def test_longest_valid_prefix_is_accepted(tmp_path: Path) -> None:
+    async with await SQLiteStore.open(tmp_path / "l.db", table_prefix="x" * 49) as store:
+        await store.append(batch("c", "a1"))
+        assert await store.conversations() == ["c"]
+
+
+@pytest.mark.anyio
+async def test_prefixes_share_one_file_independently(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    async with (
+        await SQLiteStore.open(path, table_prefix="one") as one,
+        await SQLiteStore.open(path, table_prefix="two") as two,
+    ):
+        await one.append(batch("c", "a1", "one"))
+        await two.append(batch("c", "a1", "two"))
+        await one.clear("c")
+        assert await one.read("c") == []
+        assert [m.text for m in await two.read("c")] == ["two", "two!"]
+        assert await two.conversations() == ["c"]
+
+
+# -- failures --------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_file_that_is_not_a_database_raises_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not an SQLite database" * 100)
+    with pytest.raises(StoreError, match=r"junk\.db") as info:
+        await SQLiteStore.open(path)
+    assert isinstance(info.value.__cause__, sqlite3.DatabaseError)
+
+
+@pytest.mark.anyio
+async def test_locked_database_raises_store_error_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    async with await SQLiteStore.open(path, busy_timeout=0.05) as store:
+        await store.append(batch("c", "a1"))
+        blocker = raw(store)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreError, match="append to conversation 'c'") as info:
+                await store.append(batch("c", "a2"))
+            assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+            with pytest.raises(StoreError, match="clear"):
+                await store.clear("c")
+            # Reads are not blocked by a writer in WAL mode.
+            assert len(await store.read("c")) == 2
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert len(await store.read("c")) == 2
+        await store.append(batch("c", "a2"))
+        assert len(await store.read("c")) == 4
+
+
+@pytest.mark.anyio
+async def test_every_sqlite_error_becomes_store_error(store: SQLiteStore) -> None:
+    def subclasses(cls: type[BaseException]) -> list[type[BaseException]]:
+        out = [cls]
+        for sub in cls.__subclasses__():
+            out += subclasses(sub)
+        return out
+
+    classes = subclasses(sqlite3.Error)
+    assert sqlite3.OperationalError in classes and sqlite3.IntegrityError in classes
+    for cls in classes:
+
+        def fail(conn: sqlite3.Connection, cls: type[BaseException] = cls) -> None:
+            raise cls("injected")
+
+        with pytest.raises(StoreError, match="injected") as info:
+            await store._run(fail, "test")
+        assert type(info.value.__cause__) is cls
+    # The pool is still usable afterwards.
+    await store.append(batch("c", "a1"))
+    assert len(await store.read("c")) == 2
+
+
+@pytest.mark.anyio
+async def test_closed_store_refuses_every_call(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "c.db")
+    await store.append(batch("c", "a1"))
+    await store.aclose()
+    await store.aclose()  # idempotent
+    assert store.closed
+    with pytest.raises(StoreError, match="closed"):
+        await store.read("c")
+    with pytest.raises(StoreError, match="closed"):
+        await store.append(batch("c", "a2"))
+    with pytest.raises(StoreError, match="closed"):
+        await store.clear("c")
+    with pytest.raises(StoreError, match="closed"):
+        await store.conversations()
+    async with await SQLiteStore.open(tmp_path / "c.db") as again:
+        assert len(await again.read("c")) == 2
+
+
+# -- corruption ------------------------------------------------------------------------
+
+
+async def corrupt_and_read(store: SQLiteStore, sql: str, *args: Any) -> StoreError:
+    await store.append(batch("victim 'x'", "a1"))
+    await store.append(batch("victim 'x'", "a2"))
+    await store.append(batch("bystander", "a1"))
+    with raw(store) as conn:
+        conn.execute(sql, args)
+    with pytest.raises(StoreError) as info:
+        await store.read("victim 'x'")
+    # Other conversations are unaffected.
+    assert len(await store.read("bystander")) == 2
+    return info.value
+
+
+VICTIM = "AND conversation_id <> 'bystander'"
+SET_RECORD = (
+    f"UPDATE scope_history_batches SET messages = ?, digest = ? WHERE append_id = 'a1' {VICTIM}"
+)
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.anyio
+async def test_flipped_byte_is_reported_naming_the_conversation(store: SQLiteStore) -> None:
+    error = await corrupt_and_read(
+        store,
+        "UPDATE scope_history_batches SET messages = CAST(replace(CAST(messages AS TEXT), "
+        f"'hello', 'jello') AS BLOB) WHERE append_id = 'a2' {VICTIM}",
+    )
+    assert "conversation \"victim 'x'\"" in str(error)
+    assert "'a2'" in str(error) and "corrupt" in str(error) and "digest" in str(error)
+
+
+@pytest.mark.anyio
+async def test_tampered_digest_is_reported(store: SQLiteStore) -> None:
+    error = await corrupt_and_read(
+        store,
+        f"UPDATE scope_history_batches SET digest = 'md5:x' WHERE append_id = 'a1' {VICTIM}",
+    )
+    assert "victim" in str(error) and "invalid digest" in str(error)
+
+
+@pytest.mark.anyio
+async def test_non_json_record_with_matching_digest_is_reported(store: SQLiteStore) -> None:
+    data = b"[not json"
+    error = await corrupt_and_read(
+        store,
+        SET_RECORD,
+        data,
+        _digest(data),
+    )
+    assert "victim" in str(error) and "invalid JSON" in str(error)
+
+
+@pytest.mark.anyio
+async def test_invalid_message_with_matching_digest_is_reported(store: SQLiteStore) -> None:
+    data = b'[{"parts":[],"role":"user"}]'
+    error = await corrupt_and_read(
+        store,
+        SET_RECORD,
+        data,
+        _digest(data),
+    )
+    assert "victim" in str(error) and "messages[0]" in str(error)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("data", [b"[]", b"{}", b'"x"'])
+async def test_record_that_is_no_message_array_is_reported(store: SQLiteStore, data: bytes) -> None:
+    error = await corrupt_and_read(
+        store,
+        SET_RECORD,
+        data,
+        _digest(data),
+    )
+    assert "victim" in str(error) and "array" in str(error)
+
+
+@pytest.mark.anyio
+async def test_text_instead_of_blob_is_reported(store: SQLiteStore) -> None:
+    error = await corrupt_and_read(
+        store,
+        f"UPDATE scope_history_batches SET messages = 'text' WHERE append_id = 'a1' {VICTIM}",
+    )
+    assert "victim" in str(error) and "not bytes" in str(error)
+
+
+@pytest.mark.anyio
+async def test_invalid_listed_id_is_reported(store: SQLiteStore) -> None:
+    with raw(store) as conn:
+        conn.execute("INSERT INTO scope_history_conversations VALUES (' padded', 0)")
+    with pytest.raises(StoreError, match="padded"):
+        await store.conversations()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("cache", [0, 3, 10_000])
+async def test_corruption_is_caught_after_cached_reads(tmp_path: Path, cache: int) -> None:
+    async with await SQLiteStore.open(tmp_path / "c.db", decoded_cache_messages=cache) as store:
+        for i in range(3):
+            await store.append(batch("c", f"a{i}", f"m{i}"))
+        first = await store.read("c")
+        assert await store.read("c") == first  # served from the cache when enabled
+        with raw(store) as conn:
+            conn.execute(
+                "UPDATE scope_history_batches SET messages = CAST(replace("
+                "CAST(messages AS TEXT), 'm1', 'x1') AS BLOB) WHERE append_id = 'a1'"
+            )
+        with pytest.raises(StoreError, match="'a1' is corrupt"):
+            await store.read("c")
