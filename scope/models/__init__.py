@@ -1,0 +1,9 @@
+"""Model adapters: ``chat.Model`` and ``chat.Streamer`` implementations for real providers.
+
+Each adapter lives in its own module and needs its own extra, so importing ``scope`` (or
+this package) never imports an HTTP library:
+
+- ``scope.models.openai.OpenAIChatModel`` (extra ``scope[openai]``): the OpenAI Chat
+  Completions wire protocol, spoken by OpenAI and by compatible servers (vLLM, Ollama,
+  llama.cpp, DeepSeek, ...).
+"""

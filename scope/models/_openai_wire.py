@@ -1,0 +1,650 @@
+"""Pure mapping between scope chat values and the OpenAI Chat Completions wire format.
+
+No I/O and no HTTP library here: ``build_body`` turns a ``Request`` into the JSON body,
+``parse_completion`` turns a ``chat.completion`` body into a ``Response``, and
+``ChunkMapper`` turns ``chat.completion.chunk`` events into accumulator deltas.
+"""
+
+from __future__ import annotations
+
+import base64
+import mimetypes
+from typing import Any, Final, final
+
+import orjson
+
+from scope.chat._parts import Message, Part, ToolCall, ToolCallDelta
+from scope.chat._request import Request
+from scope.chat._response import Output, Response, ResponseMetadata, Usage
+from scope.chat._tools import Options
+from scope.chat._types import FinishReason, OutputFormatType, PartKind, Role
+from scope.errors import (
+    InvalidRequestError,
+    InvalidResponseError,
+    ProviderError,
+    ScopeError,
+    UnsupportedOptionError,
+)
+from scope.media import Media, SourceKind
+from scope.metadata import Metadata
+
+__all__ = [
+    "REFUSAL_KEY",
+    "RESERVED_FIELDS",
+    "ChunkMapper",
+    "build_body",
+    "finish_reason",
+    "parse_completion",
+]
+
+#: Part metadata key marking a text part that is the model's refusal.
+REFUSAL_KEY: Final = "openai/refusal"
+
+#: Body fields the adapter owns: an ``openai/<field>`` extension may not set them.
+RESERVED_FIELDS: Final = frozenset({"messages", "model", "stream", "stream_options"})
+
+_REFUSAL_META: Final = Metadata({REFUSAL_KEY: True})
+_EMPTY_META: Final = Metadata()
+
+_FINISH: Final[dict[str, FinishReason]] = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+
+_AUDIO_FORMATS: Final[dict[str, str]] = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/vnd.wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
+
+
+# --------------------------------------------------------------------------- request
+
+
+def build_body(
+    request: Request, *, default_options: Options, model: str, stream: bool
+) -> dict[str, Any]:
+    """The JSON body (a dict; RawJSON values as ``orjson.Fragment``) for ``request``.
+
+    Validates the request and refuses (``UnsupportedOptionError``) anything populated the
+    protocol cannot carry, so nothing is ever dropped silently. Raises before any I/O.
+    """
+    if not isinstance(request, Request):
+        raise InvalidRequestError(f"request must be a Request, got {type(request).__name__}")
+    request.validate()
+    options = default_options.resolve(request.options)
+    chosen = options.model or model
+    if not chosen:
+        raise InvalidRequestError("no model: set Options.model or pass a model to OpenAIChatModel")
+    body: dict[str, Any] = {"model": chosen, "messages": _messages(request.messages)}
+    if request.tools:
+        body["tools"] = [_tool(tool) for tool in request.tools]
+    _options(options, body)
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _options(options: Options, body: dict[str, Any]) -> None:
+    if options.top_k is not None:
+        raise UnsupportedOptionError(
+            "top_k is not part of the OpenAI Chat Completions protocol; for a compatible "
+            "server that accepts it, pass the extension 'openai/top_k' instead"
+        )
+    if options.max_tokens is not None:
+        body["max_completion_tokens"] = options.max_tokens
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    if options.top_p is not None:
+        body["top_p"] = options.top_p
+    if options.frequency_penalty is not None:
+        body["frequency_penalty"] = options.frequency_penalty
+    if options.presence_penalty is not None:
+        body["presence_penalty"] = options.presence_penalty
+    if options.stop:  # stop=() (an explicit empty list) is the protocol's default
+        body["stop"] = list(options.stop)
+    if options.reasoning_effort:
+        body["reasoning_effort"] = options.reasoning_effort
+    fmt = options.output_format
+    if fmt is not None:
+        if fmt.type is OutputFormatType.JSON:
+            body["response_format"] = {"type": "json_object"}
+        elif fmt.type is OutputFormatType.JSON_SCHEMA:
+            assert fmt.schema is not None
+            spec: dict[str, Any] = {"name": fmt.name}
+            if fmt.description:
+                spec["description"] = fmt.description
+            spec["schema"] = orjson.Fragment(fmt.schema.bytes)
+            body["response_format"] = {"type": "json_schema", "json_schema": spec}
+        # OutputFormat.text() is the protocol's default: nothing to send.
+    # Extensions of other namespaces are meant for other providers and are ignored.
+    for name, raw in options.extensions.namespace("openai").items():
+        if name in RESERVED_FIELDS:
+            raise UnsupportedOptionError(
+                f"extension 'openai/{name}' would overwrite the {name!r} field, which "
+                "OpenAIChatModel sets itself"
+            )
+        if name == "n" and raw.value() != 1:
+            raise UnsupportedOptionError(
+                f"extension 'openai/n' must be 1: a Response carries one choice, got {raw}"
+            )
+        body[name] = orjson.Fragment(raw.bytes)
+
+
+def _tool(tool: Any) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        function["description"] = tool.description
+    function["parameters"] = orjson.Fragment(tool.input_schema.bytes)
+    return {"type": "function", "function": function}
+
+
+def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        role = message.role
+        where = f"messages[{index}]"
+        if role is Role.SYSTEM:
+            out.append({"role": "system", "content": message.text})
+        elif role is Role.USER:
+            out.append({"role": "user", "content": _user_content(message, where)})
+        elif role is Role.ASSISTANT:
+            out.append(_assistant(message, where))
+        else:
+            for part_index, part in enumerate(message.parts):
+                result = part.tool_result
+                assert result is not None
+                text = result.output.text()
+                if text is None:
+                    raise UnsupportedOptionError(
+                        f"{where}.parts[{part_index}]: tool result {result.id!r} carries "
+                        "media, which an OpenAI Chat Completions tool message cannot carry"
+                    )
+                out.append({"role": "tool", "tool_call_id": result.id, "content": text})
+    return out
+
+
+def _user_content(message: Message, where: str) -> str | list[dict[str, Any]]:
+    parts = message.parts
+    if len(parts) == 1 and parts[0].kind is PartKind.TEXT:
+        return parts[0].text
+    content: list[dict[str, Any]] = []
+    for index, part in enumerate(parts):
+        if part.kind is PartKind.TEXT:
+            content.append({"type": "text", "text": part.text})
+        else:
+            assert part.media is not None
+            content.append(_media(part.media, f"{where}.parts[{index}]"))
+    return content
+
+
+def _data_url(media: Media) -> str:
+    encoded = base64.b64encode(media.source.data).decode("ascii")
+    return f"data:{_bare_mime(media.mime)};base64,{encoded}"
+
+
+def _bare_mime(mime: str) -> str:
+    return mime.partition(";")[0].strip().lower()
+
+
+def _media(media: Media, where: str) -> dict[str, Any]:
+    source = media.source
+    mime = _bare_mime(media.mime)
+    if source.kind is SourceKind.REFERENCE:
+        return {"type": "file", "file": {"file_id": source.ref}}
+    if mime.startswith("image/"):
+        url = source.uri if source.kind is SourceKind.URI else _data_url(media)
+        image: dict[str, Any] = {"url": url}
+        detail = media.metadata.get("openai/detail")
+        if detail is not None:
+            image["detail"] = orjson.Fragment(detail.bytes)
+        return {"type": "image_url", "image_url": image}
+    if source.kind is SourceKind.URI:
+        raise UnsupportedOptionError(
+            f"{where}: {mime} media by URI cannot be sent over OpenAI Chat Completions "
+            "(only images may be URIs); send the bytes or a file reference"
+        )
+    if mime.startswith("audio/"):
+        fmt = _AUDIO_FORMATS.get(mime)
+        if fmt is None:
+            raise UnsupportedOptionError(
+                f"{where}: audio input must be wav or mp3 for OpenAI Chat Completions, got {mime}"
+            )
+        data = base64.b64encode(source.data).decode("ascii")
+        return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+    filename = media.name or "file" + (mimetypes.guess_extension(mime) or "")
+    return {"type": "file", "file": {"filename": filename, "file_data": _data_url(media)}}
+
+
+def _assistant(message: Message, where: str) -> dict[str, Any]:
+    texts: list[str] = []
+    refusals: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for index, part in enumerate(message.parts):
+        kind = part.kind
+        if kind is PartKind.TEXT:
+            if part.metadata.get(REFUSAL_KEY) == _REFUSAL_META[REFUSAL_KEY]:
+                refusals.append(part.text)
+            else:
+                texts.append(part.text)
+        elif kind is PartKind.TOOL_CALL:
+            call = part.tool_call
+            assert call is not None
+            calls.append(
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+            )
+        elif kind is PartKind.MEDIA:
+            raise UnsupportedOptionError(
+                f"{where}.parts[{index}]: an assistant message cannot carry media over "
+                "OpenAI Chat Completions"
+            )
+        # Reasoning parts are not sent back: the protocol has no field for them, and
+        # servers that stream reasoning_content (DeepSeek) refuse it in the history.
+    out: dict[str, Any] = {"role": "assistant"}
+    if texts or not (calls or refusals):
+        out["content"] = "".join(texts)
+    if refusals:
+        out["refusal"] = "".join(refusals)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+# -------------------------------------------------------------------------- response
+
+
+def finish_reason(value: object, where: str) -> FinishReason | None:
+    """Map a wire finish reason; unknown strings become ``FinishReason.OTHER``."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidResponseError(f"{where} must be a string or null, got {_kind(value)}")
+    return _FINISH.get(value, FinishReason.OTHER)
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _obj(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidResponseError(f"{where} must be an object, got {_kind(value)}")
+    return value
+
+
+def _opt_str(obj: dict[str, Any], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise InvalidResponseError(f"{where}.{key} must be a string or null, got {_kind(value)}")
+
+
+def _str(value: object, where: str, key: str) -> str:
+    if type(value) is str:
+        return value
+    raise InvalidResponseError(f"{where}.{key} must be a string or null, got {_kind(value)}")
+
+
+def _opt_list(obj: dict[str, Any], key: str, where: str) -> list[Any] | None:
+    value = obj.get(key)
+    if value is None or isinstance(value, list):
+        return value
+    raise InvalidResponseError(f"{where}.{key} must be an array or null, got {_kind(value)}")
+
+
+def _count(obj: dict[str, Any], key: str, where: str) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise InvalidResponseError(f"{where}.{key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _usage(value: object, where: str) -> Usage:
+    obj = _obj(value, where)
+    prompt = _count(obj, "prompt_tokens", where) or 0
+    completion = _count(obj, "completion_tokens", where) or 0
+    cached = None
+    reasoning = None
+    details = obj.get("prompt_tokens_details")
+    if details is not None:
+        cached = _count(
+            _obj(details, f"{where}.prompt_tokens_details"),
+            "cached_tokens",
+            f"{where}.prompt_tokens_details",
+        )
+    if cached is None:
+        # DeepSeek reports cache hits at the top level.
+        cached = _count(obj, "prompt_cache_hit_tokens", where)
+    details = obj.get("completion_tokens_details")
+    if details is not None:
+        reasoning = _count(
+            _obj(details, f"{where}.completion_tokens_details"),
+            "reasoning_tokens",
+            f"{where}.completion_tokens_details",
+        )
+    try:
+        return Usage(prompt, completion, reasoning, cached)
+    except ScopeError as exc:
+        raise InvalidResponseError(f"{where}: {exc}") from exc
+
+
+def _extra(body: dict[str, Any], where: str) -> Metadata:
+    entries: dict[str, str] = {}
+    for key in ("system_fingerprint", "service_tier"):
+        value = _opt_str(body, key, where)
+        if value:
+            entries[f"openai/{key}"] = value
+    return Metadata(entries) if entries else _EMPTY_META
+
+
+def _error_message(error: object) -> str:
+    if isinstance(error, dict):
+        message = error.get("message")
+        if isinstance(message, str) and message:
+            return message
+    if isinstance(error, str) and error:
+        return error
+    return "no message"
+
+
+def _load(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidResponseError(f"{what} is not valid JSON: {exc}") from exc
+    return _obj(value, what)
+
+
+def _meta_text(where: str, value: str) -> str:
+    if value != value.strip():
+        raise InvalidResponseError(f"{where} must not have surrounding whitespace: {value!r}")
+    return value
+
+
+def _tool_call_part(raw: object, where: str, fallback_id: str) -> Part:
+    call = _obj(raw, where)
+    kind = call.get("type", "function")
+    call_id = _opt_str(call, "id", where) or fallback_id
+    if kind == "custom":
+        spec = _obj(call.get("custom"), f"{where}.custom")
+        name = _opt_str(spec, "name", f"{where}.custom") or ""
+        arguments = _opt_str(spec, "input", f"{where}.custom") or ""
+    else:
+        spec = _obj(call.get("function"), f"{where}.function")
+        name = _opt_str(spec, "name", f"{where}.function") or ""
+        arguments = _opt_str(spec, "arguments", f"{where}.function") or ""
+    try:
+        return Part(PartKind.TOOL_CALL, tool_call=ToolCall(call_id, name, arguments))
+    except ScopeError as exc:
+        raise InvalidResponseError(f"{where}: {exc}") from exc
+
+
+def parse_completion(data: bytes) -> Response:
+    """Map a ``chat.completion`` JSON body to a ``Response``.
+
+    Only choice 0 is read (the adapter never asks for more). Text becomes a text part,
+    ``refusal`` a text part marked ``{"openai/refusal": true}``, ``reasoning_content`` /
+    ``reasoning`` (compatible servers) a reasoning part ahead of the text, tool calls
+    ``tool_call`` parts with their arguments verbatim. Raises ``InvalidResponseError``
+    naming the path of anything malformed, and ``ProviderError`` for an error body.
+    """
+    body = _load(data, "response body")
+    if body.get("error") is not None:
+        raise ProviderError(
+            f"the server answered with an error: {_error_message(body['error'])}",
+            body=body,
+        )
+    choices = _opt_list(body, "choices", "response")
+    if not choices:
+        raise InvalidResponseError("response.choices must hold at least one choice")
+    choice = _obj(choices[0], "response.choices[0]")
+    where = "response.choices[0].message"
+    message = _obj(choice.get("message"), where)
+    parts: list[Part] = []
+    try:
+        reasoning = _opt_str(message, "reasoning_content", where) or _opt_str(
+            message, "reasoning", where
+        )
+        if reasoning:
+            parts.append(Part(PartKind.REASONING, text=reasoning))
+        content = _opt_str(message, "content", where)
+        if content:
+            parts.append(Part(PartKind.TEXT, text=content))
+        refusal = _opt_str(message, "refusal", where)
+        if refusal:
+            parts.append(Part(PartKind.TEXT, text=refusal, metadata=_REFUSAL_META))
+    except ScopeError as exc:
+        if isinstance(exc, InvalidResponseError):
+            raise
+        raise InvalidResponseError(f"{where}: {exc}") from exc
+    for index, call in enumerate(_opt_list(message, "tool_calls", where) or ()):
+        parts.append(_tool_call_part(call, f"{where}.tool_calls[{index}]", f"call_{index}"))
+    legacy = message.get("function_call")
+    if legacy is not None:
+        # The pre-tools protocol: one call without an id.
+        parts.append(
+            _tool_call_part(
+                {"type": "function", "function": legacy},
+                f"{where}.function_call",
+                "function_call",
+            )
+        )
+    annotations = _opt_list(message, "annotations", where)
+    reason = finish_reason(choice.get("finish_reason"), "response.choices[0].finish_reason")
+    try:
+        message_meta = Metadata({"openai/annotations": annotations}) if annotations else _EMPTY_META
+        output = Output(Message(Role.ASSISTANT, parts, message_meta) if parts else None, reason)
+        usage_raw = body.get("usage")
+        metadata = ResponseMetadata(
+            _meta_text("response.id", _opt_str(body, "id", "response") or ""),
+            _meta_text("response.model", _opt_str(body, "model", "response") or ""),
+            Usage() if usage_raw is None else _usage(usage_raw, "response.usage"),
+            _extra(body, "response"),
+        )
+        return Response(output, metadata)
+    except ScopeError as exc:
+        if isinstance(exc, InvalidResponseError):
+            raise
+        raise InvalidResponseError(f"response: {exc}") from exc
+
+
+@final
+class ChunkMapper:
+    """Turns the events of one Chat Completions stream into ``Response`` deltas.
+
+    Every delta it returns is valid for ``ResponseAccumulator``: tool-call fragments
+    carry the call id and name of their ``index`` on every fragment (the first fragment
+    of an index brings them; they are remembered per index), id and model are sent when
+    they change, usage is the server's cumulative snapshot. ``map`` returns ``None`` for
+    an event that adds nothing, and for ``[DONE]`` (after which ``done`` is true).
+    A malformed event raises ``InvalidResponseError``; an error event ``ProviderError``.
+    """
+
+    __slots__ = ("_calls", "_extra", "_id", "_model", "_raw", "done", "finished")
+
+    def __init__(self) -> None:
+        self._calls: dict[int, tuple[str, str]] = {}  # index -> (id, name)
+        self._id = ""
+        self._model = ""
+        self._extra = _EMPTY_META
+        self._raw: tuple[object, ...] = (None, None, None, None)
+        self.done = False
+        self.finished = False
+
+    def map(self, event: str, data: bytes) -> Response | None:
+        """Map one event; see the class docstring."""
+        if data == b"[DONE]":
+            self.done = True
+            return None
+        if self.done:
+            raise InvalidResponseError("stream event after [DONE]")
+        chunk = _load(data, "stream event")
+        error = chunk.get("error")
+        if error is not None or event == "error":
+            raise ProviderError(
+                f"the server reported an error mid-stream: {_error_message(error)}",
+                body=chunk,
+            )
+        try:
+            return self._map(chunk)
+        except ScopeError as exc:
+            if isinstance(exc, InvalidResponseError):
+                raise
+            raise InvalidResponseError(f"stream event: {exc}") from exc
+
+    def _map(self, chunk: dict[str, Any]) -> Response | None:
+        get = chunk.get
+        usage_raw = get("usage")
+        metadata = None
+        raw = (get("id"), get("model"), get("system_fingerprint"), get("service_tier"))
+        if usage_raw is not None or raw != self._raw:
+            # Only when something changed: most chunks repeat id, model and fingerprint.
+            metadata = self._metadata(chunk, usage_raw)
+            self._raw = raw
+        output = None
+        choices = get("choices")
+        if choices:
+            if type(choices) is not list:
+                raise InvalidResponseError(
+                    f"chunk.choices must be an array or null, got {_kind(choices)}"
+                )
+            output = self._choice(choices)
+        if output is None and metadata is None:
+            return None
+        return Response(output, metadata)
+
+    def _metadata(self, chunk: dict[str, Any], usage_raw: object) -> ResponseMetadata | None:
+        where = "chunk"
+        chunk_id = _opt_str(chunk, "id", where) or ""
+        model = _opt_str(chunk, "model", where) or ""
+        extra = _extra(chunk, where)
+        new_id = chunk_id if chunk_id and chunk_id != self._id else ""
+        new_model = model if model and model != self._model else ""
+        new_extra = extra if extra and extra != self._extra else _EMPTY_META
+        if not (new_id or new_model or usage_raw is not None or new_extra):
+            return None
+        metadata = ResponseMetadata(
+            _meta_text("chunk.id", new_id),
+            _meta_text("chunk.model", new_model),
+            Usage() if usage_raw is None else _usage(usage_raw, "chunk.usage"),
+            new_extra,
+        )
+        if new_id:
+            self._id = new_id
+        if new_model:
+            self._model = new_model
+        if new_extra:
+            self._extra = extra
+        return metadata
+
+    def _choice(self, choices: list[Any]) -> Output | None:
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("index", 0) != 0:
+            choice = None
+            for index, raw in enumerate(choices):
+                candidate = _obj(raw, f"chunk.choices[{index}]")
+                if candidate.get("index", 0) == 0:
+                    choice = candidate
+                    break
+            if choice is None:
+                return None  # only choice 0 is ever asked for
+        where = "chunk.choices[0].delta"
+        delta = choice.get("delta")
+        parts: list[Part] = []
+        if delta:
+            if type(delta) is not dict:
+                raise InvalidResponseError(f"{where} must be an object, got {_kind(delta)}")
+            get = delta.get
+            # Falsy values ("" or null) carry nothing; anything else must be a string.
+            reasoning = get("reasoning_content") or get("reasoning")
+            if reasoning:
+                parts.append(Part(PartKind.REASONING, text=_str(reasoning, where, "reasoning")))
+            content = get("content")
+            if content:
+                parts.append(Part(PartKind.TEXT, text=_str(content, where, "content")))
+            refusal = get("refusal")
+            if refusal:
+                parts.append(
+                    Part(
+                        PartKind.TEXT,
+                        text=_str(refusal, where, "refusal"),
+                        metadata=_REFUSAL_META,
+                    )
+                )
+            fragments = get("tool_calls")
+            if fragments:
+                if type(fragments) is not list:
+                    raise InvalidResponseError(
+                        f"{where}.tool_calls must be an array or null, got {_kind(fragments)}"
+                    )
+                for position, fragment in enumerate(fragments):
+                    parts.append(self._fragment(fragment, position, where))
+            legacy = get("function_call")
+            if legacy is not None:
+                parts.append(
+                    self._fragment(
+                        {"index": -1, "id": "function_call", "function": legacy}, 0, where
+                    )
+                )
+        reason = finish_reason(choice.get("finish_reason"), "chunk.choices[0].finish_reason")
+        if parts and self.finished:
+            raise InvalidResponseError("stream event carries content after the finish_reason")
+        if reason is not None:
+            self.finished = True
+        if not parts and reason is None:
+            return None
+        return Output(Message(Role.ASSISTANT, parts) if parts else None, reason)
+
+    def _fragment(self, raw: object, position: int, where: str) -> Part:
+        where = f"{where}.tool_calls[{position}]"
+        fragment = _obj(raw, where)
+        index = fragment.get("index", position)
+        if type(index) is not int:
+            raise InvalidResponseError(f"{where}.index must be an integer, got {index!r}")
+        function = fragment.get("function")
+        function = {} if function is None else _obj(function, f"{where}.function")
+        call_id = _opt_str(fragment, "id", where)
+        name = _opt_str(function, "name", f"{where}.function")
+        arguments = _opt_str(function, "arguments", f"{where}.function") or ""
+        known = self._calls.get(index)
+        if known is None or (call_id and call_id != known[0]):
+            # The first fragment of this index (or of a new call reusing the index,
+            # as some servers do for parallel calls).
+            if not name:
+                raise InvalidResponseError(
+                    f"{where}: the first fragment of tool call index {index} has no name"
+                )
+            known = (call_id or f"call_{index}", name)
+            self._calls[index] = known
+        elif name and name != known[1]:
+            raise InvalidResponseError(
+                f"{where}: tool call index {index} changed its name from {known[1]!r} to {name!r}"
+            )
+        try:
+            delta = ToolCallDelta(known[0], known[1], arguments)
+        except ScopeError as exc:
+            raise InvalidResponseError(f"{where}: {exc}") from exc
+        return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta)
