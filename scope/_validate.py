@@ -1,4 +1,9 @@
-"""Small checks and converters shared by the value classes."""
+"""Small checks and converters shared by the value classes.
+
+attrs converters must be named functions for mypy's attrs plugin to type ``__init__``,
+so each value module defines small named converters (``_to_part_kind``,
+``_to_part_metadata`` ...) that call the generic helpers here.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +21,10 @@ __all__ = [
     "MAX_INT",
     "check_int",
     "check_text",
-    "convert_enum",
     "nested",
     "publish",
     "to_bytes",
+    "to_enum",
     "to_tuple",
 ]
 
@@ -38,12 +43,13 @@ def check_text(
     required: bool = False,
     strip: bool = False,
 ) -> str:
-    """Check a string field: a str, valid Unicode, optionally non-empty and unpadded."""
-    if type(value) is not str and not isinstance(value, str):
+    """Check a string field: a str, valid Unicode (no lone surrogates), optionally
+    non-empty (``required``) and free of surrounding whitespace (``strip``)."""
+    if not isinstance(value, str):
         raise error(f"{what} must be a string, got {type(value).__name__}")
     if required and not value:
         raise error(f"{what} must not be empty")
-    if not check_str(value):
+    if not value.isascii() and not check_str(value):
         raise error(f"{what} is not valid Unicode (lone surrogate)")
     if strip and value and value.strip() != value:
         raise error(f"{what} must not have surrounding whitespace, got {value!r}")
@@ -62,50 +68,48 @@ def check_int(value: object, what: str, error: type[Exception], *, minimum: int 
 
 
 def to_bytes(value: Any) -> bytes:
-    """Converter: bytes stay, bytearray and memoryview are copied."""
+    """Converter: bytes stay, bytearray and memoryview are copied; anything else is left
+    for the class check, which names the bad type."""
     if type(value) is bytes:
         return value
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    return value  # type: ignore[no-any-return]  # the class check names the bad type
+    return value  # type: ignore[no-any-return]
 
 
 def to_tuple(value: Any) -> tuple[Any, ...]:
-    """Converter: any iterable (but not a str or bytes) becomes a tuple."""
+    """Converter: any iterable except str, bytes and mappings becomes a tuple; anything
+    else is left for the class check, which names the bad type."""
     if type(value) is tuple:
         return value
-    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Iterable):
-        return value  # type: ignore[return-value]  # the class check names the bad type
+    if isinstance(value, str | bytes | bytearray | memoryview | dict) or not isinstance(
+        value, Iterable
+    ):
+        return value  # type: ignore[return-value]
     return tuple(value)
 
 
-def convert_enum(cls: type[E], error: type[Exception], what: str) -> Callable[[Any], E]:
-    """Converter to an enum member, raising ``error`` naming ``what`` for unknown values."""
-
-    def convert(value: Any) -> E:
-        if type(value) is cls:
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            allowed = ", ".join(repr(m.value) for m in cls)
-            raise error(f"{what} must be one of {allowed}, got {value!r}") from None
-
-    return convert
+def to_enum(cls: type[E], value: Any, error: type[Exception], what: str) -> E:
+    """Convert to a member of ``cls`` (a member or its value), raising ``error`` naming
+    ``what`` and the allowed values otherwise."""
+    if type(value) is cls:
+        return value
+    try:
+        return cls(value)
+    except (ValueError, TypeError):
+        allowed = ", ".join(repr(m.value) for m in cls)
+        raise error(f"{what} must be one of {allowed}, got {value!r}") from None
 
 
-def nested(convert: Callable[[Any], T], error: type[Exception], what: str) -> Callable[[Any], T]:
-    """Wrap a converter so an invalid nested value raises the outer error type."""
-
-    def wrapped(value: Any) -> T:
-        try:
-            return convert(value)
-        except ScopeError as exc:
-            if isinstance(exc, error):
-                raise
-            raise error(f"{what}: {exc}") from exc
-
-    return wrapped
+def nested(convert: Callable[[Any], T], value: Any, error: type[Exception], path: str) -> T:
+    """Run ``convert(value)`` for a nested field; an invalid nested value raises the outer
+    ``error`` with ``path`` in the message and the inner error as ``__cause__``."""
+    try:
+        return convert(value)
+    except ScopeError as exc:
+        if type(exc) is error:
+            raise
+        raise error(f"{path}: {exc}") from exc
 
 
 def publish(module: str, names: Iterable[str], namespace: dict[str, Any]) -> None:

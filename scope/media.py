@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable
 from typing import Any, Final, final
 from urllib.parse import urlsplit
 
 import attrs
 
-from scope._validate import check_text, convert_enum, nested, to_bytes
+from scope._validate import check_text, nested, to_bytes, to_enum
 from scope.errors import InvalidMediaError
-from scope.metadata import Metadata
+from scope.metadata import EMPTY_METADATA, Metadata
 
 __all__ = ["Media", "Source", "SourceKind"]
 
@@ -25,11 +24,8 @@ class SourceKind(enum.StrEnum):
     REFERENCE = "reference"
 
 
-def _convert_1(value: Any) -> Any:
-    return _convert_1_impl(value)
-
-
-_convert_1_impl: Callable[[Any], Any] = convert_enum(SourceKind, InvalidMediaError, "source kind")
+def _to_source_kind(value: Any) -> SourceKind:
+    return to_enum(SourceKind, value, InvalidMediaError, "source kind")
 
 
 @final
@@ -38,7 +34,7 @@ class Source:
     """Media content: ``bytes`` (non-empty data), ``uri`` (an absolute URI) or
     ``reference`` (a provider's non-blank file id). Exactly the kind's field is set."""
 
-    kind: SourceKind = attrs.field(converter=_convert_1)
+    kind: SourceKind = attrs.field(converter=_to_source_kind)
     data: bytes = attrs.field(default=b"", converter=to_bytes)
     uri: str = ""
     ref: str = ""
@@ -71,8 +67,11 @@ class Source:
 def _check_uri(uri: str) -> None:
     if not uri:
         raise InvalidMediaError("a uri source needs a uri")
-    if uri.strip() != uri or any(ch.isspace() for ch in uri):
-        raise InvalidMediaError(f"source uri must not contain whitespace, got {uri!r}")
+    # str.isprintable() is False for control characters and every whitespace but " ".
+    if not uri.isprintable() or " " in uri:
+        raise InvalidMediaError(
+            f"source uri must not contain whitespace or control characters, got {uri!r}"
+        )
     try:
         parts = urlsplit(uri)
     except ValueError as exc:
@@ -100,11 +99,10 @@ def _check_mime(mime: object) -> str:
     return mime
 
 
-def _convert_2(value: Any) -> Any:
-    return _convert_2_impl(value)
-
-
-_convert_2_impl: Callable[[Any], Any] = nested(Metadata.coerce, InvalidMediaError, "media metadata")
+def _to_media_metadata(value: Any) -> Metadata:
+    if type(value) is Metadata:
+        return value
+    return nested(Metadata.coerce, value, InvalidMediaError, "media metadata")
 
 
 @final
@@ -116,7 +114,7 @@ class Media:
     source: Source
     id: str = ""
     name: str = ""
-    metadata: Metadata = attrs.field(factory=Metadata, converter=_convert_2)
+    metadata: Metadata = attrs.field(default=EMPTY_METADATA, converter=_to_media_metadata)
 
     def __attrs_post_init__(self) -> None:
         self.validate()

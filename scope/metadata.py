@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 
 from scope._json import check_str
 from scope.errors import InvalidJSONError, InvalidMetadataError
@@ -20,15 +20,29 @@ class Metadata(Mapping[str, RawJSON]):
     metadata is falsy and is omitted on the wire.
     """
 
-    __slots__ = ("_data", "_hash")
+    # _json caches the canonical encoding of the map (filled by scope.codec on first use).
+    __slots__ = ("_data", "_hash", "_json")
     _data: dict[str, RawJSON]
     _hash: int | None
+    _json: bytes | None
     _what: ClassVar[str] = "metadata"
 
     def __init__(self, data: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()) -> None:
-        items = data.items() if isinstance(data, Mapping) else data
+        if isinstance(data, Mapping):
+            items: Iterable[Any] = data.items()
+        elif isinstance(data, str | bytes | bytearray) or not isinstance(data, Iterable):
+            raise InvalidMetadataError(
+                f"{self._what} must be a mapping of str to JSON values, got {type(data).__name__}"
+            )
+        else:
+            items = data
         out: dict[str, RawJSON] = {}
-        for key, value in items:
+        for item in items:
+            if not isinstance(item, tuple | list) or len(item) != 2:
+                raise InvalidMetadataError(
+                    f"{self._what} items must be (key, value) pairs, got {item!r}"
+                )
+            key, value = item
             self._check_key(key)
             if key in out:
                 raise InvalidMetadataError(f"{self._what} key {key!r} given twice")
@@ -41,12 +55,14 @@ class Metadata(Mapping[str, RawJSON]):
                     raise InvalidMetadataError(f"{self._what}[{key!r}]: {exc}") from exc
         object.__setattr__(self, "_data", out)
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_json", None)
 
     @classmethod
     def _trusted(cls, data: dict[str, RawJSON]) -> Self:
         self = object.__new__(cls)
         object.__setattr__(self, "_data", data)
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_json", None)
         return self
 
     @classmethod
@@ -102,6 +118,9 @@ class Metadata(Mapping[str, RawJSON]):
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
 
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self._data,))
 
@@ -144,6 +163,7 @@ class Extensions(Metadata):
         assert isinstance(key, str)
         namespace, sep, name = key.partition("/")
         if not sep or not _valid_segment(namespace) or not _valid_segment(name):
+            # A second "/" lands in ``name`` and fails the segment check.
             raise InvalidMetadataError(
                 f"extensions key {key!r} must be namespace/name: two non-empty segments of "
                 "letters, digits, '.', '_' and '-' joined by one '/'"
@@ -156,4 +176,12 @@ class Extensions(Metadata):
 
 
 def _valid_segment(segment: str) -> bool:
-    return bool(segment) and all(ch.isalnum() or ch in "._-" for ch in segment)
+    # Letters are the Unicode L* categories (str.isalpha); digits are Nd (str.isdecimal),
+    # as Go's unicode.IsLetter / unicode.IsDigit. str.isalnum would also let in numerals
+    # such as "½" or "²", which are not digits.
+    return bool(segment) and all(ch.isalpha() or ch.isdecimal() or ch in "._-" for ch in segment)
+
+
+#: Shared empty values: the default of every metadata field (immutable, so sharing is safe).
+EMPTY_METADATA: Final = Metadata()
+EMPTY_EXTENSIONS: Final = Extensions()

@@ -1,5 +1,15 @@
 """The provider-neutral chat protocol: values, accumulation, models and middleware."""
 
+from scope.chat._accumulator import ResponseAccumulator as ResponseAccumulator
+from scope.chat._model import CallMiddleware as CallMiddleware
+from scope.chat._model import Model as Model
+from scope.chat._model import ModelFunc as ModelFunc
+from scope.chat._model import Streamer as Streamer
+from scope.chat._model import StreamerFunc as StreamerFunc
+from scope.chat._model import StreamMiddleware as StreamMiddleware
+from scope.chat._model import collect as collect
+from scope.chat._model import wrap as wrap
+from scope.chat._model import wrap_stream as wrap_stream
 from scope.chat._parts import Message as Message
 from scope.chat._parts import Part as Part
 from scope.chat._parts import ToolCall as ToolCall
@@ -31,8 +41,11 @@ from scope.chat._types import PartKind as PartKind
 from scope.chat._types import Role as Role
 
 __all__ = [
+    "CallMiddleware",
     "FinishReason",
     "Message",
+    "Model",
+    "ModelFunc",
     "Options",
     "Output",
     "OutputFormat",
@@ -42,8 +55,12 @@ __all__ = [
     "PartKind",
     "Request",
     "Response",
+    "ResponseAccumulator",
     "ResponseMetadata",
     "Role",
+    "StreamMiddleware",
+    "Streamer",
+    "StreamerFunc",
     "ToolCall",
     "ToolCallDelta",
     "ToolDefinition",
@@ -51,6 +68,7 @@ __all__ = [
     "ToolResult",
     "Usage",
     "assistant_message",
+    "collect",
     "media_part",
     "reasoning_part",
     "system_message",
@@ -60,6 +78,8 @@ __all__ = [
     "tool_message",
     "tool_result_part",
     "user_message",
+    "wrap",
+    "wrap_stream",
 ]
 
 from scope._validate import publish as _publish

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Final, final
 
 import attrs
 
-from scope._validate import check_text, convert_enum, nested, to_bytes, to_tuple
+from scope._validate import check_text, nested, to_bytes, to_enum, to_tuple
 from scope.chat._types import PartKind, Role
 from scope.errors import (
     InvalidMessageError,
@@ -17,7 +17,7 @@ from scope.errors import (
 )
 from scope.jsonvalue import RawJSON, coerce_raw_json
 from scope.media import Media
-from scope.metadata import Metadata
+from scope.metadata import EMPTY_METADATA, Metadata
 
 __all__ = [
     "Message",
@@ -81,28 +81,31 @@ class ToolCallDelta:
 
 
 def _optional_raw_json(value: Any) -> RawJSON | None:
-    return None if value is None else coerce_raw_json(value)
+    if value is None:
+        return None
+    raw = coerce_raw_json(value)
+    # The JSON document ``null`` is "no details": the wire cannot tell them apart
+    # ("details":null decodes as absent), so both are None and round trips stay equal.
+    return None if raw == _NULL else raw
 
 
-def _convert_1(value: Any) -> Any:
-    return _convert_1_impl(value)
+_NULL = RawJSON.parse("null")
 
 
-_convert_1_impl: Callable[[Any], Any] = nested(
-    _optional_raw_json, InvalidToolResultError, "tool output details"
-)
+def _to_details(value: Any) -> RawJSON | None:
+    return nested(_optional_raw_json, value, InvalidToolResultError, "tool output details")
 
 
 @final
 @attrs.frozen
 class ToolOutput:
-    """What a tool returned: text and media parts, and/or a JSON ``details`` document."""
+    """What a tool returned: text and media parts, and/or a JSON ``details`` document.
+
+    ``details`` is None when absent; the JSON document ``null`` counts as absent.
+    """
 
     content: tuple[Part, ...] = attrs.field(default=(), converter=to_tuple)
-    details: RawJSON | None = attrs.field(
-        default=None,
-        converter=_convert_1,
-    )
+    details: RawJSON | None = attrs.field(default=None, converter=_to_details)
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -189,20 +192,27 @@ _PAYLOAD_TYPES: Final[dict[str, type]] = {
     "tool_call_delta": ToolCallDelta,
     "tool_result": ToolResult,
 }
+#: The payload field each kind selects (text and reasoning carry none).
+_PAYLOAD_OF: Final[dict[PartKind, str | None]] = {
+    PartKind.TEXT: None,
+    PartKind.MEDIA: "media",
+    PartKind.REASONING: None,
+    PartKind.TOOL_CALL: "tool_call",
+    PartKind.TOOL_CALL_DELTA: "tool_call_delta",
+    PartKind.TOOL_RESULT: "tool_result",
+}
 
 
-def _convert_2(value: Any) -> Any:
-    return _convert_2_impl(value)
+def _to_part_kind(value: Any) -> PartKind:
+    if type(value) is PartKind:
+        return value
+    return to_enum(PartKind, value, InvalidPartError, "part kind")
 
 
-_convert_2_impl: Callable[[Any], Any] = convert_enum(PartKind, InvalidPartError, "part kind")
-
-
-def _convert_3(value: Any) -> Any:
-    return _convert_3_impl(value)
-
-
-_convert_3_impl: Callable[[Any], Any] = nested(Metadata.coerce, InvalidPartError, "part metadata")
+def _to_part_metadata(value: Any) -> Metadata:
+    if type(value) is Metadata:
+        return value
+    return nested(Metadata.coerce, value, InvalidPartError, "part metadata")
 
 
 @final
@@ -214,14 +224,14 @@ class Part:
     tool_call, tool_call_delta or tool_result. Every other payload field stays empty.
     """
 
-    kind: PartKind = attrs.field(converter=_convert_2)
+    kind: PartKind = attrs.field(converter=_to_part_kind)
     text: str = ""
     media: Media | None = None
     signature: bytes = attrs.field(default=b"", converter=to_bytes)
     tool_call: ToolCall | None = None
     tool_call_delta: ToolCallDelta | None = None
     tool_result: ToolResult | None = None
-    metadata: Metadata = attrs.field(factory=Metadata, converter=_convert_3)
+    metadata: Metadata = attrs.field(default=EMPTY_METADATA, converter=_to_part_metadata)
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -229,11 +239,46 @@ class Part:
     def validate(self) -> None:
         """Check the part (construction already did)."""
         kind = self.kind
-        check_text(self.text, "part text", InvalidPartError)
+        if type(kind) is not PartKind:
+            raise InvalidPartError(f"part kind must be a PartKind, got {kind!r}")
+        text = self.text
+        if type(text) is not str or not text.isascii():
+            check_text(text, "part text", InvalidPartError)
         if type(self.signature) is not bytes:
             raise InvalidPartError(
                 f"part signature must be bytes, got {type(self.signature).__name__}"
             )
+        if type(self.metadata) is not Metadata:
+            raise InvalidPartError(
+                f"part metadata must be Metadata, got {type(self.metadata).__name__}"
+            )
+        # Fast path: exactly the payload the kind selects is set, with the right type.
+        payload_name = _PAYLOAD_OF[kind]
+        set_count = (
+            (self.media is not None)
+            + (self.tool_call is not None)
+            + (self.tool_call_delta is not None)
+            + (self.tool_result is not None)
+        )
+        if payload_name is None:
+            if set_count:
+                self._payload_error(kind)
+        elif (
+            set_count != 1 or type(getattr(self, payload_name)) is not _PAYLOAD_TYPES[payload_name]
+        ):
+            self._payload_error(kind)
+        if kind is PartKind.TEXT:
+            if not text:
+                raise InvalidPartError("a text part needs non-empty text")
+        elif kind is PartKind.REASONING:
+            if not text and not self.signature:
+                raise InvalidPartError("a reasoning part needs text or a signature")
+        elif text:
+            raise InvalidPartError(f"a {kind} part must not set text")
+        if self.signature and kind is not PartKind.REASONING:
+            raise InvalidPartError(f"a {kind} part must not set a signature")
+
+    def _payload_error(self, kind: PartKind) -> None:
         for name in _PAYLOADS:
             payload = getattr(self, name)
             if payload is None:
@@ -242,31 +287,24 @@ class Part:
                 continue
             if name != kind:
                 raise InvalidPartError(f"a {kind} part must not set {name}")
-            if not isinstance(payload, _PAYLOAD_TYPES[name]):
+            if type(payload) is not _PAYLOAD_TYPES[name]:
                 raise InvalidPartError(
                     f"part {name} must be a {_PAYLOAD_TYPES[name].__name__}, "
                     f"got {type(payload).__name__}"
                 )
-        if kind is PartKind.TEXT:
-            if not self.text:
-                raise InvalidPartError("a text part needs non-empty text")
-        elif kind is PartKind.REASONING:
-            if not self.text and not self.signature:
-                raise InvalidPartError("a reasoning part needs text or a signature")
-        elif self.text:
-            raise InvalidPartError(f"a {kind} part must not set text")
-        if self.signature and kind is not PartKind.REASONING:
-            raise InvalidPartError(f"a {kind} part must not set a signature")
+        raise AssertionError("unreachable: _payload_error found no error")  # pragma: no cover
 
 
 def text_part(text: str, metadata: Metadata | dict[str, Any] | None = None) -> Part:
     """A text part."""
-    return Part(PartKind.TEXT, text=text, metadata=metadata or Metadata())
+    return Part(PartKind.TEXT, text=text, metadata=EMPTY_METADATA if metadata is None else metadata)
 
 
 def media_part(media: Media, metadata: Metadata | dict[str, Any] | None = None) -> Part:
     """A media part."""
-    return Part(PartKind.MEDIA, media=media, metadata=metadata or Metadata())
+    return Part(
+        PartKind.MEDIA, media=media, metadata=EMPTY_METADATA if metadata is None else metadata
+    )
 
 
 def reasoning_part(
@@ -275,7 +313,12 @@ def reasoning_part(
     metadata: Metadata | dict[str, Any] | None = None,
 ) -> Part:
     """A reasoning part: visible reasoning text and/or an opaque provider signature."""
-    return Part(PartKind.REASONING, text=text, signature=signature, metadata=metadata or Metadata())
+    return Part(
+        PartKind.REASONING,
+        text=text,
+        signature=signature,
+        metadata=EMPTY_METADATA if metadata is None else metadata,
+    )
 
 
 def tool_call_part(
@@ -286,7 +329,11 @@ def tool_call_part(
         call = ToolCall(id, name, arguments)
     except InvalidToolCallError as exc:
         raise InvalidPartError(f"part tool_call: {exc}") from exc
-    return Part(PartKind.TOOL_CALL, tool_call=call, metadata=metadata or Metadata())
+    return Part(
+        PartKind.TOOL_CALL,
+        tool_call=call,
+        metadata=EMPTY_METADATA if metadata is None else metadata,
+    )
 
 
 def tool_call_delta_part(
@@ -297,12 +344,20 @@ def tool_call_delta_part(
         delta = ToolCallDelta(id, name, arguments)
     except InvalidToolCallError as exc:
         raise InvalidPartError(f"part tool_call_delta: {exc}") from exc
-    return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta, metadata=metadata or Metadata())
+    return Part(
+        PartKind.TOOL_CALL_DELTA,
+        tool_call_delta=delta,
+        metadata=EMPTY_METADATA if metadata is None else metadata,
+    )
 
 
 def tool_result_part(result: ToolResult, metadata: Metadata | dict[str, Any] | None = None) -> Part:
     """A tool-result part."""
-    return Part(PartKind.TOOL_RESULT, tool_result=result, metadata=metadata or Metadata())
+    return Part(
+        PartKind.TOOL_RESULT,
+        tool_result=result,
+        metadata=EMPTY_METADATA if metadata is None else metadata,
+    )
 
 
 _ALLOWED: Final[dict[Role, frozenset[PartKind]]] = {
@@ -321,20 +376,16 @@ _ALLOWED: Final[dict[Role, frozenset[PartKind]]] = {
 }
 
 
-def _convert_4(value: Any) -> Any:
-    return _convert_4_impl(value)
+def _to_role(value: Any) -> Role:
+    if type(value) is Role:
+        return value
+    return to_enum(Role, value, InvalidMessageError, "message role")
 
 
-_convert_4_impl: Callable[[Any], Any] = convert_enum(Role, InvalidMessageError, "message role")
-
-
-def _convert_5(value: Any) -> Any:
-    return _convert_5_impl(value)
-
-
-_convert_5_impl: Callable[[Any], Any] = nested(
-    Metadata.coerce, InvalidMessageError, "message metadata"
-)
+def _to_message_metadata(value: Any) -> Metadata:
+    if type(value) is Metadata:
+        return value
+    return nested(Metadata.coerce, value, InvalidMessageError, "message metadata")
 
 
 @final
@@ -346,11 +397,14 @@ class Message:
     tool_call_delta; tool: tool_result.
     """
 
-    role: Role = attrs.field(converter=_convert_4)
+    role: Role = attrs.field(converter=_to_role)
     parts: tuple[Part, ...] = attrs.field(converter=to_tuple)
-    metadata: Metadata = attrs.field(
-        factory=Metadata,
-        converter=_convert_5,
+    metadata: Metadata = attrs.field(default=EMPTY_METADATA, converter=_to_message_metadata)
+    # The canonical JSON encoding, filled by scope.codec on first encode. Not part of the
+    # value: excluded from __init__, eq, hash and repr; attrs.evolve starts it afresh.
+    # Safe to share across threads: every writer stores the same bytes.
+    _json: bytes | None = attrs.field(
+        default=None, init=False, eq=False, hash=False, repr=False, alias="_json"
     )
 
     def __attrs_post_init__(self) -> None:
@@ -358,6 +412,10 @@ class Message:
 
     def validate(self) -> None:
         """Check the message (construction already did)."""
+        if type(self.metadata) is not Metadata:
+            raise InvalidMessageError(
+                f"message metadata must be Metadata, got {type(self.metadata).__name__}"
+            )
         if type(self.parts) is not tuple:
             raise InvalidMessageError(
                 f"message parts must be a sequence of parts, got {type(self.parts).__name__}"

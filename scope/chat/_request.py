@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, final
 
 import attrs
 
-from scope._validate import nested, to_tuple
+from scope._validate import to_tuple
 from scope.chat._parts import Message
 from scope.chat._tools import Options, ToolDefinition
 from scope.chat._types import PartKind, Role
@@ -16,17 +15,14 @@ from scope.errors import InvalidRequestError
 __all__ = ["Request"]
 
 
-def _options(value: object) -> Options:
+def _to_options(value: Any) -> Options:
+    """``None`` means the default options; a wrong type is left for ``validate()``."""
     if value is None:
-        return Options()
-    return value  # type: ignore[return-value]  # validate() names a wrong type
+        return _DEFAULT_OPTIONS
+    return value  # type: ignore[no-any-return]
 
 
-def _convert_1(value: Any) -> Any:
-    return _convert_1_impl(value)
-
-
-_convert_1_impl: Callable[[Any], Any] = nested(_options, InvalidRequestError, "options")
+_DEFAULT_OPTIONS = Options()
 
 
 @final
@@ -42,7 +38,7 @@ class Request:
 
     messages: tuple[Message, ...] = attrs.field(converter=to_tuple)
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=to_tuple)
-    options: Options = attrs.field(factory=Options, converter=_convert_1)
+    options: Options = attrs.field(default=_DEFAULT_OPTIONS, converter=_to_options)
 
     def __attrs_post_init__(self) -> None:
         self.validate()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, final
 
 import attrs
@@ -11,7 +10,7 @@ from scope._validate import MAX_INT, check_int, check_text, nested
 from scope.chat._parts import Message
 from scope.chat._types import FinishReason, PartKind, Role
 from scope.errors import InvalidResponseError, InvalidUsageError
-from scope.metadata import Metadata
+from scope.metadata import EMPTY_METADATA, Metadata
 
 __all__ = ["Output", "OutputMetadata", "Response", "ResponseMetadata", "Usage"]
 
@@ -78,16 +77,12 @@ _ZERO_USAGE = Usage()
 
 
 def _usage(value: Any) -> Usage:
-    return Usage() if value is None else value
+    """``None`` means zero usage; a wrong type is left for ``validate()``."""
+    return _ZERO_USAGE if value is None else value
 
 
-def _convert_1(value: Any) -> Any:
-    return _convert_1_impl(value)
-
-
-_convert_1_impl: Callable[[Any], Any] = nested(
-    Metadata.coerce, InvalidResponseError, "response metadata extra"
-)
+def _to_response_extra(value: Any) -> Metadata:
+    return nested(Metadata.coerce, value, InvalidResponseError, "response metadata extra")
 
 
 @final
@@ -97,11 +92,8 @@ class ResponseMetadata:
 
     id: str = ""
     model: str = ""
-    usage: Usage = attrs.field(factory=Usage, converter=_usage)
-    extra: Metadata = attrs.field(
-        factory=Metadata,
-        converter=_convert_1,
-    )
+    usage: Usage = attrs.field(default=_ZERO_USAGE, converter=_usage)
+    extra: Metadata = attrs.field(default=EMPTY_METADATA, converter=_to_response_extra)
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -114,13 +106,8 @@ class ResponseMetadata:
             raise InvalidResponseError(f"usage must be Usage, got {type(self.usage).__name__}")
 
 
-def _convert_2(value: Any) -> Any:
-    return _convert_2_impl(value)
-
-
-_convert_2_impl: Callable[[Any], Any] = nested(
-    Metadata.coerce, InvalidResponseError, "output metadata extra"
-)
+def _to_output_extra(value: Any) -> Metadata:
+    return nested(Metadata.coerce, value, InvalidResponseError, "output metadata extra")
 
 
 @final
@@ -128,10 +115,7 @@ _convert_2_impl: Callable[[Any], Any] = nested(
 class OutputMetadata:
     """Output-level extra metadata."""
 
-    extra: Metadata = attrs.field(
-        factory=Metadata,
-        converter=_convert_2,
-    )
+    extra: Metadata = attrs.field(default=EMPTY_METADATA, converter=_to_output_extra)
 
     def validate(self) -> None:
         """Nothing beyond construction: metadata is valid by construction."""

@@ -5,12 +5,11 @@ from __future__ import annotations
 import builtins
 import math
 import re
-from collections.abc import Callable
 from typing import Any, Final, TypeVar, final
 
 import attrs
 
-from scope._validate import check_int, check_text, convert_enum, nested, to_tuple
+from scope._validate import check_int, check_text, nested, to_enum, to_tuple
 from scope.chat._types import OutputFormatType
 from scope.errors import (
     InvalidOptionsError,
@@ -18,7 +17,7 @@ from scope.errors import (
     InvalidToolDefinitionError,
 )
 from scope.jsonvalue import RawJSON, coerce_raw_json
-from scope.metadata import Extensions
+from scope.metadata import EMPTY_EXTENSIONS, Extensions
 
 __all__ = ["Options", "OutputFormat", "ToolDefinition"]
 
@@ -32,13 +31,8 @@ def _is_object_schema(schema: RawJSON) -> bool:
     return schema.bytes[:1] == b"{"
 
 
-def _convert_1(value: Any) -> Any:
-    return _convert_1_impl(value)
-
-
-_convert_1_impl: Callable[[Any], Any] = nested(
-    coerce_raw_json, InvalidToolDefinitionError, "tool input_schema"
-)
+def _to_input_schema(value: Any) -> RawJSON:
+    return nested(coerce_raw_json, value, InvalidToolDefinitionError, "tool input_schema")
 
 
 @final
@@ -51,7 +45,7 @@ class ToolDefinition:
     """
 
     name: str
-    input_schema: RawJSON = attrs.field(converter=_convert_1)
+    input_schema: RawJSON = attrs.field(converter=_to_input_schema)
     description: str = ""
 
     def __attrs_post_init__(self) -> None:
@@ -80,22 +74,12 @@ def _optional_schema(value: Any) -> RawJSON | None:
     return None if value is None else coerce_raw_json(value)
 
 
-def _convert_2(value: Any) -> Any:
-    return _convert_2_impl(value)
+def _to_output_format_type(value: Any) -> OutputFormatType:
+    return to_enum(OutputFormatType, value, InvalidOutputFormatError, "output format type")
 
 
-_convert_2_impl: Callable[[Any], Any] = convert_enum(
-    OutputFormatType, InvalidOutputFormatError, "output format type"
-)
-
-
-def _convert_3(value: Any) -> Any:
-    return _convert_3_impl(value)
-
-
-_convert_3_impl: Callable[[Any], Any] = nested(
-    _optional_schema, InvalidOutputFormatError, "output format schema"
-)
+def _to_output_schema(value: Any) -> RawJSON | None:
+    return nested(_optional_schema, value, InvalidOutputFormatError, "output format schema")
 
 
 @final
@@ -103,13 +87,10 @@ _convert_3_impl: Callable[[Any], Any] = nested(
 class OutputFormat:
     """The shape of the answer: plain text, any JSON, or JSON matching a named schema."""
 
-    type: OutputFormatType = attrs.field(converter=_convert_2)
+    type: OutputFormatType = attrs.field(converter=_to_output_format_type)
     name: str = ""
     description: str = ""
-    schema: RawJSON | None = attrs.field(
-        default=None,
-        converter=_convert_3,
-    )
+    schema: RawJSON | None = attrs.field(default=None, converter=_to_output_schema)
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -192,13 +173,8 @@ def _stop(value: Any) -> Any:
     return None if value is None else to_tuple(value)
 
 
-def _convert_4(value: Any) -> Any:
-    return _convert_4_impl(value)
-
-
-_convert_4_impl: Callable[[Any], Any] = nested(
-    Extensions.coerce, InvalidOptionsError, "options extensions"
-)
+def _to_extensions(value: Any) -> Extensions:
+    return nested(Extensions.coerce, value, InvalidOptionsError, "options extensions")
 
 
 @final
@@ -217,10 +193,7 @@ class Options:
     temperature: float | None = attrs.field(default=None, converter=_to_float)
     top_k: int | None = None
     top_p: float | None = attrs.field(default=None, converter=_to_float)
-    extensions: Extensions = attrs.field(
-        factory=Extensions,
-        converter=_convert_4,
-    )
+    extensions: Extensions = attrs.field(default=EMPTY_EXTENSIONS, converter=_to_extensions)
 
     def __attrs_post_init__(self) -> None:
         self.validate()

@@ -1,0 +1,128 @@
+"""Pin the public surface: a name appears or disappears only on purpose.
+
+To extend: add the new name to the expected list of its module (keep the lists sorted).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+EXPECTED: dict[str, list[str]] = {
+    "scope.errors": [
+        "AppendConflictError",
+        "AuthenticationError",
+        "BadRequestError",
+        "CommitError",
+        "ConversationClosedError",
+        "HistoryError",
+        "InvalidAppendIDError",
+        "InvalidBatchError",
+        "InvalidConversationIDError",
+        "InvalidJSONError",
+        "InvalidMediaError",
+        "InvalidMessageError",
+        "InvalidMetadataError",
+        "InvalidOptionsError",
+        "InvalidOutputFormatError",
+        "InvalidPartError",
+        "InvalidReceiptError",
+        "InvalidRequestError",
+        "InvalidResponseError",
+        "InvalidToolCallError",
+        "InvalidToolDefinitionError",
+        "InvalidToolResultError",
+        "InvalidUsageError",
+        "InvalidWindowError",
+        "ProviderConnectionError",
+        "ProviderError",
+        "ProviderServerError",
+        "ProviderTimeoutError",
+        "RateLimitError",
+        "ScopeError",
+        "StoreError",
+        "UnsupportedOptionError",
+        "WindowTooSmallError",
+    ],
+    "scope.chat": [
+        "FinishReason",
+        "Message",
+        "Options",
+        "Output",
+        "OutputFormat",
+        "OutputFormatType",
+        "OutputMetadata",
+        "Part",
+        "PartKind",
+        "Request",
+        "Response",
+        "ResponseMetadata",
+        "Role",
+        "ToolCall",
+        "ToolCallDelta",
+        "ToolDefinition",
+        "ToolOutput",
+        "ToolResult",
+        "Usage",
+        "assistant_message",
+        "media_part",
+        "reasoning_part",
+        "system_message",
+        "text_part",
+        "tool_call_delta_part",
+        "tool_call_part",
+        "tool_message",
+        "tool_result_part",
+        "user_message",
+    ],
+    "scope.jsonvalue": ["RawJSON", "coerce_raw_json"],
+    "scope.metadata": ["Extensions", "Metadata"],
+    "scope.media": ["Media", "Source", "SourceKind"],
+    "scope.codec": [
+        "converter",
+        "decode_error_for",
+        "encode_messages",
+        "from_builtins",
+        "from_json",
+        "parse",
+        "register",
+        "to_builtins",
+        "to_json",
+    ],
+}
+
+#: Names other work may add to a module later; the lead moves them into EXPECTED.
+SUPERSET_OK = {"scope.chat"}
+
+
+@pytest.mark.parametrize("module_name", sorted(EXPECTED))
+def test_exported_members(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    exported = list(module.__all__)
+    assert exported == sorted(exported), "keep __all__ sorted"
+    for name in exported:
+        assert hasattr(module, name), name
+    if module_name in SUPERSET_OK:
+        assert set(EXPECTED[module_name]) <= set(exported)
+    else:
+        assert exported == EXPECTED[module_name]
+
+
+@pytest.mark.parametrize("module_name", ["scope.chat", "scope.media", "scope.metadata"])
+def test_public_classes_show_their_public_module(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    for name in EXPECTED[module_name]:
+        obj = getattr(module, name)
+        if isinstance(obj, type):
+            assert obj.__module__ == module_name, name
+
+
+def test_errors_are_value_errors_where_documented() -> None:
+    errors = importlib.import_module("scope.errors")
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.ScopeError)
+        assert issubclass(cls, ValueError) == (
+            name.startswith("Invalid") or name == "UnsupportedOptionError"
+        ), name

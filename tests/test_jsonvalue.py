@@ -1,0 +1,251 @@
+"""RawJSON: canonical bytes, exact number spellings, and every refusal."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scope.errors import InvalidJSONError
+from scope.jsonvalue import RawJSON, coerce_raw_json
+from tests.strategies import json_texts, json_values, raw_json
+
+FAST = settings(max_examples=150, deadline=None)
+
+
+def nest(depth: int, inner: str = "1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ('{ "b" : 1 ,\n "a" : [ 2.50 , 1E-7 ] }', b'{"a":[2.50,1E-7],"b":1}'),
+        ("1", b"1"),
+        ("1.0", b"1.0"),
+        ("1e0", b"1e0"),
+        ("-0", b"-0"),
+        ("-0.0e+00", b"-0.0e+00"),
+        ("123456789012345678901234567890", b"123456789012345678901234567890"),
+        (r'"\u0041\/\u00e9"', '"A/é"'.encode()),
+        (r'"\ud83d\ude00"', '"😀"'.encode()),
+        ('"\\n\\t\\u0001"', b'"\\n\\t\\u0001"'),
+        (
+            '{"é":1,"z":2,"a":3,"\U0001f600":4,"\uffff":5}',
+            '{"a":3,"z":2,"é":1,"\uffff":5,"😀":4}'.encode(),
+        ),
+        (" \t\r\n null \n", b"null"),
+        ("[true,false]", b"[true,false]"),
+    ],
+)
+def test_parse_canonicalises(text: str, canonical: bytes) -> None:
+    raw = RawJSON.parse(text)
+    assert raw.bytes == canonical
+    assert RawJSON.parse(text.encode()) == raw
+    assert RawJSON.parse(raw.bytes).bytes == canonical  # idempotent
+
+
+def test_numbers_stay_distinct() -> None:
+    assert len({RawJSON.parse(t) for t in ("1", "1.0", "1e0", "1E0", "10e-1")}) == 5
+
+
+BAD_TEXT: list[tuple[str, str | bytes]] = [
+    ("empty", ""),
+    ("whitespace only", "  "),
+    ("truncated", '{"a": 1'),
+    ("trailing data", "1 2"),
+    ("trailing comma", "[1,]"),
+    ("single quotes", "{'a': 1}"),
+    ("duplicate key", '{"a": 1, "a": 1}'),
+    ("nested duplicate key", '[{"x": {"b": 1, "b": 2}}]'),
+    ("duplicate key via escape", '{"a": 1, "\\u0061": 2}'),
+    ("NaN", "NaN"),
+    ("Infinity", "[Infinity]"),
+    ("-Infinity", '{"a": -Infinity}'),
+    ("lone surrogate value", r'"\ud800"'),
+    ("lone low surrogate", r'["\udc00"]'),
+    ("lone surrogate key", r'{"\ud800": 1}'),
+    ("lone surrogate in str input", '"\ud800"'),
+    ("not UTF-8", b'"\xff"'),
+    ("UTF-16", '"a"'.encode("utf-16")),
+    ("BOM", b'\xef\xbb\xbf{"a":1}'),
+    ("control character", '"a\x01b"'),
+    ("leading zero", "01"),
+    ("bare dot", "1."),
+    ("plus sign", "+1"),
+    ("depth 513", nest(513)),
+    ("depth 513 objects", '{"a":' * 513 + "1" + "}" * 513),
+    ("depth 100000", nest(100000)),
+]
+
+
+@pytest.mark.parametrize("text", [b[1] for b in BAD_TEXT], ids=[b[0] for b in BAD_TEXT])
+def test_parse_refuses(text: str | bytes) -> None:
+    with pytest.raises(InvalidJSONError):
+        RawJSON.parse(text)
+
+
+def test_depth_512_accepted() -> None:
+    raw = RawJSON.parse(nest(512))
+    assert raw.bytes == nest(512).encode()
+    assert raw.value() == _deep(512)
+    assert RawJSON.parse('{"a":' * 512 + "1" + "}" * 512)
+    assert RawJSON.from_value(_deep(512)) == raw
+
+
+def _deep(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_from_value_depth_513_refused() -> None:
+    with pytest.raises(InvalidJSONError):
+        RawJSON.from_value(_deep(513))
+
+
+def test_parse_refuses_non_text() -> None:
+    with pytest.raises(InvalidJSONError):
+        RawJSON.parse(1)  # type: ignore[arg-type]
+
+
+def test_from_value() -> None:
+    value = {"b": [1, 2.5, True, None, "x"], "a": (1,)}
+    raw = RawJSON.from_value(value)
+    assert raw.bytes == b'{"a":[1],"b":[1,2.5,true,null,"x"]}'
+    assert raw.value() == {"a": [1], "b": [1, 2.5, True, None, "x"]}
+    inner = RawJSON.parse("2.50")
+    assert RawJSON.from_value({"x": inner}).bytes == b'{"x":2.50}'
+    assert RawJSON.from_value(inner) is inner
+    assert RawJSON.from_value(2**70).bytes == str(2**70).encode()
+    assert RawJSON.from_value(2**70).value() == 2**70
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("nan"),
+        float("inf"),
+        [float("-inf")],
+        {"a": {"b": float("nan")}},
+        {1: "int key"},
+        {"a": object()},
+        {"a": {1, 2}},
+        b"bytes",
+        "\ud800",
+        {"\udfff": 1},
+        [{"k": "x\ud800"}],
+    ],
+    ids=repr,
+)
+def test_from_value_refuses(value: Any) -> None:
+    with pytest.raises(InvalidJSONError):
+        RawJSON.from_value(value)
+
+
+def test_value_str_repr_eq_hash_pickle() -> None:
+    raw = RawJSON.parse('{"a": 2.50}')
+    assert raw.value() == {"a": 2.5}
+    assert raw.value() is not raw.value()
+    assert str(raw) == '{"a":2.50}'
+    assert repr(raw) == "RawJSON('{\"a\":2.50}')"
+    assert len(repr(RawJSON.from_value("x" * 200))) < 100
+    assert raw == RawJSON.parse('{ "a" : 2.50 }')
+    assert raw != RawJSON.parse('{"a": 2.5}')
+    assert raw != '{"a":2.50}'
+    assert hash(raw) == hash(RawJSON.parse('{"a":2.50}'))
+    assert pickle.loads(pickle.dumps(raw)) == raw
+    with pytest.raises(AttributeError):
+        raw.x = 1  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        del raw._raw_json_bytes
+
+
+def test_coerce() -> None:
+    raw = RawJSON.parse("[1]")
+    assert coerce_raw_json(raw) is raw
+    assert coerce_raw_json([1]) == raw
+    assert coerce_raw_json({"a": 1}) == RawJSON.parse('{"a":1}')
+    with pytest.raises(InvalidJSONError):
+        coerce_raw_json("[1]")
+    with pytest.raises(InvalidJSONError):
+        coerce_raw_json(1)
+
+
+# ------------------------------------------------------------------ properties
+
+
+def _reorder(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _reorder(value[k]) for k in reversed(list(value))}
+    if isinstance(value, list):
+        return [_reorder(v) for v in value]
+    return value
+
+
+@FAST
+@given(json_texts())
+def test_parse_keeps_numbers_and_values(text: str) -> None:
+    raw = RawJSON.parse(text)
+    # Same document: every number token kept as spelled, same values.
+    assert json.loads(raw.bytes, parse_float=str, parse_int=str) == json.loads(
+        text, parse_float=str, parse_int=str
+    )
+    # Canonical: sorted keys, no whitespace, one string spelling (orjson's).
+    assert RawJSON.parse(raw.bytes).bytes == raw.bytes
+    assert b"\n" not in raw.bytes and b": " not in raw.bytes
+
+
+def respell(text: str | bytes, *, indent: str = "", ascii_: bool = True) -> str:
+    """The same document with reversed key order, other whitespace and string escapes;
+    number tokens verbatim."""
+    tree = json.loads(text, parse_float=_Token, parse_int=_Token)
+    return _write(tree, indent, ascii_, 0)
+
+
+class _Token(str):
+    __slots__ = ()
+
+
+def _write(value: Any, indent: str, ascii_: bool, level: int) -> str:
+    pad = "\n" + indent * (level + 1) if indent else " "
+    end = "\n" + indent * level if indent else ""
+    if isinstance(value, _Token):
+        return str(value)
+    if isinstance(value, dict):
+        items = [
+            f"{json.dumps(k, ensure_ascii=ascii_)} : {_write(v, indent, ascii_, level + 1)}"
+            for k, v in reversed(list(value.items()))
+        ]
+        return "{" + ",".join(pad + item for item in items) + end + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(pad + _write(v, indent, ascii_, level + 1) for v in value) + end + "]"
+    return json.dumps(value, ensure_ascii=ascii_)
+
+
+@FAST
+@given(json_texts(), st.sampled_from(["", " ", "\t"]), st.booleans())
+def test_parse_is_canonical_under_respelling(text: str, indent: str, ascii_: bool) -> None:
+    assert RawJSON.parse(respell(text, indent=indent, ascii_=ascii_)) == RawJSON.parse(text)
+
+
+@FAST
+@given(json_values())
+def test_from_value_round_trips(value: Any) -> None:
+    raw = RawJSON.from_value(value)
+    assert raw.value() == orjson.loads(orjson.dumps(value))
+    assert RawJSON.parse(raw.bytes) == raw
+    assert RawJSON.from_value(raw.value()) == raw
+
+
+@FAST
+@given(raw_json())
+def test_raw_json_bytes_are_a_fixed_point(raw: RawJSON) -> None:
+    assert RawJSON.parse(str(raw)) == raw
+    assert RawJSON.parse(raw.bytes).bytes == raw.bytes
