@@ -9,9 +9,8 @@ from typing import Any, final
 import attrs
 import orjson
 
-from scope._json import loads_exact
 from scope.chat import Message, PartKind
-from scope.codec import encode_messages, from_builtins
+from scope.codec import encode_messages, from_builtins, parse
 from scope.errors import (
     InvalidAppendIDError,
     InvalidBatchError,
@@ -104,7 +103,7 @@ class Batch:
     def from_json(cls, data: str | bytes | bytearray | memoryview) -> Batch:
         """Decode a batch and check its digest against its messages (``InvalidBatchError``)."""
         try:
-            tree = loads_exact(data)
+            tree = parse(data)
         except ValueError as exc:
             raise InvalidBatchError(f"invalid JSON: {exc}") from None
         return cls._from_tree(tree)

@@ -17,9 +17,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, Final
 
-from scope._json import loads_exact
 from scope.chat import Message
-from scope.codec import from_builtins
+from scope.codec import from_builtins, parse
 from scope.errors import InvalidBatchError, InvalidMessageError, StoreError
 from scope.history._batch import Batch
 
@@ -145,7 +144,7 @@ def decode_record(
         if cached is not None:
             return cached
     try:
-        tree = loads_exact(data)
+        tree = parse(data)
     except ValueError as exc:
         raise corrupt(conversation_id, append_id, f"invalid JSON: {exc}") from None
     if type(tree) is not list or not tree:
