@@ -28,7 +28,7 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
-    session.install("ruff")
+    session.install("-e", ".[dev]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
@@ -36,7 +36,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over the package."""
-    session.install("-e", ".[postgres,redis,openai]", "mypy")
+    session.install("-e", ".[dev]")
     session.run("mypy", "--strict", "scope")
 
 
