@@ -461,8 +461,12 @@ def test_list_and_show(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
 
     shown = scope(tmp_path, "history", "show", "tricky", "--store", url)
     assert shown.returncode == 0, shown.stderr
+    first, second = (
+        Batch("tricky", f"seed-{i}", messages) for i, messages in enumerate(tricky_conversation())
+    )
     assert shown.stdout.decode().splitlines() == [
         "conversation tricky (7 messages)",
+        f"batch seed-0  {first.digest}",
         "[1] system",
         "    Be brief.",
         "[2] user",
@@ -481,6 +485,7 @@ def test_list_and_show(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
         "[5] assistant",
         "    Es ist 12 Uhr.",
         '    metadata {"cost":0.10}',
+        f"batch seed-1  {second.digest}",
         "[6] user",
         "    Danke",
         "[7] assistant",
@@ -490,6 +495,73 @@ def test_list_and_show(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
     as_json = scope(tmp_path, "history", "show", "--json", "--store", url, "tricky")
     exported = scope(tmp_path, "history", "export", "--store", url).stdout.splitlines()
     assert as_json.stdout.splitlines() == [exported[1]]
+    assert b"seed-0" not in as_json.stdout and first.digest.encode() not in as_json.stdout
+
+
+def test_show_receipts_match_what_append_returned(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "r.sqlite3"
+    batches = [
+        Batch("c", "turn 1", [user_message("one"), assistant_message("1")]),
+        Batch("c", "turn 2", [user_message("two"), assistant_message("2"), assistant_message("+")]),
+    ]
+
+    async def append() -> list[Any]:
+        async with await SQLiteStore.open(path) as store:
+            return [await store.append(batch) for batch in batches]
+
+    receipts = asyncio.run(append())
+    assert main(["history", "show", "--store", sqlite_url(path), "c"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("batch ")] == [
+        f"batch {r.id}  {r.digest}" for r in receipts
+    ]
+    assert [line for line in lines if line.startswith("[")] == [
+        "[1] user",
+        "[2] assistant",
+        "[3] user",
+        "[4] assistant",
+        "[5] assistant",
+    ]
+
+
+class _MessagesOnly:
+    """A store that is not a BatchReader: only the PersistentStore methods."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        return list(await self._inner.read(conversation_id))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def test_show_without_batch_reader_prints_no_receipts(
+    tmp_path: pathlib.Path,
+    source: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from scope.cli import _history, _stores
+    from scope.history import BatchReader
+
+    real_open = _stores.open_cli_store
+
+    async def open_messages_only(url: str) -> Any:
+        store = _MessagesOnly(await real_open(url))
+        assert not isinstance(store, BatchReader)
+        return store
+
+    monkeypatch.setattr(_stores, "open_cli_store", open_messages_only)
+    assert _history.opened_store is _stores.opened_store  # resolves open_cli_store late
+    assert main(["history", "show", "--store", sqlite_url(source), "tricky"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "conversation tricky (7 messages)"
+    assert not any(line.startswith("batch ") for line in lines)
+    assert lines[1] == "[1] system" and "[7] assistant" in lines
 
 
 def test_show_unknown_or_cleared(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
@@ -614,7 +686,9 @@ def test_help_and_version(tmp_path: pathlib.Path) -> None:
     assert top.returncode == 0
     assert all(word in top.stdout.decode() for word in ("demo", "chat", "history"))
     show = scope(tmp_path, "history", "show", "--help")
-    assert "Receipts are not shown" in " ".join(show.stdout.decode().split())
+    assert "starts with its receipt, a line 'batch <append id> <digest>'" in " ".join(
+        show.stdout.decode().split()
+    )
     assert scope(tmp_path, "--version").stdout.decode().startswith("scope ")
 
 

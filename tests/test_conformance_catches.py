@@ -32,7 +32,9 @@ _BROKEN_STORE = textwrap.dedent(
 
         def __init__(self, broken, state=None):
             self.broken = broken
-            self.state = state or {"messages": {}, "accepted": {}, "closed": set()}
+            self.state = state or {
+                "messages": {}, "batches": {}, "accepted": {}, "closed": set()
+            }
 
         async def read(self, conversation_id):
             if "validate-after-io" in self.broken:
@@ -42,6 +44,17 @@ _BROKEN_STORE = textwrap.dedent(
                 return []
             out = list(self.state["messages"].get(cid, ()))
             if "read-order" in self.broken:
+                out.reverse()
+            return out
+
+        async def read_batches(self, conversation_id):
+            if "validate-after-io" in self.broken:
+                await anyio.lowlevel.checkpoint()
+            cid = ConversationID(conversation_id)
+            if cid in self.state["closed"] and "closure" not in self.broken:
+                return []
+            out = list(self.state["batches"].get(cid, ()))
+            if "batch-order" in self.broken:
                 out.reverse()
             return out
 
@@ -67,6 +80,7 @@ _BROKEN_STORE = textwrap.dedent(
                     await anyio.lowlevel.checkpoint()
             else:
                 self.state["messages"].setdefault(cid, []).extend(batch.messages)
+            self.state["batches"].setdefault(cid, []).append(batch)
             self.state["accepted"][key] = batch.digest
             return batch.receipt()
 
@@ -75,6 +89,7 @@ _BROKEN_STORE = textwrap.dedent(
             if "closure" not in self.broken:
                 self.state["closed"].add(cid)
                 self.state["messages"].pop(cid, None)
+                self.state["batches"].pop(cid, None)
 
         async def conversations(self):
             names = list(self.state["messages"])
@@ -167,7 +182,23 @@ CASES = [
         },
     ),
     ("global-ids", "scoped", {"test_append_ids_are_scoped_per_conversation"}),
-    ("validate-after-io", "invalid", {"test_invalid_conversation_ids_rejected_before_io"}),
+    (
+        "validate-after-io",
+        "invalid",
+        {
+            "test_invalid_conversation_ids_rejected_before_io",
+            "test_read_batches_rejects_invalid_ids_before_io",
+        },
+    ),
+    (
+        "batch-order",
+        "read_batches or batches",
+        {
+            "test_read_batches_round_trip_in_order_with_receipts",
+            "test_read_batches_keeps_hostile_ids_apart",
+            "test_read_equals_the_concatenated_read_batches",
+        },
+    ),
     ("durable-messages", "durable", {"test_durable_messages_survive_reopen"}),
     ("durable-dedupe", "durable", {"test_durable_dedupe_evidence_survives_reopen"}),
     ("durable-closure", "durable", {"test_durable_closure_survives_reopen"}),

@@ -90,6 +90,7 @@ EXPECTED: dict[str, list[str]] = {
         "AppendConflictError",
         "AppendID",
         "Batch",
+        "BatchReader",
         "Clearer",
         "CommitError",
         "ConversationClosedError",

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from scope.chat import Message, assistant_message, user_message
-from scope.history import Batch, ConversationID, Lister, Receipt, Store
+from scope.history import Batch, BatchReader, ConversationID, Lister, Receipt, Store
 from scope.history.inmemory import Store as InMemoryStore
 from scope.history.storetest import StoreConformance
 
@@ -30,6 +30,9 @@ class _Handle:
 
     async def read(self, conversation_id: str) -> list[Message]:
         return await self._store.read(conversation_id)
+
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        return await self._store.read_batches(conversation_id)
 
     async def append(self, batch: Batch) -> Receipt:
         return await self._store.append(batch)
@@ -56,6 +59,7 @@ def test_store_is_a_store_and_lister() -> None:
     store = InMemoryStore()
     assert isinstance(store, Store)
     assert isinstance(store, Lister)
+    assert isinstance(store, BatchReader)
     assert type(store).__module__ == "scope.history.inmemory"
 
 
@@ -109,6 +113,7 @@ async def test_clear_drops_messages_and_dedupe_records_but_keeps_closure() -> No
     store = InMemoryStore()
     await store.append(Batch("c", "a1", [user_message("hi")]))
     await store.clear("c")
+    assert store._batches == {}
     assert store._messages == {}
     assert store._accepted == {}
     assert store._closed == {ConversationID("c")}

@@ -16,7 +16,7 @@ import pytest
 
 from scope.chat import Message, assistant_message, user_message
 from scope.errors import StoreError
-from scope.history import Batch, Lister, Store
+from scope.history import Batch, BatchReader, Lister, Store
 from scope.history.storetest import StoreConformance
 from scope.historystores.postgres import PostgresStore
 from tests.servers import import_driver, postgres_dsn_or_skip, unique_table_prefix
@@ -104,6 +104,7 @@ async def test_is_a_store_and_lister_with_public_module(dsn: str, prefix: str) -
     async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
         assert isinstance(store, Store)
         assert isinstance(store, Lister)
+        assert isinstance(store, BatchReader)
         assert type(store).__module__ == "scope.historystores.postgres"
         assert prefix in repr(store)
 
@@ -319,7 +320,11 @@ async def test_corrupt_record_is_reported_naming_the_conversation(dsn: str, pref
             await store.read("victim;'%")
         assert 'conversation "victim;\'%"' in str(info.value)
         assert "digest" in str(info.value)
+        with pytest.raises(StoreError, match="corrupt") as batches_info:
+            await store.read_batches("victim;'%")
+        assert str(batches_info.value) == str(info.value)
         assert texts(await store.read("bystander")) == ["hello", "hello!"]
+        assert await store.read_batches("bystander") == [batch("bystander", "a1")]
 
 
 # -- error mapping ----------------------------------------------------------------------

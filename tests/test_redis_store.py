@@ -16,7 +16,7 @@ import pytest
 
 from scope.chat import Message, assistant_message, user_message
 from scope.errors import StoreError
-from scope.history import Batch, Lister, Store
+from scope.history import Batch, BatchReader, Lister, Store
 from scope.history.storetest import StoreConformance
 from scope.historystores.redis import RedisStore
 from tests.servers import import_driver, redis_url_or_skip, unique_key_prefix
@@ -102,6 +102,7 @@ async def test_is_a_store_and_lister_with_public_module(url: str, prefix: str) -
     async with await RedisStore.open(url, prefix=prefix) as store:
         assert isinstance(store, Store)
         assert isinstance(store, Lister)
+        assert isinstance(store, BatchReader)
         assert type(store).__module__ == "scope.historystores.redis"
         assert prefix in repr(store)
 
@@ -269,7 +270,11 @@ async def test_corrupt_record_is_reported_naming_the_conversation(
         with pytest.raises(StoreError, match="corrupt") as info:
             await store.read(cid)
         assert f"conversation {cid!r}" in str(info.value)
+        with pytest.raises(StoreError, match="corrupt") as batches_info:
+            await store.read_batches(cid)
+        assert str(batches_info.value) == str(info.value)
         assert texts(await store.read("bystander")) == ["hello", "hello!"]
+        assert await store.read_batches("bystander") == [batch("bystander", "a1")]
 
 
 async def test_flipped_byte_is_reported(url: str, prefix: str, admin: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from scope.chat import assistant_message, user_message
+from scope.chat import assistant_message, tool_call_delta_part, user_message
+from scope.codec import encode_messages
 from scope.errors import StoreError
-from scope.history import Batch, Lister, Store
+from scope.history import Batch, BatchReader, Lister, Store
 from scope.history.storetest import StoreConformance
 from scope.historystores.sqlite import SQLiteStore
 
@@ -66,6 +68,7 @@ def raw(store: SQLiteStore) -> sqlite3.Connection:
 async def test_is_a_store_and_lister_with_public_module(store: SQLiteStore) -> None:
     assert isinstance(store, Store)
     assert isinstance(store, Lister)
+    assert isinstance(store, BatchReader)
     assert type(store).__module__ == "scope.historystores.sqlite"
     assert "h.db" in repr(store)
 
@@ -229,17 +232,31 @@ async def test_closed_store_refuses_every_call(tmp_path: Path) -> None:
 # -- corruption ------------------------------------------------------------------------
 
 
-async def corrupt_and_read(store: SQLiteStore, sql: str, *args: Any) -> StoreError:
+async def corrupt_and_read(
+    store: SQLiteStore, sql: str, *args: Any, batches_only: bool = False
+) -> StoreError:
+    """Damage a record of the victim conversation and return the error reading it raises.
+
+    ``read_batches`` reports every damage ``read`` does, with the same message; with
+    ``batches_only`` the damage (an append id, a non-canonical encoding) is one only
+    ``read_batches`` sees, and ``read`` still returns the messages."""
     await store.append(batch("victim 'x'", "a1"))
     await store.append(batch("victim 'x'", "a2"))
     await store.append(batch("bystander", "a1"))
     with raw(store) as conn:
         conn.execute(sql, args)
-    with pytest.raises(StoreError) as info:
-        await store.read("victim 'x'")
+    with pytest.raises(StoreError) as batches_info:
+        await store.read_batches("victim 'x'")
+    if batches_only:
+        assert len(await store.read("victim 'x'")) == 4
+    else:
+        with pytest.raises(StoreError) as info:
+            await store.read("victim 'x'")
+        assert str(info.value) == str(batches_info.value)
     # Other conversations are unaffected.
     assert len(await store.read("bystander")) == 2
-    return info.value
+    assert [b.id for b in await store.read_batches("bystander")] == ["a1"]
+    return batches_info.value
 
 
 VICTIM = "AND conversation_id <> 'bystander'"
@@ -306,6 +323,66 @@ async def test_record_that_is_no_message_array_is_reported(store: SQLiteStore, d
         _digest(data),
     )
     assert "victim" in str(error) and "array" in str(error)
+
+
+@pytest.mark.anyio
+async def test_non_canonical_record_with_matching_digest_is_reported(store: SQLiteStore) -> None:
+    # The same messages, spelled with other whitespace and key order: valid, but not the
+    # bytes scope writes, so a Batch of them would carry another digest.
+    canonical = batch("victim 'x'", "a1").encoded_messages
+    data = json.dumps(json.loads(canonical), indent=1, sort_keys=False).encode()
+    assert data != canonical
+    error = await corrupt_and_read(store, SET_RECORD, data, _digest(data), batches_only=True)
+    assert "victim" in str(error) and "'a1'" in str(error) and "canonical" in str(error)
+
+
+@pytest.mark.anyio
+async def test_incomplete_message_with_matching_digest_is_reported(store: SQLiteStore) -> None:
+    data = encode_messages([assistant_message(tool_call_delta_part("c1", "f", "{"))])
+    error = await corrupt_and_read(store, SET_RECORD, data, _digest(data))
+    assert "victim" in str(error) and "tool_call_delta" in str(error)
+
+
+@pytest.mark.anyio
+async def test_invalid_stored_append_id_is_reported(store: SQLiteStore) -> None:
+    error = await corrupt_and_read(
+        store,
+        f"UPDATE scope_history_batches SET append_id = ' padded' WHERE append_id = 'a1' {VICTIM}",
+        batches_only=True,
+    )
+    assert "victim" in str(error) and "invalid append id" in str(error)
+
+
+@pytest.mark.anyio
+async def test_read_batches_serves_cached_decodes_as_equal_batches(tmp_path: Path) -> None:
+    async with await SQLiteStore.open(tmp_path / "c.db") as store:
+        # Equal messages under two conversations and append ids: one cache entry.
+        one, two = batch("one", "a1", "same"), batch("two", "b1", "same")
+        await store.append(one)
+        await store.append(two)
+        for _ in range(2):
+            assert await store.read_batches("one") == [one]
+            assert await store.read_batches("two") == [two]
+            assert (await store.read_batches("two"))[0].receipt() == two.receipt()
+            assert await store.read("two") == list(two.messages)
+
+
+@pytest.mark.anyio
+async def test_non_canonical_record_is_caught_after_cached_reads(tmp_path: Path) -> None:
+    # read() caches the messages of a valid but non-canonical record; read_batches still
+    # refuses it, cache hit or not.
+    async with await SQLiteStore.open(tmp_path / "c.db") as store:
+        await store.append(batch("c", "a1"))
+        data = json.dumps(json.loads(batch("c", "a1").encoded_messages), indent=1).encode()
+        with raw(store) as conn:
+            conn.execute(
+                "UPDATE scope_history_batches SET messages = ?, digest = ?",
+                (data, _digest(data)),
+            )
+        assert len(await store.read("c")) == 2
+        for _ in range(2):
+            with pytest.raises(StoreError, match="'a1' is corrupt: messages are not in the"):
+                await store.read_batches("c")
 
 
 @pytest.mark.anyio

@@ -125,9 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="print one conversation",
         description="Print a conversation readably: each message with its role, text, "
         "reasoning, tool calls and results, media as mime type and size or URI, and "
-        "metadata. Receipts are not shown: the store API does not list the batches or "
-        "digests it holds. With --json, print the conversation as one JSON line in the "
-        "export format.",
+        "metadata. Each batch (one appended turn) starts with its receipt, a line "
+        "'batch <append id>  <digest>', when the store can list its batches (every "
+        "bundled store can); messages are numbered across batches. With --json, print the "
+        "conversation as one JSON line in the export format (no receipts).",
     )
     show.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
     show.add_argument("--json", action="store_true", help="print one canonical JSON line")

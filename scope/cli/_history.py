@@ -14,7 +14,7 @@ import attrs
 
 from scope.chat import Message
 from scope.cli._errors import CLIError
-from scope.cli._render import Progress, conversation_line, render_conversation
+from scope.cli._render import Progress, conversation_line, render_batches, render_conversation
 from scope.cli._stores import CLIStore, opened_store
 from scope.codec import from_builtins, parse
 from scope.errors import (
@@ -24,7 +24,7 @@ from scope.errors import (
     InvalidConversationIDError,
     InvalidMessageError,
 )
-from scope.history import AppendID, Batch, ConversationID
+from scope.history import AppendID, Batch, BatchReader, ConversationID
 
 __all__ = [
     "ImportLine",
@@ -61,10 +61,20 @@ async def list_conversations(url: str, out: TextIO) -> int:
 
 
 async def show_conversation(url: str, conversation_id: str, *, as_json: bool, out: TextIO) -> int:
-    """Print one conversation readably, or as one export-format JSON line."""
+    """Print one conversation readably, or as one export-format JSON line.
+
+    When the store is a ``BatchReader`` the readable form shows each batch's receipt, a
+    ``batch <append id>  <digest>`` line before its messages (numbered continuously
+    across batches); otherwise the messages alone. The JSON line is the same either way.
+    """
     cid = ConversationID(conversation_id)
+    batches: list[Batch] | None = None
     async with opened_store(url) as store:
-        messages = await store.read(cid)
+        if isinstance(store, BatchReader):
+            batches = await store.read_batches(cid)
+            messages = [m for batch in batches for m in batch.messages]
+        else:
+            messages = await store.read(cid)
     if not messages:
         raise CLIError(f"conversation {str(cid)!r} has no messages (unknown or cleared)")
     if as_json:
@@ -72,7 +82,8 @@ async def show_conversation(url: str, conversation_id: str, *, as_json: bool, ou
     else:
         count = len(messages)
         out.write(f"conversation {cid} ({count} message{'s' if count != 1 else ''})\n")
-        for line in render_conversation(messages):
+        lines = render_conversation(messages) if batches is None else render_batches(batches)
+        for line in lines:
             out.write(line + "\n")
     out.flush()
     return 0

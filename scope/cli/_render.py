@@ -10,12 +10,14 @@ import orjson
 
 from scope.chat import Message, Part, PartKind, ToolOutput
 from scope.codec import encode_messages, to_json
+from scope.history import Batch
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
 
 __all__ = [
     "Progress",
     "conversation_line",
+    "render_batches",
     "render_conversation",
     "render_message",
     "safe",
@@ -137,6 +139,18 @@ def render_conversation(messages: Iterable[Message], *, first: int = 1) -> list[
     out: list[str] = []
     for number, message in enumerate(messages, first):
         out.extend(render_message(number, message))
+    return out
+
+
+def render_batches(batches: Iterable[Batch], *, first: int = 1) -> list[str]:
+    """Every batch of a conversation: its receipt line ``batch <append id>  <digest>``,
+    then its messages, numbered continuously from ``first`` across the batches."""
+    out: list[str] = []
+    number = first
+    for batch in batches:
+        out.append(safe(f"batch {batch.id}  {batch.digest}"))
+        out.extend(render_conversation(batch.messages, first=number))
+        number += len(batch.messages)
     return out
 
 

@@ -13,6 +13,7 @@ from scope.history._ids import ConversationID as ConversationID
 from scope.history._middleware import IncompleteReason as IncompleteReason
 from scope.history._middleware import IncompleteTurn as IncompleteTurn
 from scope.history._middleware import Middleware as Middleware
+from scope.history._protocols import BatchReader as BatchReader
 from scope.history._protocols import Clearer as Clearer
 from scope.history._protocols import Lister as Lister
 from scope.history._protocols import Reader as Reader
@@ -25,6 +26,7 @@ __all__ = [
     "AppendConflictError",
     "AppendID",
     "Batch",
+    "BatchReader",
     "Clearer",
     "CommitError",
     "ConversationClosedError",

@@ -76,6 +76,23 @@ class Batch:
         encoded = encode_messages(msgs)
         self.__attrs_init__(cid, aid, msgs, encoded, digest_of(encoded))
 
+    @classmethod
+    def _verified(
+        cls,
+        conversation_id: ConversationID,
+        id: AppendID,
+        messages: tuple[Message, ...],
+        encoded_messages: bytes,
+        digest: str,
+    ) -> Batch:
+        """Internal: a batch from parts the caller has already checked (valid ids and
+        messages, ``encoded_messages == encode_messages(messages)`` and ``digest`` its
+        digest), without encoding and hashing again. Stores use it for records they have
+        verified."""
+        batch = cls.__new__(cls)
+        batch.__attrs_init__(conversation_id, id, messages, encoded_messages, digest)
+        return batch
+
     def __len__(self) -> int:
         return len(self.messages)
 

@@ -8,7 +8,7 @@ from scope.chat import Message
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 
-__all__ = ["Clearer", "Lister", "ReadWriter", "Reader", "Store", "Writer"]
+__all__ = ["BatchReader", "Clearer", "Lister", "ReadWriter", "Reader", "Store", "Writer"]
 
 
 @runtime_checkable
@@ -50,6 +50,25 @@ class Lister(Protocol):
 
     async def conversations(self) -> list[ConversationID]:
         """Unique open conversation ids in lexical order; ``[]`` when none."""
+        ...
+
+
+@runtime_checkable
+class BatchReader(Protocol):
+    """Reads a conversation batch by batch, with what each batch's receipt needs.
+
+    Optional: not part of ``Store``. Every bundled store (``scope.history.inmemory.Store``
+    and the ``scope.historystores`` backends) implements it; check with
+    ``isinstance(store, BatchReader)``.
+    """
+
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        """A new list of the stored batches in stored order, each equal to the batch that
+        was appended (conversation id, append id, messages and digest), so
+        ``batch.receipt()`` equals the receipt its append returned; ``[]`` for an unknown
+        or closed conversation. The messages of the batches, concatenated, are what
+        ``read`` returns. An invalid id raises ``InvalidConversationIDError`` before any
+        I/O."""
         ...
 
 

@@ -1,7 +1,8 @@
 """The reference history store: everything in memory, nothing survives the process.
 
-``Store`` is what every other backend is measured against: it passes
-``scope.history.storetest.StoreConformance`` and is the model the persistent stores copy.
+``Store`` (a ``Store``, ``Lister`` and ``BatchReader``) is what every other backend is
+measured against: it passes ``scope.history.storetest.StoreConformance`` and is the model
+the persistent stores copy.
 It is safe to share between tasks and threads, and it runs unchanged under asyncio and
 trio: its only synchronisation is a ``threading.Lock`` that is never held across an
 ``await`` (no method awaits at all).
@@ -25,7 +26,7 @@ __all__ = ["Store"]
 @final
 @attrs.define(eq=False)
 class Store:
-    """An in-memory ``Store`` and ``Lister``.
+    """An in-memory ``Store``, ``Lister`` and ``BatchReader``.
 
     Guarantees, beyond the store rules every backend keeps (see ``scope.history``):
 
@@ -34,13 +35,17 @@ class Store:
       message insert of an ``append`` happen together or not at all.
     - **Cancellation.** No method has a checkpoint: a call that starts finishes. A task
       cancelled before the call starts leaves the store untouched.
-    - **Sharing.** Messages are immutable values, so reads hand out the stored objects in a
-      new list; callers may change the list freely.
+    - **Sharing.** Batches and messages are immutable values, so reads hand out the stored
+      objects (the appended ``Batch`` itself) in a new list; callers may change the list
+      freely.
     - **Memory.** A cleared conversation keeps only its id (the closure evidence); its
-      messages and dedupe records are dropped. Nothing is ever evicted otherwise.
+      batches, messages and dedupe records are dropped. Nothing is ever evicted otherwise.
     """
 
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
+    # The accepted batches of each open conversation, in append order, and the same
+    # messages flattened (so read() is a list copy). Both change together, under the lock.
+    _batches: dict[ConversationID, list[Batch]] = attrs.field(factory=dict, init=False, repr=False)
     _messages: dict[ConversationID, list[Message]] = attrs.field(
         factory=dict, init=False, repr=False
     )
@@ -64,6 +69,19 @@ class Store:
                 return []
             return list(self._messages.get(cid, ()))
 
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        """A new list of the conversation's accepted batches in append order: the
+        ``Batch`` objects that were appended (a retry's batch is not added again).
+
+        ``[]`` for an unknown or closed conversation. An invalid id raises
+        ``InvalidConversationIDError``.
+        """
+        cid = ConversationID(conversation_id)
+        with self._lock:
+            if cid in self._closed:
+                return []
+            return list(self._batches.get(cid, ()))
+
     async def append(self, batch: Batch) -> Receipt:
         """Append every message of ``batch``, contiguously and in order, and return its
         receipt.
@@ -84,6 +102,7 @@ class Store:
             digest = accepted.get(batch.id)
             if digest is None:
                 accepted[batch.id] = batch.digest
+                self._batches.setdefault(cid, []).append(batch)
                 self._messages.setdefault(cid, []).extend(batch.messages)
             elif digest != batch.digest:
                 raise AppendConflictError(
@@ -93,7 +112,7 @@ class Store:
         return batch.receipt()
 
     async def clear(self, conversation_id: str) -> None:
-        """Close the conversation for ever: its messages are dropped, it reads as ``[]``,
+        """Close the conversation for ever: its batches are dropped, it reads as ``[]``,
         leaves the listing, and every later append raises ``ConversationClosedError``.
 
         Idempotent; an id never written is closed too. An invalid id raises
@@ -102,6 +121,7 @@ class Store:
         cid = ConversationID(conversation_id)
         with self._lock:
             self._closed.add(cid)
+            self._batches.pop(cid, None)
             self._messages.pop(cid, None)
             self._accepted.pop(cid, None)
 
@@ -109,4 +129,4 @@ class Store:
         """The open conversations holding at least one message: unique, in lexical
         (code point) order; ``[]`` when none."""
         with self._lock:
-            return sorted(self._messages)
+            return sorted(self._batches)

@@ -22,6 +22,10 @@ parametrised over ``"asyncio"`` and ``"trio"``. Without ``reopen`` the durabilit
 skip and say why. A handle returned by ``reopen`` is closed with ``aclose()`` when it has
 one; ``reopen`` must leave ``store`` open (the fixture closes it).
 
+A store that also implements the optional ``scope.history.BatchReader`` protocol
+(``read_batches``) is checked against it too; for any other store those tests skip and
+say why.
+
 Each rule of the store contract is its own test, named after the rule, so a failure says
 which rule a backend breaks. The suite needs pytest and anyio; it imports nothing from a
 project's ``tests/``.
@@ -60,8 +64,8 @@ from scope.errors import (
     InvalidConversationIDError,
 )
 from scope.history._batch import Batch, Receipt
-from scope.history._ids import ConversationID
-from scope.history._protocols import Clearer, Lister, Reader, Writer
+from scope.history._ids import AppendID, ConversationID
+from scope.history._protocols import BatchReader, Clearer, Lister, Reader, Writer
 from scope.jsonvalue import RawJSON
 from scope.media import Media
 
@@ -154,6 +158,37 @@ def _turn(tag: str, size: int = 2) -> list[Message]:
 
 def _texts(messages: Sequence[Message]) -> list[str]:
     return [m.text for m in messages]
+
+
+def _flatten(batches: Sequence[Batch]) -> list[Message]:
+    return [m for batch in batches for m in batch.messages]
+
+
+#: Invalid conversation ids (and their test ids): each must be rejected before any I/O.
+_BAD_IDS: tuple[Any, ...] = (
+    "",
+    " padded",
+    "padded ",
+    "ctl\x00",
+    "nl\nid",
+    "\ud800",
+    "x" * 513,
+    "é" * 257,
+    42,
+    None,
+)
+_BAD_ID_NAMES: tuple[str, ...] = (
+    "empty",
+    "leading-space",
+    "trailing-space",
+    "nul",
+    "newline",
+    "lone-surrogate",
+    "513-bytes",
+    "514-utf8-bytes",
+    "int",
+    "none",
+)
 
 
 class StoreConformance:
@@ -499,22 +534,7 @@ class StoreConformance:
             rejected = True
         assert rejected, f"{call.__name__}{args!r} suspended before rejecting invalid input"
 
-    @pytest.mark.parametrize(
-        "bad_id",
-        ["", " padded", "padded ", "ctl\x00", "nl\nid", "\ud800", "x" * 513, "é" * 257, 42, None],
-        ids=[
-            "empty",
-            "leading-space",
-            "trailing-space",
-            "nul",
-            "newline",
-            "lone-surrogate",
-            "513-bytes",
-            "514-utf8-bytes",
-            "int",
-            "none",
-        ],
-    )
+    @pytest.mark.parametrize("bad_id", _BAD_IDS, ids=_BAD_ID_NAMES)
     async def test_invalid_conversation_ids_rejected_before_io(
         self, store: Any, bad_id: Any
     ) -> None:
@@ -530,6 +550,115 @@ class StoreConformance:
     async def test_non_batch_append_rejected_before_io(self, store: Any, bad_batch: Any) -> None:
         await self._rejects_without_suspending(InvalidBatchError, store.append, bad_batch)
         assert await store.conversations() == []
+
+    # -- batches (optional BatchReader) -----------------------------------------------
+
+    def _batch_reader(self, store: Any) -> Any:
+        """``store`` when it is a ``BatchReader``; otherwise skip the calling test."""
+        if not isinstance(store, BatchReader):
+            pytest.skip(
+                f"{type(store).__name__} is not a scope.history.BatchReader (it has no "
+                "read_batches): the optional batch-reading checks do not apply"
+            )
+        return store
+
+    async def test_read_batches_round_trip_in_order_with_receipts(self, store: Any) -> None:
+        reader = self._batch_reader(store)
+        batches = [
+            Batch("c", "a1", rich_messages()),
+            Batch("c", "a2", _turn("two")),
+            Batch("c", "a3", _turn("three", 4)),
+        ]
+        receipts = [await store.append(batch) for batch in batches]
+        await store.append(Batch("other", "a1", _turn("other")))
+        # A retry and a conflict add no batch.
+        assert await store.append(batches[0]) == receipts[0]
+        with pytest.raises(AppendConflictError):
+            await store.append(Batch("c", "a2", _turn("conflict")))
+        stored = await reader.read_batches("c")
+        assert type(stored) is list
+        assert stored == batches
+        for got, batch, receipt in zip(stored, batches, receipts, strict=True):
+            assert type(got) is Batch
+            assert type(got.conversation_id) is ConversationID
+            assert type(got.id) is AppendID
+            assert (got.conversation_id, got.id, got.digest) == (
+                batch.conversation_id,
+                batch.id,
+                batch.digest,
+            )
+            assert got.messages == batch.messages
+            assert got.encoded_messages == batch.encoded_messages
+            assert got.receipt() == receipt
+            receipt.validate_for(got)
+        assert await reader.read_batches("other") == [Batch("other", "a1", _turn("other"))]
+
+    async def test_read_batches_returns_a_new_list_each_time(self, store: Any) -> None:
+        reader = self._batch_reader(store)
+        await store.append(Batch("c", "a1", _turn("t")))
+        first = await reader.read_batches("c")
+        first.clear()
+        second = await reader.read_batches("c")
+        assert [b.id for b in second] == ["a1"]
+        assert second is not await reader.read_batches("c")
+
+    async def test_read_batches_keeps_hostile_ids_apart(self, store: Any) -> None:
+        reader = self._batch_reader(store)
+        # Two hostile append ids per conversation: its own id and the next one's.
+        pairs = list(zip(HOSTILE_IDS, HOSTILE_IDS[1:] + HOSTILE_IDS[:1], strict=True))
+        for cid, second in pairs:
+            await store.append(Batch(cid, cid, _turn(cid)))
+            await store.append(Batch(cid, second, _turn(second)))
+        for cid, second in pairs:
+            stored = await reader.read_batches(cid)
+            assert [(b.conversation_id, b.id) for b in stored] == [(cid, cid), (cid, second)]
+            assert _texts(_flatten(stored)) == _texts(_turn(cid) + _turn(second))
+
+    async def test_read_batches_of_unknown_conversation_is_empty(self, store: Any) -> None:
+        reader = self._batch_reader(store)
+        await store.append(Batch("known", "a1", _turn("t")))
+        assert await reader.read_batches("never-written") == []
+
+    async def test_read_batches_of_cleared_conversation_is_empty(self, store: Any) -> None:
+        reader = self._batch_reader(store)
+        await store.append(Batch("c", "a1", _turn("t")))
+        await store.append(Batch("c", "a2", _turn("u")))
+        await store.append(Batch("keep", "a1", _turn("k")))
+        await store.clear("c")
+        await store.clear("fresh")
+        assert await reader.read_batches("c") == []
+        assert await reader.read_batches("fresh") == []
+        assert [b.id for b in await reader.read_batches("keep")] == ["a1"]
+
+    @pytest.mark.parametrize("bad_id", _BAD_IDS, ids=_BAD_ID_NAMES)
+    async def test_read_batches_rejects_invalid_ids_before_io(
+        self, store: Any, bad_id: Any
+    ) -> None:
+        reader = self._batch_reader(store)
+        await self._rejects_without_suspending(
+            InvalidConversationIDError, reader.read_batches, bad_id
+        )
+
+    async def test_read_equals_the_concatenated_read_batches(self, store: Any) -> None:
+        reader = self._batch_reader(store)
+        for i in range(8):
+            await store.append(Batch(f"c{i % 2}", f"a{i}", _turn(f"{i}", 1 + i % 3)))
+        await store.append(Batch("c0", "a0", _turn("0", 1)))  # a retry: nothing added
+
+        async def append(i: int) -> None:
+            await store.append(Batch("c1", f"concurrent{i}", _turn(f"x{i}", 2)))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(10):
+                tg.start_soon(append, i)
+        for cid in ("c0", "c1", "unknown"):
+            batches = await reader.read_batches(cid)
+            assert await store.read(cid) == _flatten(batches)
+        assert [b.id for b in await reader.read_batches("c0")] == ["a0", "a2", "a4", "a6"]
+        c1 = [b.id for b in await reader.read_batches("c1")]
+        # Order between concurrent batches is the backend's; the sequential ones come first.
+        assert c1[:4] == ["a1", "a3", "a5", "a7"]
+        assert sorted(c1[4:]) == sorted(f"concurrent{i}" for i in range(10))
 
     # -- concurrency ------------------------------------------------------------------
 
@@ -619,6 +748,15 @@ class StoreConformance:
             assert await again.read("c") == messages
             assert _texts(await again.read("d")) == ["d/0", "d/1"]
             assert await again.conversations() == ["c", "d"]
+
+    async def test_durable_batches_survive_reopen(self, store: Any) -> None:
+        self._batch_reader(store)
+        batches = [Batch("c", "a1", rich_messages()), Batch("c", "a2", _turn("t"))]
+        receipts = [await store.append(batch) for batch in batches]
+        async with self._reopened(store) as again:
+            stored = await self._batch_reader(again).read_batches("c")
+            assert stored == batches
+            assert [b.receipt() for b in stored] == receipts
 
     async def test_durable_dedupe_evidence_survives_reopen(self, store: Any) -> None:
         batch = Batch("c", "a1", _turn("t"))

@@ -8,11 +8,12 @@
 ``scope.historystores.redis.RedisStore``      Redis via redis-py (``scope[redis]``); asyncio
 ============================================  ==========================================
 
-Each is a ``scope.history.Store`` and ``Lister``, passes the store conformance suite,
-opens with an async ``open`` classmethod that creates its schema when missing, is an async
-context manager and has ``aclose()``. Driver errors surface as ``scope.errors.StoreError``
-(the driver error chained); a stored record that was changed outside scope makes ``read``
-raise ``StoreError`` naming the conversation. Importing this package or a backend module
+Each is a ``scope.history.Store``, ``Lister`` and ``BatchReader``, passes the store
+conformance suite, opens with an async ``open`` classmethod that creates its schema when
+missing, is an async context manager and has ``aclose()``. Driver errors surface as
+``scope.errors.StoreError`` (the driver error chained); a stored record that was changed
+outside scope makes ``read`` and ``read_batches`` raise ``StoreError`` naming the
+conversation. Importing this package or a backend module
 imports no driver: asyncpg and redis-py are imported when a store is opened.
 """
 

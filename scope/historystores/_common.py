@@ -1,10 +1,13 @@
-"""What the persistent stores share: argument checks, record decoding, corruption checks.
+"""What the persistent stores share: argument checks, record decoding, corruption checks,
+the async context manager.
 
 Every backend stores a batch as one record: the conversation id, the append id, the
 batch digest and the batch's canonical encoded messages (``Batch.encoded_messages``). On
-read each record is checked against its digest and decoded strictly, so a record that
-was changed outside scope is reported as a ``StoreError`` naming the conversation and
-the append id, never returned, skipped or allowed to crash the reader.
+read each record is checked against its digest and decoded strictly (``decode_record``:
+the messages for ``read``; ``decode_batches`` builds the appended ``Batch`` from them for
+``read_batches``), so a record that was changed outside scope is reported as a
+``StoreError`` naming the conversation and the append id, never returned, skipped or
+allowed to crash the reader.
 """
 
 from __future__ import annotations
@@ -14,18 +17,23 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Any, Final
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar
 
-from scope.chat import Message
-from scope.codec import from_builtins, parse
-from scope.errors import InvalidBatchError, InvalidMessageError, StoreError
+from scope.chat import Message, PartKind
+from scope.codec import encode_messages, from_builtins, parse
+from scope.errors import InvalidAppendIDError, InvalidBatchError, InvalidMessageError, StoreError
 from scope.history._batch import Batch
+from scope.history._ids import AppendID, ConversationID
 
 __all__ = [
+    "AsyncClosing",
     "DecodedCache",
+    "Decoder",
     "check_batch",
     "corrupt",
+    "decode_batches",
     "decode_records",
     "require_asyncio",
     "validate_cache_size",
@@ -120,6 +128,15 @@ def validate_cache_size(value: object) -> int:
     return value
 
 
+T = TypeVar("T")
+
+#: ``decode_records`` or ``decode_batches``: how a read turns a conversation's
+#: ``(append_id, digest, encoded_messages)`` records into its result.
+Decoder: TypeAlias = Callable[
+    [ConversationID, Iterable[tuple[Any, Any, Any]], "DecodedCache | None"], T
+]
+
+
 def decode_record(
     conversation_id: str,
     append_id: Any,
@@ -127,7 +144,8 @@ def decode_record(
     data: Any,
     cache: DecodedCache | None = None,
 ) -> tuple[Message, ...]:
-    """The messages of one stored batch record, checked against its digest."""
+    """The messages of one stored batch record, checked against its digest: a non-empty
+    list of valid, complete messages (what ``read`` and ``read_batches`` share)."""
     if isinstance(data, memoryview | bytearray):
         data = bytes(data)
     if not isinstance(data, bytes):
@@ -152,9 +170,18 @@ def decode_record(
     messages = []
     for index, item in enumerate(tree):
         try:
-            messages.append(from_builtins(item, Message))
+            message = from_builtins(item, Message)
         except InvalidMessageError as exc:
             raise corrupt(conversation_id, append_id, f"messages[{index}]: {exc}") from exc
+        for part_index, part in enumerate(message.parts):
+            if part.kind is PartKind.TOOL_CALL_DELTA:
+                raise corrupt(
+                    conversation_id,
+                    append_id,
+                    f"messages[{index}].parts[{part_index}]: a stored message must be "
+                    "complete (no tool_call_delta parts)",
+                )
+        messages.append(message)
     out = tuple(messages)
     if cache is not None:
         cache.put(digest, out)
@@ -166,8 +193,63 @@ def decode_records(
     records: Iterable[tuple[Any, Any, Any]],
     cache: DecodedCache | None = None,
 ) -> list[Message]:
-    """The messages of ``(append_id, digest, encoded_messages)`` records, in order."""
+    """The messages of ``(append_id, digest, encoded_messages)`` records, in order: what
+    ``read`` returns (append ids are not looked at: ``read`` does not return them)."""
     out: list[Message] = []
     for append_id, digest, data in records:
         out += decode_record(conversation_id, append_id, digest, data, cache)
     return out
+
+
+def decode_batches(
+    conversation_id: ConversationID,
+    records: Iterable[tuple[Any, Any, Any]],
+    cache: DecodedCache | None = None,
+) -> list[Batch]:
+    """The batches of ``(append_id, digest, encoded_messages)`` records, in order: what
+    ``read_batches`` returns.
+
+    Each record's messages are decoded and checked as for ``read`` (``decode_record``);
+    then the append id must be valid and the stored bytes must be the canonical encoding
+    of the messages (as every record scope writes is), so each batch equals the one
+    appended and its ``encoded_messages`` are the stored bytes themselves. Anything else
+    raises ``StoreError`` (see ``corrupt``).
+    """
+    out: list[Batch] = []
+    for append_id, digest, data in records:
+        messages = decode_record(conversation_id, append_id, digest, data, cache)
+        try:
+            aid = AppendID(append_id)
+        except InvalidAppendIDError as exc:
+            raise corrupt(conversation_id, append_id, f"invalid append id: {exc}") from exc
+        encoded = bytes(data)  # decode_record accepted it: bytes, bytearray or memoryview
+        # Cheap once the messages carry their cached canonical bytes (the cache's do).
+        if encode_messages(messages) != encoded:
+            # Valid, digest-matching JSON, but not the bytes scope writes: a Batch of these
+            # messages would have another digest, so its receipt could not match.
+            raise corrupt(conversation_id, append_id, "messages are not in the canonical encoding")
+        out.append(Batch._verified(conversation_id, aid, messages, encoded, digest))
+    return out
+
+
+class _Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+class AsyncClosing:
+    """Mixin: the store is an async context manager; ``async with`` returns the store
+    itself and calls its ``aclose()`` on exit, whether the body ended normally, raised or
+    was cancelled (the body's exception propagates)."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self: _Closable,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

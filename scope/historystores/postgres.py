@@ -20,8 +20,7 @@ of one conversation are linearizable across connections, pools and hosts.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 from scope.chat import Message
 from scope.errors import (
@@ -33,9 +32,12 @@ from scope.errors import (
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.historystores._common import (
+    AsyncClosing,
     DecodedCache,
+    Decoder,
     check_batch,
     corrupt,
+    decode_batches,
     decode_records,
     require_asyncio,
     validate_cache_size,
@@ -97,8 +99,8 @@ def map_error(exc: BaseException, what: str) -> StoreError:
 
 
 @final
-class PostgresStore:
-    """A ``Store`` and ``Lister`` in PostgreSQL tables.
+class PostgresStore(AsyncClosing):
+    """A ``Store``, ``Lister`` and ``BatchReader`` in PostgreSQL tables.
 
     Open with ``await PostgresStore.open(dsn)``; use as an async context manager or call
     ``aclose()`` (closes the connection pool).
@@ -120,8 +122,8 @@ class PostgresStore:
       back the statement or transaction as a unit (a cancelled append may have committed;
       a retry resolves it).
     - **Errors.** Every asyncpg, socket and timeout error becomes ``StoreError``; a
-      corrupt stored record makes ``read`` raise ``StoreError`` naming the conversation.
-      Calls on a closed store raise ``StoreError``.
+      corrupt stored record makes ``read`` and ``read_batches`` raise ``StoreError`` naming
+      the conversation. Calls on a closed store raise ``StoreError``.
     """
 
     __slots__ = ("_cache", "_closed", "_pool", "_sql", "table_prefix")
@@ -200,17 +202,6 @@ class PostgresStore:
     def __repr__(self) -> str:
         return f"PostgresStore(table_prefix={self.table_prefix!r})"
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Close the pool (waiting for calls in progress to release their connections).
         Later calls raise ``StoreError``. Idempotent."""
@@ -263,14 +254,24 @@ class PostgresStore:
 
         One statement: a consistent snapshot. A corrupt stored record raises
         ``StoreError`` naming the conversation."""
-        cid = ConversationID(conversation_id)
+        return await self._read(ConversationID(conversation_id), decode_records)
+
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        """The conversation's batches in stored order, each equal to the batch appended
+        (``[]`` when unknown or closed); their messages are what ``read`` returns.
+
+        One statement: a consistent snapshot. A corrupt stored record raises
+        ``StoreError`` naming the conversation."""
+        return await self._read(ConversationID(conversation_id), decode_batches)
+
+    async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
         sql = self._sql.read
 
         async def read(conn: Any) -> list[Any]:
             return list(await conn.fetch(sql, cid))
 
         rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
-        return decode_records(cid, ((r[0], r[1], r[2]) for r in rows), self._cache)
+        return decode(cid, ((r[0], r[1], r[2]) for r in rows), self._cache)
 
     async def append(self, batch: Batch) -> Receipt:
         """Append ``batch`` atomically and return its receipt. Raises

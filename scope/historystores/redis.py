@@ -25,8 +25,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 from scope.chat import Message
 from scope.errors import (
@@ -38,9 +37,12 @@ from scope.errors import (
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.historystores._common import (
+    AsyncClosing,
     DecodedCache,
+    Decoder,
     check_batch,
     corrupt,
+    decode_batches,
     decode_records,
     require_asyncio,
     validate_cache_size,
@@ -135,8 +137,8 @@ def validate_prefix(prefix: object) -> str:
 
 
 @final
-class RedisStore:
-    """A ``Store`` and ``Lister`` in Redis.
+class RedisStore(AsyncClosing):
+    """A ``Store``, ``Lister`` and ``BatchReader`` in Redis.
 
     Open with ``await RedisStore.open(url)``; use as an async context manager or call
     ``aclose()`` (closes the client and its connections).
@@ -155,8 +157,8 @@ class RedisStore:
     - **Cancellation.** A cancelled call leaves all or nothing: a script runs entirely or
       not at all (a cancelled append may have been applied; a retry resolves it).
     - **Errors.** Every redis-py, socket and timeout error becomes ``StoreError``; a
-      corrupt stored record makes ``read`` raise ``StoreError`` naming the conversation.
-      Calls on a closed store raise ``StoreError``.
+      corrupt stored record makes ``read`` and ``read_batches`` raise ``StoreError`` naming
+      the conversation. Calls on a closed store raise ``StoreError``.
     """
 
     __slots__ = ("_cache", "_client", "_closed", "_listing", "prefix")
@@ -224,17 +226,6 @@ class RedisStore:
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.prefix!r})"
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Close the client and its connection pool. Later calls raise ``StoreError``.
         Idempotent."""
@@ -283,13 +274,23 @@ class RedisStore:
 
         One command: a consistent snapshot. A corrupt stored record raises ``StoreError``
         naming the conversation."""
-        cid = ConversationID(conversation_id)
+        return await self._read(ConversationID(conversation_id), decode_records)
+
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        """The conversation's batches in stored order, each equal to the batch appended
+        (``[]`` when unknown or closed); their messages are what ``read`` returns.
+
+        One command: a consistent snapshot. A corrupt stored record raises ``StoreError``
+        naming the conversation."""
+        return await self._read(ConversationID(conversation_id), decode_batches)
+
+    async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
         key = self._keys(cid)[2]
         client = self._client
         items: list[Any] = await self._call(
             lambda: client.lrange(key, 0, -1), f"read of conversation {str(cid)!r}"
         )
-        return decode_records(cid, (_split(cid, item) for item in items), self._cache)
+        return decode(cid, (_split(cid, item) for item in items), self._cache)
 
     async def append(self, batch: Batch) -> Receipt:
         """Append ``batch`` atomically and return its receipt. Raises

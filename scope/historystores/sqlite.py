@@ -29,8 +29,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable
-from types import TracebackType
-from typing import Final, Literal, Self, TypeVar, final
+from typing import Final, Literal, TypeVar, final
 
 import anyio.to_thread
 
@@ -44,9 +43,12 @@ from scope.errors import (
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.historystores._common import (
+    AsyncClosing,
     DecodedCache,
+    Decoder,
     check_batch,
     corrupt,
+    decode_batches,
     decode_records,
     validate_cache_size,
     validate_table_prefix,
@@ -174,8 +176,8 @@ def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
 
 
 @final
-class SQLiteStore:
-    """A ``Store`` and ``Lister`` in one SQLite database file.
+class SQLiteStore(AsyncClosing):
+    """A ``Store``, ``Lister`` and ``BatchReader`` in one SQLite database file.
 
     Open with ``await SQLiteStore.open(path)``; use as an async context manager or call
     ``aclose()``.
@@ -191,9 +193,9 @@ class SQLiteStore:
       done). A cancelled ``append`` therefore has either committed entirely or not at all;
       it *may have committed*, so retry the same batch: the retry returns the receipt
       and appends nothing.
-    - **Reads** are one statement, a consistent snapshot; every stored batch is checked
-      against its digest, and a corrupt record raises ``StoreError`` naming the
-      conversation and append id.
+    - **Reads** (``read`` and ``read_batches``) are one statement, a consistent snapshot;
+      every stored batch is checked against its digest, and a corrupt record raises
+      ``StoreError`` naming the conversation and append id.
     - **Errors.** Every sqlite3 error (locked past the busy timeout, I/O error, a file
       that is not a database) is raised as ``StoreError`` with the driver error chained.
       Calls on a closed store raise ``StoreError``.
@@ -268,17 +270,6 @@ class SQLiteStore:
     def __repr__(self) -> str:
         return f"SQLiteStore(path={self.path!r}, table_prefix={self.table_prefix!r})"
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Close the store: later calls raise ``StoreError``. Idempotent.
 
@@ -301,17 +292,26 @@ class SQLiteStore:
         """The conversation's messages in stored order (``[]`` when unknown or closed).
 
         A corrupt stored record raises ``StoreError`` naming the conversation."""
-        cid = ConversationID(conversation_id)
+        return await self._read(ConversationID(conversation_id), decode_records)
+
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        """The conversation's batches in stored order, each equal to the batch appended
+        (``[]`` when unknown or closed); their messages are what ``read`` returns.
+
+        A corrupt stored record raises ``StoreError`` naming the conversation."""
+        return await self._read(ConversationID(conversation_id), decode_batches)
+
+    async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
+        """One statement (a consistent snapshot) fetching the conversation's records in
+        order, decoded with ``decode`` on the worker thread."""
         sql = (
             f"SELECT append_id, digest, messages FROM {self._tables.batches} "
             "WHERE conversation_id = ? ORDER BY seq"
         )
-
         cache = self._cache
 
-        def read(conn: sqlite3.Connection) -> list[Message]:
-            rows = conn.execute(sql, (cid,)).fetchall()
-            return decode_records(cid, rows, cache)
+        def read(conn: sqlite3.Connection) -> T:
+            return decode(cid, conn.execute(sql, (cid,)).fetchall(), cache)
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
 
