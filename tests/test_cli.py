@@ -99,12 +99,14 @@ def store_url(tmp_path: pathlib.Path, name: str) -> str:
 
 
 async def _seed(
-    path: pathlib.Path, conversations: Mapping[str, Sequence[Sequence[Message]]]
+    path: pathlib.Path,
+    conversations: Mapping[str, Sequence[Sequence[Message]]],
+    prefix: str = "seed",
 ) -> None:
     async with await SQLiteStore.open(path) as store:
         for cid, batches in conversations.items():
             for index, messages in enumerate(batches):
-                await store.append(Batch(cid, f"seed-{index}", messages))
+                await store.append(Batch(cid, f"{prefix}-{index}", messages))
 
 
 async def _read_all(path: pathlib.Path) -> dict[str, bytes]:
@@ -114,8 +116,12 @@ async def _read_all(path: pathlib.Path) -> dict[str, bytes]:
         }
 
 
-def seed(path: pathlib.Path, conversations: Mapping[str, Sequence[Sequence[Message]]]) -> None:
-    asyncio.run(_seed(path, conversations))
+def seed(
+    path: pathlib.Path,
+    conversations: Mapping[str, Sequence[Sequence[Message]]],
+    prefix: str = "seed",
+) -> None:
+    asyncio.run(_seed(path, conversations, prefix))
 
 
 def read_all(path: pathlib.Path) -> dict[str, bytes]:
@@ -342,6 +348,22 @@ def test_reimport_after_the_conversation_went_on_is_a_no_op(
     # "plain" now holds more than the line: the import id's batch is found, not re-added.
     assert proc.returncode == 0, proc.stderr
     assert read_all(target) == before
+
+
+def test_import_back_into_the_source_after_it_went_on_duplicates_nothing(
+    tmp_path: pathlib.Path, source: pathlib.Path
+) -> None:
+    exported = tmp_path / "export.jsonl"
+    exported.write_bytes(scope(tmp_path, "history", "export", "--store", sqlite_url(source)).stdout)
+    later = [[user_message("and now?"), assistant_message("still here")]]
+    seed(source, {"plain": later}, prefix="later")
+    before = read_all(source)
+    proc = scope(tmp_path, "history", "import", "--store", sqlite_url(source), str(exported))
+    # The stored history starts with the exported messages: importing them again would
+    # only duplicate them, so both lines count as already present.
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode() == "imported 0, already present 2, failed 0 (of 2 conversations)\n"
+    assert read_all(source) == before
 
 
 def test_tampered_line_is_a_conflict(tmp_path: pathlib.Path, source: pathlib.Path) -> None:

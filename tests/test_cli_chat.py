@@ -168,6 +168,22 @@ def test_chat_provider_error_keeps_the_session(tmp_path: pathlib.Path) -> None:
     assert history == [(Role.USER, "short"), (Role.ASSISTANT, "Fine.")]
 
 
+def test_chat_errors_with_a_multi_line_message_are_one_line(tmp_path: pathlib.Path) -> None:
+    # Provider messages (and HTML error pages) hold newlines; the chat's error is one line.
+    refused = {
+        "status": 400,
+        "json": {"error": {"message": "bad request\n  details here", "type": "x"}},
+    }
+    with OpenAIServer() as server:
+        server.script(refused)
+        proc = chat(tmp_path, server, "--store", sqlite_url(tmp_path / "chat.db"), input="hi\n")
+    assert proc.returncode == 0, proc.stderr
+    (error,) = [line for line in proc.stderr.splitlines() if "bad request" in line]
+    assert error.startswith("scope: error: BadRequestError (HTTP 400): ")
+    assert "bad request details here" in error
+    assert error.endswith("(message not saved; send it again)")
+
+
 def test_chat_on_a_cleared_conversation_stops_with_one_line(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "chat.db"
 

@@ -150,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
         "file is validated first: a malformed line aborts before anything is appended. "
         "The append id comes from the conversation id alone, so importing a file twice is "
         "a no-op, and a line whose messages changed since it was imported is reported as "
-        "a conflict (nothing appended for it; exit status 1). A conversation already "
-        "holding exactly the line's messages is left alone.",
+        "a conflict (nothing appended for it; exit status 1). A conversation whose "
+        "stored history already starts with the line's messages is left alone.",
     )
     import_.add_argument("file", metavar="FILE")
     clear = actions.add_parser(

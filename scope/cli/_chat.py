@@ -98,8 +98,8 @@ class _Session:
             ) from None
         except StoreError as exc:
             self.note(
-                f"scope: warning: the last answer is still not saved ({exc}); it will be "
-                "retried before your next message; /exit now loses it"
+                f"scope: warning: the last answer is still not saved ({_one_line(exc)}); it "
+                "will be retried before your next message; /exit now loses it"
             )
             return False
         self.pending = None
@@ -142,7 +142,9 @@ class _Session:
                     f"conversation {str(self.conversation_id)!r} is closed (cleared); this "
                     "answer was not saved; start a new conversation with `scope chat`"
                 ) from None
-            self.note(f"scope: warning: the answer was not saved ({exc.__cause__}); retrying")
+            self.note(
+                f"scope: warning: the answer was not saved ({_one_line(exc.__cause__)}); retrying"
+            )
             self.pending = exc.batch
             await self.save_pending()
             return
@@ -150,10 +152,12 @@ class _Session:
             self.note(f"scope: error: {_provider_line(exc)} (message not saved; send it again)")
             return
         except InvalidResponseError as exc:
-            self.note(f"scope: error: invalid response from the server: {exc} (not saved)")
+            self.note(
+                f"scope: error: invalid response from the server: {_one_line(exc)} (not saved)"
+            )
             return
         except StoreError as exc:
-            self.note(f"scope: error: cannot read the history: {exc} (message not sent)")
+            self.note(f"scope: error: cannot read the history: {_one_line(exc)} (message not sent)")
             return
         if response is not None and response.output is not None:
             message = response.output.message
@@ -163,7 +167,13 @@ class _Session:
 
 def _provider_line(exc: ProviderError) -> str:
     status = f" (HTTP {exc.status_code})" if exc.status_code is not None else ""
-    return f"{type(exc).__name__}{status}: {exc}"
+    return f"{type(exc).__name__}{status}: {_one_line(exc)}"
+
+
+def _one_line(exc: BaseException | None) -> str:
+    """``str(exc)`` with its whitespace runs (newlines of an HTML error page, say) as one
+    space: every error the chat reports is one line."""
+    return " ".join(str(exc).split())
 
 
 def run_chat(

@@ -212,9 +212,10 @@ def parse_import(data: bytes, source: str) -> list[ImportLine]:
 async def _import_one(store: CLIStore, batch: Batch) -> bool:
     """Import one batch; True when messages were appended, False when already there."""
     before = await store.read(batch.conversation_id)
-    if before == list(batch.messages):
-        # Already holds exactly these messages (imported before, or this store is the
-        # one the file was exported from): appending would only duplicate them.
+    if before[: len(batch.messages)] == list(batch.messages):
+        # The stored history already starts with these messages (imported before, or
+        # this is the store the file was exported from, perhaps gone on since):
+        # appending them would only duplicate them.
         return False
     receipt = await store.append(batch)
     receipt.validate_for(batch)
