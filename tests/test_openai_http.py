@@ -710,3 +710,44 @@ async def test_concurrent_calls_share_one_model(server: OpenAIServer) -> None:
         for _ in range(8):
             tg.start_soon(one)
     assert len(results) == 8 and len(server.requests) == 8
+
+
+def _capturing_client(seen: list[httpx.Request], **kwargs: Any) -> httpx.AsyncClient:
+    completion = load_transcript("plain_answer")[0]["json"]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=completion)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler), **kwargs)
+
+
+@pytest.mark.anyio
+async def test_an_explicit_timeout_none_overrides_a_given_clients_timeout() -> None:
+    # timeout=None with http_client means "no timeout for these requests", not "the
+    # client's own timeout" (which leaving timeout out means).
+    seen: list[httpx.Request] = []
+    async with _capturing_client(seen, timeout=5.0) as client:
+        unlimited = OpenAIChatModel("m", base_url="http://x/v1", http_client=client, timeout=None)
+        await unlimited.call(Request([user_message("Hi")]))
+        default = OpenAIChatModel("m", base_url="http://x/v1", http_client=client)
+        await default.call(Request([user_message("Hi")]))
+    assert seen[0].extensions["timeout"] == httpx.Timeout(None).as_dict()
+    assert seen[1].extensions["timeout"] == httpx.Timeout(5.0).as_dict()
+
+
+@pytest.mark.anyio
+async def test_headers_override_the_defaults_whatever_their_case() -> None:
+    seen: list[httpx.Request] = []
+    async with _capturing_client(seen) as client:
+        model = OpenAIChatModel(
+            "m",
+            api_key="sk-default",
+            base_url="http://x/v1",
+            http_client=client,
+            headers={"authorization": "Bearer sk-other", "user-agent": "mine/1"},
+        )
+        await model.call(Request([user_message("Hi")]))
+    (request,) = seen
+    assert request.headers.get_list("authorization") == ["Bearer sk-other"]
+    assert request.headers.get_list("user-agent") == ["mine/1"]

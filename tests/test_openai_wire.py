@@ -775,6 +775,16 @@ def test_sse_refuses_a_line_without_end(monkeypatch: pytest.MonkeyPatch) -> None
         decoder.feed(b"abcdef")
 
 
+def test_sse_an_event_whose_data_is_empty_is_not_dispatched() -> None:
+    # WHATWG: a data buffer that is empty after removing its final LF dispatches nothing
+    # (a lone "data:" keep-alive must not reach the JSON parser); two empty lines are LF.
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data:\n\n") == []
+    assert decoder.feed(b"data\n\nevent: x\ndata: \n\n") == []
+    assert decoder.feed(b"data: a\n\n") == [("message", b"a")]  # event type was reset
+    assert decoder.feed(b"data:\ndata:\n\n") == [("message", b"\n")]
+
+
 def test_sse_refuses_an_event_name_that_is_not_utf8() -> None:
     with pytest.raises(InvalidResponseError, match="not UTF-8"):
         SSEDecoder().feed(b"event: \xff\n")

@@ -3,9 +3,10 @@
 It follows the WHATWG event-stream parsing rules that matter for model APIs: lines end
 with LF, CR or CRLF (also when a CRLF is split between two network reads); a line
 starting with ``:`` is a comment; ``data`` lines of one event are joined with LF; a blank
-line dispatches the event; an event without data is not dispatched; ``id`` and ``retry``
-are ignored (nothing here reconnects); a UTF-8 byte order mark at the very start is
-skipped. Data stays bytes, so a JSON parser can read it without a decode step.
+line dispatches the event; an event without data, or whose data is empty, is not
+dispatched; ``id`` and ``retry`` are ignored (nothing here reconnects); a UTF-8 byte
+order mark at the very start is skipped. Data stays bytes, so a JSON parser can read it
+without a decode step.
 """
 
 from __future__ import annotations
@@ -75,13 +76,15 @@ class SSEDecoder:
         pending = self._data
         for line in lines:
             if not line:
+                # An empty data buffer (no data lines, or one empty one) dispatches nothing.
                 if pending:
-                    events.append(
-                        (
-                            self._event or "message",
-                            pending[0] if len(pending) == 1 else b"\n".join(pending),
+                    if pending != [b""]:
+                        events.append(
+                            (
+                                self._event or "message",
+                                pending[0] if len(pending) == 1 else b"\n".join(pending),
+                            )
                         )
-                    )
                     pending = self._data = []
                 self._event = ""
                 continue

@@ -223,6 +223,10 @@ class OpenAIChatModel:
         if key:
             merged["Authorization"] = f"Bearer {key}"
         for header, header_value in (headers or {}).items():
+            # Header names are case-insensitive: "authorization" replaces the default
+            # "Authorization" rather than being sent beside it.
+            for existing in [name for name in merged if name.lower() == header.lower()]:
+                del merged[existing]
             merged[header] = header_value
         self._model = model
         self._api_key = key
@@ -233,7 +237,9 @@ class OpenAIChatModel:
         self._owns_client = http_client is None
         self._closed = False
         if timeout is _UNSET:
-            self._timeout: Any = DEFAULT_TIMEOUT if http_client is None else None
+            # With a given client and no timeout, _UNSET stays: the client's own applies
+            # (None is a timeout too: "wait for ever").
+            self._timeout: Any = DEFAULT_TIMEOUT if http_client is None else _UNSET
         else:
             self._timeout = httpx.Timeout(timeout) if http_client is None else timeout
         self._max_retries = max_retries
@@ -336,7 +342,7 @@ class OpenAIChatModel:
         client = self._get_client()
         headers = dict(self._headers)
         headers["Accept"] = "text/event-stream" if stream else "application/json"
-        timeout = httpx.USE_CLIENT_DEFAULT if self._timeout is None else self._timeout
+        timeout = httpx.USE_CLIENT_DEFAULT if self._timeout is _UNSET else self._timeout
         retry = 0
         while True:
             request = client.build_request(
