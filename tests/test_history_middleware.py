@@ -406,6 +406,22 @@ async def test_model_error_reports_error_once() -> None:
     assert store.appends == 0
 
 
+async def test_non_response_from_model_is_never_reported_as_partial() -> None:
+    # IncompleteTurn.partial is a Response or None: what a model returned that is not a
+    # Response must not leak into it.
+    mw, store, reports = make()
+
+    class Wrong:
+        async def call(self, request: Request) -> Response:
+            return "not a response"  # type: ignore[return-value]
+
+    with pytest.raises(InvalidResponseError):
+        await mw.call(Wrong()).call(Request([user_message("q")]))
+    assert [r.reason for r in reports] == [IncompleteReason.INVALID_RESPONSE]
+    assert reports[0].partial is None
+    assert store.appends == 0
+
+
 async def test_cancelled_call_reports_cancelled_once() -> None:
     mw, store, reports = make()
 

@@ -139,6 +139,18 @@ async def test_invalid_dsn_is_a_value_error(dsn_value: str) -> None:
         await PostgresStore.open(dsn_value)
 
 
+@pytest.mark.parametrize(
+    "dsn_value",
+    ["postgresql://host:notaport/db", "postgresql://scope@127.0.0.1:1/postgres?sslmode=bogus"],
+)
+async def test_invalid_dsn_is_a_value_error_with_an_empty_pool(dsn_value: str) -> None:
+    # min_size=0: the pool makes its first connection only for the schema; a DSN asyncpg
+    # cannot parse is still a ValueError, not a StoreError.
+    with pytest.raises(ValueError, match=r"invalid PostgreSQL DSN") as info:
+        await PostgresStore.open(dsn_value, min_size=0)
+    assert not isinstance(info.value, StoreError)
+
+
 async def test_unreachable_server_is_a_store_error() -> None:
     with pytest.raises(StoreError, match="connect") as info:
         await PostgresStore.open("postgresql://scope@127.0.0.1:1/postgres", connect_timeout=2)

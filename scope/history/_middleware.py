@@ -302,11 +302,12 @@ class _HistoryModel:
         response: Response | None = None
         try:
             downstream = await mw._downstream(request, prefix, turn)
-            response = await self.next.call(downstream)
-            if not isinstance(response, Response):
+            returned = await self.next.call(downstream)
+            if not isinstance(returned, Response):
                 raise InvalidResponseError(
-                    f"the model returned {type(response).__name__}, not a Response"
+                    f"the model returned {type(returned).__name__}, not a Response"
                 )
+            response = returned
             await mw._commit(turn, response)
         except BaseException as exc:
             mw._report_failure(turn, response, exc)

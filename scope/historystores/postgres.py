@@ -194,6 +194,13 @@ class PostgresStore(AsyncClosing):
         store = cls(pool, prefix, cache)
         try:
             await store._with_connection(store._create_schema, "schema creation")
+        except (ValueError, StoreError) as exc:
+            pool.terminate()
+            # With min_size=0 the pool parses the DSN only now, on its first connection.
+            cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+            if isinstance(cause, ValueError):
+                raise ValueError(f"invalid PostgreSQL DSN: {cause}") from cause
+            raise
         except BaseException:
             pool.terminate()
             raise
