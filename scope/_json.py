@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Final
 
 import orjson
 
-__all__ = ["MAX_DEPTH", "Num", "canonical", "check_str", "loads_exact"]
+__all__ = ["MAX_DEPTH", "Num", "canonical", "check_str", "loads", "loads_exact"]
 
 #: The deepest nesting RawJSON accepts: ``[[...]]`` 512 levels deep is fine, 513 is not.
 MAX_DEPTH: Final = 512
@@ -81,12 +82,40 @@ def loads_exact(data: str | bytes | bytearray | memoryview) -> Any:
         raise ValueError(f"nesting deeper than {MAX_DEPTH} levels") from None
 
 
+#: A run of 19 digits: an integer token that may not fit in 64 bits (orjson would read
+#: it as a lossy float), or a float token with as many digits (harmless to re-read).
+_LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
+
+
+def loads(data: bytes) -> Any:
+    """Decode (canonical) JSON bytes into Python values; integers of any size stay exact.
+
+    orjson is used when it is exact: it reads integers beyond 64 bits as floats and
+    refuses number tokens out of double range, so those documents take the stdlib reader.
+    """
+    if _LONG_DIGITS.search(data) is None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:  # e.g. 1e999
+            pass
+    return json.loads(data)
+
+
 def _fragment(value: Any) -> Any:
     if isinstance(value, Num):
         return orjson.Fragment(value.encode())
     raw = getattr(value, "_raw_json_bytes", None)
     if raw is not None:
         return orjson.Fragment(raw)
+    # OPT_PASSTHROUGH_SUBCLASS (needed for Num) sends every other subclass of str, int
+    # and float here too: a str subclass (ConversationID, say) is a str, so it encodes
+    # as its builtin value. Enums never get here: orjson writes them by value.
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
     raise TypeError(f"type {type(value).__name__} is not a JSON value")
 
 
@@ -116,6 +145,9 @@ def canonical(tree: Any, *, check_floats: bool = False) -> bytes:
         raise ValueError(message) from None
 
 
+_PLAIN: Final = frozenset({str, int, bool, type(None)})
+
+
 def _check_tree(value: Any, depth: int) -> None:
     kind = type(value)
     if kind is float:
@@ -136,6 +168,38 @@ def _check_tree(value: Any, depth: int) -> None:
             raise ValueError(f"{value!r} is not a JSON number")
     elif isinstance(value, dict | list | tuple):
         raise ValueError(f"type {kind.__name__} is not a JSON value")
+    elif depth and kind not in _PLAIN:
+        # An embedded RawJSON adds its own nesting to the depth it is embedded at.
+        raw = getattr(value, "_raw_json_bytes", None)
+        if (
+            raw is not None
+            and kind is not Num
+            and depth + raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
+            and depth + _raw_depth(raw) > MAX_DEPTH
+        ):
+            raise ValueError(f"nesting deeper than {MAX_DEPTH} levels")
+
+
+def _raw_depth(raw: bytes) -> int:
+    """The nesting depth of a JSON document (brackets inside strings skipped)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte == 0x5B or byte == 0x7B:  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte == 0x5D or byte == 0x7D:  # ] }
+            depth -= 1
+    return deepest
 
 
 def _write(value: Any, out: list[bytes], depth: int) -> None:
@@ -168,7 +232,7 @@ def _write(value: Any, out: list[bytes], depth: int) -> None:
     elif value is None or isinstance(value, bool):
         out.append(orjson.dumps(value))
     elif isinstance(value, int):
-        out.append(str(value).encode())
+        out.append(int.__repr__(value).encode())
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{value!r} is not a JSON number")

@@ -46,7 +46,7 @@ import attrs
 import cattrs
 import orjson
 
-from scope._json import Num, canonical, loads_exact
+from scope._json import Num, canonical, loads, loads_exact
 from scope.chat import (
     Message,
     Options,
@@ -251,7 +251,10 @@ def _float_in(error: type[Exception]) -> Structurer:
         if kind is float:
             return value  # type: ignore[no-any-return]
         if kind is int:
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # from_builtins: a Python int beyond any float
+                raise _Fail(f"number {value} is out of range", error) from None
         if kind is Num:
             result = float(value)
             if math.isinf(result):
@@ -816,7 +819,7 @@ def to_json(value: Any) -> bytes:
 
 def to_builtins(value: Any) -> Any:
     """Plain JSON-compatible Python objects (RawJSON positions become decoded values)."""
-    return orjson.loads(to_json(value))
+    return loads(to_json(value))
 
 
 def encode_messages(messages: tuple[Message, ...] | list[Message]) -> bytes:

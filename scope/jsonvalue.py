@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, final
 
-import orjson
-
-from scope._json import canonical, loads_exact
+from scope._json import canonical, loads, loads_exact
 from scope.errors import InvalidJSONError
 
 __all__ = ["RawJSON", "coerce_raw_json"]
@@ -67,11 +64,9 @@ class RawJSON:
         return self._raw_json_bytes
 
     def value(self) -> Any:
-        """A fresh decoded Python object (numbers become int or float)."""
-        try:
-            return orjson.loads(self._raw_json_bytes)
-        except orjson.JSONDecodeError:  # integers beyond 64 bits
-            return json.loads(self._raw_json_bytes)
+        """A fresh decoded Python object (numbers become int or float; integers of any
+        size stay exact)."""
+        return loads(self._raw_json_bytes)
 
     def __str__(self) -> str:
         return self._raw_json_bytes.decode("utf-8")

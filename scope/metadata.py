@@ -44,6 +44,10 @@ class Metadata(Mapping[str, RawJSON]):
                 )
             key, value = item
             self._check_key(key)
+            if type(key) is not str:
+                # A str subclass (an enum, ConversationID) is stored as the plain str:
+                # orjson refuses subclass keys, and keys must not carry extra state.
+                key = str.__str__(key)
             if key in out:
                 raise InvalidMetadataError(f"{self._what} key {key!r} given twice")
             if isinstance(value, RawJSON):

@@ -655,3 +655,24 @@ def test_legacy_and_foreign_layouts() -> None:
     assert from_json('{"kind":"text","text":"hi","signature":""}', Part) == text_part("hi")
     delta = from_json('{"kind":"tool_call_delta","tool_call_delta":{"id":"c","name":"f"}}', Part)
     assert delta.kind is PartKind.TOOL_CALL_DELTA
+
+
+def test_from_builtins_refuses_huge_ints_in_float_fields() -> None:
+    for name in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
+        with pytest.raises(InvalidOptionsError, match=name):
+            from_builtins({name: 10**400}, Options)
+    assert from_builtins({"temperature": 2}, Options) == Options(temperature=2.0)
+
+
+def test_to_builtins_keeps_big_integers_exact() -> None:
+    big = 123456789012345678901234567890
+    value = text_part("x", {"n": big, "neg": -(2**63) - 1})
+    out = to_builtins(value)
+    assert out["metadata"] == {"n": big, "neg": -(2**63) - 1}
+    assert type(out["metadata"]["n"]) is int
+    assert from_builtins(out, Part) == value
+
+
+def test_to_builtins_of_out_of_range_float_token_matches_value() -> None:
+    raw = RawJSON.parse("1e999")
+    assert to_builtins(Metadata({"x": raw})) == {"x": raw.value()}

@@ -249,3 +249,48 @@ def test_from_value_round_trips(value: Any) -> None:
 def test_raw_json_bytes_are_a_fixed_point(raw: RawJSON) -> None:
     assert RawJSON.parse(str(raw)) == raw
     assert RawJSON.parse(raw.bytes).bytes == raw.bytes
+
+
+@pytest.mark.parametrize(
+    "number",
+    [10**30, 2**64 + 1, -(2**63) - 1, -(10**25) - 7, 123456789012345678901234567890],
+)
+def test_value_keeps_big_integers_exact(number: int) -> None:
+    # orjson.loads reads integers beyond 64 bits as (lossy) floats; value() must not.
+    for raw in (RawJSON.from_value(number), RawJSON.parse(f'{{"n":[{number}]}}')):
+        value = raw.value()
+        got = value if isinstance(value, int) else value["n"][0]
+        assert got == number
+        assert type(got) is int
+
+
+def test_from_value_counts_embedded_raw_json_toward_depth() -> None:
+    inner = RawJSON.parse(nest(511))
+    assert RawJSON.from_value([inner]).bytes == nest(512).encode()
+    deep = RawJSON.parse(nest(512))
+    for value in ([deep], {"a": deep}, [[1], {"b": (deep,)}]):
+        with pytest.raises(InvalidJSONError):
+            RawJSON.from_value(value)
+
+
+class _Name(str):
+    __slots__ = ()
+
+
+class _Count(int):
+    pass
+
+
+class _Ratio(float):
+    pass
+
+
+def test_from_value_encodes_builtin_subclasses_as_their_values() -> None:
+    # A str subclass (scope.history.ConversationID, say) is a str: it encodes as one.
+    assert RawJSON.from_value(_Name("a")).bytes == b'"a"'
+    assert RawJSON.from_value({"k": [_Name("x"), _Count(3), _Ratio(0.5)]}).bytes == (
+        b'{"k":["x",3,0.5]}'
+    )
+    assert RawJSON.from_value([_Count(2**70)]).bytes == f"[{2**70}]".encode()
+    with pytest.raises(InvalidJSONError):
+        RawJSON.from_value([_Ratio("nan")])

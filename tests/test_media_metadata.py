@@ -230,3 +230,25 @@ def test_media_is_frozen_and_evolve_revalidates() -> None:
     assert hash(media) == hash(Media.from_uri("image/png", "https://x.example"))
     assert repr(media).startswith("Media(")
     assert Media.__module__ == "scope.media"
+
+
+class _Key(str):
+    __slots__ = ()
+
+
+def test_metadata_keys_of_str_subclasses_become_plain_str() -> None:
+    from scope.codec import from_json, to_json
+
+    for cls in (Metadata, Extensions):
+        data = cls({_Key("ns/k"): 1})
+        (key,) = data
+        assert type(key) is str
+        assert data == cls({"ns/k": 1})
+        assert from_json(to_json(data), cls) == data
+    merged = Metadata({"a": 1}).merge({_Key("b"): 2})
+    assert all(type(key) is str for key in merged)
+    assert to_json(merged) == b'{"a":1,"b":2}'
+
+
+def test_metadata_values_of_str_subclasses_encode_as_strings() -> None:
+    assert Metadata({"c": _Key("abc")})["c"] == RawJSON.parse('"abc"')

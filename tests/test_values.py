@@ -341,6 +341,14 @@ BAD: list[tuple[str, Callable[[], Any], type[Exception], type[Exception] | None]
     ("temperature inf", lambda: Options(temperature=float("inf")), InvalidOptionsError, None),
     ("temperature str", lambda: Options(temperature="1"), InvalidOptionsError, None),
     ("temperature bool", lambda: Options(temperature=True), InvalidOptionsError, None),
+    ("temperature huge int", lambda: Options(temperature=10**400), InvalidOptionsError, None),
+    ("top_p huge negative int", lambda: Options(top_p=-(10**400)), InvalidOptionsError, None),
+    (
+        "frequency_penalty huge int",
+        lambda: Options(frequency_penalty=10**400),
+        InvalidOptionsError,
+        None,
+    ),
     ("top_p high", lambda: Options(top_p=1.5), InvalidOptionsError, None),
     ("top_p nan", lambda: Options(top_p=float("nan")), InvalidOptionsError, None),
     ("max_tokens zero", lambda: Options(max_tokens=0), InvalidOptionsError, None),
@@ -744,3 +752,11 @@ def test_tool_output_null_details_are_absent() -> None:
     assert ToolOutput(details=RawJSON.parse("null")) == ToolOutput()
     assert ToolOutput.of_json("null").details is None
     assert ToolOutput.of_json("[null]").details == RawJSON.parse("[null]")
+
+
+def test_tool_output_of_json_accepts_bytearray_and_memoryview() -> None:
+    expected = ToolOutput.of_json(b'{"a": 1}')
+    assert ToolOutput.of_json(bytearray(b'{"a": 1}')) == expected
+    assert ToolOutput.of_json(memoryview(b'{"a": 1}')) == expected
+    with pytest.raises(InvalidToolResultError):
+        ToolOutput.of_json(bytearray(b"{"))

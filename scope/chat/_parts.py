@@ -138,10 +138,16 @@ class ToolOutput:
             raise InvalidToolResultError(f"tool output text: {exc}") from exc
 
     @classmethod
-    def of_json(cls, raw: RawJSON | str | bytes | dict[str, Any] | list[Any]) -> ToolOutput:
+    def of_json(
+        cls, raw: RawJSON | str | bytes | bytearray | memoryview | dict[str, Any] | list[Any]
+    ) -> ToolOutput:
         """Output whose details are a JSON document (RawJSON, JSON text, dict or list)."""
         try:
-            details = RawJSON.parse(raw) if isinstance(raw, str | bytes) else coerce_raw_json(raw)
+            details = (
+                RawJSON.parse(raw)
+                if isinstance(raw, str | bytes | bytearray | memoryview)
+                else coerce_raw_json(raw)
+            )
         except Exception as exc:
             if not isinstance(exc, ValueError):
                 raise

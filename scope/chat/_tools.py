@@ -159,13 +159,17 @@ def _check_range(value: object, what: str, low: float, high: float) -> None:
         return
     if type(value) is bool or not isinstance(value, int | float):
         raise InvalidOptionsError(f"{what} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value) or not low <= value <= high:
+    # Compared exactly: math.isfinite() of a huge int would raise OverflowError.
+    if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
         raise InvalidOptionsError(f"{what} must be between {low:g} and {high:g}, got {value!r}")
 
 
 def _to_float(value: Any) -> Any:
     if type(value) is int:
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # beyond any float: left for validate() to refuse
+            return value
     return value
 
 
