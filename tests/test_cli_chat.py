@@ -112,6 +112,17 @@ def test_chat_streams_answers_and_keeps_history(tmp_path: pathlib.Path) -> None:
     assert all(body["stream"] is True and body["model"] == "m-1" for body in server.bodies())
 
 
+def test_chat_escapes_terminal_control_characters_in_answers(tmp_path: pathlib.Path) -> None:
+    with OpenAIServer() as server:
+        server.script(answer("red: \x1b[31mX\x1b[0m", " bell\x07"))
+        proc = chat(tmp_path, server, input="colours?\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "red: \\x1b[31mX\\x1b[0m bell\\x07\n"
+    # The stored answer keeps the model's exact text; only the terminal sees escapes.
+    (turn,) = stored(tmp_path / "xdg" / "scope" / "chat.sqlite3").values()
+    assert turn[1] == (Role.ASSISTANT, "red: \x1b[31mX\x1b[0m bell\x07")
+
+
 def test_chat_resumes_a_conversation(tmp_path: pathlib.Path) -> None:
     url = sqlite_url(tmp_path / "chat.db")
     with OpenAIServer() as server:

@@ -31,6 +31,7 @@ from scope.chat import (
     wrap_stream,
 )
 from scope.cli._errors import CLIError
+from scope.cli._render import safe
 from scope.cli._stores import CLIStore, open_cli_store, prepare_sqlite_parent
 from scope.errors import (
     CommitError,
@@ -117,7 +118,8 @@ class _Session:
                     if not started:
                         self.out.write(prefix)
                         started = True
-                    self.out.write(chunk.text)
+                    # Model text is untrusted: no escape sequences reach the terminal.
+                    self.out.write(safe(chunk.text))
                     self.out.flush()
         finally:
             if started:
