@@ -403,6 +403,24 @@ async def test_an_error_event_mid_stream(server: OpenAIServer) -> None:
             await stream.__anext__()
     assert type(info.value) is ProviderError
     assert info.value.body["error"]["type"] == "server_error"
+    assert info.value.status_code == 200
+    assert info.value.request_id == "req_err_1"
+
+
+@pytest.mark.anyio
+async def test_an_error_object_in_a_200_body(server: OpenAIServer) -> None:
+    error = {"message": "The engine is currently overloaded", "type": "server_error"}
+    server.script(
+        {"status": 200, "headers": {"x-request-id": "req_body_err"}, "json": {"error": error}}
+    )
+    model, _ = make_model(server)
+    async with model:
+        with pytest.raises(ProviderError, match="overloaded") as info:
+            await model.call(Request([user_message("Hi")]))
+    assert type(info.value) is ProviderError
+    assert info.value.status_code == 200
+    assert info.value.request_id == "req_body_err"
+    assert info.value.body == {"error": error}
 
 
 @pytest.mark.anyio

@@ -273,7 +273,11 @@ class OpenAIChatModel:
         """
         content = self._encode(request, stream=False)
         response = await self._send(content, stream=False)
-        return parse_completion(response.content)
+        try:
+            return parse_completion(response.content)
+        except ProviderError as exc:
+            _fill_origin(exc, response)
+            raise
 
     def stream(self, request: Request) -> AsyncIterator[Response]:
         """A lazy stream of deltas answering ``request``.
@@ -392,7 +396,12 @@ class OpenAIChatModel:
                     body = await response.aread()
                 except httpx.HTTPError as exc:
                     raise _map_transport_error(exc) from exc
-                yield parse_completion(body)
+                try:
+                    parsed = parse_completion(body)
+                except ProviderError as exc:
+                    _fill_origin(exc, response)
+                    raise
+                yield parsed
                 return
             decoder = SSEDecoder()
             chunks = response.aiter_bytes()
@@ -404,7 +413,11 @@ class OpenAIChatModel:
                 except httpx.HTTPError as exc:
                     raise _map_transport_error(exc) from exc
                 for event, data in decoder.feed(raw):
-                    chunk = mapper.map(event, data)
+                    try:
+                        chunk = mapper.map(event, data)
+                    except ProviderError as exc:
+                        _fill_origin(exc, response)
+                        raise
                     if chunk is not None:
                         yield chunk
             if not mapper.done and not mapper.finished:
@@ -538,3 +551,12 @@ def _retry_after(headers: Mapping[str, str], now: float | None = None) -> float 
         when = when.replace(tzinfo=datetime.UTC)
     current = time.time() if now is None else now
     return max(0.0, when.timestamp() - current)
+
+
+def _fill_origin(exc: ProviderError, response: httpx.Response) -> None:
+    """Give an error object the server sent inside a 200 body or stream the HTTP
+    response's status and request id."""
+    if exc.status_code is None:
+        exc.status_code = response.status_code
+    if exc.request_id is None:
+        exc.request_id = response.headers.get("x-request-id")
