@@ -421,8 +421,9 @@ def _make_class_in(cls: type) -> Structurer:
 
     The fields it produces already have their exact types (tuples, enum members, bytes,
     Metadata, RawJSON, floats), which is what the class converters would make of them, so
-    the value is assembled without ``__init__`` and then checked with ``validate()``: the
-    same checks construction runs (every ``__attrs_post_init__`` is ``validate()``).
+    the value is assembled without ``__init__`` (slots written through their member
+    descriptors) and then checked with ``validate()``: the same checks construction runs
+    (every ``__attrs_post_init__`` is ``validate()``).
     """
     error = _ERRORS[cls]
     what = cls.__name__
@@ -454,7 +455,14 @@ def _make_class_in(cls: type) -> Structurer:
         if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
             default = default.factory()  # values are immutable: one shared default
         namespace[f"d{index}"] = default
-        assign.append(f"    _set(obj, {field.name!r}, {local})")
+        slot = cls.__dict__.get(field.name)
+        if isinstance(slot, types.MemberDescriptorType):
+            # The slot's own setter: what object.__setattr__ ends up calling, without
+            # the attribute lookup (frozen classes refuse plain assignment).
+            namespace[f"w{index}"] = slot.__set__
+            assign.append(f"    w{index}(obj, {local})")
+        else:  # pragma: no cover - every value class is slotted
+            assign.append(f"    _set(obj, {field.name!r}, {local})")
         if not field.init:
             lines.append(f"    {local} = d{index}")
             continue
@@ -471,6 +479,10 @@ def _make_class_in(cls: type) -> Structurer:
             indent = "        "
         hint = field.type
         item_type = typing.get_args(hint)[0] if typing.get_origin(hint) is tuple else None
+        optional = None
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            inner = [a for a in typing.get_args(hint) if a is not type(None)]
+            optional = inner[0] if len(inner) == 1 else None
         if hint is str:
             # Inlined: the commonest field type.
             lines += [
@@ -488,6 +500,15 @@ def _make_class_in(cls: type) -> Structurer:
                 f"{indent}        {fn}(v)",
                 f"{indent}    except _Fail as fail:",
                 f"{indent}        raise fail.at({wire!r}) from None",
+            ]
+        elif optional is not None and attrs.has(optional):
+            # Inlined: an optional nested value (a part's media or tool call).
+            namespace[f"c{index}"] = _class_in(optional)
+            lines += [
+                f"{indent}try:",
+                f"{indent}    {local} = None if v is None else c{index}(v)",
+                f"{indent}except _Fail as fail:",
+                f"{indent}    raise fail.at({wire!r}) from None",
             ]
         elif item_type is not None and attrs.has(item_type):
             # Inlined: a list comprehension; on failure the loop structurer re-runs to
