@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final, TextIO, final
 
 from scope.chat import (
     Request,
-    Response,
-    ResponseAccumulator,
     Streamer,
     system_message,
     user_message,
     wrap_stream,
 )
 from scope.cli._errors import CLIError
-from scope.cli._render import safe
+from scope.cli._render import print_stream
 from scope.cli._stores import CLIStore, open_cli_store, prepare_sqlite_parent
 from scope.errors import (
     CommitError,
@@ -107,29 +104,6 @@ class _Session:
         self.note("(the last answer is now saved)")
         return True
 
-    async def _print_stream(self, chunks: AsyncIterator[Response]) -> Response | None:
-        accumulator = ResponseAccumulator()
-        prefix = "assistant> " if _isatty(self.out) else ""
-        started = False
-        try:
-            async for chunk in chunks:
-                accumulator.add(chunk)
-                if chunk.text:
-                    if not started:
-                        self.out.write(prefix)
-                        started = True
-                    # Model text is untrusted: no escape sequences reach the terminal.
-                    self.out.write(safe(chunk.text))
-                    self.out.flush()
-        finally:
-            if started:
-                self.out.write("\n")
-                self.out.flush()
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        return accumulator.response()
-
     async def turn(self, text: str) -> None:
         """Send one user message and print the streamed answer."""
         if not await self.save_pending():
@@ -137,7 +111,11 @@ class _Session:
             return
         request = Request((*self.system, user_message(text)))
         try:
-            response = await self._print_stream(self.streamer.stream(request))
+            response = await print_stream(
+                self.streamer.stream(request),
+                self.out,
+                "assistant> " if _isatty(self.out) else "",
+            )
         except CommitError as exc:
             if isinstance(exc.__cause__, ConversationClosedError):
                 raise CLIError(

@@ -22,7 +22,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final, TextIO, final
 
-import anyio
 import attrs
 
 from scope.chat import (
@@ -31,7 +30,6 @@ from scope.chat import (
     Output,
     Request,
     Response,
-    ResponseAccumulator,
     ResponseMetadata,
     ToolDefinition,
     ToolOutput,
@@ -46,7 +44,7 @@ from scope.chat import (
     wrap_stream,
 )
 from scope.cli._errors import CLIError
-from scope.cli._render import render_conversation
+from scope.cli._render import print_stream, render_conversation
 from scope.cli._stores import opened_store, sqlite_url
 from scope.errors import CommitError, ScopeError, StoreError
 from scope.history import Batch, Middleware, Receipt, Writer
@@ -245,26 +243,7 @@ class _Demo:
 
     async def stream(self, chunks: AsyncIterator[Response]) -> Response:
         """Print the text of each chunk as it arrives; return the accumulated response."""
-        accumulator = ResponseAccumulator()
-        started = False
-        try:
-            async for chunk in chunks:
-                accumulator.add(chunk)
-                if chunk.text:
-                    if not started:
-                        self.out.write("assistant: ")
-                        started = True
-                    self.out.write(chunk.text)
-                    self.out.flush()
-                    if self.delay:
-                        await anyio.sleep(self.delay)
-        finally:
-            if started:
-                self.say()
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        response = accumulator.response()
+        response = await print_stream(chunks, self.out, "assistant: ", self.delay)
         return Response() if response is None else response
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Final, TextIO, final
 
+import anyio
 import orjson
 
-from scope.chat import Message, Part, PartKind, ToolOutput
+from scope.chat import Message, Part, PartKind, Response, ResponseAccumulator, ToolOutput
 from scope.codec import encode_messages, to_json
 from scope.history import Batch
 from scope.media import Media, SourceKind
@@ -181,3 +182,33 @@ class Progress:
         if self._on and self._count:
             self._stream.write("\n")
             self._stream.flush()
+
+
+async def print_stream(
+    chunks: AsyncIterator[Response], out: TextIO, prefix: str, pause: float = 0.0
+) -> Response | None:
+    """Write each chunk's text to ``out`` as it arrives (control characters escaped: model
+    text is untrusted), after ``prefix`` and ending with a newline once any text came;
+    return the accumulated response (None when nothing arrived). The stream is closed on
+    every path before this returns."""
+    accumulator = ResponseAccumulator()
+    started = False
+    try:
+        async for chunk in chunks:
+            accumulator.add(chunk)
+            if chunk.text:
+                if not started:
+                    out.write(prefix)
+                    started = True
+                out.write(safe(chunk.text))
+                out.flush()
+                if pause:
+                    await anyio.sleep(pause)
+    finally:
+        if started:
+            out.write("\n")
+            out.flush()
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    return accumulator.response()
