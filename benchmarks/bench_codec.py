@@ -14,16 +14,23 @@ of the canonical bytes (the fast path) and of a re-indented, key-reversed copy (
 reader), with a breakdown: parsing alone, building and validating the values from a parsed
 tree alone, and the same turn with every number in orjson's spelling (where the orjson
 fast path of the exact reader applies). Decoding always validates every value.
+
+The last row is a lower bound for any decoder that builds scope's values (frozen, slotted
+attrs classes, as DESIGN §2 requires): ``orjson.loads`` of the bytes, the base64 decode of
+the image and signature, and allocating every value and filling each of its slots with
+values that are already final, with no key lookup, no check and no validation at all.
 """
 
 from __future__ import annotations
 
+import base64
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,6 +41,8 @@ from _turn import standard_turn
 from scope._json import loads_exact
 from scope.chat import Message
 from scope.codec import from_builtins, from_json, parse, to_builtins, to_json
+from scope.jsonvalue import RawJSON
+from scope.metadata import EMPTY_METADATA, Metadata
 
 ROUNDS = 7
 NUMBER = 500
@@ -70,6 +79,84 @@ def _reindent(value: Any) -> Any:
     return value
 
 
+#: A construction plan: (kind, leaves, nested). For a value to allocate, ``kind`` is its
+#: class, ``leaves`` the (slot setter, final value) pairs and ``nested`` the (slot setter,
+#: plan) pairs; ``kind`` ``tuple`` or ``dict`` rebuilds a container of nested plans.
+Plan = tuple[Any, list[tuple[Any, Any]], Any]
+
+
+def _plan(value: Any) -> Plan | None:
+    """The plan that rebuilds ``value`` the cheapest way Python allows (``object.__new__``
+    and one slot write per field), or None when a decoder would reuse the value as it is
+    (strings, bytes, numbers, enum members, shared singletons such as the empty metadata
+    and the empty tuple)."""
+    kind = type(value)
+    if kind is tuple:
+        items = [_plan(item) for item in value]
+        if not any(items):
+            return None
+        if not all(items):
+            raise TypeError("mixed tuples do not occur in protocol values")
+        return (tuple, [], items)
+    if kind is Metadata and value is not EMPTY_METADATA:
+        data = {key: _plan(raw) for key, raw in value._data.items()}
+        leaves = [(kind.__dict__[name].__set__, None) for name in ("_hash", "_json")]
+        return (kind, leaves, [(kind.__dict__["_data"].__set__, (dict, [], data))])
+    if kind is RawJSON:
+        return (kind, [(kind.__dict__["_raw_json_bytes"].__set__, value._raw_json_bytes)], [])
+    if not attrs.has(kind):
+        return None
+    leaves, nested = [], []
+    for field in attrs.fields(kind):
+        write = kind.__dict__[field.name].__set__
+        item = getattr(value, field.name)
+        sub = _plan(item)
+        if sub is None:
+            leaves.append((write, item))
+        else:
+            nested.append((write, sub))
+    return (kind, leaves, nested)
+
+
+def _build(plan: Plan) -> Any:
+    kind, leaves, nested = plan
+    if kind is tuple:
+        return tuple([_build(item) for item in nested])
+    if kind is dict:
+        return {key: _build(item) for key, item in nested.items()}
+    obj = object.__new__(kind)
+    for write, value in leaves:
+        write(obj, value)
+    for write, item in nested:
+        write(obj, _build(item))
+    return obj
+
+
+def _count(plan: Plan) -> int:
+    """How many values a plan allocates (containers not counted)."""
+    kind, _, nested = plan
+    if kind is tuple:
+        return sum(_count(item) for item in nested)
+    if kind is dict:
+        return sum(_count(item) for item in nested.values())
+    return 1 + sum(_count(item) for _, item in nested)
+
+
+def _base64_strings(tree: Any) -> list[str]:
+    """The base64 fields of a parsed turn (Source "bytes", Part "signature")."""
+    found: list[str] = []
+    if isinstance(tree, dict):
+        for key, item in tree.items():
+            if key in ("bytes", "signature") and isinstance(item, str):
+                found.append(item)
+            else:
+                found.extend(_base64_strings(item))
+    elif isinstance(tree, list):
+        for item in tree:
+            found.extend(_base64_strings(item))
+    return found
+
+
 def main() -> None:
     turn = standard_turn()
     data = to_json(turn)
@@ -97,6 +184,18 @@ def main() -> None:
     dec_build = best(lambda: from_builtins(tree, list[Message]))
     plain_data = orjson.dumps(plain, option=orjson.OPT_SORT_KEYS)
     dec_plain = best(lambda: from_json(plain_data, list[Message]))
+    plan = _plan(tuple(turn))
+    assert plan is not None and list(_build(plan)) == turn
+    encoded = _base64_strings(orjson.loads(data))
+    assert len(encoded) == 2
+
+    def bound() -> None:
+        orjson.loads(data)
+        for text in encoded:
+            base64.b64decode(text, validate=True)
+        _build(plan)
+
+    dec_bound = best(bound)
 
     print(f"standard turn: {len(turn)} messages, {len(data)} bytes canonical")
     print(f"{'operation':<44}{'µs':>10}{'ratio':>10}")
@@ -110,6 +209,7 @@ def main() -> None:
         ("  of which parse (exact reader)", dec_parse, dec_floor),
         ("  of which building + validating values", dec_build, dec_floor),
         ("from_json, all numbers orjson-spelled", dec_plain, dec_floor),
+        (f"lower bound: loads+base64+{_count(plan)} bare values", dec_bound, dec_floor),
     ]
     for name, seconds, floor in rows:
         print(f"{name:<44}{seconds * 1e6:>10.1f}{seconds / floor:>9.1f}x")
