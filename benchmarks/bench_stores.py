@@ -154,7 +154,7 @@ async def drop_postgres(dsn: str, prefix: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(
-            f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations";'
+            f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations", "{prefix}_schema";'
             f'DROP FUNCTION IF EXISTS "{prefix}_append"'
         )
     finally:

@@ -21,13 +21,15 @@
     ├── InvalidBatchError               (also ValueError)
     ├── InvalidReceiptError             (also ValueError)
     ├── InvalidWindowError              (also ValueError)
+    ├── InvalidViewError                (also ValueError)
     ├── UnsupportedOptionError          (also ValueError)
     ├── HistoryError
     │   ├── AppendConflictError
     │   ├── ConversationClosedError
+    │   ├── HistoryChangedError         a fenced batch met another length (expected, actual)
     │   ├── WindowTooSmallError
     │   ├── StoreError                  a backend failed (I/O, corrupt record)
-    │   └── CommitError                 generation succeeded, persisting it did not
+    │   └── CommitError                 generation succeeded, persisting it did not (retryable)
     └── ProviderError                   (status_code, body, request_id)
         ├── AuthenticationError         401 / 403
         ├── BadRequestError             400 / 404 / 422
@@ -54,6 +56,7 @@ __all__ = [
     "BadRequestError",
     "CommitError",
     "ConversationClosedError",
+    "HistoryChangedError",
     "HistoryError",
     "InvalidAppendIDError",
     "InvalidBatchError",
@@ -72,6 +75,7 @@ __all__ = [
     "InvalidToolDefinitionError",
     "InvalidToolResultError",
     "InvalidUsageError",
+    "InvalidViewError",
     "InvalidWindowError",
     "ProviderConnectionError",
     "ProviderError",
@@ -161,6 +165,10 @@ class InvalidWindowError(ScopeError, ValueError):
     """A window limit is invalid."""
 
 
+class InvalidViewError(ScopeError, ValueError):
+    """A history view is invalid."""
+
+
 class UnsupportedOptionError(ScopeError, ValueError):
     """A populated option the provider's protocol cannot express."""
 
@@ -177,6 +185,34 @@ class ConversationClosedError(HistoryError):
     """The conversation was cleared; it is closed for ever."""
 
 
+class HistoryChangedError(HistoryError):
+    """A fenced batch (``Batch.expected_length``) met a conversation of another length.
+
+    ``expected`` is the length the batch was generated against, ``actual`` the number of
+    messages the conversation held when the store refused it. Nothing was appended. The
+    turn was generated from a history that has since changed (another turn landed
+    first), so appending the same batch again cannot succeed: run the turn again on the
+    current history.
+    """
+
+    def __init__(self, expected: int, actual: int, conversation_id: str | None = None) -> None:
+        where = (
+            "the conversation"
+            if conversation_id is None
+            else (f"conversation {str(conversation_id)!r}")
+        )
+        super().__init__(
+            f"{where} holds {actual} messages, the batch expected {expected}: "
+            "another turn was stored first"
+        )
+        self.expected = expected
+        self.actual = actual
+        self.conversation_id = conversation_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.expected, self.actual, self.conversation_id))
+
+
 class WindowTooSmallError(HistoryError):
     """The newest turn alone does not fit the window."""
 
@@ -188,10 +224,18 @@ class StoreError(HistoryError):
 class CommitError(HistoryError):
     """The model answered, but persisting the completed turn failed.
 
-    ``batch`` is exactly what should have been appended: the host retries
-    ``await writer.append(err.batch)`` without calling the model again. ``receipt`` is a
-    receipt that passed ``validate_for(batch)``, or None. ``response`` is the complete
-    response, usage included. The underlying failure is ``__cause__``.
+    ``batch`` is exactly what should have been appended, ``receipt`` a receipt that
+    passed ``validate_for(batch)`` or None, ``response`` the complete response, usage
+    included. The underlying failure is ``__cause__``.
+
+    ``retryable`` says which recovery fits. True: the writer failed (a store, driver or
+    connection error) or returned a receipt that does not match, so
+    ``await writer.append(err.batch)`` may succeed and lands the turn exactly once,
+    without calling the model again. False: the cause is ``HistoryChangedError`` (another
+    turn was stored first: run the turn again on the current history),
+    ``ConversationClosedError`` (nothing to do: the conversation is closed) or
+    ``AppendConflictError`` (the append id was used for another batch); appending the
+    same batch again cannot succeed. The message names the recovery.
     """
 
     def __init__(
@@ -201,11 +245,13 @@ class CommitError(HistoryError):
         batch: Batch,
         response: Response,
         receipt: Receipt | None = None,
+        retryable: bool = True,
     ) -> None:
         super().__init__(message)
         self.batch = batch
         self.receipt = receipt
         self.response = response
+        self.retryable = retryable
 
 
 class ProviderError(ScopeError):

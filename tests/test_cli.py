@@ -572,8 +572,8 @@ def test_show_without_batch_reader_prints_no_receipts(
 
     real_open = _stores.open_cli_store
 
-    async def open_messages_only(url: str) -> Any:
-        store = _MessagesOnly(await real_open(url))
+    async def open_messages_only(url: str, *, create: bool = True) -> Any:
+        store = _MessagesOnly(await real_open(url, create=create))
         assert not isinstance(store, BatchReader)
         return store
 
@@ -587,11 +587,15 @@ def test_show_without_batch_reader_prints_no_receipts(
 
 
 def test_show_unknown_or_cleared(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
-    for cid in ("gone", "never"):
-        proc = scope(tmp_path, "history", "show", "--store", sqlite_url(source), cid)
-        assert assert_one_line_error(proc) == (
-            f"scope: error: conversation '{cid}' has no messages (unknown or cleared)"
-        )
+    proc = scope(tmp_path, "history", "show", "--store", sqlite_url(source), "never")
+    assert assert_one_line_error(proc) == (
+        "scope: error: conversation 'never' has no messages (unknown)"
+    )
+    # A cleared conversation is marked as closed, not merely empty.
+    proc = scope(tmp_path, "history", "show", "--store", sqlite_url(source), "gone")
+    assert assert_one_line_error(proc) == (
+        "scope: error: conversation 'gone' is closed (cleared): no messages"
+    )
 
 
 def test_clear_needs_confirmation(tmp_path: pathlib.Path, source: pathlib.Path) -> None:

@@ -208,13 +208,14 @@ def test_chat_on_a_cleared_conversation_stops_with_one_line(tmp_path: pathlib.Pa
         proc = chat(
             tmp_path, server, "--store", sqlite_url(path), "--conversation", "old", input="hi\n"
         )
+        # Refused at start, before any model call (DESIGN §6b): nothing is generated.
+        assert server.requests == []
     assert proc.returncode == 1
-    assert proc.stdout == "Lost.\n"
-    assert proc.stderr.splitlines()[-1] == (
-        "scope: error: conversation 'old' is closed (cleared); this answer was not saved; "
-        "start a new conversation with `scope chat`"
-    )
-    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "scope: error: conversation 'old' is closed (it was cleared): nothing can be added "
+        "to it; start a new one by leaving out --conversation"
+    ]
 
 
 def test_chat_prints_each_chunk_as_it_arrives(tmp_path: pathlib.Path) -> None:
@@ -267,3 +268,48 @@ def test_chat_without_the_adapter_dependencies_is_one_line(
     assert status == 1
     assert err.startswith("scope: error: scope chat needs the OpenAI adapter's dependencies")
     assert err.endswith("install them with: pip install 'scope[openai]'\n")
+
+
+def test_chat_session_reports_a_turn_lost_to_another_session_and_a_clear(
+    tmp_path: pathlib.Path,
+) -> None:
+    """In process: another writer appends between the read and the commit (the answer is
+    not saved, nothing is pending, the session goes on), then the conversation is cleared
+    (the next message is refused before the model is called)."""
+    import io
+
+    from scope.chat import FinishReason, Output, Request, Response, assistant_message
+    from scope.chat import user_message as user
+    from scope.cli._chat import _Session
+    from scope.cli._errors import CLIError
+    from scope.history import Batch, ConversationID
+
+    async def run() -> None:
+        async with await SQLiteStore.open(tmp_path / "s.db") as store:
+
+            class Interloper:
+                calls = 0
+
+                def stream(self, request: Request) -> Any:
+                    Interloper.calls += 1
+                    return self._stream()
+
+                async def _stream(self) -> Any:
+                    # Another session's turn lands while this answer is being generated.
+                    other = Batch("c", "other", [user("elsewhere"), assistant_message("x")])
+                    await store.append(other)
+                    yield Response(Output(assistant_message("late"), FinishReason.STOP))
+
+            out, err = io.StringIO(), io.StringIO()
+            model: Any = Interloper()
+            session = _Session(store, model, ConversationID("c"), None, out, err)
+            await session.turn("hello")
+            assert session.pending is None
+            assert "another session added to this conversation" in err.getvalue()
+            assert [m.text for m in await store.read("c")] == ["elsewhere", "x"]
+            await store.clear("c")
+            with pytest.raises(CLIError, match="closed"):
+                await session.turn("again")
+            assert Interloper.calls == 1
+
+    asyncio.run(run())

@@ -22,9 +22,10 @@ _BROKEN_STORE = textwrap.dedent(
     from scope.errors import (
         AppendConflictError,
         ConversationClosedError,
+        HistoryChangedError,
         InvalidBatchError,
     )
-    from scope.history import Batch, ConversationID
+    from scope.history import Batch, ConversationID, HistoryView
     from scope.history.storetest import StoreConformance
 
     class Store:
@@ -47,6 +48,25 @@ _BROKEN_STORE = textwrap.dedent(
                 out.reverse()
             return out
 
+        async def read_view(self, conversation_id):
+            if "validate-after-io" in self.broken:
+                await anyio.lowlevel.checkpoint()
+            cid = ConversationID(conversation_id)
+            if cid in self.state["closed"] and "closure" not in self.broken:
+                return HistoryView((), 0, True)
+            messages = tuple(self.state["messages"].get(cid, ()))
+            if "view-atomic" in self.broken:
+                # The length comes from a second read, after a scheduling point.
+                await anyio.lowlevel.checkpoint()
+            length = len(self.state["messages"].get(cid, ()))
+            return HistoryView(messages, length)
+
+        def _fence(self, cid, batch):
+            length = len(self.state["messages"].get(cid, ()))
+            if batch.expected_length is not None and batch.expected_length != length:
+                if "fence" not in self.broken:
+                    raise HistoryChangedError(batch.expected_length, length, cid)
+
         async def read_batches(self, conversation_id):
             if "validate-after-io" in self.broken:
                 await anyio.lowlevel.checkpoint()
@@ -62,6 +82,8 @@ _BROKEN_STORE = textwrap.dedent(
             if not isinstance(batch, Batch):
                 raise InvalidBatchError("not a batch")
             cid = batch.conversation_id
+            if "fence-first" in self.broken:
+                self._fence(cid, batch)
             if cid in self.state["closed"] and "closure" not in self.broken:
                 raise ConversationClosedError(cid)
             key = (cid, batch.id) if "global-ids" not in self.broken else batch.id
@@ -72,6 +94,12 @@ _BROKEN_STORE = textwrap.dedent(
                 raise AppendConflictError(batch.id)
             if seen is not None and "conflict" not in self.broken and seen != batch.digest:
                 raise AppendConflictError(batch.id)
+            if "fence-race" in self.broken:
+                # Checks the fence, then yields before appending: not atomic.
+                self._fence(cid, batch)
+                await anyio.lowlevel.checkpoint()
+            else:
+                self._fence(cid, batch)
             if "atomic" in self.broken:
                 # One message at a time, with a scheduling point between them, and the
                 # dedupe record written last.
@@ -199,6 +227,25 @@ CASES = [
             "test_read_equals_the_concatenated_read_batches",
         },
     ),
+    (
+        "fence",
+        "fence or fenced or expected_length",
+        {
+            "test_stale_expected_length_is_refused_and_appends_nothing",
+            "test_future_expected_length_is_refused_and_appends_nothing",
+            "test_concurrent_fenced_appends_at_one_length_exactly_one_lands",
+        },
+    ),
+    (
+        "fence-first",
+        "fence or fenced or expected_length",
+        {
+            "test_retry_of_accepted_batch_with_stale_expected_length_returns_equal_receipt",
+            "test_closed_and_conflict_win_over_the_fence",
+        },
+    ),
+    ("fence-race", "fenced", {"test_concurrent_fenced_appends_at_one_length_exactly_one_lands"}),
+    ("view-atomic", "view", {"test_views_are_atomic_under_concurrent_appends"}),
     ("durable-messages", "durable", {"test_durable_messages_survive_reopen"}),
     ("durable-dedupe", "durable", {"test_durable_dedupe_evidence_survives_reopen"}),
     ("durable-closure", "durable", {"test_durable_closure_survives_reopen"}),

@@ -39,6 +39,7 @@ from scope.errors import (
 )
 from scope.history import (
     Batch,
+    HistoryView,
     IncompleteReason,
     IncompleteTurn,
     Middleware,
@@ -123,6 +124,10 @@ class CountingStore(Store):
         self.reads += 1
         return await super().read(conversation_id)
 
+    async def read_view(self, conversation_id: str) -> HistoryView:
+        self.reads += 1
+        return await super().read_view(conversation_id)
+
     async def append(self, batch: Batch) -> Receipt:
         self.appends += 1
         return await super().append(batch)
@@ -163,8 +168,10 @@ async def test_bad_request_shape_raises_before_any_io(name: str) -> None:
     request = Request(BAD_SHAPES[name])
     with pytest.raises(InvalidRequestError):
         await mw.call(model).call(request)
+    # A Streamer checks its request on first iteration (DESIGN §6b), still before any I/O.
+    stream = mw.stream(model).stream(request)
     with pytest.raises(InvalidRequestError):
-        mw.stream(model).stream(request)
+        await stream.__anext__()
     assert store.reads == 0 and store.appends == 0
     assert model.requests == []
     assert reports == []
@@ -365,7 +372,9 @@ async def test_non_receipt_from_writer_raises_commit_error() -> None:
         await mw.call(FakeModel(answer("a"))).call(Request([user_message("q")]))
 
 
-async def test_cancellation_during_append_raises_commit_error() -> None:
+async def test_cancellation_during_append_propagates_and_reports_the_batch() -> None:
+    # DESIGN §6b: a cancellation is never converted into CommitError (this was v0.1's
+    # behaviour); on_incomplete gets the batch, whose outcome is unknown.
     store = CountingStore()
 
     class SlowWriter:
@@ -375,22 +384,28 @@ async def test_cancellation_during_append_raises_commit_error() -> None:
 
     reports = Reports()
     mw = Middleware(store, SlowWriter(), CID, on_incomplete=reports)
-    caught: list[CommitError] = []
+    caught: list[BaseException] = []
+    finished = False
 
-    async def run(scope: anyio.CancelScope) -> None:
+    async def run() -> None:
+        nonlocal finished
         try:
             await mw.call(FakeModel(answer("a"))).call(Request([user_message("q")]))
-        except CommitError as exc:
+        except CommitError as exc:  # pragma: no cover - the bug this test guards against
             caught.append(exc)
+        finished = True
 
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(run, scope)
+            tg.start_soon(run)
             await anyio.sleep(0.05)
             scope.cancel()
-    assert len(caught) == 1
-    assert caught[0].batch.messages[-1].text == "a"
-    assert reports == []
+    assert scope.cancelled_caught
+    assert caught == [] and not finished
+    assert [r.reason for r in reports] == [IncompleteReason.CANCELLED]
+    batch = reports[0].batch
+    assert batch is not None and batch.messages[-1].text == "a"
+    assert [m.text for m in batch.messages] == ["q", "a"]
 
 
 # ---------------------------------------------------------------- on_incomplete (call)

@@ -397,7 +397,7 @@ async def test_text_instead_of_blob_is_reported(store: SQLiteStore) -> None:
 @pytest.mark.anyio
 async def test_invalid_listed_id_is_reported(store: SQLiteStore) -> None:
     with raw(store) as conn:
-        conn.execute("INSERT INTO scope_history_conversations VALUES (' padded', 0)")
+        conn.execute("INSERT INTO scope_history_conversations (id, closed) VALUES (' padded', 0)")
     with pytest.raises(StoreError, match="padded"):
         await store.conversations()
 

@@ -22,7 +22,15 @@ from scope.chat import (
     user_message,
 )
 from scope.errors import InvalidConversationIDError, InvalidWindowError, WindowTooSmallError
-from scope.history import Batch, Clearer, Reader, WindowReader, Writer
+from scope.history import (
+    Batch,
+    Clearer,
+    HistoryView,
+    Reader,
+    ViewReader,
+    WindowReader,
+    Writer,
+)
 from scope.history._window import window
 from scope.history.inmemory import Store
 from scope.metadata import Metadata
@@ -188,11 +196,25 @@ async def test_open_turn_ending_in_tool_call_is_whole() -> None:
     assert await _read(messages, 5) == messages
 
 
-async def test_messages_before_the_first_user_message_are_dropped() -> None:
+async def test_messages_before_the_first_user_message_belong_to_the_first_turn() -> None:
+    # DESIGN §6b: a leading greeting is kept with the first turn, never dropped while
+    # it fits (v0.1 dropped it, so 5 stored messages read as 4 under a limit of 10).
     greeting = assistant_message("Hello! How can I help?")
-    messages = [system_message("s"), greeting, *_simple_turn("1")]
-    assert await _read(messages, 10) == [messages[0], *messages[2:]]
-    assert await _read([greeting], 5) == []
+    messages = [greeting, *_simple_turn("1"), *_simple_turn("2")]
+    assert await _read(messages, 10) == messages
+    assert await _read(messages, 5) == messages
+    # The greeting goes only together with its turn.
+    assert await _read(messages, 4) == messages[3:]
+    assert await _read(messages, 2) == messages[3:]
+    with_system = [system_message("s"), greeting, *_simple_turn("1")]
+    assert await _read(with_system, 10) == with_system
+    assert await _read(with_system, 4) == with_system
+    with pytest.raises(WindowTooSmallError):
+        await _read(with_system, 3)  # the first (only) turn is 3 messages + the system one
+    # A conversation that is only a greeting is one turn.
+    assert await _read([greeting], 5) == [greeting]
+    with pytest.raises(WindowTooSmallError):
+        await _read([greeting, assistant_message("more")], 1)
 
 
 async def test_window_returns_a_new_list() -> None:
@@ -218,6 +240,35 @@ async def test_window_over_a_store() -> None:
     assert await reader.read("unknown") == []
     await store.clear("c")
     assert await reader.read("c") == []
+
+
+async def test_read_view_is_the_window_with_the_whole_conversation_length() -> None:
+    store = Store()
+    await store.append(Batch("c", "1", [system_message("s"), *_simple_turn("1")]))
+    await store.append(Batch("c", "2", _tool_turn("2")))
+    reader = WindowReader(store, 5)
+    assert isinstance(reader, ViewReader)
+    view = await reader.read_view("c")
+    assert view == HistoryView((system_message("s"), *_tool_turn("2")), 7, False)
+    assert view.messages == tuple(await reader.read("c"))
+    # Windows nest: the length stays the whole conversation's.
+    nested = await WindowReader(WindowReader(store, 10), 5).read_view("c")
+    assert nested == view
+    assert await reader.read_view("unknown") == HistoryView((), 0, False)
+    await store.clear("c")
+    assert await reader.read_view("c") == HistoryView((), 7, True)
+    with pytest.raises(InvalidConversationIDError):
+        await reader.read_view(" c")
+
+
+async def test_read_view_over_a_plain_reader_counts_what_it_read() -> None:
+    messages = [system_message("s"), *_simple_turn("1"), *_simple_turn("2")]
+    plain = _ListReader(messages)
+    view = await WindowReader(plain, 3).read_view("c")
+    assert view == HistoryView((system_message("s"), *_simple_turn("2")), 5, False)
+    assert plain.calls == ["c"]
+    with pytest.raises(WindowTooSmallError):
+        await WindowReader(plain, 2).read_view("c")
 
 
 # -- the rule, against a brute-force model -----------------------------------------------
@@ -247,6 +298,9 @@ def test_window_is_the_longest_fitting_suffix_of_whole_turns(kinds: list[str], l
     systems = [m for m in messages if m.role is Role.SYSTEM]
     rest = [m for m in messages if m.role is not Role.SYSTEM]
     starts = [i for i, m in enumerate(rest) if m.role is Role.USER]
+    if rest and rest[0].role is not Role.USER:
+        # Messages before the first user message start the first turn (DESIGN §6b).
+        starts = [0, *starts[1:]]
     room = limit - (1 if systems else 0)
     # Every candidate: a suffix of rest starting at a user message.
     fitting = [rest[s:] for s in starts if len(rest) - s <= room]
@@ -255,6 +309,8 @@ def test_window_is_the_longest_fitting_suffix_of_whole_turns(kinds: list[str], l
     except WindowTooSmallError:
         assert starts and not fitting
         return
+    if len(rest) + (1 if systems else 0) <= limit:
+        assert out[1 if systems else 0 :] == rest  # everything fits: the whole history
     assert len(out) <= limit
     body = out[1:] if systems else out
     if systems:

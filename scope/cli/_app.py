@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = commands.add_parser(
         "history",
-        help="list, show, export, import or clear stored conversations",
+        help="list, show, export, import, clear stored conversations, or migrate a store",
         description="Inspect and move stored conversations.",
     )
     store_parent = _Parser(add_help=False)
@@ -164,6 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clear.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
     clear.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    actions.add_parser(
+        "migrate",
+        parents=[store_parent],
+        help="create or upgrade the store's schema",
+        description="Create the store's tables when missing, or upgrade a schema written by "
+        "an older scope in place (SQLite, PostgreSQL; Redis has no schema). Run it as a "
+        "role allowed to change the schema; services can then open the store with "
+        "create=False and a role that holds only SELECT, INSERT, UPDATE, DELETE and "
+        "EXECUTE.",
+    )
     return parser
 
 
@@ -187,6 +197,8 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return asyncio.run(
             h.export_conversations(url, args.output, stdout=sys.stdout.buffer, stderr=sys.stderr)
         )
+    if action == "migrate":
+        return asyncio.run(h.migrate_store(url, sys.stdout))
     if action == "import":
         data, source = h.read_import_file(args.file, sys.stdin.buffer)
         return asyncio.run(

@@ -37,7 +37,7 @@ from scope.errors import (
     ProviderError,
     StoreError,
 )
-from scope.history import Batch, ConversationID, Middleware
+from scope.history import Batch, ConversationID, Middleware, ViewReader
 
 if TYPE_CHECKING:
     from scope.models.openai import OpenAIChatModel
@@ -116,12 +116,24 @@ class _Session:
                 self.out,
                 "assistant> " if _isatty(self.out) else "",
             )
+        except ConversationClosedError:
+            raise CLIError(
+                f"conversation {str(self.conversation_id)!r} is closed (cleared); the "
+                "message was not sent; start a new conversation with `scope chat`"
+            ) from None
         except CommitError as exc:
             if isinstance(exc.__cause__, ConversationClosedError):
                 raise CLIError(
                     f"conversation {str(self.conversation_id)!r} is closed (cleared); this "
                     "answer was not saved; start a new conversation with `scope chat`"
                 ) from None
+            if not exc.retryable:
+                self.note(
+                    f"scope: error: the answer was not saved ({_one_line(exc.__cause__)}); "
+                    "another session added to this conversation meanwhile: send the "
+                    "message again to answer it on the current history"
+                )
+                return
             self.note(
                 f"scope: warning: the answer was not saved ({_one_line(exc.__cause__)}); retrying"
             )
@@ -187,7 +199,16 @@ def run_chat(
         store = runner.run(open_cli_store(store_url))
         try:
             session = _Session(store, model, cid, system, stdout, stderr)
-            stored = runner.run(store.read(cid))
+            if isinstance(store, ViewReader):
+                view = runner.run(store.read_view(cid))
+                if view.closed:
+                    raise CLIError(
+                        f"conversation {str(cid)!r} is closed (it was cleared): nothing can "
+                        "be added to it; start a new one by leaving out --conversation"
+                    )
+                stored = list(view.messages)
+            else:
+                stored = runner.run(store.read(cid))
             if conversation_id is None:
                 session.note(f"new conversation: {cid}")
             else:

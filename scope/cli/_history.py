@@ -15,7 +15,7 @@ import attrs
 from scope.chat import Message
 from scope.cli._errors import CLIError
 from scope.cli._render import Progress, conversation_line, render_batches, render_conversation
-from scope.cli._stores import CLIStore, opened_store
+from scope.cli._stores import CLIStore, opened_store, redact_url
 from scope.codec import from_builtins, parse
 from scope.errors import (
     AppendConflictError,
@@ -24,7 +24,8 @@ from scope.errors import (
     InvalidConversationIDError,
     InvalidMessageError,
 )
-from scope.history import AppendID, Batch, BatchReader, ConversationID
+from scope.history import AppendID, Batch, BatchReader, ConversationID, ViewReader
+from scope.historystores._common import SCHEMA_VERSION
 
 __all__ = [
     "ImportLine",
@@ -50,6 +51,15 @@ def import_append_id(conversation_id: str) -> AppendID:
     return AppendID(f"import-v1:{digest}")
 
 
+async def migrate_store(url: str, out: TextIO) -> int:
+    """Create the store's schema, or upgrade it to this version's (SQL stores)."""
+    async with opened_store(url, create=True):
+        pass
+    out.write(f"schema of {redact_url(url)} is at version {SCHEMA_VERSION}\n")
+    out.flush()
+    return 0
+
+
 async def list_conversations(url: str, out: TextIO) -> int:
     """Print every open conversation id, one per line, in lexical order."""
     async with opened_store(url) as store:
@@ -70,13 +80,15 @@ async def show_conversation(url: str, conversation_id: str, *, as_json: bool, ou
     cid = ConversationID(conversation_id)
     batches: list[Batch] | None = None
     async with opened_store(url) as store:
+        if isinstance(store, ViewReader) and (await store.read_view(cid)).closed:
+            raise CLIError(f"conversation {str(cid)!r} is closed (cleared): no messages")
         if isinstance(store, BatchReader):
             batches = await store.read_batches(cid)
             messages = [m for batch in batches for m in batch.messages]
         else:
             messages = await store.read(cid)
     if not messages:
-        raise CLIError(f"conversation {str(cid)!r} has no messages (unknown or cleared)")
+        raise CLIError(f"conversation {str(cid)!r} has no messages (unknown)")
     if as_json:
         out.write(conversation_line(cid, messages).decode() + "\n")
     else:

@@ -57,20 +57,30 @@ def prepare_sqlite_parent(url: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
 
 
-async def open_cli_store(url: str) -> CLIStore:
+async def open_cli_store(url: str, *, create: bool = True) -> CLIStore:
     """Open the store ``url`` names (``sqlite:///path``, ``postgresql://…``,
     ``redis://…``).
 
     A malformed URL raises ``ValueError``; a missing driver ``ImportError``; an
     unreachable server the store's ``StoreError``.
     """
-    return await open_store(url)
+    return await open_store(url, create=create)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password, for messages."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
 @contextlib.asynccontextmanager
-async def opened_store(url: str) -> AsyncIterator[CLIStore]:
+async def opened_store(url: str, *, create: bool = True) -> AsyncIterator[CLIStore]:
     """``open_cli_store(url)``, closed on every path."""
-    store = await open_cli_store(url)
+    store = await open_cli_store(url, create=create)
     try:
         yield store
     finally:

@@ -3,6 +3,7 @@
 from scope.errors import AppendConflictError as AppendConflictError
 from scope.errors import CommitError as CommitError
 from scope.errors import ConversationClosedError as ConversationClosedError
+from scope.errors import HistoryChangedError as HistoryChangedError
 from scope.errors import HistoryError as HistoryError
 from scope.errors import StoreError as StoreError
 from scope.errors import WindowTooSmallError as WindowTooSmallError
@@ -19,7 +20,9 @@ from scope.history._protocols import Lister as Lister
 from scope.history._protocols import Reader as Reader
 from scope.history._protocols import ReadWriter as ReadWriter
 from scope.history._protocols import Store as Store
+from scope.history._protocols import ViewReader as ViewReader
 from scope.history._protocols import Writer as Writer
+from scope.history._view import HistoryView as HistoryView
 from scope.history._window import WindowReader as WindowReader
 
 __all__ = [
@@ -31,7 +34,9 @@ __all__ = [
     "CommitError",
     "ConversationClosedError",
     "ConversationID",
+    "HistoryChangedError",
     "HistoryError",
+    "HistoryView",
     "IncompleteReason",
     "IncompleteTurn",
     "Lister",
@@ -41,6 +46,7 @@ __all__ = [
     "Receipt",
     "Store",
     "StoreError",
+    "ViewReader",
     "WindowReader",
     "WindowTooSmallError",
     "Writer",

@@ -51,6 +51,13 @@ class Batch:
     ``encoded_messages`` is the canonical JSON array of the messages and ``digest`` is
     ``"sha256:" + hex(sha256(encoded_messages))``; both are computed once, at
     construction. Equal messages give an equal digest, however they were built.
+
+    ``expected_length`` fences the append (DESIGN §6b): when set (an int >= 0), a store
+    appends the batch only while the conversation holds exactly that many messages, and
+    otherwise raises ``HistoryChangedError`` and appends nothing. It is a condition on
+    the append, not part of the batch's content: it is not in ``encoded_messages`` or
+    the digest, batches that differ only in it are equal, and a retry of an accepted
+    batch returns the equal receipt whatever it says. ``None`` (the default): no fence.
     """
 
     conversation_id: ConversationID
@@ -58,12 +65,14 @@ class Batch:
     messages: tuple[Message, ...]
     encoded_messages: bytes = attrs.field(eq=False, repr=False)
     digest: str = attrs.field(repr=False)
+    expected_length: int | None = attrs.field(default=None, eq=False)
 
     def __init__(
         self,
         conversation_id: str,
         id: str,
         messages: Iterable[Message],
+        expected_length: int | None = None,
     ) -> None:
         cid = _conversation_id(conversation_id, InvalidBatchError)
         aid = _append_id(id, InvalidBatchError)
@@ -71,10 +80,11 @@ class Batch:
             raise InvalidBatchError(
                 f"batch messages must be a sequence of messages, got {type(messages).__name__}"
             )
+        _check_expected_length(expected_length)
         msgs = tuple(messages)
         _check_messages(msgs)
         encoded = encode_messages(msgs)
-        self.__attrs_init__(cid, aid, msgs, encoded, digest_of(encoded))
+        self.__attrs_init__(cid, aid, msgs, encoded, digest_of(encoded), expected_length)
 
     @classmethod
     def _verified(
@@ -90,7 +100,7 @@ class Batch:
         digest), without encoding and hashing again. Stores use it for records they have
         verified."""
         batch = cls.__new__(cls)
-        batch.__attrs_init__(conversation_id, id, messages, encoded_messages, digest)
+        batch.__attrs_init__(conversation_id, id, messages, encoded_messages, digest, None)
         return batch
 
     def __len__(self) -> int:
@@ -98,23 +108,40 @@ class Batch:
 
     def validate(self) -> None:
         """Check the batch (construction already did)."""
+        _check_expected_length(self.expected_length)
         _check_messages(self.messages)
+
+    def fenced(self, expected_length: int | None) -> Batch:
+        """This batch with another ``expected_length`` (``None`` removes the fence); the
+        messages are not encoded or hashed again."""
+        _check_expected_length(expected_length)
+        batch = type(self).__new__(type(self))
+        batch.__attrs_init__(
+            self.conversation_id,
+            self.id,
+            self.messages,
+            self.encoded_messages,
+            self.digest,
+            expected_length,
+        )
+        return batch
 
     def receipt(self) -> Receipt:
         """The receipt a store returns for this batch."""
         return Receipt(self.conversation_id, self.id, self.digest)
 
     def to_json(self) -> bytes:
-        """``{"conversation_id", "digest", "id", "messages"}``, canonical."""
-        return orjson.dumps(
-            {
-                "conversation_id": str(self.conversation_id),
-                "digest": self.digest,
-                "id": str(self.id),
-                "messages": orjson.Fragment(self.encoded_messages),
-            },
-            option=orjson.OPT_SORT_KEYS,
-        )
+        """``{"conversation_id", "digest", "id", "messages"}``, canonical, with
+        ``"expected_length"`` only when it is set."""
+        document: dict[str, Any] = {
+            "conversation_id": str(self.conversation_id),
+            "digest": self.digest,
+            "id": str(self.id),
+            "messages": orjson.Fragment(self.encoded_messages),
+        }
+        if self.expected_length is not None:
+            document["expected_length"] = self.expected_length
+        return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
     @classmethod
     def from_json(cls, data: str | bytes | bytearray | memoryview) -> Batch:
@@ -130,9 +157,10 @@ class Batch:
         if type(tree) is not dict:
             raise InvalidBatchError("a batch must be a JSON object")
         expected = {"conversation_id", "id", "messages", "digest"}
-        if set(tree) != expected:
-            missing = sorted(expected - set(tree))
-            unknown = sorted(set(tree) - expected)
+        keys = set(tree) - {"expected_length"}
+        if keys != expected:
+            missing = sorted(expected - keys)
+            unknown = sorted(keys - expected)
             raise InvalidBatchError(
                 f"batch fields: missing {missing or 'none'}, unknown {unknown or 'none'}"
             )
@@ -147,13 +175,29 @@ class Batch:
                 messages.append(from_builtins(item, Message))
             except InvalidMessageError as exc:
                 raise InvalidBatchError(f"messages[{index}]: {exc}") from exc
-        batch = cls(tree["conversation_id"], tree["id"], messages)
+        expected_length = tree.get("expected_length")
+        if expected_length is not None and type(expected_length) is not int:
+            raise InvalidBatchError(
+                f"expected_length: expected an integer, got {type(expected_length).__name__}"
+            )
+        batch = cls(tree["conversation_id"], tree["id"], messages, expected_length)
         if batch.digest != tree["digest"]:
             raise InvalidBatchError(
                 f"digest mismatch: the document says {tree['digest']}, "
                 f"its messages digest to {batch.digest}"
             )
         return batch
+
+
+def _check_expected_length(value: object) -> None:
+    if value is None:
+        return
+    if type(value) is not int:
+        raise InvalidBatchError(
+            f"expected_length must be an int or None, got {type(value).__name__}"
+        )
+    if not 0 <= value < 2**63:
+        raise InvalidBatchError(f"expected_length must be between 0 and 2**63 - 1, got {value}")
 
 
 def _check_messages(messages: tuple[Message, ...]) -> None:

@@ -21,7 +21,11 @@ from scope.chat import (
     Streamer,
 )
 from scope.errors import (
+    AppendConflictError,
     CommitError,
+    ConversationClosedError,
+    HistoryChangedError,
+    InvalidBatchError,
     InvalidReceiptError,
     InvalidRequestError,
     InvalidResponseError,
@@ -29,7 +33,8 @@ from scope.errors import (
 )
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
-from scope.history._protocols import Reader, Writer
+from scope.history._protocols import Reader, ViewReader, Writer
+from scope.history._view import HistoryView
 
 __all__ = ["IncompleteReason", "IncompleteTurn", "Middleware"]
 
@@ -39,8 +44,8 @@ _log: Final = logging.getLogger("scope.history")
 class IncompleteReason(enum.StrEnum):
     """Why a bound call or stream ended without committing its turn."""
 
-    ERROR = "error"  # the reader or the model raised
-    CANCELLED = "cancelled"  # cancellation arrived before the commit
+    ERROR = "error"  # the reader or the model raised, or the conversation is closed
+    CANCELLED = "cancelled"  # cancellation arrived (during the append: see batch)
     STOPPED = "stopped"  # the consumer stopped the stream early
     INVALID_RESPONSE = "invalid_response"  # the response (or a chunk) was invalid
 
@@ -53,6 +58,11 @@ class IncompleteTurn:
     ``open_turn`` is the turn the request carried (the user's message and any tool
     follow-ups), ``partial`` the response accumulated so far (None when nothing arrived),
     ``error`` the exception that ended it (None for an early stop).
+
+    ``batch`` is set only when a cancellation arrived while the batch was being
+    appended (``reason`` is ``CANCELLED``): the store may or may not have appended it,
+    and ``await writer.append(turn.batch)`` settles it: it lands once, or returns the
+    equal receipt if it had landed. In every other report it is None.
     """
 
     conversation_id: ConversationID
@@ -60,6 +70,7 @@ class IncompleteTurn:
     partial: Response | None
     reason: IncompleteReason
     error: BaseException | None = attrs.field(default=None, eq=False)
+    batch: Batch | None = None
 
 
 def _new_append_id() -> str:
@@ -67,9 +78,20 @@ def _new_append_id() -> str:
 
 
 def _is_cancellation(exc: BaseException) -> bool:
-    # asyncio.CancelledError and trio.Cancelled are both BaseException, not Exception;
-    # GeneratorExit, KeyboardInterrupt and SystemExit are not cancellations.
+    """asyncio.CancelledError and trio.Cancelled (both BaseException, not Exception), or
+    a group made only of them; GeneratorExit, KeyboardInterrupt and SystemExit are not."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_cancellation(inner) for inner in exc.exceptions)
     return not isinstance(exc, Exception | GeneratorExit | KeyboardInterrupt | SystemExit)
+
+
+#: Causes after which appending the same batch again cannot succeed.
+_FINAL_CAUSES: Final = (
+    HistoryChangedError,
+    ConversationClosedError,
+    AppendConflictError,
+    InvalidBatchError,
+)
 
 
 def split_request(request: Request) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
@@ -137,22 +159,42 @@ class Middleware:
     ``.stream(streamer)``, usable with ``chat.wrap``/``chat.wrap_stream``. Each request
     must be a system prefix plus one open turn (see ``split_request``); it is checked
     before any I/O (``InvalidRequestError``: neither the reader nor the model is called).
+    ``reader`` must be a ``Reader`` and ``writer`` a ``Writer`` (``TypeError`` at
+    construction).
 
     Replay: ``system prefix + stored non-system messages + open turn`` goes downstream.
-    Stored messages are checked first; an invalid stored history raises ``StoreError``
-    and is never sent.
+    When the reader is a ``ViewReader`` (every bundled store and ``WindowReader`` are),
+    the history is read as one ``HistoryView``: a closed conversation raises
+    ``ConversationClosedError`` before the model is called. An invalid stored history
+    raises ``StoreError`` and is never sent.
+
+    Exclusive turns (``exclusive_turns=True``, the default, with a ``ViewReader``): the
+    committed batch carries ``expected_length=view.length``, so it lands only if no
+    other turn was stored since the history was read. Of two overlapping turns on one
+    conversation exactly one commits; the other raises ``CommitError`` with
+    ``retryable=False`` and a ``HistoryChangedError`` cause: run that turn again on the
+    current history. With ``exclusive_turns=False`` (or a plain ``Reader``) there is no
+    fence: overlapping turns both commit, each answer generated without the other turn,
+    stored one after the other.
 
     Commit: the response must pass ``validate_complete()`` (else
     ``InvalidResponseError``, nothing written). A response with tool calls leaves the turn
     open and writes nothing: the host runs the tools and resubmits the turn with their
     results. A final answer appends exactly one ``Batch(open turn + answer)`` under a
     fresh append id (``new_append_id()``) and checks the receipt. If persisting fails
-    after the model answered — the writer raised, a cancellation arrived during the
-    append, or the receipt does not match — ``CommitError`` carries the batch, the
-    receipt (only one that passed ``validate_for``) and the response, with the failure as
-    ``__cause__``: ``await writer.append(err.batch)`` retries without calling the model.
+    after the model answered, ``CommitError`` carries the batch, the receipt (only one
+    that passed ``validate_for``) and the response, with the failure as ``__cause__``;
+    ``err.retryable`` says whether ``await writer.append(err.batch)`` can still land it
+    (without calling the model again) or the turn must be run again.
 
-    Streams: no I/O until the first iteration; chunks are forwarded as they arrive and
+    Cancellation is never converted: a cancellation that arrives during the append
+    propagates unchanged (an ``asyncio.timeout`` still raises ``TimeoutError``, a trio
+    cancel scope still catches its ``Cancelled``). Whether the batch landed is then
+    unknown, so ``on_incomplete`` receives ``IncompleteTurn(reason=CANCELLED,
+    batch=<the batch>)``; appending that batch again is safe.
+
+    Streams: no I/O and no checks until the first iteration (the request is checked
+    then, as every ``Streamer`` does); chunks are forwarded as they arrive and
     accumulated; the batch is appended only after the inner stream ends naturally
     without error (a ``CommitError`` is raised after the last chunk). An early stop, an
     inner error or cancellation writes nothing; the inner stream is closed on every path
@@ -164,7 +206,14 @@ class Middleware:
     the ``scope.history`` logger and the original outcome stands.
     """
 
-    __slots__ = ("_conversation_id", "_new_append_id", "_on_incomplete", "_reader", "_writer")
+    __slots__ = (
+        "_conversation_id",
+        "_exclusive_turns",
+        "_new_append_id",
+        "_on_incomplete",
+        "_reader",
+        "_writer",
+    )
 
     def __init__(
         self,
@@ -173,17 +222,43 @@ class Middleware:
         conversation_id: str,
         new_append_id: Callable[[], str] = _new_append_id,
         on_incomplete: Callable[[IncompleteTurn], None] | None = None,
+        *,
+        exclusive_turns: bool = True,
     ) -> None:
+        if not isinstance(reader, Reader):
+            raise TypeError(
+                f"Middleware reader must be a scope.history.Reader (an object with an async "
+                f"read(conversation_id)), got {type(reader).__name__}"
+            )
+        if not isinstance(writer, Writer):
+            raise TypeError(
+                f"Middleware writer must be a scope.history.Writer (an object with an async "
+                f"append(batch)), got {type(writer).__name__}"
+            )
+        if not callable(new_append_id):
+            raise TypeError(f"new_append_id must be callable, got {type(new_append_id).__name__}")
+        if on_incomplete is not None and not callable(on_incomplete):
+            raise TypeError(
+                f"on_incomplete must be callable or None, got {type(on_incomplete).__name__}"
+            )
+        if type(exclusive_turns) is not bool:
+            raise TypeError(f"exclusive_turns must be a bool, got {type(exclusive_turns).__name__}")
         self._conversation_id = ConversationID(conversation_id)
         self._reader = reader
         self._writer = writer
         self._new_append_id = new_append_id
         self._on_incomplete = on_incomplete
+        self._exclusive_turns = exclusive_turns
 
     @property
     def conversation_id(self) -> ConversationID:
         """The conversation this middleware keeps."""
         return self._conversation_id
+
+    @property
+    def exclusive_turns(self) -> bool:
+        """Whether committed turns are fenced (see the class docstring)."""
+        return self._exclusive_turns
 
     def call(self, next: Model) -> Model:
         """A call middleware: wrap ``next`` (use with ``chat.wrap``)."""
@@ -201,25 +276,32 @@ class Middleware:
         partial: Response | None,
         reason: IncompleteReason,
         error: BaseException | None,
+        batch: Batch | None = None,
     ) -> None:
         callback = self._on_incomplete
         if callback is None:
             return
         try:
-            callback(IncompleteTurn(self._conversation_id, turn, partial, reason, error))
+            callback(IncompleteTurn(self._conversation_id, turn, partial, reason, error, batch))
         except Exception:
             _log.exception(
                 "on_incomplete callback failed for conversation %r", str(self._conversation_id)
             )
 
     def _report_failure(
-        self, turn: tuple[Message, ...], partial: Response | None, exc: BaseException
+        self,
+        turn: tuple[Message, ...],
+        partial: Response | None,
+        exc: BaseException,
+        batch: Batch | None = None,
     ) -> None:
         if isinstance(exc, CommitError):
             return
         if _is_cancellation(exc):
-            reason = IncompleteReason.CANCELLED
-        elif isinstance(exc, InvalidResponseError):
+            # During the append (``batch`` set) the outcome is unknown: hand the batch over.
+            self._report(turn, partial, IncompleteReason.CANCELLED, exc, batch)
+            return
+        if isinstance(exc, InvalidResponseError):
             reason = IncompleteReason.INVALID_RESPONSE
         else:
             reason = IncompleteReason.ERROR
@@ -227,37 +309,69 @@ class Middleware:
 
     async def _downstream(
         self, request: Request, prefix: tuple[Message, ...], turn: tuple[Message, ...]
-    ) -> Request:
-        stored = await self._reader.read(self._conversation_id)
+    ) -> tuple[Request, int | None]:
+        """The request to send downstream and the fence for the commit (None: none)."""
+        reader = self._reader
+        cid = self._conversation_id
+        expected: int | None = None
+        stored: Any
+        if isinstance(reader, ViewReader):
+            view = await reader.read_view(cid)
+            if not isinstance(view, HistoryView):
+                raise StoreError(
+                    f"read_view of conversation {str(cid)!r} returned "
+                    f"{type(view).__name__}, not a HistoryView"
+                )
+            if view.closed:
+                raise ConversationClosedError(
+                    f"conversation {str(cid)!r} is closed (cleared): the turn cannot be "
+                    "stored, so the model was not called"
+                )
+            stored = view.messages
+            if self._exclusive_turns:
+                expected = view.length
+        else:
+            stored = await reader.read(cid)
         replay: list[Message] = []
         for index, message in enumerate(stored):
             if not isinstance(message, Message):
                 raise StoreError(
-                    f"stored history of conversation {str(self._conversation_id)!r}: "
+                    f"stored history of conversation {str(cid)!r}: "
                     f"message {index} is a {type(message).__name__}, not a Message"
                 )
             if message.role is not Role.SYSTEM:
                 replay.append(message)
         try:
-            return attrs.evolve(request, messages=(*prefix, *replay, *turn))
+            return attrs.evolve(request, messages=(*prefix, *replay, *turn)), expected
         except InvalidRequestError as exc:
             raise StoreError(
-                f"stored history of conversation {str(self._conversation_id)!r} cannot be "
-                f"replayed: {exc}"
+                f"stored history of conversation {str(cid)!r} cannot be replayed: {exc}"
             ) from exc
 
-    async def _commit(self, turn: tuple[Message, ...], response: Response) -> None:
-        """Validate a finished response and, for a final answer, append its batch."""
+    def _completed(
+        self, turn: tuple[Message, ...], response: Response, expected_length: int | None
+    ) -> Batch | None:
+        """Validate a finished response: the batch completing the turn, or None for the
+        tool-call pause (the turn stays open, nothing is written)."""
         response.validate_complete()
         if _needs_tools(response):
-            return  # the tool-call pause: the turn stays open, nothing is written
+            return None
         output = response.output
         assert output is not None
         if output.message is None:
             raise InvalidResponseError(
                 "a final response needs an assistant message to complete the turn"
             )
-        batch = Batch(self._conversation_id, self._new_append_id(), (*turn, output.message))
+        return Batch(
+            self._conversation_id,
+            self._new_append_id(),
+            (*turn, output.message),
+            expected_length,
+        )
+
+    async def _append(self, batch: Batch, response: Response) -> None:
+        """Append the batch and check its receipt; failures become ``CommitError``.
+        Cancellation (and KeyboardInterrupt, SystemExit, GeneratorExit) pass unchanged."""
         receipt: Any = None
         try:
             receipt = await self._writer.append(batch)
@@ -266,18 +380,38 @@ class Middleware:
                     f"the writer returned {type(receipt).__name__}, not a Receipt"
                 )
             receipt.validate_for(batch)
-        except BaseException as exc:
-            if isinstance(exc, GeneratorExit | KeyboardInterrupt | SystemExit):
-                raise
+        except Exception as exc:
             checked = receipt if isinstance(receipt, Receipt) and _matches(receipt, batch) else None
+            retryable = not isinstance(exc, _FINAL_CAUSES)
             raise CommitError(
-                f"the model answered but the turn of conversation "
-                f"{str(self._conversation_id)!r} was not persisted: {exc!r}; retry "
-                "writer.append(err.batch)",
+                _commit_message(self._conversation_id, exc, retryable),
                 batch=batch,
                 receipt=checked,
                 response=response,
+                retryable=retryable,
             ) from exc
+
+
+def _commit_message(cid: ConversationID, exc: Exception, retryable: bool) -> str:
+    head = f"the model answered but the turn of conversation {str(cid)!r} was not stored: "
+    if isinstance(exc, HistoryChangedError):
+        return head + (
+            f"{exc}; the answer was generated without the newer turn(s): run the turn "
+            "again on the current history (do not append err.batch)"
+        )
+    if isinstance(exc, ConversationClosedError):
+        return head + f"{exc}; the conversation is closed for ever: nothing to retry"
+    if isinstance(exc, AppendConflictError):
+        return head + (
+            f"{exc}; the append id is taken by another batch (new_append_id repeated an "
+            "id): run the turn again with a fresh append id"
+        )
+    if not retryable:
+        return head + f"{exc!r}; appending this batch again cannot succeed"
+    return head + (
+        f"{exc!r}; retry `await writer.append(err.batch)` (the model is not called "
+        "again; the batch lands once)"
+    )
 
 
 def _matches(receipt: Receipt, batch: Batch) -> bool:
@@ -300,17 +434,20 @@ class _HistoryModel:
         mw = self.middleware
         prefix, turn = split_request(request)
         response: Response | None = None
+        batch: Batch | None = None
         try:
-            downstream = await mw._downstream(request, prefix, turn)
+            downstream, expected = await mw._downstream(request, prefix, turn)
             returned = await self.next.call(downstream)
             if not isinstance(returned, Response):
                 raise InvalidResponseError(
                     f"the model returned {type(returned).__name__}, not a Response"
                 )
             response = returned
-            await mw._commit(turn, response)
+            batch = mw._completed(turn, response, expected)
+            if batch is not None:
+                await mw._append(batch, response)
         except BaseException as exc:
-            mw._report_failure(turn, response, exc)
+            mw._report_failure(turn, response, exc, batch)
             raise
         return response
 
@@ -324,16 +461,15 @@ class _HistoryStreamer:
     next: Streamer
 
     def stream(self, request: Request) -> AsyncIterator[Response]:
-        prefix, turn = split_request(request)  # checked now: no I/O happens here
-        return self._run(request, prefix, turn)
+        return self._run(request)
 
-    async def _run(
-        self, request: Request, prefix: tuple[Message, ...], turn: tuple[Message, ...]
-    ) -> AsyncGenerator[Response, None]:
+    async def _run(self, request: Request) -> AsyncGenerator[Response, None]:
         mw = self.middleware
+        prefix, turn = split_request(request)  # on first iteration, like every Streamer
         accumulator = ResponseAccumulator()
+        batch: Batch | None = None
         try:
-            downstream = await mw._downstream(request, prefix, turn)
+            downstream, expected = await mw._downstream(request, prefix, turn)
             inner = self.next.stream(downstream)
             try:
                 async for chunk in inner:
@@ -346,10 +482,12 @@ class _HistoryStreamer:
             response = accumulator.response()
             if response is None:
                 raise InvalidResponseError("the stream ended without any chunk")
-            await mw._commit(turn, response)
+            batch = mw._completed(turn, response, expected)
+            if batch is not None:
+                await mw._append(batch, response)
         except GeneratorExit:
             mw._report(turn, accumulator.response(), IncompleteReason.STOPPED, None)
             raise
         except BaseException as exc:
-            mw._report_failure(turn, accumulator.response(), exc)
+            mw._report_failure(turn, accumulator.response(), exc, batch)
             raise

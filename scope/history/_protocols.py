@@ -7,8 +7,18 @@ from typing import Protocol, runtime_checkable
 from scope.chat import Message
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
+from scope.history._view import HistoryView
 
-__all__ = ["BatchReader", "Clearer", "Lister", "ReadWriter", "Reader", "Store", "Writer"]
+__all__ = [
+    "BatchReader",
+    "Clearer",
+    "Lister",
+    "ReadWriter",
+    "Reader",
+    "Store",
+    "ViewReader",
+    "Writer",
+]
 
 
 @runtime_checkable
@@ -28,9 +38,12 @@ class Writer(Protocol):
     async def append(self, batch: Batch) -> Receipt:
         """Append ``batch`` atomically (all or nothing) and return its receipt.
 
-        A retry of an accepted batch (same id, same digest) returns an equal receipt and
-        appends nothing; the same id with another digest raises ``AppendConflictError``;
-        a closed conversation raises ``ConversationClosedError``.
+        In one atomic boundary, in this order: a closed conversation raises
+        ``ConversationClosedError``; a retry of an accepted batch (same id, same digest)
+        returns an equal receipt and appends nothing, and the same id with another digest
+        raises ``AppendConflictError``; a batch whose ``expected_length`` is set and is
+        not the number of messages the conversation holds raises ``HistoryChangedError``;
+        otherwise the batch is appended. Nothing is appended when it raises.
         """
         ...
 
@@ -50,6 +63,23 @@ class Lister(Protocol):
 
     async def conversations(self) -> list[ConversationID]:
         """Unique open conversation ids in lexical order; ``[]`` when none."""
+        ...
+
+
+@runtime_checkable
+class ViewReader(Protocol):
+    """Reads a conversation, its length and its closure in one atomic read.
+
+    Optional: not part of ``Store``. Every bundled store and ``WindowReader`` implement
+    it; the history ``Middleware`` uses it, when the reader has it, to refuse a closed
+    conversation before calling the model and to fence the turn it commits.
+    """
+
+    async def read_view(self, conversation_id: str) -> HistoryView:
+        """The conversation's ``HistoryView``: ``messages`` are what ``read`` returns,
+        ``length`` the number of messages held, ``closed`` whether it was cleared, all
+        from one atomic read. An unknown conversation is ``HistoryView((), 0, False)``;
+        an invalid id raises ``InvalidConversationIDError`` before any I/O."""
         ...
 
 

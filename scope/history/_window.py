@@ -9,7 +9,8 @@ import attrs
 from scope.chat import Message, Part, Role, text_part
 from scope.errors import InvalidWindowError, WindowTooSmallError
 from scope.history._ids import ConversationID
-from scope.history._protocols import Reader
+from scope.history._protocols import Reader, ViewReader
+from scope.history._view import HistoryView
 from scope.metadata import Metadata
 
 __all__ = ["WindowReader"]
@@ -47,9 +48,16 @@ class WindowReader:
        starts at a user message and keeps every assistant and tool message after it, so
        a tool call is never separated from its result and no turn is ever cut.
 
-    Non-system messages stored before the first user message belong to no turn (a
-    greeting, say, or a history imported without its question); they are never part of
-    the window, since a window must start at a turn boundary to be a valid request.
+    Non-system messages stored before the first user message (a greeting, say) belong to
+    the first turn: they are kept with it, and dropped only together with it. When the
+    whole history fits ``limit``, the window is the whole history (with its system
+    messages merged into one).
+
+    ``read_view`` returns the window as ``messages`` with the whole conversation's
+    ``length`` and ``closed`` (from the wrapped reader's ``read_view`` when it is a
+    ``ViewReader``; otherwise ``length`` is the number of messages ``read`` returned and
+    ``closed`` is False), so the history ``Middleware`` fences its turns correctly
+    through a window.
 
     ``read`` raises ``WindowTooSmallError`` when the newest turn alone (plus the merged
     system message) does not fit. It is read-only: it has no ``append`` or ``clear``, so it
@@ -77,19 +85,42 @@ class WindowReader:
         cid = ConversationID(conversation_id)
         return window(await self.reader.read(cid), self.limit)
 
+    async def read_view(self, conversation_id: str) -> HistoryView:
+        """The window over one atomic read of the conversation, with the whole
+        conversation's ``length`` and ``closed`` (see the class docstring).
+
+        The id is validated before the underlying reader is called
+        (``InvalidConversationIDError``); ``WindowTooSmallError`` as for ``read``.
+        """
+        cid = ConversationID(conversation_id)
+        reader = self.reader
+        if isinstance(reader, ViewReader):
+            view = await reader.read_view(cid)
+            if view.closed:
+                return view
+            return HistoryView(window(list(view.messages), self.limit), view.length)
+        messages = await reader.read(cid)
+        return HistoryView(window(messages, self.limit), len(messages))
+
 
 def window(messages: list[Message], limit: int) -> list[Message]:
     """The window rule of ``WindowReader`` applied to a list of stored messages."""
     systems = [m for m in messages if m.role is Role.SYSTEM]
     turns: list[list[Message]] = []
+    # Non-system messages before the first user message start the first turn, and the
+    # first user message joins them instead of starting a turn of its own.
+    leading = False
     for message in messages:
         if message.role is Role.SYSTEM:
             continue
-        if message.role is Role.USER:
+        if message.role is Role.USER and not leading:
             turns.append([message])
         elif turns:
             turns[-1].append(message)
-        # else: before the first user message, part of no turn: dropped.
+            leading = leading and message.role is not Role.USER
+        else:
+            turns.append([message])
+            leading = True
     out: list[Message] = []
     room = limit
     if systems:

@@ -16,9 +16,15 @@ from typing import final
 import attrs
 
 from scope.chat import Message
-from scope.errors import AppendConflictError, ConversationClosedError, InvalidBatchError
+from scope.errors import (
+    AppendConflictError,
+    ConversationClosedError,
+    HistoryChangedError,
+    InvalidBatchError,
+)
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import AppendID, ConversationID
+from scope.history._view import HistoryView
 
 __all__ = ["Store"]
 
@@ -26,20 +32,22 @@ __all__ = ["Store"]
 @final
 @attrs.define(eq=False)
 class Store:
-    """An in-memory ``Store``, ``Lister`` and ``BatchReader``.
+    """An in-memory ``Store``, ``Lister``, ``ViewReader`` and ``BatchReader``.
 
     Guarantees, beyond the store rules every backend keeps (see ``scope.history``):
 
     - **Atomicity.** Each method runs to completion under one lock and never suspends, so
-      it cannot be interrupted half-way: the closed check, the dedupe record and the
-      message insert of an ``append`` happen together or not at all.
+      it cannot be interrupted half-way: the closed check, the dedupe record, the
+      ``expected_length`` fence and the message insert of an ``append`` happen together
+      or not at all, and a ``read_view`` sees one state.
     - **Cancellation.** No method has a checkpoint: a call that starts finishes. A task
       cancelled before the call starts leaves the store untouched.
     - **Sharing.** Batches and messages are immutable values, so reads hand out the stored
       objects (the appended ``Batch`` itself) in a new list; callers may change the list
       freely.
-    - **Memory.** A cleared conversation keeps only its id (the closure evidence); its
-      batches, messages and dedupe records are dropped. Nothing is ever evicted otherwise.
+    - **Memory.** A cleared conversation keeps only its id (the closure evidence) and its
+      last length; its batches, messages and dedupe records are dropped. Nothing is ever
+      evicted otherwise.
     """
 
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
@@ -56,6 +64,8 @@ class Store:
     )
     # Closure evidence: never expires.
     _closed: set[ConversationID] = attrs.field(factory=set, init=False, repr=False)
+    # How many messages each conversation holds (kept after a clear: its last length).
+    _lengths: dict[ConversationID, int] = attrs.field(factory=dict, init=False, repr=False)
 
     async def read(self, conversation_id: str) -> list[Message]:
         """A new list of the conversation's messages in stored order.
@@ -68,6 +78,19 @@ class Store:
             if cid in self._closed:
                 return []
             return list(self._messages.get(cid, ()))
+
+    async def read_view(self, conversation_id: str) -> HistoryView:
+        """The conversation's messages, length and closure, under one lock.
+
+        A closed conversation keeps its last length. An invalid id raises
+        ``InvalidConversationIDError``.
+        """
+        cid = ConversationID(conversation_id)
+        with self._lock:
+            length = self._lengths.get(cid, 0)
+            if cid in self._closed:
+                return HistoryView((), length, True)
+            return HistoryView(tuple(self._messages.get(cid, ())), length)
 
     async def read_batches(self, conversation_id: str) -> list[Batch]:
         """A new list of the conversation's accepted batches in append order: the
@@ -87,28 +110,37 @@ class Store:
         receipt.
 
         A retry of an accepted batch (same conversation, id and digest) returns an equal
-        receipt and appends nothing. The same id with another digest raises
-        ``AppendConflictError``; a closed conversation raises ``ConversationClosedError``
-        (retries of accepted batches included); in both cases nothing is appended. Anything
-        but a ``Batch`` raises ``InvalidBatchError``.
+        receipt and appends nothing, whatever its ``expected_length``. The same id with
+        another digest raises ``AppendConflictError``; a closed conversation raises
+        ``ConversationClosedError`` (retries of accepted batches included); a fenced batch
+        whose ``expected_length`` is not the conversation's length raises
+        ``HistoryChangedError``; in each case nothing is appended. Anything but a
+        ``Batch`` raises ``InvalidBatchError``.
         """
         if not isinstance(batch, Batch):
             raise InvalidBatchError(f"append needs a Batch, got {type(batch).__name__}")
         cid = batch.conversation_id
         with self._lock:
             if cid in self._closed:
-                raise ConversationClosedError(f"conversation {cid!r} is closed")
-            accepted = self._accepted.setdefault(cid, {})
-            digest = accepted.get(batch.id)
-            if digest is None:
-                accepted[batch.id] = batch.digest
-                self._batches.setdefault(cid, []).append(batch)
-                self._messages.setdefault(cid, []).extend(batch.messages)
-            elif digest != batch.digest:
-                raise AppendConflictError(
-                    f"append id {batch.id!r} of conversation {cid!r} was accepted with "
-                    f"digest {digest}, this batch has {batch.digest}"
-                )
+                raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
+            accepted = self._accepted.get(cid)
+            digest = None if accepted is None else accepted.get(batch.id)
+            if digest is not None:
+                if digest != batch.digest:
+                    raise AppendConflictError(
+                        f"append id {str(batch.id)!r} of conversation {str(cid)!r} was "
+                        f"accepted with digest {digest}, this batch has {batch.digest}"
+                    )
+                return batch.receipt()  # a retry of an accepted batch: nothing to write
+            length = self._lengths.get(cid, 0)
+            expected = batch.expected_length
+            if expected is not None and expected != length:
+                raise HistoryChangedError(expected, length, cid)
+            self._accepted.setdefault(cid, {})[batch.id] = batch.digest
+            stored = batch if expected is None else batch.fenced(None)  # the fence is spent
+            self._batches.setdefault(cid, []).append(stored)
+            self._messages.setdefault(cid, []).extend(batch.messages)
+            self._lengths[cid] = length + len(batch.messages)
         return batch.receipt()
 
     async def clear(self, conversation_id: str) -> None:

@@ -52,7 +52,9 @@ class PersistentStore(Reader, Writer, Clearer, Lister, Protocol):
 _USAGE = "use sqlite:///path, postgresql://user@host/db or redis://host:port/db"
 
 
-async def open_store(url: str, *, prefix: str | None = None) -> PersistentStore:
+async def open_store(
+    url: str, *, prefix: str | None = None, create: bool = True
+) -> PersistentStore:
     """Open the store a URL names.
 
     - ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``; the query may set
@@ -61,8 +63,10 @@ async def open_store(url: str, *, prefix: str | None = None) -> PersistentStore:
     - ``redis://…``, ``rediss://…`` (TLS): passed to redis-py as it is.
 
     ``prefix`` is the table prefix (SQLite, PostgreSQL) or key prefix (Redis); each
-    store's default when None. A URL of another form raises ``ValueError`` with a
-    one-line message (never echoing credentials); an unreachable server ``StoreError``.
+    store's default when None. ``create`` is passed to the SQL stores' ``open`` (create or
+    upgrade the schema; ``False``: only check it); Redis has no schema to create. A URL
+    of another form raises ``ValueError`` with a one-line message (never echoing
+    credentials); an unreachable server ``StoreError``.
     """
     if not isinstance(url, str):
         raise ValueError(f"store URL must be a string, got {type(url).__name__}")
@@ -92,12 +96,13 @@ async def open_store(url: str, *, prefix: str | None = None) -> PersistentStore:
             path,
             table_prefix="scope_history" if prefix is None else prefix,
             synchronous=cast("Synchronous", synchronous),
+            create=create,
         )
     if scheme in ("postgresql", "postgres"):
         from scope.historystores.postgres import PostgresStore
 
         return await PostgresStore.open(
-            url, table_prefix="scope_history" if prefix is None else prefix
+            url, table_prefix="scope_history" if prefix is None else prefix, create=create
         )
     if scheme in ("redis", "rediss"):
         from scope.historystores.redis import RedisStore

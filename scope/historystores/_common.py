@@ -21,13 +21,16 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar
 
+import orjson
+
 from scope.chat import Message, PartKind
 from scope.codec import encode_messages, from_builtins, parse
 from scope.errors import InvalidAppendIDError, InvalidBatchError, InvalidMessageError, StoreError
-from scope.history._batch import Batch
+from scope.history import Batch, HistoryView
 from scope.history._ids import AppendID, ConversationID
 
 __all__ = [
+    "SCHEMA_VERSION",
     "AsyncClosing",
     "DecodedCache",
     "Decoder",
@@ -35,12 +38,20 @@ __all__ = [
     "corrupt",
     "decode_batches",
     "decode_records",
+    "message_count",
+    "schema_mismatch",
+    "view_of",
     "require_asyncio",
     "validate_cache_size",
     "validate_table_prefix",
 ]
 
 _DIGEST_PREFIX: Final = "sha256:"
+
+#: The schema version the SQL stores write and expect. 1: scope 0.1. 2: a ``length``
+#: column on the conversations table (the ``expected_length`` fence) and a ``_schema``
+#: table holding this number.
+SCHEMA_VERSION: Final = 2
 _TABLE_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]*\Z")
 #: PostgreSQL truncates identifiers at 63 bytes; the longest suffix we add is 14 bytes.
 MAX_TABLE_PREFIX: Final = 63 - len("_conversations")
@@ -83,6 +94,52 @@ def corrupt(conversation_id: str, append_id: object, problem: str) -> StoreError
     return StoreError(
         f"conversation {str(conversation_id)!r}: stored batch {append_id!r} is corrupt: {problem}"
     )
+
+
+def schema_mismatch(where: str, table: str, version: int | None) -> StoreError:
+    """The error of a store opened with ``create=False`` on a schema it cannot use."""
+    if version is None:
+        found = f"has no scope tables (no {table} table)"
+    elif version > SCHEMA_VERSION:
+        return StoreError(
+            f"{where} has schema version {version}, written by a newer scope; this "
+            f"version reads schema {SCHEMA_VERSION}: upgrade scope"
+        )
+    else:
+        found = f"has schema version {version}, this scope needs {SCHEMA_VERSION}"
+    return StoreError(
+        f"{where} {found}: run `scope history migrate --store URL` (or open once with "
+        "create=True) as a role allowed to change the schema"
+    )
+
+
+def message_count(data: Any) -> int:
+    """How many messages a stored record holds (schema upgrades count them)."""
+    tree = orjson.loads(bytes(data))
+    if type(tree) is not list:
+        raise StoreError("a stored batch record is not a JSON array of messages")
+    return len(tree)
+
+
+def view_of(
+    conversation_id: ConversationID,
+    closed: bool,
+    length: int,
+    records: Iterable[tuple[Any, Any, Any]],
+    cache: DecodedCache | None = None,
+) -> HistoryView:
+    """The ``HistoryView`` of one atomic read: the closure flag, the stored length and
+    the ``(append_id, digest, encoded_messages)`` records (ignored when closed). The
+    records must hold exactly ``length`` messages, else the store is corrupt."""
+    if closed:
+        return HistoryView((), int(length), True)
+    messages = decode_records(conversation_id, records, cache)
+    if len(messages) != length:
+        raise StoreError(
+            f"conversation {str(conversation_id)!r} is corrupt: it holds {len(messages)} "
+            f"messages, its length record says {length}"
+        )
+    return HistoryView(tuple(messages), length)
 
 
 class DecodedCache:

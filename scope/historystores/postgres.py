@@ -3,14 +3,22 @@
 asyncpg is imported when a store is opened, not when this module is imported. asyncpg is
 asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore`` there).
 
-Schema (``{prefix}`` is ``table_prefix``, default ``scope_history``; created when missing,
-under a transaction-level advisory lock so processes opening at once do not race)::
+Schema version 2 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
+upgraded by ``open(create=True)`` under a transaction-level advisory lock so processes
+opening at once do not race)::
 
-    {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN)
+    {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN, length BIGINT)
     {prefix}_batches(conversation_id TEXT COLLATE "C", seq BIGINT, append_id TEXT,
                      digest TEXT, messages BYTEA)
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
-    {prefix}_append(cid, aid, digest, messages) -> text     -- plpgsql, one round trip
+    {prefix}_schema(id INT PRIMARY KEY CHECK (id = 1), version INT)
+    {prefix}_append(cid, aid, digest, messages, count, expected) -> text  -- one round trip
+
+``length`` counts the conversation's messages (the ``expected_length`` fence compares
+with it). Version 1 (scope 0.1) had no ``length`` and no ``_schema`` table; the upgrade
+adds the column and counts each conversation's messages. ``open(create=False)`` runs no
+DDL, so a role with only ``SELECT, INSERT, UPDATE, DELETE`` on the tables and
+``EXECUTE`` on the function can use the store (see the README's production notes).
 
 Tables go to the first schema of the connection's ``search_path``. Every store operation
 on one conversation locks that conversation's row first, so appends, retries and clears
@@ -26,12 +34,14 @@ from scope.chat import Message
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
+    HistoryChangedError,
     InvalidConversationIDError,
     StoreError,
 )
-from scope.history._batch import Batch, Receipt
+from scope.history import Batch, HistoryView, Receipt
 from scope.history._ids import ConversationID
 from scope.historystores._common import (
+    SCHEMA_VERSION,
     AsyncClosing,
     DecodedCache,
     Decoder,
@@ -40,8 +50,10 @@ from scope.historystores._common import (
     decode_batches,
     decode_records,
     require_asyncio,
+    schema_mismatch,
     validate_cache_size,
     validate_table_prefix,
+    view_of,
 )
 
 __all__ = ["PostgresStore"]
@@ -147,9 +159,15 @@ class PostgresStore(AsyncClosing):
         application_name: str = "scope",
         connect_timeout: float = 10.0,
         decoded_cache_messages: int = 10_000,
+        create: bool = True,
     ) -> PostgresStore:
         """Connect a pool to ``dsn`` (a libpq URI such as
         ``postgresql://user:password@host:5432/db``) and create the tables when missing.
+
+        ``create=True`` creates the schema when missing and upgrades an older one in
+        place (needs the rights to create tables and functions); ``create=False`` runs
+        no DDL and only checks that the schema exists at the current version
+        (``StoreError`` naming ``scope history migrate`` if not).
 
         ``table_prefix``: 1-49 of ``a-z``, ``0-9``, ``_`` (not starting with a digit);
         stores with different prefixes share one database independently.
@@ -162,6 +180,8 @@ class PostgresStore(AsyncClosing):
         """
         prefix = validate_table_prefix(table_prefix)
         cache = DecodedCache(validate_cache_size(decoded_cache_messages))
+        if type(create) is not bool:
+            raise ValueError(f"create must be a bool, got {create!r}")
         if not isinstance(dsn, str) or not dsn:
             raise ValueError(f"dsn must be a non-empty string, got {dsn!r}")
         for name, value in (("min_size", min_size), ("max_size", max_size)):
@@ -193,7 +213,10 @@ class PostgresStore(AsyncClosing):
             raise map_error(exc, "connect") from exc
         store = cls(pool, prefix, cache)
         try:
-            await store._with_connection(store._create_schema, "schema creation")
+            if create:
+                await store._with_connection(store._create_schema, "schema creation")
+            else:
+                await store._with_connection(store._check_schema, "schema check")
         except (ValueError, StoreError) as exc:
             pool.terminate()
             # With min_size=0 the pool parses the DSN only now, on its first connection.
@@ -250,11 +273,38 @@ class PostgresStore(AsyncClosing):
         except errors as exc:
             raise map_error(exc, f"{what} (retried on a fresh connection)") from exc
 
+    async def _schema_version(self, conn: Any) -> int | None:
+        """The recorded schema version; 1 for scope 0.1's tables; None for no tables."""
+        sql = self._sql
+        if await conn.fetchval("SELECT to_regclass($1)::text", sql.schema_table) is not None:
+            version = await conn.fetchval(sql.version)
+            return None if version is None else int(version)
+        found = await conn.fetchval("SELECT to_regclass($1)::text", sql.conversations_table)
+        return None if found is None else 1
+
+    async def _check_schema(self, conn: Any) -> None:
+        version = await self._schema_version(conn)
+        if version != SCHEMA_VERSION:
+            raise schema_mismatch(
+                f"PostgreSQL table prefix {self.table_prefix!r}", self._sql.schema_table, version
+            )
+
     async def _create_schema(self, conn: Any) -> None:
         async with conn.transaction():
             await conn.execute(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
+            version = await self._schema_version(conn)
+            if version is not None and version > SCHEMA_VERSION:
+                raise schema_mismatch(
+                    f"PostgreSQL table prefix {self.table_prefix!r}",
+                    self._sql.schema_table,
+                    version,
+                )
+            if version == 1:
+                for statement in self._sql.upgrade_from_1:
+                    await conn.execute(statement)
             for statement in self._sql.schema:
                 await conn.execute(statement)
+            await conn.execute(self._sql.set_version, SCHEMA_VERSION)
 
     async def read(self, conversation_id: str) -> list[Message]:
         """The conversation's messages in stored order (``[]`` when unknown or closed).
@@ -262,6 +312,21 @@ class PostgresStore(AsyncClosing):
         One statement: a consistent snapshot. A corrupt stored record raises
         ``StoreError`` naming the conversation."""
         return await self._read(ConversationID(conversation_id), decode_records)
+
+    async def read_view(self, conversation_id: str) -> HistoryView:
+        """The conversation's messages, length and closure from one statement (a
+        consistent snapshot). A corrupt stored record raises ``StoreError``."""
+        cid = ConversationID(conversation_id)
+        sql = self._sql.view
+
+        async def read(conn: Any) -> list[Any]:
+            return list(await conn.fetch(sql, cid))
+
+        rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
+        if not rows:
+            return HistoryView((), 0)
+        records = [(r[2], r[3], r[4]) for r in rows if r[2] is not None]
+        return view_of(cid, bool(rows[0][0]), int(rows[0][1]), records, self._cache)
 
     async def read_batches(self, conversation_id: str) -> list[Batch]:
         """The conversation's batches in stored order, each equal to the batch appended
@@ -282,12 +347,20 @@ class PostgresStore(AsyncClosing):
 
     async def append(self, batch: Batch) -> Receipt:
         """Append ``batch`` atomically and return its receipt. Raises
-        ``ConversationClosedError``, ``AppendConflictError``, ``InvalidBatchError`` (not a
-        Batch, before any I/O) or ``StoreError``."""
+        ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
+        fenced batch at another length), ``InvalidBatchError`` (not a Batch, before any
+        I/O) or ``StoreError``."""
         batch = check_batch(batch)
         cid = batch.conversation_id
         sql = self._sql.append
-        args = (str(cid), str(batch.id), batch.digest, batch.encoded_messages)
+        args = (
+            str(cid),
+            str(batch.id),
+            batch.digest,
+            batch.encoded_messages,
+            len(batch.messages),
+            batch.expected_length,
+        )
 
         async def append(conn: Any) -> str:
             return str(await conn.fetchval(sql, *args))
@@ -302,6 +375,9 @@ class PostgresStore(AsyncClosing):
                     f"append id {str(batch.id)!r} of conversation {str(cid)!r} was accepted "
                     f"with digest {accepted}, this batch has {batch.digest}"
                 )
+        elif outcome.startswith("changed:") and batch.expected_length is not None:
+            actual = int(outcome.removeprefix("changed:"))
+            raise HistoryChangedError(batch.expected_length, actual, cid)
         elif outcome != "inserted":
             raise StoreError(f"PostgreSQL append function returned {outcome!r}")
         return batch.receipt()
@@ -340,16 +416,33 @@ class PostgresStore(AsyncClosing):
 class _Statements:
     """The SQL of one table prefix (validated, so plain identifiers)."""
 
-    __slots__ = ("append", "close", "conversations", "delete", "read", "schema")
+    __slots__ = (
+        "append",
+        "close",
+        "conversations",
+        "conversations_table",
+        "delete",
+        "read",
+        "schema",
+        "schema_table",
+        "set_version",
+        "upgrade_from_1",
+        "version",
+        "view",
+    )
 
     def __init__(self, prefix: str) -> None:
         conv = f'"{prefix}_conversations"'
         batches = f'"{prefix}_batches"'
+        schema = f'"{prefix}_schema"'
         fn = f'"{prefix}_append"'
+        self.conversations_table = conv
+        self.schema_table = schema
         self.schema = (
             f"CREATE TABLE IF NOT EXISTS {conv} ("
             'id TEXT COLLATE "C" PRIMARY KEY, '
-            "closed BOOLEAN NOT NULL DEFAULT FALSE)",
+            "closed BOOLEAN NOT NULL DEFAULT FALSE, "
+            "length BIGINT NOT NULL DEFAULT 0)",
             f"CREATE TABLE IF NOT EXISTS {batches} ("
             'conversation_id TEXT COLLATE "C" NOT NULL, '
             "seq BIGINT NOT NULL, "
@@ -358,37 +451,68 @@ class _Statements:
             "messages BYTEA NOT NULL, "
             "PRIMARY KEY (conversation_id, seq), "
             "UNIQUE (conversation_id, append_id))",
+            f"CREATE TABLE IF NOT EXISTS {schema} ("
+            "id INT PRIMARY KEY CHECK (id = 1), version INT NOT NULL)",
             # Runs as one statement, so one transaction; plpgsql takes a fresh snapshot per
-            # statement, so the reads after the row lock see every committed batch.
+            # statement, so the reads after the row lock see every committed batch. The
+            # order of the checks is DESIGN §6b's: closed, dedupe record, fence.
             f"CREATE OR REPLACE FUNCTION {fn}("
-            "p_cid TEXT, p_aid TEXT, p_digest TEXT, p_messages BYTEA) "
+            "p_cid TEXT, p_aid TEXT, p_digest TEXT, p_messages BYTEA, p_count BIGINT, "
+            "p_expected BIGINT) "
             "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
-            "DECLARE v_closed BOOLEAN; v_digest TEXT;\n"
+            "DECLARE v_closed BOOLEAN; v_length BIGINT; v_digest TEXT;\n"
             "BEGIN\n"
-            f"  SELECT c.closed INTO v_closed FROM {conv} c WHERE c.id = p_cid FOR UPDATE;\n"
+            f"  SELECT c.closed, c.length INTO v_closed, v_length FROM {conv} c\n"
+            "    WHERE c.id = p_cid FOR UPDATE;\n"
             "  IF NOT FOUND THEN\n"
             f"    INSERT INTO {conv} (id) VALUES (p_cid) ON CONFLICT (id) DO NOTHING;\n"
-            f"    SELECT c.closed INTO v_closed FROM {conv} c WHERE c.id = p_cid FOR UPDATE;\n"
+            f"    SELECT c.closed, c.length INTO v_closed, v_length FROM {conv} c\n"
+            "      WHERE c.id = p_cid FOR UPDATE;\n"
             "  END IF;\n"
             "  IF v_closed THEN RETURN 'closed'; END IF;\n"
             f"  SELECT b.digest INTO v_digest FROM {batches} b\n"
             "    WHERE b.conversation_id = p_cid AND b.append_id = p_aid;\n"
             "  IF FOUND THEN RETURN 'accepted:' || v_digest; END IF;\n"
+            "  IF p_expected IS NOT NULL AND p_expected <> v_length THEN\n"
+            "    RETURN 'changed:' || v_length;\n"
+            "  END IF;\n"
             f"  INSERT INTO {batches} (conversation_id, seq, append_id, digest, messages)\n"
             "    SELECT p_cid, COALESCE(MAX(b.seq), 0) + 1, p_aid, p_digest, p_messages\n"
             f"    FROM {batches} b WHERE b.conversation_id = p_cid;\n"
+            f"  UPDATE {conv} SET length = v_length + p_count WHERE id = p_cid;\n"
             "  RETURN 'inserted';\n"
             "END\n"
             "$fn$",
         )
-        self.append = f"SELECT {fn}($1, $2, $3, $4)"
+        # scope 0.1 (version 1): no length column, a four-argument append function.
+        self.upgrade_from_1 = (
+            f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS length BIGINT NOT NULL DEFAULT 0",
+            # json (not jsonb): it accepts every string JSON allows, \u0000 included.
+            f"UPDATE {conv} c SET length = s.n FROM ("
+            "SELECT conversation_id, "
+            "SUM(json_array_length(convert_from(messages, 'UTF8')::json))::BIGINT AS n "
+            f"FROM {batches} GROUP BY conversation_id) s WHERE c.id = s.conversation_id",
+            f"DROP FUNCTION IF EXISTS {fn}(TEXT, TEXT, TEXT, BYTEA)",
+        )
+        self.version = f"SELECT version FROM {schema} WHERE id = 1"
+        self.set_version = (
+            f"INSERT INTO {schema} (id, version) VALUES (1, $1) "
+            "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version"
+        )
+        self.append = f"SELECT {fn}($1, $2, $3, $4, $5, $6)"
         self.read = (
             f"SELECT append_id, digest, messages FROM {batches} "
             "WHERE conversation_id = $1 ORDER BY seq"
+        )
+        self.view = (
+            f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages FROM {conv} c "
+            f"LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT c.closed "
+            "WHERE c.id = $1 ORDER BY b.seq"
         )
         self.close = (
             f"INSERT INTO {conv} (id, closed) VALUES ($1, TRUE) "
             "ON CONFLICT (id) DO UPDATE SET closed = TRUE"
         )
         self.delete = f"DELETE FROM {batches} WHERE conversation_id = $1"
-        self.conversations = f"SELECT id FROM {conv} WHERE NOT closed ORDER BY id"
+        # A row whose fenced append was refused holds no batch (length 0): not listed.
+        self.conversations = f"SELECT id FROM {conv} WHERE NOT closed AND length > 0 ORDER BY id"

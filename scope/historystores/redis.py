@@ -9,10 +9,13 @@ conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
     {P}:{{H}}:batches   LIST    one element per batch: digest, "\\n", append id, "\\n", messages
     {P}:{{H}}:ids       HASH    append id -> digest (the dedupe record)
     {P}:{{H}}:closed    STRING  closure evidence; never expires
+    {P}:{{H}}:length    STRING  how many messages the conversation holds (the fence's count)
     {P}:conversations   ZSET    every conversation ever appended to, score 0 (lexical order)
 
 One conversation's keys share a hash slot, so its scripts also run on Redis Cluster. The
-append and clear are each one Lua script (atomic in Redis). The listing sorted set is
+append and clear are each one Lua script (atomic in Redis); ``read_view`` is one
+``MULTI``/``EXEC``. A conversation written by scope 0.1 has no ``length`` key: the append
+script counts its stored messages once (with ``cjson``) and records it. The listing sorted set is
 maintained beside them, before the append script and after the clear script, and
 ``conversations()`` drops closed and empty ids from it, so the listing never shows a
 closed id and shows every acknowledged one. Redis' own durability applies: configure
@@ -31,10 +34,11 @@ from scope.chat import Message
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
+    HistoryChangedError,
     InvalidConversationIDError,
     StoreError,
 )
-from scope.history._batch import Batch, Receipt
+from scope.history import Batch, HistoryView, Receipt
 from scope.history._ids import ConversationID
 from scope.historystores._common import (
     AsyncClosing,
@@ -46,6 +50,7 @@ from scope.historystores._common import (
     decode_records,
     require_asyncio,
     validate_cache_size,
+    view_of,
 )
 
 if TYPE_CHECKING:
@@ -57,18 +62,33 @@ T = TypeVar("T")
 
 _PREFIX: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,100}\Z")
 
-# KEYS: closed, ids, batches. ARGV: append id, digest, record. Checks first, writes last,
-# so an error (or an out-of-memory refusal of the first write) leaves nothing behind.
+# KEYS: closed, ids, batches, length. ARGV: append id, digest, record, message count,
+# expected length ('' for no fence). Checks first (closed, dedupe record, fence: DESIGN
+# §6b's order), writes last, so an error (or an out-of-memory refusal of the first
+# write) leaves nothing behind. Lengths are compared as decimal strings (no float).
 _APPEND: Final = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'closed' end
 local accepted = redis.call('HGET', KEYS[2], ARGV[1])
 if accepted then return 'accepted:' .. accepted end
+local length = redis.call('GET', KEYS[4])
+if not length then
+  local n = 0
+  for _, record in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+    local first = string.find(record, '\\n', 1, true)
+    local second = string.find(record, '\\n', first + 1, true)
+    n = n + #cjson.decode(string.sub(record, second + 1))
+  end
+  length = string.format('%d', n)
+end
+if ARGV[5] ~= '' and ARGV[5] ~= length then return 'changed:' .. length end
 redis.call('RPUSH', KEYS[3], ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('SET', KEYS[4], length)
+redis.call('INCRBY', KEYS[4], ARGV[4])
 return 'inserted'
 """
 
-# KEYS: closed, ids, batches.
+# KEYS: closed, ids, batches (the length key stays: a closed conversation's last length).
 _CLEAR: Final = """
 redis.call('SET', KEYS[1], '1')
 redis.call('DEL', KEYS[2], KEYS[3])
@@ -242,10 +262,11 @@ class RedisStore(AsyncClosing):
         """Whether ``aclose()`` was called."""
         return self._closed
 
-    def _keys(self, cid: str) -> tuple[str, str, str]:
+    def _keys(self, cid: str) -> tuple[str, str, str, str]:
+        """closed, ids, batches, length: one hash slot."""
         tag = cid.encode("utf-8").hex()
         base = f"{self.prefix}:{{{tag}}}"
-        return f"{base}:closed", f"{base}:ids", f"{base}:batches"
+        return f"{base}:closed", f"{base}:ids", f"{base}:batches", f"{base}:length"
 
     async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         """Run ``fn()``, retrying once on a fresh connection when the connection dropped;
@@ -276,6 +297,36 @@ class RedisStore(AsyncClosing):
         naming the conversation."""
         return await self._read(ConversationID(conversation_id), decode_records)
 
+    async def read_view(self, conversation_id: str) -> HistoryView:
+        """The conversation's messages, length and closure from one ``MULTI``/``EXEC``
+        (a consistent snapshot). A corrupt stored record raises ``StoreError``."""
+        cid = ConversationID(conversation_id)
+        closed_key, _, batches_key, length_key = self._keys(cid)
+        client = self._client
+
+        async def read() -> list[Any]:
+            pipe = client.pipeline(transaction=True)
+            pipe.exists(closed_key)
+            pipe.get(length_key)
+            pipe.lrange(batches_key, 0, -1)
+            return list(await pipe.execute())
+
+        closed, raw_length, items = await self._call(read, f"read of conversation {str(cid)!r}")
+        records = [_split(cid, item) for item in items]
+        if raw_length is None:
+            if closed:
+                return HistoryView((), 0, True)
+            # Written by scope 0.1 (no length key yet): the stored messages are the count.
+            messages = tuple(decode_records(cid, records, self._cache))
+            return HistoryView(messages, len(messages))
+        try:
+            length = int(raw_length)
+        except ValueError:
+            raise StoreError(
+                f"conversation {str(cid)!r} is corrupt: its length is {raw_length!r}"
+            ) from None
+        return view_of(cid, bool(closed), length, records, self._cache)
+
     async def read_batches(self, conversation_id: str) -> list[Batch]:
         """The conversation's batches in stored order, each equal to the batch appended
         (``[]`` when unknown or closed); their messages are what ``read`` returns.
@@ -294,8 +345,9 @@ class RedisStore(AsyncClosing):
 
     async def append(self, batch: Batch) -> Receipt:
         """Append ``batch`` atomically and return its receipt. Raises
-        ``ConversationClosedError``, ``AppendConflictError``, ``InvalidBatchError`` (not a
-        Batch, before any I/O) or ``StoreError``."""
+        ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
+        fenced batch at another length), ``InvalidBatchError`` (not a Batch, before any
+        I/O) or ``StoreError``."""
         batch = check_batch(batch)
         cid = batch.conversation_id
         aid = str(batch.id).encode("utf-8")
@@ -305,13 +357,15 @@ class RedisStore(AsyncClosing):
         member = cid.encode("utf-8")
         client = self._client
         listing = self._listing
+        count = len(batch.messages)
+        expected = "" if batch.expected_length is None else str(batch.expected_length)
 
         async def append() -> Any:
             # One round trip: list the id (idempotent), then run the append script. The
             # listing skips ids that end up closed or without batches.
             pipe = client.pipeline(transaction=False)
             pipe.zadd(listing, {member: 0}, nx=True)
-            pipe.eval(_APPEND, 3, *keys, aid, digest, record)
+            pipe.eval(_APPEND, 4, *keys, aid, digest, record, count, expected)
             return (await pipe.execute())[1]
 
         raw = await self._call(append, f"append to conversation {str(cid)!r}")
@@ -325,6 +379,9 @@ class RedisStore(AsyncClosing):
                     f"append id {str(batch.id)!r} of conversation {str(cid)!r} was accepted "
                     f"with digest {accepted}, this batch has {batch.digest}"
                 )
+        elif outcome.startswith("changed:") and batch.expected_length is not None:
+            actual = int(outcome.removeprefix("changed:"))
+            raise HistoryChangedError(batch.expected_length, actual, cid)
         elif outcome != "inserted":
             raise StoreError(f"Redis append script returned {outcome!r}")
         return batch.receipt()
@@ -340,7 +397,7 @@ class RedisStore(AsyncClosing):
 
         async def clear() -> None:
             pipe = client.pipeline(transaction=False)
-            pipe.eval(_CLEAR, 3, *keys)
+            pipe.eval(_CLEAR, 3, *keys[:3])
             pipe.zrem(listing, member)
             await pipe.execute()
 
@@ -368,7 +425,7 @@ class RedisStore(AsyncClosing):
         async def states() -> list[Any]:
             pipe = client.pipeline(transaction=False)
             for cid in ids:
-                closed, _, batches = self._keys(cid)
+                closed, _, batches, _ = self._keys(cid)
                 pipe.exists(closed)
                 pipe.exists(batches)
             return list(await pipe.execute())

@@ -6,11 +6,16 @@ busy timeout). Every database call runs on a worker thread through
 ``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
 under asyncio and trio.
 
-Schema (``{prefix}`` is ``table_prefix``, default ``scope_history``)::
+Schema version 2 (``{prefix}`` is ``table_prefix``, default ``scope_history``)::
 
-    {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER)     -- one row per id
+    {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER)
     {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB)
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
+    {prefix}_schema(id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER)
+
+``length`` counts the conversation's messages (the ``expected_length`` fence compares
+with it); version 1 (scope 0.1) had no ``length`` and no ``_schema`` table, and
+``open(create=True)`` upgrades it in place, counting each conversation's messages.
 
 A batch is one row holding its canonical encoded messages; reading checks every row
 against its digest, so a record changed outside scope raises ``StoreError``.
@@ -37,12 +42,14 @@ from scope.chat import Message
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
+    HistoryChangedError,
     InvalidConversationIDError,
     StoreError,
 )
-from scope.history._batch import Batch, Receipt
+from scope.history import Batch, HistoryView, Receipt
 from scope.history._ids import ConversationID
 from scope.historystores._common import (
+    SCHEMA_VERSION,
     AsyncClosing,
     DecodedCache,
     Decoder,
@@ -50,8 +57,11 @@ from scope.historystores._common import (
     corrupt,
     decode_batches,
     decode_records,
+    message_count,
+    schema_mismatch,
     validate_cache_size,
     validate_table_prefix,
+    view_of,
 )
 
 __all__ = ["SQLiteStore"]
@@ -148,11 +158,12 @@ class _Pool:
 class _Tables:
     """Quoted table names for one prefix (validated: plain identifiers only)."""
 
-    __slots__ = ("batches", "conversations")
+    __slots__ = ("batches", "conversations", "schema")
 
     def __init__(self, prefix: str) -> None:
         self.conversations = f'"{prefix}_conversations"'
         self.batches = f'"{prefix}_batches"'
+        self.schema = f'"{prefix}_schema"'
 
 
 def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
@@ -222,8 +233,13 @@ class SQLiteStore(AsyncClosing):
         busy_timeout: float = 5.0,
         max_idle_connections: int = 4,
         decoded_cache_messages: int = 10_000,
+        create: bool = True,
     ) -> SQLiteStore:
         """Open (creating when missing) the database at ``path`` and its tables.
+
+        ``create=True`` creates the tables when missing and upgrades an older schema in
+        place; ``create=False`` writes no schema: it only checks that the tables exist at
+        the current version (``StoreError`` naming ``scope history migrate`` if not).
 
         ``table_prefix``: 1-49 of ``a-z``, ``0-9``, ``_`` (not starting with a digit);
         stores with different prefixes share one file independently.
@@ -258,13 +274,15 @@ class SQLiteStore(AsyncClosing):
             raise ValueError(
                 f"max_idle_connections must be an integer >= 1, got {max_idle_connections!r}"
             )
+        if type(create) is not bool:
+            raise ValueError(f"create must be a bool, got {create!r}")
         fspath = os.fspath(path)
         if not isinstance(fspath, str) or not fspath or fspath == ":memory:":
             raise ValueError(f"path must name a database file, got {path!r}")
         pool = _Pool(
             fspath, synchronous, float(busy_timeout), max_idle_connections, _Tables(prefix)
         )
-        await anyio.to_thread.run_sync(_create_schema, pool)
+        await anyio.to_thread.run_sync(_open_schema, pool, create)
         return cls(pool, prefix, cache)
 
     def __repr__(self) -> str:
@@ -294,6 +312,28 @@ class SQLiteStore(AsyncClosing):
         A corrupt stored record raises ``StoreError`` naming the conversation."""
         return await self._read(ConversationID(conversation_id), decode_records)
 
+    async def read_view(self, conversation_id: str) -> HistoryView:
+        """The conversation's messages, length and closure from one statement (a
+        consistent snapshot). A corrupt stored record raises ``StoreError``."""
+        cid = ConversationID(conversation_id)
+        t = self._tables
+        sql = (
+            f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
+            f"FROM {t.conversations} c LEFT JOIN {t.batches} b "
+            "ON b.conversation_id = c.id AND c.closed = 0 WHERE c.id = ? ORDER BY b.seq"
+        )
+        cache = self._cache
+
+        def read(conn: sqlite3.Connection) -> HistoryView:
+            rows = conn.execute(sql, (cid,)).fetchall()
+            if not rows:
+                return HistoryView((), 0)
+            closed, length = bool(rows[0][0]), rows[0][1]
+            records = [(r[2], r[3], r[4]) for r in rows if r[2] is not None]
+            return view_of(cid, closed, length, records, cache)
+
+        return await self._run(read, f"read of conversation {str(cid)!r}")
+
     async def read_batches(self, conversation_id: str) -> list[Batch]:
         """The conversation's batches in stored order, each equal to the batch appended
         (``[]`` when unknown or closed); their messages are what ``read`` returns.
@@ -318,17 +358,20 @@ class SQLiteStore(AsyncClosing):
     async def append(self, batch: Batch) -> Receipt:
         """Append ``batch`` atomically and return its receipt (see the class docstring
         for cancellation). Raises ``ConversationClosedError``, ``AppendConflictError``,
-        ``InvalidBatchError`` (not a Batch, before any I/O) or ``StoreError``."""
+        ``HistoryChangedError`` (a fenced batch at another length), ``InvalidBatchError``
+        (not a Batch, before any I/O) or ``StoreError``."""
         batch = check_batch(batch)
         cid = batch.conversation_id
         aid = batch.id
         digest = batch.digest
         data = batch.encoded_messages
+        expected = batch.expected_length
+        count = len(batch.messages)
         t = self._tables
         pool = self._pool
 
         def body(conn: sqlite3.Connection) -> None:
-            row = conn.execute(f"SELECT closed FROM {t.conversations} WHERE id = ?", (cid,))
+            row = conn.execute(f"SELECT closed, length FROM {t.conversations} WHERE id = ?", (cid,))
             state = row.fetchone()
             if state is not None and state[0]:
                 raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
@@ -344,8 +387,19 @@ class SQLiteStore(AsyncClosing):
                         f"with digest {found[0]}, this batch has {digest}"
                     )
                 return  # a retry of an accepted batch: nothing to write
+            length = 0 if state is None else state[1]
+            if expected is not None and expected != length:
+                raise HistoryChangedError(expected, length, cid)
             if state is None:
-                conn.execute(f"INSERT INTO {t.conversations} (id, closed) VALUES (?, 0)", (cid,))
+                conn.execute(
+                    f"INSERT INTO {t.conversations} (id, closed, length) VALUES (?, 0, ?)",
+                    (cid, count),
+                )
+            else:
+                conn.execute(
+                    f"UPDATE {t.conversations} SET length = length + ? WHERE id = ?",
+                    (count, cid),
+                )
             conn.execute(
                 f"INSERT INTO {t.batches} (conversation_id, seq, append_id, digest, messages) "
                 f"SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ? FROM {t.batches} "
@@ -397,37 +451,26 @@ class SQLiteStore(AsyncClosing):
         return await self._run(conversations, "listing of conversations")
 
 
-def _create_schema(pool: _Pool) -> None:
+def _open_schema(pool: _Pool, create: bool) -> None:
+    """Create or upgrade the schema (``create``), or only check its version."""
     t = pool.tables
     try:
         conn = pool.connect()
     except sqlite3.Error as exc:
         raise _map_error(exc, f"open of {pool.path!r}") from exc
     try:
-        # WAL is a property of the file: set once, kept by every later connection.
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-        if mode is None or str(mode[0]).lower() != "wal":
-            raise StoreError(f"SQLite database {pool.path!r} cannot use WAL mode (got {mode!r})")
-
-        def body() -> None:
-            conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {t.conversations} ("
-                "id TEXT PRIMARY KEY NOT NULL, "
-                "closed INTEGER NOT NULL DEFAULT 0"
-                ") WITHOUT ROWID"
-            )
-            conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {t.batches} ("
-                "conversation_id TEXT NOT NULL, "
-                "seq INTEGER NOT NULL, "
-                "append_id TEXT NOT NULL, "
-                "digest TEXT NOT NULL, "
-                "messages BLOB NOT NULL, "
-                "PRIMARY KEY (conversation_id, seq), "
-                "UNIQUE (conversation_id, append_id))"
-            )
-
-        _transaction(conn, body)
+        if create:
+            # WAL is a property of the file: set once, kept by every later connection.
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise StoreError(
+                    f"SQLite database {pool.path!r} cannot use WAL mode (got {mode!r})"
+                )
+            _transaction(conn, lambda: _create_schema(conn, t))
+        else:
+            version = _schema_version(conn, t)
+            if version != SCHEMA_VERSION:
+                raise schema_mismatch(f"SQLite database {pool.path!r}", t.schema, version)
     except sqlite3.Error as exc:
         conn.close()
         raise _map_error(exc, f"open of {pool.path!r}") from exc
@@ -435,3 +478,58 @@ def _create_schema(pool: _Pool) -> None:
         conn.close()
         raise
     pool.give(conn)
+
+
+def _schema_version(conn: sqlite3.Connection, t: _Tables) -> int | None:
+    """The recorded schema version; 1 for scope 0.1's tables; None for no tables."""
+    exists = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+        (t.schema.strip('"'), t.conversations.strip('"')),
+    ).fetchall()
+    names = {name for (name,) in exists}
+    if t.schema.strip('"') in names:
+        row = conn.execute(f"SELECT version FROM {t.schema} WHERE id = 1").fetchone()
+        return None if row is None else int(row[0])
+    return 1 if t.conversations.strip('"') in names else None
+
+
+def _create_schema(conn: sqlite3.Connection, t: _Tables) -> None:
+    version = _schema_version(conn, t)
+    if version is not None and version > SCHEMA_VERSION:
+        raise schema_mismatch(f"SQLite table prefix {t.schema}", t.schema, version)
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {t.conversations} ("
+        "id TEXT PRIMARY KEY NOT NULL, "
+        "closed INTEGER NOT NULL DEFAULT 0, "
+        "length INTEGER NOT NULL DEFAULT 0"
+        ") WITHOUT ROWID"
+    )
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {t.batches} ("
+        "conversation_id TEXT NOT NULL, "
+        "seq INTEGER NOT NULL, "
+        "append_id TEXT NOT NULL, "
+        "digest TEXT NOT NULL, "
+        "messages BLOB NOT NULL, "
+        "PRIMARY KEY (conversation_id, seq), "
+        "UNIQUE (conversation_id, append_id))"
+    )
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {t.schema} ("
+        "id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)"
+    )
+    if version == 1:
+        # scope 0.1: add the length column and count every conversation's messages.
+        conn.execute(f"ALTER TABLE {t.conversations} ADD COLUMN length INTEGER NOT NULL DEFAULT 0")
+        lengths: dict[str, int] = {}
+        for cid, data in conn.execute(f"SELECT conversation_id, messages FROM {t.batches}"):
+            lengths[cid] = lengths.get(cid, 0) + message_count(data)
+        conn.executemany(
+            f"UPDATE {t.conversations} SET length = ? WHERE id = ?",
+            [(n, cid) for cid, n in lengths.items()],
+        )
+    conn.execute(
+        f"INSERT INTO {t.schema} (id, version) VALUES (1, ?) "
+        "ON CONFLICT (id) DO UPDATE SET version = excluded.version",
+        (SCHEMA_VERSION,),
+    )

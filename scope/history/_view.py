@@ -1,0 +1,71 @@
+"""``HistoryView``: one atomic read of a conversation (DESIGN §6b)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, final
+
+import attrs
+
+from scope.chat import Message
+from scope.errors import InvalidViewError
+
+__all__ = ["HistoryView"]
+
+_MAX_LENGTH = 2**63
+
+
+def _messages(value: Any) -> tuple[Message, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidViewError(
+            f"view messages must be a sequence of messages, got {type(value).__name__}"
+        )
+    messages = tuple(value)
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise InvalidViewError(
+                f"messages[{index}] must be a Message, got {type(message).__name__}"
+            )
+    return messages
+
+
+def _check_length(instance: Any, attribute: Any, value: Any) -> None:
+    if type(value) is not int:
+        raise InvalidViewError(f"view length must be an int, got {type(value).__name__}")
+    if not 0 <= value < _MAX_LENGTH:
+        raise InvalidViewError(f"view length must be between 0 and 2**63 - 1, got {value}")
+
+
+def _check_closed(instance: Any, attribute: Any, value: Any) -> None:
+    if type(value) is not bool:
+        raise InvalidViewError(f"view closed must be a bool, got {type(value).__name__}")
+
+
+@final
+@attrs.frozen
+class HistoryView:
+    """What a ``ViewReader`` returns: a conversation's messages, its length and whether it
+    is closed, from one atomic read.
+
+    ``length`` is the number of messages the conversation holds. It only grows while the
+    conversation is open, and it is what a fenced batch (``Batch.expected_length``)
+    names. ``messages`` are the stored messages (a store's view) or a projection of
+    them (``WindowReader``'s window), so ``length`` may exceed ``len(messages)``. A
+    closed conversation has ``closed=True``, ``messages == ()`` and its last length or
+    0. Invalid fields raise ``InvalidViewError``.
+    """
+
+    messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    length: int = attrs.field(validator=_check_length)
+    closed: bool = attrs.field(default=False, validator=_check_closed)
+
+    def __attrs_post_init__(self) -> None:
+        if self.closed and self.messages:
+            raise InvalidViewError("a closed conversation's view holds no messages")
+
+    def validate(self) -> None:
+        """Check the view (construction already did)."""
+        _messages(self.messages)
+        _check_length(self, None, self.length)
+        _check_closed(self, None, self.closed)
+        self.__attrs_post_init__()

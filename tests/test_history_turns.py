@@ -1,0 +1,513 @@
+"""DESIGN §6b through the history Middleware, over every bundled store: overlapping turns
+are fenced (exactly one commits), a closed conversation is refused before the model
+call, CommitError says which recovery fits, and cancellation during the append
+propagates unchanged with the batch handed to ``on_incomplete``.
+
+In-memory and SQLite run under asyncio and trio; PostgreSQL and Redis (asyncio-only
+drivers) under asyncio, against the real servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from scope.chat import (
+    FinishReason,
+    Message,
+    Output,
+    Request,
+    Response,
+    assistant_message,
+    collect,
+    system_message,
+    user_message,
+)
+from scope.errors import (
+    AppendConflictError,
+    CommitError,
+    ConversationClosedError,
+    HistoryChangedError,
+    StoreError,
+)
+from scope.history import (
+    Batch,
+    IncompleteReason,
+    IncompleteTurn,
+    Middleware,
+    Receipt,
+    WindowReader,
+)
+from scope.history.inmemory import Store
+from scope.historystores.sqlite import SQLiteStore
+from tests.servers import (
+    import_driver,
+    postgres_dsn_or_skip,
+    redis_url_or_skip,
+    unique_key_prefix,
+    unique_table_prefix,
+)
+
+pytestmark = pytest.mark.anyio
+
+KINDS = ["memory", "sqlite", "postgres", "redis"]
+
+
+@pytest.fixture(params=KINDS)
+async def store(
+    request: pytest.FixtureRequest, anyio_backend: str, tmp_path: Path
+) -> AsyncIterator[Any]:
+    kind = request.param
+    if kind == "memory":
+        yield Store()
+    elif kind == "sqlite":
+        async with await SQLiteStore.open(tmp_path / "h.db") as sqlite:
+            yield sqlite
+    elif anyio_backend != "asyncio":
+        pytest.skip(f"the {kind} store is asyncio-only")
+    elif kind == "postgres":
+        import_driver("asyncpg")
+        from scope.historystores.postgres import PostgresStore
+        from tests.test_postgres_store import drop_prefix as drop_tables
+
+        dsn = postgres_dsn_or_skip()
+        prefix = unique_table_prefix()
+        try:
+            async with await PostgresStore.open(dsn, table_prefix=prefix) as pg:
+                yield pg
+        finally:
+            await drop_tables(dsn, prefix)
+    else:
+        import_driver("redis")
+        from scope.historystores.redis import RedisStore
+        from tests.test_redis_store import drop_prefix as drop_keys
+
+        url = redis_url_or_skip()
+        prefix = unique_key_prefix()
+        try:
+            async with await RedisStore.open(url, prefix=prefix) as redis:
+                yield redis
+        finally:
+            await drop_keys(url, prefix)
+
+
+def fingerprint(messages: tuple[Message, ...] | list[Message]) -> str:
+    """What an answer records of the history it was generated from."""
+    text = "\x1e".join(f"{m.role}:{m.text}" for m in messages)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Gate:
+    """A model that answers with a fingerprint of the history it saw, once ``n`` calls
+    have all arrived: every caller of a round has read its history first."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.arrived = 0
+        self.open = anyio.Event()
+
+    async def call(self, request: Request) -> Response:
+        self.arrived += 1
+        if self.arrived == self.n:
+            self.open.set()
+        await self.open.wait()
+        seen = request.messages[:-1]  # everything before the new user message
+        text = f"{request.messages[-1].text} saw {len(seen)}:{fingerprint(seen)}"
+        return Response(Output(assistant_message(text), FinishReason.STOP))
+
+
+class Reports(list[IncompleteTurn]):
+    def __call__(self, turn: IncompleteTurn) -> None:
+        self.append(turn)
+
+
+# ---------------------------------------------------------------- overlapping turns
+
+
+async def test_overlapping_turns_exactly_one_commits_per_round(store: Any) -> None:
+    rounds, width = 4, 20
+    system = system_message("be brief")
+    for round_ in range(rounds):
+        gate = Gate(width)
+        winners: list[str] = []
+        losers: list[CommitError] = []
+
+        async def turn(
+            i: int,
+            gate: Gate = gate,
+            round_: int = round_,
+            winners: list[str] = winners,
+            losers: list[CommitError] = losers,
+        ) -> None:
+            mw = Middleware(store, store, "c")
+            question = f"r{round_}q{i}"
+            try:
+                await mw.call(gate).call(Request([system, user_message(question)]))
+            except CommitError as exc:
+                losers.append(exc)
+            else:
+                winners.append(question)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(width):
+                tg.start_soon(turn, i)
+        assert len(winners) == 1, f"round {round_}: {len(winners)} turns committed"
+        assert len(losers) == width - 1
+        for err in losers:
+            assert isinstance(err.__cause__, HistoryChangedError)
+            assert err.retryable is False
+            assert err.__cause__.expected == 2 * round_
+            assert err.__cause__.actual == 2 * round_ + 2
+            assert "run the turn again" in str(err)
+            assert "retry `await writer.append" not in str(err)
+    # The transcript is coherent: each answer was generated from exactly the history
+    # stored before it (the system prefix is replayed, not stored).
+    stored = await store.read("c")
+    assert len(stored) == 2 * rounds
+    for index in range(0, len(stored), 2):
+        question, answer = stored[index], stored[index + 1]
+        before = [system, *stored[:index]]
+        assert answer.text == f"{question.text} saw {len(before)}:{fingerprint(before)}"
+
+
+async def test_losing_turn_runs_again_on_the_new_history(store: Any) -> None:
+    gate = Gate(2)
+    outcomes: dict[str, Any] = {}
+
+    async def turn(question: str) -> None:
+        try:
+            outcomes[question] = (
+                await Middleware(store, store, "c")
+                .call(gate)
+                .call(Request([user_message(question)]))
+            )
+        except CommitError as exc:
+            outcomes[question] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn, "a")
+        tg.start_soon(turn, "b")
+    (loser,) = [q for q, o in outcomes.items() if isinstance(o, CommitError)]
+    # Appending the stale batch again cannot succeed...
+    with pytest.raises(HistoryChangedError):
+        await store.append(outcomes[loser].batch)
+    # ...running the turn again does, on the history that now holds the winner's turn.
+    again = Gate(1)
+    response = await Middleware(store, store, "c").call(again).call(Request([user_message(loser)]))
+    assert response.text.endswith(f"saw 2:{fingerprint((await store.read('c'))[:2])}")
+    assert len(await store.read("c")) == 4
+
+
+async def test_exclusive_turns_false_lets_overlapping_turns_interleave(store: Any) -> None:
+    gate = Gate(3)
+
+    async def turn(question: str) -> None:
+        mw = Middleware(store, store, "c", exclusive_turns=False)
+        await mw.call(gate).call(Request([user_message(question)]))
+
+    async with anyio.create_task_group() as tg:
+        for question in ("a", "b", "c"):
+            tg.start_soon(turn, question)
+    stored = await store.read("c")
+    assert len(stored) == 6
+    # Every answer saw the empty history: none of them saw the others' turns.
+    assert all(m.text.endswith(f"saw 0:{fingerprint([])}") for m in stored[1::2])
+
+
+async def test_window_reader_fences_with_the_whole_conversation_length(store: Any) -> None:
+    window = WindowReader(store, 2)
+    for i in range(3):
+        await Middleware(window, store, "c").call(Gate(1)).call(Request([user_message(f"q{i}")]))
+    stored = await store.read("c")
+    assert len(stored) == 6
+    # Each answer saw only the window (the newest turn), and the fence still held.
+    assert stored[5].text == f"q2 saw 2:{fingerprint(stored[2:4])}"
+    gate = Gate(2)
+    results: list[BaseException | Response] = []
+
+    async def turn(q: str) -> None:
+        try:
+            results.append(
+                await Middleware(window, store, "c").call(gate).call(Request([user_message(q)]))
+            )
+        except CommitError as exc:
+            results.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn, "x")
+        tg.start_soon(turn, "y")
+    errors = [r for r in results if isinstance(r, CommitError)]
+    assert len(errors) == 1 and isinstance(errors[0].__cause__, HistoryChangedError)
+    assert len(await store.read("c")) == 8
+
+
+# ---------------------------------------------------------------- closed conversations
+
+
+class CountingModel:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def call(self, request: Request) -> Response:
+        self.calls += 1
+        return Response(Output(assistant_message("paid answer"), FinishReason.STOP))
+
+    def stream(self, request: Request) -> AsyncIterator[Response]:
+        return self._stream()
+
+    async def _stream(self) -> AsyncIterator[Response]:
+        self.calls += 1
+        yield Response(Output(assistant_message("paid answer"), FinishReason.STOP))
+
+
+async def test_closed_conversation_is_refused_before_the_model_call(store: Any) -> None:
+    await store.append(Batch("c", "a1", [user_message("q"), assistant_message("a")]))
+    await store.clear("c")
+    model = CountingModel()
+    reports = Reports()
+    mw = Middleware(store, store, "c", on_incomplete=reports)
+    with pytest.raises(ConversationClosedError):
+        await mw.call(model).call(Request([user_message("again")]))
+    with pytest.raises(ConversationClosedError):
+        await collect(mw.stream(model).stream(Request([user_message("again")])))
+    assert model.calls == 0
+    assert [r.reason for r in reports] == [IncompleteReason.ERROR, IncompleteReason.ERROR]
+    assert all(r.batch is None for r in reports)
+    # A never-written id that was cleared is refused too.
+    await store.clear("fresh")
+    with pytest.raises(ConversationClosedError):
+        await Middleware(store, store, "fresh").call(model).call(Request([user_message("q")]))
+    assert model.calls == 0
+
+
+async def test_cleared_during_the_turn_is_not_retryable(store: Any) -> None:
+    class ClearingModel:
+        async def call(self, request: Request) -> Response:
+            await store.clear("c")
+            return Response(Output(assistant_message("late"), FinishReason.STOP))
+
+    with pytest.raises(CommitError) as caught:
+        await Middleware(store, store, "c").call(ClearingModel()).call(Request([user_message("q")]))
+    err = caught.value
+    assert isinstance(err.__cause__, ConversationClosedError)
+    assert err.retryable is False
+    assert "nothing to retry" in str(err)
+    assert "retry `await writer.append" not in str(err)
+
+
+# ---------------------------------------------------------------- CommitError.retryable
+
+
+class FlakyWriter:
+    """Fails the first append with a store error, then delegates."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.failures = 1
+
+    async def append(self, batch: Batch) -> Receipt:
+        if self.failures:
+            self.failures -= 1
+            raise StoreError("connection reset (injected)")
+        return await self.store.append(batch)  # type: ignore[no-any-return]
+
+
+async def test_store_failure_is_retryable_and_the_retry_lands_once(store: Any) -> None:
+    writer = FlakyWriter(store)
+    with pytest.raises(CommitError) as caught:
+        await Middleware(store, writer, "c").call(Gate(1)).call(Request([user_message("q")]))
+    err = caught.value
+    assert err.retryable is True
+    assert "retry `await writer.append(err.batch)`" in str(err)
+    assert await writer.append(err.batch) == err.batch.receipt()
+    assert await writer.append(err.batch) == err.batch.receipt()
+    assert (await store.read("c"))[0].text == "q"
+    assert len(await store.read("c")) == 2
+
+
+async def test_mismatched_receipt_is_retryable(store: Any) -> None:
+    class WrongReceipt:
+        async def append(self, batch: Batch) -> Receipt:
+            await store.append(batch)
+            return Receipt(batch.conversation_id, batch.id, "sha256:" + "0" * 64)
+
+    with pytest.raises(CommitError) as caught:
+        await (
+            Middleware(store, WrongReceipt(), "c").call(Gate(1)).call(Request([user_message("q")]))
+        )
+    assert caught.value.retryable is True
+    assert caught.value.receipt is None
+    assert await store.append(caught.value.batch) == caught.value.batch.receipt()
+
+
+async def test_append_conflict_is_not_retryable(store: Any) -> None:
+    await store.append(Batch("c", "fixed", [user_message("other"), assistant_message("x")]))
+    mw = Middleware(store, store, "c", new_append_id=lambda: "fixed")
+    with pytest.raises(CommitError) as caught:
+        await mw.call(Gate(1)).call(Request([user_message("q")]))
+    assert isinstance(caught.value.__cause__, AppendConflictError)
+    assert caught.value.retryable is False
+    assert "fresh append id" in str(caught.value)
+
+
+# ---------------------------------------------------------------- cancellation
+
+
+class SlowWriter:
+    """Appends to the store, sleeping ``delay`` before (``where="before"``) or after."""
+
+    def __init__(self, store: Any, where: str, delay: float = 10.0) -> None:
+        self.store = store
+        self.where = where
+        self.delay = delay
+        self.landed = False
+
+    async def append(self, batch: Batch) -> Receipt:
+        if self.where == "before":
+            await anyio.sleep(self.delay)
+        receipt = await self.store.append(batch)
+        self.landed = True
+        if self.where == "after":
+            await anyio.sleep(self.delay)
+        return receipt  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+async def test_cancellation_during_the_append_propagates_with_the_batch(
+    store: Any, where: str, anyio_backend: str
+) -> None:
+    writer = SlowWriter(store, where)
+    reports = Reports()
+    mw = Middleware(store, writer, "c", on_incomplete=reports)
+    request = Request([user_message("q")])
+    if anyio_backend == "asyncio":
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await mw.call(Gate(1)).call(request)
+    else:
+        import trio
+
+        returned = False
+        with trio.move_on_after(0.2) as scope:
+            await mw.call(Gate(1)).call(request)
+            returned = True  # pragma: no cover - the append sleeps past the deadline
+        assert scope.cancelled_caught and not returned
+    assert writer.landed is (where == "after")
+    assert [r.reason for r in reports] == [IncompleteReason.CANCELLED]
+    batch = reports[0].batch
+    assert batch is not None and batch.messages[0].text == "q"
+    assert batch.expected_length == 0
+    # The retry the README recommends: lands once, or returns the equal receipt.
+    assert await store.append(batch) == batch.receipt()
+    assert await store.append(batch) == batch.receipt()
+    assert len(await store.read("c")) == 2
+
+
+async def test_cancellation_of_a_stream_during_the_append_propagates(
+    store: Any, anyio_backend: str
+) -> None:
+    writer = SlowWriter(store, "before")
+    reports = Reports()
+    mw = Middleware(store, writer, "c", on_incomplete=reports)
+    model = CountingModel()
+    with anyio.move_on_after(0.2) as scope:
+        await collect(mw.stream(model).stream(Request([user_message("q")])))
+    assert scope.cancelled_caught
+    assert [r.reason for r in reports] == [IncompleteReason.CANCELLED]
+    assert reports[0].batch is not None
+    assert await store.append(reports[0].batch) == reports[0].batch.receipt()
+
+
+async def test_cancellation_before_the_append_reports_no_batch(store: Any) -> None:
+    class Hang:
+        async def call(self, request: Request) -> Response:
+            await anyio.sleep(10)
+            raise AssertionError("not reached")
+
+    reports = Reports()
+    with anyio.move_on_after(0.05):
+        await (
+            Middleware(store, store, "c", on_incomplete=reports)
+            .call(Hang())
+            .call(Request([user_message("q")]))
+        )
+    assert [r.reason for r in reports] == [IncompleteReason.CANCELLED]
+    assert reports[0].batch is None
+    assert await store.read("c") == []
+
+
+# ---------------------------------------------------------------- construction
+
+
+@pytest.mark.parametrize(
+    ("reader", "writer", "missing"),
+    [
+        (None, None, "Reader"),
+        (object(), Store(), "Reader"),
+        (Store(), None, "Writer"),
+        (Store(), object(), "Writer"),
+    ],
+)
+def test_middleware_checks_reader_and_writer_at_construction(
+    reader: Any, writer: Any, missing: str
+) -> None:
+    with pytest.raises(TypeError, match=f"scope.history.{missing}"):
+        Middleware(reader, writer, "c")
+
+
+def test_middleware_checks_its_other_arguments() -> None:
+    store = Store()
+    with pytest.raises(TypeError, match="exclusive_turns"):
+        Middleware(store, store, "c", exclusive_turns=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="new_append_id"):
+        Middleware(store, store, "c", new_append_id="x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="on_incomplete"):
+        Middleware(store, store, "c", on_incomplete="x")  # type: ignore[arg-type]
+    assert Middleware(store, store, "c").exclusive_turns is True
+
+
+async def test_plain_reader_means_no_fence() -> None:
+    store = Store()
+
+    class PlainReader:
+        async def read(self, conversation_id: str) -> list[Message]:
+            return await store.read(conversation_id)
+
+    seen: list[Batch] = []
+
+    class Recording:
+        async def append(self, batch: Batch) -> Receipt:
+            seen.append(batch)
+            return await store.append(batch)
+
+    await (
+        Middleware(PlainReader(), Recording(), "c").call(Gate(1)).call(Request([user_message("q")]))
+    )
+    await Middleware(store, Recording(), "c").call(Gate(1)).call(Request([user_message("r")]))
+    await (
+        Middleware(store, Recording(), "c", exclusive_turns=False)
+        .call(Gate(1))
+        .call(Request([user_message("s")]))
+    )
+    assert [b.expected_length for b in seen] == [None, 2, None]
+
+
+async def test_a_view_reader_returning_a_non_view_is_a_store_error() -> None:
+    store = Store()
+
+    class Broken:
+        async def read(self, conversation_id: str) -> list[Message]:
+            return []
+
+        async def read_view(self, conversation_id: str) -> Any:
+            return []
+
+    with pytest.raises(StoreError, match="not a HistoryView"):
+        await Middleware(Broken(), store, "c").call(Gate(1)).call(Request([user_message("q")]))
