@@ -10,6 +10,9 @@ Measured (best of N, time.perf_counter, asyncio):
 - append, 1 task: 200 sequential appends of one 2-message batch (user + assistant).
 - append, 16 tasks: 16 tasks x 25 appends, each task on its own conversation.
 - read of a conversation of 10, 100 and 1,000 messages.
+- the ``expected_length`` fence (DESIGN §6b): 200 sequential fenced appends (each batch
+  names the conversation's length) against 200 unfenced ones, per scope store, rounds
+  interleaved, best of 5; the ratio is fenced / unfenced.
 
 The persistent scope stores run with their decoded-batch cache off, so every read decodes
 and validates every message; one extra row shows SQLiteStore with its default cache
@@ -58,16 +61,37 @@ class Adapter:
         self,
         append: Callable[[str, str], Awaitable[Any]],
         read: Callable[[str], Awaitable[Any]],
+        store: Any = None,
     ) -> None:
         self.append = append
         self.read = read
+        self.store = store  # the scope store, for the fence comparison
 
 
 def scope_adapter(store: Any) -> Adapter:
     async def append(cid: str, aid: str) -> None:
         await store.append(batch(cid, aid))
 
-    return Adapter(append, store.read)
+    return Adapter(append, store.read, store)
+
+
+async def measure_fence(store: Any) -> tuple[float, float]:
+    """Best-of microseconds per append: (unfenced, fenced), rounds interleaved."""
+    run = uuid.uuid4().hex[:6]
+    best = {False: float("inf"), True: float("inf")}
+    template = batch("x", "x")
+    for round_ in range(5):
+        for fenced in (False, True):
+            cid = f"fence-{run}-{round_}-{int(fenced)}"
+            batches = [
+                Batch(cid, f"a{i}", template.messages, 2 * i if fenced else None)
+                for i in range(SEQUENTIAL)
+            ]
+            start = time.perf_counter()
+            for b in batches:
+                await store.append(b)
+            best[fenced] = min(best[fenced], time.perf_counter() - start)
+    return best[False] / SEQUENTIAL * 1e6, best[True] / SEQUENTIAL * 1e6
 
 
 def agents_adapter(db_path: str) -> Adapter:
@@ -221,6 +245,7 @@ async def measure(adapter: Adapter) -> dict[str, float]:
 
 
 async def main() -> None:
+    fences: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         async with stores(Path(tmp)) as candidates:
             table: dict[str, dict[str, float] | str] = {}
@@ -229,6 +254,8 @@ async def main() -> None:
                     table[name] = adapter
                 else:
                     table[name] = await measure(adapter)
+                    if adapter.store is not None:
+                        fences[name] = await measure_fence(adapter.store)
     measured = {k: v for k, v in table.items() if isinstance(v, dict)}
     columns = list(next(iter(measured.values())))
     floors = {c: min(v[c] for v in measured.values()) for c in columns}
@@ -241,6 +268,12 @@ async def main() -> None:
         cells = "".join(f"{row[c]:>18.1f} ({row[c] / floors[c]:>6.1f}x)".rjust(30) for c in columns)
         print(name.ljust(width) + cells)
     print("\nratios: to the fastest store in each column (1.0x = the floor)")
+    print("\nappend, 1 task, the expected_length fence (us/batch)")
+    for name, (plain, fenced) in fences.items():
+        print(
+            f"{name.ljust(width)}unfenced {plain:>9.1f}   fenced {fenced:>9.1f}   "
+            f"fenced/unfenced {fenced / plain:>5.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -137,8 +137,7 @@ class Store:
             if expected is not None and expected != length:
                 raise HistoryChangedError(expected, length, cid)
             self._accepted.setdefault(cid, {})[batch.id] = batch.digest
-            stored = batch if expected is None else batch.fenced(None)  # the fence is spent
-            self._batches.setdefault(cid, []).append(stored)
+            self._batches.setdefault(cid, []).append(batch)
             self._messages.setdefault(cid, []).extend(batch.messages)
             self._lengths[cid] = length + len(batch.messages)
         return batch.receipt()
