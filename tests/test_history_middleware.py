@@ -605,3 +605,12 @@ async def test_text_part_metadata_survives_commit() -> None:
         Request([user_message("q")])
     )
     assert (await store.read(CID))[1] == message
+
+
+async def test_an_exception_group_is_a_cancellation_only_if_all_of_it_is() -> None:
+    mw, store, reports = make()
+    group = BaseExceptionGroup("stop", [KeyboardInterrupt()])
+    with pytest.raises(BaseExceptionGroup):
+        await mw.call(FakeModel(group)).call(Request([user_message("q")]))
+    assert [r.reason for r in reports] == [IncompleteReason.ERROR]
+    assert store.appends == 0
