@@ -1,9 +1,20 @@
-"""Per-call overhead of the history Middleware over the bare model.
+"""Per-call and per-chunk overhead of the history Middleware, and how it grows with the
+conversation.
 
-The in-memory store holds 10 stored turns; each measured call replays them and commits
-one more turn (on a fresh copy of the store, so the history does not grow). Measured
-side by side in one run: the bare model, the model behind the Middleware; for ``call``
-and for a 200-chunk stream.
+Side by side in one run, best of 5, in-memory store:
+
+- ``call`` over a no-op model with 10 and with 100 stored turns, against a hand-written
+  baseline that does the least a history layer can: read the conversation, build the
+  downstream ``Request`` (validated, as any ``Request``), call the model, build the
+  ``Batch`` and append it. Each measured call commits one turn on its own store seeded
+  with the stored turns (seeding untimed).
+  - *warm*: every store is seeded with the same ``Batch`` objects, so the stored messages
+    are the same objects from call to call, as a long-lived service sees them (the
+    in-memory store, or a persistent store's decoded cache);
+  - *cold*: freshly decoded message objects on every call and the Middleware's replay
+    cache emptied: what the first turn after a restart costs.
+- ``stream``: 200 text chunks, the bare stream drained by ``collect`` against the same
+  behind the Middleware; the difference per chunk is the Middleware's.
 
 Run: ``python benchmarks/bench_middleware.py``
 """
@@ -11,7 +22,7 @@ Run: ``python benchmarks/bench_middleware.py``
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import anyio
 
@@ -24,9 +35,12 @@ from scope.chat import (
     Usage,
     assistant_message,
     collect,
+    system_message,
     user_message,
 )
+from scope.codec import from_json, to_json
 from scope.history import Batch, Middleware
+from scope.history._replay import replays
 from scope.history.inmemory import Store
 
 ANSWER = Response(
@@ -36,6 +50,8 @@ ANSWER = Response(
 CHUNKS = [Response(Output(assistant_message(f"tok{i} "))) for i in range(199)] + [
     Response(Output(finish_reason=FinishReason.STOP), ResponseMetadata(usage=Usage(100, 200)))
 ]
+SYSTEM = system_message("Be brief.")
+REQUEST = Request([SYSTEM, user_message("what now?")])
 
 
 class Bare:
@@ -50,60 +66,126 @@ class Bare:
             yield chunk
 
 
-async def seeded_store() -> Store:
-    store = Store()
-    for turn in range(10):
-        await store.append(
-            Batch(
-                "bench",
-                f"seed-{turn}",
-                [user_message(f"question {turn}"), assistant_message(f"answer {turn} " * 10)],
-            )
+def seed_batches(turns: int) -> list[Batch]:
+    return [
+        Batch(
+            "bench",
+            f"seed-{turn}",
+            [user_message(f"question {turn}"), assistant_message(f"answer {turn} " * 10)],
         )
+        for turn in range(turns)
+    ]
+
+
+def decoded_again(batches: list[Batch]) -> list[Batch]:
+    """The same batches with freshly decoded message objects (a cold read)."""
+    return [
+        Batch(b.conversation_id, b.id, [from_json(to_json(m), type(m)) for m in b.messages])
+        for b in batches
+    ]
+
+
+async def seeded(batches: list[Batch]) -> Store:
+    store = Store()
+    for batch in batches:
+        await store.append(batch)
     return store
 
 
-async def best_of(fn: Callable[[Store], Awaitable[None]], repeats: int, inner: int) -> float:
-    """Best mean seconds per call; each call gets its own freshly seeded store."""
+async def best_of(
+    fn: Callable[[Store], Awaitable[None]],
+    make: Callable[[], Awaitable[Store]],
+    repeats: int,
+    inner: int,
+    before_each: Callable[[], None] | None = None,
+) -> float:
+    """Best mean seconds per call; each call gets its own store from ``make()``."""
     best = float("inf")
     for _ in range(repeats):
-        stores = [await seeded_store() for _ in range(inner)]
-        start = time.perf_counter()
+        stores = [await make() for _ in range(inner)]
+        elapsed = 0.0
         for store in stores:
+            if before_each is not None:
+                before_each()
+            start = time.perf_counter()
             await fn(store)
-        best = min(best, (time.perf_counter() - start) / inner)
+            elapsed += time.perf_counter() - start
+        best = min(best, elapsed / inner)
     return best
 
 
 async def main() -> None:
     bare = Bare()
-    request = Request([user_message("what now?")])
+    counter = iter(range(10**9))
 
-    async def bare_call(store: Store) -> None:
-        await bare.call(request)
+    async def baseline(store: Store) -> None:
+        stored = await store.read("bench")
+        request = Request([SYSTEM, *stored, user_message("what now?")])
+        response = await bare.call(request)
+        assert response.output is not None and response.output.message is not None
+        turn = [request.messages[-1], response.output.message]
+        await store.append(Batch("bench", f"b{next(counter)}", turn))
 
-    async def mw_call(store: Store) -> None:
-        await Middleware(store, store, "bench").call(bare).call(request)
+    async def middleware(store: Store) -> None:
+        await Middleware(store, store, "bench").call(bare).call(REQUEST)
+
+    print(f"{'call over a no-op model':52} {'per call':>10} {'ratio':>22}")
+    calls: dict[tuple[str, int], float] = {}
+    for turns in (10, 100):
+        warm = seed_batches(turns)
+        cold_sets = [decoded_again(warm) for _ in range(4)]
+        cycle = iter(range(10**9))
+
+        async def warm_store(warm: list[Batch] = warm) -> Store:
+            return await seeded(warm)
+
+        async def cold_store(
+            cold_sets: list[list[Batch]] = cold_sets, cycle: Iterator[int] = cycle
+        ) -> Store:
+            return await seeded(cold_sets[next(cycle) % len(cold_sets)])
+
+        inner = 300 if turns == 10 else 100
+        base = await best_of(baseline, warm_store, 5, inner)
+        hot = await best_of(middleware, warm_store, 5, inner)
+        cold = await best_of(middleware, cold_store, 5, inner, before_each=replays.clear)
+        calls[("base", turns)], calls[("warm", turns)], calls[("cold", turns)] = base, hot, cold
+        print(
+            f"{turns:>3} turns: baseline (read + Request + Batch + append){'':<2}"
+            f"{base * 1e6:8.1f}us {'1.00x':>22}"
+        )
+        print(
+            f"{turns:>3} turns: history Middleware, warm{'':<19}{hot * 1e6:8.1f}us "
+            f"{hot / base:>10.2f}x of baseline"
+        )
+        print(
+            f"{turns:>3} turns: history Middleware, cold{'':<19}{cold * 1e6:8.1f}us "
+            f"{cold / base:>10.2f}x of baseline"
+        )
+    for kind in ("base", "warm", "cold"):
+        print(f"100-turn / 10-turn cost, {kind:5}: {calls[(kind, 100)] / calls[(kind, 10)]:5.2f}x")
+
+    turns10 = seed_batches(10)
+
+    async def store10() -> Store:
+        return await seeded(turns10)
 
     async def bare_stream(store: Store) -> None:
-        await collect(bare.stream(request))
+        await collect(bare.stream(REQUEST))
 
     async def mw_stream(store: Store) -> None:
-        await collect(Middleware(store, store, "bench").stream(bare).stream(request))
+        await collect(Middleware(store, store, "bench").stream(bare).stream(REQUEST))
 
-    rows = [
-        ("call: bare model", await best_of(bare_call, 5, 300)),
-        ("call: + history Middleware", await best_of(mw_call, 5, 300)),
-        ("stream 200 chunks: bare + collect", await best_of(bare_stream, 5, 100)),
-        ("stream 200 chunks: + history Middleware", await best_of(mw_stream, 5, 50)),
-    ]
-    print(f"{'case':42} {'per call':>12} {'ratio':>8}")
-    for index, (name, seconds) in enumerate(rows):
-        floor = rows[index - index % 2][1]
-        print(f"{name:42} {seconds * 1e6:10.1f}us {seconds / floor:7.2f}x")
+    plain = await best_of(bare_stream, store10, 5, 100)
+    wrapped = await best_of(mw_stream, store10, 5, 50)
+    call10 = calls[("warm", 10)]
+    per_chunk = (wrapped - plain - call10) / len(CHUNKS)
     print()
-    print(f"middleware overhead per call:   {(rows[1][1] - rows[0][1]) * 1e6:8.1f}us")
-    print(f"middleware overhead per stream: {(rows[3][1] - rows[2][1]) * 1e6:8.1f}us")
+    print(f"stream {len(CHUNKS)} chunks: bare + collect          {plain * 1e6:9.1f}us")
+    print(
+        f"stream {len(CHUNKS)} chunks: + history Middleware    {wrapped * 1e6:9.1f}us "
+        f"({wrapped / plain:.2f}x)"
+    )
+    print(f"middleware per chunk (less one warm 10-turn call): {per_chunk * 1e6:6.2f}us")
 
 
 if __name__ == "__main__":

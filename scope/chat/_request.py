@@ -43,6 +43,20 @@ class Request:
     def __attrs_post_init__(self) -> None:
         self.validate()
 
+    def _with_checked_messages(self, messages: tuple[Message, ...]) -> Request:
+        """Internal: this request with other ``messages``, *without* validating them.
+
+        Only for callers that have proved ``messages`` pass ``check_sequence`` (the
+        history Middleware: a validated request's system prefix and open turn around a
+        replay it checked itself; see ``scope.history._replay``). Tools and options are
+        this request's, already valid.
+        """
+        request = object.__new__(Request)
+        object.__setattr__(request, "messages", messages)
+        object.__setattr__(request, "tools", self.tools)
+        object.__setattr__(request, "options", self.options)
+        return request
+
     def validate(self) -> None:
         """Check the request (construction already did)."""
         if type(self.messages) is not tuple:
@@ -70,7 +84,12 @@ class Request:
 
 
 def check_sequence(messages: tuple[Message, ...], error: type[Exception]) -> None:
-    """The message-order rules of a request (shared with history checks)."""
+    """The message-order rules of a request.
+
+    The state it carries from one message to the next is reset by every message that is
+    not a tool message (a user message clears it; an assistant message replaces it with
+    its own calls), so a sequence can be checked in pieces that start at such a message:
+    the history Middleware relies on that (``scope.history._replay``)."""
     in_prefix = True
     open_calls: dict[str, bool] | None = None  # call id -> answered, after a tool-call message
     for index, message in enumerate(messages):

@@ -33,7 +33,8 @@ from scope.errors import (
 )
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
-from scope.history._protocols import Reader, ViewReader, Writer
+from scope.history._protocols import Reader, ViewReader, Writer, implements
+from scope.history._replay import replays
 from scope.history._view import HistoryView
 
 __all__ = ["IncompleteReason", "IncompleteTurn", "Middleware"]
@@ -225,12 +226,12 @@ class Middleware:
         *,
         exclusive_turns: bool = True,
     ) -> None:
-        if not isinstance(reader, Reader):
+        if not implements(reader, Reader):
             raise TypeError(
                 f"Middleware reader must be a scope.history.Reader (an object with an async "
                 f"read(conversation_id)), got {type(reader).__name__}"
             )
-        if not isinstance(writer, Writer):
+        if not implements(writer, Writer):
             raise TypeError(
                 f"Middleware writer must be a scope.history.Writer (an object with an async "
                 f"append(batch)), got {type(writer).__name__}"
@@ -315,8 +316,8 @@ class Middleware:
         cid = self._conversation_id
         expected: int | None = None
         stored: Any
-        if isinstance(reader, ViewReader):
-            view = await reader.read_view(cid)
+        if implements(reader, ViewReader):
+            view: object = await reader.read_view(cid)  # type: ignore[attr-defined]
             if not isinstance(view, HistoryView):
                 raise StoreError(
                     f"read_view of conversation {str(cid)!r} returned "
@@ -332,21 +333,10 @@ class Middleware:
                 expected = view.length
         else:
             stored = await reader.read(cid)
-        replay: list[Message] = []
-        for index, message in enumerate(stored):
-            if not isinstance(message, Message):
-                raise StoreError(
-                    f"stored history of conversation {str(cid)!r}: "
-                    f"message {index} is a {type(message).__name__}, not a Message"
-                )
-            if message.role is not Role.SYSTEM:
-                replay.append(message)
-        try:
-            return attrs.evolve(request, messages=(*prefix, *replay, *turn)), expected
-        except InvalidRequestError as exc:
-            raise StoreError(
-                f"stored history of conversation {str(cid)!r} cannot be replayed: {exc}"
-            ) from exc
+        # The replay is checked once per stored message, not once per call (_replay.py);
+        # the prefix and the open turn are the caller's already-validated request.
+        replay = replays.replay(cid, stored)
+        return request._with_checked_messages((*prefix, *replay, *turn)), expected
 
     def _completed(
         self, turn: tuple[Message, ...], response: Response, expected_length: int | None

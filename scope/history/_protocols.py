@@ -110,3 +110,25 @@ class ReadWriter(Reader, Writer, Protocol):
 @runtime_checkable
 class Store(Reader, Writer, Clearer, Protocol):
     """Reader, Writer and Clearer: a full history store."""
+
+
+_IMPLEMENTED: set[tuple[type, type]] = set()
+
+
+def implements(obj: object, protocol: type) -> bool:
+    """``isinstance(obj, protocol)`` for a runtime-checkable protocol, remembered per type.
+
+    ``isinstance`` against a runtime-checkable protocol inspects the protocol's members on
+    every call (microseconds each). A positive answer for an object whose *type* has every
+    member is remembered for that type; anything else (members set on the instance, a
+    negative answer) asks ``isinstance`` every time.
+    """
+    key = (type(obj), protocol)
+    if key in _IMPLEMENTED:
+        return True
+    if not isinstance(obj, protocol):
+        return False
+    members = [name for name in dir(protocol) if not name.startswith("_")]
+    if all(callable(getattr(type(obj), name, None)) for name in members):
+        _IMPLEMENTED.add(key)
+    return True

@@ -13,6 +13,7 @@ from scope.errors import InvalidViewError
 __all__ = ["HistoryView"]
 
 _MAX_LENGTH = 2**63
+_MESSAGE_TYPE = frozenset({Message})
 
 
 def _messages(value: Any) -> tuple[Message, ...]:
@@ -21,11 +22,12 @@ def _messages(value: Any) -> tuple[Message, ...]:
             f"view messages must be a sequence of messages, got {type(value).__name__}"
         )
     messages = tuple(value)
-    for index, message in enumerate(messages):
-        if not isinstance(message, Message):
-            raise InvalidViewError(
-                f"messages[{index}] must be a Message, got {type(message).__name__}"
-            )
+    if not set(map(type, messages)) <= _MESSAGE_TYPE:  # Message is final: C-speed check
+        for index, message in enumerate(messages):
+            if type(message) is not Message:
+                raise InvalidViewError(
+                    f"messages[{index}] must be a Message, got {type(message).__name__}"
+                )
     return messages
 
 

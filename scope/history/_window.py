@@ -9,7 +9,7 @@ import attrs
 from scope.chat import Message, Part, Role, text_part
 from scope.errors import InvalidWindowError, WindowTooSmallError
 from scope.history._ids import ConversationID
-from scope.history._protocols import Reader, ViewReader
+from scope.history._protocols import Reader, ViewReader, implements
 from scope.history._view import HistoryView
 from scope.metadata import Metadata
 
@@ -94,8 +94,8 @@ class WindowReader:
         """
         cid = ConversationID(conversation_id)
         reader = self.reader
-        if isinstance(reader, ViewReader):
-            view = await reader.read_view(cid)
+        if implements(reader, ViewReader):
+            view: HistoryView = await reader.read_view(cid)  # type: ignore[attr-defined]
             if view.closed:
                 return view
             return HistoryView(window(list(view.messages), self.limit), view.length)
