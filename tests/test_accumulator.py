@@ -499,3 +499,45 @@ def test_text_deltas_equal_the_normalised_parts(parts: list[str]) -> None:
     acc = accumulate(*(chunk(p) for p in as_parts))
     assert list(parts_of(acc)) == normalise(as_parts)
     assert all(p.kind is PartKind.TEXT for p in parts_of(acc))
+
+
+class _GeneralOnly:
+    """The accumulator with its text hot path bypassed: every chunk takes ``_add``."""
+
+    def __init__(self) -> None:
+        self.acc = ResponseAccumulator()
+
+    def add(self, chunk: Response) -> None:
+        self.acc._add(chunk)
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_the_text_hot_path_merges_exactly_like_the_general_path(data: st.DataObject) -> None:
+    response = data.draw(complete_responses())
+    chunks = data.draw(split_response(response))
+    # Text chunks with metadata, after the finish reason, and invalid ones too.
+    extra = data.draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    chunk("more"),
+                    chunk(text_part("m", metadata={"k": 1})),
+                    chunk(reasoning_part("r")),
+                    Response(Output(finish_reason=FinishReason.STOP)),
+                ]
+            ),
+            max_size=4,
+        )
+    )
+    fast, general = ResponseAccumulator(), _GeneralOnly()
+    for piece in [*chunks, *extra]:
+        outcomes = []
+        for acc in (fast, general):
+            try:
+                acc.add(piece)
+                outcomes.append(None)
+            except InvalidResponseError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1]
+        assert fast.response() == general.acc.response()

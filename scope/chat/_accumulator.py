@@ -8,7 +8,7 @@ from scope.chat._parts import Message, Part, ToolCall
 from scope.chat._response import Output, OutputMetadata, Response, ResponseMetadata, Usage
 from scope.chat._types import FinishReason, PartKind, Role
 from scope.errors import InvalidResponseError, ScopeError
-from scope.metadata import Metadata
+from scope.metadata import EMPTY_METADATA, Metadata
 
 __all__ = ["ResponseAccumulator"]
 
@@ -18,6 +18,7 @@ _TOOL_CALL: Final = PartKind.TOOL_CALL
 _TOOL_CALL_DELTA: Final = PartKind.TOOL_CALL_DELTA
 _EMPTY: Final = Metadata()
 _ZERO_USAGE: Final = Usage()
+_ASSISTANT: Final = Role.ASSISTANT
 
 
 class _Slot:
@@ -159,6 +160,50 @@ class ResponseAccumulator:
 
     def add(self, chunk: Response) -> None:
         """Validate ``chunk`` and merge it; on ``InvalidResponseError`` nothing changed."""
+        # The hot path: one text part and nothing else, before the finish reason (almost
+        # every chunk of a streamed answer). The type and role tests below are exactly
+        # what the validate() calls of the general path check for a chunk of this shape
+        # (every class here is final, so ``type(x) is C`` is ``isinstance(x, C)``); any
+        # other chunk takes the general path.
+        if type(chunk) is Response and chunk.metadata is None and self._finish is None:
+            output = chunk.output
+            if type(output) is Output and output.metadata is None and output.finish_reason is None:
+                message = output.message
+                if (
+                    type(message) is Message
+                    and message.role is _ASSISTANT
+                    and message.metadata is EMPTY_METADATA
+                ):
+                    parts = message.parts
+                    if type(parts) is tuple and len(parts) == 1:
+                        part = parts[0]
+                        if type(part) is Part and part.kind is _TEXT:
+                            self._add_text(part)
+                            return
+        self._add(chunk)
+
+    def _add_text(self, part: Part) -> None:
+        """Merge one valid text part (the hot path of ``add``); cannot fail."""
+        self._started = True
+        self._has_output = True
+        self._cache = None
+        slots = self._slots
+        if slots:
+            last = slots[-1]
+            if last.kind is _TEXT and (
+                last.metadata is part.metadata or last.metadata == part.metadata
+            ):
+                if part.text:
+                    last.texts.append(part.text)  # type: ignore[union-attr]
+                last.built = None
+                return
+        slot = _Slot(_TEXT, part.metadata)
+        if part.text:
+            slot.texts.append(part.text)
+        slots.append(slot)
+
+    def _add(self, chunk: Response) -> None:
+        """``add`` for any chunk: validate everything, then merge atomically."""
         if not isinstance(chunk, Response):
             raise InvalidResponseError(f"a chunk must be a Response, got {type(chunk).__name__}")
         output = chunk.output
