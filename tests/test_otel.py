@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import pathlib
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -65,6 +66,8 @@ from scope.models.openai import OpenAIChatModel
 from scope.testing import Fail, Hang, ScriptedModel
 from tests.openai_server import OpenAIServer, load_transcript
 
+#: The repository root: ``python -c`` there imports this checkout's ``scope``, as pytest does.
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 REQUEST = Request([user_message("hi")])
 ANSWER = Response(
     Output(assistant_message("Hello there, friend"), FinishReason.STOP),
@@ -140,7 +143,7 @@ def test_importing_scope_does_not_import_opentelemetry() -> None:
         "loaded = [m for m in sys.modules if m.startswith('opentelemetry')]\n"
         "assert not loaded, loaded\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 def test_history_hooks_are_no_ops_without_opentelemetry() -> None:
@@ -156,7 +159,7 @@ def test_history_hooks_are_no_ops_without_opentelemetry() -> None:
         "assert t.read_span('c') is t.commit_span('d') is t._NOOP\n"
         "assert t._api is None\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 def test_a_model_that_does_not_name_its_provider_needs_the_argument(tel: Telemetry) -> None:
