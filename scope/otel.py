@@ -40,7 +40,8 @@ that are set (``gen_ai.request.temperature``, ``top_p``, ``top_k``, ``max_tokens
 tokens, as both scope and the conventions count them) and, when reported,
 ``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.usage.cache_creation.input_tokens``
 and ``gen_ai.usage.reasoning.output_tokens``; ``gen_ai.conversation.id`` when a
-``scope.history.Middleware`` outside this one says which conversation the call belongs to.
+``scope.history.Middleware`` outside this one says which conversation the call belongs to
+(``scope.history._trace.conversation(id)`` current when ``call`` or ``stream`` is called).
 Streams add ``gen_ai.response.time_to_first_chunk`` (seconds from the first iteration to
 the first chunk, an attribute) and ``scope.chat.chunks`` (chunks forwarded).
 
@@ -279,7 +280,9 @@ class Tracing:
         common.update(_server(inner))
         return _Base(common, default_model)
 
-    def _start(self, base: _Base, request: Request, stream: bool) -> _Operation:
+    def _start(
+        self, base: _Base, request: Request, stream: bool, conversation: str | None
+    ) -> _Operation:
         options = request.options
         model = options.model or base.default_model
         metric_attrs = dict(base.common)
@@ -302,7 +305,6 @@ class Tracing:
             attrs["gen_ai.request.presence_penalty"] = options.presence_penalty
         if options.output_format is not None:
             attrs["gen_ai.output.type"] = _OUTPUT_TYPES[options.output_format.type]
-        conversation = current_conversation()
         if conversation is not None:
             attrs["gen_ai.conversation.id"] = conversation
         span = self._tracer.start_span(
@@ -481,7 +483,9 @@ class _TracedModel:
     async def call(self, request: Request) -> Response:
         if not isinstance(request, Request):
             return await self._next.call(request)  # the model refuses it; nothing to trace
-        operation = self._tracing._start(self._base, request, stream=False)
+        operation = self._tracing._start(
+            self._base, request, stream=False, conversation=current_conversation()
+        )
         token = otel_context.attach(operation.context)
         try:
             response = await self._next.call(request)
@@ -517,10 +521,18 @@ class _TracedStreamer:
     def stream(self, request: Request) -> AsyncIterator[Response]:
         if not isinstance(request, Request):
             return self._next.stream(request)  # the streamer refuses it; nothing to trace
-        return self._run(request)
+        # The conversation is read now, when the stream is made: an enclosing
+        # history.Middleware sets it around this call, never across its own yields.
+        return self._run(request, current_conversation())
 
-    async def _run(self, request: Request) -> AsyncGenerator[Response, None]:
-        operation = self._tracing._start(self._base, request, stream=True)
+    async def _run(
+        self, request: Request, conversation: str | None
+    ) -> AsyncGenerator[Response, None]:
+        if conversation is None:
+            conversation = current_conversation()
+        operation = self._tracing._start(
+            self._base, request, stream=True, conversation=conversation
+        )
         context = operation.context
         outcome = COMPLETED
         error: BaseException | None = None

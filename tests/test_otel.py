@@ -59,8 +59,9 @@ from scope.errors import (
     ProviderServerError,
     StoreError,
 )
-from scope.history import Batch
+from scope.history import Batch, Middleware
 from scope.history import _trace as history_trace
+from scope.history.inmemory import Store
 from scope.media import Media
 from scope.models.openai import OpenAIChatModel
 from scope.testing import Fail, Hang, ScriptedModel
@@ -343,6 +344,35 @@ async def test_conversation_id_from_the_history_hook(tel: Telemetry) -> None:
     first, second = tel.spans()
     assert attrs(first)["gen_ai.conversation.id"] == "conv-42"
     assert "gen_ai.conversation.id" not in attrs(second)
+
+
+@pytest.mark.anyio
+async def test_stream_conversation_id_is_read_when_the_stream_is_made(tel: Telemetry) -> None:
+    """An outer middleware holds ``conversation()`` only around ``next.stream(...)``."""
+    streamer = wrap_stream(ScriptedModel(ANSWER), tel.tracing().stream)
+    with history_trace.conversation("conv-7"):
+        stream = streamer.stream(REQUEST)
+    assert history_trace.current_conversation() is None
+    await collect(stream)
+    assert attrs(tel.span())["gen_ai.conversation.id"] == "conv-7"
+
+
+@pytest.mark.anyio
+async def test_tracing_inside_the_history_middleware_sees_the_replayed_history(
+    tel: Telemetry,
+) -> None:
+    store = Store()
+    await store.append(Batch("conv-1", "seed", [user_message("earlier"), assistant_message("ok")]))
+    t = tel.tracing(capture_content=True)
+    scripted = ScriptedModel(ANSWER, ANSWER)
+    history = Middleware(store, store, "conv-1")
+    await wrap(scripted, history.call, t.call).call(REQUEST)
+    await collect(wrap_stream(scripted, history.stream, t.stream).stream(REQUEST))
+    called, streamed = tel.spans()
+    for span in (called, streamed):
+        sent = json.loads(attrs(span)["gen_ai.input.messages"])
+        assert [m["parts"][0]["content"] for m in sent][:3] == ["earlier", "ok", "hi"]
+    assert len(await store.read("conv-1")) == 6  # both turns committed through the tracing
 
 
 # -- streams -----------------------------------------------------------------------------

@@ -26,7 +26,10 @@ span would be lost), and a store's own instrumented driver calls nest under them
 - ``annotate_conversation(conversation_id)``: set ``gen_ai.conversation.id`` on the
   current span, when it is recording.
 - ``conversation(conversation_id)``: a context manager that makes the id known to
-  ``scope.otel`` chat spans started inside it (``current_conversation()``).
+  ``scope.otel`` chat spans (``current_conversation()``): hold it around
+  ``await next.call(downstream)``, and around ``next.stream(downstream)`` (the synchronous
+  call that makes the stream: ``scope.otel`` reads the id there, so nothing needs to be
+  held while the stream is iterated).
 
 Every context manager here attaches context on entry and detaches it on exit: hold one
 only around awaits, **never across a ``yield``** of an async generator.
