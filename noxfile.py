@@ -15,6 +15,7 @@ BENCHMARKS = [
     "benchmarks/bench_middleware.py",
     "benchmarks/bench_stores.py",
     "benchmarks/bench_openai.py",
+    "benchmarks/bench_otel.py",
 ]
 
 
@@ -45,7 +46,8 @@ def bench(session: nox.Session) -> None:
     """Every benchmark, competitors included (they are never runtime dependencies)."""
     session.install(
         "-e",
-        ".[postgres,redis,openai]",
+        ".[postgres,redis,openai,otel]",
+        "opentelemetry-sdk",
         "langchain-core",
         "pydantic-ai-slim",
         "openai",

@@ -137,6 +137,7 @@ EXPECTED: dict[str, list[str]] = {
     "scope.jsonvalue": ["RawJSON", "coerce_raw_json"],
     "scope.metadata": ["Extensions", "Metadata"],
     "scope.media": ["Media", "Source", "SourceKind"],
+    "scope.otel": ["SEMCONV_VERSION", "Tracing", "tracing"],
     "scope.codec": [
         "converter",
         "decode_error_for",

@@ -146,6 +146,10 @@ class OpenAIChatModel:
     Retries: see the module docstring (``max_retries``, ``retry_backoff``,
     ``retry_max_delay``).
 
+    ``provider_name`` (default ``"openai"``) names the service for tracing
+    (``gen_ai.provider.name`` in ``scope.otel``): say ``"deepseek"``, ``"groq"``, ...
+    when the base URL points at another OpenAI-compatible provider.
+
     Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
     ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent
     calls and streams may share one model; nothing binds to an event loop at
@@ -162,6 +166,7 @@ class OpenAIChatModel:
         "_max_retries",
         "_model",
         "_owns_client",
+        "_provider_name",
         "_retry_backoff",
         "_retry_max_delay",
         "_sleep",
@@ -182,7 +187,12 @@ class OpenAIChatModel:
         headers: Mapping[str, str] | None = None,
         retry_backoff: float = 0.5,
         retry_max_delay: float = 60.0,
+        provider_name: str = "openai",
     ) -> None:
+        if not isinstance(provider_name, str) or not provider_name.strip():
+            raise InvalidOptionsError(
+                f"provider_name must be a non-empty string, got {provider_name!r}"
+            )
         if not isinstance(model, str) or model != model.strip():
             raise InvalidOptionsError(
                 f"model must be a string without surrounding whitespace, got {model!r}"
@@ -229,6 +239,7 @@ class OpenAIChatModel:
                 del merged[existing]
             merged[header] = header_value
         self._model = model
+        self._provider_name = provider_name
         self._api_key = key
         self._base_url = base
         self._url = url
@@ -255,6 +266,12 @@ class OpenAIChatModel:
     def model(self) -> str:
         """The model used when a request's options name none (may be ``""``)."""
         return self._model
+
+    @property
+    def provider_name(self) -> str:
+        """Who serves the API (``"openai"`` unless given): what ``scope.otel`` reports as
+        ``gen_ai.provider.name`` (e.g. ``"deepseek"``, ``"groq"`` for those servers)."""
+        return self._provider_name
 
     @property
     def base_url(self) -> str:
