@@ -901,3 +901,128 @@ async def test_history_spans_parent_a_chat_span_started_inside(
     (read,) = history_spans.get_finished_spans()
     chat = tel.span()
     assert chat.parent is not None and chat.parent.span_id == read.context.span_id
+
+
+# -- history outcomes through the Middleware ----------------------------------------------
+
+
+def _final(text: str) -> Response:
+    return Response(Output(assistant_message(text), FinishReason.STOP))
+
+
+def history_span(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == name]
+    return span
+
+
+@pytest.mark.anyio
+async def test_middleware_traces_a_committed_turn(history_spans: InMemorySpanExporter) -> None:
+    store = Store()
+    await (
+        Middleware(store, store, "traced")
+        .call(ScriptedModel(_final("a")))
+        .call(Request([user_message("q")]))
+    )
+    read = history_span(history_spans, "scope.history.read")
+    assert attrs(read) == {
+        "gen_ai.conversation.id": "traced",
+        "scope.history.messages": 0,
+        "scope.history.length": 0,
+        "scope.history.closed": False,
+    }
+    commit = history_span(history_spans, "scope.history.commit")
+    assert attrs(commit)["scope.history.outcome"] == "committed"
+    assert attrs(commit)["scope.history.batch.size"] == 2
+    assert attrs(commit)["scope.history.expected_length"] == 0
+    assert commit.status.status_code is StatusCode.UNSET
+
+
+@pytest.mark.anyio
+async def test_middleware_traces_a_tool_pause(history_spans: InMemorySpanExporter) -> None:
+    store = Store()
+    calls = Response(Output(assistant_message(tool_call_part("c1", "f")), FinishReason.TOOL_CALLS))
+    stream = (
+        Middleware(store, store, "traced")
+        .stream(ScriptedModel(calls))
+        .stream(Request([user_message("q")]))
+    )
+    await collect(stream)
+    commit = history_span(history_spans, "scope.history.commit")
+    assert attrs(commit)["scope.history.outcome"] == "tool_pause"
+    assert "scope.history.append_id" not in attrs(commit)
+
+
+@pytest.mark.anyio
+async def test_middleware_traces_a_turn_lost_to_another(
+    history_spans: InMemorySpanExporter,
+) -> None:
+    store = Store()
+
+    class Interloper:
+        async def call(self, request: Request) -> Response:
+            await store.append(
+                Batch("traced", "other", [user_message("x"), assistant_message("y")])
+            )
+            return _final("late")
+
+    with pytest.raises(CommitError):
+        await (
+            Middleware(store, store, "traced").call(Interloper()).call(Request([user_message("q")]))
+        )
+    commit = history_span(history_spans, "scope.history.commit")
+    assert attrs(commit)["scope.history.outcome"] == "history_changed"
+    assert commit.status.status_code is StatusCode.ERROR
+
+
+@pytest.mark.anyio
+async def test_middleware_traces_a_closed_conversation(
+    history_spans: InMemorySpanExporter,
+) -> None:
+    store = Store()
+    await store.clear("traced")
+    model = ScriptedModel(_final("never"))
+    with pytest.raises(ConversationClosedError):
+        await Middleware(store, store, "traced").call(model).call(Request([user_message("q")]))
+    assert model.requests == []
+    read = history_span(history_spans, "scope.history.read")
+    assert attrs(read)["scope.history.closed"] is True
+    commit = history_span(history_spans, "scope.history.commit")
+    assert attrs(commit)["scope.history.outcome"] == "closed"
+    assert "scope.history.batch.size" not in attrs(commit)
+
+
+@pytest.mark.anyio
+async def test_middleware_traces_a_failed_and_a_cancelled_append(
+    history_spans: InMemorySpanExporter,
+) -> None:
+    store = Store()
+
+    class Broken:
+        async def append(self, batch: Batch) -> Any:
+            raise StoreError("disk on fire")
+
+    with pytest.raises(CommitError):
+        await (
+            Middleware(store, Broken(), "traced")
+            .call(ScriptedModel(_final("a")))
+            .call(Request([user_message("q")]))
+        )
+    assert (
+        attrs(history_span(history_spans, "scope.history.commit"))["scope.history.outcome"]
+        == "failed"
+    )
+    history_spans.clear()
+
+    class Slow:
+        async def append(self, batch: Batch) -> Any:
+            await anyio.sleep(10)
+
+    with anyio.move_on_after(0.05):
+        await (
+            Middleware(store, Slow(), "traced")
+            .call(ScriptedModel(_final("a")))
+            .call(Request([user_message("q")]))
+        )
+    commit = history_span(history_spans, "scope.history.commit")
+    assert attrs(commit)["scope.history.outcome"] == "cancelled"
+    assert commit.status.status_code is StatusCode.UNSET

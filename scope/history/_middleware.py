@@ -31,6 +31,7 @@ from scope.errors import (
     InvalidResponseError,
     StoreError,
 )
+from scope.history import _trace
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, ViewReader, Writer, implements
@@ -316,23 +317,27 @@ class Middleware:
         cid = self._conversation_id
         expected: int | None = None
         stored: Any
-        if implements(reader, ViewReader):
-            view: object = await reader.read_view(cid)  # type: ignore[attr-defined]
-            if not isinstance(view, HistoryView):
-                raise StoreError(
-                    f"read_view of conversation {str(cid)!r} returned "
-                    f"{type(view).__name__}, not a HistoryView"
-                )
-            if view.closed:
-                raise ConversationClosedError(
-                    f"conversation {str(cid)!r} is closed (cleared): the turn cannot be "
-                    "stored, so the model was not called"
-                )
-            stored = view.messages
-            if self._exclusive_turns:
-                expected = view.length
-        else:
-            stored = await reader.read(cid)
+        with _trace.read_span(cid) as span:
+            if implements(reader, ViewReader):
+                view: object = await reader.read_view(cid)  # type: ignore[attr-defined]
+                if not isinstance(view, HistoryView):
+                    raise StoreError(
+                        f"read_view of conversation {str(cid)!r} returned "
+                        f"{type(view).__name__}, not a HistoryView"
+                    )
+                span.read(len(view.messages), length=view.length, closed=view.closed)
+                if view.closed:
+                    with _trace.commit_span(cid):  # the trace says why nothing was stored
+                        raise ConversationClosedError(
+                            f"conversation {str(cid)!r} is closed (cleared): the turn "
+                            "cannot be stored, so the model was not called"
+                        )
+                stored = view.messages
+                if self._exclusive_turns:
+                    expected = view.length
+            else:
+                stored = await reader.read(cid)
+                span.read(len(stored))
         # The replay is checked once per stored message, not once per call (_replay.py);
         # the prefix and the open turn are the caller's already-validated request.
         replay = replays.replay(cid, stored)
@@ -358,6 +363,25 @@ class Middleware:
             (*turn, output.message),
             expected_length,
         )
+
+    async def _commit(
+        self,
+        turn: tuple[Message, ...],
+        response: Response,
+        expected_length: int | None,
+        pending: list[Batch],
+    ) -> None:
+        """Complete the turn (``_completed``) and append its batch (``_append``), in a
+        ``scope.history.commit`` trace span; the batch goes into ``pending`` before the
+        append, so a cancellation during it can be reported with the batch."""
+        with _trace.commit_span(self._conversation_id) as span:
+            batch = self._completed(turn, response, expected_length)
+            if batch is None:
+                span.outcome(_trace.CommitOutcome.TOOL_PAUSE)
+                return
+            pending.append(batch)
+            span.batch(batch)
+            await self._append(batch, response)
 
     async def _append(self, batch: Batch, response: Response) -> None:
         """Append the batch and check its receipt; failures become ``CommitError``.
@@ -423,21 +447,22 @@ class _HistoryModel:
     async def call(self, request: Request) -> Response:
         mw = self.middleware
         prefix, turn = split_request(request)
+        cid = mw._conversation_id
+        _trace.annotate_conversation(cid)
         response: Response | None = None
-        batch: Batch | None = None
+        pending: list[Batch] = []
         try:
             downstream, expected = await mw._downstream(request, prefix, turn)
-            returned = await self.next.call(downstream)
+            with _trace.conversation(cid):
+                returned = await self.next.call(downstream)
             if not isinstance(returned, Response):
                 raise InvalidResponseError(
                     f"the model returned {type(returned).__name__}, not a Response"
                 )
             response = returned
-            batch = mw._completed(turn, response, expected)
-            if batch is not None:
-                await mw._append(batch, response)
+            await mw._commit(turn, response, expected, pending)
         except BaseException as exc:
-            mw._report_failure(turn, response, exc, batch)
+            mw._report_failure(turn, response, exc, pending[0] if pending else None)
             raise
         return response
 
@@ -457,10 +482,12 @@ class _HistoryStreamer:
         mw = self.middleware
         prefix, turn = split_request(request)  # on first iteration, like every Streamer
         accumulator = ResponseAccumulator()
-        batch: Batch | None = None
+        pending: list[Batch] = []
+        cid = mw._conversation_id
         try:
             downstream, expected = await mw._downstream(request, prefix, turn)
-            inner = self.next.stream(downstream)
+            with _trace.conversation(cid):  # a synchronous call: never held across a yield
+                inner = self.next.stream(downstream)
             try:
                 async for chunk in inner:
                     accumulator.add(chunk)
@@ -472,12 +499,10 @@ class _HistoryStreamer:
             response = accumulator.response()
             if response is None:
                 raise InvalidResponseError("the stream ended without any chunk")
-            batch = mw._completed(turn, response, expected)
-            if batch is not None:
-                await mw._append(batch, response)
+            await mw._commit(turn, response, expected, pending)
         except GeneratorExit:
             mw._report(turn, accumulator.response(), IncompleteReason.STOPPED, None)
             raise
         except BaseException as exc:
-            mw._report_failure(turn, accumulator.response(), exc, batch)
+            mw._report_failure(turn, accumulator.response(), exc, pending[0] if pending else None)
             raise

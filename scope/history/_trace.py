@@ -1,7 +1,8 @@
 """Tracing hooks for the history ``Middleware``: short spans for the read and the commit.
 
-Dependency-free: OpenTelemetry is imported on first use, once; without it (or with no
-SDK installed) every hook is a near no-op. Spans go to the **global** tracer provider
+Dependency-free: OpenTelemetry is imported on first use, once; without it, or while the
+global tracer provider is still the API's proxy or a no-op one (no SDK configured), every
+hook is a near no-op: a type check, no span. Spans go to the **global** tracer provider
 (instrumentation scope ``scope.history``).
 
 Chosen form: **short spans**, not span events, so a trace shows how long the store took
@@ -93,17 +94,22 @@ def _otel() -> Any:
 
             api = _Api(trace, otel_context, trace.get_tracer("scope.history", __version__))
         _api = api
+    if api is not None and isinstance(api.trace.get_tracer_provider(), api.idle):
+        return None  # no SDK configured (yet): spans would record nothing
     return api
 
 
 @final
 class _Api:
-    __slots__ = ("context", "trace", "tracer")
+    __slots__ = ("context", "idle", "trace", "tracer")
 
     def __init__(self, trace: Any, context: Any, tracer: Any) -> None:
         self.trace = trace
         self.context = context
         self.tracer = tracer
+        # The global provider before an SDK is set, or one that never records: the hooks
+        # then cost a type check, not a no-op span each.
+        self.idle = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 def current_conversation() -> str | None:
