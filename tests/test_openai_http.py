@@ -50,7 +50,7 @@ from scope.errors import (
     RateLimitError,
     UnsupportedOptionError,
 )
-from scope.models import openai as openai_module
+from scope.models import _http
 from scope.models.openai import OpenAIChatModel
 from tests.openai_server import (
     TRANSCRIPTS,
@@ -658,7 +658,7 @@ def test_every_httpx_error_is_mapped() -> None:
             exc = httpx.HTTPStatusError("boom", request=request, response=response)
         else:
             exc = cls("boom")
-        mapped = openai_module._map_transport_error(exc)
+        mapped = _http.map_transport_error(exc)
         expected: type[Exception]
         if issubclass(cls, httpx.TimeoutException):
             expected = ProviderTimeoutError

@@ -45,9 +45,10 @@ from scope.errors import (
 from scope.jsonvalue import RawJSON
 from scope.media import Media
 from scope.models import _sse
+from scope.models._http import retry_after as _retry_after
 from scope.models._openai_wire import ChunkMapper, build_body, parse_completion
 from scope.models._sse import SSEDecoder
-from scope.models.openai import OpenAIChatModel, _retry_after
+from scope.models.openai import OpenAIChatModel
 from tests.openai_server import check_request_body
 
 WEATHER = ToolDefinition(
