@@ -34,23 +34,19 @@ import httpx
 import orjson
 
 from scope.errors import (
-    AuthenticationError,
-    BadRequestError,
     InvalidOptionsError,
     InvalidResponseError,
     ProviderConnectionError,
     ProviderError,
-    ProviderServerError,
     ProviderTimeoutError,
-    RateLimitError,
 )
+from scope.models._errors import error_for_status
 
 __all__ = [
     "UNSET",
     "HTTPAdapter",
     "close",
     "detail",
-    "error_for_status",
     "fill_origin",
     "map_status_error",
     "map_transport_error",
@@ -305,29 +301,6 @@ def map_transport_error(exc: httpx.HTTPError) -> ProviderError | InvalidResponse
     return ProviderConnectionError(
         f"the connection to the provider failed ({message})", status_code=status
     )
-
-
-def error_for_status(
-    status: int | None,
-    message: str,
-    *,
-    body: Any = None,
-    request_id: str | None = None,
-    retry_after: float | None = None,
-) -> ProviderError:
-    """The provider error class a status stands for: 429 ``RateLimitError``, 401/403
-    ``AuthenticationError``, other 4xx ``BadRequestError``, 5xx ``ProviderServerError``,
-    anything else (``None`` included) the base ``ProviderError``."""
-    kwargs: dict[str, Any] = {"status_code": status, "body": body, "request_id": request_id}
-    if status == 429:
-        return RateLimitError(message, retry_after=retry_after, **kwargs)
-    if status in (401, 403):
-        return AuthenticationError(message, **kwargs)
-    if status is not None and 400 <= status < 500:
-        return BadRequestError(message, **kwargs)
-    if status is not None and status >= 500:
-        return ProviderServerError(message, **kwargs)
-    return ProviderError(message, **kwargs)
 
 
 def map_status_error(

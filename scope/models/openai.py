@@ -44,7 +44,13 @@ field in the protocol: say so in the tool's output text.
 
 **Response mapping.** Text becomes a text part; ``refusal`` a text part with part
 metadata ``{"openai/refusal": true}``; ``reasoning_content`` / ``reasoning`` (DeepSeek,
-vLLM, Ollama, OpenRouter) a reasoning part before the text; ``tool_calls`` tool-call
+vLLM, Ollama, OpenRouter) a reasoning part before the text. ``content`` may also be an
+array of blocks (Mistral's reasoning models, in bodies and stream deltas): its ``text``
+blocks are joined in order into the text part and its ``thinking`` blocks (text, or a
+list of text chunks) into the reasoning part; a block of any other type is an
+``InvalidResponseError``, never dropped. Empty placeholders count as absent (Snowflake
+Cortex): ``"id": ""``, ``"finish_reason": ""`` (not finished), a ``function_call`` with
+an empty name and arguments, ``"type": ""`` on a tool call. ``tool_calls`` tool-call
 parts with arguments verbatim (a call without an id gets ``call_<index>``); finish
 reasons ``stop``, ``length``, ``tool_calls`` (and the legacy ``function_call``) and
 ``content_filter`` map to their ``FinishReason``, any other to ``other``; usage maps
@@ -57,7 +63,10 @@ kept, ``system_fingerprint`` and ``service_tier`` go to the response's extra met
 and yields one valid ``ResponseAccumulator`` delta per server-sent event that carries
 something: text and reasoning deltas, ``ToolCallDelta`` fragments that carry the id and
 name of their ``index`` on every fragment, the finish reason, and the usage snapshot of
-the final usage-only chunk. The stream ends at ``[DONE]`` (after reading the response to
+the final usage-only chunk. A tool call's fragments are held back until both its id
+and its name have arrived (some servers send the id after a first fragment that has
+only the ``index``); a call with no id by the finish reason or ``[DONE]`` gets
+``call_<index>``. The stream ends at ``[DONE]`` (after reading the response to
 its end, so the connection can be reused); a stream that ends without ``[DONE]`` is
 accepted only after a finish reason.
 
@@ -68,8 +77,14 @@ the decoded ``body`` and ``request_id`` (the ``x-request-id`` header): 401/403
 (``status_code`` says which); any other status ``ProviderError``. httpx timeouts become
 ``ProviderTimeoutError``, every other transport failure ``ProviderConnectionError``
 (the httpx error is ``__cause__``). A body or stream event that breaks the protocol
-(not JSON, wrong shapes) is ``InvalidResponseError``; an error object inside a 200 body
-or stream is ``ProviderError``.
+(not JSON, wrong shapes) is ``InvalidResponseError``. An error object inside a 200 body
+or stream (an OpenAI error chunk, Groq's ``event: error`` with a ``status_code``, an
+OpenRouter chunk whose ``error.code`` is a status) gets the class of the status it
+states (a top-level ``status_code``, ``error.status_code`` / ``status`` / numeric
+``code``), else of its ``type`` (``invalid_request_error`` 400, ``authentication_error``
+401, ``rate_limit_exceeded`` 429, ``server_error`` 500, ``overloaded_error`` 529, ...),
+else the base ``ProviderError``; ``status_code`` is the stated status, or the HTTP
+status (200) when none was stated. It is never retried.
 
 **Retries.** 429, 5xx and connection failures (including connect timeouts, but no other
 timeout) are retried up to ``max_retries`` times with exponential backoff and jitter
