@@ -543,11 +543,11 @@ def parse_message(data: bytes) -> Response:
                     Part(PartKind.REASONING, signature=data_text.encode("utf-8"), metadata=meta)
                 )
             elif kind == "tool_use":
-                call = ToolCall(
-                    _str(block, "id", here),
-                    _str(block, "name", here),
-                    _arguments_text(block.get("input"), f"{here}.input"),
-                )
+                arguments = _arguments_text(block.get("input"), f"{here}.input")
+                try:
+                    call = ToolCall(_str(block, "id", here), _str(block, "name", here), arguments)
+                except ScopeError as exc:
+                    raise InvalidResponseError(f"{here}: {exc}") from exc
                 parts.append(Part(PartKind.TOOL_CALL, tool_call=call))
             # server_tool_use, server tool results and other blocks are the server's own
             # business: never client tool calls, not carried.
