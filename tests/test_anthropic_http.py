@@ -592,6 +592,20 @@ async def test_an_early_stop_closes_the_connection(server: AnthropicServer) -> N
 
 
 @pytest.mark.anyio
+async def test_cancellation_mid_stream_closes_the_connection(server: AnthropicServer) -> None:
+    server.script(*load_transcript("stream_early_stop"))
+    model, _ = make_model(server)
+    texts: list[str] = []
+    async with model:
+        with anyio.move_on_after(0.3) as scope:
+            async for chunk in model.stream(Request([user_message("Count")])):
+                texts.append(chunk.text)  # the server holds after " two"
+        assert scope.cancelled_caught
+        assert await anyio.to_thread.run_sync(server.closed_by_client.wait, 10)
+    assert "".join(texts) == "one two"
+
+
+@pytest.mark.anyio
 async def test_a_server_that_ignores_stream_true(server: AnthropicServer) -> None:
     server.script(*load_transcript("text"))
     model, _ = make_model(server)

@@ -309,6 +309,17 @@ def test_the_thinking_extension_wins_over_reasoning_effort() -> None:
     assert body["max_tokens"] == 4096  # no budget from reasoning_effort
 
 
+def test_the_thinking_extensions_budget_shapes_max_tokens() -> None:
+    thinking = {"type": "enabled", "budget_tokens": 10000}
+    body = body_of(hello(extensions={"anthropic/thinking": thinking}))
+    check_request_body(body)
+    assert body["thinking"] == thinking and body["max_tokens"] == 4096 + 10000
+    with pytest.raises(
+        UnsupportedOptionError, match="extension 'anthropic/thinking' is a thinking budget"
+    ):
+        body_of(hello(max_tokens=10000, extensions={"anthropic/thinking": thinking}))
+
+
 def test_unknown_reasoning_effort_is_refused() -> None:
     with pytest.raises(UnsupportedOptionError, match="'max' has no Anthropic thinking budget"):
         body_of(hello(reasoning_effort="max"))
@@ -489,12 +500,13 @@ def test_public_surface() -> None:
 
     assert module.__all__ == [
         "API_VERSION",
+        "AnthropicModel",
         "DEFAULT_BASE_URL",
         "DEFAULT_MAX_TOKENS",
         "DEFAULT_TIMEOUT",
         "REASONING_BUDGETS",
-        "AnthropicModel",
     ]
+    assert AnthropicModel.__module__ == "scope.models.anthropic"
 
 
 # ---------------------------------------------------------------------------- responses

@@ -139,8 +139,16 @@ def _options(options: Options, body: dict[str, Any], system: list[dict[str, Any]
     extensions = options.extensions.namespace("anthropic")
     budget = None
     effort = options.reasoning_effort
-    if effort and "thinking" not in extensions:
-        # The extension, when present, is the thinking configuration: it wins.
+    source = f"reasoning_effort {effort!r}"
+    thinking = extensions.get("thinking")
+    if thinking is not None:
+        # The extension, when present, is the thinking configuration: it wins. Its
+        # budget still shapes max_tokens (the default grows by it; a set one must exceed it).
+        value = thinking.value()
+        if isinstance(value, dict) and type(value.get("budget_tokens")) is int:
+            budget = value["budget_tokens"]
+            source = "the extension 'anthropic/thinking'"
+    elif effort:
         if effort == "none":
             body["thinking"] = {"type": "disabled"}
         elif effort in REASONING_BUDGETS:
@@ -155,8 +163,8 @@ def _options(options: Options, body: dict[str, Any], system: list[dict[str, Any]
     if options.max_tokens is not None:
         if budget is not None and options.max_tokens <= budget:
             raise UnsupportedOptionError(
-                f"reasoning_effort {effort!r} is a thinking budget of {budget} tokens, which "
-                f"the Anthropic Messages API needs below max_tokens ({options.max_tokens})"
+                f"{source} is a thinking budget of {budget} tokens, which the Anthropic "
+                f"Messages API needs below max_tokens ({options.max_tokens})"
             )
         body["max_tokens"] = options.max_tokens
     else:

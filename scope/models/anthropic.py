@@ -43,10 +43,11 @@ reasoning block directly after another reasoning block with the same metadata al
 **Options** are ``default_options.resolve(request.options)``; the model is
 ``options.model`` or the constructor's ``model``. ``max_tokens`` (required by the API)
 is ``options.max_tokens``, else ``DEFAULT_MAX_TOKENS`` (4096) plus the thinking budget
-if any; temperature (0 to 1 here), ``top_p``, ``top_k`` and ``stop`` (as
-``stop_sequences``) keep their meaning. ``reasoning_effort`` maps to ``thinking`` when
-the extension ``anthropic/thinking`` is absent (that extension is the ``thinking``
-object, verbatim, and wins):
+if any (from ``reasoning_effort`` or the ``budget_tokens`` of ``anthropic/thinking``; a
+``max_tokens`` not above that budget is refused); temperature (0 to 1 here), ``top_p``,
+``top_k`` and ``stop`` (as ``stop_sequences``) keep their meaning. ``reasoning_effort``
+maps to ``thinking`` when the extension ``anthropic/thinking`` is absent (that extension
+is the ``thinking`` object, verbatim, and wins):
 
 =============  ===============================================
 ``none``       ``{"type": "disabled"}``
@@ -128,11 +129,11 @@ from scope.models._sse import SSEDecoder
 
 __all__ = [
     "API_VERSION",
+    "AnthropicModel",
     "DEFAULT_BASE_URL",
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_TIMEOUT",
     "REASONING_BUDGETS",
-    "AnthropicModel",
 ]
 
 #: Where requests go unless ``base_url`` or ``ANTHROPIC_BASE_URL`` says otherwise
