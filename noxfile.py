@@ -16,13 +16,14 @@ BENCHMARKS = [
     "benchmarks/bench_stores.py",
     "benchmarks/bench_openai.py",
     "benchmarks/bench_otel.py",
+    "benchmarks/bench_anthropic.py",
 ]
 
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The test suite (server tests skip unless SCOPE_TEST_* servers are reachable)."""
-    session.install("-e", ".[test,postgres,redis,openai]")
+    session.install("-e", ".[test,postgres,redis,openai,anthropic]")
     session.run("pytest", *session.posargs)
 
 
@@ -46,12 +47,13 @@ def bench(session: nox.Session) -> None:
     """Every benchmark, competitors included (they are never runtime dependencies)."""
     session.install(
         "-e",
-        ".[postgres,redis,openai,otel]",
+        ".[postgres,redis,openai,otel,anthropic]",
         "opentelemetry-sdk",
         "langchain-core",
         "pydantic-ai-slim",
         "openai",
         "openai-agents",
+        "anthropic",
     )
     for script in session.posargs or BENCHMARKS:
         session.run("python", script)

@@ -18,6 +18,10 @@ queue is empty). An exchange is ``{"status": 200, "headers": {...}}`` plus one o
   records that in ``closed_by_client``;
 - ``"stall": true``: answer nothing until the server stops (for timeouts).
 
+With ``"named_events": true`` every object of an ``sse`` body is preceded by an
+``event: <its "type">`` line (the Anthropic Messages API's framing;
+tests/anthropic_server.py sets it).
+
 With ``"burst": true`` an ``sse`` body (no control items) goes out in one write instead
 of one write per event (benchmarks use it to measure the client, not the server).
 
@@ -58,8 +62,12 @@ def load_transcript(name: str) -> list[dict[str, Any]]:
     return exchanges
 
 
-def sse_body(items: list[Any]) -> list[bytes]:
-    """The wire pieces of an ``sse`` item list (control items are kept as objects)."""
+def sse_body(items: list[Any], *, named: bool = False) -> list[bytes]:
+    """The wire pieces of an ``sse`` item list (control items are kept as objects).
+
+    ``named``: each object goes out with an ``event: <its "type">`` line first, as the
+    Anthropic Messages API sends them.
+    """
     pieces: list[Any] = []
     for item in items:
         if isinstance(item, str):
@@ -68,7 +76,8 @@ def sse_body(items: list[Any]) -> list[bytes]:
             pieces.append(item)
         else:
             text = json.dumps(item, separators=(",", ":"), ensure_ascii=False)
-            pieces.append(f"data: {text}\n\n".encode())
+            event = f"event: {item['type']}\n" if named else ""
+            pieces.append(f"{event}data: {text}\n\n".encode())
     return pieces
 
 
@@ -146,7 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _sse(self, status: int, headers: dict[str, str], exchange: dict[str, Any]) -> None:
         pieces = exchange.get("_pieces")
         if pieces is None:
-            pieces = sse_body(exchange["sse"])
+            pieces = sse_body(exchange["sse"], named=exchange.get("named_events", False))
         self.send_response(status)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Transfer-Encoding", "chunked")
@@ -221,7 +230,7 @@ class OpenAIServer:
     def serve_repeatedly(self, exchange: dict[str, Any]) -> None:
         """Answer every request not otherwise scripted with ``exchange`` (pre-encoded)."""
         if "sse" in exchange:
-            pieces = sse_body(exchange["sse"])
+            pieces = sse_body(exchange["sse"], named=exchange.get("named_events", False))
             exchange = {**exchange, "_pieces": pieces}
             if exchange.get("burst"):
                 exchange["_wire"] = _burst(pieces)

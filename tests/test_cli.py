@@ -58,6 +58,11 @@ def _env(tmp_path: pathlib.Path, extra: Mapping[str, str] | None = None) -> dict
     env["TMPDIR"] = str(tmp_path)
     env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
     env["PYTHONIOENCODING"] = "utf-8"
+    # The subprocess imports the scope under test (this source tree), as pytest does
+    # (pythonpath = ["."]), not whichever copy is installed in the environment.
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(pathlib.Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
     env.update(extra or {})
     return env
 

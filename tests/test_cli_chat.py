@@ -48,6 +48,11 @@ def _env(tmp_path: pathlib.Path) -> dict[str, str]:
         if not key.startswith(("SCOPE_", "OPENAI_")) and key != "XDG_DATA_HOME"
     }
     env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    # The subprocess imports the scope under test (this source tree), as pytest does
+    # (pythonpath = ["."]), not whichever copy is installed in the environment.
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(pathlib.Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
     env["OPENAI_API_KEY"] = "sk-test"
     env["PYTHONIOENCODING"] = "utf-8"
     return env
@@ -313,3 +318,104 @@ def test_chat_session_reports_a_turn_lost_to_another_session_and_a_clear(
             assert Interloper.calls == 1
 
     asyncio.run(run())
+
+
+def anthropic_answer(*pieces: str) -> dict[str, Any]:
+    """A streamed Anthropic Messages answer whose text arrives in ``pieces``."""
+    usage = {"input_tokens": 9, "output_tokens": 1}
+    message = {
+        "id": "msg_cli",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-cli-1",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    items: list[Any] = [
+        {"type": "message_start", "message": message},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "ping"},
+    ]
+    items.extend(
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
+        for p in pieces
+    )
+    items.append({"type": "content_block_stop", "index": 0})
+    items.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": len(pieces)},
+        }
+    )
+    items.append({"type": "message_stop"})
+    return {"status": 200, "sse": items}
+
+
+def test_chat_with_the_anthropic_provider(tmp_path: pathlib.Path) -> None:
+    from tests.anthropic_server import AnthropicServer, check_request_body
+
+    env = {k: v for k, v in _env(tmp_path).items() if not k.startswith("ANTHROPIC_")}
+    env["ANTHROPIC_API_KEY"] = "sk-ant-cli"
+    with AnthropicServer() as server:
+        server.script(anthropic_answer("Bon", "jour!"), anthropic_answer("Paris."))
+        proc = subprocess.run(
+            [
+                *(sys.executable, "-m", "scope", "chat", "--provider", "anthropic"),
+                *("--base-url", server.base_url, "--model", "claude-cli-1"),
+                *("--system", "Be terse."),
+            ],
+            input="Hi\nCapital of France?\n",
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Bonjour!\nParis.\n"
+    notes = proc.stderr.splitlines()
+    cid = notes[0].split(": ")[1]
+    assert notes[1].startswith(f"model: claude-cli-1 at {server.base_url}; store: ")
+    path = tmp_path / "xdg" / "scope" / "chat.sqlite3"
+    assert stored(path) == {
+        cid: [
+            (Role.USER, "Hi"),
+            (Role.ASSISTANT, "Bonjour!"),
+            (Role.USER, "Capital of France?"),
+            (Role.ASSISTANT, "Paris."),
+        ]
+    }
+    first, second = server.requests
+    assert first.path == "/v1/messages" and first.headers["x-api-key"] == "sk-ant-cli"
+    assert second.body["system"] == [{"type": "text", "text": "Be terse."}]
+    assert [(m["role"], m["content"][0]["text"]) for m in second.body["messages"]] == [
+        ("user", "Hi"),
+        ("assistant", "Bonjour!"),
+        ("user", "Capital of France?"),
+    ]
+    for recorded in server.requests:
+        check_request_body(recorded.body)
+
+
+def test_chat_without_the_anthropic_adapter_is_one_line(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scope.cli import main
+
+    monkeypatch.setitem(sys.modules, "scope.models.anthropic", None)  # import fails
+    status = main(["chat", "--provider", "anthropic", "--store", sqlite_url(tmp_path / "c.db")])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err.startswith("scope: error: scope chat needs the Anthropic adapter's dependencies")
+    assert err.endswith("install them with: pip install 'scope[anthropic]'\n")
+
+
+def test_chat_refuses_an_unknown_provider(capsys: pytest.CaptureFixture[str]) -> None:
+    from scope.cli import main
+
+    assert main(["chat", "--provider", "gemini"]) == 2
+    assert "invalid choice: 'gemini'" in capsys.readouterr().err

@@ -137,6 +137,15 @@ EXPECTED: dict[str, list[str]] = {
     "scope.jsonvalue": ["RawJSON", "coerce_raw_json"],
     "scope.metadata": ["Extensions", "Metadata"],
     "scope.media": ["Media", "Source", "SourceKind"],
+    "scope.models.openai": ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "OpenAIChatModel"],
+    "scope.models.anthropic": [
+        "API_VERSION",
+        "AnthropicModel",
+        "DEFAULT_BASE_URL",
+        "DEFAULT_MAX_TOKENS",
+        "DEFAULT_TIMEOUT",
+        "REASONING_BUDGETS",
+    ],
     "scope.otel": ["SEMCONV_VERSION", "Tracing", "tracing"],
     "scope.codec": [
         "converter",

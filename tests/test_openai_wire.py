@@ -22,6 +22,7 @@ from scope.chat import (
     Response,
     ResponseAccumulator,
     ToolCall,
+    ToolCallDelta,
     ToolDefinition,
     ToolOutput,
     ToolResult,
@@ -36,18 +37,23 @@ from scope.chat import (
     user_message,
 )
 from scope.errors import (
+    AuthenticationError,
+    BadRequestError,
     InvalidOptionsError,
     InvalidRequestError,
     InvalidResponseError,
     ProviderError,
+    ProviderServerError,
+    RateLimitError,
     UnsupportedOptionError,
 )
 from scope.jsonvalue import RawJSON
 from scope.media import Media
 from scope.models import _sse
+from scope.models._http import retry_after as _retry_after
 from scope.models._openai_wire import ChunkMapper, build_body, parse_completion
 from scope.models._sse import SSEDecoder
-from scope.models.openai import OpenAIChatModel, _retry_after
+from scope.models.openai import OpenAIChatModel
 from tests.openai_server import check_request_body
 
 WEATHER = ToolDefinition(
@@ -676,13 +682,42 @@ def test_a_repeated_name_is_fine_and_a_changed_one_is_not() -> None:
 @pytest.mark.parametrize(
     ("events", "match"),
     [
-        ([chunk({"tool_calls": [fragment(0, "a")]})], "has no name"),
+        (
+            [chunk({"tool_calls": [fragment(0, "a")]}), chunk(finish="tool_calls")],
+            "index 0 never got a name",
+        ),
+        ([chunk({"tool_calls": [fragment(0, "a")]}), b"[DONE]"], "index 0 never got a name"),
+        (
+            [
+                chunk({"tool_calls": [fragment(0, "a")]}),
+                chunk({"tool_calls": [fragment(0, "b", "f")]}),
+            ],
+            "changed its id from 'a' to 'b' before its name arrived",
+        ),
+        (
+            [
+                chunk({"tool_calls": [fragment(0, None, "f")]}),
+                chunk({"tool_calls": [fragment(0, None, "g")]}),
+            ],
+            "changed its name from 'f' to 'g'",
+        ),
         ([chunk({"tool_calls": [{"index": "0"}]})], "index must be an integer"),
         ([chunk(finish="stop"), chunk({"content": "late"})], "after the finish_reason"),
         ([b"[DONE]", chunk({"content": "late"})], "after \\[DONE\\]"),
         ([b"{oops"], "not valid JSON"),
         ([b'"text"'], "must be an object"),
-        ([chunk({"content": ["x"]})], "delta.content must be a string"),
+        ([chunk({"content": ["x"]})], r"delta.content\[0\] must be an object"),
+        ([chunk({"content": 7})], "delta.content must be a string, an array of content blocks"),
+        ([chunk({"content": [{"type": "image_url"}]})], r"content\[0\].type must be 'text' or"),
+        (
+            [chunk({"content": [{"type": "thinking", "thinking": 3}]})],
+            r"content\[0\].thinking must be a string or an array of text chunks",
+        ),
+        (
+            [chunk({"content": [{"type": "thinking", "thinking": [{"type": "ref"}]}]})],
+            r"thinking\[0\].type must be 'text'",
+        ),
+        ([chunk({"content": [{"type": "text", "text": 1}]})], r"content\[0\].text must be"),
         ([chunk(usage={"prompt_tokens": "9"})], "prompt_tokens"),
         ([chunk(choices="x")], "choices must be an array"),
     ],
@@ -696,10 +731,47 @@ def test_malformed_chunks(events: list[bytes], match: str) -> None:
 
 def test_an_error_event_is_a_provider_error() -> None:
     mapper = ChunkMapper()
-    with pytest.raises(ProviderError, match="overloaded"):
+    with pytest.raises(ProviderError, match="overloaded") as info:
         mapper.map("message", b'{"error": {"message": "overloaded"}}')
-    with pytest.raises(ProviderError, match="no message"):
+    assert type(info.value) is ProviderError and info.value.status_code is None
+    with pytest.raises(ProviderError, match="no message") as info:
         ChunkMapper().map("error", b'{"detail": 1}')
+    assert type(info.value) is ProviderError
+
+
+@pytest.mark.parametrize(
+    ("error", "extra", "cls", "status"),
+    [
+        ({"message": "m", "code": 400}, {}, BadRequestError, 400),
+        ({"message": "m", "code": "429"}, {}, RateLimitError, 429),
+        ({"message": "m", "code": 502}, {}, ProviderServerError, 502),
+        (
+            {"message": "m", "type": "invalid_request_error"},
+            {"status_code": 401},
+            AuthenticationError,
+            401,
+        ),  # Groq
+        ({"message": "m", "status_code": 403}, {}, AuthenticationError, 403),
+        ({"message": "m", "status": 404}, {}, BadRequestError, 404),
+        ({"message": "m", "type": "invalid_request_error"}, {}, BadRequestError, None),
+        ({"message": "m", "type": "rate_limit_exceeded"}, {}, RateLimitError, None),
+        ({"message": "m", "code": "rate_limit_exceeded"}, {}, RateLimitError, None),
+        ({"message": "m", "type": "server_error"}, {}, ProviderServerError, None),
+        ({"message": "m", "type": "overloaded_error"}, {}, ProviderServerError, None),
+        ({"message": "m", "code": 700, "type": "mystery"}, {}, ProviderError, None),
+        ({"message": "m", "code": True}, {}, ProviderError, None),
+    ],
+)
+def test_an_embedded_error_code_picks_the_class(
+    error: dict[str, Any], extra: dict[str, Any], cls: type[ProviderError], status: int | None
+) -> None:
+    data = orjson.dumps({"error": error, **extra})
+    with pytest.raises(ProviderError, match="mid-stream: m") as info:
+        ChunkMapper().map("error", data)
+    assert type(info.value) is cls and info.value.status_code == status
+    with pytest.raises(ProviderError, match="with an error: m") as info:
+        parse_completion(data)
+    assert type(info.value) is cls and info.value.status_code == status
 
 
 def test_refusal_deltas_merge_into_one_marked_part() -> None:
@@ -710,6 +782,142 @@ def test_refusal_deltas_merge_into_one_marked_part() -> None:
     assert response.output is not None and response.output.message is not None
     (part,) = response.output.message.parts
     assert part.text == "I can't." and part.metadata.decode("openai/refusal") is True
+
+
+def test_late_tool_call_ids_are_reconciled_by_index() -> None:
+    mapper = ChunkMapper()
+    # The first fragments have only an index (and arguments): held back, nothing yet.
+    first = mapper.map("message", chunk({"tool_calls": [{"index": 0}]}))
+    assert first is not None and first.output is None  # the id and model only
+    assert mapper.map("message", chunk({"tool_calls": [fragment(0, args='{"ci')]})) is None
+    late = mapper.map("message", chunk({"tool_calls": [fragment(0, "call_a", "f", 'ty"')]}))
+    assert late is not None and late.output is not None and late.output.message is not None
+    (part,) = late.output.message.parts
+    assert part.tool_call_delta == ToolCallDelta("call_a", "f", '{"city"')
+    after = mapper.map("message", chunk({"tool_calls": [fragment(0, "", None, ': "P"}')]}))
+    assert after is not None and after.output is not None and after.output.message is not None
+    assert after.output.message.parts[0].tool_call_delta == ToolCallDelta("call_a", "f", ': "P"}')
+
+
+def test_a_name_first_then_the_id() -> None:
+    response = run_chunks(
+        chunk({"tool_calls": [fragment(0, None, "f", "{")]}),
+        chunk({"tool_calls": [fragment(1, None, "g", "[")]}),
+        chunk({"tool_calls": [fragment(1, "id_g", None, "]")]}),
+        chunk({"tool_calls": [fragment(0, "id_f", None, "}")]}, "tool_calls"),
+    )
+    assert response.output is not None and response.output.message is not None
+    assert response.output.message.tool_calls == (
+        ToolCall("id_g", "g", "[]"),
+        ToolCall("id_f", "f", "{}"),
+    )
+
+
+def test_calls_held_back_are_flushed_at_done_without_a_finish_reason() -> None:
+    mapper = ChunkMapper()
+    held = mapper.map("message", chunk({"tool_calls": [fragment(2, None, "f", "{}")]}))
+    assert held is not None and held.output is None
+    flushed = mapper.map("message", b"[DONE]")
+    assert flushed is not None and flushed.output is not None
+    assert flushed.output.message is not None
+    assert flushed.output.message.parts[0].tool_call_delta == ToolCallDelta("call_2", "f", "{}")
+    assert mapper.done
+
+
+def test_content_blocks_in_a_completion() -> None:
+    body = {
+        "id": "cmpl-mistral",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "magistral-medium-latest",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "thinking",
+                            "thinking": [
+                                {"type": "text", "text": "Okay, "},
+                                {"type": "text", "text": "9.8 > 9.11."},
+                            ],
+                        },
+                        {"type": "text", "text": "9.8 is "},
+                        {"type": "thinking", "thinking": " Sure."},
+                        {"type": "text", "text": "larger."},
+                    ],
+                },
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    response = parse_completion(orjson.dumps(body))
+    assert response.output is not None and response.output.message is not None
+    assert response.output.message.parts == (
+        reasoning_part("Okay, 9.8 > 9.11. Sure."),
+        text_part("9.8 is larger."),
+    )
+
+
+def test_content_blocks_in_stream_deltas() -> None:
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "Hmm."}]}
+    response = run_chunks(
+        chunk({"role": "assistant", "content": [thinking]}),
+        chunk({"content": [{"type": "text", "text": "Hi"}]}),
+        chunk({"content": [{"type": "text", "text": " there"}, {"type": "text", "text": "!"}]}),
+        chunk({"content": []}, "stop"),
+    )
+    assert response.output is not None and response.output.message is not None
+    assert response.output.message.parts == (reasoning_part("Hmm."), text_part("Hi there!"))
+
+
+def test_empty_placeholders_are_absent() -> None:
+    placeholders = {
+        "function_call": {"name": "", "arguments": ""},
+        "audio": {},
+        "refusal": "",
+    }
+    body = {
+        "id": "",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "claude-3-5-sonnet",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "Checking.",
+                    **placeholders,
+                    "tool_calls": [
+                        {
+                            "id": "tool_1",
+                            "type": "",
+                            "function": {"name": "f", "arguments": "{}"},
+                            "custom": {},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+    response = parse_completion(orjson.dumps(body))
+    response.validate_complete()
+    assert response.output is not None and response.output.message is not None
+    assert response.output.message.parts == (
+        text_part("Checking."),
+        tool_call_part("tool_1", "f", "{}"),
+    )
+    assert response.metadata is not None and response.metadata.id == ""
+    # In a stream: every chunk says finish_reason "" and carries the placeholders.
+    mapper = ChunkMapper()
+    for delta in ({"content": "Che", **placeholders}, {"content": "cking.", **placeholders}):
+        mapped = mapper.map("message", chunk(delta, "", id=""))
+        assert mapped is not None and not mapper.finished
+    mapper.map("message", chunk({"function_call": {"name": "", "arguments": ""}}, "stop"))
+    assert mapper.finished
 
 
 def test_other_choices_are_not_mapped() -> None:

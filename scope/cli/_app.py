@@ -71,22 +71,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = commands.add_parser(
         "chat",
-        help="chat in the terminal with an OpenAI-compatible model, keeping history",
+        help="chat in the terminal with an OpenAI-compatible or Anthropic model, keeping history",
         description="Read messages from stdin, stream the answers, keep the conversation in "
-        "a history store. /exit or end of input quits. Needs the openai extra. The API key "
-        "is read from $OPENAI_API_KEY.",
+        "a history store. /exit or end of input quits. Needs the openai (or anthropic) "
+        "extra. The API key is read from $OPENAI_API_KEY, or $ANTHROPIC_API_KEY with "
+        "--provider anthropic.",
+    )
+    chat.add_argument(
+        "--provider",
+        choices=["openai", "anthropic"],
+        default="openai",
+        help="openai: any OpenAI-compatible Chat Completions server (default); anthropic: "
+        "the Anthropic Messages API",
     )
     chat.add_argument(
         "--model",
         metavar="NAME",
         default=os.environ.get("SCOPE_MODEL") or None,
-        help="model name (default: $SCOPE_MODEL, else gpt-4o-mini)",
+        help="model name (default: $SCOPE_MODEL, else gpt-4o-mini, or claude-sonnet-4-5 "
+        "with --provider anthropic)",
     )
     chat.add_argument(
         "--base-url",
         metavar="URL",
-        help="API base URL, e.g. http://localhost:11434/v1 "
-        "(default: $OPENAI_BASE_URL, else https://api.openai.com/v1)",
+        help="API base URL, e.g. http://localhost:11434/v1 (default: $OPENAI_BASE_URL, else "
+        "https://api.openai.com/v1; with --provider anthropic, without /v1: "
+        "$ANTHROPIC_BASE_URL, else https://api.anthropic.com)",
     )
     chat.add_argument(
         "--store",
@@ -223,11 +233,12 @@ def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _chat(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from scope.cli._chat import DEFAULT_MODEL, run_chat
+    from scope.cli._chat import DEFAULT_MODELS, run_chat
     from scope.cli._stores import chat_store_url
 
     return run_chat(
-        model_name=args.model or DEFAULT_MODEL,
+        provider=args.provider,
+        model_name=args.model or DEFAULT_MODELS[args.provider],
         base_url=args.base_url,
         store_url=args.store or chat_store_url(os.environ),
         conversation_id=args.conversation,
@@ -249,7 +260,8 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         return (
             f"the Python package {exc.name!r} is not installed; install the matching extra, "
-            "e.g. pip install 'scope[postgres]', 'scope[redis]' or 'scope[openai]'"
+            "e.g. pip install 'scope[postgres]', 'scope[redis]', 'scope[openai]' or "
+            "'scope[anthropic]'"
         )
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, ScopeError):

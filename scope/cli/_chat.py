@@ -1,4 +1,5 @@
-"""``scope chat``: an interactive terminal chat over an OpenAI-compatible server.
+"""``scope chat``: an interactive terminal chat over an OpenAI-compatible server, or the
+Anthropic Messages API with ``--provider anthropic``.
 
 Lines are read from stdin (``/exit`` or end of input quits). Each line is one turn sent
 through the history ``Middleware``, so the conversation is replayed from the store and
@@ -40,12 +41,22 @@ from scope.errors import (
 from scope.history import Batch, ConversationID, Middleware, ViewReader
 
 if TYPE_CHECKING:
+    from scope.models.anthropic import AnthropicModel
     from scope.models.openai import OpenAIChatModel
 
-__all__ = ["DEFAULT_MODEL", "run_chat"]
+__all__ = ["DEFAULT_MODEL", "DEFAULT_MODELS", "PROVIDERS", "run_chat"]
+
+#: The providers ``scope chat --provider`` knows.
+PROVIDERS: Final = ("openai", "anthropic")
 
 #: The model ``scope chat`` asks for unless ``--model`` or ``$SCOPE_MODEL`` names one.
-DEFAULT_MODEL: Final = "gpt-4o-mini"
+DEFAULT_MODELS: Final[dict[str, str]] = {
+    "openai": "gpt-4o-mini",
+    "anthropic": "claude-sonnet-4-5",
+}
+DEFAULT_MODEL: Final = DEFAULT_MODELS["openai"]
+
+_NAMES: Final = {"openai": "OpenAI", "anthropic": "Anthropic"}
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -62,7 +73,7 @@ class _Session:
     def __init__(
         self,
         store: CLIStore,
-        model: OpenAIChatModel,
+        model: OpenAIChatModel | AnthropicModel,
         conversation_id: ConversationID,
         system: str | None,
         out: TextIO,
@@ -168,8 +179,30 @@ def _one_line(exc: BaseException | None) -> str:
     return " ".join(str(exc).split())
 
 
+def _model(
+    provider: str, model_name: str, base_url: str | None
+) -> OpenAIChatModel | AnthropicModel:
+    """The adapter for ``provider``; its API key comes from ``$OPENAI_API_KEY`` or
+    ``$ANTHROPIC_API_KEY``."""
+    try:
+        if provider == "anthropic":
+            from scope.models.anthropic import AnthropicModel
+
+            return AnthropicModel(model_name, base_url=base_url)
+        from scope.models.openai import OpenAIChatModel
+
+        return OpenAIChatModel(model_name, base_url=base_url)
+    except ImportError as exc:
+        raise CLIError(
+            f"scope chat needs the {_NAMES[provider]} adapter's dependencies "
+            f"({exc.name or exc}); "
+            f"install them with: pip install 'scope[{provider}]'"
+        ) from None
+
+
 def run_chat(
     *,
+    provider: str = "openai",
     model_name: str,
     base_url: str | None,
     store_url: str,
@@ -185,15 +218,10 @@ def run_chat(
     (``asyncio.Runner``) for the whole session; stdin is read between turns on the main
     thread, so Ctrl-C always reaches the session.
     """
-    try:
-        from scope.models.openai import OpenAIChatModel
-    except ImportError as exc:
-        raise CLIError(
-            f"scope chat needs the OpenAI adapter's dependencies ({exc.name or exc}); "
-            "install them with: pip install 'scope[openai]'"
-        ) from None
+    if provider not in PROVIDERS:
+        raise CLIError(f"unknown provider {provider!r} (known: {', '.join(PROVIDERS)})", 2)
     cid = ConversationID(conversation_id or f"chat-{uuid.uuid4().hex[:12]}")
-    model = OpenAIChatModel(model_name, base_url=base_url)
+    model = _model(provider, model_name, base_url)
     prepare_sqlite_parent(store_url)
     with asyncio.Runner() as runner:
         store = runner.run(open_cli_store(store_url))

@@ -6,4 +6,6 @@ this package) never imports an HTTP library:
 - ``scope.models.openai.OpenAIChatModel`` (extra ``scope[openai]``): the OpenAI Chat
   Completions wire protocol, spoken by OpenAI and by compatible servers (vLLM, Ollama,
   llama.cpp, DeepSeek, ...).
+- ``scope.models.anthropic.AnthropicModel`` (extra ``scope[anthropic]``): the Anthropic
+  Messages API, spoken natively (no SDK).
 """

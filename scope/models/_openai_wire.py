@@ -21,12 +21,12 @@ from scope.chat._types import FinishReason, OutputFormatType, PartKind, Role
 from scope.errors import (
     InvalidRequestError,
     InvalidResponseError,
-    ProviderError,
     ScopeError,
     UnsupportedOptionError,
 )
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
+from scope.models._errors import embedded_error
 
 __all__ = [
     "REFUSAL_KEY",
@@ -265,8 +265,12 @@ def _assistant(message: Message, where: str) -> dict[str, Any]:
 
 
 def finish_reason(value: object, where: str) -> FinishReason | None:
-    """Map a wire finish reason; unknown strings become ``FinishReason.OTHER``."""
-    if value is None:
+    """Map a wire finish reason; unknown strings become ``FinishReason.OTHER``.
+
+    ``""`` is "not finished", like ``null``: Snowflake Cortex fills every absent field
+    with an empty placeholder, on every chunk of a stream.
+    """
+    if value is None or value == "":
         return None
     if not isinstance(value, str):
         raise InvalidResponseError(f"{where} must be a string or null, got {_kind(value)}")
@@ -304,6 +308,73 @@ def _str(value: object, where: str, key: str) -> str:
     if type(value) is str:
         return value
     raise InvalidResponseError(f"{where}.{key} must be a string or null, got {_kind(value)}")
+
+
+def _block_text(value: object, where: str) -> str:
+    """The text of a thinking block's ``thinking``: a string, or a list of text chunks."""
+    if value is None or type(value) is str:
+        return value or ""
+    if type(value) is not list:
+        raise InvalidResponseError(
+            f"{where} must be a string or an array of text chunks, got {_kind(value)}"
+        )
+    texts: list[str] = []
+    for index, raw in enumerate(value):
+        chunk = _obj(raw, f"{where}[{index}]")
+        if chunk.get("type", "text") != "text":
+            raise InvalidResponseError(
+                f"{where}[{index}].type must be 'text', got {chunk.get('type')!r}"
+            )
+        text = chunk.get("text")
+        if text:
+            texts.append(_str(text, f"{where}[{index}]", "text"))
+    return "".join(texts)
+
+
+def content_blocks(value: list[Any], where: str) -> tuple[str, str]:
+    """``(reasoning, text)`` of a ``content`` that is an array of blocks (Mistral's
+    reasoning models): text blocks joined in order, thinking blocks joined in order.
+
+    A block of another type is refused (``InvalidResponseError``) rather than dropped.
+    """
+    reasoning: list[str] = []
+    texts: list[str] = []
+    for index, raw in enumerate(value):
+        here = f"{where}[{index}]"
+        block = _obj(raw, here)
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text")
+            if text:
+                texts.append(_str(text, here, "text"))
+        elif kind == "thinking":
+            reasoning.append(_block_text(block.get("thinking"), f"{here}.thinking"))
+        else:
+            raise InvalidResponseError(
+                f"{here}.type must be 'text' or 'thinking' (the content blocks this adapter "
+                f"reads), got {kind!r}"
+            )
+    return "".join(reasoning), "".join(texts)
+
+
+def _content(value: object, where: str) -> tuple[str, str]:
+    """``(reasoning, text)`` of a message's or delta's ``content``: a string, null or an
+    array of content blocks."""
+    if not value:
+        return "", ""
+    if type(value) is str:
+        return "", value
+    if type(value) is list:
+        return content_blocks(value, f"{where}.content")
+    raise InvalidResponseError(
+        f"{where}.content must be a string, an array of content blocks or null, got {_kind(value)}"
+    )
+
+
+def _placeholder_call(value: object) -> bool:
+    """A ``function_call`` that carries nothing: ``{"name": "", "arguments": ""}`` (the
+    empty placeholder Snowflake Cortex sends next to real ``tool_calls``)."""
+    return isinstance(value, dict) and not value.get("name") and not value.get("arguments")
 
 
 def _opt_list(obj: dict[str, Any], key: str, where: str) -> list[Any] | None:
@@ -386,7 +457,7 @@ def _meta_text(where: str, value: str) -> str:
 
 def _tool_call_part(raw: object, where: str, fallback_id: str) -> Part:
     call = _obj(raw, where)
-    kind = call.get("type", "function")
+    kind = call.get("type") or "function"  # "" is a placeholder, as null
     call_id = _opt_str(call, "id", where) or fallback_id
     if kind == "custom":
         spec = _obj(call.get("custom"), f"{where}.custom")
@@ -413,9 +484,10 @@ def parse_completion(data: bytes) -> Response:
     """
     body = _load(data, "response body")
     if body.get("error") is not None:
-        raise ProviderError(
+        raise embedded_error(
             f"the server answered with an error: {_error_message(body['error'])}",
-            body=body,
+            body,
+            body["error"],
         )
     choices = _opt_list(body, "choices", "response")
     if not choices:
@@ -428,9 +500,10 @@ def parse_completion(data: bytes) -> Response:
         reasoning = _opt_str(message, "reasoning_content", where) or _opt_str(
             message, "reasoning", where
         )
+        block_reasoning, content = _content(message.get("content"), where)
+        reasoning = (reasoning or "") + block_reasoning
         if reasoning:
             parts.append(Part(PartKind.REASONING, text=reasoning))
-        content = _opt_str(message, "content", where)
         if content:
             parts.append(Part(PartKind.TEXT, text=content))
         refusal = _opt_str(message, "refusal", where)
@@ -443,7 +516,7 @@ def parse_completion(data: bytes) -> Response:
     for index, call in enumerate(_opt_list(message, "tool_calls", where) or ()):
         parts.append(_tool_call_part(call, f"{where}.tool_calls[{index}]", f"call_{index}"))
     legacy = message.get("function_call")
-    if legacy is not None:
+    if legacy is not None and not _placeholder_call(legacy):
         # The pre-tools protocol: one call without an id.
         parts.append(
             _tool_call_part(
@@ -476,17 +549,26 @@ class ChunkMapper:
     """Turns the events of one Chat Completions stream into ``Response`` deltas.
 
     Every delta it returns is valid for ``ResponseAccumulator``: tool-call fragments
-    carry the call id and name of their ``index`` on every fragment (the first fragment
-    of an index brings them; they are remembered per index), id and model are sent when
-    they change, usage is the server's cumulative snapshot. ``map`` returns ``None`` for
-    an event that adds nothing, and for ``[DONE]`` (after which ``done`` is true).
-    A malformed event raises ``InvalidResponseError``; an error event ``ProviderError``.
+    carry the call id and name of their ``index`` on every fragment (remembered per
+    index), id and model are sent when they change, usage is the server's cumulative
+    snapshot. ``map`` returns ``None`` for an event that adds nothing, and for
+    ``[DONE]`` (after which ``done`` is true) unless calls were still held back.
+
+    A call's fragments are held back until its id and its name have both arrived, as
+    some servers send the id only after the first fragment (which then has only its
+    ``index``); a call still without an id at the finish reason (or ``[DONE]``) gets
+    ``call_<index>``, and one without a name is an ``InvalidResponseError``.
+
+    A malformed event raises ``InvalidResponseError``; an error event a ``ProviderError``
+    whose class follows the status or error type it states (``embedded_error``).
     """
 
-    __slots__ = ("_calls", "_extra", "_id", "_model", "_raw", "done", "finished")
+    __slots__ = ("_calls", "_extra", "_id", "_model", "_pending", "_raw", "done", "finished")
 
     def __init__(self) -> None:
         self._calls: dict[int, tuple[str, str]] = {}  # index -> (id, name)
+        # index -> [id, name, argument fragments] of a call whose id or name is missing
+        self._pending: dict[int, tuple[str, str, list[str]]] = {}
         self._id = ""
         self._model = ""
         self._extra = _EMPTY_META
@@ -498,15 +580,21 @@ class ChunkMapper:
         """Map one event; see the class docstring."""
         if data == b"[DONE]":
             self.done = True
-            return None
+            held = self._flush()
+            if not held:
+                return None
+            return Response(Output(Message(Role.ASSISTANT, held)))
         if self.done:
             raise InvalidResponseError("stream event after [DONE]")
         chunk = _load(data, "stream event")
         error = chunk.get("error")
         if error is not None or event == "error":
-            raise ProviderError(
+            # Groq: "event: error" with a status_code; OpenRouter: a chunk with an error
+            # object whose code is the status. The class follows what it states.
+            raise embedded_error(
                 f"the server reported an error mid-stream: {_error_message(error)}",
-                body=chunk,
+                chunk,
+                error,
             )
         try:
             return self._map(chunk)
@@ -584,7 +672,14 @@ class ChunkMapper:
                 parts.append(Part(PartKind.REASONING, text=_str(reasoning, where, "reasoning")))
             content = get("content")
             if content:
-                parts.append(Part(PartKind.TEXT, text=_str(content, where, "content")))
+                if type(content) is str:
+                    parts.append(Part(PartKind.TEXT, text=content))
+                else:
+                    block_reasoning, text = _content(content, where)
+                    if block_reasoning:
+                        parts.append(Part(PartKind.REASONING, text=block_reasoning))
+                    if text:
+                        parts.append(Part(PartKind.TEXT, text=text))
             refusal = get("refusal")
             if refusal:
                 parts.append(
@@ -601,24 +696,27 @@ class ChunkMapper:
                         f"{where}.tool_calls must be an array or null, got {_kind(fragments)}"
                     )
                 for position, fragment in enumerate(fragments):
-                    parts.append(self._fragment(fragment, position, where))
+                    part = self._fragment(fragment, position, where)
+                    if part is not None:
+                        parts.append(part)
             legacy = get("function_call")
-            if legacy is not None:
-                parts.append(
-                    self._fragment(
-                        {"index": -1, "id": "function_call", "function": legacy}, 0, where
-                    )
+            if legacy is not None and not (_placeholder_call(legacy) and -1 not in self._calls):
+                part = self._fragment(
+                    {"index": -1, "id": "function_call", "function": legacy}, 0, where
                 )
+                if part is not None:
+                    parts.append(part)
         reason = finish_reason(choice.get("finish_reason"), "chunk.choices[0].finish_reason")
         if parts and self.finished:
             raise InvalidResponseError("stream event carries content after the finish_reason")
         if reason is not None:
             self.finished = True
+            parts.extend(self._flush())
         if not parts and reason is None:
             return None
         return Output(Message(Role.ASSISTANT, parts) if parts else None, reason)
 
-    def _fragment(self, raw: object, position: int, where: str) -> Part:
+    def _fragment(self, raw: object, position: int, where: str) -> Part | None:
         where = f"{where}.tool_calls[{position}]"
         fragment = _obj(raw, where)
         index = fragment.get("index", position)
@@ -626,25 +724,64 @@ class ChunkMapper:
             raise InvalidResponseError(f"{where}.index must be an integer, got {index!r}")
         function = fragment.get("function")
         function = {} if function is None else _obj(function, f"{where}.function")
-        call_id = _opt_str(fragment, "id", where)
-        name = _opt_str(function, "name", f"{where}.function")
+        call_id = _opt_str(fragment, "id", where) or ""  # "" is a placeholder, as null
+        name = _opt_str(function, "name", f"{where}.function") or ""
         arguments = _opt_str(function, "arguments", f"{where}.function") or ""
+        pending = self._pending.get(index)
         known = self._calls.get(index)
-        if known is None or (call_id and call_id != known[0]):
-            # The first fragment of this index (or of a new call reusing the index,
-            # as some servers do for parallel calls).
-            if not name:
+        if pending is None and known is not None and not (call_id and call_id != known[0]):
+            if name and name != known[1]:
                 raise InvalidResponseError(
-                    f"{where}: the first fragment of tool call index {index} has no name"
+                    f"{where}: tool call index {index} changed its name from {known[1]!r} "
+                    f"to {name!r}"
                 )
-            known = (call_id or f"call_{index}", name)
-            self._calls[index] = known
-        elif name and name != known[1]:
-            raise InvalidResponseError(
-                f"{where}: tool call index {index} changed its name from {known[1]!r} to {name!r}"
-            )
-        try:
-            delta = ToolCallDelta(known[0], known[1], arguments)
-        except ScopeError as exc:
-            raise InvalidResponseError(f"{where}: {exc}") from exc
-        return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta)
+            return _delta_part(known[0], known[1], arguments, where)
+        # The first fragment of this index (or of a new call reusing the index, as some
+        # servers do for parallel calls), or a later one of a call still held back.
+        if pending is None:
+            pending = (call_id, name, [arguments])
+        else:
+            held_id, held_name, held_arguments = pending
+            if call_id and held_id and call_id != held_id:
+                raise InvalidResponseError(
+                    f"{where}: tool call index {index} changed its id from {held_id!r} to "
+                    f"{call_id!r} before its name arrived"
+                )
+            if name and held_name and name != held_name:
+                raise InvalidResponseError(
+                    f"{where}: tool call index {index} changed its name from {held_name!r} "
+                    f"to {name!r}"
+                )
+            held_arguments.append(arguments)
+            pending = (call_id or held_id, name or held_name, held_arguments)
+        if not (pending[0] and pending[1]):
+            self._pending[index] = pending
+            return None
+        self._pending.pop(index, None)
+        self._calls[index] = (pending[0], pending[1])
+        return _delta_part(pending[0], pending[1], "".join(pending[2]), where)
+
+    def _flush(self) -> list[Part]:
+        """The calls still held back, in index order; a missing id becomes
+        ``call_<index>``."""
+        if not self._pending:
+            return []
+        parts: list[Part] = []
+        for index in sorted(self._pending):
+            call_id, name, arguments = self._pending[index]
+            where = f"chunk: tool call index {index}"
+            if not name:
+                raise InvalidResponseError(f"{where} never got a name")
+            call_id = call_id or f"call_{index}"
+            self._calls[index] = (call_id, name)
+            parts.append(_delta_part(call_id, name, "".join(arguments), where))
+        self._pending.clear()
+        return parts
+
+
+def _delta_part(call_id: str, name: str, arguments: str, where: str) -> Part:
+    try:
+        delta = ToolCallDelta(call_id, name, arguments)
+    except ScopeError as exc:
+        raise InvalidResponseError(f"{where}: {exc}") from exc
+    return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta)

@@ -1,0 +1,787 @@
+"""Pure mapping between scope chat values and the Anthropic Messages API wire format.
+
+No I/O and no HTTP library here: ``build_body`` turns a ``Request`` into the JSON body of
+``POST /v1/messages``, ``parse_message`` turns a ``message`` body into a ``Response``, and
+``EventMapper`` turns the server-sent events of a stream into accumulator deltas. The
+mapping decisions are documented in ``scope.models.anthropic``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any, Final, final
+
+import orjson
+
+from scope.chat._parts import Message, Part, ToolCall, ToolCallDelta
+from scope.chat._request import Request
+from scope.chat._response import Output, Response, ResponseMetadata, Usage
+from scope.chat._tools import Options, ToolDefinition
+from scope.chat._types import FinishReason, OutputFormatType, PartKind, Role
+from scope.errors import (
+    InvalidJSONError,
+    InvalidRequestError,
+    InvalidResponseError,
+    ScopeError,
+    UnsupportedOptionError,
+)
+from scope.jsonvalue import RawJSON
+from scope.media import Media, SourceKind
+from scope.metadata import Metadata
+from scope.models._errors import embedded_error
+
+__all__ = [
+    "BLOCK_KEY",
+    "DEFAULT_MAX_TOKENS",
+    "REASONING_BUDGETS",
+    "REDACTED_KEY",
+    "RESERVED_FIELDS",
+    "EventMapper",
+    "build_body",
+    "parse_message",
+    "stop_reason",
+]
+
+#: ``max_tokens`` is required by the API: sent when the options set none. With a
+#: thinking budget from ``reasoning_effort`` the default is the budget plus this.
+DEFAULT_MAX_TOKENS: Final = 4096
+
+#: ``reasoning_effort`` -> ``thinking`` (used only when the ``anthropic/thinking``
+#: extension is absent): ``"none"`` disables thinking, the others enable it with this
+#: ``budget_tokens`` (the API's minimum is 1024).
+REASONING_BUDGETS: Final[dict[str, int]] = {
+    "minimal": 1024,
+    "low": 4096,
+    "medium": 8192,
+    "high": 16384,
+    "xhigh": 32768,
+}
+
+#: Part metadata key marking a reasoning part that holds a ``redacted_thinking`` block
+#: (its ``data`` is the part's signature, as UTF-8).
+REDACTED_KEY: Final = "anthropic/redacted"
+
+#: Part metadata key that keeps a reasoning block apart from an adjacent one of the same
+#: kind (the accumulator would merge them): the block's index in its message.
+BLOCK_KEY: Final = "anthropic/block"
+
+#: Body fields the adapter owns: an ``anthropic/<field>`` extension may not set them.
+RESERVED_FIELDS: Final = frozenset({"messages", "model", "stream", "system"})
+
+_IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+_STOP: Final[dict[str, FinishReason]] = {
+    "end_turn": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "max_tokens": FinishReason.LENGTH,
+    "tool_use": FinishReason.TOOL_CALLS,
+    "refusal": FinishReason.CONTENT_FILTER,
+}
+
+_EMPTY_META: Final = Metadata()
+_REDACTED_META: Final = Metadata({REDACTED_KEY: True})
+
+
+# --------------------------------------------------------------------------- request
+
+
+def build_body(
+    request: Request, *, default_options: Options, model: str, stream: bool
+) -> dict[str, Any]:
+    """The JSON body (a dict; RawJSON values as ``orjson.Fragment``) for ``request``.
+
+    Validates the request and refuses (``UnsupportedOptionError``) anything populated the
+    API cannot carry, so nothing is ever dropped silently. Raises before any I/O.
+    """
+    if not isinstance(request, Request):
+        raise InvalidRequestError(f"request must be a Request, got {type(request).__name__}")
+    request.validate()
+    options = default_options.resolve(request.options)
+    chosen = options.model or model
+    if not chosen:
+        raise InvalidRequestError("no model: set Options.model or pass a model to AnthropicModel")
+    system: list[dict[str, Any]] = []
+    for message in request.messages:
+        if message.role is Role.SYSTEM:
+            system.append({"type": "text", "text": message.text})
+    body: dict[str, Any] = {"model": chosen, "max_tokens": 0, "messages": _messages(request)}
+    if request.tools:
+        body["tools"] = [_tool(tool) for tool in request.tools]
+    _options(options, body, system)
+    if system:
+        body["system"] = system
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def _options(options: Options, body: dict[str, Any], system: list[dict[str, Any]]) -> None:
+    for name, value in (
+        ("frequency_penalty", options.frequency_penalty),
+        ("presence_penalty", options.presence_penalty),
+    ):
+        if value is not None:
+            raise UnsupportedOptionError(f"{name} is not part of the Anthropic Messages API")
+    if options.temperature is not None:
+        if options.temperature > 1:
+            raise UnsupportedOptionError(
+                f"temperature must be between 0 and 1 for the Anthropic Messages API, "
+                f"got {options.temperature}"
+            )
+        body["temperature"] = options.temperature
+    if options.top_p is not None:
+        body["top_p"] = options.top_p
+    if options.top_k is not None:
+        body["top_k"] = options.top_k
+    if options.stop:  # stop=() (an explicit empty list) is the API's default
+        body["stop_sequences"] = list(options.stop)
+    extensions = options.extensions.namespace("anthropic")
+    budget = None
+    effort = options.reasoning_effort
+    source = f"reasoning_effort {effort!r}"
+    thinking = extensions.get("thinking")
+    if thinking is not None:
+        # The extension, when present, is the thinking configuration: it wins. Its
+        # budget still shapes max_tokens (the default grows by it; a set one must exceed it).
+        value = thinking.value()
+        if isinstance(value, dict) and type(value.get("budget_tokens")) is int:
+            budget = value["budget_tokens"]
+            source = "the extension 'anthropic/thinking'"
+    elif effort:
+        if effort == "none":
+            body["thinking"] = {"type": "disabled"}
+        elif effort in REASONING_BUDGETS:
+            budget = REASONING_BUDGETS[effort]
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        else:
+            known = ", ".join(["none", *REASONING_BUDGETS])
+            raise UnsupportedOptionError(
+                f"reasoning_effort {effort!r} has no Anthropic thinking budget (known: "
+                f"{known}); pass the extension 'anthropic/thinking' to configure thinking"
+            )
+    if options.max_tokens is not None:
+        if budget is not None and options.max_tokens <= budget:
+            raise UnsupportedOptionError(
+                f"{source} is a thinking budget of {budget} tokens, which the Anthropic "
+                f"Messages API needs below max_tokens ({options.max_tokens})"
+            )
+        body["max_tokens"] = options.max_tokens
+    else:
+        body["max_tokens"] = DEFAULT_MAX_TOKENS + (budget or 0)
+    fmt = options.output_format
+    if fmt is not None and fmt.type is not OutputFormatType.TEXT:
+        # The Messages API has no response_format: the format travels as the same
+        # fallback instruction every adapter without native support uses.
+        system.append({"type": "text", "text": fmt.fallback_instruction()})
+    # Extensions of other namespaces are meant for other providers and are ignored.
+    for name, raw in extensions.items():
+        if name in RESERVED_FIELDS:
+            raise UnsupportedOptionError(
+                f"extension 'anthropic/{name}' would overwrite the {name!r} field, which "
+                "AnthropicModel sets itself"
+            )
+        body[name] = orjson.Fragment(raw.bytes)
+
+
+def _tool(tool: ToolDefinition) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        out["description"] = tool.description
+    out["input_schema"] = orjson.Fragment(tool.input_schema.bytes)
+    return out
+
+
+def _bare_mime(mime: str) -> str:
+    return mime.partition(";")[0].strip().lower()
+
+
+def _media(media: Media, where: str) -> dict[str, Any]:
+    source = media.source
+    mime = _bare_mime(media.mime)
+    if mime in _IMAGE_TYPES or (mime.startswith("image/") and source.kind is not SourceKind.BYTES):
+        block_type = "image"
+    elif mime == "application/pdf" or (mime == "text/plain" and source.kind is SourceKind.BYTES):
+        block_type = "document"
+    elif source.kind is SourceKind.REFERENCE:
+        block_type = "document"  # a file of the Files API: the server knows its type
+    else:
+        raise UnsupportedOptionError(
+            f"{where}: {mime} media cannot be sent over the Anthropic Messages API (images "
+            "jpeg/png/gif/webp, PDF documents, plain text, or file references)"
+        )
+    wire: dict[str, Any]
+    if source.kind is SourceKind.URI:
+        wire = {"type": "url", "url": source.uri}
+    elif source.kind is SourceKind.REFERENCE:
+        wire = {"type": "file", "file_id": source.ref}
+    elif mime == "text/plain":
+        try:
+            text = source.data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UnsupportedOptionError(f"{where}: text/plain media is not UTF-8") from exc
+        wire = {"type": "text", "media_type": "text/plain", "data": text}
+    else:
+        data = base64.b64encode(source.data).decode("ascii")
+        wire = {"type": "base64", "media_type": mime, "data": data}
+    block: dict[str, Any] = {"type": block_type, "source": wire}
+    if block_type == "document" and media.name:
+        block["title"] = media.name
+    return block
+
+
+def _user_blocks(message: Message, where: str) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for index, part in enumerate(message.parts):
+        if part.kind is PartKind.TEXT:
+            blocks.append({"type": "text", "text": part.text})
+        else:
+            assert part.media is not None
+            blocks.append(_media(part.media, f"{where}.parts[{index}]"))
+    return blocks
+
+
+def _tool_results(message: Message, where: str) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for index, part in enumerate(message.parts):
+        result = part.tool_result
+        assert result is not None
+        here = f"{where}.parts[{index}]"
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": result.id}
+        output = result.output
+        if any(p.kind is PartKind.MEDIA for p in output.content):
+            content: list[dict[str, Any]] = []
+            for inner_index, inner in enumerate(output.content):
+                if inner.kind is PartKind.TEXT:
+                    content.append({"type": "text", "text": inner.text})
+                else:
+                    assert inner.media is not None
+                    content.append(_media(inner.media, f"{here}.output.content[{inner_index}]"))
+            block["content"] = content
+        else:
+            text = output.text()
+            if text:
+                block["content"] = [{"type": "text", "text": text}]
+        if result.is_error:
+            block["is_error"] = True
+        blocks.append(block)
+    return blocks
+
+
+def _arguments(text: str, where: str) -> orjson.Fragment:
+    if not text:
+        return orjson.Fragment(b"{}")
+    try:
+        raw = RawJSON.parse(text)
+    except InvalidJSONError as exc:
+        raise UnsupportedOptionError(
+            f"{where}: tool call arguments are not JSON, and the Anthropic Messages API "
+            f"needs a tool call's input as a JSON object: {exc}"
+        ) from exc
+    if not raw.bytes.startswith(b"{"):
+        raise UnsupportedOptionError(
+            f"{where}: tool call arguments must be a JSON object for the Anthropic Messages "
+            f"API, got {text[:60]!r}"
+        )
+    return orjson.Fragment(raw.bytes)
+
+
+def _assistant_blocks(message: Message, where: str) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for index, part in enumerate(message.parts):
+        here = f"{where}.parts[{index}]"
+        kind = part.kind
+        if kind is PartKind.TEXT:
+            blocks.append({"type": "text", "text": part.text})
+        elif kind is PartKind.REASONING:
+            if part.metadata.get(REDACTED_KEY) == _REDACTED_META[REDACTED_KEY]:
+                try:
+                    data = part.signature.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise UnsupportedOptionError(
+                        f"{here}: a redacted reasoning part's signature must be the block's "
+                        "data as UTF-8"
+                    ) from exc
+                blocks.append({"type": "redacted_thinking", "data": data})
+            elif part.signature:
+                signature = base64.b64encode(part.signature).decode("ascii")
+                blocks.append({"type": "thinking", "thinking": part.text, "signature": signature})
+            # A reasoning part without a signature (another provider's, say) is not sent
+            # back: the API refuses thinking it cannot verify.
+        elif kind is PartKind.TOOL_CALL:
+            call = part.tool_call
+            assert call is not None
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": call.id,
+                    "name": call.name,
+                    "input": _arguments(call.arguments, here),
+                }
+            )
+        else:
+            raise UnsupportedOptionError(
+                f"{here}: an assistant message cannot carry {kind} parts over the Anthropic "
+                "Messages API"
+            )
+    if not blocks:
+        raise UnsupportedOptionError(
+            f"{where}: the assistant message holds only unsigned reasoning, which the "
+            "Anthropic Messages API cannot carry"
+        )
+    return blocks
+
+
+def _messages(request: Request) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    previous: Role | None = None
+    for index, message in enumerate(request.messages):
+        role = message.role
+        where = f"messages[{index}]"
+        if role is Role.SYSTEM:
+            continue
+        if role is Role.ASSISTANT:
+            out.append({"role": "assistant", "content": _assistant_blocks(message, where)})
+        elif role is Role.TOOL:
+            blocks = _tool_results(message, where)
+            if previous is Role.TOOL:
+                # Consecutive tool messages answer one assistant turn: one user turn.
+                out[-1]["content"].extend(blocks)
+            else:
+                out.append({"role": "user", "content": blocks})
+        else:
+            blocks = _user_blocks(message, where)
+            if previous is Role.TOOL:
+                # The tool results open the user turn; the user's own words follow.
+                out[-1]["content"].extend(blocks)
+            else:
+                out.append({"role": "user", "content": blocks})
+        previous = role
+    return out
+
+
+# -------------------------------------------------------------------------- response
+
+
+def stop_reason(value: object, where: str) -> FinishReason | None:
+    """Map a wire stop reason; ``pause_turn`` and unknown strings become ``OTHER``."""
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise InvalidResponseError(f"{where} must be a string or null, got {_kind(value)}")
+    return _STOP.get(value, FinishReason.OTHER)
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _obj(value: object, where: str) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise InvalidResponseError(f"{where} must be an object, got {_kind(value)}")
+    return value
+
+
+def _str(obj: dict[str, Any], key: str, where: str) -> str:
+    value = obj.get(key)
+    if value is None:
+        return ""
+    if type(value) is not str:
+        raise InvalidResponseError(f"{where}.{key} must be a string, got {_kind(value)}")
+    return value
+
+
+def _count(obj: dict[str, Any], key: str, where: str) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise InvalidResponseError(f"{where}.{key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _load(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidResponseError(f"{what} is not valid JSON: {exc}") from exc
+    return _obj(value, what)
+
+
+def _signature(text: str, where: str) -> bytes:
+    """The bytes of a thinking block's signature; re-encoding them gives ``text`` back
+    exactly, or the response is refused (the signature must round-trip)."""
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidResponseError(f"{where} is not base64: {exc}") from exc
+    if base64.b64encode(data).decode("ascii") != text:
+        raise InvalidResponseError(
+            f"{where} is not canonical base64 (padded, no stray bits), so it could not be "
+            "sent back exactly"
+        )
+    return data
+
+
+def _error_message(error: object) -> str:
+    if isinstance(error, dict):
+        message = error.get("message")
+        if isinstance(message, str) and message:
+            return message
+    return "no message"
+
+
+class _Usage:
+    """The usage counts seen so far (``message_delta`` repeats or updates them)."""
+
+    __slots__ = ("cache_creation", "cache_read", "input", "output", "thinking")
+
+    def __init__(self) -> None:
+        self.input = 0
+        self.output = 0
+        self.cache_read: int | None = None
+        self.cache_creation: int | None = None
+        self.thinking: int | None = None
+
+    def update(self, raw: object, where: str) -> None:
+        obj = _obj(raw, where)
+        value = _count(obj, "input_tokens", where)
+        if value is not None:
+            self.input = value
+        value = _count(obj, "output_tokens", where)
+        if value is not None:
+            self.output = value
+        value = _count(obj, "cache_read_input_tokens", where)
+        if value is not None:
+            self.cache_read = value
+        value = _count(obj, "cache_creation_input_tokens", where)
+        if value is not None:
+            self.cache_creation = value
+        details = obj.get("output_tokens_details")
+        if details is not None:
+            value = _count(
+                _obj(details, f"{where}.output_tokens_details"),
+                "thinking_tokens",
+                f"{where}.output_tokens_details",
+            )
+            if value is not None:
+                self.thinking = value
+
+    def usage(self, where: str) -> Usage:
+        # scope's input count includes the cached parts; Anthropic's input_tokens does not.
+        total_input = self.input + (self.cache_read or 0) + (self.cache_creation or 0)
+        try:
+            return Usage(
+                total_input, self.output, self.thinking, self.cache_read, self.cache_creation
+            )
+        except ScopeError as exc:
+            raise InvalidResponseError(f"{where}: {exc}") from exc
+
+
+def _meta_text(where: str, value: str) -> str:
+    if value != value.strip():
+        raise InvalidResponseError(f"{where} must not have surrounding whitespace: {value!r}")
+    return value
+
+
+def _reasoning_meta(base: Metadata, last: Part | None, index: int) -> Metadata:
+    """``base``, or ``base`` plus the block index when the previous part is reasoning with
+    the same metadata (so the accumulator keeps the two blocks apart)."""
+    if last is not None and last.kind is PartKind.REASONING and last.metadata == base:
+        return base.merge(Metadata({BLOCK_KEY: index}))
+    return base
+
+
+def _arguments_text(value: object, where: str) -> str:
+    obj = _obj(value if value is not None else {}, where)
+    return orjson.dumps(obj).decode("utf-8")
+
+
+def parse_message(data: bytes) -> Response:
+    """Map a ``message`` JSON body to a ``Response`` (an ``error`` body raises the
+    matching ``ProviderError``; a malformed one ``InvalidResponseError``)."""
+    body = _load(data, "response body")
+    if body.get("type") == "error" or body.get("error") is not None:
+        raise embedded_error(
+            f"the server answered with an error: {_error_message(body.get('error'))}",
+            body,
+            body.get("error"),
+        )
+    where = "response"
+    content = body.get("content")
+    if content is None:
+        content = []
+    if type(content) is not list:
+        raise InvalidResponseError(f"{where}.content must be an array, got {_kind(content)}")
+    parts: list[Part] = []
+    try:
+        for index, raw in enumerate(content):
+            here = f"{where}.content[{index}]"
+            block = _obj(raw, here)
+            kind = block.get("type")
+            last = parts[-1] if parts else None
+            if kind == "text":
+                text = _str(block, "text", here)
+                if text:
+                    parts.append(Part(PartKind.TEXT, text=text))
+            elif kind == "thinking":
+                signature = _signature(_str(block, "signature", here), f"{here}.signature")
+                text = _str(block, "thinking", here)
+                if text or signature:
+                    meta = _reasoning_meta(_EMPTY_META, last, index)
+                    parts.append(
+                        Part(PartKind.REASONING, text=text, signature=signature, metadata=meta)
+                    )
+            elif kind == "redacted_thinking":
+                data_text = _str(block, "data", here)
+                if not data_text:
+                    raise InvalidResponseError(f"{here}.data must not be empty")
+                meta = _reasoning_meta(_REDACTED_META, last, index)
+                parts.append(
+                    Part(PartKind.REASONING, signature=data_text.encode("utf-8"), metadata=meta)
+                )
+            elif kind == "tool_use":
+                arguments = _arguments_text(block.get("input"), f"{here}.input")
+                try:
+                    call = ToolCall(_str(block, "id", here), _str(block, "name", here), arguments)
+                except ScopeError as exc:
+                    raise InvalidResponseError(f"{here}: {exc}") from exc
+                parts.append(Part(PartKind.TOOL_CALL, tool_call=call))
+            # server_tool_use, server tool results and other blocks are the server's own
+            # business: never client tool calls, not carried.
+        reason = stop_reason(body.get("stop_reason"), f"{where}.stop_reason")
+        usage = _Usage()
+        if body.get("usage") is not None:
+            usage.update(body["usage"], f"{where}.usage")
+        extra = _EMPTY_META
+        matched = body.get("stop_sequence")
+        if matched is not None:
+            if type(matched) is not str:
+                raise InvalidResponseError(f"{where}.stop_sequence must be a string or null")
+            extra = Metadata({"anthropic/stop_sequence": matched})
+        metadata = ResponseMetadata(
+            _meta_text(f"{where}.id", _str(body, "id", where)),
+            _meta_text(f"{where}.model", _str(body, "model", where)),
+            usage.usage(f"{where}.usage"),
+            extra,
+        )
+        output = Output(Message(Role.ASSISTANT, parts) if parts else None, reason)
+        return Response(output, metadata)
+    except ScopeError as exc:
+        if isinstance(exc, InvalidResponseError):
+            raise
+        raise InvalidResponseError(f"{where}: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------- stream
+
+
+@final
+class EventMapper:
+    """Turns the events of one Messages stream into ``Response`` deltas.
+
+    Every delta it returns is valid for ``ResponseAccumulator``: text and thinking
+    deltas become text and reasoning parts (a thinking block's signature, gathered from
+    its ``signature_delta`` events, arrives as a signature-only reasoning part when the
+    block stops, so it is decoded whole); a ``redacted_thinking`` block is one reasoning
+    part; a ``tool_use`` block is a ``ToolCallDelta`` when it starts and one per
+    ``input_json_delta`` (the block index gives the call's id and name), and ``{}`` when
+    it stops without input; ``message_start`` and ``message_delta`` give id, model,
+    usage snapshots and the finish reason. ``ping`` and unknown events add nothing;
+    ``message_stop`` sets ``done``. ``map`` returns ``None`` for an event that adds
+    nothing. A malformed event raises ``InvalidResponseError``; an ``error`` event the
+    ``ProviderError`` of its type (``overloaded_error``: ``ProviderServerError``, ...).
+    """
+
+    __slots__ = ("_blocks", "_last", "_usage", "done", "finished")
+
+    def __init__(self) -> None:
+        # index -> [type, tool id, tool name, got input?, signature pieces, metadata]
+        self._blocks: dict[int, list[Any]] = {}
+        self._last: Part | None = None  # the last part handed out (for adjacency)
+        self._usage = _Usage()
+        self.done = False
+        self.finished = False
+
+    def map(self, event: str, data: bytes) -> Response | None:
+        """Map one event; see the class docstring."""
+        if self.done:
+            raise InvalidResponseError("stream event after message_stop")
+        payload = _load(data, "stream event")
+        kind = payload.get("type", event)
+        if kind == "error" or event == "error":
+            raise embedded_error(
+                f"the server reported an error mid-stream: {_error_message(payload.get('error'))}",
+                payload,
+                payload.get("error"),
+            )
+        try:
+            return self._map(kind, payload)
+        except ScopeError as exc:
+            if isinstance(exc, InvalidResponseError):
+                raise
+            raise InvalidResponseError(f"stream event {kind}: {exc}") from exc
+
+    def _parts(self, parts: list[Part]) -> Response:
+        if self.finished:
+            raise InvalidResponseError("stream event carries content after the stop_reason")
+        self._last = parts[-1]
+        return Response(Output(Message(Role.ASSISTANT, parts)))
+
+    def _map(self, kind: object, payload: dict[str, Any]) -> Response | None:
+        if kind == "content_block_delta":
+            return self._delta(payload)
+        if kind == "content_block_start":
+            return self._start(payload)
+        if kind == "content_block_stop":
+            return self._stop(payload)
+        if kind == "message_start":
+            message = _obj(payload.get("message"), "message_start.message")
+            where = "message_start.message"
+            if message.get("usage") is not None:
+                self._usage.update(message["usage"], f"{where}.usage")
+            metadata = ResponseMetadata(
+                _meta_text(f"{where}.id", _str(message, "id", where)),
+                _meta_text(f"{where}.model", _str(message, "model", where)),
+                self._usage.usage(f"{where}.usage"),
+            )
+            return Response(None, metadata)
+        if kind == "message_delta":
+            delta = _obj(payload.get("delta") or {}, "message_delta.delta")
+            reason = stop_reason(delta.get("stop_reason"), "message_delta.delta.stop_reason")
+            extra = _EMPTY_META
+            matched = delta.get("stop_sequence")
+            if matched is not None:
+                if type(matched) is not str:
+                    raise InvalidResponseError(
+                        "message_delta.delta.stop_sequence must be a string or null"
+                    )
+                extra = Metadata({"anthropic/stop_sequence": matched})
+            if payload.get("usage") is not None:
+                self._usage.update(payload["usage"], "message_delta.usage")
+            metadata = ResponseMetadata(usage=self._usage.usage("message_delta.usage"), extra=extra)
+            output = None
+            if reason is not None:
+                self.finished = True
+                output = Output(finish_reason=reason)
+            return Response(output, metadata)
+        if kind == "message_stop":
+            self.done = True
+            return None
+        return None  # ping, and event types added after this adapter was written
+
+    def _index(self, payload: dict[str, Any], where: str) -> int:
+        index = payload.get("index")
+        if type(index) is not int or index < 0:
+            raise InvalidResponseError(f"{where}.index must be a non-negative integer")
+        return index
+
+    def _start(self, payload: dict[str, Any]) -> Response | None:
+        where = "content_block_start"
+        index = self._index(payload, where)
+        block = _obj(payload.get("content_block"), f"{where}.content_block")
+        here = f"{where}.content_block"
+        kind = block.get("type")
+        if index in self._blocks:
+            raise InvalidResponseError(f"{where}: block {index} started twice")
+        state: list[Any] = [kind, "", "", False, [], _EMPTY_META]
+        self._blocks[index] = state
+        if kind == "text":
+            text = _str(block, "text", here)
+            return self._parts([Part(PartKind.TEXT, text=text)]) if text else None
+        if kind == "thinking":
+            state[5] = _reasoning_meta(_EMPTY_META, self._last, index)
+            text = _str(block, "thinking", here)
+            signature = _str(block, "signature", here)
+            if signature:
+                state[4].append(signature)
+            if text:
+                return self._parts([Part(PartKind.REASONING, text=text, metadata=state[5])])
+            return None
+        if kind == "redacted_thinking":
+            data_text = _str(block, "data", here)
+            if not data_text:
+                raise InvalidResponseError(f"{here}.data must not be empty")
+            meta = _reasoning_meta(_REDACTED_META, self._last, index)
+            part = Part(PartKind.REASONING, signature=data_text.encode("utf-8"), metadata=meta)
+            return self._parts([part])
+        if kind == "tool_use":
+            state[1] = _str(block, "id", here)
+            state[2] = _str(block, "name", here)
+            initial = block.get("input")
+            arguments = ""
+            if initial:  # usually {} here, the input following as input_json_delta
+                arguments = _arguments_text(initial, f"{here}.input")
+                state[3] = True
+            return self._parts([self._call(state, arguments, here)])
+        return None  # server tool blocks and unknown blocks: not carried
+
+    def _call(self, state: list[Any], arguments: str, where: str) -> Part:
+        try:
+            delta = ToolCallDelta(state[1], state[2], arguments)
+        except ScopeError as exc:
+            raise InvalidResponseError(f"{where}: {exc}") from exc
+        return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta)
+
+    def _delta(self, payload: dict[str, Any]) -> Response | None:
+        where = "content_block_delta"
+        index = self._index(payload, where)
+        state = self._blocks.get(index)
+        if state is None:
+            raise InvalidResponseError(f"{where}: block {index} was never started")
+        delta = _obj(payload.get("delta"), f"{where}.delta")
+        here = f"{where}.delta"
+        kind = delta.get("type")
+        block_type = state[0]
+        if kind == "text_delta" and block_type == "text":
+            text = _str(delta, "text", here)
+            return self._parts([Part(PartKind.TEXT, text=text)]) if text else None
+        if kind == "thinking_delta" and block_type == "thinking":
+            text = _str(delta, "thinking", here)
+            if not text:
+                return None
+            return self._parts([Part(PartKind.REASONING, text=text, metadata=state[5])])
+        if kind == "signature_delta" and block_type == "thinking":
+            state[4].append(_str(delta, "signature", here))
+            return None
+        if kind == "input_json_delta" and block_type == "tool_use":
+            fragment = _str(delta, "partial_json", here)
+            if not fragment:
+                return None
+            state[3] = True
+            return self._parts([self._call(state, fragment, here)])
+        if block_type in ("text", "thinking", "redacted_thinking", "tool_use") and kind in (
+            "text_delta",
+            "thinking_delta",
+            "signature_delta",
+            "input_json_delta",
+        ):
+            raise InvalidResponseError(f"{here}: a {kind} for a {block_type} block")
+        return None  # citations, server tool input and deltas added later: not carried
+
+    def _stop(self, payload: dict[str, Any]) -> Response | None:
+        where = "content_block_stop"
+        index = self._index(payload, where)
+        state = self._blocks.get(index)
+        if state is None:
+            raise InvalidResponseError(f"{where}: block {index} was never started")
+        if state[0] == "thinking" and state[4]:
+            signature = _signature("".join(state[4]), f"block {index} signature")
+            state[4] = []
+            if signature:
+                part = Part(PartKind.REASONING, signature=signature, metadata=state[5])
+                return self._parts([part])
+        if state[0] == "tool_use" and not state[3]:
+            state[3] = True
+            return self._parts([self._call(state, "{}", where)])  # no input: {}
+        return None

@@ -1,0 +1,381 @@
+"""HTTP plumbing shared by the provider adapters: the client's life cycle, retries and the
+mapping of HTTP failures to ``scope.errors`` provider errors.
+
+Importing this module imports httpx; only the adapter modules (``scope.models.openai``,
+``scope.models.anthropic``) import it.
+
+The policy, identical for every adapter (each module docstring repeats it for its users):
+
+- **Errors.** 401/403 ``AuthenticationError``; 429 ``RateLimitError`` (``retry_after``);
+  5xx ``ProviderServerError``; every other 4xx ``BadRequestError``; any other status
+  ``ProviderError``. httpx timeouts become ``ProviderTimeoutError``, a body whose content
+  encoding cannot be decoded ``InvalidResponseError``, every other transport failure
+  ``ProviderConnectionError`` (the httpx error is ``__cause__``).
+- **Retries.** 429, 5xx and connection failures (connect timeouts included, no other
+  timeout) are retried up to ``max_retries`` times with exponential backoff and jitter,
+  honouring ``retry-after-ms`` / ``Retry-After``; a hint longer than ``retry_max_delay``
+  is not waited for (the error is raised at once). Nothing is retried once a response
+  has begun (a 2xx status received).
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any, Final, Self
+
+import anyio
+import httpx
+import orjson
+
+from scope.errors import (
+    InvalidOptionsError,
+    InvalidResponseError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeoutError,
+)
+from scope.models._errors import error_for_status
+
+__all__ = [
+    "UNSET",
+    "HTTPAdapter",
+    "close",
+    "detail",
+    "fill_origin",
+    "map_status_error",
+    "map_transport_error",
+    "release",
+    "retry_after",
+    "retryable_transport",
+]
+
+#: "Not given" for ``timeout`` (``None`` is a timeout too: "wait for ever").
+UNSET: Final[Any] = object()
+
+
+class HTTPAdapter:
+    """The part of an adapter that owns the HTTP client and sends with retries.
+
+    Subclasses set ``_NAME`` (for messages) and ``_REQUEST_ID_HEADER``, build the URL and
+    the default headers, and call ``_send``. Nothing is created before first use, so
+    nothing binds to an event loop at construction.
+    """
+
+    __slots__ = (
+        "_client",
+        "_closed",
+        "_headers",
+        "_max_retries",
+        "_owns_client",
+        "_retry_backoff",
+        "_retry_max_delay",
+        "_sleep",
+        "_timeout",
+        "_url",
+    )
+
+    _NAME: str = "adapter"
+    _REQUEST_ID_HEADER: str = "x-request-id"
+
+    def __init__(
+        self,
+        *,
+        url: httpx.URL,
+        headers: dict[str, str],
+        http_client: httpx.AsyncClient | None,
+        timeout: float | httpx.Timeout | None,
+        default_timeout: httpx.Timeout,
+        max_retries: int,
+        retry_backoff: float,
+        retry_max_delay: float,
+    ) -> None:
+        self._url = url
+        self._headers = headers
+        self._client = http_client
+        self._owns_client = http_client is None
+        self._closed = False
+        if timeout is UNSET:
+            # With a given client and no timeout, UNSET stays: the client's own applies.
+            self._timeout: Any = default_timeout if http_client is None else UNSET
+        else:
+            self._timeout = httpx.Timeout(timeout) if http_client is None else timeout
+        self._max_retries = max_retries
+        self._retry_backoff = float(retry_backoff)
+        self._retry_max_delay = float(retry_max_delay)
+        # Replaceable in tests: how the adapter waits between attempts.
+        self._sleep = anyio.sleep
+
+    @staticmethod
+    def check_common(
+        *,
+        max_retries: object,
+        retry_backoff: object,
+        retry_max_delay: object,
+        http_client: object,
+    ) -> None:
+        """Validate the constructor arguments every adapter shares."""
+        if type(max_retries) is not int or max_retries < 0:
+            raise InvalidOptionsError(
+                f"max_retries must be a non-negative integer, got {max_retries!r}"
+            )
+        for name, value in (("retry_backoff", retry_backoff), ("retry_max_delay", retry_max_delay)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise InvalidOptionsError(f"{name} must be a finite number >= 0, got {value!r}")
+        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
+            raise InvalidOptionsError(
+                f"http_client must be an httpx.AsyncClient, got {type(http_client).__name__}"
+            )
+
+    @staticmethod
+    def parse_url(base: str, path: str) -> httpx.URL:
+        """``base + path`` as an http(s) URL, or ``InvalidOptionsError``."""
+        try:
+            url = httpx.URL(base + path)
+        except httpx.InvalidURL as exc:
+            raise InvalidOptionsError(f"base_url {base!r} is not a URL: {exc}") from exc
+        if url.scheme not in ("http", "https") or not url.host:
+            raise InvalidOptionsError(f"base_url must be an http(s) URL, got {base!r}")
+        return url
+
+    @staticmethod
+    def merge_headers(defaults: dict[str, str], extra: Mapping[str, str] | None) -> dict[str, str]:
+        """``defaults`` overridden by ``extra``; header names compare case-insensitively
+        ("authorization" replaces "Authorization" rather than being sent beside it)."""
+        merged = dict(defaults)
+        for header, value in (extra or {}).items():
+            for existing in [name for name in merged if name.lower() == header.lower()]:
+                del merged[existing]
+            merged[header] = value
+        return merged
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this adapter created it; idempotent.
+
+        Afterwards ``call`` and ``stream`` raise ``RuntimeError``. A client passed in as
+        ``http_client`` is left open.
+        """
+        self._closed = True
+        client = self._client
+        if self._owns_client and client is not None:
+            self._client = None
+            await client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _get_client(self) -> httpx.AsyncClient:
+        if self._closed:
+            raise RuntimeError(f"{self._NAME} is closed")
+        client = self._client
+        if client is None:
+            # Created on first use, not in __init__: nothing exists to leak or to bind to
+            # an event loop until the adapter is used. No await: atomic within a thread.
+            client = self._client = httpx.AsyncClient(timeout=self._timeout)
+        return client
+
+    def _backoff(self, retry: int) -> float:
+        delay = self._retry_backoff * (2.0**retry) * random.uniform(0.75, 1.0)
+        return min(delay, self._retry_max_delay)
+
+    def _request_id(self, response: httpx.Response) -> str | None:
+        value: str | None = response.headers.get(self._REQUEST_ID_HEADER)
+        return value
+
+    async def _send(self, content: bytes, *, stream: bool) -> httpx.Response:
+        """POST ``content``; return a 2xx response (body read unless ``stream``).
+
+        Retries as the module docstring says; raises the mapped provider error.
+        """
+        client = self._get_client()
+        headers = dict(self._headers)
+        headers["Accept"] = "text/event-stream" if stream else "application/json"
+        timeout = httpx.USE_CLIENT_DEFAULT if self._timeout is UNSET else self._timeout
+        retry = 0
+        while True:
+            request = client.build_request(
+                "POST", self._url, content=content, headers=headers, timeout=timeout
+            )
+            try:
+                response = await client.send(request, stream=stream)
+            except httpx.HTTPError as exc:
+                error = map_transport_error(exc)
+                if retry >= self._max_retries or not retryable_transport(exc):
+                    raise error from exc
+                delay = self._backoff(retry)
+            else:
+                if response.is_success:
+                    return response
+                if stream:
+                    try:
+                        error_body = await response.aread()
+                    except httpx.HTTPError:
+                        error_body = b""  # the status alone decides; the body is a courtesy
+                    finally:
+                        await close(response)
+                else:
+                    error_body = response.content
+                status_error = map_status_error(
+                    response, error_body, request_id=self._request_id(response)
+                )
+                retryable = response.status_code == 429 or response.status_code >= 500
+                if retry >= self._max_retries or not retryable:
+                    raise status_error
+                hint = retry_after(response.headers)
+                if hint is not None and hint > self._retry_max_delay:
+                    raise status_error
+                delay = self._backoff(retry) if hint is None else hint
+            retry += 1
+            await self._sleep(delay)
+
+    def _fill_origin(self, exc: ProviderError, response: httpx.Response) -> None:
+        fill_origin(exc, response, self._request_id(response))
+
+
+async def close(response: httpx.Response) -> None:
+    """Close ``response``, shielded: an early stop or a cancellation must still close the
+    connection before the caller goes on, and closing does not wait on the network."""
+    with anyio.CancelScope(shield=True):
+        await response.aclose()
+
+
+async def release(response: httpx.Response, chunks: AsyncIterator[bytes] | None) -> None:
+    """Close ``response`` (dropping the connection unless the body was read to its end)
+    and finish httpx's byte iterator.
+
+    httpx's byte iterators are nested async generators, and ``aclose()`` on the outer
+    one does not reach the inner ones (encode/httpx#3686): left to the garbage collector
+    they make trio warn. Once the response is closed, pulling again makes every level
+    fail (or end) at once, so each one finishes here. The pull only reads what was
+    already buffered; the socket is closed. Shielded, like ``close``.
+    """
+    with anyio.CancelScope(shield=True):
+        await response.aclose()
+        if chunks is None:
+            return
+        while True:
+            try:
+                await chunks.__anext__()
+            except (StopAsyncIteration, httpx.HTTPError):
+                return
+
+
+def retryable_transport(exc: httpx.HTTPError) -> bool:
+    """Connection failures are retried; timeouts other than connecting are not."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return True
+    return isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError)
+
+
+def map_transport_error(exc: httpx.HTTPError) -> ProviderError | InvalidResponseError:
+    """The scope error for an httpx failure (the caller chains ``exc``).
+
+    Timeouts: ``ProviderTimeoutError``; a body whose content encoding cannot be decoded:
+    ``InvalidResponseError``; every other httpx error (network, protocol, proxy, an
+    unsupported scheme, redirects): ``ProviderConnectionError``.
+    """
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return ProviderTimeoutError(f"the provider did not answer in time ({message})")
+    if isinstance(exc, httpx.DecodingError):
+        return InvalidResponseError(f"the response body could not be decoded ({message})")
+    status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
+    return ProviderConnectionError(
+        f"the connection to the provider failed ({message})", status_code=status
+    )
+
+
+def map_status_error(
+    response: httpx.Response, content: bytes, *, request_id: str | None
+) -> ProviderError:
+    """The scope error for a non-2xx ``response`` whose body is ``content``."""
+    status = response.status_code
+    body: Any
+    try:
+        body = orjson.loads(content) if content else None
+    except orjson.JSONDecodeError:
+        body = content.decode("utf-8", "replace")
+    text = detail(body)
+    message = f"the provider answered {status} {response.reason_phrase}".rstrip()
+    if text:
+        message += f": {text}"
+    if request_id:
+        message += f" (request id {request_id})"
+    return error_for_status(
+        status,
+        message,
+        body=body,
+        request_id=request_id,
+        retry_after=retry_after(response.headers) if status == 429 else None,
+    )
+
+
+def detail(body: Any) -> str:
+    """The human message of an error body (OpenAI and Anthropic shapes), or ``""``."""
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+    if isinstance(body, str):
+        return body[:500]
+    return ""
+
+
+def retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            value = float(millis) / 1000.0
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value) and value >= 0:
+            return value
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        pass
+    else:
+        return value if math.isfinite(value) and value >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000": a date in UTC without a stated zone
+        when = when.replace(tzinfo=datetime.UTC)
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def fill_origin(exc: ProviderError, response: httpx.Response, request_id: str | None) -> None:
+    """Give an error the server sent inside a 200 body or stream the HTTP response's
+    status (unless the error named its own) and request id."""
+    if exc.status_code is None:
+        exc.status_code = response.status_code
+    if exc.request_id is None:
+        exc.request_id = request_id

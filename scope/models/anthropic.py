@@ -1,0 +1,327 @@
+"""``AnthropicModel``: the Anthropic Messages API (extra ``scope-chat[anthropic]``).
+
+One object is both a ``chat.Model`` (``await model.call(request)``) and a
+``chat.Streamer`` (``model.stream(request)``) over ``POST {base_url}/v1/messages``; it
+speaks the wire protocol itself with httpx (the ``anthropic`` SDK is not needed)::
+
+    from scope.chat import Request, user_message
+    from scope.models.anthropic import AnthropicModel
+
+    async with AnthropicModel("claude-sonnet-4-5") as model:   # ANTHROPIC_API_KEY
+        answer = await model.call(Request([user_message("Hi!")]))
+
+``base_url`` is the API root *without* ``/v1``, as in the official SDK (default
+``https://api.anthropic.com``, or ``ANTHROPIC_BASE_URL``). Headers: ``x-api-key``
+(``api_key`` or ``ANTHROPIC_API_KEY``; none sent when neither is set) and
+``anthropic-version: 2023-06-01``; ``headers`` adds or overrides (``anthropic-beta``,
+say). Importing ``scope`` never imports this module; importing it imports httpx.
+
+**Request mapping.** System messages become the ``system`` field (one text block each).
+User text and media become content blocks: images (jpeg, png, gif, webp) as ``image``
+blocks, PDFs and UTF-8 ``text/plain`` as ``document`` blocks (a media ``name`` is the
+document's ``title``); bytes travel as base64 (plain text as text), URIs as ``url``
+sources, references as ``file`` sources (Files API ids). Tool results become
+``tool_result`` blocks (text, or text and media blocks; the details JSON when the
+content is empty; ``is_error`` kept) at the start of a user turn: consecutive tool
+messages, and a user message right after them, form one user turn, as the API requires.
+Assistant messages become ``text``, ``thinking``, ``redacted_thinking`` and
+``tool_use`` blocks; a tool call's arguments must be a JSON object (``""`` is sent as
+``{}``), sent with their numbers as spelled. Tools become ``tools`` entries with
+``input_schema`` verbatim.
+
+**Reasoning.** A ``thinking`` block is a reasoning part whose signature bytes are the
+base64-decoded ``signature`` (a signature that is not canonical base64 is refused, as
+it could not be sent back exactly); it is sent back as ``thinking`` with the signature
+re-encoded: byte for byte what was received. A ``redacted_thinking`` block is a
+reasoning part with empty text, the block's ``data`` (UTF-8) as its signature and part
+metadata ``{"anthropic/redacted": true}``; it is sent back as ``redacted_thinking``. A
+reasoning block directly after another reasoning block with the same metadata also gets
+``{"anthropic/block": <index>}``, so that ``ResponseAccumulator`` keeps the two apart
+(adjacent redacted blocks stay separate parts). A reasoning part without a signature
+(from another provider) is not sent back: the API refuses thinking it cannot verify.
+
+**Options** are ``default_options.resolve(request.options)``; the model is
+``options.model`` or the constructor's ``model``. ``max_tokens`` (required by the API)
+is ``options.max_tokens``, else ``DEFAULT_MAX_TOKENS`` (4096) plus the thinking budget
+if any (from ``reasoning_effort`` or the ``budget_tokens`` of ``anthropic/thinking``; a
+``max_tokens`` not above that budget is refused); temperature (0 to 1 here), ``top_p``,
+``top_k`` and ``stop`` (as ``stop_sequences``) keep their meaning. ``reasoning_effort``
+maps to ``thinking`` when the extension ``anthropic/thinking`` is absent (that extension
+is the ``thinking`` object, verbatim, and wins):
+
+=============  ===============================================
+``none``       ``{"type": "disabled"}``
+``minimal``    ``{"type": "enabled", "budget_tokens": 1024}``
+``low``        ``budget_tokens`` 4096
+``medium``     ``budget_tokens`` 8192
+``high``       ``budget_tokens`` 16384
+``xhigh``      ``budget_tokens`` 32768
+=============  ===============================================
+
+A JSON or JSON-schema output format is carried by ``OutputFormat.fallback_instruction()``
+as a last ``system`` block (the API has no ``response_format``; pass
+``anthropic/output_config`` for native structured outputs). Every extension
+``anthropic/<field>`` is written into the body as ``<field>`` (``thinking``,
+``tool_choice``, ``metadata``, ``service_tier``, ``cache_control``, ...). Extensions of
+other namespaces are ignored.
+
+**Refused before any I/O** with ``UnsupportedOptionError``: the frequency and presence
+penalties; a temperature above 1; a ``reasoning_effort`` not in the table; a
+``max_tokens`` not above the thinking budget ``reasoning_effort`` asks for; media of
+other types (audio, say), in user messages or tool results; media, or only unsigned
+reasoning, in an assistant message; tool-call arguments that are not a JSON object; the
+extensions ``anthropic/messages``, ``anthropic/model``, ``anthropic/stream`` and
+``anthropic/system`` (the adapter owns those fields).
+
+**Response mapping.** ``text`` blocks become text parts, ``thinking`` and
+``redacted_thinking`` reasoning parts (above), ``tool_use`` blocks tool calls whose
+arguments are the input as JSON text. ``server_tool_use``, server tool results and
+other block types are the server's own business: never tool calls, not carried. Stop
+reasons: ``end_turn`` and ``stop_sequence`` -> ``stop``, ``max_tokens`` -> ``length``,
+``tool_use`` -> ``tool_calls``, ``refusal`` -> ``content_filter``, ``pause_turn`` and
+anything else -> ``other``; the matched stop sequence is response metadata
+``anthropic/stop_sequence``. Usage: ``input_tokens`` is Anthropic's ``input_tokens +
+cache_read_input_tokens + cache_creation_input_tokens`` (scope's cache counts are parts
+of the input), ``cache_read_input_tokens`` and ``cache_write_input_tokens`` carry the
+two cache counts, ``reasoning_tokens`` ``output_tokens_details.thinking_tokens``.
+
+**Streaming** sends ``stream: true`` and yields one valid ``ResponseAccumulator`` delta
+per event that carries something (see ``EventMapper``): text and thinking deltas; a
+thinking block's signature as a signature-only reasoning part when the block stops;
+``tool_use`` blocks as ``ToolCallDelta`` fragments (the block index names the call; a
+block without input ends as ``{}``); the usage snapshots of ``message_start`` and
+``message_delta`` and the stop reason. ``ping`` and unknown events are skipped. The
+stream ends at ``message_stop``; one that ends without it is accepted only after a stop
+reason.
+
+**Errors and retries** are those of ``OpenAIChatModel`` (shared code): 401/403
+``AuthenticationError``, 429 ``RateLimitError`` (``retry_after``), 5xx (529
+``overloaded_error`` included) ``ProviderServerError``, other 4xx ``BadRequestError``;
+``request_id`` is the ``request-id`` header. 429, 5xx and connection failures are
+retried up to ``max_retries`` times with backoff and jitter, honouring ``retry-after``,
+never once a stream has begun. An ``error`` event mid-stream (``overloaded_error``,
+``api_error``, ...) raises the class of its type and ends the stream.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Final, final
+
+import httpx
+import orjson
+
+from scope import __version__
+from scope.chat._request import Request
+from scope.chat._response import Response
+from scope.chat._tools import Options
+from scope.errors import InvalidOptionsError, ProviderConnectionError, ProviderError
+from scope.models._anthropic_wire import (
+    DEFAULT_MAX_TOKENS,
+    REASONING_BUDGETS,
+    EventMapper,
+    build_body,
+    parse_message,
+)
+from scope.models._http import UNSET, HTTPAdapter, map_transport_error, release
+from scope.models._sse import SSEDecoder
+
+__all__ = [
+    "API_VERSION",
+    "AnthropicModel",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_TIMEOUT",
+    "REASONING_BUDGETS",
+]
+
+#: Where requests go unless ``base_url`` or ``ANTHROPIC_BASE_URL`` says otherwise
+#: (without ``/v1``, as in the official SDK).
+DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+
+#: The ``anthropic-version`` header sent with every request.
+API_VERSION: Final = "2023-06-01"
+
+#: The timeout of a client the model creates: 10 minutes overall, 5 seconds to connect.
+DEFAULT_TIMEOUT: Final = httpx.Timeout(600.0, connect=5.0)
+
+
+@final
+class AnthropicModel(HTTPAdapter):
+    """A ``chat.Model`` and ``chat.Streamer`` over the Anthropic Messages API.
+
+    ``model`` is used when the request's (resolved) options name none. ``api_key`` falls
+    back to ``ANTHROPIC_API_KEY``; ``base_url`` (without ``/v1``) to
+    ``ANTHROPIC_BASE_URL``, then ``DEFAULT_BASE_URL``. ``headers`` are added to every
+    request (and may override the defaults). ``default_options`` lie under every
+    request's options. ``http_client``, ``timeout``, ``max_retries``, ``retry_backoff``
+    and ``retry_max_delay`` behave as in ``OpenAIChatModel``.
+
+    Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
+    ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent
+    calls and streams may share one model; nothing binds to an event loop at
+    construction, so one model works under asyncio or trio (one at a time, as httpx).
+    """
+
+    __slots__ = ("_base_url", "_default_options", "_model")
+
+    _NAME = "AnthropicModel"
+    _REQUEST_ID_HEADER = "request-id"
+
+    def __init__(
+        self,
+        model: str = "",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | None = UNSET,
+        max_retries: int = 2,
+        default_options: Options | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_backoff: float = 0.5,
+        retry_max_delay: float = 60.0,
+    ) -> None:
+        if not isinstance(model, str) or model != model.strip():
+            raise InvalidOptionsError(
+                f"model must be a string without surrounding whitespace, got {model!r}"
+            )
+        self.check_common(
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            retry_max_delay=retry_max_delay,
+            http_client=http_client,
+        )
+        if default_options is not None and not isinstance(default_options, Options):
+            raise InvalidOptionsError(
+                f"default_options must be Options, got {type(default_options).__name__}"
+            )
+        base = base_url if base_url is not None else os.environ.get("ANTHROPIC_BASE_URL") or ""
+        base = (base or DEFAULT_BASE_URL).rstrip("/")
+        url = self.parse_url(base, "/v1/messages")
+        key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
+        defaults: dict[str, str] = {
+            "Content-Type": "application/json",
+            "User-Agent": f"scope/{__version__}",
+            "anthropic-version": API_VERSION,
+        }
+        if key:
+            defaults["x-api-key"] = key
+        super().__init__(
+            url=url,
+            headers=self.merge_headers(defaults, headers),
+            http_client=http_client,
+            timeout=timeout,
+            default_timeout=DEFAULT_TIMEOUT,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            retry_max_delay=retry_max_delay,
+        )
+        self._model = model
+        self._base_url = base
+        self._default_options = default_options if default_options is not None else Options()
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def model(self) -> str:
+        """The model used when a request's options name none (may be ``""``)."""
+        return self._model
+
+    @property
+    def base_url(self) -> str:
+        """The API root requests go to (without ``/v1``), without a trailing slash."""
+        return self._base_url
+
+    @property
+    def provider_name(self) -> str:
+        """``"anthropic"``: what ``scope.otel`` reports as ``gen_ai.provider.name``."""
+        return "anthropic"
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel(model={self._model!r}, base_url={self._base_url!r})"
+
+    async def call(self, request: Request) -> Response:
+        """Answer ``request`` with one complete response (``POST /v1/messages``).
+
+        Raises before any I/O for an invalid or unsupported request; then the provider
+        errors of the module docstring, after the retries. Cancellation propagates; the
+        HTTP response is closed on every path.
+        """
+        content = self._encode(request, stream=False)
+        response = await self._send(content, stream=False)
+        try:
+            return parse_message(response.content)
+        except ProviderError as exc:
+            self._fill_origin(exc, response)
+            raise
+
+    def stream(self, request: Request) -> AsyncIterator[Response]:
+        """A lazy stream of deltas answering ``request``.
+
+        Nothing happens until the first iteration; then the request is validated and
+        mapped (raising before any I/O) and sent, with retries until the response
+        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
+        failure (a dropped connection: ``ProviderConnectionError``; a malformed event:
+        ``InvalidResponseError``; an ``error`` event: the ``ProviderError`` of its type)
+        is raised once and ends the stream. ``aclose()`` — or leaving
+        ``contextlib.aclosing`` early — closes the HTTP response before it returns;
+        nothing runs in the background.
+        """
+        return self._stream(request)
+
+    # ------------------------------------------------------------------ internals
+
+    def _encode(self, request: Request, *, stream: bool) -> bytes:
+        body = build_body(
+            request, default_options=self._default_options, model=self._model, stream=stream
+        )
+        return orjson.dumps(body)
+
+    async def _stream(self, request: Request) -> AsyncGenerator[Response, None]:
+        content = self._encode(request, stream=True)
+        del request  # the model keeps no reference to it
+        response = await self._send(content, stream=True)
+        mapper = EventMapper()
+        chunks: AsyncIterator[bytes] | None = None
+        try:
+            content_type = response.headers.get("content-type", "")
+            if content_type.startswith("application/json"):
+                # A server that ignored "stream": one complete response is a valid delta.
+                try:
+                    body = await response.aread()
+                except httpx.HTTPError as exc:
+                    raise map_transport_error(exc) from exc
+                try:
+                    parsed = parse_message(body)
+                except ProviderError as exc:
+                    self._fill_origin(exc, response)
+                    raise
+                yield parsed
+                return
+            decoder = SSEDecoder()
+            chunks = response.aiter_bytes()
+            while True:
+                try:
+                    raw = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except httpx.HTTPError as exc:
+                    raise map_transport_error(exc) from exc
+                for event, data in decoder.feed(raw):
+                    try:
+                        chunk = mapper.map(event, data)
+                    except ProviderError as exc:
+                        self._fill_origin(exc, response)
+                        raise
+                    if chunk is not None:
+                        yield chunk
+            if not mapper.done and not mapper.finished:
+                raise ProviderConnectionError(
+                    "the stream ended before it finished (no stop_reason and no message_stop)",
+                    status_code=response.status_code,
+                    request_id=self._request_id(response),
+                )
+        finally:
+            await release(response, chunks)

@@ -1,0 +1,665 @@
+"""AnthropicModel against a real HTTP server on loopback replaying wire transcripts.
+
+The server (tests/anthropic_server.py) serves the canned transcripts of
+tests/anthropic_transcripts/ over real sockets; every request body it receives is
+validated with the official ``anthropic`` package's request types when the test ends,
+and every canned response parses with its ``Message`` / stream event models. Each test
+runs under asyncio and trio, and most in both modes (``call`` and ``stream``).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import httpx
+import pytest
+
+from scope.chat import (
+    FinishReason,
+    Model,
+    Options,
+    Request,
+    Response,
+    ResponseAccumulator,
+    Streamer,
+    ToolDefinition,
+    ToolOutput,
+    ToolResult,
+    Usage,
+    collect,
+    text_part,
+    tool_message,
+    user_message,
+)
+from scope.errors import (
+    AuthenticationError,
+    BadRequestError,
+    InvalidResponseError,
+    ProviderConnectionError,
+    ProviderServerError,
+    RateLimitError,
+    UnsupportedOptionError,
+)
+from scope.metadata import Metadata
+from scope.models.anthropic import AnthropicModel
+from tests.anthropic_server import (
+    TRANSCRIPTS,
+    AnthropicServer,
+    check_error,
+    check_event,
+    check_message,
+    check_request_body,
+    load_transcript,
+)
+
+WEATHER = ToolDefinition(
+    "get_weather",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    "The current weather in a city.",
+)
+TIME = ToolDefinition(
+    "get_time",
+    {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
+    "The local time in a time zone.",
+)
+MOON = ToolDefinition("get_moon", {"type": "object"}, "The moon's phase tonight.")
+QUESTION = Request([user_message("What's the weather in Paris?")], tools=[WEATHER, TIME, MOON])
+
+MODES = ["call", "stream"]
+
+
+@pytest.fixture
+def server() -> Iterator[AnthropicServer]:
+    with AnthropicServer() as srv:
+        yield srv
+    for recorded in srv.requests:
+        check_request_body(recorded.body)
+
+
+class Sleeps:
+    """Records the delays the model asks for instead of waiting them out."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        await anyio.lowlevel.checkpoint()
+
+
+def make_model(server: AnthropicServer, **kwargs: Any) -> tuple[AnthropicModel, Sleeps]:
+    kwargs.setdefault("api_key", "sk-ant-test")
+    kwargs.setdefault("retry_backoff", 0.01)
+    model = AnthropicModel("claude-sonnet-4-5", base_url=server.base_url, **kwargs)
+    sleeps = Sleeps()
+    model._sleep = sleeps
+    return model, sleeps
+
+
+async def accumulate(stream: AsyncIterator[Response]) -> tuple[list[Response], Response]:
+    """Every chunk, and the chunks merged by a ResponseAccumulator (each must be valid)."""
+    chunks: list[Response] = []
+    accumulator = ResponseAccumulator()
+    async with contextlib.aclosing(stream) as iterator:  # type: ignore[type-var]
+        async for chunk in iterator:
+            chunks.append(chunk)
+            accumulator.add(chunk)
+    response = accumulator.response()
+    assert response is not None
+    return chunks, response
+
+
+async def answer(model: AnthropicModel, request: Request, mode: str) -> Response:
+    """The whole response, by ``call`` or by accumulating ``stream``."""
+    if mode == "call":
+        return await model.call(request)
+    _, response = await accumulate(model.stream(request))
+    return response
+
+
+def transcript(name: str, mode: str) -> list[dict[str, Any]]:
+    return load_transcript(name if mode == "call" else f"stream_{name}")
+
+
+# ------------------------------------------------------------------------ transcripts
+
+
+def test_every_canned_response_parses_with_the_anthropic_sdk() -> None:
+    files = sorted(TRANSCRIPTS.glob("*.json"))
+    assert len(files) >= 15
+    seen = 0
+    for path in files:
+        for exchange in json.loads(path.read_text(encoding="utf-8"))["exchanges"]:
+            body = exchange.get("json")
+            if body is not None:
+                (check_message if exchange["status"] == 200 else check_error)(body)
+                seen += 1
+            for item in exchange.get("sse", ()):
+                if not any(key.startswith("$") for key in item):
+                    check_event(item)
+                    seen += 1
+    assert seen > 90
+
+
+def test_the_model_is_a_model_and_a_streamer() -> None:
+    model = AnthropicModel("claude-sonnet-4-5", api_key="k")
+    assert isinstance(model, Model) and isinstance(model, Streamer)
+    assert AnthropicModel.__module__ == "scope.models.anthropic"
+    assert model.base_url == "https://api.anthropic.com"
+    assert repr(model) == (
+        "AnthropicModel(model='claude-sonnet-4-5', base_url='https://api.anthropic.com')"
+    )
+
+
+# ------------------------------------------------------------------------------ text
+
+
+@pytest.mark.anyio
+async def test_text_via_call(server: AnthropicServer) -> None:
+    server.script(*load_transcript("text"))
+    model, _ = make_model(server)
+    async with model:
+        response = await model.call(
+            Request([user_message("Capital of France?")], options=Options(temperature=0.2))
+        )
+    response.validate_complete()
+    assert response.text == "The capital of France is Paris."
+    assert response.output is not None and response.output.finish_reason is FinishReason.STOP
+    assert response.metadata is not None
+    assert response.metadata.id == "msg_01TextAnswer"
+    assert response.metadata.model == "claude-sonnet-4-5-20250929"
+    # scope's input count includes both cache counts.
+    assert response.usage == Usage(
+        12 + 2048 + 310, 9, cache_read_input_tokens=2048, cache_write_input_tokens=310
+    )
+    (recorded,) = server.requests
+    assert recorded.path == "/v1/messages"
+    assert recorded.headers["x-api-key"] == "sk-ant-test"
+    assert recorded.headers["anthropic-version"] == "2023-06-01"
+    assert recorded.headers["accept"] == "application/json"
+    assert "authorization" not in recorded.headers
+    assert recorded.body == {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 4096,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Capital of France?"}]}],
+        "temperature": 0.2,
+    }
+
+
+@pytest.mark.anyio
+async def test_text_via_stream(server: AnthropicServer) -> None:
+    server.script(*load_transcript("stream_text"))
+    model, _ = make_model(server)
+    async with model:
+        chunks, response = await accumulate(model.stream(Request([user_message("Hi")])))
+    response.validate_complete()
+    assert response.text == "Hello world!"
+    assert response.output is not None and response.output.finish_reason is FinishReason.STOP
+    assert response.metadata is not None and response.metadata.id == "msg_01StreamText"
+    assert response.usage == Usage(
+        12 + 2048, 5, cache_read_input_tokens=2048, cache_write_input_tokens=0
+    )
+    assert [c.text for c in chunks if c.text] == ["Hello", " world", "!"]
+    (recorded,) = server.requests
+    assert recorded.headers["accept"] == "text/event-stream"
+    assert recorded.body["stream"] is True
+
+
+# ------------------------------------------------------------------ thinking turn
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_thinking_signature_round_trips_byte_for_byte(
+    server: AnthropicServer, mode: str
+) -> None:
+    exchanges = transcript("thinking_tool_turn", mode)
+    server.script(*exchanges)
+    if mode == "call":
+        sent = next(b for b in exchanges[0]["json"]["content"] if b["type"] == "thinking")
+        signature = sent["signature"]
+    else:
+        signature = "".join(
+            item["delta"]["signature"]
+            for item in exchanges[0]["sse"]
+            if item["type"] == "content_block_delta" and item["delta"]["type"] == "signature_delta"
+        )
+    model, _ = make_model(server)
+    request = Request(
+        [user_message("What's the weather in Paris?")],
+        tools=[WEATHER],
+        options=Options(reasoning_effort="low"),
+    )
+    async with model:
+        first = await answer(model, request, mode)
+        first.validate_complete()
+        assert first.output is not None and first.output.message is not None
+        assert first.output.finish_reason is FinishReason.TOOL_CALLS
+        reasoning = first.output.message.parts[0]
+        assert reasoning.kind == "reasoning" and reasoning.text.startswith("The user wants")
+        assert reasoning.signature == base64.b64decode(signature)
+        (call,) = first.output.message.tool_calls
+        assert call.id.startswith("toolu_01") and call.name == "get_weather"
+        assert json.loads(call.arguments) == {"city": "Paris"} | (
+            {"days": 1.5} if mode == "call" else {}
+        )
+        result = ToolResult(call.id, call.name, ToolOutput.of_text("18C, sunny"))
+        follow_up = Request(
+            [*request.messages, first.output.message, tool_message(result)],
+            tools=request.tools,
+            options=request.options,
+        )
+        final = await answer(model, follow_up, mode)
+    final.validate_complete()
+    assert final.text == "It is 18°C and sunny in Paris."
+    first_body, second_body = server.bodies()
+    assert first_body["thinking"] == {"type": "enabled", "budget_tokens": 4096}
+    assert first_body["max_tokens"] == 4096 + 4096
+    assistant = second_body["messages"][1]
+    assert assistant["role"] == "assistant"
+    # The signature goes back exactly as it came, padding included.
+    assert assistant["content"][0] == {
+        "type": "thinking",
+        "thinking": reasoning.text,
+        "signature": signature,
+    }
+    assert assistant["content"][1:] == [
+        {"type": "text", "text": "Let me check."},
+        {
+            "type": "tool_use",
+            "id": call.id,
+            "name": "get_weather",
+            "input": json.loads(call.arguments),
+        },
+    ]
+    assert second_body["messages"][2] == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": call.id,
+                "content": [{"type": "text", "text": "18C, sunny"}],
+            }
+        ],
+    }
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_redacted_thinking_and_server_tools(server: AnthropicServer, mode: str) -> None:
+    exchanges = transcript("redacted_thinking", mode)
+    server.script(*exchanges, *load_transcript("text"))
+    model, _ = make_model(server)
+    async with model:
+        response = await answer(model, Request([user_message("Weather in Paris?")]), mode)
+        response.validate_complete()
+        assert response.output is not None and response.output.message is not None
+        parts = response.output.message.parts
+        thinking, first, second, text = parts
+        assert thinking.text == "Let me look this up." and not thinking.metadata
+        redacted = {"anthropic/redacted": True}
+        # Adjacent redacted blocks stay separate parts: the second carries its index.
+        assert first.text == "" and first.metadata == Metadata(redacted)
+        assert second.metadata == Metadata({**redacted, "anthropic/block": 2})
+        assert text == text_part("It is sunny in Paris.")
+        assert response.output.message.tool_calls == ()  # server tools are not calls
+        await model.call(
+            Request(
+                [
+                    user_message("Weather in Paris?"),
+                    response.output.message,
+                    user_message("Thanks!"),
+                ]
+            )
+        )
+    if mode == "call":
+        blocks = exchanges[0]["json"]["content"]
+    else:
+        blocks = [i["content_block"] for i in exchanges[0]["sse"] if "content_block" in i]
+    data = [b["data"] for b in blocks if b["type"] == "redacted_thinking"]
+    assert [first.signature, second.signature] == [d.encode() for d in data]
+    sent = server.bodies()[1]["messages"][1]["content"]
+    assert [b["type"] for b in sent] == [
+        "thinking",
+        "redacted_thinking",
+        "redacted_thinking",
+        "text",
+    ]
+    assert [b["data"] for b in sent[1:3]] == data
+
+
+# ------------------------------------------------------------------ parallel tools
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_parallel_tool_use(server: AnthropicServer, mode: str) -> None:
+    server.script(*transcript("parallel_tools", mode), *transcript("final_answer", mode))
+    model, _ = make_model(server)
+    async with model:
+        first = await answer(model, QUESTION, mode)
+        first.validate_complete()
+        assert first.output is not None and first.output.message is not None
+        assert first.output.finish_reason is FinishReason.TOOL_CALLS
+        calls = first.output.message.tool_calls
+        assert [(c.id, c.name) for c in calls] == [
+            ("toolu_01A", "get_weather"),
+            ("toolu_01B", "get_time"),
+            ("toolu_01C", "get_moon"),
+        ]
+        assert [json.loads(c.arguments) for c in calls] == [
+            {"city": "Paris"},
+            {"zone": "Europe/Paris"},
+            {},
+        ]
+        assert calls[2].arguments == "{}"  # no input at all: {}
+        results = [
+            ToolResult(call.id, call.name, ToolOutput.of_text(text))
+            for call, text in zip(calls, ["18C", "14:05", "full"], strict=True)
+        ]
+        follow_up = Request(
+            [
+                *QUESTION.messages,
+                first.output.message,
+                tool_message(*results[:2]),
+                tool_message(results[2]),
+            ],
+            tools=QUESTION.tools,
+        )
+        final = await answer(model, follow_up, mode)
+    final.validate_complete()
+    assert final.text == "It is 18°C in Paris and 14:05 there."
+    second = server.bodies()[1]
+    # The two tool messages travel as one user turn of tool_result blocks.
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
+    assert [b["tool_use_id"] for b in second["messages"][2]["content"]] == [
+        "toolu_01A",
+        "toolu_01B",
+        "toolu_01C",
+    ]
+
+
+@pytest.mark.anyio
+async def test_interleaved_input_json_deltas_keep_their_calls(server: AnthropicServer) -> None:
+    server.script(*load_transcript("stream_parallel_tools"))
+    model, _ = make_model(server)
+    async with model:
+        chunks, _ = await accumulate(model.stream(QUESTION))
+    deltas = [
+        (part.tool_call_delta.id, part.tool_call_delta.arguments)
+        for chunk in chunks
+        if chunk.output is not None and chunk.output.message is not None
+        for part in chunk.output.message.parts
+        if part.tool_call_delta is not None
+    ]
+    assert deltas == [
+        ("toolu_01A", ""),
+        ("toolu_01B", ""),
+        ("toolu_01A", '{"city":'),
+        ("toolu_01B", '{"zone": "Europe/'),
+        ("toolu_01A", ' "Paris"}'),
+        ("toolu_01B", 'Paris"}'),
+        ("toolu_01C", ""),
+        ("toolu_01C", "{}"),
+    ]
+
+
+# ------------------------------------------------------------------------ max tokens
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_max_tokens_stop(server: AnthropicServer, mode: str) -> None:
+    server.script(*transcript("max_tokens", mode))
+    model, _ = make_model(server)
+    async with model:
+        response = await answer(
+            model, Request([user_message("A story")], options=Options(max_tokens=8)), mode
+        )
+    response.validate_complete()
+    assert response.output is not None and response.output.finish_reason is FinishReason.LENGTH
+    assert response.text == "Once upon a time, in a land far"
+    assert response.usage == Usage(15, 8, cache_read_input_tokens=0, cache_write_input_tokens=0)
+    assert server.bodies()[0]["max_tokens"] == 8
+
+
+# ------------------------------------------------------------------ errors, retries
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_unauthorized(server: AnthropicServer, mode: str) -> None:
+    server.script(*load_transcript("unauthorized"))
+    model, sleeps = make_model(server, api_key="sk-bad")
+    async with model:
+        with pytest.raises(AuthenticationError, match="invalid x-api-key") as info:
+            await answer(model, Request([user_message("Hi")]), mode)
+    assert (info.value.status_code, info.value.request_id) == (401, "req_401_1")
+    assert info.value.body["error"]["type"] == "authentication_error"
+    assert sleeps.delays == [] and len(server.requests) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_bad_request_with_an_error_object(server: AnthropicServer, mode: str) -> None:
+    server.script(*load_transcript("bad_request"))
+    model, sleeps = make_model(server)
+    async with model:
+        with pytest.raises(BadRequestError, match="Invalid `signature`") as info:
+            await answer(model, Request([user_message("Hi")]), mode)
+    error = info.value
+    assert (error.status_code, error.request_id) == (400, "req_400_1")
+    assert error.body["error"]["type"] == "invalid_request_error"
+    assert "req_400_1" in str(error)
+    assert sleeps.delays == [] and len(server.requests) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_rate_limit_honours_retry_after(server: AnthropicServer, mode: str) -> None:
+    server.script(*load_transcript("rate_limit_then_ok"))
+    model, sleeps = make_model(server)
+    async with model:
+        if mode == "call":
+            response = await model.call(Request([user_message("Hi")]))
+        else:
+            # The stream retries too: the 429 came before the response began.
+            server.queue[-1] = {
+                "status": 200,
+                "named_events": True,
+                "sse": load_transcript("stream_text")[0]["sse"],
+            }
+            _, response = await accumulate(model.stream(Request([user_message("Hi")])))
+    assert response.text in ("Done waiting.", "Hello world!")
+    assert sleeps.delays == [2.0]
+    first, second = server.requests
+    assert first.body == second.body
+
+
+@pytest.mark.anyio
+async def test_rate_limit_exhausted(server: AnthropicServer) -> None:
+    server.script(*load_transcript("rate_limit_then_ok"))
+    model, sleeps = make_model(server, max_retries=0)
+    async with model:
+        with pytest.raises(RateLimitError) as info:
+            await model.call(Request([user_message("Hi")]))
+    error = info.value
+    assert (error.status_code, error.retry_after, error.request_id) == (429, 2.0, "req_429_1")
+    assert sleeps.delays == [] and len(server.requests) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_overloaded_529_is_retried(server: AnthropicServer, mode: str) -> None:
+    server.script(*load_transcript("overloaded_then_ok"))
+    model, sleeps = make_model(server, retry_backoff=0.1)
+    async with model:
+        if mode == "stream":
+            server.queue[-1] = {
+                "status": 200,
+                "named_events": True,
+                "sse": load_transcript("stream_text")[0]["sse"],
+            }
+        response = await answer(model, Request([user_message("Hi")]), mode)
+    assert response.text in ("Back again.", "Hello world!")
+    assert len(server.requests) == 2
+    (delay,) = sleeps.delays
+    assert 0.075 <= delay <= 0.1
+
+
+@pytest.mark.anyio
+async def test_overloaded_exhausted(server: AnthropicServer) -> None:
+    server.script(*load_transcript("overloaded_then_ok"))
+    model, _ = make_model(server, max_retries=0)
+    async with model:
+        with pytest.raises(ProviderServerError, match="Overloaded") as info:
+            await model.call(Request([user_message("Hi")]))
+    assert (info.value.status_code, info.value.request_id) == (529, "req_529_1")
+    assert info.value.body["error"]["type"] == "overloaded_error"
+
+
+@pytest.mark.anyio
+async def test_an_error_event_mid_stream_is_raised_once_and_not_retried(
+    server: AnthropicServer,
+) -> None:
+    server.script(*load_transcript("stream_error_event"))
+    model, sleeps = make_model(server)
+    async with model:
+        stream = model.stream(Request([user_message("Hi")]))
+        texts = []
+        with pytest.raises(ProviderServerError, match="Overloaded") as info:
+            async for chunk in stream:
+                texts.append(chunk.text)
+        with pytest.raises(StopAsyncIteration):
+            await stream.__anext__()
+    assert "Par" in texts
+    assert info.value.status_code == 200  # the HTTP status: the event stated none
+    assert info.value.request_id == "req_serr_1"
+    assert info.value.body["error"]["type"] == "overloaded_error"
+    assert sleeps.delays == [] and len(server.requests) == 1
+
+
+@pytest.mark.anyio
+async def test_a_stream_that_ends_early_is_a_connection_error(server: AnthropicServer) -> None:
+    events = load_transcript("stream_text")[0]["sse"]
+    server.script({"status": 200, "sse": events[:4]})
+    model, _ = make_model(server)
+    async with model:
+        with pytest.raises(ProviderConnectionError, match="before it finished"):
+            await collect(model.stream(Request([user_message("Hi")])))
+
+
+@pytest.mark.anyio
+async def test_a_finished_stream_without_message_stop_is_accepted(server: AnthropicServer) -> None:
+    events = load_transcript("stream_text")[0]["sse"]
+    server.script({"status": 200, "sse": events[:-1]})
+    model, _ = make_model(server)
+    async with model:
+        response = await collect(model.stream(Request([user_message("Hi")])))
+    assert response.text == "Hello world!"
+
+
+@pytest.mark.anyio
+async def test_a_malformed_event_is_an_invalid_response(server: AnthropicServer) -> None:
+    events = load_transcript("stream_text")[0]["sse"]
+    server.script({"status": 200, "sse": [*events[:2], {"$raw": "event: x\ndata: {oops\n\n"}]})
+    model, _ = make_model(server)
+    async with model:
+        with pytest.raises(InvalidResponseError, match="not valid JSON"):
+            await collect(model.stream(Request([user_message("Hi")])))
+
+
+@pytest.mark.anyio
+async def test_an_early_stop_closes_the_connection(server: AnthropicServer) -> None:
+    server.script(*load_transcript("stream_early_stop"))
+    model, _ = make_model(server)
+    async with model:
+        stream = model.stream(Request([user_message("Count")]))
+        texts = []
+        async for chunk in stream:
+            texts.append(chunk.text)
+            if chunk.text == " two":
+                break
+        await stream.aclose()  # type: ignore[attr-defined]
+        assert await anyio.to_thread.run_sync(server.closed_by_client.wait, 10)
+    assert texts[-2:] == ["one", " two"]
+
+
+@pytest.mark.anyio
+async def test_cancellation_mid_stream_closes_the_connection(server: AnthropicServer) -> None:
+    server.script(*load_transcript("stream_early_stop"))
+    model, _ = make_model(server)
+    texts: list[str] = []
+    async with model:
+        with anyio.move_on_after(0.3) as scope:
+            async for chunk in model.stream(Request([user_message("Count")])):
+                texts.append(chunk.text)  # the server holds after " two"
+        assert scope.cancelled_caught
+        assert await anyio.to_thread.run_sync(server.closed_by_client.wait, 10)
+    assert "".join(texts) == "one two"
+
+
+@pytest.mark.anyio
+async def test_a_server_that_ignores_stream_true(server: AnthropicServer) -> None:
+    server.script(*load_transcript("text"))
+    model, _ = make_model(server)
+    async with model:
+        chunks, response = await accumulate(model.stream(Request([user_message("Hi")])))
+    assert len(chunks) == 1 and response.text == "The capital of France is Paris."
+
+
+@pytest.mark.anyio
+async def test_a_stream_starts_nothing_until_iterated_and_validates_first(
+    server: AnthropicServer,
+) -> None:
+    model, _ = make_model(server)
+    bad = Request([user_message("Hi")], options=Options(frequency_penalty=0.5))
+    async with model:
+        stream = model.stream(bad)
+        assert server.requests == []
+        with pytest.raises(UnsupportedOptionError, match="frequency_penalty"):
+            await stream.__anext__()
+        with pytest.raises(UnsupportedOptionError, match="frequency_penalty"):
+            await model.call(bad)
+    assert server.requests == []
+
+
+# -------------------------------------------------------------------------- clients
+
+
+@pytest.mark.anyio
+async def test_environment_key_and_base_url(
+    server: AnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url + "/")
+    server.script(*load_transcript("text"))
+    async with AnthropicModel(
+        "claude-sonnet-4-5", headers={"anthropic-beta": "context-1m-2025-08-07"}
+    ) as model:
+        assert model.base_url == server.base_url
+        await model.call(Request([user_message("Hi")]))
+    (recorded,) = server.requests
+    assert recorded.path == "/v1/messages"
+    assert recorded.headers["x-api-key"] == "sk-ant-env"
+    assert recorded.headers["anthropic-beta"] == "context-1m-2025-08-07"
+
+
+@pytest.mark.anyio
+async def test_a_given_client_is_not_closed(server: AnthropicServer) -> None:
+    server.serve_repeatedly(load_transcript("text")[0])
+    async with httpx.AsyncClient() as client:
+        model = AnthropicModel(
+            "claude-sonnet-4-5", api_key="k", base_url=server.base_url, http_client=client
+        )
+        async with model:
+            await model.call(Request([user_message("Hi")]))
+        assert not client.is_closed
+    with pytest.raises(RuntimeError, match="AnthropicModel is closed"):
+        await model.call(Request([user_message("Hi")]))
