@@ -7,6 +7,8 @@ Needs ``SCOPE_TEST_POSTGRES_DSN`` (see tests/servers.py); skipped without it unl
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -337,6 +339,34 @@ async def test_corrupt_record_is_reported_naming_the_conversation(dsn: str, pref
         assert str(batches_info.value) == str(info.value)
         assert texts(await store.read("bystander")) == ["hello", "hello!"]
         assert await store.read_batches("bystander") == [batch("bystander", "a1")]
+
+
+async def test_rehashed_non_canonical_record_is_refused_by_both_reads(
+    dsn: str, prefix: str
+) -> None:
+    """A record rewritten outside scope as valid but non-canonical JSON, its digest
+    recomputed: ``read`` refuses it exactly as ``read_batches`` does."""
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+        original = batch("victim", "a1")
+        await store.append(original)
+        await store.append(batch("bystander", "a1"))
+        assert len(await store.read("victim")) == 2  # cached while valid
+        data = json.dumps(json.loads(original.encoded_messages), indent=1).encode()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        await admin(
+            dsn,
+            f'UPDATE "{prefix}_batches" SET messages = $1, digest = $2 WHERE conversation_id = $3',
+            data,
+            digest,
+            "victim",
+        )
+        with pytest.raises(StoreError, match="canonical") as info:
+            await store.read("victim")
+        assert "conversation 'victim'" in str(info.value) and "'a1'" in str(info.value)
+        with pytest.raises(StoreError, match="canonical") as batches_info:
+            await store.read_batches("victim")
+        assert str(batches_info.value) == str(info.value)
+        assert texts(await store.read("bystander")) == ["hello", "hello!"]
 
 
 # -- error mapping ----------------------------------------------------------------------

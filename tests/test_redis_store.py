@@ -8,6 +8,8 @@ Needs ``SCOPE_TEST_REDIS_URL`` (see tests/servers.py); skipped without it unless
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -285,6 +287,29 @@ async def test_flipped_byte_is_reported(url: str, prefix: str, admin: Any) -> No
         await admin.lset(key, 0, stored.replace(b"hello", b"jello"))
         with pytest.raises(StoreError, match="digest"):
             await store.read("c")
+
+
+async def test_rehashed_non_canonical_record_is_refused_by_both_reads(
+    url: str, prefix: str, admin: Any
+) -> None:
+    """A record rewritten outside scope as valid but non-canonical JSON, its digest
+    recomputed: ``read`` refuses it exactly as ``read_batches`` does."""
+    async with await RedisStore.open(url, prefix=prefix) as store:
+        original = batch("victim", "a1")
+        await store.append(original)
+        await store.append(batch("bystander", "a1"))
+        assert len(await store.read("victim")) == 2  # cached while valid
+        data = json.dumps(json.loads(original.encoded_messages), indent=1).encode()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        key = f"{prefix}:{{{b'victim'.hex()}}}:batches"
+        await admin.lset(key, 0, b"\n".join((digest.encode(), b"a1", data)))
+        with pytest.raises(StoreError, match="canonical") as info:
+            await store.read("victim")
+        assert "conversation 'victim'" in str(info.value) and "'a1'" in str(info.value)
+        with pytest.raises(StoreError, match="canonical") as batches_info:
+            await store.read_batches("victim")
+        assert str(batches_info.value) == str(info.value)
+        assert texts(await store.read("bystander")) == ["hello", "hello!"]
 
 
 # -- error mapping ----------------------------------------------------------------------

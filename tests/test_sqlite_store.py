@@ -332,7 +332,8 @@ async def test_non_canonical_record_with_matching_digest_is_reported(store: SQLi
     canonical = batch("victim 'x'", "a1").encoded_messages
     data = json.dumps(json.loads(canonical), indent=1, sort_keys=False).encode()
     assert data != canonical
-    error = await corrupt_and_read(store, SET_RECORD, data, _digest(data), batches_only=True)
+    # read() refuses it like read_batches() (one shared check), with the same message.
+    error = await corrupt_and_read(store, SET_RECORD, data, _digest(data))
     assert "victim" in str(error) and "'a1'" in str(error) and "canonical" in str(error)
 
 
@@ -369,18 +370,21 @@ async def test_read_batches_serves_cached_decodes_as_equal_batches(tmp_path: Pat
 
 @pytest.mark.anyio
 async def test_non_canonical_record_is_caught_after_cached_reads(tmp_path: Path) -> None:
-    # read() caches the messages of a valid but non-canonical record; read_batches still
-    # refuses it, cache hit or not.
+    # The valid record's messages are cached; the rehashed non-canonical one has another
+    # digest, so it misses the cache and both reads refuse it, every time (nothing that
+    # failed the check is ever cached).
     async with await SQLiteStore.open(tmp_path / "c.db") as store:
         await store.append(batch("c", "a1"))
+        assert len(await store.read("c")) == 2
         data = json.dumps(json.loads(batch("c", "a1").encoded_messages), indent=1).encode()
         with raw(store) as conn:
             conn.execute(
                 "UPDATE scope_history_batches SET messages = ?, digest = ?",
                 (data, _digest(data)),
             )
-        assert len(await store.read("c")) == 2
         for _ in range(2):
+            with pytest.raises(StoreError, match="'a1' is corrupt: messages are not in the"):
+                await store.read("c")
             with pytest.raises(StoreError, match="'a1' is corrupt: messages are not in the"):
                 await store.read_batches("c")
 

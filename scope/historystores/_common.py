@@ -3,9 +3,10 @@ the async context manager.
 
 Every backend stores a batch as one record: the conversation id, the append id, the
 batch digest and the batch's canonical encoded messages (``Batch.encoded_messages``). On
-read each record is checked against its digest and decoded strictly (``decode_record``:
-the messages for ``read``; ``decode_batches`` builds the appended ``Batch`` from them for
-``read_batches``), so a record that was changed outside scope is reported as a
+read each record is checked against its digest, decoded strictly and checked to be in
+the canonical encoding (``decode_record``: the messages for ``read``;
+``decode_batches`` builds the appended ``Batch`` from them for ``read_batches``, one
+check for both), so a record that was changed outside scope is reported as a
 ``StoreError`` naming the conversation and the append id, never returned, skipped or
 allowed to crash the reader.
 """
@@ -144,8 +145,13 @@ def decode_record(
     data: Any,
     cache: DecodedCache | None = None,
 ) -> tuple[Message, ...]:
-    """The messages of one stored batch record, checked against its digest: a non-empty
-    list of valid, complete messages (what ``read`` and ``read_batches`` share)."""
+    """The messages of one stored batch record, checked as ``read`` and ``read_batches``
+    both check it: the digest matches the bytes, which are a non-empty JSON array of
+    valid, complete messages in the canonical encoding (the bytes scope writes).
+
+    A cache hit skips decoding and the canonical check: an entry is only stored after
+    both passed, keyed by the digest, and the record's bytes were just checked against
+    that digest, so they are the bytes that passed."""
     if isinstance(data, memoryview | bytearray):
         data = bytes(data)
     if not isinstance(data, bytes):
@@ -183,6 +189,13 @@ def decode_record(
                 )
         messages.append(message)
     out = tuple(messages)
+    # Encoding fills each message's cached canonical bytes, so later encodes (a Batch
+    # built from these messages, a request) reuse them.
+    if encode_messages(out) != data:
+        # Valid, digest-matching JSON, but not the bytes scope writes (whitespace, key
+        # order, number spelling): a Batch of these messages would have another digest,
+        # so the record was not written by scope as it stands.
+        raise corrupt(conversation_id, append_id, "messages are not in the canonical encoding")
     if cache is not None:
         cache.put(digest, out)
     return out
@@ -209,11 +222,10 @@ def decode_batches(
     """The batches of ``(append_id, digest, encoded_messages)`` records, in order: what
     ``read_batches`` returns.
 
-    Each record's messages are decoded and checked as for ``read`` (``decode_record``);
-    then the append id must be valid and the stored bytes must be the canonical encoding
-    of the messages (as every record scope writes is), so each batch equals the one
-    appended and its ``encoded_messages`` are the stored bytes themselves. Anything else
-    raises ``StoreError`` (see ``corrupt``).
+    Each record's messages are decoded and checked as for ``read`` (``decode_record``:
+    digest, strict decoding, canonical bytes); then the append id must be valid, so each
+    batch equals the one appended and its ``encoded_messages`` are the stored bytes
+    themselves. Anything else raises ``StoreError`` (see ``corrupt``).
     """
     out: list[Batch] = []
     for append_id, digest, data in records:
@@ -223,11 +235,6 @@ def decode_batches(
         except InvalidAppendIDError as exc:
             raise corrupt(conversation_id, append_id, f"invalid append id: {exc}") from exc
         encoded = bytes(data)  # decode_record accepted it: bytes, bytearray or memoryview
-        # Cheap once the messages carry their cached canonical bytes (the cache's do).
-        if encode_messages(messages) != encoded:
-            # Valid, digest-matching JSON, but not the bytes scope writes: a Batch of these
-            # messages would have another digest, so its receipt could not match.
-            raise corrupt(conversation_id, append_id, "messages are not in the canonical encoding")
         out.append(Batch._verified(conversation_id, aid, messages, encoded, digest))
     return out
 
