@@ -369,6 +369,29 @@ async def test_rehashed_non_canonical_record_is_refused_by_both_reads(
         assert texts(await store.read("bystander")) == ["hello", "hello!"]
 
 
+async def test_invalid_listed_ids_are_skipped_and_logged_once(
+    dsn: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+        await store.append(batch("a", "a1"))
+        await store.append(batch("z", "a1"))
+        await admin(
+            dsn,
+            f'INSERT INTO "{prefix}_conversations" (id) VALUES ($1), ($2)',
+            "bad\nid",
+            " padded",
+        )
+        with caplog.at_level("WARNING", logger="scope.historystores"):
+            assert await store.conversations() == ["a", "z"]
+            assert await store.conversations() == ["a", "z"]
+        assert store.invalid_conversation_ids == (" padded", "bad\nid")
+        records = [r for r in caplog.records if r.name == "scope.historystores"]
+        assert len(records) == 2
+        assert all(prefix in r.getMessage() for r in records)
+        assert any("'bad\\nid'" in r.getMessage() for r in records)
+        assert len(await store.read("z")) == 2
+
+
 # -- error mapping ----------------------------------------------------------------------
 
 

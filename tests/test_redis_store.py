@@ -312,6 +312,27 @@ async def test_rehashed_non_canonical_record_is_refused_by_both_reads(
         assert texts(await store.read("bystander")) == ["hello", "hello!"]
 
 
+async def test_invalid_listed_ids_are_skipped_and_logged_once(
+    url: str, prefix: str, admin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with await RedisStore.open(url, prefix=prefix) as store:
+        await store.append(batch("a", "a1"))
+        await store.append(batch("z", "a1"))
+        bad = [b"bad\nid", b" padded", b"\xff\xfe"]
+        await admin.zadd(f"{prefix}:conversations", dict.fromkeys(bad, 0))
+        with caplog.at_level("WARNING", logger="scope.historystores"):
+            assert await store.conversations() == ["a", "z"]
+            assert await store.conversations() == ["a", "z"]
+        assert store.invalid_conversation_ids == (" padded", "\\xff\\xfe", "bad\nid")
+        records = [r for r in caplog.records if r.name == "scope.historystores"]
+        assert len(records) == 3
+        assert all(prefix in r.getMessage() for r in records)
+        # Skipped, never deleted: the repair is the operator's.
+        members = await admin.zrange(f"{prefix}:conversations", 0, -1)
+        assert set(bad) <= set(members)
+        assert len(await store.read("z")) == 2
+
+
 # -- error mapping ----------------------------------------------------------------------
 
 

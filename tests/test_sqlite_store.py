@@ -399,11 +399,28 @@ async def test_text_instead_of_blob_is_reported(store: SQLiteStore) -> None:
 
 
 @pytest.mark.anyio
-async def test_invalid_listed_id_is_reported(store: SQLiteStore) -> None:
+async def test_invalid_listed_ids_are_skipped_and_logged_once(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    await store.append(batch("a", "a1"))
+    await store.append(batch("z", "a1"))
     with raw(store) as conn:
-        conn.execute("INSERT INTO scope_history_conversations VALUES (' padded', 0)")
-    with pytest.raises(StoreError, match="padded"):
-        await store.conversations()
+        conn.executemany(
+            "INSERT INTO scope_history_conversations VALUES (?, 0)",
+            [(" padded",), ("bad\nid",), (b"\xff\xfe",)],  # a blob: no text affinity
+        )
+    assert store.invalid_conversation_ids == ()
+    with caplog.at_level("WARNING", logger="scope.historystores"):
+        assert await store.conversations() == ["a", "z"]
+        assert await store.conversations() == ["a", "z"]
+    expected = sorted([" padded", "bad\nid", "\\xff\\xfe"])
+    assert store.invalid_conversation_ids == tuple(expected)
+    records = [r for r in caplog.records if r.name == "scope.historystores"]
+    assert len(records) == 3  # once per id and handle, not once per listing
+    assert all(r.levelname == "WARNING" and "SQLiteStore" in r.getMessage() for r in records)
+    assert any("'bad\\nid'" in r.getMessage() for r in records)
+    # Reads of the valid conversations are unaffected.
+    assert len(await store.read("a")) == 2
 
 
 @pytest.mark.anyio

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -24,7 +25,13 @@ from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar
 
 from scope.chat import Message, PartKind
 from scope.codec import encode_messages, from_builtins, parse
-from scope.errors import InvalidAppendIDError, InvalidBatchError, InvalidMessageError, StoreError
+from scope.errors import (
+    InvalidAppendIDError,
+    InvalidBatchError,
+    InvalidConversationIDError,
+    InvalidMessageError,
+    StoreError,
+)
 from scope.history._batch import Batch
 from scope.history._ids import AppendID, ConversationID
 
@@ -32,6 +39,7 @@ __all__ = [
     "AsyncClosing",
     "DecodedCache",
     "Decoder",
+    "ListedIDs",
     "check_batch",
     "corrupt",
     "decode_batches",
@@ -40,6 +48,9 @@ __all__ = [
     "validate_cache_size",
     "validate_table_prefix",
 ]
+
+#: Where the stores log what they skip or find odd (one warning per thing per handle).
+logger: Final = logging.getLogger("scope.historystores")
 
 _DIGEST_PREFIX: Final = "sha256:"
 _TABLE_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]*\Z")
@@ -237,6 +248,68 @@ def decode_batches(
         encoded = bytes(data)  # decode_record accepted it: bytes, bytearray or memoryview
         out.append(Batch._verified(conversation_id, aid, messages, encoded, digest))
     return out
+
+
+class ListedIDs:
+    """Validates the conversation ids a listing fetched, for one store handle.
+
+    A stored id that is not a valid ``ConversationID`` (a newline, surrounding spaces,
+    bytes that are not UTF-8: written outside scope) is skipped, so one bad record does
+    not hide every other conversation. Each such id is logged once per handle, as a
+    warning on the ``scope.historystores`` logger, and kept in ``invalid``: the sorted
+    ids this handle's listings have skipped (``str``; bytes that are not UTF-8 are shown
+    with backslash escapes). Thread-safe: SQLite lists on worker threads.
+    """
+
+    __slots__ = ("_lock", "_seen", "_store")
+
+    def __init__(self, store: str) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+
+    @property
+    def invalid(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(sorted(self._seen))
+
+    def valid(self, raw_ids: Iterable[object]) -> list[ConversationID]:
+        """The valid ids of ``raw_ids``, in their order; the others are skipped."""
+        out: list[ConversationID] = []
+        for raw in raw_ids:
+            if isinstance(raw, memoryview | bytearray):
+                raw = bytes(raw)
+            if isinstance(raw, bytes):
+                shown = raw.decode("utf-8", "backslashreplace")
+                try:
+                    raw = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    self._skip(shown, f"conversation id is not UTF-8: {exc}")
+                    continue
+            elif isinstance(raw, str):
+                shown = raw
+            else:
+                shown = repr(raw)
+                self._skip(shown, f"conversation id is stored as {type(raw).__name__}")
+                continue
+            try:
+                out.append(ConversationID(raw))
+            except InvalidConversationIDError as exc:
+                self._skip(shown, str(exc))
+        return out
+
+    def _skip(self, shown: str, problem: str) -> None:
+        with self._lock:
+            if shown in self._seen:
+                return
+            self._seen.add(shown)
+        logger.warning(
+            "%s: listing skips stored conversation id %r: %s (written outside scope; "
+            "repair or delete that record)",
+            self._store,
+            shown,
+            problem,
+        )
 
 
 class _Closable(Protocol):

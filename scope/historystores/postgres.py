@@ -26,7 +26,6 @@ from scope.chat import Message
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
-    InvalidConversationIDError,
     StoreError,
 )
 from scope.history._batch import Batch, Receipt
@@ -35,8 +34,8 @@ from scope.historystores._common import (
     AsyncClosing,
     DecodedCache,
     Decoder,
+    ListedIDs,
     check_batch,
-    corrupt,
     decode_batches,
     decode_records,
     require_asyncio,
@@ -126,7 +125,7 @@ class PostgresStore(AsyncClosing):
       the conversation. Calls on a closed store raise ``StoreError``.
     """
 
-    __slots__ = ("_cache", "_closed", "_pool", "_sql", "table_prefix")
+    __slots__ = ("_cache", "_closed", "_listed", "_pool", "_sql", "table_prefix")
 
     def __init__(self, pool: Any, table_prefix: str, cache: DecodedCache) -> None:
         """Internal: use ``await PostgresStore.open(dsn)``."""
@@ -135,6 +134,7 @@ class PostgresStore(AsyncClosing):
         self._sql = _Statements(table_prefix)
         self._closed = False
         self.table_prefix: Final = table_prefix
+        self._listed = ListedIDs(repr(self))
 
     @classmethod
     async def open(
@@ -224,6 +224,13 @@ class PostgresStore(AsyncClosing):
     def closed(self) -> bool:
         """Whether ``aclose()`` was called."""
         return self._closed
+
+    @property
+    def invalid_conversation_ids(self) -> tuple[str, ...]:
+        """The stored conversation ids this handle's ``conversations()`` calls skipped
+        because they are not valid ids (written outside scope), sorted; each was also
+        logged once as a warning on the ``scope.historystores`` logger."""
+        return self._listed.invalid
 
     async def _with_connection(self, fn: Callable[[Any], Awaitable[T]], what: str) -> T:
         """Run ``fn(connection)``, retrying once on a fresh connection when the first one
@@ -320,20 +327,15 @@ class PostgresStore(AsyncClosing):
         await self._with_connection(clear, f"clear of conversation {str(cid)!r}")
 
     async def conversations(self) -> list[ConversationID]:
-        """Open conversations holding at least one batch, in code point order."""
+        """Open conversations holding at least one batch, in code point order. A stored
+        id that is not valid is skipped (see ``invalid_conversation_ids``)."""
         sql = self._sql.conversations
 
         async def conversations(conn: Any) -> list[Any]:
             return list(await conn.fetch(sql))
 
         rows = await self._with_connection(conversations, "listing of conversations")
-        out = []
-        for (raw,) in rows:
-            try:
-                out.append(ConversationID(raw))
-            except InvalidConversationIDError as exc:
-                raise corrupt(str(raw), None, f"invalid conversation id: {exc}") from exc
-        return out
+        return self._listed.valid(row[0] for row in rows)
 
 
 @final

@@ -31,7 +31,6 @@ from scope.chat import Message
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
-    InvalidConversationIDError,
     StoreError,
 )
 from scope.history._batch import Batch, Receipt
@@ -40,6 +39,7 @@ from scope.historystores._common import (
     AsyncClosing,
     DecodedCache,
     Decoder,
+    ListedIDs,
     check_batch,
     corrupt,
     decode_batches,
@@ -161,7 +161,7 @@ class RedisStore(AsyncClosing):
       the conversation. Calls on a closed store raise ``StoreError``.
     """
 
-    __slots__ = ("_cache", "_client", "_closed", "_listing", "prefix")
+    __slots__ = ("_cache", "_client", "_closed", "_listed", "_listing", "prefix")
 
     def __init__(self, client: Redis, prefix: str, cache: DecodedCache) -> None:
         """Internal: use ``await RedisStore.open(url)``."""
@@ -170,6 +170,7 @@ class RedisStore(AsyncClosing):
         self._closed = False
         self._listing = f"{prefix}:conversations"
         self.prefix: Final = prefix
+        self._listed = ListedIDs(repr(self))
 
     @classmethod
     async def open(
@@ -241,6 +242,13 @@ class RedisStore(AsyncClosing):
     def closed(self) -> bool:
         """Whether ``aclose()`` was called."""
         return self._closed
+
+    @property
+    def invalid_conversation_ids(self) -> tuple[str, ...]:
+        """The stored conversation ids this handle's ``conversations()`` calls skipped
+        because they are not valid ids (written outside scope), sorted; each was also
+        logged once as a warning on the ``scope.historystores`` logger."""
+        return self._listed.invalid
 
     def _keys(self, cid: str) -> tuple[str, str, str]:
         tag = cid.encode("utf-8").hex()
@@ -348,7 +356,8 @@ class RedisStore(AsyncClosing):
 
     async def conversations(self) -> list[ConversationID]:
         """Open conversations holding at least one batch, in code point order (the
-        sorted set orders members by their UTF-8 bytes)."""
+        sorted set orders members by their UTF-8 bytes). A stored id that is not valid
+        is skipped (see ``invalid_conversation_ids``)."""
         client = self._client
         listing = self._listing
 
@@ -358,12 +367,9 @@ class RedisStore(AsyncClosing):
         raw_ids = await self._call(members, "listing of conversations")
         if not raw_ids:
             return []
-        ids: list[ConversationID] = []
-        for raw in raw_ids:
-            try:
-                ids.append(ConversationID(bytes(raw).decode("utf-8")))
-            except (UnicodeDecodeError, InvalidConversationIDError) as exc:
-                raise corrupt(repr(raw), None, f"invalid listed conversation id: {exc}") from exc
+        ids = self._listed.valid(raw_ids)  # an invalid member is skipped, never deleted
+        if not ids:
+            return []
 
         async def states() -> list[Any]:
             pipe = client.pipeline(transaction=False)

@@ -37,7 +37,6 @@ from scope.chat import Message
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
-    InvalidConversationIDError,
     StoreError,
 )
 from scope.history._batch import Batch, Receipt
@@ -46,8 +45,8 @@ from scope.historystores._common import (
     AsyncClosing,
     DecodedCache,
     Decoder,
+    ListedIDs,
     check_batch,
-    corrupt,
     decode_batches,
     decode_records,
     validate_cache_size,
@@ -201,7 +200,7 @@ class SQLiteStore(AsyncClosing):
       Calls on a closed store raise ``StoreError``.
     """
 
-    __slots__ = ("_cache", "_pool", "_tables", "path", "synchronous", "table_prefix")
+    __slots__ = ("_cache", "_listed", "_pool", "_tables", "path", "synchronous", "table_prefix")
 
     def __init__(self, pool: _Pool, table_prefix: str, cache: DecodedCache) -> None:
         """Internal: use ``await SQLiteStore.open(path)``."""
@@ -211,6 +210,7 @@ class SQLiteStore(AsyncClosing):
         self.path: Final = pool.path
         self.synchronous: Final = pool.synchronous
         self.table_prefix: Final = table_prefix
+        self._listed = ListedIDs(repr(self))
 
     @classmethod
     async def open(
@@ -282,6 +282,13 @@ class SQLiteStore(AsyncClosing):
     def closed(self) -> bool:
         """Whether ``aclose()`` was called."""
         return self._pool.closed
+
+    @property
+    def invalid_conversation_ids(self) -> tuple[str, ...]:
+        """The stored conversation ids this handle's ``conversations()`` calls skipped
+        because they are not valid ids (written outside scope), sorted; each was also
+        logged once as a warning on the ``scope.historystores`` logger."""
+        return self._listed.invalid
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         if self._pool.closed:
@@ -382,17 +389,13 @@ class SQLiteStore(AsyncClosing):
         await self._run(clear, f"clear of conversation {str(cid)!r}")
 
     async def conversations(self) -> list[ConversationID]:
-        """Open conversations holding at least one batch, in code point order."""
+        """Open conversations holding at least one batch, in code point order. A stored
+        id that is not valid is skipped (see ``invalid_conversation_ids``)."""
         sql = f"SELECT id FROM {self._tables.conversations} WHERE closed = 0 ORDER BY id"
+        listed = self._listed
 
         def conversations(conn: sqlite3.Connection) -> list[ConversationID]:
-            out = []
-            for (raw,) in conn.execute(sql):
-                try:
-                    out.append(ConversationID(raw))
-                except InvalidConversationIDError as exc:
-                    raise corrupt(str(raw), None, f"invalid conversation id: {exc}") from exc
-            return out
+            return listed.valid(row[0] for row in conn.execute(sql))
 
         return await self._run(conversations, "listing of conversations")
 
