@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar
 
+import anyio.lowlevel
+
 from scope.chat import Message, PartKind
 from scope.codec import encode_messages, from_builtins, parse
 from scope.errors import (
@@ -40,8 +42,10 @@ __all__ = [
     "DecodedCache",
     "Decoder",
     "ListedIDs",
+    "cancellation_mark",
     "check_batch",
     "corrupt",
+    "deliver_cancellation",
     "decode_batches",
     "decode_records",
     "require_asyncio",
@@ -67,6 +71,55 @@ def require_asyncio(what: str, driver: str) -> None:
             f"{what} needs a running asyncio event loop ({driver} is asyncio-only); "
             "under trio use scope.historystores.sqlite.SQLiteStore"
         ) from None
+
+
+async def cancellation_mark() -> int:
+    """Call at the start of a store call, before the driver; pass the result to
+    ``deliver_cancellation`` once the driver call returned or failed.
+
+    Under asyncio a driver can swallow a cancellation: Python 3.11's ``asyncio.wait_for``
+    (redis-py writes through it) returns the result when the awaited operation finishes
+    in the same loop iteration as the ``task.cancel()``, and the task then goes on as if
+    never cancelled. ``Task.cancelling()`` still counts the request (only whoever handles
+    a cancellation calls ``uncancel()``), so a count that grew across the driver call
+    means a cancellation arrived and was not delivered. The mark is that count; it is 0
+    outside asyncio (trio delivers cancellation at every later checkpoint anyway).
+
+    A count above 0 here means either a cancellation requested but not yet delivered
+    (the driver could swallow it at its first await) or that this call runs in cleanup
+    code after a delivered one; one checkpoint tells them apart: it raises
+    ``CancelledError`` for the former, before any I/O, and returns for the latter.
+    """
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no asyncio event loop in this thread: trio
+        return 0
+    if task is None:
+        return 0
+    if task.cancelling():
+        await asyncio.sleep(0)
+    return task.cancelling()
+
+
+async def deliver_cancellation(mark: int, cause: BaseException | None = None) -> None:
+    """Raise the cancellation a driver call swallowed (see ``cancellation_mark``), or
+    one pending in an enclosing cancelled anyio/trio scope, instead of returning the
+    call's result or raising its error (``cause``, chained). Returns when there is none.
+
+    A store call that was cancelled therefore always ends cancelled, whatever the
+    driver did; its outcome is unknown, as the store guarantees state (all or nothing,
+    a retry of the same batch lands once).
+    """
+    # First a cancelled anyio/trio scope: its own delivery raises the exception that
+    # scope recognises as its own (and so stops at it).
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    if task is not None and task.cancelling() > mark:
+        # A native Task.cancel() (or asyncio.timeout) that was swallowed.
+        raise asyncio.CancelledError("cancelled during a store call") from cause
 
 
 def check_batch(batch: object) -> Batch:

@@ -40,10 +40,12 @@ from scope.historystores._common import (
     DecodedCache,
     Decoder,
     ListedIDs,
+    cancellation_mark,
     check_batch,
     corrupt,
     decode_batches,
     decode_records,
+    deliver_cancellation,
     require_asyncio,
     validate_cache_size,
 )
@@ -102,16 +104,25 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+def _timeouts() -> tuple[type[BaseException], ...]:
+    """``socket_timeout`` ran out (connecting, sending or waiting for the reply)."""
+    import redis.exceptions
+
+    return (redis.exceptions.TimeoutError, TimeoutError)
+
+
 def _retryable() -> tuple[type[BaseException], ...]:
-    """Failures after which the same operation may succeed on a fresh connection."""
+    """Failures after which the same operation may succeed on a fresh connection.
+
+    Not timeouts: the server or the network held the call for the whole
+    ``socket_timeout`` already, and whatever held it most likely still does, so a retry
+    would double the caller's wait. The caller decides (repeating it is safe)."""
     import redis.exceptions
 
     return (
         redis.exceptions.ConnectionError,  # includes BusyLoadingError
-        redis.exceptions.TimeoutError,
         redis.exceptions.TryAgainError,
         OSError,
-        TimeoutError,
     )
 
 
@@ -161,11 +172,22 @@ class RedisStore(AsyncClosing):
       the conversation. Calls on a closed store raise ``StoreError``.
     """
 
-    __slots__ = ("_cache", "_client", "_closed", "_listed", "_listing", "prefix")
+    __slots__ = (
+        "_cache",
+        "_client",
+        "_closed",
+        "_listed",
+        "_listing",
+        "_socket_timeout",
+        "prefix",
+    )
 
-    def __init__(self, client: Redis, prefix: str, cache: DecodedCache) -> None:
+    def __init__(
+        self, client: Redis, prefix: str, cache: DecodedCache, socket_timeout: float | None = None
+    ) -> None:
         """Internal: use ``await RedisStore.open(url)``."""
         self._client = client
+        self._socket_timeout = socket_timeout
         self._cache = cache
         self._closed = False
         self._listing = f"{prefix}:conversations"
@@ -216,7 +238,7 @@ class RedisStore(AsyncClosing):
             )
         except ValueError as exc:
             raise ValueError(f"invalid Redis URL: {exc}") from exc
-        store = cls(client, prefix, cache)
+        store = cls(client, prefix, cache, socket_timeout)
         try:
             await store._call(lambda: client.ping(), "connect")
         except BaseException:
@@ -257,13 +279,20 @@ class RedisStore(AsyncClosing):
 
     async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         """Run ``fn()``, retrying once on a fresh connection when the connection dropped;
-        map driver errors to ``StoreError``."""
+        map driver errors to ``StoreError``; re-raise a cancellation redis-py swallowed
+        (see ``deliver_cancellation``)."""
         if self._closed:
             raise StoreError("the RedisStore is closed")
         errors = _driver_errors()
+        timeouts = _timeouts()
+        mark = await cancellation_mark()
         try:
-            return await fn()
-        except _retryable():
+            result = await fn()
+        except timeouts as exc:
+            await deliver_cancellation(mark, exc)
+            raise self._timed_out(exc, what) from exc
+        except _retryable() as exc:
+            await deliver_cancellation(mark, exc)
             if self._closed:
                 raise StoreError("the RedisStore is closed") from None
             # The server may have dropped every pooled connection (restart, CLIENT KILL)
@@ -271,11 +300,29 @@ class RedisStore(AsyncClosing):
             with contextlib.suppress(*errors):
                 await self._client.connection_pool.disconnect(inuse_connections=False)
         except errors as exc:
+            await deliver_cancellation(mark, exc)
             raise map_error(exc, what) from exc
+        else:
+            await deliver_cancellation(mark)
+            return result
+        what = f"{what} (retried on a fresh connection)"
         try:
-            return await fn()
+            result = await fn()
+        except timeouts as exc:
+            await deliver_cancellation(mark, exc)
+            raise self._timed_out(exc, what) from exc
         except errors as exc:
-            raise map_error(exc, f"{what} (retried on a fresh connection)") from exc
+            await deliver_cancellation(mark, exc)
+            raise map_error(exc, what) from exc
+        await deliver_cancellation(mark)
+        return result
+
+    def _timed_out(self, exc: BaseException, what: str) -> StoreError:
+        return StoreError(
+            f"Redis {what} timed out after {self._socket_timeout:g} s (socket_timeout): "
+            f"{type(exc).__name__}: {exc}; not retried. It ran entirely or not at all; "
+            "repeating it is safe (a batch lands once)"
+        )
 
     async def read(self, conversation_id: str) -> list[Message]:
         """The conversation's messages in stored order (``[]`` when unknown or closed).

@@ -46,9 +46,11 @@ from scope.historystores._common import (
     DecodedCache,
     Decoder,
     ListedIDs,
+    cancellation_mark,
     check_batch,
     decode_batches,
     decode_records,
+    deliver_cancellation,
     validate_cache_size,
     validate_table_prefix,
 )
@@ -291,9 +293,19 @@ class SQLiteStore(AsyncClosing):
         return self._listed.invalid
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        """Run ``fn(connection)`` on a worker thread. The thread's work always runs to
+        its end; a cancellation that arrived meanwhile is raised once it is done, instead
+        of its result or error (see ``deliver_cancellation``)."""
         if self._pool.closed:
             raise StoreError("the SQLiteStore is closed")
-        return await anyio.to_thread.run_sync(self._pool.run, fn, what)
+        mark = await cancellation_mark()
+        try:
+            result = await anyio.to_thread.run_sync(self._pool.run, fn, what)
+        except Exception as exc:  # re-raised below unless a cancellation replaces it
+            await deliver_cancellation(mark, exc)
+            raise
+        await deliver_cancellation(mark)
+        return result
 
     async def read(self, conversation_id: str) -> list[Message]:
         """The conversation's messages in stored order (``[]`` when unknown or closed).
