@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -315,6 +317,126 @@ async def test_connection_killed_while_append_waits_for_the_row_lock(
             await locker.close()
         assert receipts == [second.receipt()]
         assert texts(await store.read("c")) == ["hello", "hello!", "second", "second!"]
+
+
+# -- bounded waits ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["command_timeout", "acquire_timeout"])
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "1"])
+async def test_invalid_timeouts_are_value_errors(name: str, bad: Any) -> None:
+    with pytest.raises(ValueError, match=name):
+        await PostgresStore.open("postgresql://nowhere.invalid/db", **{name: bad})
+
+
+@asynccontextmanager
+async def held(dsn: str, *statements: str) -> AsyncIterator[None]:
+    """Another session runs ``statements`` in a transaction and holds it open."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        tr = conn.transaction()
+        await tr.start()
+        for statement in statements:
+            await conn.execute(statement)
+        try:
+            yield
+        finally:
+            await tr.rollback()
+    finally:
+        await conn.close()
+
+
+async def timed(call: Awaitable[Any]) -> tuple[BaseException | None, float]:
+    start = time.monotonic()
+    try:
+        await call
+    except StoreError as exc:
+        return exc, time.monotonic() - start
+    return None, time.monotonic() - start
+
+
+async def test_append_behind_a_held_row_lock_times_out_writing_nothing(
+    dsn: str, prefix: str
+) -> None:
+    async with await PostgresStore.open(dsn, table_prefix=prefix, command_timeout=0.3) as store:
+        await store.append(batch("c", "a1"))
+        second = batch("c", "a2", "second")
+        lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        async with held(dsn, lock):
+            error, elapsed = await timed(store.append(second))
+            assert error is not None
+            message = str(error)
+            assert "append to conversation 'c'" in message and "command_timeout=0.3" in message
+            assert "rolled back" in message
+            assert isinstance(error.__cause__, asyncpg.exceptions.QueryCanceledError)
+            # One bounded wait, not retried (a retry would wait as long again).
+            assert 0.25 <= elapsed < 0.55, elapsed
+            assert texts(await store.read("c")) == ["hello", "hello!"]  # reads are not blocked
+        # Nothing of the batch was written: the retry lands once.
+        assert await store.append(second) == second.receipt()
+        assert await store.append(second) == second.receipt()
+        assert texts(await store.read("c")) == ["hello", "hello!", "second", "second!"]
+
+
+async def test_every_operation_behind_a_held_table_lock_times_out(dsn: str, prefix: str) -> None:
+    async with await PostgresStore.open(dsn, table_prefix=prefix, command_timeout=0.3) as store:
+        first = batch("c", "a1")
+        await store.append(first)
+        second = batch("c", "a2", "second")
+        lock = f'LOCK TABLE "{prefix}_batches" IN ACCESS EXCLUSIVE MODE'
+        async with held(dsn, lock):
+            calls: list[tuple[str, Awaitable[Any]]] = [
+                ("append to conversation 'c'", store.append(second)),
+                ("read of conversation 'c'", store.read("c")),
+                ("read of conversation 'c'", store.read_batches("c")),
+                ("clear of conversation 'c'", store.clear("c")),
+            ]
+            for what, call in calls:
+                error, elapsed = await timed(call)
+                assert error is not None and what in str(error), (what, error)
+                assert 0.25 <= elapsed < 0.55, (what, elapsed)
+        # Neither the append nor the clear left anything behind.
+        assert await store.read_batches("c") == [first]
+        assert await store.append(second) == second.receipt()
+        assert await store.read_batches("c") == [first, second]
+
+
+async def test_exhausted_pool_times_out_waiting_for_a_connection(dsn: str, prefix: str) -> None:
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, min_size=1, max_size=1, acquire_timeout=0.3
+    ) as store:
+        await store.append(batch("c", "a1"))
+        blocked = batch("c", "a2", "blocked")
+        lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        async with anyio.create_task_group() as tg, held(dsn, lock):
+            # The pool's only connection waits behind the lock inside this append.
+            tg.start_soon(store.append, blocked)
+            await anyio.sleep(0.1)
+            error, elapsed = await timed(store.read("other"))
+            assert error is not None
+            assert "read of conversation 'other'" in str(error)
+            assert "waiting for a pool connection" in str(error)
+            assert "acquire_timeout=0.3" in str(error) and "max_size=1" in str(error)
+            assert 0.25 <= elapsed < 0.55, elapsed
+            # Leaving the block rolled the lock back; the blocked append then lands.
+        assert texts(await store.read("c")) == ["hello", "hello!", "blocked", "blocked!"]
+
+
+async def test_a_server_that_does_not_answer_is_bounded_client_side(dsn: str, prefix: str) -> None:
+    """The server's statement_timeout is switched off for one statement: the client's own
+    bound (command_timeout + 1 s) ends the wait, and the store stays usable."""
+    async with await PostgresStore.open(dsn, table_prefix=prefix, command_timeout=0.3) as store:
+
+        async def silent(conn: Any) -> None:
+            await conn.execute("SET statement_timeout = 0")
+            await conn.execute("SELECT pg_sleep(5)")
+
+        error, elapsed = await timed(store._with_connection(silent, "test"))
+        assert error is not None and "waiting for the server's answer" in str(error)
+        assert isinstance(error.__cause__, TimeoutError)
+        assert 1.2 <= elapsed < 2.5, elapsed
+        await store.append(batch("c", "a1"))
+        assert texts(await store.read("c")) == ["hello", "hello!"]
 
 
 # -- corruption -------------------------------------------------------------------------
