@@ -267,7 +267,7 @@ async def redis_store() -> AsyncIterator[Any]:
     url = redis_url_or_skip()
     prefix = unique_key_prefix()
     try:
-        async with await RedisStore.open(url, prefix=prefix) as store:
+        async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
             yield store
     finally:
         await drop_prefix(url, prefix)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
@@ -31,6 +32,7 @@ from scope.chat import Message
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
+    ScopeWarning,
     StoreError,
 )
 from scope.history._batch import Batch, Receipt
@@ -204,6 +206,8 @@ class RedisStore(AsyncClosing):
         client_name: str | None = None,
         socket_timeout: float | None = 10.0,
         decoded_cache_messages: int = 10_000,
+        check_persistence: bool = True,
+        require_durable: bool = False,
     ) -> RedisStore:
         """Connect to ``url`` (``redis://[[user]:password@]host:port/db`` or ``rediss://``
         for TLS) and check the server answers.
@@ -213,10 +217,25 @@ class RedisStore(AsyncClosing):
         ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
         re-reading a conversation skips decoding (each record is still checked against its
         digest on every read); 0 disables the cache.
-        A bad prefix, URL or cache size raises
-        ``ValueError`` before any I/O; an unreachable server raises ``StoreError``.
-        Needs asyncio.
+        ``socket_timeout`` (seconds, default 10; None: no bound) bounds connecting and
+        each command's round trip; a timeout raises ``StoreError`` and is not retried.
+
+        Persistence: with ``check_persistence`` (the default) the server's ``appendonly``
+        and ``save`` settings are read (``CONFIG GET``). Unless ``appendonly`` is ``yes``
+        (AOF), acknowledged writes do not survive a restart: every batch (or those since
+        the last RDB snapshot) is lost and cleared conversations become open again. Then
+        ``require_durable=True`` refuses with ``StoreError``; otherwise a
+        ``scope.errors.ScopeWarning`` states the consequence (Python shows it once per
+        process by default). A server that refuses ``CONFIG`` (ACL, renamed command)
+        counts as unknown: warned about, refused with ``require_durable=True``.
+        ``check_persistence=False`` skips the check (one fewer round trip, no warning;
+        for servers whose durability is known, or deliberately volatile ones).
+
+        A bad prefix, URL, cache size or option combination raises ``ValueError``
+        before any I/O; an unreachable server raises ``StoreError``. Needs asyncio.
         """
+        if require_durable and not check_persistence:
+            raise ValueError("require_durable=True needs check_persistence=True")
         prefix = validate_prefix(prefix)
         cache = DecodedCache(validate_cache_size(decoded_cache_messages))
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
@@ -241,10 +260,59 @@ class RedisStore(AsyncClosing):
         store = cls(client, prefix, cache, socket_timeout)
         try:
             await store._call(lambda: client.ping(), "connect")
+            if check_persistence:
+                problem = await store._persistence_problem()
+                if problem is not None:
+                    if require_durable:
+                        raise StoreError(f"{problem}; refused (require_durable=True)")
+                    warnings.warn(
+                        f"{problem}. Configure appendonly yes (appendfsync everysec or "
+                        "always), or pass require_durable=True to refuse such a server",
+                        ScopeWarning,
+                        stacklevel=2,
+                    )
         except BaseException:
             await client.aclose()
             raise
         return store
+
+    async def _persistence_problem(self) -> str | None:
+        """What a server restart would lose, or None when AOF is on."""
+        import redis.exceptions
+
+        client = self._client
+        kwargs = client.connection_pool.connection_kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+        where = f"Redis at {where}/{kwargs.get('db', 0)}"
+        try:
+            appendonly = await self._call(
+                lambda: client.config_get("appendonly"), "persistence check"
+            )
+            save = await self._call(lambda: client.config_get("save"), "persistence check")
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, redis.exceptions.ResponseError):
+                raise
+            return (
+                f"{where}: cannot check persistence, CONFIG GET is not permitted "
+                f"({type(exc.__cause__).__name__}: {exc.__cause__}); unless appendonly is "
+                "yes, a restart loses "
+                "acknowledged batches and makes cleared conversations open again"
+            )
+        aof = str(appendonly.get("appendonly", "")).lower()
+        snapshots = str(save.get("save", ""))
+        if aof == "yes":
+            return None
+        if snapshots.strip():
+            return (
+                f'{where} persists only RDB snapshots (appendonly {aof}, save "{snapshots}"): '
+                "a restart loses the batches acknowledged, and makes open again the "
+                "conversations cleared, since the last snapshot"
+            )
+        return (
+            f'{where} does not persist data (appendonly {aof}, save ""): a restart loses '
+            "every acknowledged batch and makes cleared conversations open again (they "
+            "accept appends)"
+        )
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.prefix!r})"
