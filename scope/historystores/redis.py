@@ -15,9 +15,10 @@ One conversation's keys share a hash slot, so its scripts also run on Redis Clus
 append and clear are each one Lua script (atomic in Redis). The listing sorted set is
 maintained beside them, before the append script and after the clear script, and
 ``conversations()`` drops closed and empty ids from it, so the listing never shows a
-closed id and shows every acknowledged one. Redis' own durability applies: configure
-AOF (``appendonly yes``, ``appendfsync everysec`` or ``always``) for a store that must
-survive a server restart.
+closed id and shows every acknowledged one (an id stored outside scope that is not a
+valid conversation id is skipped and logged, never deleted). Redis' own durability
+applies: configure AOF (``appendonly yes``, ``appendfsync everysec`` or ``always``) for a
+store that must survive a server restart; ``RedisStore.open`` checks it.
 """
 
 from __future__ import annotations
@@ -167,8 +168,17 @@ class RedisStore(AsyncClosing):
       batch lands exactly once. If the retry fails too, ``StoreError`` is raised with the
       driver error chained; an append that raised ``StoreError`` may have been applied,
       and retrying the same batch resolves it.
+    - **Timeouts.** ``socket_timeout`` (default 10 s) bounds connecting and each round
+      trip; a timeout raises ``StoreError`` naming the operation and is not retried (a
+      retry would double the caller's wait). The script ran entirely or not at all;
+      repeating the call is safe.
     - **Cancellation.** A cancelled call leaves all or nothing: a script runs entirely or
-      not at all (a cancelled append may have been applied; a retry resolves it).
+      not at all (a cancelled append may have been applied; a retry resolves it). The
+      call always ends cancelled: a cancellation redis-py swallowed (Python 3.11's
+      ``asyncio.wait_for``) is raised when the driver call returns.
+    - **Persistence.** ``open`` checks the server's ``appendonly``/``save`` and warns
+      (``ScopeWarning``) or refuses (``require_durable=True``) when a restart would lose
+      acknowledged writes.
     - **Errors.** Every redis-py, socket and timeout error becomes ``StoreError``; a
       corrupt stored record makes ``read`` and ``read_batches`` raise ``StoreError`` naming
       the conversation. Calls on a closed store raise ``StoreError``.

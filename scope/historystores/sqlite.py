@@ -190,16 +190,18 @@ class SQLiteStore(AsyncClosing):
       batches in one transaction. Two handles or two processes on one file are
       linearizable: a clear and an append never interleave.
     - **Cancellation.** The work of a call runs to completion on its worker thread even if
-      the awaiting task is cancelled (the cancellation is delivered when the thread is
-      done). A cancelled ``append`` therefore has either committed entirely or not at all;
-      it *may have committed*, so retry the same batch: the retry returns the receipt
-      and appends nothing.
+      the awaiting task is cancelled; the cancellation is raised as soon as the thread is
+      done (under asyncio and trio alike), whether the work succeeded or failed. A
+      cancelled ``append`` therefore has either committed entirely or not at all; it *may
+      have committed*, so retry the same batch: the retry returns the receipt and
+      appends nothing.
     - **Reads** (``read`` and ``read_batches``) are one statement, a consistent snapshot;
       every stored batch is checked against its digest, and a corrupt record raises
       ``StoreError`` naming the conversation and append id.
     - **Errors.** Every sqlite3 error (locked past the busy timeout, I/O error, a file
       that is not a database) is raised as ``StoreError`` with the driver error chained.
-      Calls on a closed store raise ``StoreError``.
+      Calls on a closed store raise ``StoreError``. A stored conversation id that is not
+      valid is skipped by ``conversations()`` (see ``invalid_conversation_ids``).
     """
 
     __slots__ = ("_cache", "_listed", "_pool", "_tables", "path", "synchronous", "table_prefix")
