@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -27,7 +28,7 @@ from scope.errors import ScopeWarning, StoreError
 from scope.history import Batch, BatchReader, Lister, Store
 from scope.history.storetest import StoreConformance
 from scope.historystores.redis import RedisStore
-from tests.servers import import_driver, redis_url_or_skip, unique_key_prefix
+from tests.servers import StallingProxy, import_driver, redis_url_or_skip, unique_key_prefix
 
 redis = import_driver("redis")
 aioredis = import_driver("redis.asyncio")
@@ -427,6 +428,31 @@ async def test_socket_timeout_raises_store_error_once_not_retried() -> None:
         assert 0.25 <= elapsed < 0.55, elapsed  # one wait: a timeout is not retried
         with pytest.raises(StoreError, match="read of conversation 'c' timed out"):
             await store.read("c")
+
+
+async def test_timeout_with_the_reply_lost_then_the_retry_lands_once(url: str, prefix: str) -> None:
+    """The append script runs on the real server but its reply is held back: the client
+    times out after socket_timeout (once, not retried); the retry of the same batch is
+    answered from the dedupe record and the batch is stored once."""
+    parts = urlsplit(url)
+    async with StallingProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
+        proxied = f"redis://127.0.0.1:{proxy.port}{parts.path}"
+        async with await RedisStore.open(
+            proxied, prefix=prefix, check_persistence=False, socket_timeout=0.3
+        ) as store:
+            await store.append(batch("c", "a1"))
+            second = batch("c", "a2", "second")
+            proxy.hold_replies()
+            start = time.monotonic()
+            with pytest.raises(StoreError, match="append to conversation 'c' timed out"):
+                await store.append(second)
+            elapsed = time.monotonic() - start
+            assert 0.25 <= elapsed < 0.55, elapsed
+            proxy.release_replies()
+            # It ran: the script's reply was lost, not the script.
+            assert texts(await store.read("c")) == ["hello", "hello!", "second", "second!"]
+            assert await store.append(second) == second.receipt()
+            assert texts(await store.read("c")) == ["hello", "hello!", "second", "second!"]
 
 
 @pytest.mark.parametrize(

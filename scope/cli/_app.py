@@ -180,7 +180,9 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     action: str = args.action
     # list and export name skipped invalid ids on stderr themselves (one "scope: error:"
     # line each): keep the stores' log warnings off stderr (logging's last resort).
-    logging.getLogger("scope.historystores").addHandler(logging.NullHandler())
+    stores_logger = logging.getLogger("scope.historystores")
+    if not any(isinstance(h, logging.NullHandler) for h in stores_logger.handlers):
+        stores_logger.addHandler(logging.NullHandler())
     if action == "list":
         return asyncio.run(h.list_conversations(url, sys.stdout, stderr=sys.stderr))
     if action == "show":
