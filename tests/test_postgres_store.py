@@ -366,8 +366,8 @@ async def test_append_behind_a_held_row_lock_times_out_writing_nothing(
             error, elapsed = await timed(store.append(second))
             assert error is not None
             message = str(error)
-            assert "append to conversation 'c'" in message and "command_timeout=0.3" in message
-            assert "rolled back" in message
+            assert "append to conversation 'c' timed out (command_timeout=0.3 s)" in message
+            assert "rolled its transaction back, nothing of it was written" in message
             assert isinstance(error.__cause__, asyncpg.exceptions.QueryCanceledError)
             # One bounded wait, not retried (a retry would wait as long again).
             assert 0.25 <= elapsed < 0.55, elapsed
@@ -376,6 +376,43 @@ async def test_append_behind_a_held_row_lock_times_out_writing_nothing(
         assert await store.append(second) == second.receipt()
         assert await store.append(second) == second.receipt()
         assert texts(await store.read("c")) == ["hello", "hello!", "second", "second!"]
+
+
+async def test_statement_cancelled_by_an_operator_is_reported_not_retried(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name
+    ) as store:
+        await store.append(batch("c", "a1"))
+        second = batch("c", "a2", "second")
+        lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        async with held(dsn, lock), anyio.create_task_group() as tg:
+            errors: list[StoreError] = []
+
+            async def append() -> None:
+                with pytest.raises(StoreError) as info:
+                    await store.append(second)
+                errors.append(info.value)
+
+            tg.start_soon(append)
+            cancelled = 0
+            with anyio.fail_after(10):
+                while not cancelled:
+                    await anyio.sleep(0.02)
+                    rows = await admin(
+                        dsn,
+                        "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity "
+                        "WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                        app_name,
+                    )
+                    cancelled = rows[0][0]
+        assert "append to conversation 'c' was cancelled" in str(errors[0])
+        assert "user request" in str(errors[0])
+        assert "retried on a fresh connection" not in str(errors[0])  # one attempt
+        assert isinstance(errors[0].__cause__, asyncpg.exceptions.QueryCanceledError)
+        assert await store.read_batches("c") == [batch("c", "a1")]
+        assert await store.append(second) == second.receipt()
 
 
 async def test_every_operation_behind_a_held_table_lock_times_out(dsn: str, prefix: str) -> None:

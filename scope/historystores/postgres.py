@@ -397,10 +397,16 @@ class PostgresStore(AsyncClosing):
                 f"(command_timeout={self._command_timeout} s, plus {_CLIENT_GRACE:g} s; "
                 f"{cause}); it committed entirely or not at all, repeating it is safe"
             )
+        # QueryCanceledError: statement_timeout, or pg_cancel_backend by an operator.
+        why = (
+            f"timed out (command_timeout={self._command_timeout} s)"
+            if "statement timeout" in str(exc)
+            else "was cancelled"
+        )
         return StoreError(
-            f"PostgreSQL {what} was cancelled by the server "
-            f"(command_timeout={self._command_timeout} s; {cause}): its transaction was "
-            "rolled back, nothing of it was written; not retried, repeating it is safe"
+            f"PostgreSQL {what} {why}: the server cancelled the statement ({cause}) and "
+            "rolled its transaction back, nothing of it was written; not retried, "
+            "repeating it is safe"
         )
 
     async def _create_schema(self, conn: Any) -> None:
