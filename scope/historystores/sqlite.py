@@ -190,11 +190,12 @@ class SQLiteStore(AsyncClosing):
       batches in one transaction. Two handles or two processes on one file are
       linearizable: a clear and an append never interleave.
     - **Cancellation.** The work of a call runs to completion on its worker thread even if
-      the awaiting task is cancelled; the cancellation is raised as soon as the thread is
-      done (under asyncio and trio alike), whether the work succeeded or failed. A
-      cancelled ``append`` therefore has either committed entirely or not at all; it *may
-      have committed*, so retry the same batch: the retry returns the receipt and
-      appends nothing.
+      the awaiting task is cancelled. A cancelled call always ends cancelled: under trio
+      or an anyio cancel scope the cancellation is raised as soon as the thread is done,
+      whether the work succeeded or failed; a native asyncio ``Task.cancel()`` raises at
+      once while the thread finishes in the background. A cancelled ``append`` therefore
+      has either committed entirely or not at all; it *may have committed*, so retry the
+      same batch: the retry returns the receipt and appends nothing.
     - **Reads** (``read`` and ``read_batches``) are one statement, a consistent snapshot;
       every stored batch is checked against its digest, and a corrupt record raises
       ``StoreError`` naming the conversation and append id.
