@@ -536,6 +536,18 @@ def _driver_error_classes() -> list[type[BaseException]]:
     return out
 
 
+async def test_timeout_without_socket_timeout_is_still_a_store_error(url: str, prefix: str) -> None:
+    async with await RedisStore.open(
+        url, prefix=prefix, check_persistence=False, socket_timeout=None
+    ) as store:
+
+        async def fail() -> None:
+            raise redis.exceptions.TimeoutError("injected")
+
+        with pytest.raises(StoreError, match=r"^Redis test timed out: TimeoutError: injected"):
+            await store._call(fail, "test")
+
+
 async def test_every_driver_error_becomes_store_error(url: str, prefix: str) -> None:
     classes = [*_driver_error_classes(), OSError, ConnectionResetError, TimeoutError]
     assert redis.exceptions.ResponseError in classes

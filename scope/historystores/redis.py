@@ -396,10 +396,11 @@ class RedisStore(AsyncClosing):
         return result
 
     def _timed_out(self, exc: BaseException, what: str) -> StoreError:
+        limit = self._socket_timeout
+        after = "" if limit is None else f" after {limit:g} s (socket_timeout)"
         return StoreError(
-            f"Redis {what} timed out after {self._socket_timeout:g} s (socket_timeout): "
-            f"{type(exc).__name__}: {exc}; not retried. It ran entirely or not at all; "
-            "repeating it is safe (a batch lands once)"
+            f"Redis {what} timed out{after}: {type(exc).__name__}: {exc}; not retried. It "
+            "ran entirely or not at all; repeating it is safe (a batch lands once)"
         )
 
     async def read(self, conversation_id: str) -> list[Message]:
