@@ -323,3 +323,11 @@ async def test_redis_cancellation_storm_with_anyio_scopes() -> None:
     async with redis_store() as store:
         tally = await scope_storm(store, 9)
         await check_rules(store, tally)
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_postgres_cancellation_storm_with_anyio_scopes() -> None:
+    async with postgres_store() as store:
+        tally = await scope_storm(store, 11)
+        await check_rules(store, tally)
