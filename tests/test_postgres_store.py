@@ -7,6 +7,7 @@ Needs ``SCOPE_TEST_POSTGRES_DSN`` (see tests/servers.py); skipped without it unl
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -413,6 +414,41 @@ async def test_statement_cancelled_by_an_operator_is_reported_not_retried(
         assert isinstance(errors[0].__cause__, asyncpg.exceptions.QueryCanceledError)
         assert await store.read_batches("c") == [batch("c", "a1")]
         assert await store.append(second) == second.receipt()
+
+
+async def test_cancelled_call_returns_at_once_and_its_statement_finishes(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """A call cancelled while its statement waits for a lock raises at once; the statement
+    goes on in the background, lands when the lock goes, and aclose() waits for it."""
+    store = await PostgresStore.open(dsn, table_prefix=prefix, application_name=app_name)
+    try:
+        await store.append(batch("c", "a1"))
+        second = batch("c", "a2", "second")
+        lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        async with held(dsn, lock):
+            task = asyncio.ensure_future(store.append(second))
+            waiting = 0
+            with anyio.fail_after(10):
+                while not waiting:
+                    await anyio.sleep(0.02)
+                    rows = await admin(
+                        dsn,
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                        app_name,
+                    )
+                    waiting = rows[0][0]
+            start = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - start < 0.2
+        # The lock is gone: the statement of the cancelled call commits; aclose waits.
+    finally:
+        await store.aclose()
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as again:
+        assert await again.read_batches("c") == [batch("c", "a1"), second]
 
 
 async def test_every_operation_behind_a_held_table_lock_times_out(dsn: str, prefix: str) -> None:
