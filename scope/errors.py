@@ -38,6 +38,12 @@
         ├── ProviderConnectionError
         └── ProviderTimeoutError
 
+Warnings (``warnings.warn``; filter them by category)::
+
+    UserWarning
+    └── ScopeWarning                    a setting that works but risks data (e.g. a
+                                        Redis server that does not persist)
+
 An error raised because a nested value is invalid is of the outer type, names the
 path of the bad value in its message and chains the inner error as ``__cause__``.
 """
@@ -83,6 +89,7 @@ __all__ = [
     "ProviderTimeoutError",
     "RateLimitError",
     "ScopeError",
+    "ScopeWarning",
     "StoreError",
     "UnsupportedOptionError",
     "WindowTooSmallError",
@@ -91,6 +98,11 @@ __all__ = [
 
 class ScopeError(Exception):
     """The root of every error scope raises on purpose."""
+
+
+class ScopeWarning(UserWarning):
+    """A configuration scope accepts but that puts data at risk; the message states
+    the consequence and the fix."""
 
 
 class InvalidJSONError(ScopeError, ValueError):

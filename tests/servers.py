@@ -12,12 +12,14 @@ and a shared server stays clean.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import importlib
 import os
 import socket
 import uuid
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 import pytest
@@ -25,6 +27,7 @@ import pytest
 __all__ = [
     "POSTGRES_ENV",
     "REDIS_ENV",
+    "StallingProxy",
     "import_driver",
     "postgres_dsn_or_skip",
     "redis_url_or_skip",
@@ -96,3 +99,62 @@ def unique_table_prefix() -> str:
 def unique_key_prefix() -> str:
     """A fresh, valid key prefix: ``scope-test:<12 hex digits>``."""
     return f"scope-test:{uuid.uuid4().hex[:12]}"
+
+
+class StallingProxy:
+    """A loopback TCP proxy in front of a real server that can hold the server's replies
+    (``hold_replies()``): requests still reach the server and run, the client hears
+    nothing, as behind a stalled network. Its own port, so a shared server is never
+    paused. asyncio only; use as an async context manager (``port`` is then set)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.port = 0
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+
+    def hold_replies(self) -> None:
+        self.flowing.clear()
+
+    def release_replies(self) -> None:
+        self.flowing.set()
+
+    async def __aenter__(self) -> Self:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        self._writers += [writer, up_writer]
+        for task in (
+            asyncio.ensure_future(self._pump(reader, up_writer, hold=False)),
+            asyncio.ensure_future(self._pump(up_reader, writer, hold=True)),
+        ):
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, hold: bool
+    ) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                if hold:
+                    await self.flowing.wait()
+                if writer.is_closing():
+                    return
+                writer.write(data)
+                await writer.drain()
+        writer.close()

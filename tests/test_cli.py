@@ -591,6 +591,32 @@ def test_show_without_batch_reader_prints_no_receipts(
     assert lines[1] == "[1] system" and "[7] assistant" in lines
 
 
+def test_list_and_export_skip_an_invalid_stored_id_and_exit_1(
+    tmp_path: pathlib.Path, source: pathlib.Path
+) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(source, isolation_level=None)
+    try:
+        conn.execute("INSERT INTO scope_history_conversations VALUES ('bad\nid', 0)")
+    finally:
+        conn.close()
+    url = sqlite_url(source)
+    error = "scope: error: skipped stored conversation id 'bad\\nid': not a valid conversation id"
+
+    listed = scope(tmp_path, "history", "list", "--store", url)
+    assert listed.stdout.decode().splitlines() == ["plain", "tricky"]
+    assert assert_one_line_error(listed).startswith(error)
+
+    exported = scope(tmp_path, "history", "export", "--store", url, "-o", "out.jsonl")
+    lines = err_lines(exported)
+    assert exported.returncode == 1
+    assert lines[0] == "exported 2 conversations to out.jsonl" and lines[1].startswith(error)
+    assert len(lines) == 2 and "Traceback" not in exported.stderr.decode()
+    written = (tmp_path / "out.jsonl").read_bytes().splitlines()
+    assert [json.loads(line)["conversation_id"] for line in written] == ["plain", "tricky"]
+
+
 def test_show_unknown_or_cleared(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
     proc = scope(tmp_path, "history", "show", "--store", sqlite_url(source), "never")
     assert assert_one_line_error(proc) == (

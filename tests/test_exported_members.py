@@ -43,6 +43,7 @@ EXPECTED: dict[str, list[str]] = {
         "ProviderTimeoutError",
         "RateLimitError",
         "ScopeError",
+        "ScopeWarning",
         "StoreError",
         "UnsupportedOptionError",
         "WindowTooSmallError",
@@ -193,6 +194,9 @@ def test_errors_are_value_errors_where_documented() -> None:
     errors = importlib.import_module("scope.errors")
     for name in errors.__all__:
         cls = getattr(errors, name)
+        if name == "ScopeWarning":  # the one warning: a UserWarning, not an error
+            assert issubclass(cls, UserWarning) and not issubclass(cls, errors.ScopeError)
+            continue
         assert issubclass(cls, errors.ScopeError)
         assert issubclass(cls, ValueError) == (
             name.startswith("Invalid") or name == "UnsupportedOptionError"

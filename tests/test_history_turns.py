@@ -92,7 +92,7 @@ async def store(
         url = redis_url_or_skip()
         prefix = unique_key_prefix()
         try:
-            async with await RedisStore.open(url, prefix=prefix) as redis:
+            async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as redis:
                 yield redis
         finally:
             await drop_keys(url, prefix)

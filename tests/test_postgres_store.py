@@ -7,8 +7,13 @@ Needs ``SCOPE_TEST_POSTGRES_DSN`` (see tests/servers.py); skipped without it unl
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -315,6 +320,198 @@ async def test_connection_killed_while_append_waits_for_the_row_lock(
         assert texts(await store.read("c")) == ["hello", "hello!", "second", "second!"]
 
 
+# -- bounded waits ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["command_timeout", "acquire_timeout"])
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "1"])
+async def test_invalid_timeouts_are_value_errors(name: str, bad: Any) -> None:
+    with pytest.raises(ValueError, match=name):
+        await PostgresStore.open("postgresql://nowhere.invalid/db", **{name: bad})
+
+
+@asynccontextmanager
+async def held(dsn: str, *statements: str) -> AsyncIterator[None]:
+    """Another session runs ``statements`` in a transaction and holds it open."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        tr = conn.transaction()
+        await tr.start()
+        for statement in statements:
+            await conn.execute(statement)
+        try:
+            yield
+        finally:
+            await tr.rollback()
+    finally:
+        await conn.close()
+
+
+async def timed(call: Awaitable[Any]) -> tuple[BaseException | None, float]:
+    start = time.monotonic()
+    try:
+        await call
+    except StoreError as exc:
+        return exc, time.monotonic() - start
+    return None, time.monotonic() - start
+
+
+async def test_append_behind_a_held_row_lock_times_out_writing_nothing(
+    dsn: str, prefix: str
+) -> None:
+    async with await PostgresStore.open(dsn, table_prefix=prefix, command_timeout=0.3) as store:
+        await store.append(batch("c", "a1"))
+        second = batch("c", "a2", "second")
+        lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        async with held(dsn, lock):
+            error, elapsed = await timed(store.append(second))
+            assert error is not None
+            message = str(error)
+            assert "append to conversation 'c' timed out (command_timeout=0.3 s)" in message
+            assert "rolled its transaction back, nothing of it was written" in message
+            assert isinstance(error.__cause__, asyncpg.exceptions.QueryCanceledError)
+            # One bounded wait, not retried (a retry would wait as long again).
+            assert 0.25 <= elapsed < 0.55, elapsed
+            assert texts(await store.read("c")) == ["hello", "hello!"]  # reads are not blocked
+        # Nothing of the batch was written: the retry lands once.
+        assert await store.append(second) == second.receipt()
+        assert await store.append(second) == second.receipt()
+        assert texts(await store.read("c")) == ["hello", "hello!", "second", "second!"]
+
+
+async def test_statement_cancelled_by_an_operator_is_reported_not_retried(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name
+    ) as store:
+        await store.append(batch("c", "a1"))
+        second = batch("c", "a2", "second")
+        lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        async with held(dsn, lock), anyio.create_task_group() as tg:
+            errors: list[StoreError] = []
+
+            async def append() -> None:
+                with pytest.raises(StoreError) as info:
+                    await store.append(second)
+                errors.append(info.value)
+
+            tg.start_soon(append)
+            cancelled = 0
+            with anyio.fail_after(10):
+                while not cancelled:
+                    await anyio.sleep(0.02)
+                    rows = await admin(
+                        dsn,
+                        "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity "
+                        "WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                        app_name,
+                    )
+                    cancelled = rows[0][0]
+        assert "append to conversation 'c' was cancelled" in str(errors[0])
+        assert "user request" in str(errors[0])
+        assert "retried on a fresh connection" not in str(errors[0])  # one attempt
+        assert isinstance(errors[0].__cause__, asyncpg.exceptions.QueryCanceledError)
+        assert await store.read_batches("c") == [batch("c", "a1")]
+        assert await store.append(second) == second.receipt()
+
+
+async def test_cancelled_call_returns_at_once_and_its_statement_finishes(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """A call cancelled while its statement waits for a lock raises at once; the statement
+    goes on in the background, lands when the lock goes, and aclose() waits for it."""
+    store = await PostgresStore.open(dsn, table_prefix=prefix, application_name=app_name)
+    try:
+        await store.append(batch("c", "a1"))
+        second = batch("c", "a2", "second")
+        lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        async with held(dsn, lock):
+            task = asyncio.ensure_future(store.append(second))
+            waiting = 0
+            with anyio.fail_after(10):
+                while not waiting:
+                    await anyio.sleep(0.02)
+                    rows = await admin(
+                        dsn,
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                        app_name,
+                    )
+                    waiting = rows[0][0]
+            start = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - start < 0.2
+        # The lock is gone: the statement of the cancelled call commits; aclose waits.
+    finally:
+        await store.aclose()
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as again:
+        assert await again.read_batches("c") == [batch("c", "a1"), second]
+
+
+async def test_every_operation_behind_a_held_table_lock_times_out(dsn: str, prefix: str) -> None:
+    async with await PostgresStore.open(dsn, table_prefix=prefix, command_timeout=0.3) as store:
+        first = batch("c", "a1")
+        await store.append(first)
+        second = batch("c", "a2", "second")
+        lock = f'LOCK TABLE "{prefix}_batches" IN ACCESS EXCLUSIVE MODE'
+        async with held(dsn, lock):
+            calls: list[tuple[str, Awaitable[Any]]] = [
+                ("append to conversation 'c'", store.append(second)),
+                ("read of conversation 'c'", store.read("c")),
+                ("read of conversation 'c'", store.read_batches("c")),
+                ("clear of conversation 'c'", store.clear("c")),
+            ]
+            for what, call in calls:
+                error, elapsed = await timed(call)
+                assert error is not None and what in str(error), (what, error)
+                assert 0.25 <= elapsed < 0.55, (what, elapsed)
+        # Neither the append nor the clear left anything behind.
+        assert await store.read_batches("c") == [first]
+        assert await store.append(second) == second.receipt()
+        assert await store.read_batches("c") == [first, second]
+
+
+async def test_exhausted_pool_times_out_waiting_for_a_connection(dsn: str, prefix: str) -> None:
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, min_size=1, max_size=1, acquire_timeout=0.3
+    ) as store:
+        await store.append(batch("c", "a1"))
+        blocked = batch("c", "a2", "blocked")
+        lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        async with anyio.create_task_group() as tg, held(dsn, lock):
+            # The pool's only connection waits behind the lock inside this append.
+            tg.start_soon(store.append, blocked)
+            await anyio.sleep(0.1)
+            error, elapsed = await timed(store.read("other"))
+            assert error is not None
+            assert "read of conversation 'other'" in str(error)
+            assert "waiting for a pool connection" in str(error)
+            assert "acquire_timeout=0.3" in str(error) and "max_size=1" in str(error)
+            assert 0.25 <= elapsed < 0.55, elapsed
+            # Leaving the block rolled the lock back; the blocked append then lands.
+        assert texts(await store.read("c")) == ["hello", "hello!", "blocked", "blocked!"]
+
+
+async def test_a_server_that_does_not_answer_is_bounded_client_side(dsn: str, prefix: str) -> None:
+    """The server's statement_timeout is switched off for one statement: the client's own
+    bound (command_timeout + 1 s) ends the wait, and the store stays usable."""
+    async with await PostgresStore.open(dsn, table_prefix=prefix, command_timeout=0.3) as store:
+
+        async def silent(conn: Any) -> None:
+            await conn.execute("SET statement_timeout = 0")
+            await conn.execute("SELECT pg_sleep(5)")
+
+        error, elapsed = await timed(store._with_connection(silent, "test"))
+        assert error is not None and "waiting for the server's answer" in str(error)
+        assert isinstance(error.__cause__, TimeoutError)
+        assert 1.2 <= elapsed < 2.5, elapsed
+        await store.append(batch("c", "a1"))
+        assert texts(await store.read("c")) == ["hello", "hello!"]
+
+
 # -- corruption -------------------------------------------------------------------------
 
 
@@ -337,6 +534,57 @@ async def test_corrupt_record_is_reported_naming_the_conversation(dsn: str, pref
         assert str(batches_info.value) == str(info.value)
         assert texts(await store.read("bystander")) == ["hello", "hello!"]
         assert await store.read_batches("bystander") == [batch("bystander", "a1")]
+
+
+async def test_rehashed_non_canonical_record_is_refused_by_both_reads(
+    dsn: str, prefix: str
+) -> None:
+    """A record rewritten outside scope as valid but non-canonical JSON, its digest
+    recomputed: ``read`` refuses it exactly as ``read_batches`` does."""
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+        original = batch("victim", "a1")
+        await store.append(original)
+        await store.append(batch("bystander", "a1"))
+        assert len(await store.read("victim")) == 2  # cached while valid
+        data = json.dumps(json.loads(original.encoded_messages), indent=1).encode()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        await admin(
+            dsn,
+            f'UPDATE "{prefix}_batches" SET messages = $1, digest = $2 WHERE conversation_id = $3',
+            data,
+            digest,
+            "victim",
+        )
+        with pytest.raises(StoreError, match="canonical") as info:
+            await store.read("victim")
+        assert "conversation 'victim'" in str(info.value) and "'a1'" in str(info.value)
+        with pytest.raises(StoreError, match="canonical") as batches_info:
+            await store.read_batches("victim")
+        assert str(batches_info.value) == str(info.value)
+        assert texts(await store.read("bystander")) == ["hello", "hello!"]
+
+
+async def test_invalid_listed_ids_are_skipped_and_logged_once(
+    dsn: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+        await store.append(batch("a", "a1"))
+        await store.append(batch("z", "a1"))
+        await admin(
+            dsn,
+            f'INSERT INTO "{prefix}_conversations" (id) VALUES ($1), ($2)',
+            "bad\nid",
+            " padded",
+        )
+        with caplog.at_level("WARNING", logger="scope.historystores"):
+            assert await store.conversations() == ["a", "z"]
+            assert await store.conversations() == ["a", "z"]
+        assert store.invalid_conversation_ids == (" padded", "bad\nid")
+        records = [r for r in caplog.records if r.name == "scope.historystores"]
+        assert len(records) == 2
+        assert all(prefix in r.getMessage() for r in records)
+        assert any("'bad\\nid'" in r.getMessage() for r in records)
+        assert len(await store.read("z")) == 2
 
 
 # -- error mapping ----------------------------------------------------------------------

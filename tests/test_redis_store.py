@@ -4,22 +4,31 @@ layout, listing repair, corruption, validation and the error mapping. asyncio on
 
 Needs ``SCOPE_TEST_REDIS_URL`` (see tests/servers.py); skipped without it unless
 ``SCOPE_REQUIRE_SERVERS=1``. Every test works under its own key prefix and deletes it.
+
+Stores open with ``check_persistence=False``: the test server may run without
+persistence (CI's does, on purpose), which is not what these tests are about; the
+persistence check has its own tests (``test_persistence_*``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from scope.chat import Message, assistant_message, user_message
-from scope.errors import StoreError
+from scope.errors import ScopeWarning, StoreError
 from scope.history import Batch, BatchReader, Lister, Store
 from scope.history.storetest import StoreConformance
 from scope.historystores.redis import RedisStore
-from tests.servers import import_driver, redis_url_or_skip, unique_key_prefix
+from tests.servers import StallingProxy, import_driver, redis_url_or_skip, unique_key_prefix
 
 redis = import_driver("redis")
 aioredis = import_driver("redis.asyncio")
@@ -65,12 +74,12 @@ async def admin(url: str) -> AsyncIterator[Any]:
 class TestRedisConformance(StoreConformance):
     @pytest.fixture
     async def store(self, url: str, prefix: str) -> AsyncIterator[RedisStore]:
-        async with await RedisStore.open(url, prefix=prefix) as store:
+        async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
             self.url = url
             yield store
 
     async def reopen(self, store: Any) -> Any:
-        return await RedisStore.open(self.url, prefix=store.prefix)
+        return await RedisStore.open(self.url, prefix=store.prefix, check_persistence=False)
 
 
 def batch(cid: str, aid: str, text: str = "hello") -> Batch:
@@ -99,7 +108,7 @@ def client_name() -> str:
 
 
 async def test_is_a_store_and_lister_with_public_module(url: str, prefix: str) -> None:
-    async with await RedisStore.open(url, prefix=prefix) as store:
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
         assert isinstance(store, Store)
         assert isinstance(store, Lister)
         assert isinstance(store, BatchReader)
@@ -134,7 +143,7 @@ async def test_trio_is_refused_with_a_clear_error() -> None:
 
 
 async def test_closed_store_refuses_every_call(url: str, prefix: str) -> None:
-    store = await RedisStore.open(url, prefix=prefix)
+    store = await RedisStore.open(url, prefix=prefix, check_persistence=False)
     await store.append(batch("c", "a1"))
     await store.aclose()
     await store.aclose()
@@ -161,7 +170,7 @@ def hash_tag(key: bytes) -> bytes:
 
 async def test_keys_of_a_conversation_share_one_hash_tag(url: str, prefix: str, admin: Any) -> None:
     hostile = ["{braces}", "}{", "a}b{c", "{", "}", "*", "日本語", "x" * 512]
-    async with await RedisStore.open(url, prefix=prefix) as store:
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
         for cid in hostile:
             await store.append(batch(cid, "a1"))
         await store.clear("{braces}")
@@ -184,7 +193,7 @@ async def test_keys_of_a_conversation_share_one_hash_tag(url: str, prefix: str, 
 
 
 async def test_listing_repairs_a_crash_between_steps(url: str, prefix: str, admin: Any) -> None:
-    async with await RedisStore.open(url, prefix=prefix) as store:
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
         await store.append(batch("kept", "a1"))
         await store.append(batch("closed", "a1"))
         await store.clear("closed")
@@ -224,7 +233,9 @@ async def test_retry_after_client_killed_after_commit_lands_once(
 
         return await original(self, commit_then_die, what)
 
-    async with await RedisStore.open(url, prefix=prefix, client_name=client_name) as store:
+    async with await RedisStore.open(
+        url, prefix=prefix, check_persistence=False, client_name=client_name
+    ) as store:
         monkeypatch.setattr(RedisStore, "_call", lose_the_reply)
         b = batch("c", "a1")
         assert await store.append(b) == b.receipt()
@@ -236,7 +247,9 @@ async def test_retry_after_client_killed_after_commit_lands_once(
 async def test_every_connection_killed_between_calls(
     url: str, prefix: str, admin: Any, client_name: str
 ) -> None:
-    async with await RedisStore.open(url, prefix=prefix, client_name=client_name) as store:
+    async with await RedisStore.open(
+        url, prefix=prefix, check_persistence=False, client_name=client_name
+    ) as store:
         first = batch("c", "a1")
         await store.append(first)
         assert await kill_clients(admin, client_name) >= 1
@@ -266,7 +279,7 @@ async def test_corrupt_record_is_reported_naming_the_conversation(
     url: str, prefix: str, admin: Any, record: bytes
 ) -> None:
     cid = "victim {x}*"
-    async with await RedisStore.open(url, prefix=prefix) as store:
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
         await store.append(batch(cid, "a1"))
         await store.append(batch("bystander", "a1"))
         key = f"{prefix}:{{{cid.encode().hex()}}}:batches"
@@ -282,13 +295,233 @@ async def test_corrupt_record_is_reported_naming_the_conversation(
 
 
 async def test_flipped_byte_is_reported(url: str, prefix: str, admin: Any) -> None:
-    async with await RedisStore.open(url, prefix=prefix) as store:
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
         await store.append(batch("c", "a1"))
         key = f"{prefix}:{{{b'c'.hex()}}}:batches"
         stored = await admin.lindex(key, 0)
         await admin.lset(key, 0, stored.replace(b"hello", b"jello"))
         with pytest.raises(StoreError, match="digest"):
             await store.read("c")
+
+
+async def test_rehashed_non_canonical_record_is_refused_by_both_reads(
+    url: str, prefix: str, admin: Any
+) -> None:
+    """A record rewritten outside scope as valid but non-canonical JSON, its digest
+    recomputed: ``read`` refuses it exactly as ``read_batches`` does."""
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
+        original = batch("victim", "a1")
+        await store.append(original)
+        await store.append(batch("bystander", "a1"))
+        assert len(await store.read("victim")) == 2  # cached while valid
+        data = json.dumps(json.loads(original.encoded_messages), indent=1).encode()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        key = f"{prefix}:{{{b'victim'.hex()}}}:batches"
+        await admin.lset(key, 0, b"\n".join((digest.encode(), b"a1", data)))
+        with pytest.raises(StoreError, match="canonical") as info:
+            await store.read("victim")
+        assert "conversation 'victim'" in str(info.value) and "'a1'" in str(info.value)
+        with pytest.raises(StoreError, match="canonical") as batches_info:
+            await store.read_batches("victim")
+        assert str(batches_info.value) == str(info.value)
+        assert texts(await store.read("bystander")) == ["hello", "hello!"]
+
+
+async def test_invalid_listed_ids_are_skipped_and_logged_once(
+    url: str, prefix: str, admin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
+        await store.append(batch("a", "a1"))
+        await store.append(batch("z", "a1"))
+        bad = [b"bad\nid", b" padded", b"\xff\xfe"]
+        await admin.zadd(f"{prefix}:conversations", dict.fromkeys(bad, 0))
+        with caplog.at_level("WARNING", logger="scope.historystores"):
+            assert await store.conversations() == ["a", "z"]
+            assert await store.conversations() == ["a", "z"]
+        assert store.invalid_conversation_ids == (" padded", "\\xff\\xfe", "bad\nid")
+        records = [r for r in caplog.records if r.name == "scope.historystores"]
+        assert len(records) == 3
+        assert all(prefix in r.getMessage() for r in records)
+        # Skipped, never deleted: the repair is the operator's.
+        members = await admin.zrange(f"{prefix}:conversations", 0, -1)
+        assert set(bad) <= set(members)
+        assert len(await store.read("z")) == 2
+
+
+# -- persistence and bounded waits --------------------------------------------------------
+
+
+class FakeRedis:
+    """A loopback server speaking just enough RESP: PING, CLIENT ..., and CONFIG GET
+    answered from ``config`` (or refused with ``config_error``); every other command is
+    never answered (a stalled server or network)."""
+
+    def __init__(self, config: dict[str, str] | None, config_error: str = "") -> None:
+        self.config = config or {}
+        self.config_error = config_error
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+        self.url = ""
+
+    async def __aenter__(self) -> FakeRedis:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        self.url = f"redis://127.0.0.1:{port}/0"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        try:
+            while True:
+                header = await reader.readline()
+                if not header:
+                    return
+                assert header.startswith(b"*"), header
+                args = []
+                for _ in range(int(header[1:])):
+                    size = int((await reader.readline())[1:])
+                    args.append((await reader.readexactly(size + 2))[:-2].decode())
+                reply = self._reply([a.upper() if i == 0 else a for i, a in enumerate(args)])
+                if reply is not None:
+                    writer.write(reply)
+                    await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            writer.close()
+
+    def _reply(self, args: list[str]) -> bytes | None:
+        if args[0] == "HELLO":  # RESP3, redis-py's default protocol
+            return b"%1\r\n$5\r\nproto\r\n:3\r\n"
+        if args[0] == "PING":
+            return b"+PONG\r\n"
+        if args[0] == "CLIENT":
+            return b"+OK\r\n"
+        if args[0] == "CONFIG":
+            if self.config_error:
+                return f"-{self.config_error}\r\n".encode()
+            value = self.config.get(args[2], "").encode()
+            name = args[2].encode()
+            return b"%%1\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+                len(name),
+                name,
+                len(value),
+                value,
+            )
+        return None  # stalled
+
+
+async def test_socket_timeout_raises_store_error_once_not_retried() -> None:
+    async with (
+        FakeRedis({"appendonly": "yes"}) as fake,
+        await RedisStore.open(fake.url, socket_timeout=0.3) as store,
+    ):
+        start = time.monotonic()
+        with pytest.raises(StoreError) as info:
+            await store.append(batch("c", "a1"))
+        elapsed = time.monotonic() - start
+        message = str(info.value)
+        assert "append to conversation 'c' timed out after 0.3 s (socket_timeout)" in message
+        assert isinstance(info.value.__cause__, redis.exceptions.TimeoutError)
+        assert 0.25 <= elapsed < 0.55, elapsed  # one wait: a timeout is not retried
+        with pytest.raises(StoreError, match="read of conversation 'c' timed out"):
+            await store.read("c")
+
+
+async def test_timeout_with_the_reply_lost_then_the_retry_lands_once(url: str, prefix: str) -> None:
+    """The append script runs on the real server but its reply is held back: the client
+    times out after socket_timeout (once, not retried); the retry of the same batch is
+    answered from the dedupe record and the batch is stored once."""
+    parts = urlsplit(url)
+    async with StallingProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
+        proxied = f"redis://127.0.0.1:{proxy.port}{parts.path}"
+        async with await RedisStore.open(
+            proxied, prefix=prefix, check_persistence=False, socket_timeout=0.3
+        ) as store:
+            await store.append(batch("c", "a1"))
+            second = batch("c", "a2", "second")
+            proxy.hold_replies()
+            start = time.monotonic()
+            with pytest.raises(StoreError, match="append to conversation 'c' timed out"):
+                await store.append(second)
+            elapsed = time.monotonic() - start
+            assert 0.25 <= elapsed < 0.55, elapsed
+            proxy.release_replies()
+            # It ran: the script's reply was lost, not the script.
+            assert texts(await store.read("c")) == ["hello", "hello!", "second", "second!"]
+            assert await store.append(second) == second.receipt()
+            assert texts(await store.read("c")) == ["hello", "hello!", "second", "second!"]
+
+
+@pytest.mark.parametrize(
+    ("config", "consequence"),
+    [
+        ({"appendonly": "no", "save": ""}, "does not persist data"),
+        ({"appendonly": "no", "save": "3600 1 300 100"}, "persists only RDB snapshots"),
+    ],
+)
+async def test_persistence_warning_and_refusal(config: dict[str, str], consequence: str) -> None:
+    async with FakeRedis(config) as fake:
+        with pytest.warns(ScopeWarning, match=consequence) as caught:
+            store = await RedisStore.open(fake.url)
+        await store.aclose()
+        message = str(caught[0].message)
+        assert "a restart loses" in message and "appendonly yes" in message
+        assert "require_durable=True" in message
+        assert caught[0].filename == __file__  # points at the caller of open()
+        with pytest.raises(StoreError, match=f"{consequence}.*refused \\(require_durable=True\\)"):
+            await RedisStore.open(fake.url, require_durable=True)
+
+
+async def test_persistence_unknown_when_config_is_not_permitted() -> None:
+    error = "NOPERM this user has no permissions to run the 'config|get' command"
+    async with FakeRedis(None, config_error=error) as fake:
+        with pytest.warns(ScopeWarning, match="cannot check persistence.*NoPermissionError"):
+            store = await RedisStore.open(fake.url)
+        await store.aclose()
+        with pytest.raises(StoreError, match=r"cannot check persistence.*require_durable"):
+            await RedisStore.open(fake.url, require_durable=True)
+
+
+async def test_durable_server_opens_without_a_warning() -> None:
+    # Warnings are errors in this suite: a warning here would fail the test.
+    async with (
+        FakeRedis({"appendonly": "yes", "save": ""}) as fake,
+        await RedisStore.open(fake.url, require_durable=True) as store,
+    ):
+        assert not store.closed
+
+
+async def test_persistence_skipped_on_request_and_contradiction_refused() -> None:
+    async with (
+        FakeRedis({"appendonly": "no", "save": ""}) as fake,
+        await RedisStore.open(fake.url, check_persistence=False) as store,
+    ):
+        assert not store.closed
+    with pytest.raises(ValueError, match="require_durable=True needs check_persistence"):
+        await RedisStore.open(
+            "redis://nowhere.invalid:1/0", check_persistence=False, require_durable=True
+        )
+
+
+async def test_persistence_check_against_the_real_server(url: str, admin: Any) -> None:
+    aof = (await admin.config_get("appendonly"))["appendonly"]
+    if aof == "yes":
+        async with await RedisStore.open(url, require_durable=True):
+            pass
+    else:  # CI's server: --save "" --appendonly no
+        with pytest.warns(ScopeWarning, match=f"appendonly {aof}") as caught:
+            store = await RedisStore.open(url)
+        await store.aclose()
+        assert "a restart loses" in str(caught[0].message)
+        with pytest.raises(StoreError, match="refused"):
+            await RedisStore.open(url, require_durable=True)
 
 
 # -- error mapping ----------------------------------------------------------------------
@@ -307,10 +540,22 @@ def _driver_error_classes() -> list[type[BaseException]]:
     return out
 
 
+async def test_timeout_without_socket_timeout_is_still_a_store_error(url: str, prefix: str) -> None:
+    async with await RedisStore.open(
+        url, prefix=prefix, check_persistence=False, socket_timeout=None
+    ) as store:
+
+        async def fail() -> None:
+            raise redis.exceptions.TimeoutError("injected")
+
+        with pytest.raises(StoreError, match=r"^Redis test timed out: TimeoutError: injected"):
+            await store._call(fail, "test")
+
+
 async def test_every_driver_error_becomes_store_error(url: str, prefix: str) -> None:
     classes = [*_driver_error_classes(), OSError, ConnectionResetError, TimeoutError]
     assert redis.exceptions.ResponseError in classes
-    async with await RedisStore.open(url, prefix=prefix) as store:
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
         for cls in classes:
             # Some classes parse their message (MovedError: "slot host:port"); bypass that.
             error: BaseException = cls.__new__(cls)  # type: ignore[call-overload]

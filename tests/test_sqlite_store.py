@@ -332,7 +332,8 @@ async def test_non_canonical_record_with_matching_digest_is_reported(store: SQLi
     canonical = batch("victim 'x'", "a1").encoded_messages
     data = json.dumps(json.loads(canonical), indent=1, sort_keys=False).encode()
     assert data != canonical
-    error = await corrupt_and_read(store, SET_RECORD, data, _digest(data), batches_only=True)
+    # read() refuses it like read_batches() (one shared check), with the same message.
+    error = await corrupt_and_read(store, SET_RECORD, data, _digest(data))
     assert "victim" in str(error) and "'a1'" in str(error) and "canonical" in str(error)
 
 
@@ -369,18 +370,21 @@ async def test_read_batches_serves_cached_decodes_as_equal_batches(tmp_path: Pat
 
 @pytest.mark.anyio
 async def test_non_canonical_record_is_caught_after_cached_reads(tmp_path: Path) -> None:
-    # read() caches the messages of a valid but non-canonical record; read_batches still
-    # refuses it, cache hit or not.
+    # The valid record's messages are cached; the rehashed non-canonical one has another
+    # digest, so it misses the cache and both reads refuse it, every time (nothing that
+    # failed the check is ever cached).
     async with await SQLiteStore.open(tmp_path / "c.db") as store:
         await store.append(batch("c", "a1"))
+        assert len(await store.read("c")) == 2
         data = json.dumps(json.loads(batch("c", "a1").encoded_messages), indent=1).encode()
         with raw(store) as conn:
             conn.execute(
                 "UPDATE scope_history_batches SET messages = ?, digest = ?",
                 (data, _digest(data)),
             )
-        assert len(await store.read("c")) == 2
         for _ in range(2):
+            with pytest.raises(StoreError, match="'a1' is corrupt: messages are not in the"):
+                await store.read("c")
             with pytest.raises(StoreError, match="'a1' is corrupt: messages are not in the"):
                 await store.read_batches("c")
 
@@ -395,11 +399,28 @@ async def test_text_instead_of_blob_is_reported(store: SQLiteStore) -> None:
 
 
 @pytest.mark.anyio
-async def test_invalid_listed_id_is_reported(store: SQLiteStore) -> None:
+async def test_invalid_listed_ids_are_skipped_and_logged_once(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    await store.append(batch("a", "a1"))
+    await store.append(batch("z", "a1"))
     with raw(store) as conn:
-        conn.execute("INSERT INTO scope_history_conversations (id, closed) VALUES (' padded', 0)")
-    with pytest.raises(StoreError, match="padded"):
-        await store.conversations()
+        conn.executemany(
+            "INSERT INTO scope_history_conversations (id, closed) VALUES (?, 0)",
+            [(" padded",), ("bad\nid",), (b"\xff\xfe",)],  # a blob: no text affinity
+        )
+    assert store.invalid_conversation_ids == ()
+    with caplog.at_level("WARNING", logger="scope.historystores"):
+        assert await store.conversations() == ["a", "z"]
+        assert await store.conversations() == ["a", "z"]
+    expected = sorted([" padded", "bad\nid", "\\xff\\xfe"])
+    assert store.invalid_conversation_ids == tuple(expected)
+    records = [r for r in caplog.records if r.name == "scope.historystores"]
+    assert len(records) == 3  # once per id and handle, not once per listing
+    assert all(r.levelname == "WARNING" and "SQLiteStore" in r.getMessage() for r in records)
+    assert any("'bad\\nid'" in r.getMessage() for r in records)
+    # Reads of the valid conversations are unaffected.
+    assert len(await store.read("a")) == 2
 
 
 @pytest.mark.anyio

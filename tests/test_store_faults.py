@@ -170,8 +170,8 @@ async def test_two_redis_clients_race_without_loss_duplication_or_resurrection()
     prefix = unique_key_prefix()
     try:
         async with (
-            await RedisStore.open(url, prefix=prefix) as one,
-            await RedisStore.open(url, prefix=prefix) as two,
+            await RedisStore.open(url, prefix=prefix, check_persistence=False) as one,
+            await RedisStore.open(url, prefix=prefix, check_persistence=False) as two,
         ):
             await race_two_hosts(one, two)
     finally:

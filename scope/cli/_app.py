@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -197,8 +198,13 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             f"{_PROG}: error: scope history {args.action} needs --store URL (or $SCOPE_STORE)\n",
         )
     action: str = args.action
+    # list and export name skipped invalid ids on stderr themselves (one "scope: error:"
+    # line each): keep the stores' log warnings off stderr (logging's last resort).
+    stores_logger = logging.getLogger("scope.historystores")
+    if not any(isinstance(h, logging.NullHandler) for h in stores_logger.handlers):
+        stores_logger.addHandler(logging.NullHandler())
     if action == "list":
-        return asyncio.run(h.list_conversations(url, sys.stdout))
+        return asyncio.run(h.list_conversations(url, sys.stdout, stderr=sys.stderr))
     if action == "show":
         return asyncio.run(
             h.show_conversation(url, args.conversation, as_json=args.json, out=sys.stdout)

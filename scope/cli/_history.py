@@ -60,14 +60,28 @@ async def migrate_store(url: str, out: TextIO) -> int:
     return 0
 
 
-async def list_conversations(url: str, out: TextIO) -> int:
-    """Print every open conversation id, one per line, in lexical order."""
+def _report_invalid_ids(store: CLIStore, stderr: TextIO) -> int:
+    """Name on stderr each stored id the listing skipped as invalid; the exit status:
+    1 when there was one, else 0."""
+    invalid = store.invalid_conversation_ids
+    for raw in invalid:
+        stderr.write(
+            f"scope: error: skipped stored conversation id {raw!r}: not a valid "
+            "conversation id (written outside scope; repair or delete it)\n"
+        )
+    stderr.flush()
+    return 1 if invalid else 0
+
+
+async def list_conversations(url: str, out: TextIO, *, stderr: TextIO) -> int:
+    """Print every open conversation id, one per line, in lexical order. A stored id
+    that is not valid is skipped and named on stderr, after the listing (exit 1)."""
     async with opened_store(url) as store:
         ids = await store.conversations()
-    for conversation_id in ids:
-        out.write(f"{conversation_id}\n")
-    out.flush()
-    return 0
+        for conversation_id in ids:
+            out.write(f"{conversation_id}\n")
+        out.flush()
+        return _report_invalid_ids(store, stderr)
 
 
 async def show_conversation(url: str, conversation_id: str, *, as_json: bool, out: TextIO) -> int:
@@ -127,7 +141,8 @@ async def export_conversations(
 
     Messages are the codec's canonical encoding. With ``output`` the file is written to a
     temporary name and renamed when complete, so a failed export never leaves a partial
-    file behind.
+    file behind. A stored conversation id that is not valid is skipped: every other
+    conversation is exported, then the skipped ids are named on stderr (exit 1).
     """
     async with opened_store(url) as store:
         ids = await store.conversations()
@@ -141,9 +156,9 @@ async def export_conversations(
                     count += 1
                 progress.step()
         progress.done()
-    if output not in (None, "-"):
-        stderr.write(f"exported {count} conversation{'s' if count != 1 else ''} to {output}\n")
-    return 0
+        if output not in (None, "-"):
+            stderr.write(f"exported {count} conversation{'s' if count != 1 else ''} to {output}\n")
+        return _report_invalid_ids(store, stderr)
 
 
 @final

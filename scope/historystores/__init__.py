@@ -13,8 +13,10 @@ conformance suite, opens with an async ``open`` classmethod that creates its sch
 missing, is an async context manager and has ``aclose()``. Driver errors surface as
 ``scope.errors.StoreError`` (the driver error chained); a stored record that was changed
 outside scope makes ``read`` and ``read_batches`` raise ``StoreError`` naming the
-conversation. Importing this package or a backend module
-imports no driver: asyncpg and redis-py are imported when a store is opened.
+conversation; a stored conversation id that is not valid is skipped by
+``conversations()`` (logged once, listed in ``invalid_conversation_ids``). Importing
+this package or a backend module imports no driver: asyncpg and redis-py are imported
+when a store is opened.
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ class PersistentStore(Reader, Writer, Clearer, Lister, Protocol):
 
     async def aclose(self) -> None:
         """Release the store's connections; later calls raise ``StoreError``."""
+        ...
+
+    @property
+    def invalid_conversation_ids(self) -> tuple[str, ...]:
+        """Stored ids that ``conversations()`` skipped because they are not valid
+        conversation ids (written outside scope), sorted; each is logged once as a
+        warning on the ``scope.historystores`` logger."""
         ...
 
     async def __aenter__(self) -> Self: ...

@@ -3,9 +3,10 @@ the async context manager.
 
 Every backend stores a batch as one record: the conversation id, the append id, the
 batch digest and the batch's canonical encoded messages (``Batch.encoded_messages``). On
-read each record is checked against its digest and decoded strictly (``decode_record``:
-the messages for ``read``; ``decode_batches`` builds the appended ``Batch`` from them for
-``read_batches``), so a record that was changed outside scope is reported as a
+read each record is checked against its digest, decoded strictly and checked to be in
+the canonical encoding (``decode_record``: the messages for ``read``;
+``decode_batches`` builds the appended ``Batch`` from them for ``read_batches``, one
+check for both), so a record that was changed outside scope is reported as a
 ``StoreError`` naming the conversation and the append id, never returned, skipped or
 allowed to crash the reader.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -21,11 +23,18 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar
 
+import anyio.lowlevel
 import orjson
 
 from scope.chat import Message, PartKind
 from scope.codec import encode_messages, from_builtins, parse
-from scope.errors import InvalidAppendIDError, InvalidBatchError, InvalidMessageError, StoreError
+from scope.errors import (
+    InvalidAppendIDError,
+    InvalidBatchError,
+    InvalidConversationIDError,
+    InvalidMessageError,
+    StoreError,
+)
 from scope.history import Batch, HistoryView
 from scope.history._ids import AppendID, ConversationID
 
@@ -34,8 +43,11 @@ __all__ = [
     "AsyncClosing",
     "DecodedCache",
     "Decoder",
+    "ListedIDs",
+    "cancellation_mark",
     "check_batch",
     "corrupt",
+    "deliver_cancellation",
     "decode_batches",
     "decode_records",
     "message_count",
@@ -45,6 +57,9 @@ __all__ = [
     "validate_cache_size",
     "validate_table_prefix",
 ]
+
+#: Where the stores log what they skip or find odd (one warning per thing per handle).
+logger: Final = logging.getLogger("scope.historystores")
 
 _DIGEST_PREFIX: Final = "sha256:"
 
@@ -66,6 +81,55 @@ def require_asyncio(what: str, driver: str) -> None:
             f"{what} needs a running asyncio event loop ({driver} is asyncio-only); "
             "under trio use scope.historystores.sqlite.SQLiteStore"
         ) from None
+
+
+async def cancellation_mark() -> int:
+    """Call at the start of a store call, before the driver; pass the result to
+    ``deliver_cancellation`` once the driver call returned or failed.
+
+    Under asyncio a driver can swallow a cancellation: Python 3.11's ``asyncio.wait_for``
+    (redis-py writes through it) returns the result when the awaited operation finishes
+    in the same loop iteration as the ``task.cancel()``, and the task then goes on as if
+    never cancelled. ``Task.cancelling()`` still counts the request (only whoever handles
+    a cancellation calls ``uncancel()``), so a count that grew across the driver call
+    means a cancellation arrived and was not delivered. The mark is that count; it is 0
+    outside asyncio (trio delivers cancellation at every later checkpoint anyway).
+
+    A count above 0 here means either a cancellation requested but not yet delivered
+    (the driver could swallow it at its first await) or that this call runs in cleanup
+    code after a delivered one; one checkpoint tells them apart: it raises
+    ``CancelledError`` for the former, before any I/O, and returns for the latter.
+    """
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no asyncio event loop in this thread: trio
+        return 0
+    if task is None:
+        return 0
+    if task.cancelling():
+        await asyncio.sleep(0)
+    return task.cancelling()
+
+
+async def deliver_cancellation(mark: int, cause: BaseException | None = None) -> None:
+    """Raise the cancellation a driver call swallowed (see ``cancellation_mark``), or
+    one pending in an enclosing cancelled anyio/trio scope, instead of returning the
+    call's result or raising its error (``cause``, chained). Returns when there is none.
+
+    A store call that was cancelled therefore always ends cancelled, whatever the
+    driver did; its outcome is unknown, as the store guarantees state (all or nothing,
+    a retry of the same batch lands once).
+    """
+    # First a cancelled anyio/trio scope: its own delivery raises the exception that
+    # scope recognises as its own (and so stops at it).
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    if task is not None and task.cancelling() > mark:
+        # A native Task.cancel() (or asyncio.timeout) that was swallowed.
+        raise asyncio.CancelledError("cancelled during a store call") from cause
 
 
 def check_batch(batch: object) -> Batch:
@@ -201,8 +265,13 @@ def decode_record(
     data: Any,
     cache: DecodedCache | None = None,
 ) -> tuple[Message, ...]:
-    """The messages of one stored batch record, checked against its digest: a non-empty
-    list of valid, complete messages (what ``read`` and ``read_batches`` share)."""
+    """The messages of one stored batch record, checked as ``read`` and ``read_batches``
+    both check it: the digest matches the bytes, which are a non-empty JSON array of
+    valid, complete messages in the canonical encoding (the bytes scope writes).
+
+    A cache hit skips decoding and the canonical check: an entry is only stored after
+    both passed, keyed by the digest, and the record's bytes were just checked against
+    that digest, so they are the bytes that passed."""
     if isinstance(data, memoryview | bytearray):
         data = bytes(data)
     if not isinstance(data, bytes):
@@ -240,6 +309,13 @@ def decode_record(
                 )
         messages.append(message)
     out = tuple(messages)
+    # Encoding fills each message's cached canonical bytes, so later encodes (a Batch
+    # built from these messages, a request) reuse them.
+    if encode_messages(out) != data:
+        # Valid, digest-matching JSON, but not the bytes scope writes (whitespace, key
+        # order, number spelling): a Batch of these messages would have another digest,
+        # so the record was not written by scope as it stands.
+        raise corrupt(conversation_id, append_id, "messages are not in the canonical encoding")
     if cache is not None:
         cache.put(digest, out)
     return out
@@ -266,11 +342,10 @@ def decode_batches(
     """The batches of ``(append_id, digest, encoded_messages)`` records, in order: what
     ``read_batches`` returns.
 
-    Each record's messages are decoded and checked as for ``read`` (``decode_record``);
-    then the append id must be valid and the stored bytes must be the canonical encoding
-    of the messages (as every record scope writes is), so each batch equals the one
-    appended and its ``encoded_messages`` are the stored bytes themselves. Anything else
-    raises ``StoreError`` (see ``corrupt``).
+    Each record's messages are decoded and checked as for ``read`` (``decode_record``:
+    digest, strict decoding, canonical bytes); then the append id must be valid, so each
+    batch equals the one appended and its ``encoded_messages`` are the stored bytes
+    themselves. Anything else raises ``StoreError`` (see ``corrupt``).
     """
     out: list[Batch] = []
     for append_id, digest, data in records:
@@ -280,13 +355,70 @@ def decode_batches(
         except InvalidAppendIDError as exc:
             raise corrupt(conversation_id, append_id, f"invalid append id: {exc}") from exc
         encoded = bytes(data)  # decode_record accepted it: bytes, bytearray or memoryview
-        # Cheap once the messages carry their cached canonical bytes (the cache's do).
-        if encode_messages(messages) != encoded:
-            # Valid, digest-matching JSON, but not the bytes scope writes: a Batch of these
-            # messages would have another digest, so its receipt could not match.
-            raise corrupt(conversation_id, append_id, "messages are not in the canonical encoding")
         out.append(Batch._verified(conversation_id, aid, messages, encoded, digest))
     return out
+
+
+class ListedIDs:
+    """Validates the conversation ids a listing fetched, for one store handle.
+
+    A stored id that is not a valid ``ConversationID`` (a newline, surrounding spaces,
+    bytes that are not UTF-8: written outside scope) is skipped, so one bad record does
+    not hide every other conversation. Each such id is logged once per handle, as a
+    warning on the ``scope.historystores`` logger, and kept in ``invalid``: the sorted
+    ids this handle's listings have skipped (``str``; bytes that are not UTF-8 are shown
+    with backslash escapes). Thread-safe: SQLite lists on worker threads.
+    """
+
+    __slots__ = ("_lock", "_seen", "_store")
+
+    def __init__(self, store: str) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+
+    @property
+    def invalid(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(sorted(self._seen))
+
+    def valid(self, raw_ids: Iterable[object]) -> list[ConversationID]:
+        """The valid ids of ``raw_ids``, in their order; the others are skipped."""
+        out: list[ConversationID] = []
+        for raw in raw_ids:
+            if isinstance(raw, memoryview | bytearray):
+                raw = bytes(raw)
+            if isinstance(raw, bytes):
+                shown = raw.decode("utf-8", "backslashreplace")
+                try:
+                    raw = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    self._skip(shown, f"conversation id is not UTF-8: {exc}")
+                    continue
+            elif isinstance(raw, str):
+                shown = raw
+            else:
+                shown = repr(raw)
+                self._skip(shown, f"conversation id is stored as {type(raw).__name__}")
+                continue
+            try:
+                out.append(ConversationID(raw))
+            except InvalidConversationIDError as exc:
+                self._skip(shown, str(exc))
+        return out
+
+    def _skip(self, shown: str, problem: str) -> None:
+        with self._lock:
+            if shown in self._seen:
+                return
+            self._seen.add(shown)
+        logger.warning(
+            "%s: listing skips stored conversation id %r: %s (written outside scope; "
+            "repair or delete that record)",
+            self._store,
+            shown,
+            problem,
+        )
 
 
 class _Closable(Protocol):

@@ -27,6 +27,8 @@ of one conversation are linearizable across connections, pools and hosts.
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
@@ -35,7 +37,6 @@ from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
     HistoryChangedError,
-    InvalidConversationIDError,
     StoreError,
 )
 from scope.history import Batch, HistoryView, Receipt
@@ -45,8 +46,8 @@ from scope.historystores._common import (
     AsyncClosing,
     DecodedCache,
     Decoder,
+    ListedIDs,
     check_batch,
-    corrupt,
     decode_batches,
     decode_records,
     require_asyncio,
@@ -90,11 +91,11 @@ def _retryable(asyncpg: Any) -> tuple[type[BaseException], ...]:
     """Failures after which the same operation may succeed on a fresh connection: the
     connection or its server session is gone or confused, or the server asks for a
     retry. Deterministic server errors (permissions, a dropped table, bad data) are not
-    retried. Retrying is always safe here: every store operation is idempotent."""
+    retried, nor are timeouts (see ``_with_connection``). Retrying is always safe here:
+    every store operation is idempotent."""
     exc = asyncpg.exceptions
     return (
         OSError,  # refused, reset, broken pipe
-        TimeoutError,
         # Client side: the connection was closed or detached under the call, or the
         # protocol was left mid-operation by a session killed while idle.
         asyncpg.InterfaceError,
@@ -103,6 +104,29 @@ def _retryable(asyncpg: Any) -> tuple[type[BaseException], ...]:
         exc.OperatorInterventionError,  # class 57: admin/crash shutdown, cannot connect now
         exc.TransactionRollbackError,  # class 40: serialization failure, deadlock
     )
+
+
+class _AcquireTimeout(Exception):
+    """Internal: no pool connection came free within ``acquire_timeout``."""
+
+
+def _check_timeout(name: str, value: object) -> float | None:
+    """A timeout argument: None (no bound) or a finite number of seconds > 0."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a finite number of seconds > 0 or None, got {value!r}")
+    return float(value)
+
+
+#: How much longer than ``command_timeout`` the client waits for the server's answer
+#: (the server's statement_timeout normally answers first; this bounds a dead network).
+_CLIENT_GRACE: Final = 1.0
 
 
 def map_error(exc: BaseException, what: str) -> StoreError:
@@ -130,23 +154,62 @@ class PostgresStore(AsyncClosing):
       exactly once. If the retry fails too, ``StoreError`` is raised with the driver
       error chained; an append that raised ``StoreError`` may still have committed, and
       retrying the same batch resolves it.
-    - **Cancellation.** A cancelled call leaves all or nothing: the server commits or rolls
-      back the statement or transaction as a unit (a cancelled append may have committed;
-      a retry resolves it).
+    - **Timeouts.** Every statement is bounded by ``command_timeout`` on the server
+      (``statement_timeout``: a statement still running or waiting for a lock is
+      cancelled and its transaction rolled back) and the wait for a pool connection by
+      ``acquire_timeout``. Either raises ``StoreError`` naming the operation and the
+      conversation; it is not retried, because whatever held the call (a lock, a full
+      pool, load) most likely still does and a retry would double the caller's wait;
+      repeating the call is safe. The client stops waiting ``command_timeout`` + 1 s
+      after sending a statement even if the server does not answer (a dead network);
+      that call may have committed, as a cancelled one may.
+    - **Cancellation.** A cancelled call raises ``CancelledError`` at once; its
+      statement runs to its end on the server (bounded by ``command_timeout``) in a
+      background task that then returns the connection to the pool, so a cancellation
+      never tears a connection down mid-protocol (asyncpg then opens cancel-request
+      connections and logs "Future exception was never retrieved"). The statement or
+      transaction commits or rolls back as a unit: a cancelled append may have
+      committed, and a retry of the same batch resolves it. ``aclose()`` waits for
+      these background statements.
     - **Errors.** Every asyncpg, socket and timeout error becomes ``StoreError``; a
       corrupt stored record makes ``read`` and ``read_batches`` raise ``StoreError`` naming
       the conversation. Calls on a closed store raise ``StoreError``.
     """
 
-    __slots__ = ("_cache", "_closed", "_pool", "_sql", "table_prefix")
+    __slots__ = (
+        "_acquire_timeout",
+        "_cache",
+        "_closed",
+        "_command_timeout",
+        "_listed",
+        "_max_size",
+        "_pool",
+        "_running",
+        "_sql",
+        "table_prefix",
+    )
 
-    def __init__(self, pool: Any, table_prefix: str, cache: DecodedCache) -> None:
+    def __init__(
+        self,
+        pool: Any,
+        table_prefix: str,
+        cache: DecodedCache,
+        *,
+        command_timeout: float | None = None,
+        acquire_timeout: float | None = None,
+        max_size: int = 10,
+    ) -> None:
         """Internal: use ``await PostgresStore.open(dsn)``."""
         self._pool = pool
+        self._command_timeout = command_timeout
+        self._acquire_timeout = acquire_timeout
+        self._max_size = max_size
+        self._running: set[asyncio.Task[Any]] = set()
         self._cache = cache
         self._sql = _Statements(table_prefix)
         self._closed = False
         self.table_prefix: Final = table_prefix
+        self._listed = ListedIDs(repr(self))
 
     @classmethod
     async def open(
@@ -158,6 +221,8 @@ class PostgresStore(AsyncClosing):
         max_size: int = 10,
         application_name: str = "scope",
         connect_timeout: float = 10.0,
+        command_timeout: float | None = 10.0,
+        acquire_timeout: float | None = 10.0,
         decoded_cache_messages: int = 10_000,
         create: bool = True,
     ) -> PostgresStore:
@@ -174,11 +239,19 @@ class PostgresStore(AsyncClosing):
         ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
         re-reading a conversation skips decoding (each record is still checked against its
         digest on every read); 0 disables the cache.
+        ``command_timeout`` (seconds, default 10; None: the server's own setting) bounds
+        every statement on the server (``statement_timeout``, lock waits included);
+        ``acquire_timeout`` (seconds, default 10; None: no bound) bounds the wait for a
+        pool connection when all ``max_size`` are busy; ``connect_timeout`` bounds each
+        new connection. A timeout raises ``StoreError`` (see the class docstring).
         Bad arguments
-        (the prefix, pool sizes, a DSN asyncpg cannot parse) raise ``ValueError`` before
-        any I/O; an unreachable server raises ``StoreError``. Needs asyncio.
+        (the prefix, pool sizes, timeouts, a DSN asyncpg cannot parse) raise
+        ``ValueError`` before any I/O; an unreachable server raises ``StoreError``.
+        Needs asyncio.
         """
         prefix = validate_table_prefix(table_prefix)
+        command_timeout = _check_timeout("command_timeout", command_timeout)
+        acquire_timeout = _check_timeout("acquire_timeout", acquire_timeout)
         cache = DecodedCache(validate_cache_size(decoded_cache_messages))
         if type(create) is not bool:
             raise ValueError(f"create must be a bool, got {create!r}")
@@ -194,24 +267,41 @@ class PostgresStore(AsyncClosing):
             )
         require_asyncio("PostgresStore", "asyncpg")
         asyncpg = _asyncpg()
+        server_settings = {
+            "application_name": application_name,
+            # The locking protocol relies on each statement seeing the latest
+            # committed rows once it holds the conversation's row lock.
+            "default_transaction_isolation": "read committed",
+        }
+        if command_timeout is not None:
+            # Enforced by the server, which rolls the statement's transaction back, so a
+            # timed-out append wrote nothing. A session default: RESET ALL (on release
+            # to the pool) keeps it.
+            server_settings["statement_timeout"] = str(max(1, round(command_timeout * 1000)))
         try:
             pool = await asyncpg.create_pool(
                 dsn,
                 min_size=min_size,
                 max_size=max_size,
                 timeout=connect_timeout,
-                server_settings={
-                    "application_name": application_name,
-                    # The locking protocol relies on each statement seeing the latest
-                    # committed rows once it holds the conversation's row lock.
-                    "default_transaction_isolation": "read committed",
-                },
+                # The client's own bound, for a server that does not answer at all.
+                command_timeout=None
+                if command_timeout is None
+                else command_timeout + _CLIENT_GRACE,
+                server_settings=server_settings,
             )
         except ValueError as exc:  # includes asyncpg's ClientConfigurationError
             raise ValueError(f"invalid PostgreSQL DSN: {exc}") from exc
         except _driver_errors(asyncpg) as exc:
             raise map_error(exc, "connect") from exc
-        store = cls(pool, prefix, cache)
+        store = cls(
+            pool,
+            prefix,
+            cache,
+            command_timeout=command_timeout,
+            acquire_timeout=acquire_timeout,
+            max_size=max_size,
+        )
         try:
             if create:
                 await store._with_connection(store._create_schema, "schema creation")
@@ -238,6 +328,8 @@ class PostgresStore(AsyncClosing):
         if self._closed:
             return
         self._closed = True
+        if self._running:  # statements of cancelled calls, bounded by command_timeout
+            await asyncio.wait(set(self._running))
         try:
             await self._pool.close()
         except _driver_errors(_asyncpg()):
@@ -248,17 +340,39 @@ class PostgresStore(AsyncClosing):
         """Whether ``aclose()`` was called."""
         return self._closed
 
+    @property
+    def invalid_conversation_ids(self) -> tuple[str, ...]:
+        """The stored conversation ids this handle's ``conversations()`` calls skipped
+        because they are not valid ids (written outside scope), sorted; each was also
+        logged once as a warning on the ``scope.historystores`` logger."""
+        return self._listed.invalid
+
     async def _with_connection(self, fn: Callable[[Any], Awaitable[T]], what: str) -> T:
         """Run ``fn(connection)``, retrying once on a fresh connection when the first one
-        dropped; map driver errors to ``StoreError``."""
+        dropped; map driver errors and timeouts to ``StoreError``.
+
+        The work runs in a task of its own that the caller awaits through
+        ``asyncio.shield``: a cancelled caller gets ``CancelledError`` at once while the
+        statement finishes and the connection is released normally (see the class
+        docstring), and asyncio.shield marks that task's outcome retrieved."""
         if self._closed:
             raise StoreError("the PostgresStore is closed")
+        task = asyncio.ensure_future(self._attempts(fn, what))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return await asyncio.shield(task)
+
+    async def _attempts(self, fn: Callable[[Any], Awaitable[T]], what: str) -> T:
         asyncpg = _asyncpg()
         retryable = _retryable(asyncpg)
         errors = _driver_errors(asyncpg)
+        canceled = asyncpg.exceptions.QueryCanceledError
         try:
-            async with self._pool.acquire() as conn:
-                return await fn(conn)
+            return await self._once(fn)
+        except _AcquireTimeout as exc:
+            raise self._timed_out(exc.__cause__, what, acquire=True) from exc.__cause__
+        except (TimeoutError, canceled) as exc:
+            raise self._timed_out(exc, what) from exc
         except retryable:
             if self._closed:
                 raise StoreError("the PostgresStore is closed") from None
@@ -267,11 +381,56 @@ class PostgresStore(AsyncClosing):
             await self._pool.expire_connections()
         except errors as exc:
             raise map_error(exc, what) from exc
+        what = f"{what} (retried on a fresh connection)"
         try:
-            async with self._pool.acquire() as conn:
-                return await fn(conn)
+            return await self._once(fn)
+        except _AcquireTimeout as exc:
+            raise self._timed_out(exc.__cause__, what, acquire=True) from exc.__cause__
+        except (TimeoutError, canceled) as exc:
+            raise self._timed_out(exc, what) from exc
         except errors as exc:
-            raise map_error(exc, f"{what} (retried on a fresh connection)") from exc
+            raise map_error(exc, what) from exc
+
+    async def _once(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        try:
+            conn = await self._pool.acquire(timeout=self._acquire_timeout)
+        except TimeoutError as exc:
+            raise _AcquireTimeout from exc
+        try:
+            return await fn(conn)
+        finally:
+            await self._pool.release(conn)
+
+    def _timed_out(
+        self, exc: BaseException | None, what: str, *, acquire: bool = False
+    ) -> StoreError:
+        """The ``StoreError`` of a timeout. Timeouts are not retried: whatever held the
+        call most likely still holds it, and a retry would double the caller's wait."""
+        cause = f"{type(exc).__name__}: {exc}"
+        if acquire:
+            return StoreError(
+                f"PostgreSQL {what} timed out waiting for a pool connection "
+                f"(acquire_timeout={self._acquire_timeout} s, max_size={self._max_size}: all "
+                f"in use, or a new connection took longer than connect_timeout; {cause}); "
+                "nothing was sent, repeating it is safe"
+            )
+        if isinstance(exc, TimeoutError):
+            return StoreError(
+                f"PostgreSQL {what} timed out waiting for the server's answer "
+                f"(command_timeout={self._command_timeout} s, plus {_CLIENT_GRACE:g} s; "
+                f"{cause}); it committed entirely or not at all, repeating it is safe"
+            )
+        # QueryCanceledError: statement_timeout, or pg_cancel_backend by an operator.
+        why = (
+            f"timed out (command_timeout={self._command_timeout} s)"
+            if "statement timeout" in str(exc)
+            else "was cancelled"
+        )
+        return StoreError(
+            f"PostgreSQL {what} {why}: the server cancelled the statement ({cause}) and "
+            "rolled its transaction back, nothing of it was written; not retried, "
+            "repeating it is safe"
+        )
 
     async def _schema_version(self, conn: Any) -> int | None:
         """The recorded schema version; 1 for scope 0.1's tables; None for no tables."""
@@ -396,20 +555,15 @@ class PostgresStore(AsyncClosing):
         await self._with_connection(clear, f"clear of conversation {str(cid)!r}")
 
     async def conversations(self) -> list[ConversationID]:
-        """Open conversations holding at least one batch, in code point order."""
+        """Open conversations holding at least one batch, in code point order. A stored
+        id that is not valid is skipped (see ``invalid_conversation_ids``)."""
         sql = self._sql.conversations
 
         async def conversations(conn: Any) -> list[Any]:
             return list(await conn.fetch(sql))
 
         rows = await self._with_connection(conversations, "listing of conversations")
-        out = []
-        for (raw,) in rows:
-            try:
-                out.append(ConversationID(raw))
-            except InvalidConversationIDError as exc:
-                raise corrupt(str(raw), None, f"invalid conversation id: {exc}") from exc
-        return out
+        return self._listed.valid(row[0] for row in rows)
 
 
 @final

@@ -18,15 +18,17 @@ append and clear are each one Lua script (atomic in Redis); ``read_view`` is one
 script counts its stored messages once (with ``cjson``) and records it. The listing sorted set is
 maintained beside them, before the append script and after the clear script, and
 ``conversations()`` drops closed and empty ids from it, so the listing never shows a
-closed id and shows every acknowledged one. Redis' own durability applies: configure
-AOF (``appendonly yes``, ``appendfsync everysec`` or ``always``) for a store that must
-survive a server restart.
+closed id and shows every acknowledged one (an id stored outside scope that is not a
+valid conversation id is skipped and logged, never deleted). Redis' own durability
+applies: configure AOF (``appendonly yes``, ``appendfsync everysec`` or ``always``) for a
+store that must survive a server restart; ``RedisStore.open`` checks it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
@@ -35,7 +37,7 @@ from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
     HistoryChangedError,
-    InvalidConversationIDError,
+    ScopeWarning,
     StoreError,
 )
 from scope.history import Batch, HistoryView, Receipt
@@ -44,10 +46,13 @@ from scope.historystores._common import (
     AsyncClosing,
     DecodedCache,
     Decoder,
+    ListedIDs,
+    cancellation_mark,
     check_batch,
     corrupt,
     decode_batches,
     decode_records,
+    deliver_cancellation,
     require_asyncio,
     validate_cache_size,
     view_of,
@@ -122,16 +127,25 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+def _timeouts() -> tuple[type[BaseException], ...]:
+    """``socket_timeout`` ran out (connecting, sending or waiting for the reply)."""
+    import redis.exceptions
+
+    return (redis.exceptions.TimeoutError, TimeoutError)
+
+
 def _retryable() -> tuple[type[BaseException], ...]:
-    """Failures after which the same operation may succeed on a fresh connection."""
+    """Failures after which the same operation may succeed on a fresh connection.
+
+    Not timeouts: the server or the network held the call for the whole
+    ``socket_timeout`` already, and whatever held it most likely still does, so a retry
+    would double the caller's wait. The caller decides (repeating it is safe)."""
     import redis.exceptions
 
     return (
         redis.exceptions.ConnectionError,  # includes BusyLoadingError
-        redis.exceptions.TimeoutError,
         redis.exceptions.TryAgainError,
         OSError,
-        TimeoutError,
     )
 
 
@@ -174,22 +188,43 @@ class RedisStore(AsyncClosing):
       batch lands exactly once. If the retry fails too, ``StoreError`` is raised with the
       driver error chained; an append that raised ``StoreError`` may have been applied,
       and retrying the same batch resolves it.
+    - **Timeouts.** ``socket_timeout`` (default 10 s) bounds connecting and each round
+      trip; a timeout raises ``StoreError`` naming the operation and is not retried (a
+      retry would double the caller's wait). The script ran entirely or not at all;
+      repeating the call is safe.
     - **Cancellation.** A cancelled call leaves all or nothing: a script runs entirely or
-      not at all (a cancelled append may have been applied; a retry resolves it).
+      not at all (a cancelled append may have been applied; a retry resolves it). The
+      call always ends cancelled: a cancellation redis-py swallowed (Python 3.11's
+      ``asyncio.wait_for``) is raised when the driver call returns.
+    - **Persistence.** ``open`` checks the server's ``appendonly``/``save`` and warns
+      (``ScopeWarning``) or refuses (``require_durable=True``) when a restart would lose
+      acknowledged writes.
     - **Errors.** Every redis-py, socket and timeout error becomes ``StoreError``; a
       corrupt stored record makes ``read`` and ``read_batches`` raise ``StoreError`` naming
       the conversation. Calls on a closed store raise ``StoreError``.
     """
 
-    __slots__ = ("_cache", "_client", "_closed", "_listing", "prefix")
+    __slots__ = (
+        "_cache",
+        "_client",
+        "_closed",
+        "_listed",
+        "_listing",
+        "_socket_timeout",
+        "prefix",
+    )
 
-    def __init__(self, client: Redis, prefix: str, cache: DecodedCache) -> None:
+    def __init__(
+        self, client: Redis, prefix: str, cache: DecodedCache, socket_timeout: float | None = None
+    ) -> None:
         """Internal: use ``await RedisStore.open(url)``."""
         self._client = client
+        self._socket_timeout = socket_timeout
         self._cache = cache
         self._closed = False
         self._listing = f"{prefix}:conversations"
         self.prefix: Final = prefix
+        self._listed = ListedIDs(repr(self))
 
     @classmethod
     async def open(
@@ -201,6 +236,8 @@ class RedisStore(AsyncClosing):
         client_name: str | None = None,
         socket_timeout: float | None = 10.0,
         decoded_cache_messages: int = 10_000,
+        check_persistence: bool = True,
+        require_durable: bool = False,
     ) -> RedisStore:
         """Connect to ``url`` (``redis://[[user]:password@]host:port/db`` or ``rediss://``
         for TLS) and check the server answers.
@@ -210,10 +247,25 @@ class RedisStore(AsyncClosing):
         ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
         re-reading a conversation skips decoding (each record is still checked against its
         digest on every read); 0 disables the cache.
-        A bad prefix, URL or cache size raises
-        ``ValueError`` before any I/O; an unreachable server raises ``StoreError``.
-        Needs asyncio.
+        ``socket_timeout`` (seconds, default 10; None: no bound) bounds connecting and
+        each command's round trip; a timeout raises ``StoreError`` and is not retried.
+
+        Persistence: with ``check_persistence`` (the default) the server's ``appendonly``
+        and ``save`` settings are read (``CONFIG GET``). Unless ``appendonly`` is ``yes``
+        (AOF), acknowledged writes do not survive a restart: every batch (or those since
+        the last RDB snapshot) is lost and cleared conversations become open again. Then
+        ``require_durable=True`` refuses with ``StoreError``; otherwise a
+        ``scope.errors.ScopeWarning`` states the consequence (Python shows it once per
+        process by default). A server that refuses ``CONFIG`` (ACL, renamed command)
+        counts as unknown: warned about, refused with ``require_durable=True``.
+        ``check_persistence=False`` skips the check (one fewer round trip, no warning;
+        for servers whose durability is known, or deliberately volatile ones).
+
+        A bad prefix, URL, cache size or option combination raises ``ValueError``
+        before any I/O; an unreachable server raises ``StoreError``. Needs asyncio.
         """
+        if require_durable and not check_persistence:
+            raise ValueError("require_durable=True needs check_persistence=True")
         prefix = validate_prefix(prefix)
         cache = DecodedCache(validate_cache_size(decoded_cache_messages))
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
@@ -235,13 +287,62 @@ class RedisStore(AsyncClosing):
             )
         except ValueError as exc:
             raise ValueError(f"invalid Redis URL: {exc}") from exc
-        store = cls(client, prefix, cache)
+        store = cls(client, prefix, cache, socket_timeout)
         try:
             await store._call(lambda: client.ping(), "connect")
+            if check_persistence:
+                problem = await store._persistence_problem()
+                if problem is not None:
+                    if require_durable:
+                        raise StoreError(f"{problem}; refused (require_durable=True)")
+                    warnings.warn(
+                        f"{problem}. Configure appendonly yes (appendfsync everysec or "
+                        "always), or pass require_durable=True to refuse such a server",
+                        ScopeWarning,
+                        stacklevel=2,
+                    )
         except BaseException:
             await client.aclose()
             raise
         return store
+
+    async def _persistence_problem(self) -> str | None:
+        """What a server restart would lose, or None when AOF is on."""
+        import redis.exceptions
+
+        client = self._client
+        kwargs = client.connection_pool.connection_kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+        where = f"Redis at {where}/{kwargs.get('db', 0)}"
+        try:
+            appendonly = await self._call(
+                lambda: client.config_get("appendonly"), "persistence check"
+            )
+            save = await self._call(lambda: client.config_get("save"), "persistence check")
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, redis.exceptions.ResponseError):
+                raise
+            return (
+                f"{where}: cannot check persistence, CONFIG GET is not permitted "
+                f"({type(exc.__cause__).__name__}: {exc.__cause__}); unless appendonly is "
+                "yes, a restart loses "
+                "acknowledged batches and makes cleared conversations open again"
+            )
+        aof = str(appendonly.get("appendonly", "")).lower()
+        snapshots = str(save.get("save", ""))
+        if aof == "yes":
+            return None
+        if snapshots.strip():
+            return (
+                f'{where} persists only RDB snapshots (appendonly {aof}, save "{snapshots}"): '
+                "a restart loses the batches acknowledged, and makes open again the "
+                "conversations cleared, since the last snapshot"
+            )
+        return (
+            f'{where} does not persist data (appendonly {aof}, save ""): a restart loses '
+            "every acknowledged batch and makes cleared conversations open again (they "
+            "accept appends)"
+        )
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.prefix!r})"
@@ -262,6 +363,13 @@ class RedisStore(AsyncClosing):
         """Whether ``aclose()`` was called."""
         return self._closed
 
+    @property
+    def invalid_conversation_ids(self) -> tuple[str, ...]:
+        """The stored conversation ids this handle's ``conversations()`` calls skipped
+        because they are not valid ids (written outside scope), sorted; each was also
+        logged once as a warning on the ``scope.historystores`` logger."""
+        return self._listed.invalid
+
     def _keys(self, cid: str) -> tuple[str, str, str, str]:
         """closed, ids, batches, length: one hash slot."""
         tag = cid.encode("utf-8").hex()
@@ -270,13 +378,20 @@ class RedisStore(AsyncClosing):
 
     async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         """Run ``fn()``, retrying once on a fresh connection when the connection dropped;
-        map driver errors to ``StoreError``."""
+        map driver errors to ``StoreError``; re-raise a cancellation redis-py swallowed
+        (see ``deliver_cancellation``)."""
         if self._closed:
             raise StoreError("the RedisStore is closed")
         errors = _driver_errors()
+        timeouts = _timeouts()
+        mark = await cancellation_mark()
         try:
-            return await fn()
-        except _retryable():
+            result = await fn()
+        except timeouts as exc:
+            await deliver_cancellation(mark, exc)
+            raise self._timed_out(exc, what) from exc
+        except _retryable() as exc:
+            await deliver_cancellation(mark, exc)
             if self._closed:
                 raise StoreError("the RedisStore is closed") from None
             # The server may have dropped every pooled connection (restart, CLIENT KILL)
@@ -284,11 +399,30 @@ class RedisStore(AsyncClosing):
             with contextlib.suppress(*errors):
                 await self._client.connection_pool.disconnect(inuse_connections=False)
         except errors as exc:
+            await deliver_cancellation(mark, exc)
             raise map_error(exc, what) from exc
+        else:
+            await deliver_cancellation(mark)
+            return result
+        what = f"{what} (retried on a fresh connection)"
         try:
-            return await fn()
+            result = await fn()
+        except timeouts as exc:
+            await deliver_cancellation(mark, exc)
+            raise self._timed_out(exc, what) from exc
         except errors as exc:
-            raise map_error(exc, f"{what} (retried on a fresh connection)") from exc
+            await deliver_cancellation(mark, exc)
+            raise map_error(exc, what) from exc
+        await deliver_cancellation(mark)
+        return result
+
+    def _timed_out(self, exc: BaseException, what: str) -> StoreError:
+        limit = self._socket_timeout
+        after = "" if limit is None else f" after {limit:g} s (socket_timeout)"
+        return StoreError(
+            f"Redis {what} timed out{after}: {type(exc).__name__}: {exc}; not retried. It "
+            "ran entirely or not at all; repeating it is safe (a batch lands once)"
+        )
 
     async def read(self, conversation_id: str) -> list[Message]:
         """The conversation's messages in stored order (``[]`` when unknown or closed).
@@ -405,7 +539,8 @@ class RedisStore(AsyncClosing):
 
     async def conversations(self) -> list[ConversationID]:
         """Open conversations holding at least one batch, in code point order (the
-        sorted set orders members by their UTF-8 bytes)."""
+        sorted set orders members by their UTF-8 bytes). A stored id that is not valid
+        is skipped (see ``invalid_conversation_ids``)."""
         client = self._client
         listing = self._listing
 
@@ -415,12 +550,9 @@ class RedisStore(AsyncClosing):
         raw_ids = await self._call(members, "listing of conversations")
         if not raw_ids:
             return []
-        ids: list[ConversationID] = []
-        for raw in raw_ids:
-            try:
-                ids.append(ConversationID(bytes(raw).decode("utf-8")))
-            except (UnicodeDecodeError, InvalidConversationIDError) as exc:
-                raise corrupt(repr(raw), None, f"invalid listed conversation id: {exc}") from exc
+        ids = self._listed.valid(raw_ids)  # an invalid member is skipped, never deleted
+        if not ids:
+            return []
 
         async def states() -> list[Any]:
             pipe = client.pipeline(transaction=False)

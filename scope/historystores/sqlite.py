@@ -43,7 +43,6 @@ from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
     HistoryChangedError,
-    InvalidConversationIDError,
     StoreError,
 )
 from scope.history import Batch, HistoryView, Receipt
@@ -53,10 +52,12 @@ from scope.historystores._common import (
     AsyncClosing,
     DecodedCache,
     Decoder,
+    ListedIDs,
+    cancellation_mark,
     check_batch,
-    corrupt,
     decode_batches,
     decode_records,
+    deliver_cancellation,
     message_count,
     schema_mismatch,
     validate_cache_size,
@@ -200,19 +201,22 @@ class SQLiteStore(AsyncClosing):
       batches in one transaction. Two handles or two processes on one file are
       linearizable: a clear and an append never interleave.
     - **Cancellation.** The work of a call runs to completion on its worker thread even if
-      the awaiting task is cancelled (the cancellation is delivered when the thread is
-      done). A cancelled ``append`` therefore has either committed entirely or not at all;
-      it *may have committed*, so retry the same batch: the retry returns the receipt
-      and appends nothing.
+      the awaiting task is cancelled. A cancelled call always ends cancelled: under trio
+      or an anyio cancel scope the cancellation is raised as soon as the thread is done,
+      whether the work succeeded or failed; a native asyncio ``Task.cancel()`` raises at
+      once while the thread finishes in the background. A cancelled ``append`` therefore
+      has either committed entirely or not at all; it *may have committed*, so retry the
+      same batch: the retry returns the receipt and appends nothing.
     - **Reads** (``read`` and ``read_batches``) are one statement, a consistent snapshot;
       every stored batch is checked against its digest, and a corrupt record raises
       ``StoreError`` naming the conversation and append id.
     - **Errors.** Every sqlite3 error (locked past the busy timeout, I/O error, a file
       that is not a database) is raised as ``StoreError`` with the driver error chained.
-      Calls on a closed store raise ``StoreError``.
+      Calls on a closed store raise ``StoreError``. A stored conversation id that is not
+      valid is skipped by ``conversations()`` (see ``invalid_conversation_ids``).
     """
 
-    __slots__ = ("_cache", "_pool", "_tables", "path", "synchronous", "table_prefix")
+    __slots__ = ("_cache", "_listed", "_pool", "_tables", "path", "synchronous", "table_prefix")
 
     def __init__(self, pool: _Pool, table_prefix: str, cache: DecodedCache) -> None:
         """Internal: use ``await SQLiteStore.open(path)``."""
@@ -222,6 +226,7 @@ class SQLiteStore(AsyncClosing):
         self.path: Final = pool.path
         self.synchronous: Final = pool.synchronous
         self.table_prefix: Final = table_prefix
+        self._listed = ListedIDs(repr(self))
 
     @classmethod
     async def open(
@@ -301,10 +306,27 @@ class SQLiteStore(AsyncClosing):
         """Whether ``aclose()`` was called."""
         return self._pool.closed
 
+    @property
+    def invalid_conversation_ids(self) -> tuple[str, ...]:
+        """The stored conversation ids this handle's ``conversations()`` calls skipped
+        because they are not valid ids (written outside scope), sorted; each was also
+        logged once as a warning on the ``scope.historystores`` logger."""
+        return self._listed.invalid
+
     async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        """Run ``fn(connection)`` on a worker thread. The thread's work always runs to
+        its end; a cancellation that arrived meanwhile is raised once it is done, instead
+        of its result or error (see ``deliver_cancellation``)."""
         if self._pool.closed:
             raise StoreError("the SQLiteStore is closed")
-        return await anyio.to_thread.run_sync(self._pool.run, fn, what)
+        mark = await cancellation_mark()
+        try:
+            result = await anyio.to_thread.run_sync(self._pool.run, fn, what)
+        except Exception as exc:  # re-raised below unless a cancellation replaces it
+            await deliver_cancellation(mark, exc)
+            raise
+        await deliver_cancellation(mark)
+        return result
 
     async def read(self, conversation_id: str) -> list[Message]:
         """The conversation's messages in stored order (``[]`` when unknown or closed).
@@ -436,17 +458,13 @@ class SQLiteStore(AsyncClosing):
         await self._run(clear, f"clear of conversation {str(cid)!r}")
 
     async def conversations(self) -> list[ConversationID]:
-        """Open conversations holding at least one batch, in code point order."""
+        """Open conversations holding at least one batch, in code point order. A stored
+        id that is not valid is skipped (see ``invalid_conversation_ids``)."""
         sql = f"SELECT id FROM {self._tables.conversations} WHERE closed = 0 ORDER BY id"
+        listed = self._listed
 
         def conversations(conn: sqlite3.Connection) -> list[ConversationID]:
-            out = []
-            for (raw,) in conn.execute(sql):
-                try:
-                    out.append(ConversationID(raw))
-                except InvalidConversationIDError as exc:
-                    raise corrupt(str(raw), None, f"invalid conversation id: {exc}") from exc
-            return out
+            return listed.valid(row[0] for row in conn.execute(sql))
 
         return await self._run(conversations, "listing of conversations")
 

@@ -1,0 +1,333 @@
+"""Cancellation storms: hundreds of store calls cancelled at random points, on every store.
+
+Each storm starts appends, reads and clears in waves of concurrent tasks and cancels each
+one after a random delay (0 to a few milliseconds: before, inside and after the driver's
+work), until at least ``CANCELLED`` (200) were cancelled while running. It counts:
+
+- every task cancelled while its call was still running ends cancelled (under asyncio
+  a native ``Task.cancel()``, the kind redis-py used to swallow; under trio a cancel
+  scope), and none goes on as if never cancelled;
+- the data rules hold: each batch is stored at most once and contiguous, every
+  acknowledged batch is stored, a conversation whose clear was acknowledged stays
+  closed (nothing started after the clear lands) and, after retrying every batch, each
+  open conversation holds every batch exactly once.
+
+The PostgreSQL storm also asserts asyncpg logs no "Future exception was never
+retrieved" on the ``asyncio`` logger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from scope.chat import Message, assistant_message, user_message
+from scope.errors import ConversationClosedError
+from scope.history import Batch
+from scope.historystores import PersistentStore
+from scope.historystores.sqlite import SQLiteStore
+from tests.servers import (
+    import_driver,
+    postgres_dsn_or_skip,
+    redis_url_or_skip,
+    unique_key_prefix,
+    unique_table_prefix,
+)
+
+pytestmark = pytest.mark.anyio
+
+#: Calls cancelled while running, per storm: waves go on until this many were.
+CANCELLED = 200
+#: The most calls a storm makes (a store too fast for MAX_DELAY fails the count).
+CALLS = 1200
+#: Concurrent calls per wave.
+WAVE = 24
+#: The longest delay before a call is cancelled, in seconds.
+MAX_DELAY = 0.004
+
+OPEN = [f"open {i}" for i in range(3)]
+DOOMED = "doomed"
+
+
+def turn(cid: str, aid: str) -> list[Message]:
+    return [user_message(f"{cid}|{aid}|0"), assistant_message(f"{cid}|{aid}|1")]
+
+
+class Tally:
+    """What the storm saw."""
+
+    def __init__(self) -> None:
+        self.finished_first = 0  # done before the cancel request
+        self.cancelled = 0  # ended cancelled, as they must
+        self.lost: list[str] = []  # cancelled mid-call but returned normally
+        self.attempted: dict[str, set[str]] = {cid: set() for cid in [*OPEN, DOOMED]}
+        self.acked: dict[str, set[str]] = {cid: set() for cid in [*OPEN, DOOMED]}
+        self.clear_acked = False
+        self.after_clear: set[str] = set()  # appends to DOOMED started after a clear acked
+
+
+def plan(rng: random.Random, index: int) -> tuple[str, str, str]:
+    """``(operation, conversation, append id)`` of call ``index``."""
+    roll = rng.random()
+    if roll < 0.6:
+        cid = rng.choice([*OPEN, DOOMED])
+        return "append", cid, f"a{index}"
+    if roll < 0.85:
+        return "read", rng.choice([*OPEN, DOOMED]), ""
+    return "clear", DOOMED, ""
+
+
+def operation(
+    store: PersistentStore, tally: Tally, op: str, cid: str, aid: str
+) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        if op == "append":
+            batch = Batch(cid, aid, turn(cid, aid))
+            tally.attempted[cid].add(aid)
+            if cid == DOOMED and tally.clear_acked:
+                tally.after_clear.add(aid)
+            try:
+                receipt = await store.append(batch)
+            except ConversationClosedError:
+                assert cid == DOOMED
+                return
+            assert receipt == batch.receipt()
+            tally.acked[cid].add(aid)
+        elif op == "read":
+            await store.read(cid)
+        else:
+            await store.clear(cid)
+            tally.clear_acked = True
+
+    return run
+
+
+async def asyncio_storm(store: PersistentStore, seed: int) -> Tally:
+    """Native ``Task.cancel()`` of each call after a random delay."""
+    rng = random.Random(seed)
+    tally = Tally()
+
+    async def one(index: int) -> None:
+        run = operation(store, tally, *plan(rng, index))
+        task = asyncio.ensure_future(run())
+        await asyncio.sleep(rng.random() * MAX_DELAY)
+        if task.done():
+            task.result()
+            tally.finished_first += 1
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            assert task.cancelled()
+            tally.cancelled += 1
+        else:
+            tally.lost.append(f"call {index}")
+
+    for start in range(0, CALLS, WAVE):
+        await asyncio.gather(*(one(i) for i in range(start, start + WAVE)))
+        if tally.cancelled >= CANCELLED:
+            break
+    return tally
+
+
+async def scope_storm(store: PersistentStore, seed: int) -> Tally:
+    """A cancel scope per call (trio, or anyio on asyncio), cancelled after a random
+    delay."""
+    rng = random.Random(seed)
+    tally = Tally()
+
+    async def one(index: int, run: Callable[[], Awaitable[None]], delay: float) -> None:
+        returned = False
+        with anyio.CancelScope() as scope:
+
+            async def cancel_later() -> None:
+                await anyio.sleep(delay)
+                if not returned:
+                    scope.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_later)
+                await run()
+                returned = True  # no checkpoint between the call's return and this
+        if not scope.cancel_called:
+            tally.finished_first += 1
+        elif returned:
+            # cancel_later cancels only while the call runs: it returned anyway.
+            tally.lost.append(f"call {index}")
+        else:
+            assert scope.cancelled_caught
+            tally.cancelled += 1
+
+    for start in range(0, CALLS, WAVE):
+        async with anyio.create_task_group() as tg:
+            for index in range(start, start + WAVE):
+                run = operation(store, tally, *plan(rng, index))
+                tg.start_soon(one, index, run, rng.random() * MAX_DELAY)
+        if tally.cancelled >= CANCELLED:
+            break
+    return tally
+
+
+def texts(stored: list[Message]) -> list[str]:
+    return [m.text for m in stored]
+
+
+def stored_batches(stored: list[str], cid: str) -> list[str]:
+    """The append ids of ``stored``, checking each batch is whole and contiguous."""
+    assert len(stored) % 2 == 0, f"{cid}: a torn batch: {stored}"
+    aids = []
+    for i in range(0, len(stored), 2):
+        aid = stored[i].split("|")[1]
+        assert stored[i : i + 2] == [f"{cid}|{aid}|0", f"{cid}|{aid}|1"], stored[i : i + 2]
+        aids.append(aid)
+    return aids
+
+
+async def check_rules(store: PersistentStore, tally: Tally) -> None:
+    assert tally.lost == [], f"cancellations lost: {tally.lost}"
+    assert tally.cancelled >= CANCELLED, f"only {tally.cancelled} calls cancelled while running"
+    for cid in OPEN:
+        aids = stored_batches(texts(await store.read(cid)), cid)
+        assert len(aids) == len(set(aids)), f"{cid}: a batch stored twice: {aids}"
+        assert tally.acked[cid] <= set(aids) <= tally.attempted[cid]
+        # Every batch, cancelled or not, lands exactly once when retried.
+        for aid in sorted(tally.attempted[cid]):
+            batch = Batch(cid, aid, turn(cid, aid))
+            assert await store.append(batch) == batch.receipt()
+        aids = stored_batches(texts(await store.read(cid)), cid)
+        assert sorted(aids) == sorted(tally.attempted[cid])
+    doomed = stored_batches(texts(await store.read(DOOMED)), DOOMED)
+    assert set(doomed) <= tally.attempted[DOOMED] and len(doomed) == len(set(doomed))
+    assert not (tally.after_clear & tally.acked[DOOMED]), "an append landed after the clear"
+    if tally.clear_acked:
+        assert doomed == []
+        for aid in sorted(tally.attempted[DOOMED])[:5]:
+            with pytest.raises(ConversationClosedError):
+                await store.append(Batch(DOOMED, aid, turn(DOOMED, aid)))
+    assert set(await store.conversations()) >= {cid for cid in OPEN if tally.attempted[cid]}
+
+
+async def storm(store: PersistentStore, seed: int = 17) -> Tally:
+    if _on_asyncio():
+        tally = await asyncio_storm(store, seed)
+    else:
+        tally = await scope_storm(store, seed)
+    await check_rules(store, tally)
+    return tally
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+# -- the stores ----------------------------------------------------------------------------
+
+
+async def test_sqlite_cancellation_storm(tmp_path: Path) -> None:
+    async with await SQLiteStore.open(tmp_path / "storm.db") as store:
+        await storm(store)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_sqlite_cancellation_storm_with_anyio_scopes_on_asyncio(tmp_path: Path) -> None:
+    async with await SQLiteStore.open(tmp_path / "storm.db") as store:
+        tally = await scope_storm(store, 5)
+        await check_rules(store, tally)
+
+
+@asynccontextmanager
+async def postgres_store() -> AsyncIterator[Any]:
+    from scope.historystores.postgres import PostgresStore
+    from tests.test_postgres_store import drop_prefix
+
+    import_driver("asyncpg")
+    dsn = postgres_dsn_or_skip()
+    prefix = unique_table_prefix()
+    try:
+        async with await PostgresStore.open(dsn, table_prefix=prefix, max_size=8) as store:
+            yield store
+    finally:
+        await drop_prefix(dsn, prefix)
+
+
+@asynccontextmanager
+async def redis_store() -> AsyncIterator[Any]:
+    from scope.historystores.redis import RedisStore
+    from tests.test_redis_store import drop_prefix
+
+    import_driver("redis")
+    url = redis_url_or_skip()
+    prefix = unique_key_prefix()
+    try:
+        async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
+            yield store
+    finally:
+        await drop_prefix(url, prefix)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_postgres_cancellation_storm_without_unretrieved_futures() -> None:
+    handler = _Records()
+    asyncio_logger = logging.getLogger("asyncio")
+    asyncio_logger.addHandler(handler)
+    loop = asyncio.get_running_loop()
+    # The test runner installs its own handler; asyncio's default logs to "asyncio".
+    runner_handler = loop.get_exception_handler()
+    loop.set_exception_handler(None)
+    try:
+        async with postgres_store() as store:
+            await storm(store)
+        gc.collect()  # an unretrieved future is reported when it is collected
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(runner_handler)
+        asyncio_logger.removeHandler(handler)
+    noise = [r.getMessage() for r in handler.records if r.levelno >= logging.WARNING]
+    assert noise == []
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_redis_cancellation_storm() -> None:
+    async with redis_store() as store:
+        await storm(store)
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_redis_cancellation_storm_with_anyio_scopes() -> None:
+    async with redis_store() as store:
+        tally = await scope_storm(store, 9)
+        await check_rules(store, tally)
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_postgres_cancellation_storm_with_anyio_scopes() -> None:
+    async with postgres_store() as store:
+        tally = await scope_storm(store, 11)
+        await check_rules(store, tally)
