@@ -598,7 +598,7 @@ def test_list_and_export_skip_an_invalid_stored_id_and_exit_1(
 
     conn = sqlite3.connect(source, isolation_level=None)
     try:
-        conn.execute("INSERT INTO scope_history_conversations VALUES ('bad\nid', 0)")
+        conn.execute("INSERT INTO scope_history_conversations (id, closed) VALUES ('bad\nid', 0)")
     finally:
         conn.close()
     url = sqlite_url(source)

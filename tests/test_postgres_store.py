@@ -572,7 +572,7 @@ async def test_invalid_listed_ids_are_skipped_and_logged_once(
         await store.append(batch("z", "a1"))
         await admin(
             dsn,
-            f'INSERT INTO "{prefix}_conversations" (id) VALUES ($1), ($2)',
+            f'INSERT INTO "{prefix}_conversations" (id, length) VALUES ($1, 2), ($2, 2)',
             "bad\nid",
             " padded",
         )
