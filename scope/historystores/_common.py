@@ -229,6 +229,13 @@ class DecodedCache:
                 self._entries.move_to_end(digest)
             return found
 
+    def remember(self, batch: Batch) -> None:
+        """Cache what a store has just appended (or found already appended): the batch's
+        own messages under its digest. They are exactly what decoding its
+        ``encoded_messages`` gives (the canonical encoding of these very values), so the
+        next read of the conversation decodes nothing this handle wrote."""
+        self.put(batch.digest, batch.messages)
+
     def put(self, digest: str, messages: tuple[Message, ...]) -> None:
         if len(messages) > self.max_messages:
             return

@@ -518,6 +518,7 @@ class RedisStore(AsyncClosing):
             raise HistoryChangedError(batch.expected_length, actual, cid)
         elif outcome != "inserted":
             raise StoreError(f"Redis append script returned {outcome!r}")
+        self._cache.remember(batch)  # the next read decodes nothing this handle wrote
         return batch.receipt()
 
     async def clear(self, conversation_id: str) -> None:

@@ -434,6 +434,7 @@ class SQLiteStore(AsyncClosing):
                 _transaction(conn, lambda: body(conn))
 
         await self._run(append, f"append to conversation {str(cid)!r}")
+        self._cache.remember(batch)  # the next read decodes nothing this handle wrote
         return batch.receipt()
 
     async def clear(self, conversation_id: str) -> None:
