@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throwaway PostgreSQL and Redis servers for the store tests.
+# Throwaway PostgreSQL, Redis and Redis Cluster (3 masters) servers for the store tests.
 #
 #   bash .ci/services.sh start   # install if missing, start, wait, print the env
 #   bash .ci/services.sh stop    # shut both down and delete their data
@@ -16,6 +16,9 @@ set -euo pipefail
 
 PG_PORT="${SCOPE_PG_PORT:-54329}"
 REDIS_PORT="${SCOPE_REDIS_PORT:-63799}"
+# The cluster's three masters listen on this port and the next two (at most 55535: each
+# also uses its port + 10000 for the cluster bus).
+CLUSTER_PORT="${SCOPE_REDIS_CLUSTER_PORT:-46381}"
 STATE="${SCOPE_SERVICES_DIR:-${TMPDIR:-/tmp}/scope-services}"
 PGDATA_DIR="$STATE/pgdata"
 PGSOCK_DIR="$STATE/pgsock"
@@ -23,6 +26,8 @@ REDIS_DIR="$STATE/redis"
 ENV_FILE="$STATE/env.sh"
 PG_DSN="postgresql://scope@127.0.0.1:${PG_PORT}/postgres"
 REDIS_URL="redis://127.0.0.1:${REDIS_PORT}/0"
+CLUSTER_URL="redis://127.0.0.1:${CLUSTER_PORT}/0"
+CLUSTER_DIR="$STATE/redis-cluster"
 
 log() { echo "services: $*" >&2; }
 
@@ -79,6 +84,7 @@ write_env() {
     {
         echo "export SCOPE_TEST_POSTGRES_DSN='$PG_DSN'"
         echo "export SCOPE_TEST_REDIS_URL='$REDIS_URL'"
+        echo "export SCOPE_TEST_REDIS_CLUSTER_URL='$CLUSTER_URL'"
     } >"$ENV_FILE"
     cat "$ENV_FILE"
 }
@@ -179,15 +185,66 @@ stop_redis() {
     fi
 }
 
+cluster_ports() { echo "$CLUSTER_PORT" $((CLUSTER_PORT + 1)) $((CLUSTER_PORT + 2)); }
+
+cluster_ok() {
+    [ "$(redis-cli -h 127.0.0.1 -p "$CLUSTER_PORT" cluster info 2>/dev/null \
+        | tr -d '\r' | grep '^cluster_state:' || true)" = "cluster_state:ok" ]
+}
+
+start_redis_cluster() {
+    if cluster_ok; then
+        log "redis cluster already running"
+        return 0
+    fi
+    local port nodes=()
+    for port in $(cluster_ports); do
+        mkdir -p "$CLUSTER_DIR/$port"
+        if [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null || true)" != "PONG" ]; then
+            redis-server --bind 127.0.0.1 --port "$port" --daemonize yes \
+                --dir "$CLUSTER_DIR/$port" --pidfile "$CLUSTER_DIR/$port/redis.pid" \
+                --logfile "$CLUSTER_DIR/$port/redis.log" --cluster-enabled yes \
+                --cluster-config-file "$CLUSTER_DIR/$port/nodes.conf" \
+                --cluster-node-timeout 5000 --save "" --appendonly no --protected-mode yes >&2
+        fi
+        nodes+=("127.0.0.1:$port")
+    done
+    local i
+    for port in $(cluster_ports); do
+        for i in $(seq 1 120); do
+            [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null || true)" = "PONG" ] && break
+            sleep 0.25
+        done
+    done
+    log "creating the redis cluster on ${nodes[*]}"
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >&2
+    for i in $(seq 1 120); do
+        if cluster_ok; then return 0; fi
+        sleep 0.25
+    done
+    log "redis cluster did not reach cluster_state:ok"
+    exit 1
+}
+
+stop_redis_cluster() {
+    local port
+    command -v redis-cli >/dev/null 2>&1 || return 0
+    for port in $(cluster_ports); do
+        redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
+    done
+}
+
 case "${1:-}" in
     start)
         start_postgres
         start_redis
+        start_redis_cluster
         write_env
         ;;
     stop)
         stop_postgres
         stop_redis
+        stop_redis_cluster
         rm -rf "$STATE"
         ;;
     env)

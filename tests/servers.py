@@ -30,6 +30,7 @@ __all__ = [
     "StallingProxy",
     "import_driver",
     "postgres_dsn_or_skip",
+    "redis_cluster_url_or_skip",
     "redis_url_or_skip",
     "unique_key_prefix",
     "unique_table_prefix",
@@ -37,6 +38,7 @@ __all__ = [
 
 POSTGRES_ENV = "SCOPE_TEST_POSTGRES_DSN"
 REDIS_ENV = "SCOPE_TEST_REDIS_URL"
+REDIS_CLUSTER_ENV = "SCOPE_TEST_REDIS_CLUSTER_URL"
 _HOW = 'start local servers with: eval "$(bash .ci/services.sh start)"'
 
 
@@ -89,6 +91,12 @@ def postgres_dsn_or_skip() -> str:
 def redis_url_or_skip() -> str:
     """The test Redis URL; skips (or fails under SCOPE_REQUIRE_SERVERS=1) without it."""
     return _url_or_skip(REDIS_ENV, 6379)
+
+
+def redis_cluster_url_or_skip() -> str:
+    """A node of the test Redis Cluster; skips (or fails under SCOPE_REQUIRE_SERVERS=1)
+    without it."""
+    return _url_or_skip(REDIS_CLUSTER_ENV, 6379)
 
 
 def unique_table_prefix() -> str:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from scope.chat import Message, assistant_message, user_message
-from scope.errors import ScopeWarning, StoreError
+from scope.errors import HistoryChangedError, ScopeWarning, StoreError
 from scope.history import Batch, BatchReader, Lister, Store
 from scope.history.storetest import StoreConformance
 from scope.historystores.redis import RedisStore
@@ -177,7 +177,7 @@ async def test_keys_of_a_conversation_share_one_hash_tag(url: str, prefix: str, 
         keys = [key async for key in admin.scan_iter(match=f"{prefix}:*")]
         tags: dict[bytes, set[bytes]] = {}
         for key in keys:
-            if key == f"{prefix}:conversations".encode():
+            if key in (f"{prefix}:conversations".encode(), f"{prefix}:schema".encode()):
                 continue
             tags.setdefault(hash_tag(key), set()).add(key)
         # One tag per conversation: the hex of its UTF-8 bytes.
@@ -192,20 +192,54 @@ async def test_keys_of_a_conversation_share_one_hash_tag(url: str, prefix: str, 
                 assert suffixes == {b"batches", b"ids", b"length"}
 
 
-async def test_listing_repairs_a_crash_between_steps(url: str, prefix: str, admin: Any) -> None:
+async def test_listing_holds_exactly_the_open_conversations(
+    url: str, prefix: str, admin: Any
+) -> None:
+    """The append and clear scripts keep the listing (one Redis): a clear takes the id
+    out in the same step, a refused append never lists it, and listing is one ZRANGE."""
+    listing = f"{prefix}:conversations"
     async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
         await store.append(batch("kept", "a1"))
         await store.append(batch("closed", "a1"))
         await store.clear("closed")
-        # A clear that died after its script, before ZREM; an append that died after
-        # listing the id, before its script ran.
-        await admin.zadd(f"{prefix}:conversations", {"closed": 0, "never appended": 0})
+        await store.clear("never written")
+        with pytest.raises(HistoryChangedError):
+            await store.append(Batch("fenced", "a1", batch("x", "y").messages, 3))
+        assert await admin.zrange(listing, 0, -1) == [b"kept"]
         assert await store.conversations() == ["kept"]
-        # The closed id is forgotten; the empty one stays listed until it gets a batch.
-        members = await admin.zrange(f"{prefix}:conversations", 0, -1)
-        assert members == [b"kept", b"never appended"]
+
+
+async def test_listing_written_by_0_1_is_cleaned_once(url: str, prefix: str, admin: Any) -> None:
+    listing = f"{prefix}:conversations"
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
+        await store.append(batch("kept", "a1"))
+        await store.append(batch("closed", "a1"))
+        await store.clear("closed")
+    # scope 0.1 listed an id before its append ran and forgot closed ids only lazily.
+    await admin.zadd(listing, {"closed": 0, "never appended": 0})
+    await admin.delete(f"{prefix}:schema")
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
+        assert await store.conversations() == ["kept"]
+        assert await admin.zrange(listing, 0, -1) == [b"kept"]
+        assert await admin.get(f"{prefix}:schema") == b"2"
         await store.append(batch("never appended", "a1"))
         assert await store.conversations() == ["kept", "never appended"]
+
+
+async def test_listing_pages_through_many_conversations(url: str, prefix: str, admin: Any) -> None:
+    import scope.historystores.redis as module
+
+    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
+        ids = [f"c{i:04d}" for i in range(25)]
+        for cid in ids:
+            await store.append(batch(cid, "a1"))
+        await store.clear("c0003")
+        original = module._PAGE
+        module._PAGE = 4  # type: ignore[misc]
+        try:
+            assert await store.conversations() == [c for c in ids if c != "c0003"]
+        finally:
+            module._PAGE = original  # type: ignore[misc]
 
 
 # -- killed clients -----------------------------------------------------------------------

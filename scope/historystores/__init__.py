@@ -58,7 +58,10 @@ class PersistentStore(Reader, Writer, Clearer, Lister, Protocol):
     ) -> None: ...
 
 
-_USAGE = "use sqlite:///path, postgresql://user@host/db or redis://host:port/db"
+_USAGE = (
+    "use sqlite:///path, postgresql://user@host/db, redis://host:port/db or "
+    "redis+cluster://host:port/0"
+)
 
 
 async def open_store(
@@ -69,7 +72,9 @@ async def open_store(
     - ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``; the query may set
       ``synchronous=NORMAL|FULL|EXTRA`` (see ``SQLiteStore.open``).
     - ``postgresql://…`` or ``postgres://…``: a libpq URI, passed to asyncpg as it is.
-    - ``redis://…``, ``rediss://…`` (TLS): passed to redis-py as it is.
+    - ``redis://…``, ``rediss://…`` (TLS): passed to redis-py as it is;
+      ``redis+cluster://host:port/0`` (or ``rediss+cluster://``) names any node of a
+      Redis Cluster (``RedisStore.open(..., cluster=True)``).
 
     ``prefix`` is the table prefix (SQLite, PostgreSQL) or key prefix (Redis); each
     store's default when None. ``create`` is passed to the SQL stores' ``open`` (create or
@@ -113,8 +118,13 @@ async def open_store(
         return await PostgresStore.open(
             url, table_prefix="scope_history" if prefix is None else prefix, create=create
         )
-    if scheme in ("redis", "rediss"):
+    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         from scope.historystores.redis import RedisStore
 
-        return await RedisStore.open(url, prefix="scope:history" if prefix is None else prefix)
+        cluster = scheme.endswith("+cluster")
+        if cluster:  # any node of a Redis Cluster, reached through the cluster client
+            url = scheme.removesuffix("+cluster") + url[len(scheme) :]
+        return await RedisStore.open(
+            url, prefix="scope:history" if prefix is None else prefix, cluster=cluster
+        )
     raise ValueError(f"unsupported store URL scheme {scheme!r}: {_USAGE}")

@@ -27,6 +27,7 @@ store that must survive a server restart; ``RedisStore.open`` checks it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import warnings
 from collections.abc import Awaitable, Callable
@@ -37,6 +38,7 @@ from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
     HistoryChangedError,
+    InvalidConversationIDError,
     ScopeWarning,
     StoreError,
 )
@@ -59,7 +61,7 @@ from scope.historystores._common import (
 )
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
+    pass
 
 __all__ = ["RedisStore"]
 
@@ -67,10 +69,12 @@ T = TypeVar("T")
 
 _PREFIX: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,100}\Z")
 
-# KEYS: closed, ids, batches, length. ARGV: append id, digest, record, message count,
-# expected length ('' for no fence). Checks first (closed, dedupe record, fence: DESIGN
-# §6b's order), writes last, so an error (or an out-of-memory refusal of the first
-# write) leaves nothing behind. Lengths are compared as decimal strings (no float).
+# KEYS: closed, ids, batches, length[, listing]. ARGV: append id, digest, record, message
+# count, expected length ('' for no fence)[, listing member]. Checks first (closed, dedupe
+# record, fence: DESIGN §6b's order), writes last, so an error (or an out-of-memory
+# refusal of the first write) leaves nothing behind. Lengths are compared as decimal
+# strings (no float). With a fifth key (one Redis, not Cluster: the listing is in another
+# hash slot there) an inserted batch lists its conversation in the same atomic step.
 _APPEND: Final = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'closed' end
 local accepted = redis.call('HGET', KEYS[2], ARGV[1])
@@ -90,15 +94,34 @@ redis.call('RPUSH', KEYS[3], ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('SET', KEYS[4], length)
 redis.call('INCRBY', KEYS[4], ARGV[4])
+if KEYS[5] then redis.call('ZADD', KEYS[5], 0, ARGV[6]) end
 return 'inserted'
 """
 
-# KEYS: closed, ids, batches (the length key stays: a closed conversation's last length).
+# KEYS: closed, ids, batches[, listing]. ARGV: [listing member]. The length key stays: a
+# closed conversation's last length. With the listing key the id leaves the listing in
+# the same atomic step.
 _CLEAR: Final = """
 redis.call('SET', KEYS[1], '1')
 redis.call('DEL', KEYS[2], KEYS[3])
+if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[1]) end
 return 'cleared'
 """
+
+# KEYS: closed, length, batches. One atomic read for read_view (a script, not MULTI, so
+# it runs the same on Redis Cluster): closed flag, length ('' when absent), records.
+_VIEW: Final = """
+return {redis.call('EXISTS', KEYS[1]), redis.call('GET', KEYS[2]) or '',
+        redis.call('LRANGE', KEYS[3], 0, -1)}
+"""
+
+#: How many listed ids one ``conversations()`` round trip fetches.
+_PAGE: Final = 1000
+
+#: The listing layout this version keeps: the key ``{prefix}:schema`` holds it. 2: the
+#: listing holds exactly the open conversations that hold a batch (scope 0.1 also
+#: listed closed and never-written ids and filtered them on every listing).
+_LISTING_VERSION: Final = b"2"
 
 
 def _redis() -> Any:
@@ -210,20 +233,29 @@ class RedisStore(AsyncClosing):
         "_closed",
         "_listed",
         "_listing",
+        "_listing_checked",
         "_socket_timeout",
+        "cluster",
         "prefix",
     )
 
     def __init__(
-        self, client: Redis, prefix: str, cache: DecodedCache, socket_timeout: float | None = None
+        self,
+        client: Any,  # redis.asyncio.Redis, or RedisCluster with cluster=True
+        prefix: str,
+        cache: DecodedCache,
+        socket_timeout: float | None = None,
+        cluster: bool = False,
     ) -> None:
         """Internal: use ``await RedisStore.open(url)``."""
-        self._client = client
+        self._client: Any = client
         self._socket_timeout = socket_timeout
         self._cache = cache
         self._closed = False
         self._listing = f"{prefix}:conversations"
+        self._listing_checked = False
         self.prefix: Final = prefix
+        self.cluster: Final = cluster
         self._listed = ListedIDs(repr(self))
 
     @classmethod
@@ -238,6 +270,7 @@ class RedisStore(AsyncClosing):
         decoded_cache_messages: int = 10_000,
         check_persistence: bool = True,
         require_durable: bool = False,
+        cluster: bool = False,
     ) -> RedisStore:
         """Connect to ``url`` (``redis://[[user]:password@]host:port/db`` or ``rediss://``
         for TLS) and check the server answers.
@@ -261,11 +294,20 @@ class RedisStore(AsyncClosing):
         ``check_persistence=False`` skips the check (one fewer round trip, no warning;
         for servers whose durability is known, or deliberately volatile ones).
 
+        ``cluster=True``: ``url`` names one node of a Redis Cluster, reached through
+        redis-py's cluster client. Every script touches one conversation's keys, which
+        share a hash slot; the listing set lives in its own slot, so there it is kept
+        beside the scripts instead of inside them, and ``conversations()`` checks each
+        listed id's closure (see the class docstring). The persistence check asks every
+        master.
+
         A bad prefix, URL, cache size or option combination raises ``ValueError``
         before any I/O; an unreachable server raises ``StoreError``. Needs asyncio.
         """
         if require_durable and not check_persistence:
             raise ValueError("require_durable=True needs check_persistence=True")
+        if type(cluster) is not bool:
+            raise ValueError(f"cluster must be a bool, got {cluster!r}")
         prefix = validate_prefix(prefix)
         cache = DecodedCache(validate_cache_size(decoded_cache_messages))
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
@@ -275,19 +317,25 @@ class RedisStore(AsyncClosing):
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
+        options: dict[str, Any] = {
+            "client_name": client_name,
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_timeout,
+            # The store retries once itself, knowing which operations are safe to.
+            "retry": Retry(NoBackoff(), 0),
+        }
+        if max_connections is not None:
+            options["max_connections"] = max_connections
         try:
-            client = aioredis.Redis.from_url(
-                url,
-                max_connections=max_connections,
-                client_name=client_name,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_timeout,
-                # The store retries once itself, knowing which operations are safe to.
-                retry=Retry(NoBackoff(), 0),
-            )
+            if cluster:
+                from redis.asyncio.cluster import RedisCluster
+
+                client = RedisCluster.from_url(url, **options)
+            else:
+                client = aioredis.Redis.from_url(url, **options)
         except ValueError as exc:
             raise ValueError(f"invalid Redis URL: {exc}") from exc
-        store = cls(client, prefix, cache, socket_timeout)
+        store = cls(client, prefix, cache, socket_timeout, cluster)
         try:
             await store._call(lambda: client.ping(), "connect")
             if check_persistence:
@@ -311,6 +359,8 @@ class RedisStore(AsyncClosing):
         import redis.exceptions
 
         client = self._client
+        if self.cluster:
+            return await self._cluster_persistence_problem()
         kwargs = client.connection_pool.connection_kwargs
         where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
         where = f"Redis at {where}/{kwargs.get('db', 0)}"
@@ -343,6 +393,88 @@ class RedisStore(AsyncClosing):
             "every acknowledged batch and makes cleared conversations open again (they "
             "accept appends)"
         )
+
+    async def _cluster_persistence_problem(self) -> str | None:
+        """``_persistence_problem`` for a cluster: every master must run AOF."""
+        import redis.exceptions
+        from redis.asyncio.cluster import RedisCluster
+
+        client: Any = self._client
+        try:
+            answers = await self._call(
+                lambda: client.config_get("appendonly", target_nodes=RedisCluster.PRIMARIES),
+                "persistence check",
+            )
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, redis.exceptions.ResponseError):
+                raise
+            return (
+                "Redis Cluster: cannot check persistence, CONFIG GET is not permitted; "
+                "unless appendonly is yes on every master, a restart loses acknowledged "
+                "batches and makes cleared conversations open again"
+            )
+        volatile = sorted(
+            node
+            for node, answer in dict(answers).items()
+            if str(dict(answer).get("appendonly", "")).lower() != "yes"
+        )
+        if not volatile:
+            return None
+        return (
+            f"Redis Cluster masters {', '.join(volatile)} do not run AOF (appendonly is not "
+            "yes): restarting one loses the batches it acknowledged and makes conversations "
+            "cleared there open again"
+        )
+
+    async def _listing_page(self, after: bytes | None, what: str) -> list[bytes]:
+        """Up to ``_PAGE`` listed ids after ``after`` (from the start when None), in
+        byte order: one round trip."""
+        client = self._client
+        start = b"-" if after is None else b"(" + after
+
+        async def page() -> list[bytes]:
+            found = await client.zrange(self._listing, start, b"+", bylex=True, offset=0, num=_PAGE)
+            return [bytes(member) for member in found]
+
+        return await self._call(page, what)
+
+    async def _upgrade_listing(self) -> None:
+        """Bring a listing written by scope 0.1 to this version's rule (every listed id
+        is open and holds a batch): drop the others, once, then record the version.
+        Runs on a handle's first ``conversations()`` (one ``GET`` once it is done)."""
+        client = self._client
+        marker = f"{self.prefix}:schema"
+        version = await self._call(lambda: client.get(marker), "listing check")
+        if version == _LISTING_VERSION:
+            self._listing_checked = True
+            return
+        after: bytes | None = None
+        while page := await self._listing_page(after, "listing upgrade"):
+            keys: list[str] = []
+            members: list[bytes] = []
+            for raw in page:
+                try:
+                    cid = ConversationID(raw.decode("utf-8"))
+                except (UnicodeDecodeError, InvalidConversationIDError):
+                    continue  # left for conversations() to report, never deleted
+                closed, _, batches, _ = self._keys(cid)
+                keys += (closed, batches)
+                members.append(raw)
+            flags = await self._call(
+                functools.partial(_exists_each, client, keys), "listing upgrade"
+            )
+            stale = [
+                raw
+                for index, raw in enumerate(members)
+                if flags[2 * index] or not flags[2 * index + 1]
+            ]
+            if stale:
+                await self._call(
+                    functools.partial(client.zrem, self._listing, *stale), "listing upgrade"
+                )
+            after = page[-1]
+        await self._call(lambda: client.set(marker, _LISTING_VERSION), "listing upgrade")
+        self._listing_checked = True
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.prefix!r})"
@@ -396,8 +528,10 @@ class RedisStore(AsyncClosing):
                 raise StoreError("the RedisStore is closed") from None
             # The server may have dropped every pooled connection (restart, CLIENT KILL)
             # before this client noticed: reconnect the idle ones rather than retry on one.
-            with contextlib.suppress(*errors):
-                await self._client.connection_pool.disconnect(inuse_connections=False)
+            pool = getattr(self._client, "connection_pool", None)  # a cluster has none
+            if pool is not None:
+                with contextlib.suppress(*errors):
+                    await pool.disconnect(inuse_connections=False)
         except errors as exc:
             await deliver_cancellation(mark, exc)
             raise map_error(exc, what) from exc
@@ -432,22 +566,18 @@ class RedisStore(AsyncClosing):
         return await self._read(ConversationID(conversation_id), decode_records)
 
     async def read_view(self, conversation_id: str) -> HistoryView:
-        """The conversation's messages, length and closure from one ``MULTI``/``EXEC``
-        (a consistent snapshot). A corrupt stored record raises ``StoreError``."""
+        """The conversation's messages, length and closure from one script (a consistent
+        snapshot, on Redis Cluster too). A corrupt stored record raises ``StoreError``."""
         cid = ConversationID(conversation_id)
         closed_key, _, batches_key, length_key = self._keys(cid)
         client = self._client
 
         async def read() -> list[Any]:
-            pipe = client.pipeline(transaction=True)
-            pipe.exists(closed_key)
-            pipe.get(length_key)
-            pipe.lrange(batches_key, 0, -1)
-            return list(await pipe.execute())
+            return list(await client.eval(_VIEW, 3, closed_key, length_key, batches_key))
 
         closed, raw_length, items = await self._call(read, f"read of conversation {str(cid)!r}")
         records = [_split(cid, item) for item in items]
-        if raw_length is None:
+        if not raw_length:
             if closed:
                 return HistoryView((), 0, True)
             # Written by scope 0.1 (no length key yet): the stored messages are the count.
@@ -494,13 +624,14 @@ class RedisStore(AsyncClosing):
         count = len(batch.messages)
         expected = "" if batch.expected_length is None else str(batch.expected_length)
 
+        cluster = self.cluster
+
         async def append() -> Any:
-            # One round trip: list the id (idempotent), then run the append script. The
-            # listing skips ids that end up closed or without batches.
-            pipe = client.pipeline(transaction=False)
-            pipe.zadd(listing, {member: 0}, nx=True)
-            pipe.eval(_APPEND, 4, *keys, aid, digest, record, count, expected)
-            return (await pipe.execute())[1]
+            if not cluster:  # one script: the listing changes in the same atomic step
+                return await client.eval(
+                    _APPEND, 5, *keys, listing, aid, digest, record, count, expected, member
+                )
+            return await client.eval(_APPEND, 4, *keys, aid, digest, record, count, expected)
 
         raw = await self._call(append, f"append to conversation {str(cid)!r}")
         outcome = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
@@ -518,6 +649,10 @@ class RedisStore(AsyncClosing):
             raise HistoryChangedError(batch.expected_length, actual, cid)
         elif outcome != "inserted":
             raise StoreError(f"Redis append script returned {outcome!r}")
+        if cluster:
+            # The listing is in another hash slot: listed after the batch landed (and
+            # again on a retry), before the receipt, so every acknowledged id is listed.
+            await self._call(lambda: client.zadd(listing, {member: 0}), f"listing of {str(cid)!r}")
         self._cache.remember(batch)  # the next read decodes nothing this handle wrote
         return batch.receipt()
 
@@ -530,51 +665,57 @@ class RedisStore(AsyncClosing):
         listing = self._listing
         member = cid.encode("utf-8")
 
+        cluster = self.cluster
+
         async def clear() -> None:
-            pipe = client.pipeline(transaction=False)
-            pipe.eval(_CLEAR, 3, *keys[:3])
-            pipe.zrem(listing, member)
-            await pipe.execute()
+            if not cluster:
+                await client.eval(_CLEAR, 4, *keys[:3], listing, member)
+                return
+            await client.eval(_CLEAR, 3, *keys[:3])
+            await client.zrem(listing, member)  # another slot: after the closure
 
         await self._call(clear, f"clear of conversation {str(cid)!r}")
 
     async def conversations(self) -> list[ConversationID]:
         """Open conversations holding at least one batch, in code point order (the
-        sorted set orders members by their UTF-8 bytes). A stored id that is not valid
-        is skipped (see ``invalid_conversation_ids``)."""
+        sorted set orders members by their UTF-8 bytes), one round trip per 1,000 ids.
+        A stored id that is not valid is skipped (see ``invalid_conversation_ids``).
+
+        On one Redis the listing holds exactly those ids (the append and clear scripts
+        keep it). On a Cluster it is kept beside the scripts, so each listed id's closure
+        is checked too (one ``EXISTS`` per id, pipelined), and a closed one is dropped."""
         client = self._client
         listing = self._listing
-
-        async def members() -> list[Any]:
-            return list(await client.zrange(listing, 0, -1))
-
-        raw_ids = await self._call(members, "listing of conversations")
-        if not raw_ids:
-            return []
+        if not self._listing_checked:
+            await self._upgrade_listing()
+        raw_ids: list[bytes] = []
+        after: bytes | None = None
+        while True:
+            page = await self._listing_page(after, "listing of conversations")
+            raw_ids += page
+            if len(page) < _PAGE:
+                break
+            after = page[-1]
         ids = self._listed.valid(raw_ids)  # an invalid member is skipped, never deleted
-        if not ids:
-            return []
+        if not self.cluster or not ids:
+            return ids
 
-        async def states() -> list[Any]:
-            pipe = client.pipeline(transaction=False)
-            for cid in ids:
-                closed, _, batches, _ = self._keys(cid)
-                pipe.exists(closed)
-                pipe.exists(batches)
-            return list(await pipe.execute())
-
-        flags = await self._call(states, "listing of conversations")
-        out = []
-        gone = []
-        for index, cid in enumerate(ids):
-            closed, has_batches = flags[2 * index], flags[2 * index + 1]
-            if closed:
-                gone.append(cid.encode("utf-8"))  # closed for ever: safe to forget
-            elif has_batches:
-                out.append(cid)
-        if gone:
+        closed_keys = [self._keys(cid)[0] for cid in ids]
+        flags = await self._call(
+            lambda: _exists_each(client, closed_keys), "listing of conversations"
+        )
+        gone = [cid.encode("utf-8") for cid, closed in zip(ids, flags, strict=True) if closed]
+        if gone:  # a clear whose listing update did not happen: closed for ever, forget it
             await self._call(lambda: client.zrem(listing, *gone), "listing cleanup")
-        return out
+        return [cid for cid, closed in zip(ids, flags, strict=True) if not closed]
+
+
+async def _exists_each(client: Any, keys: list[str]) -> list[Any]:
+    """``EXISTS`` of each key, pipelined (one round trip per node)."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.exists(key)
+    return list(await pipe.execute())
 
 
 def _split(cid: str, item: Any) -> tuple[Any, Any, Any]:

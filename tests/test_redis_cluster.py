@@ -1,0 +1,123 @@
+"""RedisStore on a real Redis Cluster (three masters on loopback, started by
+``.ci/services.sh``): the whole store conformance suite with ``cluster=True``, plus the
+cluster's own listing rules. asyncio only (redis-py's client is asyncio-only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from scope.chat import assistant_message, user_message
+from scope.history import Batch
+from scope.history.storetest import StoreConformance
+from scope.historystores.redis import RedisStore
+from tests.servers import import_driver, redis_cluster_url_or_skip, unique_key_prefix
+
+import_driver("redis")
+from redis.asyncio.cluster import RedisCluster  # noqa: E402
+
+pytestmark = [pytest.mark.anyio, pytest.mark.servers]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def url() -> str:
+    return redis_cluster_url_or_skip()
+
+
+@pytest.fixture
+async def admin(url: str) -> AsyncIterator[Any]:
+    client = RedisCluster.from_url(url)
+    await client.initialize()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def prefix(admin: Any) -> AsyncIterator[str]:
+    prefix = unique_key_prefix()
+    yield prefix
+    keys = [key async for key in admin.scan_iter(match=f"{prefix}:*", count=1000)]
+    for key in keys:  # one by one: the keys live in many slots
+        await admin.delete(key)
+
+
+async def open_cluster(url: str, prefix: str) -> RedisStore:
+    # The test cluster runs without persistence on purpose; the check is tested below.
+    return await RedisStore.open(url, prefix=prefix, cluster=True, check_persistence=False)
+
+
+class TestRedisClusterConformance(StoreConformance):
+    @pytest.fixture
+    async def store(self, url: str, prefix: str) -> AsyncIterator[RedisStore]:
+        async with await open_cluster(url, prefix) as store:
+            self.url = url
+            yield store
+
+    async def reopen(self, store: Any) -> Any:
+        return await open_cluster(self.url, store.prefix)
+
+
+def turn(tag: str) -> list[Any]:
+    return [user_message(f"{tag} q"), assistant_message(f"{tag} a")]
+
+
+async def test_conversations_spread_over_every_master(url: str, prefix: str, admin: Any) -> None:
+    async with await open_cluster(url, prefix) as store:
+        assert store.cluster is True
+        ids = [f"conv-{i}" for i in range(30)]
+        for cid in ids:
+            await store.append(Batch(cid, "a1", turn(cid)))
+        slots = {RedisCluster.keyslot(admin, store._keys(cid)[2]) for cid in ids}
+        nodes = {admin.get_node_from_key(store._keys(cid)[2]).name for cid in ids}
+        assert len(nodes) == 3, "the test conversations should land on every master"
+        assert len(slots) > 10
+        assert await store.conversations() == sorted(ids)
+
+
+async def test_a_closed_id_left_in_the_listing_is_dropped(
+    url: str, prefix: str, admin: Any
+) -> None:
+    async with await open_cluster(url, prefix) as store:
+        await store.append(Batch("kept", "a1", turn("k")))
+        await store.append(Batch("gone", "a1", turn("g")))
+        await store.clear("gone")
+        # A clear that died between its script and the listing update (another slot).
+        await admin.zadd(f"{prefix}:conversations", {"gone": 0})
+        assert await store.conversations() == ["kept"]
+        assert await admin.zrange(f"{prefix}:conversations", 0, -1) == [b"kept"]
+
+
+async def test_persistence_is_checked_on_every_master(url: str, prefix: str) -> None:
+    from scope.errors import ScopeWarning, StoreError
+
+    with pytest.warns(ScopeWarning, match="Redis Cluster masters .* do not run AOF"):
+        store = await RedisStore.open(url, prefix=prefix, cluster=True)
+    await store.aclose()
+    with pytest.raises(StoreError, match="require_durable"):
+        await RedisStore.open(url, prefix=prefix, cluster=True, require_durable=True)
+
+
+async def test_open_store_takes_a_cluster_url(url: str, prefix: str) -> None:
+    import warnings
+
+    from scope.errors import ScopeWarning
+    from scope.historystores import open_store
+
+    cluster_url = "redis+cluster://" + url.removeprefix("redis://")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScopeWarning)  # the test cluster is volatile
+        store = await open_store(cluster_url, prefix=prefix)
+    try:
+        assert isinstance(store, RedisStore) and store.cluster is True
+        await store.append(Batch("c", "a1", turn("c")))
+        assert await store.conversations() == ["c"]
+    finally:
+        await store.aclose()
