@@ -216,11 +216,11 @@ def _check_messages(messages: tuple[Message, ...]) -> None:
                 )
 
 
-def _receipt_conversation_id(value: Any) -> ConversationID:
+def _receipt_conversation_id(value: str) -> ConversationID:
     return _conversation_id(value, InvalidReceiptError)
 
 
-def _receipt_append_id(value: Any) -> AppendID:
+def _receipt_append_id(value: str) -> AppendID:
     return _append_id(value, InvalidReceiptError)
 
 
