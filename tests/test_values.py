@@ -719,6 +719,39 @@ def test_schema_as() -> None:
     assert type(info.value.__cause__) is InvalidMetadataError
 
 
+def test_schema_as_plain_json_types() -> None:
+    schema = {"type": "object", "properties": {"t": {"type": "number", "maximum": 2.50}}}
+    fmt = OutputFormat.json_schema("s", schema)
+    assert fmt.schema_as(dict) == schema
+    assert fmt.schema_as(typing.Any) == schema
+    assert fmt.schema_as(dict[str, Any]) == schema
+    # A fresh tree: changing it changes nothing in the format.
+    fmt.schema_as(dict)["type"] = "array"
+    assert fmt.schema_as(dict) == schema
+    with pytest.raises(InvalidOutputFormatError) as info:
+        fmt.schema_as(list)  # the schema is an object
+    assert type(info.value) is InvalidOutputFormatError
+    assert type(info.value.__cause__) is InvalidJSONError
+    assert "expected an array, got object" in str(info.value)
+    with pytest.raises(InvalidOutputFormatError):
+        OutputFormat.json().schema_as(dict)
+
+
+class _NotAValue:
+    pass
+
+
+@pytest.mark.parametrize("cls", [_NotAValue, set, list[int]])
+def test_schema_as_an_unknown_class_names_it(cls: Any) -> None:
+    fmt = OutputFormat.json_schema("s", {"type": "object"})
+    with pytest.raises(InvalidOutputFormatError) as info:
+        fmt.schema_as(cls)
+    assert type(info.value) is InvalidOutputFormatError
+    name = getattr(cls, "__qualname__", None) or repr(cls)
+    assert f"cannot decode the output format schema into {name}" in str(info.value)
+    assert type(info.value.__cause__) is TypeError
+
+
 def test_options_resolve() -> None:
     base = Options(
         model="a",

@@ -144,7 +144,14 @@ class OutputFormat:
         )
 
     def schema_as(self, cls: builtins.type[T]) -> T:
-        """Decode the schema into ``cls`` with the scope codec."""
+        """Decode the schema into ``cls`` with the scope codec: ``dict`` (or ``list``,
+        ``typing.Any``) for plain JSON types, ``RawJSON``, ``Metadata``, or any class
+        ``scope.codec.from_json`` decodes.
+
+        Raises ``InvalidOutputFormatError`` for a text or json format (no schema), for a
+        ``cls`` the codec cannot decode into (naming it), and when the schema does not
+        decode into ``cls`` (the codec's error chained as the cause).
+        """
         if self.type is not OutputFormatType.JSON_SCHEMA or self.schema is None:
             raise InvalidOutputFormatError(f"a {self.type} output format has no schema")
         from scope.codec import from_json
@@ -153,6 +160,14 @@ class OutputFormat:
             return from_json(self.schema.bytes, cls)
         except ValueError as exc:
             raise InvalidOutputFormatError(f"output format schema: {exc}") from exc
+        except TypeError as exc:
+            # from_json raises TypeError only for a target it cannot decode into (bad
+            # input is always its ValueError): a caller's mistake, named as such.
+            name = getattr(cls, "__qualname__", None) or repr(cls)
+            raise InvalidOutputFormatError(
+                f"cannot decode the output format schema into {name}: use dict, list, "
+                "typing.Any, RawJSON, Metadata or a scope value class"
+            ) from exc
 
 
 def _check_range(value: object, what: str, low: float, high: float) -> None:
