@@ -19,6 +19,7 @@ import re
 import runpy
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 
 import pytest
 from mypy import api as mypy_api  # in the test extra, pinned like dev
@@ -52,9 +53,15 @@ disallow_incomplete_defs = False
 """
 
 
+@dataclass(frozen=True)
+class MypyRun:
+    checked: list[str]  # file names
+    errors: dict[str, list[tuple[int, str]]]  # file name -> [(line, message), ...]
+
+
 @pytest.fixture(scope="module")
-def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[int, str]]]:
-    """``{file name: [(line, message), ...]}`` for every file, from one mypy run."""
+def mypy_run(tmp_path_factory: pytest.TempPathFactory) -> MypyRun:
+    """One mypy run over every file."""
     work = tmp_path_factory.mktemp("typing")
     package = work / "scope_readme"  # a package, so one config section covers its modules
     package.mkdir()
@@ -78,8 +85,7 @@ def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tupl
         assert match is not None, f"unexpected mypy output: {line!r}"
         if match["severity"] == "error":
             errors[pathlib.Path(match["path"]).name].append((int(match["line"]), match["message"]))
-    errors["<checked>"] = [(0, path.name) for path in files]
-    return errors
+    return MypyRun([path.name for path in files], dict(errors))
 
 
 def _expected(path: pathlib.Path) -> dict[int, list[str]]:
@@ -101,11 +107,9 @@ def test_there_are_cases_of_each_kind() -> None:
 
 
 @pytest.mark.parametrize("path", PASS_FILES, ids=lambda p: p.name)
-def test_pass_file_type_checks(
-    path: pathlib.Path, mypy_errors: dict[str, list[tuple[int, str]]]
-) -> None:
-    assert (0, path.name) in mypy_errors["<checked>"]
-    assert mypy_errors.get(path.name, []) == []
+def test_pass_file_type_checks(path: pathlib.Path, mypy_run: MypyRun) -> None:
+    assert path.name in mypy_run.checked
+    assert mypy_run.errors.get(path.name, []) == []
 
 
 @pytest.mark.parametrize("path", PASS_FILES, ids=lambda p: p.name)
@@ -116,12 +120,12 @@ def test_pass_file_runs(path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.mark.parametrize("path", FAIL_FILES, ids=lambda p: p.name)
 def test_fail_file_reports_exactly_the_announced_errors(
-    path: pathlib.Path, mypy_errors: dict[str, list[tuple[int, str]]]
+    path: pathlib.Path, mypy_run: MypyRun
 ) -> None:
     expected = _expected(path)
     assert expected, f"{path.name} announces no error"
     reported: dict[int, list[str]] = defaultdict(list)
-    for line, message in mypy_errors.get(path.name, []):
+    for line, message in mypy_run.errors.get(path.name, []):
         reported[line].append(message)
     problems = []
     for line, texts in sorted(expected.items()):
@@ -138,13 +142,12 @@ def test_fail_file_reports_exactly_the_announced_errors(
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
 
-def test_readme_examples_type_check(mypy_errors: dict[str, list[tuple[int, str]]]) -> None:
-    checked = [name for _, name in mypy_errors["<checked>"] if name.startswith("readme_block_")]
-    assert checked, "no README example was checked"
+def test_readme_examples_type_check(mypy_run: MypyRun) -> None:
+    assert any(name.startswith("readme_block_") for name in mypy_run.checked)
     problems = [
         f"README runnable block {name.removeprefix('readme_block_').removesuffix('.py')}, "
         f"line {line}: {message}"
-        for name, errors in sorted(mypy_errors.items())
+        for name, errors in sorted(mypy_run.errors.items())
         if name.startswith("readme_block_")
         for line, message in errors
     ]
