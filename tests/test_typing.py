@@ -1,13 +1,13 @@
-"""The public API's types catch mistakes, and the README's examples type-check.
+"""The public API's types catch mistakes, and the documentation's examples type-check.
 
 One ``mypy --strict`` run (in-process, ``mypy.api``) over:
 
 - ``tests/typing/pass_*.py``: must type-check without a single error;
 - ``tests/typing/fail_*.py``: every error announced by a ``# E: <text>`` comment line (for
   the next code line) must be reported, and nothing else;
-- the README's runnable examples (``<!-- runnable -->`` blocks), as a reader pasting one
-  into a file would check it: ``--strict``, except that unannotated functions are allowed
-  (their bodies are still checked).
+- the runnable examples (``<!-- runnable -->`` blocks) of README.md and of every page under
+  docs/, as a reader pasting one into a file would check it: ``--strict``, except that
+  unannotated functions are allowed (their bodies are still checked).
 
 The pass files are also run, so every example in them is correct at run time as well.
 """
@@ -26,7 +26,8 @@ from mypy import api as mypy_api  # in the test extra, pinned like dev
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "typing"
-README = ROOT / "README.md"
+#: The pages whose runnable blocks are checked (docs/ only when the docs site exists).
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 _BLOCK = re.compile(r"<!-- runnable -->\n```python\n(.*?)\n```", re.S)
 _LINE = re.compile(r"^(?P<path>.+?):(?P<line>\d+): (?P<severity>error|note): (?P<message>.*)$")
 _EXPECT = re.compile(r"^\s*# E: (?P<text>.+?)\s*$")
@@ -67,10 +68,11 @@ def mypy_run(tmp_path_factory: pytest.TempPathFactory) -> MypyRun:
     package.mkdir()
     (package / "__init__.py").write_text("", encoding="utf-8")
     readme_files = []
-    for index, block in enumerate(_BLOCK.findall(README.read_text(encoding="utf-8"))):
-        path = package / f"readme_block_{index}.py"
-        path.write_text(block + "\n", encoding="utf-8")
-        readme_files.append(path)
+    for page_index, page in enumerate(PAGES):
+        for index, block in enumerate(_BLOCK.findall(page.read_text(encoding="utf-8"))):
+            path = package / f"readme_block_{page_index}_{index}.py"
+            path.write_text(block + "\n", encoding="utf-8")
+            readme_files.append(path)
     assert readme_files, "the README has runnable examples to check"
     config = work / "mypy.ini"
     config.write_text(_config(work / "cache"), encoding="utf-8")
@@ -142,11 +144,15 @@ def test_fail_file_reports_exactly_the_announced_errors(
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
 
-def test_readme_examples_type_check(mypy_run: MypyRun) -> None:
-    assert any(name.startswith("readme_block_") for name in mypy_run.checked)
+def _block_name(name: str) -> str:
+    page, index = name.removeprefix("readme_block_").removesuffix(".py").split("_")
+    return f"{PAGES[int(page)].relative_to(ROOT)}, runnable block {index}"
+
+
+def test_documentation_examples_type_check(mypy_run: MypyRun) -> None:
+    assert any(name.startswith("readme_block_0_") for name in mypy_run.checked)
     problems = [
-        f"README runnable block {name.removeprefix('readme_block_').removesuffix('.py')}, "
-        f"line {line}: {message}"
+        f"{_block_name(name)}, line {line}: {message}"
         for name, errors in sorted(mypy_run.errors.items())
         if name.startswith("readme_block_")
         for line, message in errors
