@@ -67,19 +67,25 @@ def check_int(value: object, what: str, error: type[Exception], *, minimum: int 
     return value
 
 
-def to_bytes(value: Any) -> bytes:
-    """Converter: bytes stay, bytearray and memoryview are copied; anything else is left
-    for the class check, which names the bad type."""
+def to_bytes(value: bytes | bytearray | memoryview) -> bytes:
+    """Converter: bytes stay, bytearray and memoryview are copied; anything else (only
+    possible past the type checker) is left for the class check, which names the bad
+    type."""
     if type(value) is bytes:
         return value
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    return value  # type: ignore[no-any-return]
+    return value
 
 
-def to_tuple(value: Any) -> tuple[Any, ...]:
+def to_tuple(value: Iterable[T]) -> tuple[T, ...]:
     """Converter: any iterable except str, bytes and mappings becomes a tuple; anything
-    else is left for the class check, which names the bad type."""
+    else (only possible past the type checker) is left for the class check, which names
+    the bad type.
+
+    Generic, so the attrs plugin cannot use it as a field converter directly: each class
+    wraps it in a named converter with the field's precise parameter type.
+    """
     if type(value) is tuple:
         return value
     if isinstance(value, str | bytes | bytearray | memoryview | dict) or not isinstance(

@@ -693,6 +693,40 @@ def register(cls: type) -> None:
     converter.register_unstructure_hook(cls, _CLASS_OUT[cls])
 
 
+def _register_own(
+    cls: type[T],
+    error: type[Exception],
+    from_tree: Callable[[Any], T],
+    to_bytes: Callable[[T], bytes],
+) -> None:
+    """Internal: register a class that encodes and decodes itself (``scope.history``'s
+    ``Batch``, whose JSON form carries a digest the generated hooks know nothing of).
+
+    ``from_tree`` builds the value from a parsed tree and raises ``error`` for bad
+    input; ``to_bytes`` gives the value's canonical JSON. Registered by the class's own
+    module, so this module never imports ``scope.history``.
+    """
+
+    def structure(value: Any) -> T:
+        try:
+            return from_tree(value)
+        except ScopeError as exc:
+            if type(exc) is not error:
+                raise
+            # The value's own message already names the path inside it; its cause (the
+            # nested error, if any) stays the cause.
+            raise _Fail(str(exc), error, exc.__cause__) from None
+
+    def unstructure(value: T) -> Any:
+        return orjson.Fragment(to_bytes(value))
+
+    _ERRORS[cls] = error
+    _CLASS_IN[cls] = structure
+    _CLASS_OUT[cls] = unstructure
+    converter.register_structure_hook(cls, lambda obj, _cls: from_builtins(obj, _cls))
+    converter.register_unstructure_hook(cls, unstructure)
+
+
 # Innermost first, so outer classes bind their field encoders directly.
 for _cls in (
     Source,
@@ -733,10 +767,35 @@ def decode_error_for(cls: Any) -> type[Exception]:
     """The error class ``from_json(..., cls)`` raises for bad input (for ``list[X]`` and
     ``tuple[X, ...]``, the error of ``X``)."""
     origin = typing.get_origin(cls)
-    if origin is list or origin is tuple:
+    if (origin is list or origin is tuple) and cls not in _PLAIN:
         return decode_error_for(typing.get_args(cls)[0])
     return _ERRORS.get(cls, InvalidJSONError)
 
+
+def _plain_in(kind: type | None) -> Structurer:
+    """Decode into plain JSON types (dicts, lists, str, int, float, bool, None): a fresh
+    tree, numbers as Python numbers; ``kind`` is the JSON type the top must have."""
+
+    def structure(value: Any) -> Any:
+        if kind is not None and type(value) is not kind:
+            raise _expected("an object" if kind is dict else "an array", value, InvalidJSONError)
+        try:
+            return loads(canonical(value, check_floats=_FROM_BUILTINS.get()))
+        except (ValueError, TypeError) as exc:
+            raise _Fail(f"invalid JSON value: {exc}", InvalidJSONError) from None
+
+    return structure
+
+
+#: Targets decoded into plain JSON types, and the JSON type each needs at the top (what
+#: ``OutputFormat.schema_as(dict)`` decodes into).
+_PLAIN: Final[dict[Any, type | None]] = {
+    dict: dict,
+    dict[str, Any]: dict,
+    list: list,
+    list[Any]: list,
+    Any: None,
+}
 
 _TOP_IN: dict[Any, Structurer] = {}
 
@@ -746,7 +805,9 @@ def _top_in(cls: Any) -> Structurer:
     if found is not None:
         return found
     origin = typing.get_origin(cls)
-    if cls is RawJSON or (isinstance(cls, type) and issubclass(cls, Metadata)):
+    if cls in _PLAIN:
+        found = _plain_in(_PLAIN[cls])
+    elif cls is RawJSON or (isinstance(cls, type) and issubclass(cls, Metadata)):
         found = _structurer_for(cls, decode_error_for(cls))
     elif origin is list or origin is tuple:
         item = typing.get_args(cls)[0]
@@ -786,9 +847,13 @@ def _structure_with(structure: Structurer, obj: Any, cls: Any) -> Any:
 def from_json(data: str | bytes | bytearray | memoryview, cls: type[T]) -> T:
     """Decode one JSON document into ``cls`` strictly (see the module docstring).
 
-    ``cls`` is a protocol value class, ``RawJSON``, ``Metadata``, ``Extensions``, or
-    ``list[X]`` / ``tuple[X, ...]`` of a value class. Bad input of any kind, including
-    text that is not JSON or not UTF-8, raises ``decode_error_for(cls)``.
+    ``cls`` is a protocol value class, ``RawJSON``, ``Metadata``, ``Extensions``,
+    ``scope.history.Batch``, ``list[X]`` / ``tuple[X, ...]`` of one of those, or a plain
+    JSON target: ``dict`` (the document must be an object), ``list`` (an array) or
+    ``typing.Any`` (any document), decoded into fresh dicts, lists, str, int, float,
+    bool and None. Bad input of any kind, including text that is not JSON or not UTF-8,
+    raises ``decode_error_for(cls)`` (``InvalidJSONError`` for the plain targets). Any
+    other ``cls`` raises ``TypeError`` naming it.
     """
     structure = _top_in(cls)
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import Any, TypeAlias, final
 
 from scope._json import canonical, loads, loads_exact
 from scope.errors import InvalidJSONError
@@ -104,7 +104,12 @@ def _canonical_text(text: str | bytes | bytearray | memoryview) -> bytes:
         raise InvalidJSONError(f"invalid JSON: {exc}") from None
 
 
-def coerce_raw_json(value: Any) -> RawJSON:
+#: What a field holding a JSON document accepts: RawJSON, or a dict, list or tuple that
+#: ``RawJSON.from_value`` encodes.
+JSONDocument: TypeAlias = "RawJSON | dict[str, Any] | list[Any] | tuple[Any, ...]"
+
+
+def coerce_raw_json(value: JSONDocument) -> RawJSON:
     """Field converter: RawJSON stays, dicts and lists are encoded with ``from_value``."""
     if isinstance(value, RawJSON):
         return value

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any, Final, final
+from collections.abc import Mapping
+from typing import Any, Final, Literal, TypeAlias, final
 from urllib.parse import urlsplit
 
 import attrs
@@ -24,8 +25,16 @@ class SourceKind(enum.StrEnum):
     REFERENCE = "reference"
 
 
-def _to_source_kind(value: Any) -> SourceKind:
+#: What ``Source`` accepts as its kind: a member or its value (see ``scope.chat._types``).
+SourceKindLike: TypeAlias = SourceKind | Literal["bytes", "uri", "reference"]
+
+
+def _to_source_kind(value: SourceKindLike) -> SourceKind:
     return to_enum(SourceKind, value, InvalidMediaError, "source kind")
+
+
+def _to_data(value: bytes | bytearray | memoryview) -> bytes:
+    return to_bytes(value)
 
 
 @final
@@ -35,7 +44,7 @@ class Source:
     ``reference`` (a provider's non-blank file id). Exactly the kind's field is set."""
 
     kind: SourceKind = attrs.field(converter=_to_source_kind)
-    data: bytes = attrs.field(default=b"", converter=to_bytes)
+    data: bytes = attrs.field(default=b"", converter=_to_data)
     uri: str = ""
     ref: str = ""
 
@@ -99,7 +108,7 @@ def _check_mime(mime: object) -> str:
     return mime
 
 
-def _to_media_metadata(value: Any) -> Metadata:
+def _to_media_metadata(value: Mapping[str, Any]) -> Metadata:
     if type(value) is Metadata:
         return value
     return nested(Metadata.coerce, value, InvalidMediaError, "media metadata")

@@ -518,7 +518,7 @@ class _TracedStreamer:
         """The streamer this one traces."""
         return self._next
 
-    def stream(self, request: Request) -> AsyncIterator[Response]:
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         if not isinstance(request, Request):
             return self._next.stream(request)  # the streamer refuses it; nothing to trace
         # The conversation is read now, when the stream is made: an enclosing

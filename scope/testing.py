@@ -28,7 +28,7 @@ A turn is one of:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Final, Literal, TypeAlias, final
 
 import anyio
@@ -258,11 +258,11 @@ class ScriptedModel:
         response = accumulator.response()
         return Response() if response is None else response
 
-    def stream(self, request: Request) -> AsyncIterator[Response]:
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         """A lazy stream answering with the next turn (see the class docstring)."""
         return self._stream(request)
 
-    async def _stream(self, request: Request) -> AsyncIterator[Response]:
+    async def _stream(self, request: Request) -> AsyncGenerator[Response, None]:
         turn = self._take(request)
         log = StreamLog(request)
         self.streams.append(log)

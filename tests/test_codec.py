@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import attrs
@@ -37,6 +39,7 @@ from scope.chat import (
 )
 from scope.codec import from_builtins, from_json, to_builtins, to_json
 from scope.errors import (
+    InvalidBatchError,
     InvalidJSONError,
     InvalidMediaError,
     InvalidMessageError,
@@ -583,8 +586,10 @@ def test_lists_and_unsupported_types() -> None:
     assert from_json(to_json(turn), tuple[Message, ...]) == tuple(turn)
     exc = _err('[{"role":"user","parts":[]}]', list[Message])
     assert type(exc) is InvalidMessageError and str(exc).startswith("[0]: ")
-    with pytest.raises(TypeError):
-        from_json("{}", dict)
+    with pytest.raises(TypeError, match="cannot decode"):
+        from_json("{}", set)
+    with pytest.raises(TypeError, match="cannot decode"):
+        from_json("[1]", list[int])
     with pytest.raises(TypeError):
         to_json(object())
     assert codec.decode_error_for(list[Request]) is InvalidRequestError
@@ -676,3 +681,102 @@ def test_to_builtins_keeps_big_integers_exact() -> None:
 def test_to_builtins_of_out_of_range_float_token_matches_value() -> None:
     raw = RawJSON.parse("1e999")
     assert to_builtins(Metadata({"x": raw})) == {"x": raw.value()}
+
+
+# -- plain JSON targets ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [dict, dict[str, Any], Any])
+def test_plain_dict_target(cls: Any) -> None:
+    data = '{"b": 2.50, "a": [1, true, null, "x"], "n": 123456789012345678901234567890}'
+    decoded = from_json(data, cls)
+    assert decoded == {"a": [1, True, None, "x"], "b": 2.5, "n": 123456789012345678901234567890}
+    assert type(decoded["b"]) is float and type(decoded["a"]) is list
+    assert from_json(data, cls) is not decoded  # a fresh tree every time
+    assert from_builtins({"a": (1, 2)}, cls) == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize("cls", [list, list[Any], Any])
+def test_plain_list_target(cls: Any) -> None:
+    assert from_json('[1, {"k": 1.0}]', cls) == [1, {"k": 1.0}]
+
+
+def test_plain_any_target_takes_any_document() -> None:
+    assert from_json('"s"', Any) == "s"
+    assert from_json("3", Any) == 3
+    assert from_json("null", Any) is None
+
+
+@pytest.mark.parametrize(
+    ("data", "cls", "says"),
+    [
+        ("[1]", dict, "expected an object, got array"),
+        ('"s"', dict[str, Any], "expected an object, got string"),
+        ("{}", list, "expected an array, got object"),
+        ("{", dict, "invalid JSON"),
+        ('{"a": 1, "a": 2}', dict, "invalid JSON"),
+        ("NaN", Any, "invalid JSON"),
+        (b"\xff", list, "invalid JSON"),
+    ],
+)
+def test_plain_targets_refuse_bad_input_with_invalid_json_error(
+    data: str | bytes, cls: Any, says: str
+) -> None:
+    exc = _err(data, cls)
+    assert type(exc) is InvalidJSONError and says in str(exc)
+    assert codec.decode_error_for(cls) is InvalidJSONError
+
+
+def test_plain_targets_refuse_non_json_builtins() -> None:
+    with pytest.raises(InvalidJSONError):
+        from_builtins({"a": float("nan")}, dict)
+    with pytest.raises(InvalidJSONError):
+        from_builtins({1: "a"}, Any)
+
+
+# -- history Batch ------------------------------------------------------------------------
+
+
+def test_batch_through_the_codec() -> None:
+    batch = Batch("conv", "a1", [from_json(SPELLED, Message)], expected_length=3)
+    data = to_json(batch)
+    assert data == batch.to_json()
+    decoded = from_json(data, Batch)
+    assert decoded == batch and decoded.expected_length == 3
+    assert decoded.encoded_messages == batch.encoded_messages
+    # Any spelling of the document: indented, reordered (the exact reader's route).
+    assert from_json(respell(data, indent=" "), Batch).expected_length == 3
+    assert from_json(respell(data, indent=" "), Batch) == batch
+    assert to_json([batch, batch]) == b"[" + data + b"," + data + b"]"
+    assert from_json(to_json([batch]), list[Batch]) == [batch]
+    assert to_builtins(batch) == orjson.loads(data)
+    # Python objects lose number spellings (2.50 -> 2.5), so only a batch without such
+    # numbers survives the builtins route; the digest check refuses the other.
+    plain = Batch("conv", "a2", [user_message("hi"), assistant_message("hello")], 2)
+    assert from_builtins(to_builtins(plain), Batch) == plain
+    assert codec.converter.structure(to_builtins(plain), Batch) == plain
+    with pytest.raises(InvalidBatchError, match="digest mismatch"):
+        from_builtins(to_builtins(batch), Batch)
+    assert codec.decode_error_for(Batch) is InvalidBatchError
+
+
+def test_batch_decoding_errors_are_invalid_batch_errors() -> None:
+    batch = Batch("conv", "a1", [user_message("hi")])
+    tree = orjson.loads(batch.to_json())
+    wrong_digest = {**tree, "digest": "sha256:" + "0" * 64}
+    exc = _err(orjson.dumps(wrong_digest), Batch)
+    assert type(exc) is InvalidBatchError and "digest mismatch" in str(exc)
+    bad_message = {**tree, "messages": [{"role": "user", "parts": []}]}
+    exc = _err(orjson.dumps(bad_message), Batch)
+    assert type(exc) is InvalidBatchError and str(exc).startswith("messages[0]: ")
+    assert type(exc.__cause__) is InvalidMessageError
+    exc = _err(b"[" + batch.to_json() + b"," + orjson.dumps(wrong_digest) + b"]", list[Batch])
+    assert type(exc) is InvalidBatchError and str(exc).startswith("[1]: digest mismatch")
+    for data in ("", "[]", "{"):
+        assert type(_err(data, Batch)) is InvalidBatchError
+
+
+def test_codec_does_not_import_history() -> None:
+    # Batch registers itself with the codec; the codec never imports scope.history.
+    code = "import sys, scope.codec; assert 'scope.history' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

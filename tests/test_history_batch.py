@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import attrs
@@ -204,6 +205,19 @@ def test_batch_json_keeps_number_spelling() -> None:
     batch = Batch("c", "a", [_meta_message("2.50")])
     assert b"2.50" in batch.to_json()
     assert Batch.from_json(batch.to_json()).messages[0].parts[0].metadata["k"].bytes == b"2.50"
+
+
+@pytest.mark.parametrize(("length", "error"), [("2", None), ("-1", "between"), ("2.0", "integer")])
+def test_batch_json_expected_length_in_any_spelling(length: str, error: str | None) -> None:
+    # Indented JSON takes the exact reader, which keeps number tokens as written.
+    data = Batch("c", "a", [user_message("hi")], expected_length=7).to_json()
+    pretty = json.dumps(json.loads(data), indent=2)
+    pretty = pretty.replace('"expected_length": 7', f'"expected_length": {length}')
+    if error is None:
+        assert Batch.from_json(pretty).expected_length == int(length)
+    else:
+        with pytest.raises(InvalidBatchError, match=error):
+            Batch.from_json(pretty)
 
 
 def test_batch_json_with_wrong_digest_is_invalid() -> None:

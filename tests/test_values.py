@@ -7,6 +7,7 @@ error is chained as ``__cause__``.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,7 @@ from scope.chat import (
     tool_result_part,
     user_message,
 )
+from scope.chat._types import FinishReasonLike, OutputFormatTypeLike, PartKindLike, RoleLike
 from scope.errors import (
     InvalidJSONError,
     InvalidMessageError,
@@ -59,7 +61,7 @@ from scope.errors import (
     InvalidUsageError,
 )
 from scope.jsonvalue import RawJSON
-from scope.media import Media
+from scope.media import Media, SourceKind, SourceKindLike
 from scope.metadata import Extensions, Metadata
 
 LONE = "a\ud800b"
@@ -340,6 +342,8 @@ BAD: list[tuple[str, Callable[[], Any], type[Exception], type[Exception] | None]
     ("temperature high", lambda: Options(temperature=2.5), InvalidOptionsError, None),
     ("temperature inf", lambda: Options(temperature=float("inf")), InvalidOptionsError, None),
     ("temperature str", lambda: Options(temperature="1"), InvalidOptionsError, None),
+    # The mistakes a type checker now refuses still fail at run time, for untyped callers.
+    ("temperature word", lambda: Options(temperature="hot"), InvalidOptionsError, None),
     ("temperature bool", lambda: Options(temperature=True), InvalidOptionsError, None),
     ("temperature huge int", lambda: Options(temperature=10**400), InvalidOptionsError, None),
     ("top_p huge negative int", lambda: Options(top_p=-(10**400)), InvalidOptionsError, None),
@@ -379,6 +383,7 @@ BAD: list[tuple[str, Callable[[], Any], type[Exception], type[Exception] | None]
     # Request
     ("request no messages", lambda: Request(()), InvalidRequestError, None),
     ("request messages not messages", lambda: Request(("hi",)), InvalidRequestError, None),
+    ("request one message", lambda: Request(user_message("x")), InvalidRequestError, None),
     (
         "request system after user",
         lambda: Request((user_message("a"), system_message("s"))),
@@ -550,6 +555,54 @@ def test_validate_complete_accepts(reason: FinishReason) -> None:
         Response(Output(finish_reason=reason)).validate_complete()  # no message at all
 
 
+def test_response_message_and_tool_calls() -> None:
+    final = _complete(assistant_message("Oslo"), FinishReason.STOP)
+    assert final.message == assistant_message("Oslo")
+    assert final.tool_calls == ()
+    calls = _complete(
+        assistant_message("checking", CALL, tool_call_part("c2", "g")), FinishReason.TOOL_CALLS
+    )
+    assert calls.tool_calls == (ToolCall("c1", "f", "{}"), ToolCall("c2", "g"))
+    assert calls.message.tool_calls == calls.tool_calls
+    # A chunk's fragments are not calls.
+    assert _complete(assistant_message(tool_call_delta_part("c", "f")), None).tool_calls == ()
+
+
+@pytest.mark.parametrize(
+    ("response", "says"),
+    [
+        (Response(), "no output"),
+        (Response(metadata=ResponseMetadata(id="r")), "no output"),
+        (Response(Output(finish_reason=FinishReason.CONTENT_FILTER)), "output has no message"),
+    ],
+    ids=["empty", "metadata only", "output without message"],
+)
+def test_response_message_refuses_a_response_without_one(response: Response, says: str) -> None:
+    with pytest.raises(InvalidResponseError, match=says) as info:
+        response.message  # noqa: B018
+    assert type(info.value) is InvalidResponseError
+    assert response.tool_calls == ()
+
+
+@pytest.mark.parametrize(
+    ("alias", "enum"),
+    [
+        (RoleLike, Role),
+        (PartKindLike, PartKind),
+        (FinishReasonLike, FinishReason),
+        (OutputFormatTypeLike, OutputFormatType),
+        (SourceKindLike, SourceKind),
+    ],
+)
+def test_literal_parameter_types_spell_every_enum_value(alias: Any, enum: type[Any]) -> None:
+    # Constructors accept an enum member or its value as a literal (so a type checker
+    # refuses Message("bot", ...)): the literals must be exactly the enum's values.
+    member_type, literal = typing.get_args(alias)
+    assert member_type is enum
+    assert typing.get_origin(literal) is typing.Literal
+    assert list(typing.get_args(literal)) == [member.value for member in enum]
+
+
 def test_evolve_revalidates() -> None:
     with pytest.raises(InvalidPartError):
         attrs.evolve(text_part("x"), text="")
@@ -664,6 +717,39 @@ def test_schema_as() -> None:
     with pytest.raises(InvalidOutputFormatError) as info:
         fmt.schema_as(Extensions)  # "type" is not a namespace/name key
     assert type(info.value.__cause__) is InvalidMetadataError
+
+
+def test_schema_as_plain_json_types() -> None:
+    schema = {"type": "object", "properties": {"t": {"type": "number", "maximum": 2.50}}}
+    fmt = OutputFormat.json_schema("s", schema)
+    assert fmt.schema_as(dict) == schema
+    assert fmt.schema_as(typing.Any) == schema
+    assert fmt.schema_as(dict[str, Any]) == schema
+    # A fresh tree: changing it changes nothing in the format.
+    fmt.schema_as(dict)["type"] = "array"
+    assert fmt.schema_as(dict) == schema
+    with pytest.raises(InvalidOutputFormatError) as info:
+        fmt.schema_as(list)  # the schema is an object
+    assert type(info.value) is InvalidOutputFormatError
+    assert type(info.value.__cause__) is InvalidJSONError
+    assert "expected an array, got object" in str(info.value)
+    with pytest.raises(InvalidOutputFormatError):
+        OutputFormat.json().schema_as(dict)
+
+
+class _NotAValue:
+    pass
+
+
+@pytest.mark.parametrize("cls", [_NotAValue, set, list[int]])
+def test_schema_as_an_unknown_class_names_it(cls: Any) -> None:
+    fmt = OutputFormat.json_schema("s", {"type": "object"})
+    with pytest.raises(InvalidOutputFormatError) as info:
+        fmt.schema_as(cls)
+    assert type(info.value) is InvalidOutputFormatError
+    name = getattr(cls, "__qualname__", None) or repr(cls)
+    assert f"cannot decode the output format schema into {name}" in str(info.value)
+    assert type(info.value.__cause__) is TypeError
 
 
 def test_options_resolve() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Protocol, TypeAlias, final, runtime_checkable
 
 import attrs
@@ -55,9 +55,12 @@ class Streamer(Protocol):
       ``contextlib.aclosing``), every resource is released before ``aclose()`` returns
       and no background task is left behind.
     - Cancellation propagates untouched.
+
+    ``stream`` returns an async generator (what an ``async def ... yield`` function
+    returns), so callers can close it: ``contextlib.aclosing(streamer.stream(request))``.
     """
 
-    def stream(self, request: Request) -> AsyncIterator[Response]:
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         """A lazy stream of deltas answering ``request``."""
         ...
 
@@ -94,9 +97,9 @@ class StreamerFunc:
     ``aclose()`` reaches ``fn``'s ``finally`` blocks directly.
     """
 
-    fn: Callable[[Request], AsyncIterator[Response]]
+    fn: Callable[[Request], AsyncGenerator[Response, None]]
 
-    def stream(self, request: Request) -> AsyncIterator[Response]:
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         """Return ``fn(request)``."""
         return self.fn(request)
 

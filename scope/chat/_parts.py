@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, final
 
 import attrs
 
 from scope._validate import check_text, nested, to_bytes, to_enum, to_tuple
-from scope.chat._types import PartKind, Role
+from scope.chat._types import PartKind, PartKindLike, Role, RoleLike
 from scope.errors import (
     InvalidMessageError,
     InvalidPartError,
     InvalidToolCallError,
     InvalidToolResultError,
 )
-from scope.jsonvalue import RawJSON, coerce_raw_json
+from scope.jsonvalue import JSONDocument, RawJSON, coerce_raw_json
 from scope.media import Media
 from scope.metadata import EMPTY_METADATA, Metadata
 
@@ -80,7 +80,7 @@ class ToolCallDelta:
         _check_call(self, "tool call delta")
 
 
-def _optional_raw_json(value: Any) -> RawJSON | None:
+def _optional_raw_json(value: JSONDocument | None) -> RawJSON | None:
     if value is None:
         return None
     raw = coerce_raw_json(value)
@@ -92,8 +92,12 @@ def _optional_raw_json(value: Any) -> RawJSON | None:
 _NULL = RawJSON.parse("null")
 
 
-def _to_details(value: Any) -> RawJSON | None:
+def _to_details(value: JSONDocument | None) -> RawJSON | None:
     return nested(_optional_raw_json, value, InvalidToolResultError, "tool output details")
+
+
+def _to_content(value: Iterable[Part]) -> tuple[Part, ...]:
+    return to_tuple(value)
 
 
 @final
@@ -104,7 +108,7 @@ class ToolOutput:
     ``details`` is None when absent; the JSON document ``null`` counts as absent.
     """
 
-    content: tuple[Part, ...] = attrs.field(default=(), converter=to_tuple)
+    content: tuple[Part, ...] = attrs.field(default=(), converter=_to_content)
     details: RawJSON | None = attrs.field(default=None, converter=_to_details)
 
     def __attrs_post_init__(self) -> None:
@@ -209,13 +213,17 @@ _PAYLOAD_OF: Final[dict[PartKind, str | None]] = {
 }
 
 
-def _to_part_kind(value: Any) -> PartKind:
+def _to_part_kind(value: PartKindLike) -> PartKind:
     if type(value) is PartKind:
         return value
     return to_enum(PartKind, value, InvalidPartError, "part kind")
 
 
-def _to_part_metadata(value: Any) -> Metadata:
+def _to_signature(value: bytes | bytearray | memoryview) -> bytes:
+    return to_bytes(value)
+
+
+def _to_part_metadata(value: Mapping[str, Any]) -> Metadata:
     if type(value) is Metadata:
         return value
     return nested(Metadata.coerce, value, InvalidPartError, "part metadata")
@@ -233,7 +241,7 @@ class Part:
     kind: PartKind = attrs.field(converter=_to_part_kind)
     text: str = ""
     media: Media | None = None
-    signature: bytes = attrs.field(default=b"", converter=to_bytes)
+    signature: bytes = attrs.field(default=b"", converter=_to_signature)
     tool_call: ToolCall | None = None
     tool_call_delta: ToolCallDelta | None = None
     tool_result: ToolResult | None = None
@@ -382,13 +390,17 @@ _ALLOWED: Final[dict[Role, frozenset[PartKind]]] = {
 }
 
 
-def _to_role(value: Any) -> Role:
+def _to_role(value: RoleLike) -> Role:
     if type(value) is Role:
         return value
     return to_enum(Role, value, InvalidMessageError, "message role")
 
 
-def _to_message_metadata(value: Any) -> Metadata:
+def _to_parts_field(value: Iterable[Part]) -> tuple[Part, ...]:
+    return to_tuple(value)
+
+
+def _to_message_metadata(value: Mapping[str, Any]) -> Metadata:
     if type(value) is Metadata:
         return value
     return nested(Metadata.coerce, value, InvalidMessageError, "message metadata")
@@ -404,7 +416,7 @@ class Message:
     """
 
     role: Role = attrs.field(converter=_to_role)
-    parts: tuple[Part, ...] = attrs.field(converter=to_tuple)
+    parts: tuple[Part, ...] = attrs.field(converter=_to_parts_field)
     metadata: Metadata = attrs.field(default=EMPTY_METADATA, converter=_to_message_metadata)
     # The canonical JSON encoding, filled by scope.codec on first encode. Not part of the
     # value: excluded from __init__, eq, hash and repr; attrs.evolve starts it afresh.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, final
+from collections.abc import Iterable
+from typing import final
 
 import attrs
 
@@ -15,11 +16,20 @@ from scope.errors import InvalidRequestError
 __all__ = ["Request"]
 
 
-def _to_options(value: Any) -> Options:
-    """``None`` means the default options; a wrong type is left for ``validate()``."""
+def _to_options(value: Options | None) -> Options:
+    """``None`` means the default options; a wrong type (only possible past the type
+    checker) is left for ``validate()``."""
     if value is None:
         return _DEFAULT_OPTIONS
-    return value  # type: ignore[no-any-return]
+    return value
+
+
+def _to_messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return to_tuple(value)
+
+
+def _to_tools(value: Iterable[ToolDefinition]) -> tuple[ToolDefinition, ...]:
+    return to_tuple(value)
 
 
 _DEFAULT_OPTIONS = Options()
@@ -36,8 +46,8 @@ class Request:
     answers one of that assistant message's calls, each call at most once.
     """
 
-    messages: tuple[Message, ...] = attrs.field(converter=to_tuple)
-    tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=to_tuple)
+    messages: tuple[Message, ...] = attrs.field(converter=_to_messages)
+    tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_to_tools)
     options: Options = attrs.field(default=_DEFAULT_OPTIONS, converter=_to_options)
 
     def __attrs_post_init__(self) -> None:

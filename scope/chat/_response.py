@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, final
 
 import attrs
 
 from scope._validate import MAX_INT, check_int, check_text, nested
-from scope.chat._parts import Message
-from scope.chat._types import FinishReason, PartKind, Role
+from scope.chat._parts import Message, ToolCall
+from scope.chat._types import FinishReason, FinishReasonLike, PartKind, Role
 from scope.errors import InvalidResponseError, InvalidUsageError
 from scope.metadata import EMPTY_METADATA, Metadata
 
@@ -76,12 +77,13 @@ class Usage:
 _ZERO_USAGE = Usage()
 
 
-def _usage(value: Any) -> Usage:
-    """``None`` means zero usage; a wrong type is left for ``validate()``."""
+def _usage(value: Usage | None) -> Usage:
+    """``None`` means zero usage; a wrong type (only possible past the type checker) is
+    left for ``validate()``."""
     return _ZERO_USAGE if value is None else value
 
 
-def _to_response_extra(value: Any) -> Metadata:
+def _to_response_extra(value: Mapping[str, Any]) -> Metadata:
     return nested(Metadata.coerce, value, InvalidResponseError, "response metadata extra")
 
 
@@ -106,7 +108,7 @@ class ResponseMetadata:
             raise InvalidResponseError(f"usage must be Usage, got {type(self.usage).__name__}")
 
 
-def _to_output_extra(value: Any) -> Metadata:
+def _to_output_extra(value: Mapping[str, Any]) -> Metadata:
     return nested(Metadata.coerce, value, InvalidResponseError, "output metadata extra")
 
 
@@ -121,7 +123,7 @@ class OutputMetadata:
         """Nothing beyond construction: metadata is valid by construction."""
 
 
-def _finish(value: Any) -> FinishReason | None:
+def _finish(value: FinishReasonLike | None) -> FinishReason | None:
     if value is None or type(value) is FinishReason:
         return value
     try:
@@ -198,6 +200,31 @@ class Response:
     def usage(self) -> Usage:
         """The reported usage (zero when none was)."""
         return _ZERO_USAGE if self.metadata is None else self.metadata.usage
+
+    @property
+    def message(self) -> Message:
+        """The answer message: ``output.message`` without the two ``None`` checks.
+
+        Raises ``InvalidResponseError`` when the response has no output or its output no
+        message (a stream chunk without parts, or a final response that carries none,
+        such as a ``content_filter`` stop).
+        """
+        output = self.output
+        if output is None:
+            raise InvalidResponseError("the response has no output, so no message")
+        if output.message is None:
+            raise InvalidResponseError("the response output has no message")
+        return output.message
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The complete tool calls of the answer message, in order; ``()`` when there are
+        none or there is no message. (A stream chunk's ``tool_call_delta`` fragments are
+        not calls: accumulate the stream first.)"""
+        output = self.output
+        if output is None or output.message is None:
+            return ()
+        return output.message.tool_calls
 
     def validate_complete(self) -> None:
         """Raise ``InvalidResponseError`` unless this is a complete final response:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import builtins
 import math
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar, final
 
 import attrs
 
 from scope._validate import check_int, check_text, nested, to_enum, to_tuple
-from scope.chat._types import OutputFormatType
+from scope.chat._types import OutputFormatType, OutputFormatTypeLike
 from scope.errors import (
     InvalidOptionsError,
     InvalidOutputFormatError,
@@ -31,7 +32,7 @@ def _is_object_schema(schema: RawJSON) -> bool:
     return schema.bytes[:1] == b"{"
 
 
-def _to_input_schema(value: Any) -> RawJSON:
+def _to_input_schema(value: RawJSON | dict[str, Any]) -> RawJSON:
     return nested(coerce_raw_json, value, InvalidToolDefinitionError, "tool input_schema")
 
 
@@ -70,15 +71,15 @@ class ToolDefinition:
             )
 
 
-def _optional_schema(value: Any) -> RawJSON | None:
+def _optional_schema(value: RawJSON | dict[str, Any] | None) -> RawJSON | None:
     return None if value is None else coerce_raw_json(value)
 
 
-def _to_output_format_type(value: Any) -> OutputFormatType:
+def _to_output_format_type(value: OutputFormatTypeLike) -> OutputFormatType:
     return to_enum(OutputFormatType, value, InvalidOutputFormatError, "output format type")
 
 
-def _to_output_schema(value: Any) -> RawJSON | None:
+def _to_output_schema(value: RawJSON | dict[str, Any] | None) -> RawJSON | None:
     return nested(_optional_schema, value, InvalidOutputFormatError, "output format schema")
 
 
@@ -143,7 +144,14 @@ class OutputFormat:
         )
 
     def schema_as(self, cls: builtins.type[T]) -> T:
-        """Decode the schema into ``cls`` with the scope codec."""
+        """Decode the schema into ``cls`` with the scope codec: ``dict`` (or ``list``,
+        ``typing.Any``) for plain JSON types, ``RawJSON``, ``Metadata``, or any class
+        ``scope.codec.from_json`` decodes.
+
+        Raises ``InvalidOutputFormatError`` for a text or json format (no schema), for a
+        ``cls`` the codec cannot decode into (naming it), and when the schema does not
+        decode into ``cls`` (the codec's error chained as the cause).
+        """
         if self.type is not OutputFormatType.JSON_SCHEMA or self.schema is None:
             raise InvalidOutputFormatError(f"a {self.type} output format has no schema")
         from scope.codec import from_json
@@ -152,6 +160,14 @@ class OutputFormat:
             return from_json(self.schema.bytes, cls)
         except ValueError as exc:
             raise InvalidOutputFormatError(f"output format schema: {exc}") from exc
+        except TypeError as exc:
+            # from_json raises TypeError only for a target it cannot decode into (bad
+            # input is always its ValueError): a caller's mistake, named as such.
+            name = getattr(cls, "__qualname__", None) or repr(cls)
+            raise InvalidOutputFormatError(
+                f"cannot decode the output format schema into {name}: use dict, list, "
+                "typing.Any, RawJSON, Metadata or a scope value class"
+            ) from exc
 
 
 def _check_range(value: object, what: str, low: float, high: float) -> None:
@@ -164,7 +180,8 @@ def _check_range(value: object, what: str, low: float, high: float) -> None:
         raise InvalidOptionsError(f"{what} must be between {low:g} and {high:g}, got {value!r}")
 
 
-def _to_float(value: Any) -> Any:
+def _to_float(value: float | None) -> float | None:
+    """Converter: an int becomes a float (so equal options compare and encode equal)."""
     if type(value) is int:
         try:
             return float(value)
@@ -173,11 +190,11 @@ def _to_float(value: Any) -> Any:
     return value
 
 
-def _stop(value: Any) -> Any:
+def _stop(value: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if value is None else to_tuple(value)
 
 
-def _to_extensions(value: Any) -> Extensions:
+def _to_extensions(value: Mapping[str, Any]) -> Extensions:
     return nested(Extensions.coerce, value, InvalidOptionsError, "options extensions")
 
 

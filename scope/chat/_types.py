@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Literal, TypeAlias
 
 __all__ = ["FinishReason", "OutputFormatType", "PartKind", "Role"]
 
@@ -43,3 +44,23 @@ class OutputFormatType(enum.StrEnum):
     TEXT = "text"
     JSON = "json"
     JSON_SCHEMA = "json_schema"
+
+
+# What constructors accept where an enum member goes: the member, or its value spelled
+# as a literal string, so a type checker catches ``Message("bot", ...)`` while
+# ``Message("user", ...)`` stays as short as the Go docs' examples. (A ``str`` variable
+# must be converted first, ``Role(name)``: its value is only known at run time.) The
+# literals are checked against the enums by tests/test_values.py.
+
+#: ``Role`` or its value.
+RoleLike: TypeAlias = Role | Literal["system", "user", "assistant", "tool"]
+#: ``PartKind`` or its value.
+PartKindLike: TypeAlias = (
+    PartKind | Literal["text", "media", "reasoning", "tool_call", "tool_call_delta", "tool_result"]
+)
+#: ``FinishReason`` or its value.
+FinishReasonLike: TypeAlias = (
+    FinishReason | Literal["stop", "length", "tool_calls", "content_filter", "other"]
+)
+#: ``OutputFormatType`` or its value.
+OutputFormatTypeLike: TypeAlias = OutputFormatType | Literal["text", "json", "json_schema"]

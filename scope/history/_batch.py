@@ -9,6 +9,8 @@ from typing import Any, final
 import attrs
 import orjson
 
+from scope import codec
+from scope._json import Num
 from scope.chat import Message, PartKind
 from scope.codec import encode_messages, from_builtins, parse
 from scope.errors import (
@@ -176,6 +178,10 @@ class Batch:
             except InvalidMessageError as exc:
                 raise InvalidBatchError(f"messages[{index}]: {exc}") from exc
         expected_length = tree.get("expected_length")
+        if type(expected_length) is Num and not any(c in expected_length for c in ".eE"):
+            # The exact reader (taken for documents not in orjson's one spelling: indented,
+            # reordered keys ...) keeps number tokens as written.
+            expected_length = int(expected_length)
         if expected_length is not None and type(expected_length) is not int:
             raise InvalidBatchError(
                 f"expected_length: expected an integer, got {type(expected_length).__name__}"
@@ -216,11 +222,11 @@ def _check_messages(messages: tuple[Message, ...]) -> None:
                 )
 
 
-def _receipt_conversation_id(value: Any) -> ConversationID:
+def _receipt_conversation_id(value: str) -> ConversationID:
     return _conversation_id(value, InvalidReceiptError)
 
 
-def _receipt_append_id(value: Any) -> AppendID:
+def _receipt_append_id(value: str) -> AppendID:
     return _append_id(value, InvalidReceiptError)
 
 
@@ -252,3 +258,8 @@ class Receipt:
             raise InvalidReceiptError(
                 f"receipt digest {self.digest} does not match the batch digest {batch.digest}"
             )
+
+
+# scope.codec.to_json(batch) and from_json(data, Batch) use the batch's own JSON form
+# (digest checked on decode); registered here, as scope.codec must not import history.
+codec._register_own(Batch, InvalidBatchError, Batch._from_tree, Batch.to_json)

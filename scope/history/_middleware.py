@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final, final
 
 import attrs
@@ -475,7 +475,7 @@ class _HistoryStreamer:
     middleware: Middleware
     next: Streamer
 
-    def stream(self, request: Request) -> AsyncIterator[Response]:
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         return self._run(request)
 
     async def _run(self, request: Request) -> AsyncGenerator[Response, None]:

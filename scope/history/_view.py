@@ -16,7 +16,7 @@ _MAX_LENGTH = 2**63
 _MESSAGE_TYPE = frozenset({Message})
 
 
-def _messages(value: Any) -> tuple[Message, ...]:
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise InvalidViewError(
             f"view messages must be a sequence of messages, got {type(value).__name__}"

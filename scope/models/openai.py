@@ -253,7 +253,7 @@ class OpenAIChatModel(HTTPAdapter):
             self._fill_origin(exc, response)
             raise
 
-    def stream(self, request: Request) -> AsyncIterator[Response]:
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         """A lazy stream of deltas answering ``request``.
 
         Nothing happens until the first iteration; then the request is validated and
