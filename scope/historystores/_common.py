@@ -29,6 +29,9 @@ import orjson
 from scope.chat import Message, PartKind
 from scope.codec import encode_messages, from_builtins, parse
 from scope.errors import (
+    AppendConflictError,
+    ConversationClosedError,
+    HistoryChangedError,
     InvalidAppendIDError,
     InvalidBatchError,
     InvalidConversationIDError,
@@ -41,6 +44,9 @@ from scope.history._ids import AppendID, ConversationID
 __all__ = [
     "SCHEMA_VERSION",
     "AsyncClosing",
+    "check_outcome",
+    "closed_error",
+    "conflict_error",
     "DecodedCache",
     "Decoder",
     "ListedIDs",
@@ -151,6 +157,43 @@ def validate_table_prefix(prefix: object) -> str:
             f"not starting with a digit, got {prefix!r}"
         )
     return prefix
+
+
+def closed_error(conversation_id: str) -> ConversationClosedError:
+    """What an append to a closed conversation raises (every backend says the same)."""
+    return ConversationClosedError(f"conversation {str(conversation_id)!r} is closed")
+
+
+def conflict_error(batch: Batch, accepted_digest: str) -> AppendConflictError:
+    """What an append raises when its id was accepted with another digest."""
+    return AppendConflictError(
+        f"append id {str(batch.id)!r} of conversation {str(batch.conversation_id)!r} was "
+        f"accepted with digest {accepted_digest}, this batch has {batch.digest}"
+    )
+
+
+def check_outcome(batch: Batch, outcome: str, where: str) -> None:
+    """Raise what a server-side append's outcome means for ``batch``.
+
+    The PostgreSQL function and the Redis script answer ``inserted``, ``closed``,
+    ``accepted:<digest>`` (the dedupe record: the same digest is a retry, another one a
+    conflict) or ``changed:<length>`` (the fence refused it). Anything else is a
+    ``StoreError`` naming ``where`` (the function or script)."""
+    if outcome == "inserted":
+        return
+    if outcome == "closed":
+        raise closed_error(batch.conversation_id)
+    if outcome.startswith("accepted:"):
+        accepted = outcome.removeprefix("accepted:")
+        if accepted != batch.digest:
+            raise conflict_error(batch, accepted)
+        return
+    expected = batch.expected_length
+    if outcome.startswith("changed:") and expected is not None:
+        actual = outcome.removeprefix("changed:")
+        if actual.isdigit():
+            raise HistoryChangedError(expected, int(actual), batch.conversation_id)
+    raise StoreError(f"{where} returned {outcome!r}")
 
 
 def corrupt(conversation_id: str, append_id: object, problem: str) -> StoreError:

@@ -34,9 +34,6 @@ from typing import Any, Final, TypeVar, final
 
 from scope.chat import Message
 from scope.errors import (
-    AppendConflictError,
-    ConversationClosedError,
-    HistoryChangedError,
     StoreError,
 )
 from scope.history import Batch, HistoryView, Receipt
@@ -48,6 +45,7 @@ from scope.historystores._common import (
     Decoder,
     ListedIDs,
     check_batch,
+    check_outcome,
     decode_batches,
     decode_records,
     require_asyncio,
@@ -525,20 +523,7 @@ class PostgresStore(AsyncClosing):
             return str(await conn.fetchval(sql, *args))
 
         outcome = await self._with_connection(append, f"append to conversation {str(cid)!r}")
-        if outcome == "closed":
-            raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
-        if outcome.startswith("accepted:"):
-            accepted = outcome.removeprefix("accepted:")
-            if accepted != batch.digest:
-                raise AppendConflictError(
-                    f"append id {str(batch.id)!r} of conversation {str(cid)!r} was accepted "
-                    f"with digest {accepted}, this batch has {batch.digest}"
-                )
-        elif outcome.startswith("changed:") and batch.expected_length is not None:
-            actual = int(outcome.removeprefix("changed:"))
-            raise HistoryChangedError(batch.expected_length, actual, cid)
-        elif outcome != "inserted":
-            raise StoreError(f"PostgreSQL append function returned {outcome!r}")
+        check_outcome(batch, outcome, "PostgreSQL append function")
         self._cache.remember(batch)  # the next read decodes nothing this handle wrote
         return batch.receipt()
 

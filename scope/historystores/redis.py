@@ -35,9 +35,6 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 from scope.chat import Message
 from scope.errors import (
-    AppendConflictError,
-    ConversationClosedError,
-    HistoryChangedError,
     InvalidConversationIDError,
     ScopeWarning,
     StoreError,
@@ -51,6 +48,7 @@ from scope.historystores._common import (
     ListedIDs,
     cancellation_mark,
     check_batch,
+    check_outcome,
     corrupt,
     decode_batches,
     decode_records,
@@ -635,20 +633,7 @@ class RedisStore(AsyncClosing):
 
         raw = await self._call(append, f"append to conversation {str(cid)!r}")
         outcome = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        if outcome == "closed":
-            raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
-        if outcome.startswith("accepted:"):
-            accepted = outcome.removeprefix("accepted:")
-            if accepted != batch.digest:
-                raise AppendConflictError(
-                    f"append id {str(batch.id)!r} of conversation {str(cid)!r} was accepted "
-                    f"with digest {accepted}, this batch has {batch.digest}"
-                )
-        elif outcome.startswith("changed:") and batch.expected_length is not None:
-            actual = int(outcome.removeprefix("changed:"))
-            raise HistoryChangedError(batch.expected_length, actual, cid)
-        elif outcome != "inserted":
-            raise StoreError(f"Redis append script returned {outcome!r}")
+        check_outcome(batch, outcome, "Redis append script")
         if cluster:
             # The listing is in another hash slot: listed after the batch landed (and
             # again on a retry), before the receipt, so every acknowledged id is listed.

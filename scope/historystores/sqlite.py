@@ -40,8 +40,6 @@ import anyio.to_thread
 
 from scope.chat import Message
 from scope.errors import (
-    AppendConflictError,
-    ConversationClosedError,
     HistoryChangedError,
     StoreError,
 )
@@ -55,6 +53,8 @@ from scope.historystores._common import (
     ListedIDs,
     cancellation_mark,
     check_batch,
+    closed_error,
+    conflict_error,
     decode_batches,
     decode_records,
     deliver_cancellation,
@@ -396,7 +396,7 @@ class SQLiteStore(AsyncClosing):
             row = conn.execute(f"SELECT closed, length FROM {t.conversations} WHERE id = ?", (cid,))
             state = row.fetchone()
             if state is not None and state[0]:
-                raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
+                raise closed_error(cid)
             row = conn.execute(
                 f"SELECT digest FROM {t.batches} WHERE conversation_id = ? AND append_id = ?",
                 (cid, aid),
@@ -404,10 +404,7 @@ class SQLiteStore(AsyncClosing):
             found = row.fetchone()
             if found is not None:
                 if found[0] != digest:
-                    raise AppendConflictError(
-                        f"append id {str(aid)!r} of conversation {str(cid)!r} was accepted "
-                        f"with digest {found[0]}, this batch has {digest}"
-                    )
+                    raise conflict_error(batch, found[0])
                 return  # a retry of an accepted batch: nothing to write
             length = 0 if state is None else state[1]
             if expected is not None and expected != length:
