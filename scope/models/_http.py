@@ -25,14 +25,15 @@ import email.utils
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Protocol, Self
 
 import anyio
 import httpx
 import orjson
 
+from scope.chat import Response
 from scope.errors import (
     InvalidOptionsError,
     InvalidResponseError,
@@ -41,6 +42,7 @@ from scope.errors import (
     ProviderTimeoutError,
 )
 from scope.models._errors import error_for_status
+from scope.models._sse import SSEDecoder
 
 __all__ = [
     "UNSET",
@@ -248,6 +250,86 @@ class HTTPAdapter:
 
     def _fill_origin(self, exc: ProviderError, response: httpx.Response) -> None:
         fill_origin(exc, response, self._request_id(response))
+
+    async def _call_body(self, content: bytes, parse: Callable[[bytes], Response]) -> Response:
+        """Send ``content`` (with retries) and parse the one complete answer."""
+        response = await self._send(content, stream=False)
+        try:
+            return parse(response.content)
+        except ProviderError as exc:
+            self._fill_origin(exc, response)
+            raise
+
+    async def _stream_body(
+        self,
+        encode: Callable[[], bytes],
+        mapper: EventMapper,
+        parse: Callable[[bytes], Response],
+        unfinished: str,
+    ) -> AsyncGenerator[Response, None]:
+        """On first iteration, ``encode()`` the request (validating it: nothing is sent
+        for an invalid one) and send it (with retries until the response begins); then
+        yield the deltas ``mapper`` makes of its server-sent events. A JSON body (a
+        server that ignored ``stream``) is parsed with ``parse`` and yielded as one delta.
+        A stream that ends before ``mapper`` saw its end raises
+        ``ProviderConnectionError`` saying ``unfinished``. The response is released on
+        every path; the request is not kept once encoded."""
+        content = encode()
+        del encode  # it holds the request
+        response = await self._send(content, stream=True)
+        chunks: AsyncIterator[bytes] | None = None
+        try:
+            content_type = response.headers.get("content-type", "")
+            if content_type.startswith("application/json"):
+                # A server that ignored "stream": one complete response is a valid delta.
+                try:
+                    body = await response.aread()
+                except httpx.HTTPError as exc:
+                    raise map_transport_error(exc) from exc
+                try:
+                    parsed = parse(body)
+                except ProviderError as exc:
+                    self._fill_origin(exc, response)
+                    raise
+                yield parsed
+                return
+            decoder = SSEDecoder()
+            chunks = response.aiter_bytes()
+            while True:
+                try:
+                    raw = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except httpx.HTTPError as exc:
+                    raise map_transport_error(exc) from exc
+                for event, data in decoder.feed(raw):
+                    try:
+                        chunk = mapper.map(event, data)
+                    except ProviderError as exc:
+                        self._fill_origin(exc, response)
+                        raise
+                    if chunk is not None:
+                        yield chunk
+            if not mapper.done and not mapper.finished:
+                raise ProviderConnectionError(
+                    f"the stream ended before it finished ({unfinished})",
+                    status_code=response.status_code,
+                    request_id=self._request_id(response),
+                )
+        finally:
+            await release(response, chunks)
+
+
+class EventMapper(Protocol):
+    """What ``_stream_body`` needs of a provider's event mapper: ``done`` (the
+    provider's end-of-stream marker arrived) and ``finished`` (a finish reason did)."""
+
+    done: bool
+    finished: bool
+
+    def map(self, event: str, data: bytes) -> Response | None:
+        """The delta for one server-sent event, or None for one that carries none."""
+        ...
 
 
 async def close(response: httpx.Response) -> None:

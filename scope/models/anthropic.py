@@ -106,7 +106,7 @@ never once a stream has begun. An ``error`` event mid-stream (``overloaded_error
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Final, final
 
 import httpx
@@ -116,7 +116,7 @@ from scope import __version__
 from scope.chat._request import Request
 from scope.chat._response import Response
 from scope.chat._tools import Options
-from scope.errors import InvalidOptionsError, ProviderConnectionError, ProviderError
+from scope.errors import InvalidOptionsError
 from scope.models._anthropic_wire import (
     DEFAULT_MAX_TOKENS,
     REASONING_BUDGETS,
@@ -124,8 +124,7 @@ from scope.models._anthropic_wire import (
     build_body,
     parse_message,
 )
-from scope.models._http import UNSET, HTTPAdapter, map_transport_error, release
-from scope.models._sse import SSEDecoder
+from scope.models._http import UNSET, HTTPAdapter
 
 __all__ = [
     "API_VERSION",
@@ -250,12 +249,7 @@ class AnthropicModel(HTTPAdapter):
         HTTP response is closed on every path.
         """
         content = self._encode(request, stream=False)
-        response = await self._send(content, stream=False)
-        try:
-            return parse_message(response.content)
-        except ProviderError as exc:
-            self._fill_origin(exc, response)
-            raise
+        return await self._call_body(content, parse_message)
 
     def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         """A lazy stream of deltas answering ``request``.
@@ -269,7 +263,12 @@ class AnthropicModel(HTTPAdapter):
         ``contextlib.aclosing`` early — closes the HTTP response before it returns;
         nothing runs in the background.
         """
-        return self._stream(request)
+        return self._stream_body(
+            lambda: self._encode(request, stream=True),
+            EventMapper(),
+            parse_message,
+            "no stop_reason and no message_stop",
+        )
 
     # ------------------------------------------------------------------ internals
 
@@ -278,50 +277,3 @@ class AnthropicModel(HTTPAdapter):
             request, default_options=self._default_options, model=self._model, stream=stream
         )
         return orjson.dumps(body)
-
-    async def _stream(self, request: Request) -> AsyncGenerator[Response, None]:
-        content = self._encode(request, stream=True)
-        del request  # the model keeps no reference to it
-        response = await self._send(content, stream=True)
-        mapper = EventMapper()
-        chunks: AsyncIterator[bytes] | None = None
-        try:
-            content_type = response.headers.get("content-type", "")
-            if content_type.startswith("application/json"):
-                # A server that ignored "stream": one complete response is a valid delta.
-                try:
-                    body = await response.aread()
-                except httpx.HTTPError as exc:
-                    raise map_transport_error(exc) from exc
-                try:
-                    parsed = parse_message(body)
-                except ProviderError as exc:
-                    self._fill_origin(exc, response)
-                    raise
-                yield parsed
-                return
-            decoder = SSEDecoder()
-            chunks = response.aiter_bytes()
-            while True:
-                try:
-                    raw = await chunks.__anext__()
-                except StopAsyncIteration:
-                    break
-                except httpx.HTTPError as exc:
-                    raise map_transport_error(exc) from exc
-                for event, data in decoder.feed(raw):
-                    try:
-                        chunk = mapper.map(event, data)
-                    except ProviderError as exc:
-                        self._fill_origin(exc, response)
-                        raise
-                    if chunk is not None:
-                        yield chunk
-            if not mapper.done and not mapper.finished:
-                raise ProviderConnectionError(
-                    "the stream ended before it finished (no stop_reason and no message_stop)",
-                    status_code=response.status_code,
-                    request_id=self._request_id(response),
-                )
-        finally:
-            await release(response, chunks)

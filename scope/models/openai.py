@@ -99,7 +99,7 @@ Waiting uses ``anyio.sleep``, so cancellation interrupts it and propagates untou
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Final, final
 
 import httpx
@@ -109,10 +109,9 @@ from scope import __version__
 from scope.chat._request import Request
 from scope.chat._response import Response
 from scope.chat._tools import Options
-from scope.errors import InvalidOptionsError, ProviderConnectionError, ProviderError
-from scope.models._http import UNSET, HTTPAdapter, map_transport_error, release
+from scope.errors import InvalidOptionsError
+from scope.models._http import UNSET, HTTPAdapter
 from scope.models._openai_wire import ChunkMapper, build_body, parse_completion
-from scope.models._sse import SSEDecoder
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "OpenAIChatModel"]
 
@@ -246,12 +245,7 @@ class OpenAIChatModel(HTTPAdapter):
         HTTP response is closed on every path.
         """
         content = self._encode(request, stream=False)
-        response = await self._send(content, stream=False)
-        try:
-            return parse_completion(response.content)
-        except ProviderError as exc:
-            self._fill_origin(exc, response)
-            raise
+        return await self._call_body(content, parse_completion)
 
     def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         """A lazy stream of deltas answering ``request``.
@@ -265,7 +259,12 @@ class OpenAIChatModel(HTTPAdapter):
         closes the HTTP response (the connection is dropped, so the server stops
         generating) before it returns; nothing runs in the background.
         """
-        return self._stream(request)
+        return self._stream_body(
+            lambda: self._encode(request, stream=True),
+            ChunkMapper(),
+            parse_completion,
+            "no finish_reason and no [DONE]",
+        )
 
     # ------------------------------------------------------------------ internals
 
@@ -274,50 +273,3 @@ class OpenAIChatModel(HTTPAdapter):
             request, default_options=self._default_options, model=self._model, stream=stream
         )
         return orjson.dumps(body)
-
-    async def _stream(self, request: Request) -> AsyncGenerator[Response, None]:
-        content = self._encode(request, stream=True)
-        del request  # the model keeps no reference to it
-        response = await self._send(content, stream=True)
-        mapper = ChunkMapper()
-        chunks: AsyncIterator[bytes] | None = None
-        try:
-            content_type = response.headers.get("content-type", "")
-            if content_type.startswith("application/json"):
-                # A server that ignored "stream": one complete response is a valid delta.
-                try:
-                    body = await response.aread()
-                except httpx.HTTPError as exc:
-                    raise map_transport_error(exc) from exc
-                try:
-                    parsed = parse_completion(body)
-                except ProviderError as exc:
-                    self._fill_origin(exc, response)
-                    raise
-                yield parsed
-                return
-            decoder = SSEDecoder()
-            chunks = response.aiter_bytes()
-            while True:
-                try:
-                    raw = await chunks.__anext__()
-                except StopAsyncIteration:
-                    break
-                except httpx.HTTPError as exc:
-                    raise map_transport_error(exc) from exc
-                for event, data in decoder.feed(raw):
-                    try:
-                        chunk = mapper.map(event, data)
-                    except ProviderError as exc:
-                        self._fill_origin(exc, response)
-                        raise
-                    if chunk is not None:
-                        yield chunk
-            if not mapper.done and not mapper.finished:
-                raise ProviderConnectionError(
-                    "the stream ended before it finished (no finish_reason and no [DONE])",
-                    status_code=response.status_code,
-                    request_id=self._request_id(response),
-                )
-        finally:
-            await release(response, chunks)
