@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _turn import standard_turn
 
-from scope._json import loads_exact
+from scope._json import loads_exact, parse_tree
 from scope.chat import Message
-from scope.codec import from_builtins, from_json, parse, to_builtins, to_json
+from scope.codec import from_builtins, from_json, to_builtins, to_json
 from scope.jsonvalue import RawJSON
 from scope.metadata import EMPTY_METADATA, Metadata
 
@@ -179,8 +179,8 @@ def main() -> None:
     enc_cached = best(lambda: to_json(turn))
     dec = best(lambda: from_json(data, list[Message]))
     dec_messy = best(lambda: from_json(messy, list[Message]))
-    tree = parse(data)
-    dec_parse = best(lambda: parse(data))
+    tree = parse_tree(data)
+    dec_parse = best(lambda: parse_tree(data))
     dec_build = best(lambda: from_builtins(tree, list[Message]))
     plain_data = orjson.dumps(plain, option=orjson.OPT_SORT_KEYS)
     dec_plain = best(lambda: from_json(plain_data, list[Message]))

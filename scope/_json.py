@@ -13,7 +13,9 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["MAX_DEPTH", "Num", "canonical", "check_str", "loads", "loads_exact"]
+from scope.errors import InvalidJSONError
+
+__all__ = ["MAX_DEPTH", "Num", "canonical", "check_str", "loads", "loads_exact", "parse_tree"]
 
 #: The deepest nesting RawJSON accepts: ``[[...]]`` 512 levels deep is fine, 513 is not.
 MAX_DEPTH: Final = 512
@@ -87,18 +89,61 @@ def loads_exact(data: str | bytes | bytearray | memoryview) -> Any:
 _LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
 
 
+def _finite(token: str) -> float:
+    value = float(token)
+    if math.isinf(value):
+        raise InvalidJSONError(
+            f"number {token} is out of float range: it has no Python value (the exact "
+            "token is in the document's bytes)"
+        )
+    return value
+
+
 def loads(data: bytes) -> Any:
     """Decode (canonical) JSON bytes into Python values; integers of any size stay exact.
 
     orjson is used when it is exact: it reads integers beyond 64 bits as floats and
     refuses number tokens out of double range, so those documents take the stdlib reader.
+    A number beyond double range (``1e999``) raises ``InvalidJSONError``: it has no
+    float, and ``inf`` would be a different value.
     """
     if _LONG_DIGITS.search(data) is None:
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:  # e.g. 1e999
             pass
-    return json.loads(data)
+    return json.loads(data, parse_float=_finite)
+
+
+def parse_tree(data: str | bytes | bytearray | memoryview) -> Any:
+    """Parse one JSON document exactly, into the tree ``scope.codec.from_builtins``
+    reads: ``ValueError`` if the input is not UTF-8, not one JSON document, has duplicate
+    member names or NaN.
+
+    The fast path is ``orjson.loads``, accepted only when ``orjson.dumps`` gives back the
+    input byte for byte (nothing was lost); any other document goes through
+    ``loads_exact``, whose numbers are ``Num`` tokens keeping their spelling. So the
+    tree's numbers are ints/floats or ``Num`` depending on the input's spelling: it is
+    the codec's internal form, not a plain JSON value (``from_json(data, Any)`` gives
+    that)."""
+    if isinstance(data, str):
+        try:
+            raw = data.encode("utf-8")
+        except UnicodeEncodeError:
+            return loads_exact(data)  # reports the lone surrogate
+    elif type(data) is bytes:
+        raw = data
+    elif isinstance(data, bytearray | memoryview):
+        raw = bytes(data)
+    else:
+        raise TypeError(f"JSON input must be str or bytes, got {type(data).__name__}")
+    try:
+        tree = orjson.loads(raw)
+        if orjson.dumps(tree) == raw:
+            return tree
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        pass  # the exact reader gives the precise error (or accepts what orjson cannot)
+    return loads_exact(raw)
 
 
 def _fragment(value: Any) -> Any:

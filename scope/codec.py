@@ -46,7 +46,7 @@ import attrs
 import cattrs
 import orjson
 
-from scope._json import Num, canonical, loads, loads_exact
+from scope._json import Num, canonical, loads, parse_tree
 from scope.chat import (
     Message,
     Options,
@@ -90,7 +90,6 @@ __all__ = [
     "encode_messages",
     "from_builtins",
     "from_json",
-    "parse",
     "register",
     "to_builtins",
     "to_json",
@@ -133,29 +132,6 @@ _ALWAYS: Final[set[tuple[type, str]]] = {(ToolResult, "output")}
 
 
 # ---------------------------------------------------------------- parsing
-
-
-def parse(data: str | bytes | bytearray | memoryview) -> Any:
-    """Parse one JSON document exactly (see the module docstring); ``ValueError`` if the
-    input is not UTF-8, not one JSON document, has duplicate member names or NaN."""
-    if isinstance(data, str):
-        try:
-            raw = data.encode("utf-8")
-        except UnicodeEncodeError:
-            return loads_exact(data)  # reports the lone surrogate
-    elif type(data) is bytes:
-        raw = data
-    elif isinstance(data, bytearray | memoryview):
-        raw = bytes(data)
-    else:
-        raise TypeError(f"JSON input must be str or bytes, got {type(data).__name__}")
-    try:
-        tree = orjson.loads(raw)
-        if orjson.dumps(tree) == raw:
-            return tree
-    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
-        pass  # the exact reader gives the precise error (or accepts what orjson cannot)
-    return loads_exact(raw)
 
 
 # ---------------------------------------------------------------- decode failures
@@ -857,7 +833,7 @@ def from_json(data: str | bytes | bytearray | memoryview, cls: type[T]) -> T:
     """
     structure = _top_in(cls)
     try:
-        tree = parse(data)
+        tree = parse_tree(data)
     except ValueError as exc:
         raise decode_error_for(cls)(f"invalid JSON: {exc}") from None
     except TypeError as exc:
@@ -868,8 +844,8 @@ def from_json(data: str | bytes | bytearray | memoryview, cls: type[T]) -> T:
 
 def from_builtins(obj: Any, cls: type[T]) -> T:
     """Build ``cls`` from JSON-like Python objects (dicts, lists, str, int, float, bool,
-    None, or a tree from ``parse``), as strictly as ``from_json``. Non-finite floats are
-    refused (float fields check their range; RawJSON positions refuse NaN/Infinity)."""
+    None, or a tree from ``scope._json.parse_tree``), as strictly as ``from_json``.
+    Non-finite floats are refused (float fields check their range; RawJSON positions refuse NaN/Infinity)."""
     structure = _top_in(cls)
     token = _FROM_BUILTINS.set(True)
     try:

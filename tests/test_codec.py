@@ -678,9 +678,27 @@ def test_to_builtins_keeps_big_integers_exact() -> None:
     assert from_builtins(out, Part) == value
 
 
-def test_to_builtins_of_out_of_range_float_token_matches_value() -> None:
+def test_an_out_of_range_float_token_has_no_python_value() -> None:
+    # A valid JSON number beyond double range: kept exactly as bytes, but it has no float
+    # (v0.1 gave inf, another value); to_builtins and value() both say so.
     raw = RawJSON.parse("1e999")
-    assert to_builtins(Metadata({"x": raw})) == {"x": raw.value()}
+    assert raw.bytes == b"1e999"
+    with pytest.raises(InvalidJSONError, match="1e999 is out of float range"):
+        raw.value()
+    with pytest.raises(InvalidJSONError, match="out of float range"):
+        to_builtins(Metadata({"x": raw}))
+    assert RawJSON.parse("[1e308, -1e308]").value() == [1e308, -1e308]
+    with pytest.raises(InvalidJSONError):
+        RawJSON.parse('{"a": [-1E+400]}').value()
+
+
+def test_the_exact_parse_is_private_and_plain_json_is_from_json() -> None:
+    import scope.codec
+
+    assert not hasattr(scope.codec, "parse")
+    # Whitespace does not change the Python types of plain JSON read through the codec.
+    assert from_json('{"a": 2.5}', Any) == from_json('{"a":2.5}', Any) == {"a": 2.5}
+    assert type(from_json('{"a": 2.5}', Any)["a"]) is float
 
 
 # -- plain JSON targets ------------------------------------------------------------------

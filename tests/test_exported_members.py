@@ -154,7 +154,6 @@ EXPECTED: dict[str, list[str]] = {
         "encode_messages",
         "from_builtins",
         "from_json",
-        "parse",
         "register",
         "to_builtins",
         "to_json",

@@ -305,3 +305,23 @@ def test_tool_results_and_roles_are_digested() -> None:
     err = tool_message(ToolResult("c1", "t", ToolOutput.of_text("x"), is_error=True))
     assert _digest([ok]) != _digest([err])
     assert _digest([Message(Role.USER, [text_part("x")])]) != _digest([assistant_message("x")])
+
+
+@pytest.mark.parametrize(
+    "digest", ["sha256:", "sha256:" + "A" * 64, "sha256:" + "0" * 63, "sha1:" + "0" * 64]
+)
+def test_receipt_digest_must_be_a_sha256_hex_digest(digest: str) -> None:
+    with pytest.raises(InvalidReceiptError, match="sha256:<hex>"):
+        Receipt("c", "a", digest)
+
+
+def test_receipt_validate_checks_a_receipt_that_came_from_elsewhere() -> None:
+    receipt = Batch("c", "a", [user_message("q")]).receipt()
+    receipt.validate()
+    object.__setattr__(receipt, "digest", "md5:00")
+    with pytest.raises(InvalidReceiptError, match="sha256:<hex>"):
+        receipt.validate()
+    object.__setattr__(receipt, "digest", "sha256:" + "0" * 64)
+    object.__setattr__(receipt, "id", " padded")
+    with pytest.raises(InvalidReceiptError, match="id"):
+        receipt.validate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 from typing import Any, final
 
@@ -10,9 +11,9 @@ import attrs
 import orjson
 
 from scope import codec
-from scope._json import Num
+from scope._json import Num, parse_tree
 from scope.chat import Message, PartKind
-from scope.codec import encode_messages, from_builtins, parse
+from scope.codec import encode_messages, from_builtins
 from scope.errors import (
     InvalidAppendIDError,
     InvalidBatchError,
@@ -23,6 +24,8 @@ from scope.errors import (
 from scope.history._ids import AppendID, ConversationID
 
 __all__ = ["Batch", "Receipt", "digest_of"]
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def digest_of(encoded_messages: bytes) -> str:
@@ -149,7 +152,7 @@ class Batch:
     def from_json(cls, data: str | bytes | bytearray | memoryview) -> Batch:
         """Decode a batch and check its digest against its messages (``InvalidBatchError``)."""
         try:
-            tree = parse(data)
+            tree = parse_tree(data)
         except ValueError as exc:
             raise InvalidBatchError(f"invalid JSON: {exc}") from None
         return cls._from_tree(tree)
@@ -240,8 +243,18 @@ class Receipt:
     digest: str
 
     def __attrs_post_init__(self) -> None:
-        if type(self.digest) is not str or not self.digest.startswith("sha256:"):
-            raise InvalidReceiptError(f"receipt digest must be 'sha256:<hex>', got {self.digest!r}")
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the receipt (construction already did): valid ids and a
+        ``"sha256:" + 64 lowercase hex digits`` digest (``InvalidReceiptError``)."""
+        if type(self.conversation_id) is not ConversationID:
+            _receipt_conversation_id(self.conversation_id)
+        if type(self.id) is not AppendID:
+            _receipt_append_id(self.id)
+        digest = self.digest
+        if type(digest) is not str or _DIGEST.fullmatch(digest) is None:
+            raise InvalidReceiptError(f"receipt digest must be 'sha256:<hex>', got {digest!r}")
 
     def validate_for(self, batch: Batch) -> None:
         """Raise ``InvalidReceiptError`` unless this receipt acknowledges ``batch``."""

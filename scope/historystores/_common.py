@@ -26,8 +26,9 @@ from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar
 import anyio.lowlevel
 import orjson
 
+from scope._json import parse_tree
 from scope.chat import Message, PartKind
-from scope.codec import encode_messages, from_builtins, parse
+from scope.codec import encode_messages, from_builtins
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
@@ -338,7 +339,7 @@ def decode_record(
         if cached is not None:
             return cached
     try:
-        tree = parse(data)
+        tree = parse_tree(data)
     except ValueError as exc:
         raise corrupt(conversation_id, append_id, f"invalid JSON: {exc}") from None
     if type(tree) is not list or not tree:
