@@ -845,7 +845,8 @@ def from_json(data: str | bytes | bytearray | memoryview, cls: type[T]) -> T:
 def from_builtins(obj: Any, cls: type[T]) -> T:
     """Build ``cls`` from JSON-like Python objects (dicts, lists, str, int, float, bool,
     None, or a tree from ``scope._json.parse_tree``), as strictly as ``from_json``.
-    Non-finite floats are refused (float fields check their range; RawJSON positions refuse NaN/Infinity)."""
+    Non-finite floats are refused (float fields check their range; RawJSON positions
+    refuse NaN/Infinity)."""
     structure = _top_in(cls)
     token = _FROM_BUILTINS.set(True)
     try:
