@@ -90,12 +90,19 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from scope import __version__
-from scope.chat._accumulator import ResponseAccumulator
-from scope.chat._model import Model, Streamer
-from scope.chat._parts import Message, Part
-from scope.chat._request import Request
-from scope.chat._response import Response, Usage
-from scope.chat._types import FinishReason, OutputFormatType, PartKind
+from scope.chat import (
+    FinishReason,
+    Message,
+    Model,
+    OutputFormatType,
+    Part,
+    PartKind,
+    Request,
+    Response,
+    ResponseAccumulator,
+    Streamer,
+    Usage,
+)
 from scope.errors import InvalidResponseError
 from scope.history._trace import current_conversation
 from scope.media import Media, SourceKind

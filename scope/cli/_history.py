@@ -26,7 +26,7 @@ from scope.errors import (
     InvalidMessageError,
 )
 from scope.history import AppendID, Batch, BatchReader, ConversationID, ViewReader
-from scope.historystores._common import SCHEMA_VERSION
+from scope.historystores import SCHEMA_VERSION
 
 __all__ = [
     "ImportLine",

@@ -25,12 +25,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self, cast, runtime_checkable
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from scope.history._protocols import Clearer, Lister, Reader, Writer
+from scope.history import Clearer, Lister, Reader, Writer
+from scope.historystores._common import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from scope.historystores.sqlite import Synchronous
 
-__all__ = ["PersistentStore", "open_store"]
+__all__ = ["SCHEMA_VERSION", "PersistentStore", "open_store"]
 
 
 @runtime_checkable

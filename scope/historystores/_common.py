@@ -39,8 +39,7 @@ from scope.errors import (
     InvalidMessageError,
     StoreError,
 )
-from scope.history import Batch, HistoryView
-from scope.history._ids import AppendID, ConversationID
+from scope.history import AppendID, Batch, ConversationID, HistoryView
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -36,8 +36,7 @@ from scope.chat import Message
 from scope.errors import (
     StoreError,
 )
-from scope.history import Batch, HistoryView, Receipt
-from scope.history._ids import ConversationID
+from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
     SCHEMA_VERSION,
     AsyncClosing,

@@ -39,8 +39,7 @@ from scope.errors import (
     ScopeWarning,
     StoreError,
 )
-from scope.history import Batch, HistoryView, Receipt
-from scope.history._ids import ConversationID
+from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
     AsyncClosing,
     DecodedCache,

@@ -43,8 +43,7 @@ from scope.errors import (
     HistoryChangedError,
     StoreError,
 )
-from scope.history import Batch, HistoryView, Receipt
-from scope.history._ids import ConversationID
+from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
     SCHEMA_VERSION,
     AsyncClosing,

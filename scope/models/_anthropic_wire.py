@@ -14,11 +14,23 @@ from typing import Any, Final, final
 
 import orjson
 
-from scope.chat._parts import Message, Part, ToolCall, ToolCallDelta
-from scope.chat._request import Request
-from scope.chat._response import Output, Response, ResponseMetadata, Usage
-from scope.chat._tools import Options, ToolDefinition
-from scope.chat._types import FinishReason, OutputFormatType, PartKind, Role
+from scope.chat import (
+    FinishReason,
+    Message,
+    Options,
+    Output,
+    OutputFormatType,
+    Part,
+    PartKind,
+    Request,
+    Response,
+    ResponseMetadata,
+    Role,
+    ToolCall,
+    ToolCallDelta,
+    ToolDefinition,
+    Usage,
+)
 from scope.errors import (
     InvalidJSONError,
     InvalidRequestError,

@@ -113,9 +113,7 @@ import httpx
 import orjson
 
 from scope import __version__
-from scope.chat._request import Request
-from scope.chat._response import Response
-from scope.chat._tools import Options
+from scope.chat import Options, Request, Response
 from scope.errors import InvalidOptionsError
 from scope.models._anthropic_wire import (
     DEFAULT_MAX_TOKENS,
