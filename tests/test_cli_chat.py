@@ -272,7 +272,7 @@ def test_chat_without_the_adapter_dependencies_is_one_line(
     err = capsys.readouterr().err
     assert status == 1
     assert err.startswith("scope: error: scope chat needs the OpenAI adapter's dependencies")
-    assert err.endswith("install them with: pip install 'scope[openai]'\n")
+    assert err.endswith("install them with: pip install 'scope-chat[openai]'\n")
 
 
 def test_chat_session_reports_a_turn_lost_to_another_session_and_a_clear(
@@ -411,7 +411,7 @@ def test_chat_without_the_anthropic_adapter_is_one_line(
     err = capsys.readouterr().err
     assert status == 1
     assert err.startswith("scope: error: scope chat needs the Anthropic adapter's dependencies")
-    assert err.endswith("install them with: pip install 'scope[anthropic]'\n")
+    assert err.endswith("install them with: pip install 'scope-chat[anthropic]'\n")
 
 
 def test_chat_refuses_an_unknown_provider(capsys: pytest.CaptureFixture[str]) -> None:

@@ -158,6 +158,6 @@ def test_backend_modules_import_without_their_drivers() -> None:
     )
     lines = _run(code).splitlines()
     assert lines == [
-        "PostgresStore needs asyncpg: install the extra, pip install 'scope[postgres]'",
-        "RedisStore needs redis-py: install the extra, pip install 'scope[redis]'",
+        "PostgresStore needs asyncpg: install the extra, pip install 'scope-chat[postgres]'",
+        "RedisStore needs redis-py: install the extra, pip install 'scope-chat[redis]'",
     ]

@@ -266,8 +266,8 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         return (
             f"the Python package {exc.name!r} is not installed; install the matching extra, "
-            "e.g. pip install 'scope[postgres]', 'scope[redis]', 'scope[openai]' or "
-            "'scope[anthropic]'"
+            "e.g. pip install 'scope-chat[postgres]', 'scope-chat[redis]', 'scope-chat[openai]' or "
+            "'scope-chat[anthropic]'"
         )
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, ScopeError):

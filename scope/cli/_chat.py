@@ -196,7 +196,7 @@ def _model(
         raise CLIError(
             f"scope chat needs the {_NAMES[provider]} adapter's dependencies "
             f"({exc.name or exc}); "
-            f"install them with: pip install 'scope[{provider}]'"
+            f"install them with: pip install 'scope-chat[{provider}]'"
         ) from None
 
 
