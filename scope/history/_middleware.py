@@ -129,8 +129,7 @@ def split_request(request: Request) -> tuple[tuple[Message, ...], tuple[Message,
             raise InvalidRequestError(
                 f"{where}: after the user message only assistant tool-call messages and "
                 f"their tool results may follow, got {_article(message.role)} {message.role} "
-                "message"
-                + ("" if message.role is not Role.ASSISTANT else " without tool calls")
+                "message" + ("" if message.role is not Role.ASSISTANT else " without tool calls")
             )
         pending = {call.id for call in message.tool_calls}
         index += 1
