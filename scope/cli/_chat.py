@@ -180,7 +180,6 @@ class _Session:
             if message is not None and message.tool_calls:
                 self.note("(the model asked for tools; scope chat has none, so nothing was saved)")
 
-
     def _hint(self, exc: ProviderError) -> str:
         """For a 404, a base URL that most likely lacks (or has an extra) ``/v1``."""
         if exc.status_code != 404:
