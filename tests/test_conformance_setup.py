@@ -19,6 +19,7 @@ _MODULE = textwrap.dedent(
     import asyncio
 
     import pytest
+    import pytest_asyncio
 
     from scope.history.inmemory import Store
     from scope.history.storetest import StoreConformance
@@ -33,6 +34,14 @@ _MODULE = textwrap.dedent(
 
         async def reopen(self, store):
             return store
+
+
+    class TestPytestAsyncioFixture(StoreConformance):
+        """A fixture marked for pytest-asyncio runs on the test's loop all the same."""
+
+        @pytest_asyncio.fixture
+        async def store(self):
+            yield Store()
 
 
     class LoopBoundStore:
@@ -83,6 +92,10 @@ def test_a_plain_async_store_fixture_passes_under_every_backend(
     assert "failed" not in outcomes and "errors" not in outcomes, result.stdout.str()
     passed = result.stdout.lines
     for backend in ("asyncio", "trio"):
+        assert any(
+            "TestPytestAsyncioFixture::test_" in line and f"[{backend}" in line and "PASSED" in line
+            for line in passed
+        )
         assert any(
             "TestPlainFixture::test_" in line and f"[{backend}" in line and "PASSED" in line
             for line in passed

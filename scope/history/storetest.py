@@ -269,7 +269,9 @@ def _on_anyio_runner(definition: Any) -> Any:
         return definition
     names = list(inspect.signature(func).parameters)[1:]  # after self
 
-    @functools.wraps(func)
+    # Not func's __dict__: a @pytest_asyncio.fixture mark on it would hand this sync
+    # fixture back to pytest-asyncio.
+    @functools.wraps(func, updated=())
     def fixture(self: Any, **kwargs: Any) -> Iterator[Any]:
         arguments = {name: kwargs[name] for name in names}
         bound = functools.partial(func, self)
