@@ -1,4 +1,4 @@
-"""Development sessions: ``nox -s tests lint typecheck bench``."""
+"""Development sessions: ``nox -s tests lint typecheck docs bench``."""
 
 from __future__ import annotations
 
@@ -40,6 +40,16 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict over the package."""
     session.install("-e", ".[dev]")
     session.run("mypy", "--strict", "scope")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The docs site, built as CI builds it: mkdocs build --strict (``-- serve`` to browse)."""
+    session.install("-e", ".[docs]")
+    if session.posargs == ["serve"]:
+        session.run("mkdocs", "serve")
+    else:
+        session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")
 
 
 @nox.session

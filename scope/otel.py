@@ -1,4 +1,4 @@
-"""OpenTelemetry GenAI spans and metrics for scope models, as middleware (extra ``scope[otel]``).
+"""OpenTelemetry GenAI spans and metrics for scope models, as middleware (``scope-chat[otel]``).
 
 ::
 
@@ -86,7 +86,8 @@ try:
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "scope.otel needs the OpenTelemetry API: pip install 'scope[otel]' (or opentelemetry-api)"
+        "scope.otel needs the OpenTelemetry API: pip install 'scope-chat[otel]' "
+        "(or opentelemetry-api)"
     ) from exc
 
 from scope import __version__

@@ -80,7 +80,8 @@ def import_driver(name: str) -> Any:
     ``SCOPE_REQUIRE_SERVERS=1``."""
     if _required():
         return importlib.import_module(name)
-    return pytest.importorskip(name, reason=f"{name} is not installed (pip install scope[...])")
+    reason = f"{name} is not installed (pip install scope-chat[...])"
+    return pytest.importorskip(name, reason=reason)
 
 
 def postgres_dsn_or_skip() -> str:

@@ -805,3 +805,35 @@ def test_chat_store_default_location(tmp_path: pathlib.Path) -> None:
     home = pathlib.Path.home() / ".local" / "share" / "scope" / "chat.sqlite3"
     assert chat_store_url({"XDG_DATA_HOME": "relative"}) == sqlite_url(home)
     assert chat_store_url({}) == sqlite_url(home)
+
+
+@pytest.mark.parametrize("action", [["list"], ["show", "c1"], ["export"]])
+def test_reading_a_missing_sqlite_file_refuses_and_creates_nothing(
+    tmp_path: pathlib.Path, action: list[str]
+) -> None:
+    proc = scope(tmp_path, "history", *action, "--store", "sqlite:///histroy.db")
+    line = assert_one_line_error(proc)
+    assert f"no SQLite store at {str(tmp_path / 'histroy.db')!r}" in line
+    assert "does not exist" in line
+    assert not (tmp_path / "histroy.db").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_reading_an_existing_sqlite_file_still_works(tmp_path: pathlib.Path) -> None:
+    asyncio.run(_seed(tmp_path / "h.db", {"c1": [[user_message("hi"), assistant_message("yo")]]}))
+    proc = scope(tmp_path, "history", "list", "--store", "sqlite:///h.db")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"c1\n", b"")
+
+
+@pytest.mark.parametrize("action", [["list"], ["import", "-"], ["clear", "c1", "--yes"]])
+def test_a_missing_directory_is_named(tmp_path: pathlib.Path, action: list[str]) -> None:
+    proc = scope(tmp_path, "history", *action, "--store", "sqlite:///no/such/dir/h.db")
+    line = assert_one_line_error(proc)
+    assert f"directory {str(tmp_path / 'no' / 'such' / 'dir')!r} does not exist" in line
+    assert not (tmp_path / "no").exists()
+
+
+def test_writing_commands_still_create_a_missing_sqlite_file(tmp_path: pathlib.Path) -> None:
+    proc = scope(tmp_path, "history", "migrate", "--store", "sqlite:///new.db")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "new.db").exists()

@@ -10,6 +10,7 @@ import asyncio
 import os
 import pathlib
 import selectors
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -193,7 +194,7 @@ def test_chat_errors_with_a_multi_line_message_are_one_line(tmp_path: pathlib.Pa
     with OpenAIServer() as server:
         server.script(refused)
         proc = chat(tmp_path, server, "--store", sqlite_url(tmp_path / "chat.db"), input="hi\n")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # its only message failed
     (error,) = [line for line in proc.stderr.splitlines() if "bad request" in line]
     assert error.startswith("scope: error: BadRequestError (HTTP 400): ")
     assert "bad request details here" in error
@@ -272,7 +273,7 @@ def test_chat_without_the_adapter_dependencies_is_one_line(
     err = capsys.readouterr().err
     assert status == 1
     assert err.startswith("scope: error: scope chat needs the OpenAI adapter's dependencies")
-    assert err.endswith("install them with: pip install 'scope[openai]'\n")
+    assert err.endswith("install them with: pip install 'scope-chat[openai]'\n")
 
 
 def test_chat_session_reports_a_turn_lost_to_another_session_and_a_clear(
@@ -411,7 +412,7 @@ def test_chat_without_the_anthropic_adapter_is_one_line(
     err = capsys.readouterr().err
     assert status == 1
     assert err.startswith("scope: error: scope chat needs the Anthropic adapter's dependencies")
-    assert err.endswith("install them with: pip install 'scope[anthropic]'\n")
+    assert err.endswith("install them with: pip install 'scope-chat[anthropic]'\n")
 
 
 def test_chat_refuses_an_unknown_provider(capsys: pytest.CaptureFixture[str]) -> None:
@@ -419,3 +420,98 @@ def test_chat_refuses_an_unknown_provider(capsys: pytest.CaptureFixture[str]) ->
 
     assert main(["chat", "--provider", "gemini"]) == 2
     assert "invalid choice: 'gemini'" in capsys.readouterr().err
+
+
+def test_piped_chat_whose_every_message_failed_exits_1(tmp_path: pathlib.Path) -> None:
+    refused = {"status": 400, "json": {"error": {"message": "no", "type": "x"}}}
+    with OpenAIServer() as server:
+        server.script(refused, refused)
+        url = sqlite_url(tmp_path / "chat.db")
+        proc = chat(tmp_path, server, "--store", url, input="one\ntwo\n")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == (
+        "scope: error: no message was answered (2 sent); see the errors above"
+    )
+
+
+def test_piped_chat_with_nothing_sent_exits_0(tmp_path: pathlib.Path) -> None:
+    with OpenAIServer() as server:
+        proc = chat(tmp_path, server, "--store", sqlite_url(tmp_path / "chat.db"), input="\n")
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("provider", "suffix", "hint"),
+    [
+        ("openai", "", "; did you mean --base-url {root}/v1?"),
+        ("anthropic", "/v1", "; did you mean --base-url {root}? (without /v1 for Anthropic)"),
+    ],
+)
+def test_a_404_names_the_base_url_it_most_likely_meant(
+    tmp_path: pathlib.Path, provider: str, suffix: str, hint: str
+) -> None:
+    missing = {"status": 404, "json": {"error": {"message": "Not Found", "type": "x"}}}
+    with OpenAIServer() as server:
+        server.script(missing)
+        root = server.base_url.removesuffix("/v1")
+        proc = subprocess.run(
+            [
+                *(sys.executable, "-m", "scope", "chat", "--provider", provider),
+                *("--base-url", root + suffix, "--store", sqlite_url(tmp_path / "chat.db")),
+            ],
+            input="hi\n",
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**_env(tmp_path), "ANTHROPIC_API_KEY": "sk-test"},
+            timeout=60,
+            check=False,
+        )
+    (error,) = [line for line in proc.stderr.splitlines() if "HTTP 404" in line]
+    assert error.endswith(hint.format(root=root) + " (message not saved; send it again)")
+
+
+def test_a_404_with_a_v1_base_url_gives_no_hint(tmp_path: pathlib.Path) -> None:
+    missing = {"status": 404, "json": {"error": {"message": "no such model", "type": "x"}}}
+    with OpenAIServer() as server:
+        server.script(missing)
+        proc = chat(tmp_path, server, "--store", sqlite_url(tmp_path / "chat.db"), input="hi\n")
+    (error,) = [line for line in proc.stderr.splitlines() if "HTTP 404" in line]
+    assert "did you mean" not in error
+
+
+def test_ctrl_c_at_the_prompt_exits_130(tmp_path: pathlib.Path) -> None:
+    with OpenAIServer() as server:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "scope", "chat", "--base-url", server.base_url),
+                *("--store", sqlite_url(tmp_path / "chat.db")),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=_env(tmp_path),
+        )
+        assert proc.stdin is not None and proc.stderr is not None
+        try:
+            seen = b""
+            with selectors.DefaultSelector() as selector:
+                selector.register(proc.stderr, selectors.EVENT_READ)
+                while b"quits\n" not in seen:  # the last start-up note: now at the prompt
+                    if not selector.select(timeout=30):
+                        break  # a hang guard, not a timing assertion
+                    data = os.read(proc.stderr.fileno(), 4096)
+                    if not data:
+                        break
+                    seen += data
+            assert b"quits\n" in seen, seen
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(30) == 130
+            assert server.requests == []
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+            proc.stdin.close()
+            proc.stderr.close()

@@ -177,6 +177,22 @@ async def test_bad_request_shape_raises_before_any_io(name: str) -> None:
     assert reports == []
 
 
+async def test_an_assistant_answer_in_the_open_turn_is_named_with_its_article() -> None:
+    mw, _, _ = make()
+    request = Request([user_message("a"), assistant_message("b")])
+    with pytest.raises(InvalidRequestError, match="got an assistant message without tool calls"):
+        await mw.call(FakeModel(answer("x"))).call(request)
+
+
+def test_the_middleware_itself_passed_to_wrap_says_to_pass_call_or_stream() -> None:
+    mw, _, _ = make()
+    model = FakeModel(answer("x"))
+    for compose in (wrap, wrap_stream):
+        with pytest.raises(TypeError, match=r"history\.call\) or chat\.wrap_stream"):
+            compose(model, mw)  # type: ignore[arg-type]
+    assert wrap(model, mw.call) is not model
+
+
 # ---------------------------------------------------------------- replay and commit
 
 

@@ -404,7 +404,7 @@ async def test_cancellation_during_the_append_propagates_with_the_batch(
     batch = reports[0].batch
     assert batch is not None and batch.messages[0].text == "q"
     assert batch.expected_length == 0
-    # The retry the README recommends: lands once, or returns the equal receipt.
+    # The retry the docs recommend (docs/history.md): lands once, or returns the equal receipt.
     assert await store.append(batch) == batch.receipt()
     assert await store.append(batch) == batch.receipt()
     assert len(await store.read("c")) == 2

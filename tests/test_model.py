@@ -339,7 +339,7 @@ async def test_cancellation_propagates_untouched_through_middleware() -> None:
     assert running_tasks() == before
 
 
-# -- the README's middleware examples ----------------------------------------------------
+# -- the docs' middleware examples (docs/streaming.md) -------------------------------------
 
 
 def logging_middleware(log: list[str]) -> CallMiddleware:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -158,6 +159,17 @@ def test_backend_modules_import_without_their_drivers() -> None:
     )
     lines = _run(code).splitlines()
     assert lines == [
-        "PostgresStore needs asyncpg: install the extra, pip install 'scope[postgres]'",
-        "RedisStore needs redis-py: install the extra, pip install 'scope[redis]'",
+        "PostgresStore needs asyncpg: install the extra, pip install 'scope-chat[postgres]'",
+        "RedisStore needs redis-py: install the extra, pip install 'scope-chat[redis]'",
     ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("url", ["sqlite:///h.db", "SQLite:////abs/h.db"])
+async def test_sqlite_store_given_a_url_points_to_open_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"path is a URL, not a file: use open_store\("):
+        await SQLiteStore.open(url)
+    assert os.listdir(tmp_path) == []  # nothing created, not even a "sqlite:" folder

@@ -190,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from scope.cli import _history as h
+    from scope.cli._stores import check_sqlite_location
 
     url: str | None = args.store
     if not url:
@@ -203,6 +204,9 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     stores_logger = logging.getLogger("scope.historystores")
     if not any(isinstance(h, logging.NullHandler) for h in stores_logger.handlers):
         stores_logger.addHandler(logging.NullHandler())
+    # Reading commands never create a store: a mistyped SQLite path is refused, not
+    # turned into a new empty file. Every command names a missing directory.
+    check_sqlite_location(url, must_exist=action in ("list", "show", "export"))
     if action == "list":
         return asyncio.run(h.list_conversations(url, sys.stdout, stderr=sys.stderr))
     if action == "show":
@@ -266,8 +270,8 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         return (
             f"the Python package {exc.name!r} is not installed; install the matching extra, "
-            "e.g. pip install 'scope[postgres]', 'scope[redis]', 'scope[openai]' or "
-            "'scope[anthropic]'"
+            "e.g. pip install 'scope-chat[postgres]', 'scope-chat[redis]', 'scope-chat[openai]' or "
+            "'scope-chat[anthropic]'"
         )
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, ScopeError):

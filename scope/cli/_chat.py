@@ -12,7 +12,9 @@ on stderr and nothing is stored (send the message again). A ``CommitError`` (the
 answered, the store did not take the turn) is retried at once with
 ``writer.append(err.batch)``; if that fails too, the turn is kept and retried before the
 next message is sent, so the replayed history never skips it. Ctrl-C during an answer
-abandons that answer (nothing stored); at the prompt it quits.
+abandons that answer (nothing stored); at the prompt it quits with exit status 130. A
+session in which messages were sent and none was answered exits with status 1, so a
+script piping messages in sees the failure.
 """
 
 from __future__ import annotations
@@ -78,8 +80,13 @@ class _Session:
         system: str | None,
         out: TextIO,
         err: TextIO,
+        provider: str = "openai",
     ) -> None:
         self.store = store
+        self.provider = provider
+        self.model = model
+        self.sent = 0  # messages the user sent
+        self.answered = 0  # of those, the ones the model answered
         self.conversation_id = conversation_id
         self.middleware = Middleware(store, store, conversation_id)
         self.streamer: Streamer = wrap_stream(model, self.middleware.stream)
@@ -117,6 +124,7 @@ class _Session:
 
     async def turn(self, text: str) -> None:
         """Send one user message and print the streamed answer."""
+        self.sent += 1
         if not await self.save_pending():
             self.note("(message not sent: the previous answer must be saved first)")
             return
@@ -148,11 +156,15 @@ class _Session:
             self.note(
                 f"scope: warning: the answer was not saved ({_one_line(exc.__cause__)}); retrying"
             )
+            self.answered += 1  # answered, and kept until the store takes it
             self.pending = exc.batch
             await self.save_pending()
             return
         except ProviderError as exc:
-            self.note(f"scope: error: {_provider_line(exc)} (message not saved; send it again)")
+            self.note(
+                f"scope: error: {_provider_line(exc)}{self._hint(exc)} "
+                "(message not saved; send it again)"
+            )
             return
         except InvalidResponseError as exc:
             self.note(
@@ -162,10 +174,22 @@ class _Session:
         except StoreError as exc:
             self.note(f"scope: error: cannot read the history: {_one_line(exc)} (message not sent)")
             return
+        self.answered += 1
         if response is not None and response.output is not None:
             message = response.output.message
             if message is not None and message.tool_calls:
                 self.note("(the model asked for tools; scope chat has none, so nothing was saved)")
+
+    def _hint(self, exc: ProviderError) -> str:
+        """For a 404, a base URL that most likely lacks (or has an extra) ``/v1``."""
+        if exc.status_code != 404:
+            return ""
+        base = self.model.base_url.rstrip("/")
+        if self.provider == "openai" and not base.endswith("/v1"):
+            return f"; did you mean --base-url {base}/v1?"
+        if self.provider == "anthropic" and base.endswith("/v1"):
+            return f"; did you mean --base-url {base[:-3]}? (without /v1 for Anthropic)"
+        return ""
 
 
 def _provider_line(exc: ProviderError) -> str:
@@ -196,7 +220,7 @@ def _model(
         raise CLIError(
             f"scope chat needs the {_NAMES[provider]} adapter's dependencies "
             f"({exc.name or exc}); "
-            f"install them with: pip install 'scope[{provider}]'"
+            f"install them with: pip install 'scope-chat[{provider}]'"
         ) from None
 
 
@@ -226,7 +250,7 @@ def run_chat(
     with asyncio.Runner() as runner:
         store = runner.run(open_cli_store(store_url))
         try:
-            session = _Session(store, model, cid, system, stdout, stderr)
+            session = _Session(store, model, cid, system, stdout, stderr, provider)
             if isinstance(store, ViewReader):
                 view = runner.run(store.read_view(cid))
                 if view.closed:
@@ -255,14 +279,16 @@ def run_chat(
 
 def _loop(runner: asyncio.Runner, session: _Session, stdin: TextIO) -> int:
     interactive = _isatty(stdin)
+    status = 0
     while True:
         if interactive:
             session.out.write("you> ")
             session.out.flush()
         try:
             line = stdin.readline()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C at the prompt quits, as an interrupt
             session.note("")
+            status = 130
             break
         if not line:  # end of input
             break
@@ -280,4 +306,9 @@ def _loop(runner: asyncio.Runner, session: _Session, stdin: TextIO) -> int:
             "the last answer could not be saved; it is lost "
             f"(conversation {str(session.conversation_id)!r})"
         )
-    return 0
+    if status == 0 and session.sent and not session.answered:
+        session.note(
+            f"scope: error: no message was answered ({session.sent} sent); see the errors above"
+        )
+        return 1
+    return status

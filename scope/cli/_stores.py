@@ -9,11 +9,13 @@ import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from typing import TypeAlias
 
+from scope.cli._errors import CLIError
 from scope.historystores import PersistentStore, open_store
 
 __all__ = [
     "CLIStore",
     "chat_store_url",
+    "check_sqlite_location",
     "open_cli_store",
     "opened_store",
     "prepare_sqlite_parent",
@@ -47,6 +49,33 @@ def chat_store_url(environ: Mapping[str, str]) -> str:
         else pathlib.Path.home() / ".local" / "share"
     )
     return sqlite_url(base / "scope" / "chat.sqlite3")
+
+
+def _sqlite_file(url: str) -> pathlib.Path | None:
+    """The file a ``sqlite:`` URL names (as ``open_store`` reads it), else None."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() == "sqlite" and not parts.netloc and len(parts.path) > 1:
+        return pathlib.Path(urllib.parse.unquote(parts.path)[1:])
+    return None
+
+
+def check_sqlite_location(url: str, *, must_exist: bool) -> None:
+    """Refuse, with a ``CLIError`` naming the path, a ``sqlite:`` URL whose directory is
+    missing or, with ``must_exist`` (commands that only read), whose file is missing: a
+    mistyped path must not become a new, empty store. Other URLs pass unchecked."""
+    path = _sqlite_file(url)
+    if path is None:
+        return
+    where = path.absolute()
+    if not where.parent.is_dir():
+        raise CLIError(
+            f"directory {str(where.parent)!r} does not exist (for the SQLite file {str(path)!r})"
+        )
+    if must_exist and not where.exists():
+        raise CLIError(
+            f"no SQLite store at {str(where)!r}: the file does not exist (reading commands "
+            "never create one; check the path, or create it with scope history migrate)"
+        )
 
 
 def prepare_sqlite_parent(url: str) -> None:

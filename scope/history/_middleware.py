@@ -6,7 +6,7 @@ import enum
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Callable
-from typing import Any, Final, final
+from typing import Any, Final, Never, NoReturn, final
 
 import attrs
 
@@ -128,8 +128,8 @@ def split_request(request: Request) -> tuple[tuple[Message, ...], tuple[Message,
         if message.role is not Role.ASSISTANT or not message.tool_calls:
             raise InvalidRequestError(
                 f"{where}: after the user message only assistant tool-call messages and "
-                f"their tool results may follow, got a {message.role} message"
-                + ("" if message.role is not Role.ASSISTANT else " without tool calls")
+                f"their tool results may follow, got {_article(message.role)} {message.role} "
+                "message" + ("" if message.role is not Role.ASSISTANT else " without tool calls")
             )
         pending = {call.id for call in message.tool_calls}
         index += 1
@@ -151,6 +151,11 @@ def _needs_tools(response: Response) -> bool:
         and output.message is not None
         and any(part.kind is PartKind.TOOL_CALL for part in output.message.parts)
     )
+
+
+def _article(role: object) -> str:
+    """``a`` or ``an`` before a role name (``an assistant message``)."""
+    return "an" if str(role)[:1] in "aeiou" else "a"
 
 
 @final
@@ -261,6 +266,15 @@ class Middleware:
     def exclusive_turns(self) -> bool:
         """Whether committed turns are fenced (see the class docstring)."""
         return self._exclusive_turns
+
+    def __call__(self, *args: Never, **kwargs: Never) -> NoReturn:
+        # chat.wrap(model, history) instead of chat.wrap(model, history.call): the
+        # middlewares are the two methods. (Typed to take nothing, so mypy still flags it.)
+        raise TypeError(
+            "a history Middleware is not itself a middleware: pass its call or stream "
+            "method, chat.wrap(model, history.call) or chat.wrap_stream(streamer, "
+            "history.stream)"
+        )
 
     def call(self, next: Model) -> Model:
         """A call middleware: wrap ``next`` (use with ``chat.wrap``)."""

@@ -3,9 +3,9 @@
 ============================================  ==========================================
 ``scope.historystores.sqlite.SQLiteStore``    one file, stdlib sqlite3; the embedded
                                               default; asyncio and trio
-``scope.historystores.postgres.PostgresStore``  PostgreSQL via asyncpg (``scope[postgres]``);
+``scope.historystores.postgres.PostgresStore``  PostgreSQL via asyncpg (``scope-chat[postgres]``);
                                               asyncio
-``scope.historystores.redis.RedisStore``      Redis via redis-py (``scope[redis]``); asyncio
+``scope.historystores.redis.RedisStore``      Redis via redis-py (``scope-chat[redis]``); asyncio
 ============================================  ==========================================
 
 Each is a ``scope.history.Store``, ``Lister`` and ``BatchReader``, passes the store

@@ -1,4 +1,4 @@
-"""``PostgresStore``: a history store in PostgreSQL, on asyncpg (extra ``scope[postgres]``).
+"""``PostgresStore``: a history store in PostgreSQL, on asyncpg (extra ``scope-chat[postgres]``).
 
 asyncpg is imported when a store is opened, not when this module is imported. asyncpg is
 asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore`` there).
@@ -68,7 +68,7 @@ def _asyncpg() -> Any:
         import asyncpg  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError as exc:
         raise ImportError(
-            "PostgresStore needs asyncpg: install the extra, pip install 'scope[postgres]'"
+            "PostgresStore needs asyncpg: install the extra, pip install 'scope-chat[postgres]'"
         ) from exc
     return asyncpg
 

@@ -1,4 +1,4 @@
-"""``RedisStore``: a history store in Redis, on redis-py's asyncio client (``scope[redis]``).
+"""``RedisStore``: a history store in Redis, on redis-py's asyncio client (``scope-chat[redis]``).
 
 redis-py is imported when a store is opened, not when this module is imported. The
 client is asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore``).
@@ -127,7 +127,7 @@ def _redis() -> Any:
         import redis.asyncio
     except ImportError as exc:
         raise ImportError(
-            "RedisStore needs redis-py: install the extra, pip install 'scope[redis]'"
+            "RedisStore needs redis-py: install the extra, pip install 'scope-chat[redis]'"
         ) from exc
     return redis.asyncio
 

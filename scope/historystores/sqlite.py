@@ -283,6 +283,8 @@ class SQLiteStore(AsyncClosing):
         fspath = os.fspath(path)
         if not isinstance(fspath, str) or not fspath or fspath == ":memory:":
             raise ValueError(f"path must name a database file, got {path!r}")
+        if fspath.lower().startswith("sqlite:"):
+            raise ValueError(f"path is a URL, not a file: use open_store({fspath!r})")
         pool = _Pool(
             fspath, synchronous, float(busy_timeout), max_idle_connections, _Tables(prefix)
         )

@@ -3,9 +3,9 @@
 Each adapter lives in its own module and needs its own extra, so importing ``scope`` (or
 this package) never imports an HTTP library:
 
-- ``scope.models.openai.OpenAIChatModel`` (extra ``scope[openai]``): the OpenAI Chat
+- ``scope.models.openai.OpenAIChatModel`` (extra ``scope-chat[openai]``): the OpenAI Chat
   Completions wire protocol, spoken by OpenAI and by compatible servers (vLLM, Ollama,
   llama.cpp, DeepSeek, ...).
-- ``scope.models.anthropic.AnthropicModel`` (extra ``scope[anthropic]``): the Anthropic
+- ``scope.models.anthropic.AnthropicModel`` (extra ``scope-chat[anthropic]``): the Anthropic
   Messages API, spoken natively (no SDK).
 """

@@ -109,7 +109,14 @@ import os
 from collections.abc import AsyncGenerator, Mapping
 from typing import Final, final
 
-import httpx
+try:
+    import httpx
+except ModuleNotFoundError as exc:  # the extra is not installed
+    if exc.name != "httpx":
+        raise
+    raise ImportError(
+        "scope.models.anthropic needs httpx: install the extra, pip install 'scope-chat[anthropic]'"
+    ) from exc
 import orjson
 
 from scope import __version__

@@ -1,4 +1,4 @@
-"""``OpenAIChatModel``: an OpenAI-compatible Chat Completions adapter (extra ``scope[openai]``).
+"""``OpenAIChatModel``: an OpenAI-compatible Chat Completions adapter (``scope-chat[openai]``).
 
 One object is both a ``chat.Model`` (``await model.call(request)``) and a
 ``chat.Streamer`` (``model.stream(request)``) over ``POST {base_url}/chat/completions``,
@@ -102,7 +102,14 @@ import os
 from collections.abc import AsyncGenerator, Mapping
 from typing import Final, final
 
-import httpx
+try:
+    import httpx
+except ModuleNotFoundError as exc:  # the extra is not installed
+    if exc.name != "httpx":
+        raise
+    raise ImportError(
+        "scope.models.openai needs httpx: install the extra, pip install 'scope-chat[openai]'"
+    ) from exc
 import orjson
 
 from scope import __version__
