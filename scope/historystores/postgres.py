@@ -18,7 +18,8 @@ opening at once do not race)::
 with it). Version 1 (scope 0.1) had no ``length`` and no ``_schema`` table; the upgrade
 adds the column and counts each conversation's messages. ``open(create=False)`` runs no
 DDL, so a role with only ``SELECT, INSERT, UPDATE, DELETE`` on the tables and
-``EXECUTE`` on the function can use the store (see the README's production notes).
+``EXECUTE`` on the function can use the store (see the docs' Stores page, "Migrations
+and least privilege").
 
 Tables go to the first schema of the connection's ``search_path``. Every store operation
 on one conversation locks that conversation's row first, so appends, retries and clears
