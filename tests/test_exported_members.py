@@ -117,6 +117,7 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "scope.historystores": [
         "PersistentStore",
+        "SCHEMA_VERSION",
         "open_store",
     ],
     "scope.testing": [

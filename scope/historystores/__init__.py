@@ -31,7 +31,7 @@ from scope.historystores._common import SCHEMA_VERSION
 if TYPE_CHECKING:
     from scope.historystores.sqlite import Synchronous
 
-__all__ = ["SCHEMA_VERSION", "PersistentStore", "open_store"]
+__all__ = ["PersistentStore", "SCHEMA_VERSION", "open_store"]
 
 
 @runtime_checkable
