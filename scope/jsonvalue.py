@@ -53,11 +53,6 @@ class RawJSON:
         object.__setattr__(self, "_raw_json_bytes", data)
         return self
 
-    @classmethod
-    def _from_tree(cls, tree: Any) -> RawJSON:
-        """Canonicalise a tree produced by the exact reader (``Num`` tokens kept)."""
-        return cls._trusted(canonical(tree))
-
     @property
     def bytes(self) -> bytes:
         """The canonical UTF-8 encoding."""

@@ -161,9 +161,6 @@ EXPECTED: dict[str, list[str]] = {
     ],
 }
 
-#: Modules whose __all__ may hold more than EXPECTED lists (none: every surface is pinned).
-SUPERSET_OK: set[str] = set()
-
 
 @pytest.mark.parametrize("module_name", sorted(EXPECTED))
 def test_exported_members(module_name: str) -> None:
@@ -172,10 +169,7 @@ def test_exported_members(module_name: str) -> None:
     assert exported == sorted(exported), "keep __all__ sorted"
     for name in exported:
         assert hasattr(module, name), name
-    if module_name in SUPERSET_OK:
-        assert set(EXPECTED[module_name]) <= set(exported)
-    else:
-        assert exported == EXPECTED[module_name]
+    assert exported == EXPECTED[module_name]
 
 
 @pytest.mark.parametrize(

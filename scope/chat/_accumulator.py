@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final, final
 
-from scope.chat._parts import Message, Part, ToolCall
+from scope.chat._message import Message, Part, ToolCall
 from scope.chat._response import Output, OutputMetadata, Response, ResponseMetadata, Usage
 from scope.chat._types import FinishReason, PartKind, Role
 from scope.errors import InvalidResponseError, ScopeError

@@ -8,8 +8,8 @@ from typing import final
 import attrs
 
 from scope._validate import to_tuple
-from scope.chat._parts import Message
-from scope.chat._tools import Options, ToolDefinition
+from scope.chat._message import Message
+from scope.chat._options import Options, ToolDefinition
 from scope.chat._types import PartKind, Role
 from scope.errors import InvalidRequestError
 

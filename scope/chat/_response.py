@@ -8,7 +8,7 @@ from typing import Any, final
 import attrs
 
 from scope._validate import MAX_INT, check_int, check_text, nested
-from scope.chat._parts import Message, ToolCall
+from scope.chat._message import Message, ToolCall
 from scope.chat._types import FinishReason, FinishReasonLike, PartKind, Role
 from scope.errors import InvalidResponseError, InvalidUsageError
 from scope.metadata import EMPTY_METADATA, Metadata

@@ -164,7 +164,8 @@ class Middleware:
 
     ``Middleware(reader, writer, conversation_id)`` gives ``.call(model)`` and
     ``.stream(streamer)``, usable with ``chat.wrap``/``chat.wrap_stream``. Each request
-    must be a system prefix plus one open turn (see ``split_request``); it is checked
+    must be a system prefix plus one open turn (one user message, then optionally
+    assistant tool-call messages each followed by their tool results); it is checked
     before any I/O (``InvalidRequestError``: neither the reader nor the model is called).
     ``reader`` must be a ``Reader`` and ``writer`` a ``Writer`` (``TypeError`` at
     construction).

@@ -7,9 +7,9 @@ changes from one call to the next is small: the prefix and the open turn come fr
 request that was validated when it was built, and the stored history only grows at its
 end. So the check is split:
 
-- the prefix and the open turn: already checked (the caller's ``Request``), and
-  ``split_request`` proved the prefix is system messages only and the turn starts with a
-  user message;
+- the prefix and the open turn: already checked (the caller's ``Request``), and the
+  Middleware's request-shape check proved the prefix holds only system messages and
+  the turn starts with a user message;
 - the stored non-system messages (the *replay*): checked here, with ``check_sequence``;
 - the seams: prefix -> replay is safe because the replay holds no system message;
   replay -> turn because the turn starts with a user message, which resets

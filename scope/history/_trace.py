@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import os
 from types import TracebackType
 from typing import Any, Final, final
 
@@ -94,19 +95,35 @@ def _otel() -> Any:
 
             api = _Api(trace, otel_context, trace.get_tracer("scope.history", __version__))
         _api = api
-    if api is not None and isinstance(api.trace.get_tracer_provider(), api.idle):
+    if api is None or api.live:
+        return api
+    if api.set_directly:
+        # The API keeps the provider set with set_tracer_provider() in a module global;
+        # reading it costs nothing, where get_tracer_provider() looks at os.environ on
+        # every call while none is set.
+        provider = getattr(api.trace, "_TRACER_PROVIDER", None)
+    else:
+        provider = api.trace.get_tracer_provider()
+    if provider is None or isinstance(provider, api.idle):
         return None  # no SDK configured (yet): spans would record nothing
+    api.live = True  # a global provider is set once and never replaced
     return api
 
 
 @final
 class _Api:
-    __slots__ = ("context", "idle", "trace", "tracer")
+    __slots__ = ("context", "idle", "live", "set_directly", "trace", "tracer")
 
     def __init__(self, trace: Any, context: Any, tracer: Any) -> None:
         self.trace = trace
         self.context = context
         self.tracer = tracer
+        self.live = False
+        # OTEL_PYTHON_TRACER_PROVIDER names a provider the API builds on first use: then
+        # ask the API itself; else the provider can only come from set_tracer_provider().
+        self.set_directly = "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ and hasattr(
+            trace, "_TRACER_PROVIDER"
+        )
         # The global provider before an SDK is set, or one that never records: the hooks
         # then cost a type check, not a no-op span each.
         self.idle = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
