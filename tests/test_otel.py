@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -1026,3 +1027,34 @@ async def test_middleware_traces_a_failed_and_a_cancelled_append(
     commit = history_span(history_spans, "scope.history.commit")
     assert attrs(commit)["scope.history.outcome"] == "cancelled"
     assert commit.status.status_code is StatusCode.UNSET
+
+
+def test_history_hooks_are_idle_until_an_sdk_provider_is_set() -> None:
+    code = """
+from unittest import mock
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from scope.history import _trace
+
+assert _trace._otel() is None  # loads the API once (one look at the environment)
+with mock.patch.object(trace, "get_tracer_provider", wraps=trace.get_tracer_provider) as get:
+    for _ in range(3):
+        assert _trace._otel() is None  # API installed, no SDK provider: no spans
+        assert _trace.read_span("c") is _trace._NOOP
+    # get_tracer_provider() looks at os.environ on every call while none is set
+    assert get.call_count == 0
+trace.set_tracer_provider(TracerProvider())
+assert _trace._otel() is not None and _trace.read_span("c") is not _trace._NOOP
+print("ok")
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=pathlib.Path(__file__).resolve().parent.parent,
+        env={k: v for k, v in os.environ.items() if k != "OTEL_PYTHON_TRACER_PROVIDER"},
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
