@@ -769,7 +769,7 @@ def test_stream_ping_unknown_events_and_server_blocks_add_nothing() -> None:
                 block_start(0, {"type": "text", "text": ""}),
                 block_delta(0, {"type": "input_json_delta", "partial_json": "{"}),
             ],
-            "a input_json_delta for a text block",
+            "an input_json_delta for a text block",
         ),
         (
             [

@@ -778,7 +778,8 @@ class EventMapper:
             "signature_delta",
             "input_json_delta",
         ):
-            raise InvalidResponseError(f"{here}: a {kind} for a {block_type} block")
+            article = "an" if kind.startswith("input") else "a"
+            raise InvalidResponseError(f"{here}: {article} {kind} for a {block_type} block")
         return None  # citations, server tool input and deltas added later: not carried
 
     def _stop(self, payload: dict[str, Any]) -> Response | None:
