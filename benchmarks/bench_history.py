@@ -4,8 +4,8 @@ Batch rows use the standard 8-message turn (``benchmarks/_turn.py``). Their floo
 least any canonical digest can cost: ``orjson.dumps`` of the same messages as plain,
 pre-built dicts (sorted keys) plus sha256 - no validation, no value classes.
 
-Store rows run on a fresh ``scope.history.inmemory.Store`` under asyncio; their floor is
-the bare work of an in-memory append (a dict lookup and ``list.extend`` under a
+Store rows run on a fresh ``scope.history.inmemory.InMemoryStore`` under asyncio; their
+floor is the bare work of an in-memory append (a dict lookup and ``list.extend`` under a
 ``threading.Lock``), so the ratio is the cost of the store contract and the async call.
 
 Run: ``python benchmarks/bench_history.py``
@@ -25,7 +25,7 @@ from _turn import standard_turn
 
 from scope.codec import encode_messages, to_builtins
 from scope.history import Batch
-from scope.history.inmemory import Store
+from scope.history.inmemory import InMemoryStore
 
 REPEATS = 7
 
@@ -134,27 +134,27 @@ async def bench_store() -> None:
         with lock:
             sorted(plain_names)
 
-    stores: list[Store] = []
+    stores: list[InMemoryStore] = []
 
     async def append_new(i: int) -> None:
         if i == 0:
-            stores.append(Store())
+            stores.append(InMemoryStore())
         await stores[-1].append(batches[i])
 
-    retry_store = Store()
+    retry_store = InMemoryStore()
     await retry_store.append(batches[0])
 
     async def append_retry(i: int) -> None:
         await retry_store.append(batches[0])
 
-    read_store = Store()
+    read_store = InMemoryStore()
     for b in batches[:100]:
         await read_store.append(b)
 
     async def read_800(i: int) -> None:
         await read_store.read("bench")
 
-    many = Store()
+    many = InMemoryStore()
     for i in range(1000):
         await many.append(Batch(f"conv-{i:04}", "a1", messages[:2]))
 

@@ -43,7 +43,7 @@ from scope.chat import (
 from scope.codec import from_json, to_json
 from scope.history import Batch, Middleware
 from scope.history._replay import replays
-from scope.history.inmemory import Store
+from scope.history.inmemory import InMemoryStore
 
 ANSWER = Response(
     Output(assistant_message("the answer " * 20), FinishReason.STOP),
@@ -87,16 +87,16 @@ def decoded_again(batches: list[Batch]) -> list[Batch]:
     ]
 
 
-async def seeded(batches: list[Batch]) -> Store:
-    store = Store()
+async def seeded(batches: list[Batch]) -> InMemoryStore:
+    store = InMemoryStore()
     for batch in batches:
         await store.append(batch)
     return store
 
 
 async def best_of(
-    fn: Callable[[Store], Awaitable[None]],
-    make: Callable[[], Awaitable[Store]],
+    fn: Callable[[InMemoryStore], Awaitable[None]],
+    make: Callable[[], Awaitable[InMemoryStore]],
     repeats: int,
     inner: int,
     before_each: Callable[[], None] | None = None,
@@ -125,7 +125,7 @@ async def main() -> None:
     bare = Bare()
     counter = iter(range(10**9))
 
-    async def baseline(store: Store) -> None:
+    async def baseline(store: InMemoryStore) -> None:
         stored = await store.read("bench")
         request = Request([SYSTEM, *stored, user_message("what now?")])
         response = await bare.call(request)
@@ -133,7 +133,7 @@ async def main() -> None:
         turn = [request.messages[-1], response.output.message]
         await store.append(Batch("bench", f"b{next(counter)}", turn))
 
-    async def middleware(store: Store) -> None:
+    async def middleware(store: InMemoryStore) -> None:
         await Middleware(store, store, "bench").call(bare).call(REQUEST)
 
     print(f"{'call over a no-op model':52} {'per call':>10} {'ratio':>22}")
@@ -143,12 +143,12 @@ async def main() -> None:
         cold_sets = [decoded_again(warm) for _ in range(4)]
         cycle = iter(range(10**9))
 
-        async def warm_store(warm: list[Batch] = warm) -> Store:
+        async def warm_store(warm: list[Batch] = warm) -> InMemoryStore:
             return await seeded(warm)
 
         async def cold_store(
             cold_sets: list[list[Batch]] = cold_sets, cycle: Iterator[int] = cycle
-        ) -> Store:
+        ) -> InMemoryStore:
             return await seeded(cold_sets[next(cycle) % len(cold_sets)])
 
         inner = 300 if turns == 10 else 100
@@ -177,13 +177,13 @@ async def main() -> None:
 
     turns10 = seed_batches(10)
 
-    async def store10() -> Store:
+    async def store10() -> InMemoryStore:
         return await seeded(turns10)
 
-    async def bare_stream(store: Store) -> None:
+    async def bare_stream(store: InMemoryStore) -> None:
         await collect(bare.stream(REQUEST))
 
-    async def mw_stream(store: Store) -> None:
+    async def mw_stream(store: InMemoryStore) -> None:
         await collect(Middleware(store, store, "bench").stream(bare).stream(REQUEST))
 
     plain = await best_of(bare_stream, store10, 5, 100)

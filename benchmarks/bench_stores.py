@@ -36,7 +36,7 @@ import anyio
 
 from scope.chat import assistant_message, user_message
 from scope.history import Batch
-from scope.history.inmemory import Store as InMemoryStore
+from scope.history.inmemory import InMemoryStore as InMemoryStore
 
 USER = "What is the capital of France, and why is it famous? " * 2
 ASSISTANT = "Paris. It is known for art, food, history and the Eiffel Tower. " * 3

@@ -24,7 +24,7 @@ from scope.chat import (
     wrap_stream,
 )
 from scope.history import Middleware
-from scope.history.inmemory import Store
+from scope.history.inmemory import InMemoryStore
 from scope.models.anthropic import AnthropicModel
 from tests.anthropic_server import AnthropicServer, check_request_body, load_transcript
 from tests.test_anthropic_http import WEATHER
@@ -46,7 +46,7 @@ async def test_tool_loop_through_the_history_middleware(server: AnthropicServer,
     server.script(
         *load_transcript(f"{prefix}thinking_tool_turn"), *load_transcript(f"{prefix}text")
     )
-    store = Store()
+    store = InMemoryStore()
     middleware = Middleware(store, store, "paris")
     model = AnthropicModel("claude-sonnet-4-5", api_key="sk-ant-test", base_url=server.base_url)
     options = Options(reasoning_effort="low")

@@ -21,7 +21,7 @@ _MODULE = textwrap.dedent(
     import pytest
     import pytest_asyncio
 
-    from scope.history.inmemory import Store
+    from scope.history.inmemory import InMemoryStore
     from scope.history.storetest import StoreConformance
 
 
@@ -30,7 +30,7 @@ _MODULE = textwrap.dedent(
 
         @pytest.fixture
         async def store(self):
-            yield Store()
+            yield InMemoryStore()
 
         async def reopen(self, store):
             return store
@@ -41,7 +41,7 @@ _MODULE = textwrap.dedent(
 
         @pytest_asyncio.fixture
         async def store(self):
-            yield Store()
+            yield InMemoryStore()
 
 
     class LoopBoundStore:
@@ -49,7 +49,7 @@ _MODULE = textwrap.dedent(
 
         def __init__(self):
             self.loop = asyncio.get_running_loop()
-            self.inner = Store()
+            self.inner = InMemoryStore()
 
         def __getattr__(self, name):
             method = getattr(self.inner, name)

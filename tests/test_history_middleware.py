@@ -45,7 +45,7 @@ from scope.history import (
     Middleware,
     Receipt,
 )
-from scope.history.inmemory import Store
+from scope.history.inmemory import InMemoryStore
 
 pytestmark = pytest.mark.anyio
 
@@ -112,7 +112,7 @@ class FakeModel:
             self.closed += 1
 
 
-class CountingStore(Store):
+class CountingStore(InMemoryStore):
     """The in-memory store, counting reads and appends."""
 
     def __init__(self) -> None:
@@ -138,7 +138,9 @@ class Reports(list[IncompleteTurn]):
         self.append(turn)
 
 
-def make(store: Store | None = None, **kwargs: Any) -> tuple[Middleware, CountingStore, Reports]:
+def make(
+    store: InMemoryStore | None = None, **kwargs: Any
+) -> tuple[Middleware, CountingStore, Reports]:
     store = store or CountingStore()
     reports = Reports()
     mw = Middleware(store, store, CID, on_incomplete=reports, **kwargs)

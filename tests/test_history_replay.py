@@ -24,7 +24,7 @@ from scope.chat import (
 from scope.errors import InvalidRequestError, StoreError
 from scope.history import ConversationID, Middleware
 from scope.history._replay import Replays
-from scope.history.inmemory import Store
+from scope.history.inmemory import InMemoryStore
 
 pytestmark = pytest.mark.anyio
 
@@ -111,7 +111,7 @@ def test_a_grown_history_is_checked_from_its_last_reset_point() -> None:
 
 
 async def test_the_middleware_replays_with_the_fast_path() -> None:
-    store = Store()
+    store = InMemoryStore()
     sent: list[Request] = []
 
     class Echo:

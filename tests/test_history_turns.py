@@ -45,7 +45,7 @@ from scope.history import (
     Receipt,
     WindowReader,
 )
-from scope.history.inmemory import Store
+from scope.history.inmemory import InMemoryStore
 from scope.historystores.sqlite import SQLiteStore
 from tests.servers import (
     import_driver,
@@ -66,7 +66,7 @@ async def store(
 ) -> AsyncIterator[Any]:
     kind = request.param
     if kind == "memory":
-        yield Store()
+        yield InMemoryStore()
     elif kind == "sqlite":
         async with await SQLiteStore.open(tmp_path / "h.db") as sqlite:
             yield sqlite
@@ -450,9 +450,9 @@ async def test_cancellation_before_the_append_reports_no_batch(store: Any) -> No
     ("reader", "writer", "missing"),
     [
         (None, None, "Reader"),
-        (object(), Store(), "Reader"),
-        (Store(), None, "Writer"),
-        (Store(), object(), "Writer"),
+        (object(), InMemoryStore(), "Reader"),
+        (InMemoryStore(), None, "Writer"),
+        (InMemoryStore(), object(), "Writer"),
     ],
 )
 def test_middleware_checks_reader_and_writer_at_construction(
@@ -463,7 +463,7 @@ def test_middleware_checks_reader_and_writer_at_construction(
 
 
 def test_middleware_checks_its_other_arguments() -> None:
-    store = Store()
+    store = InMemoryStore()
     with pytest.raises(TypeError, match="exclusive_turns"):
         Middleware(store, store, "c", exclusive_turns=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="new_append_id"):
@@ -474,7 +474,7 @@ def test_middleware_checks_its_other_arguments() -> None:
 
 
 async def test_plain_reader_means_no_fence() -> None:
-    store = Store()
+    store = InMemoryStore()
 
     class PlainReader:
         async def read(self, conversation_id: str) -> list[Message]:
@@ -500,7 +500,7 @@ async def test_plain_reader_means_no_fence() -> None:
 
 
 async def test_a_view_reader_returning_a_non_view_is_a_store_error() -> None:
-    store = Store()
+    store = InMemoryStore()
 
     class Broken:
         async def read(self, conversation_id: str) -> list[Message]:

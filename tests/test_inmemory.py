@@ -11,7 +11,7 @@ import pytest
 
 from scope.chat import Message, assistant_message, user_message
 from scope.history import Batch, BatchReader, ConversationID, Lister, Receipt, Store
-from scope.history.inmemory import Store as InMemoryStore
+from scope.history.inmemory import InMemoryStore as InMemoryStore
 from scope.history.storetest import StoreConformance
 
 
@@ -120,4 +120,14 @@ async def test_clear_drops_messages_and_dedupe_records_but_keeps_closure() -> No
 
 
 def test_repr_does_not_dump_the_contents() -> None:
-    assert repr(InMemoryStore()) == "Store()"
+    assert repr(InMemoryStore()) == "InMemoryStore()"
+
+
+def test_the_old_name_still_works_for_one_release_and_warns() -> None:
+    import scope.history.inmemory as module
+
+    with pytest.warns(DeprecationWarning, match="use InMemoryStore"):
+        old = module.Store
+    assert old is InMemoryStore
+    with pytest.raises(AttributeError, match="no attribute 'Stores'"):
+        module.Stores  # noqa: B018

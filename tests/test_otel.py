@@ -62,7 +62,7 @@ from scope.errors import (
 )
 from scope.history import Batch, Middleware
 from scope.history import _trace as history_trace
-from scope.history.inmemory import Store
+from scope.history.inmemory import InMemoryStore
 from scope.media import Media
 from scope.models.openai import OpenAIChatModel
 from scope.testing import Fail, Hang, ScriptedModel
@@ -362,7 +362,7 @@ async def test_stream_conversation_id_is_read_when_the_stream_is_made(tel: Telem
 async def test_tracing_inside_the_history_middleware_sees_the_replayed_history(
     tel: Telemetry,
 ) -> None:
-    store = Store()
+    store = InMemoryStore()
     await store.append(Batch("conv-1", "seed", [user_message("earlier"), assistant_message("ok")]))
     t = tel.tracing(capture_content=True)
     scripted = ScriptedModel(ANSWER, ANSWER)
@@ -918,7 +918,7 @@ def history_span(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
 
 @pytest.mark.anyio
 async def test_middleware_traces_a_committed_turn(history_spans: InMemorySpanExporter) -> None:
-    store = Store()
+    store = InMemoryStore()
     await (
         Middleware(store, store, "traced")
         .call(ScriptedModel(_final("a")))
@@ -940,7 +940,7 @@ async def test_middleware_traces_a_committed_turn(history_spans: InMemorySpanExp
 
 @pytest.mark.anyio
 async def test_middleware_traces_a_tool_pause(history_spans: InMemorySpanExporter) -> None:
-    store = Store()
+    store = InMemoryStore()
     calls = Response(Output(assistant_message(tool_call_part("c1", "f")), FinishReason.TOOL_CALLS))
     stream = (
         Middleware(store, store, "traced")
@@ -957,7 +957,7 @@ async def test_middleware_traces_a_tool_pause(history_spans: InMemorySpanExporte
 async def test_middleware_traces_a_turn_lost_to_another(
     history_spans: InMemorySpanExporter,
 ) -> None:
-    store = Store()
+    store = InMemoryStore()
 
     class Interloper:
         async def call(self, request: Request) -> Response:
@@ -979,7 +979,7 @@ async def test_middleware_traces_a_turn_lost_to_another(
 async def test_middleware_traces_a_closed_conversation(
     history_spans: InMemorySpanExporter,
 ) -> None:
-    store = Store()
+    store = InMemoryStore()
     await store.clear("traced")
     model = ScriptedModel(_final("never"))
     with pytest.raises(ConversationClosedError):
@@ -996,7 +996,7 @@ async def test_middleware_traces_a_closed_conversation(
 async def test_middleware_traces_a_failed_and_a_cancelled_append(
     history_spans: InMemorySpanExporter,
 ) -> None:
-    store = Store()
+    store = InMemoryStore()
 
     class Broken:
         async def append(self, batch: Batch) -> Any:

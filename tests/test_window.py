@@ -32,7 +32,7 @@ from scope.history import (
     Writer,
 )
 from scope.history._window import window
-from scope.history.inmemory import Store
+from scope.history.inmemory import InMemoryStore
 from scope.metadata import Metadata
 
 pytestmark = pytest.mark.anyio
@@ -91,7 +91,7 @@ def test_evolve_revalidates() -> None:
 
 
 def test_window_reader_is_read_only() -> None:
-    reader = WindowReader(Store(), 3)
+    reader = WindowReader(InMemoryStore(), 3)
     assert isinstance(reader, Reader)
     assert not isinstance(reader, Writer)
     assert not isinstance(reader, Clearer)
@@ -232,7 +232,7 @@ async def test_invalid_id_raises_before_reading() -> None:
 
 
 async def test_window_over_a_store() -> None:
-    store = Store()
+    store = InMemoryStore()
     await store.append(Batch("c", "1", [system_message("s"), *_simple_turn("1")]))
     await store.append(Batch("c", "2", _tool_turn("2")))
     reader = WindowReader(store, 5)
@@ -243,7 +243,7 @@ async def test_window_over_a_store() -> None:
 
 
 async def test_read_view_is_the_window_with_the_whole_conversation_length() -> None:
-    store = Store()
+    store = InMemoryStore()
     await store.append(Batch("c", "1", [system_message("s"), *_simple_turn("1")]))
     await store.append(Batch("c", "2", _tool_turn("2")))
     reader = WindowReader(store, 5)

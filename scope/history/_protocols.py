@@ -87,7 +87,7 @@ class ViewReader(Protocol):
 class BatchReader(Protocol):
     """Reads a conversation batch by batch, with what each batch's receipt needs.
 
-    Optional: not part of ``Store``. Every bundled store (``scope.history.inmemory.Store``
+    Optional: not part of ``Store``. Every bundled store (``scope.history.inmemory.InMemoryStore``
     and the ``scope.historystores`` backends) implements it; check with
     ``isinstance(store, BatchReader)``.
     """

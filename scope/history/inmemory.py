@@ -1,8 +1,8 @@
 """The reference history store: everything in memory, nothing survives the process.
 
-``Store`` (a ``Store``, ``Lister`` and ``BatchReader``) is what every other backend is
-measured against: it passes ``scope.history.storetest.StoreConformance`` and is the model
-the persistent stores copy.
+``InMemoryStore`` (a ``Store``, ``Lister``, ``ViewReader`` and ``BatchReader``) is what
+every other backend is measured against: it passes
+``scope.history.storetest.StoreConformance`` and is the model the persistent stores copy.
 It is safe to share between tasks and threads, and it runs unchanged under asyncio and
 trio: its only synchronisation is a ``threading.Lock`` that is never held across an
 ``await`` (no method awaits at all).
@@ -11,7 +11,8 @@ trio: its only synchronisation is a ``threading.Lock`` that is never held across
 from __future__ import annotations
 
 import threading
-from typing import final
+import warnings
+from typing import Any, final
 
 import attrs
 
@@ -26,12 +27,12 @@ from scope.history._batch import Batch, Receipt
 from scope.history._ids import AppendID, ConversationID
 from scope.history._view import HistoryView
 
-__all__ = ["Store"]
+__all__ = ["InMemoryStore"]
 
 
 @final
 @attrs.define(eq=False)
-class Store:
+class InMemoryStore:
     """An in-memory ``Store``, ``Lister``, ``ViewReader`` and ``BatchReader``.
 
     Guarantees, beyond the store rules every backend keeps (see ``scope.history``):
@@ -161,3 +162,17 @@ class Store:
         (code point) order; ``[]`` when none."""
         with self._lock:
             return sorted(self._batches)
+
+
+def __getattr__(name: str) -> Any:
+    """``Store``: the old name of ``InMemoryStore``, kept for one release (deprecated:
+    ``scope.history.Store`` is the store protocol, a different thing)."""
+    if name == "Store":
+        warnings.warn(
+            "scope.history.inmemory.Store is deprecated: use InMemoryStore (the name "
+            "Store is the protocol scope.history.Store)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return InMemoryStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

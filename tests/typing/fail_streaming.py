@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 from scope import chat
 from scope.history import Middleware
-from scope.history.inmemory import Store
+from scope.history.inmemory import InMemoryStore
 
 
 class IteratorOnly:
@@ -41,7 +41,7 @@ async def consume(chunks: AsyncIterator[chat.Response]) -> None:
 
 
 def bind(model: chat.Model) -> chat.Model:
-    store = Store()
+    store = InMemoryStore()
     history = Middleware(store, store, "user-1")
     # The Middleware itself where its .call method was meant.
     # E: Argument 2 to "wrap" has incompatible type "Middleware"

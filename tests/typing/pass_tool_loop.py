@@ -13,7 +13,7 @@ import anyio
 from scope import chat
 from scope.errors import CommitError
 from scope.history import Middleware, Store
-from scope.history.inmemory import Store as MemoryStore
+from scope.history.inmemory import InMemoryStore as MemoryStore
 from scope.testing import ScriptedModel
 
 WEATHER = chat.ToolDefinition("get_weather", {"type": "object"}, description="Weather.")
