@@ -129,7 +129,7 @@ EXPECTED: dict[str, list[str]] = {
         "Turn",
     ],
     "scope.history.inmemory": [
-        "Store",
+        "InMemoryStore",
     ],
     "scope.history.storetest": [
         "HOSTILE_IDS",
