@@ -42,6 +42,12 @@ from scope.jsonvalue import RawJSON
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
 from scope.models._errors import embedded_error
+from scope.models._json_shape import bare_mime as _bare_mime
+from scope.models._json_shape import count as _count
+from scope.models._json_shape import kind as _kind
+from scope.models._json_shape import load as _load
+from scope.models._json_shape import meta_text as _meta_text
+from scope.models._json_shape import obj as _obj
 
 __all__ = [
     "BLOCK_KEY",
@@ -202,10 +208,6 @@ def _tool(tool: ToolDefinition) -> dict[str, Any]:
         out["description"] = tool.description
     out["input_schema"] = orjson.Fragment(tool.input_schema.bytes)
     return out
-
-
-def _bare_mime(mime: str) -> str:
-    return mime.partition(";")[0].strip().lower()
 
 
 def _media(media: Media, where: str) -> dict[str, Any]:
@@ -384,26 +386,6 @@ def stop_reason(value: object, where: str) -> FinishReason | None:
     return _STOP.get(value, FinishReason.OTHER)
 
 
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _obj(value: object, where: str) -> dict[str, Any]:
-    if type(value) is not dict:
-        raise InvalidResponseError(f"{where} must be an object, got {_kind(value)}")
-    return value
-
-
 def _str(obj: dict[str, Any], key: str, where: str) -> str:
     value = obj.get(key)
     if value is None:
@@ -411,23 +393,6 @@ def _str(obj: dict[str, Any], key: str, where: str) -> str:
     if type(value) is not str:
         raise InvalidResponseError(f"{where}.{key} must be a string, got {_kind(value)}")
     return value
-
-
-def _count(obj: dict[str, Any], key: str, where: str) -> int | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if type(value) is not int or value < 0:
-        raise InvalidResponseError(f"{where}.{key} must be a non-negative integer, got {value!r}")
-    return value
-
-
-def _load(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidResponseError(f"{what} is not valid JSON: {exc}") from exc
-    return _obj(value, what)
 
 
 def _signature(text: str, where: str) -> bytes:
@@ -498,12 +463,6 @@ class _Usage:
             )
         except ScopeError as exc:
             raise InvalidResponseError(f"{where}: {exc}") from exc
-
-
-def _meta_text(where: str, value: str) -> str:
-    if value != value.strip():
-        raise InvalidResponseError(f"{where} must not have surrounding whitespace: {value!r}")
-    return value
 
 
 def _reasoning_meta(base: Metadata, last: Part | None, index: int) -> Metadata:

@@ -38,6 +38,12 @@ from scope.errors import (
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
 from scope.models._errors import embedded_error
+from scope.models._json_shape import bare_mime as _bare_mime
+from scope.models._json_shape import count as _count
+from scope.models._json_shape import kind as _kind
+from scope.models._json_shape import load as _load
+from scope.models._json_shape import meta_text as _meta_text
+from scope.models._json_shape import obj as _obj
 
 __all__ = [
     "REFUSAL_KEY",
@@ -201,10 +207,6 @@ def _data_url(media: Media) -> str:
     return f"data:{_bare_mime(media.mime)};base64,{encoded}"
 
 
-def _bare_mime(mime: str) -> str:
-    return mime.partition(";")[0].strip().lower()
-
-
 def _media(media: Media, where: str) -> dict[str, Any]:
     source = media.source
     mime = _bare_mime(media.mime)
@@ -286,26 +288,6 @@ def finish_reason(value: object, where: str) -> FinishReason | None:
     if not isinstance(value, str):
         raise InvalidResponseError(f"{where} must be a string or null, got {_kind(value)}")
     return _FINISH.get(value, FinishReason.OTHER)
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _obj(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidResponseError(f"{where} must be an object, got {_kind(value)}")
-    return value
 
 
 def _opt_str(obj: dict[str, Any], key: str, where: str) -> str | None:
@@ -395,15 +377,6 @@ def _opt_list(obj: dict[str, Any], key: str, where: str) -> list[Any] | None:
     raise InvalidResponseError(f"{where}.{key} must be an array or null, got {_kind(value)}")
 
 
-def _count(obj: dict[str, Any], key: str, where: str) -> int | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if type(value) is not int or value < 0:
-        raise InvalidResponseError(f"{where}.{key} must be a non-negative integer, got {value!r}")
-    return value
-
-
 def _usage(value: object, where: str) -> Usage:
     obj = _obj(value, where)
     prompt = _count(obj, "prompt_tokens", where) or 0
@@ -450,20 +423,6 @@ def _error_message(error: object) -> str:
     if isinstance(error, str) and error:
         return error
     return "no message"
-
-
-def _load(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidResponseError(f"{what} is not valid JSON: {exc}") from exc
-    return _obj(value, what)
-
-
-def _meta_text(where: str, value: str) -> str:
-    if value != value.strip():
-        raise InvalidResponseError(f"{where} must not have surrounding whitespace: {value!r}")
-    return value
 
 
 def _tool_call_part(raw: object, where: str, fallback_id: str) -> Part:
