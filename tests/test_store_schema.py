@@ -273,3 +273,13 @@ async def test_redis_conversation_written_by_0_1_is_counted() -> None:
     finally:
         await admin.aclose()
         await drop_prefix(url, prefix)
+
+
+async def test_open_flags_must_be_bools_before_any_io() -> None:
+    from scope.historystores.postgres import PostgresStore
+    from scope.historystores.redis import RedisStore
+
+    with pytest.raises(ValueError, match="create must be a bool"):
+        await PostgresStore.open("postgresql://nobody@127.0.0.1:1/none", create=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cluster must be a bool"):
+        await RedisStore.open("redis://127.0.0.1:1/0", cluster="yes")  # type: ignore[arg-type]
