@@ -16,9 +16,10 @@ set -euo pipefail
 
 PG_PORT="${SCOPE_PG_PORT:-54329}"
 REDIS_PORT="${SCOPE_REDIS_PORT:-63799}"
-# The cluster's three masters listen on this port and the next two (at most 55535: each
-# also uses its port + 10000 for the cluster bus).
-CLUSTER_PORT="${SCOPE_REDIS_CLUSTER_PORT:-46381}"
+# The cluster's three masters listen on this port and the next two, and each also on its
+# port + 10000 (the cluster bus). All six stay below Linux's ephemeral range (32768 and
+# up), where an outgoing connection of an earlier test run may still hold the port.
+CLUSTER_PORT="${SCOPE_REDIS_CLUSTER_PORT:-17381}"
 STATE="${SCOPE_SERVICES_DIR:-${TMPDIR:-/tmp}/scope-services}"
 PGDATA_DIR="$STATE/pgdata"
 PGSOCK_DIR="$STATE/pgsock"
@@ -209,12 +210,21 @@ start_redis_cluster() {
         fi
         nodes+=("127.0.0.1:$port")
     done
-    local i
+    local i up
     for port in $(cluster_ports); do
+        up=0
         for i in $(seq 1 120); do
-            [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null || true)" = "PONG" ] && break
+            if [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null || true)" = "PONG" ]; then
+                up=1
+                break
+            fi
             sleep 0.25
         done
+        if [ "$up" = 0 ]; then
+            log "redis cluster node on port $port did not answer PING"
+            tail -n 20 "$CLUSTER_DIR/$port/redis.log" >&2 || true
+            exit 1
+        fi
     done
     log "creating the redis cluster on ${nodes[*]}"
     redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >&2
