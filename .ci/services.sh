@@ -14,7 +14,7 @@
 # the cluster is owned by the `postgres` user (created when missing).
 set -euo pipefail
 
-PG_PORT="${SCOPE_PG_PORT:-54329}"
+PG_PORT="${SCOPE_PG_PORT:-25432}"  # below the ephemeral range, like the cluster's
 REDIS_PORT="${SCOPE_REDIS_PORT:-63799}"
 # The cluster's three masters listen on this port and the next two, and each also on its
 # port + 10000 (the cluster bus). All six stay below Linux's ephemeral range (32768 and
