@@ -6,10 +6,14 @@ To extend: add the new name to the expected list of its module (keep the lists s
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 import pytest
 
+import scope
+
 EXPECTED: dict[str, list[str]] = {
+    "scope": ["__version__"],
     "scope.errors": [
         "AppendConflictError",
         "AuthenticationError",
@@ -120,6 +124,11 @@ EXPECTED: dict[str, list[str]] = {
         "SCHEMA_VERSION",
         "open_store",
     ],
+    "scope.historystores.postgres": ["PostgresStore"],
+    "scope.historystores.redis": ["RedisStore"],
+    "scope.historystores.sqlite": ["SQLiteStore"],
+    "scope.cli": ["main"],
+    "scope.models": [],
     "scope.testing": [
         "Fail",
         "Hang",
@@ -160,6 +169,15 @@ EXPECTED: dict[str, list[str]] = {
         "to_json",
     ],
 }
+
+
+def test_every_public_module_is_pinned() -> None:
+    # A module is public when no part of its dotted name starts with an underscore.
+    found = {"scope"}
+    for info in pkgutil.walk_packages(scope.__path__, "scope."):
+        if not any(part.startswith("_") for part in info.name.split(".")):
+            found.add(info.name)
+    assert sorted(found) == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("module_name", sorted(EXPECTED))

@@ -9,3 +9,5 @@ this package) never imports an HTTP library:
 - ``scope.models.anthropic.AnthropicModel`` (extra ``scope-chat[anthropic]``): the Anthropic
   Messages API, spoken natively (no SDK).
 """
+
+__all__: list[str] = []
