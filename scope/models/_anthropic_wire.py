@@ -568,25 +568,26 @@ class EventMapper:
     part; a ``tool_use`` block is a ``ToolCallDelta`` when it starts and one per
     ``input_json_delta`` (the block index gives the call's id and name), and ``{}`` when
     it stops without input; ``message_start`` and ``message_delta`` give id, model,
-    usage snapshots and the finish reason. ``ping`` and unknown events add nothing;
-    ``message_stop`` sets ``done``. ``map`` returns ``None`` for an event that adds
-    nothing. A malformed event raises ``InvalidResponseError``; an ``error`` event the
+    usage snapshots and the finish reason. ``ping`` and unknown events add nothing.
+    ``end_marker_seen`` is true once ``message_stop`` arrived, ``finish_reason_seen``
+    once a stop reason did. ``map`` returns ``None`` for an event that adds nothing. A
+    malformed event raises ``InvalidResponseError``; an ``error`` event the
     ``ProviderError`` of its type (``overloaded_error``: ``ProviderServerError``, ...).
     """
 
-    __slots__ = ("_blocks", "_last", "_usage", "done", "finished")
+    __slots__ = ("_blocks", "_last", "_usage", "end_marker_seen", "finish_reason_seen")
 
     def __init__(self) -> None:
         # index -> [type, tool id, tool name, got input?, signature pieces, metadata]
         self._blocks: dict[int, list[Any]] = {}
         self._last: Part | None = None  # the last part handed out (for adjacency)
         self._usage = _Usage()
-        self.done = False
-        self.finished = False
+        self.end_marker_seen = False
+        self.finish_reason_seen = False
 
     def map(self, event: str, data: bytes) -> Response | None:
         """Map one event; see the class docstring."""
-        if self.done:
+        if self.end_marker_seen:
             raise InvalidResponseError("stream event after message_stop")
         payload = _load(data, "stream event")
         kind = payload.get("type", event)
@@ -604,7 +605,7 @@ class EventMapper:
             raise InvalidResponseError(f"stream event {kind}: {exc}") from exc
 
     def _parts(self, parts: list[Part]) -> Response:
-        if self.finished:
+        if self.finish_reason_seen:
             raise InvalidResponseError("stream event carries content after the stop_reason")
         self._last = parts[-1]
         return Response(Output(Message(Role.ASSISTANT, parts)))
@@ -643,11 +644,11 @@ class EventMapper:
             metadata = ResponseMetadata(usage=self._usage.usage("message_delta.usage"), extra=extra)
             output = None
             if reason is not None:
-                self.finished = True
+                self.finish_reason_seen = True
                 output = Output(finish_reason=reason)
             return Response(output, metadata)
         if kind == "message_stop":
-            self.done = True
+            self.end_marker_seen = True
             return None
         return None  # ping, and event types added after this adapter was written
 

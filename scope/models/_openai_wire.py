@@ -522,7 +522,8 @@ class ChunkMapper:
     carry the call id and name of their ``index`` on every fragment (remembered per
     index), id and model are sent when they change, usage is the server's cumulative
     snapshot. ``map`` returns ``None`` for an event that adds nothing, and for
-    ``[DONE]`` (after which ``done`` is true) unless calls were still held back.
+    ``[DONE]`` unless calls were still held back. ``end_marker_seen`` is true once
+    ``[DONE]`` arrived, ``finish_reason_seen`` once a finish reason did.
 
     A call's fragments are held back until its id and its name have both arrived, as
     some servers send the id only after the first fragment (which then has only its
@@ -533,7 +534,16 @@ class ChunkMapper:
     whose class follows the status or error type it states (``embedded_error``).
     """
 
-    __slots__ = ("_calls", "_extra", "_id", "_model", "_pending", "_raw", "done", "finished")
+    __slots__ = (
+        "_calls",
+        "_extra",
+        "_id",
+        "_model",
+        "_pending",
+        "_raw",
+        "end_marker_seen",
+        "finish_reason_seen",
+    )
 
     def __init__(self) -> None:
         self._calls: dict[int, tuple[str, str]] = {}  # index -> (id, name)
@@ -543,18 +553,18 @@ class ChunkMapper:
         self._model = ""
         self._extra = _EMPTY_META
         self._raw: tuple[object, ...] = (None, None, None, None)
-        self.done = False
-        self.finished = False
+        self.end_marker_seen = False
+        self.finish_reason_seen = False
 
     def map(self, event: str, data: bytes) -> Response | None:
         """Map one event; see the class docstring."""
         if data == b"[DONE]":
-            self.done = True
+            self.end_marker_seen = True
             held = self._flush()
             if not held:
                 return None
             return Response(Output(Message(Role.ASSISTANT, held)))
-        if self.done:
+        if self.end_marker_seen:
             raise InvalidResponseError("stream event after [DONE]")
         chunk = _load(data, "stream event")
         error = chunk.get("error")
@@ -677,10 +687,10 @@ class ChunkMapper:
                 if part is not None:
                     parts.append(part)
         reason = finish_reason(choice.get("finish_reason"), "chunk.choices[0].finish_reason")
-        if parts and self.finished:
+        if parts and self.finish_reason_seen:
             raise InvalidResponseError("stream event carries content after the finish_reason")
         if reason is not None:
-            self.finished = True
+            self.finish_reason_seen = True
             parts.extend(self._flush())
         if not parts and reason is None:
             return None
