@@ -28,7 +28,6 @@ from scope.chat import (
     Role,
     ToolCall,
     ToolCallDelta,
-    ToolDefinition,
     Usage,
 )
 from scope.errors import (
@@ -53,6 +52,7 @@ from scope.models._wire import (
     prepare,
     put_options,
     text_and_media_blocks,
+    tool_spec,
 )
 
 __all__ = [
@@ -128,7 +128,7 @@ def build_body(
             system.append({"type": "text", "text": message.text})
     body: dict[str, Any] = {"model": chosen, "max_tokens": 0, "messages": _messages(request)}
     if request.tools:
-        body["tools"] = [_tool(tool) for tool in request.tools]
+        body["tools"] = [tool_spec(tool, "input_schema") for tool in request.tools]
     _options(options, body, system)
     if system:
         body["system"] = system
@@ -193,14 +193,6 @@ def _options(options: Options, body: dict[str, Any], system: list[dict[str, Any]
     # Extensions of other namespaces are meant for other providers and are ignored.
     for name, raw in extension_fields(options, "anthropic", RESERVED_FIELDS, "AnthropicModel"):
         body[name] = orjson.Fragment(raw.bytes)
-
-
-def _tool(tool: ToolDefinition) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": tool.name}
-    if tool.description:
-        out["description"] = tool.description
-    out["input_schema"] = orjson.Fragment(tool.input_schema.bytes)
-    return out
 
 
 def _media(media: Media, where: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from scope.chat import (
     Role,
     ToolCall,
     ToolCallDelta,
+    ToolDefinition,
     Usage,
 )
 from scope.errors import (
@@ -49,6 +50,7 @@ from scope.models._wire import (
     prepare,
     put_options,
     text_and_media_blocks,
+    tool_spec,
 )
 
 __all__ = [
@@ -150,12 +152,8 @@ def _options(options: Options, body: dict[str, Any]) -> None:
         body[name] = orjson.Fragment(raw.bytes)
 
 
-def _tool(tool: Any) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.name}
-    if tool.description:
-        function["description"] = tool.description
-    function["parameters"] = orjson.Fragment(tool.input_schema.bytes)
-    return {"type": "function", "function": function}
+def _tool(tool: ToolDefinition) -> dict[str, Any]:
+    return {"type": "function", "function": tool_spec(tool, "parameters")}
 
 
 def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:

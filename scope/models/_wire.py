@@ -1,6 +1,7 @@
 """What the two wire mappings (``_openai_wire``, ``_anthropic_wire``) share: preparing a
-request, the provider's extension fields, content blocks of text and media, and turning
-a value's refusal of what the server sent into ``InvalidResponseError``.
+request, options and extensions as body fields, tool specs, content blocks of text and
+media, and turning a value's refusal of what the server sent into
+``InvalidResponseError``.
 
 Pure: no I/O and no HTTP library. The JSON shape checks live in ``_json_shape``.
 """
@@ -11,7 +12,9 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, final
 
-from scope.chat import Options, Part, PartKind, Request
+import orjson
+
+from scope.chat import Options, Part, PartKind, Request, ToolDefinition
 from scope.errors import (
     InvalidRequestError,
     InvalidResponseError,
@@ -27,6 +30,7 @@ __all__ = [
     "prepare",
     "put_options",
     "text_and_media_blocks",
+    "tool_spec",
 ]
 
 
@@ -69,6 +73,16 @@ def extension_fields(
                 f"{adapter} sets itself"
             )
         yield name, raw
+
+
+def tool_spec(tool: ToolDefinition, schema_field: str) -> dict[str, Any]:
+    """A tool's name, description (when it has one) and input schema (verbatim, as
+    ``schema_field``)."""
+    spec: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        spec["description"] = tool.description
+    spec[schema_field] = orjson.Fragment(tool.input_schema.bytes)
+    return spec
 
 
 def text_and_media_blocks(
