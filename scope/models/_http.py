@@ -48,7 +48,7 @@ from scope.models._sse import SSEDecoder
 
 __all__ = [
     "UNSET",
-    "EventMapper",
+    "StreamMapper",
     "HTTPAdapter",
     "Wire",
     "close",
@@ -85,7 +85,7 @@ class Wire(NamedTuple):
     #: A complete JSON answer (or a stream answered with JSON) -> ``Response``.
     parse: Callable[[bytes], Response]
     #: A fresh mapper for the events of one stream.
-    mapper: Callable[[], EventMapper]
+    mapper: Callable[[], StreamMapper]
     #: What the stream lacked when it ended early (for ``ProviderConnectionError``).
     unfinished: str
 
@@ -338,7 +338,7 @@ class HTTPAdapter:
             await release(response, chunks)
 
 
-class EventMapper(Protocol):
+class StreamMapper(Protocol):
     """What ``_stream_request`` needs of a provider's event mapper:
     ``end_marker_seen`` (the provider's end-of-stream event arrived: ``[DONE]``,
     ``message_stop``) and ``finish_reason_seen`` (a finish or stop reason did)."""
