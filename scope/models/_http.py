@@ -48,8 +48,8 @@ from scope.models._sse import SSEDecoder
 
 __all__ = [
     "UNSET",
-    "StreamMapper",
     "HTTPAdapter",
+    "StreamMapper",
     "Wire",
     "close",
     "detail",
