@@ -7,7 +7,7 @@ from typing import Any, TypeAlias, final
 from scope._json import canonical, loads, loads_exact
 from scope.errors import InvalidJSONError
 
-__all__ = ["RawJSON", "coerce_raw_json"]
+__all__ = ["RawJSON"]
 
 
 @final
@@ -104,8 +104,9 @@ def _canonical_text(text: str | bytes | bytearray | memoryview) -> bytes:
 JSONDocument: TypeAlias = "RawJSON | dict[str, Any] | list[Any] | tuple[Any, ...]"
 
 
-def coerce_raw_json(value: JSONDocument) -> RawJSON:
-    """Field converter: RawJSON stays, dicts and lists are encoded with ``from_value``."""
+def _coerce_raw_json(value: JSONDocument) -> RawJSON:
+    """Field converter of the chat values (private: not part of the API): RawJSON stays,
+    dicts, lists and tuples are encoded with ``from_value``."""
     if isinstance(value, RawJSON):
         return value
     if isinstance(value, dict | list | tuple):

@@ -124,6 +124,17 @@ _TOKEN_BUCKETS: Final = (
     1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
 )  # fmt: skip
 
+# Request options recorded as they are: (option, span attribute), in this order. top_k
+# is there for its place; it is written again as a double.
+_REQUEST_ATTRIBUTES: Final = (
+    ("temperature", "gen_ai.request.temperature"),
+    ("top_p", "gen_ai.request.top_p"),
+    ("top_k", "gen_ai.request.top_k"),
+    ("max_tokens", "gen_ai.request.max_tokens"),
+    ("stop", "gen_ai.request.stop_sequences"),
+    ("frequency_penalty", "gen_ai.request.frequency_penalty"),
+    ("presence_penalty", "gen_ai.request.presence_penalty"),
+)
 _OUTPUT_TYPES: Final = {
     OutputFormatType.TEXT: "text",
     OutputFormatType.JSON: "json",
@@ -297,20 +308,12 @@ class Tracing:
         if model:
             metric_attrs["gen_ai.request.model"] = model
         attrs = dict(metric_attrs)
-        if options.temperature is not None:
-            attrs["gen_ai.request.temperature"] = options.temperature
-        if options.top_p is not None:
-            attrs["gen_ai.request.top_p"] = options.top_p
+        for option, key in _REQUEST_ATTRIBUTES:
+            value = getattr(options, option)
+            if value is not None:
+                attrs[key] = value
         if options.top_k is not None:
-            attrs["gen_ai.request.top_k"] = float(options.top_k)
-        if options.max_tokens is not None:
-            attrs["gen_ai.request.max_tokens"] = options.max_tokens
-        if options.stop is not None:
-            attrs["gen_ai.request.stop_sequences"] = options.stop
-        if options.frequency_penalty is not None:
-            attrs["gen_ai.request.frequency_penalty"] = options.frequency_penalty
-        if options.presence_penalty is not None:
-            attrs["gen_ai.request.presence_penalty"] = options.presence_penalty
+            attrs["gen_ai.request.top_k"] = float(options.top_k)  # a double in the conventions
         if options.output_format is not None:
             attrs["gen_ai.output.type"] = _OUTPUT_TYPES[options.output_format.type]
         if conversation is not None:

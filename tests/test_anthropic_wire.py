@@ -755,7 +755,7 @@ def test_stream_ping_unknown_events_and_server_blocks_add_nothing() -> None:
         mapper.map("", block_delta(0, {"type": "input_json_delta", "partial_json": "{}"})) is None
     )
     assert mapper.map("", block_stop(0)) is None
-    assert mapper.map("", event("message_stop")) is None and mapper.done
+    assert mapper.map("", event("message_stop")) is None and mapper.end_marker_seen
 
 
 @pytest.mark.parametrize(

@@ -145,7 +145,7 @@ EXPECTED: dict[str, list[str]] = {
         "StoreConformance",
         "rich_messages",
     ],
-    "scope.jsonvalue": ["RawJSON", "coerce_raw_json"],
+    "scope.jsonvalue": ["RawJSON"],
     "scope.metadata": ["Extensions", "Metadata"],
     "scope.media": ["Media", "Source", "SourceKind"],
     "scope.models.openai": ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "OpenAIChatModel"],

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scope.errors import InvalidJSONError
-from scope.jsonvalue import RawJSON, coerce_raw_json
+from scope.jsonvalue import RawJSON, _coerce_raw_json
 from tests.strategies import json_texts, json_values, raw_json
 
 FAST = settings(max_examples=150, deadline=None)
@@ -169,13 +169,13 @@ def test_value_str_repr_eq_hash_pickle() -> None:
 
 def test_coerce() -> None:
     raw = RawJSON.parse("[1]")
-    assert coerce_raw_json(raw) is raw
-    assert coerce_raw_json([1]) == raw
-    assert coerce_raw_json({"a": 1}) == RawJSON.parse('{"a":1}')
+    assert _coerce_raw_json(raw) is raw
+    assert _coerce_raw_json([1]) == raw
+    assert _coerce_raw_json({"a": 1}) == RawJSON.parse('{"a":1}')
     with pytest.raises(InvalidJSONError):
-        coerce_raw_json("[1]")
+        _coerce_raw_json("[1]")
     with pytest.raises(InvalidJSONError):
-        coerce_raw_json(1)
+        _coerce_raw_json(1)
 
 
 # ------------------------------------------------------------------ properties

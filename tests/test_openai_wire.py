@@ -646,7 +646,7 @@ def test_chunk_ids_and_models_are_sent_when_they_change() -> None:
     assert mapper.map("message", chunk({"content": ""})) is None
     second = mapper.map("message", chunk({"content": "x"}))
     assert second is not None and second.metadata is None and second.text == "x"
-    assert mapper.map("message", b"[DONE]") is None and mapper.done
+    assert mapper.map("message", b"[DONE]") is None and mapper.end_marker_seen
 
 
 def test_a_fragment_without_id_gets_one_from_its_index() -> None:
@@ -821,7 +821,7 @@ def test_calls_held_back_are_flushed_at_done_without_a_finish_reason() -> None:
     assert flushed is not None and flushed.output is not None
     assert flushed.output.message is not None
     assert flushed.output.message.parts[0].tool_call_delta == ToolCallDelta("call_2", "f", "{}")
-    assert mapper.done
+    assert mapper.end_marker_seen
 
 
 def test_content_blocks_in_a_completion() -> None:
@@ -915,9 +915,9 @@ def test_empty_placeholders_are_absent() -> None:
     mapper = ChunkMapper()
     for delta in ({"content": "Che", **placeholders}, {"content": "cking.", **placeholders}):
         mapped = mapper.map("message", chunk(delta, "", id=""))
-        assert mapped is not None and not mapper.finished
+        assert mapped is not None and not mapper.finish_reason_seen
     mapper.map("message", chunk({"function_call": {"name": "", "arguments": ""}}, "stop"))
-    assert mapper.finished
+    assert mapper.finish_reason_seen
 
 
 def test_other_choices_are_not_mapped() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Final, final
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, TypeVar, final
 
 import attrs
 
@@ -15,7 +15,7 @@ from scope.errors import (
     InvalidToolCallError,
     InvalidToolResultError,
 )
-from scope.jsonvalue import JSONDocument, RawJSON, coerce_raw_json
+from scope.jsonvalue import JSONDocument, RawJSON, _coerce_raw_json
 from scope.media import Media
 from scope.metadata import EMPTY_METADATA, Metadata
 
@@ -83,7 +83,7 @@ class ToolCallDelta:
 def _optional_raw_json(value: JSONDocument | None) -> RawJSON | None:
     if value is None:
         return None
-    raw = coerce_raw_json(value)
+    raw = _coerce_raw_json(value)
     # The JSON document ``null`` is "no details": the wire cannot tell them apart
     # ("details":null decodes as absent), so both are None and round trips stay equal.
     return None if raw == _NULL else raw
@@ -150,7 +150,7 @@ class ToolOutput:
             details = (
                 RawJSON.parse(raw)
                 if isinstance(raw, str | bytes | bytearray | memoryview)
-                else coerce_raw_json(raw)
+                else _coerce_raw_json(raw)
             )
         except Exception as exc:
             if not isinstance(exc, ValueError):
@@ -309,16 +309,29 @@ class Part:
         raise AssertionError("unreachable: _payload_error found no error")  # pragma: no cover
 
 
+def _or_empty(metadata: Metadata | dict[str, Any] | None) -> Metadata | dict[str, Any]:
+    return EMPTY_METADATA if metadata is None else metadata
+
+
+_C = TypeVar("_C")
+
+
+def _tool_call_payload(make: Callable[[str, str, str], _C], what: str, *args: str) -> _C:
+    """``make(id, name, arguments)``; its ``InvalidToolCallError`` as ``InvalidPartError``."""
+    try:
+        return make(*args)
+    except InvalidToolCallError as exc:
+        raise InvalidPartError(f"part {what}: {exc}") from exc
+
+
 def text_part(text: str, metadata: Metadata | dict[str, Any] | None = None) -> Part:
     """A text part."""
-    return Part(PartKind.TEXT, text=text, metadata=EMPTY_METADATA if metadata is None else metadata)
+    return Part(PartKind.TEXT, text=text, metadata=_or_empty(metadata))
 
 
 def media_part(media: Media, metadata: Metadata | dict[str, Any] | None = None) -> Part:
     """A media part."""
-    return Part(
-        PartKind.MEDIA, media=media, metadata=EMPTY_METADATA if metadata is None else metadata
-    )
+    return Part(PartKind.MEDIA, media=media, metadata=_or_empty(metadata))
 
 
 def reasoning_part(
@@ -327,51 +340,28 @@ def reasoning_part(
     metadata: Metadata | dict[str, Any] | None = None,
 ) -> Part:
     """A reasoning part: visible reasoning text and/or an opaque provider signature."""
-    return Part(
-        PartKind.REASONING,
-        text=text,
-        signature=signature,
-        metadata=EMPTY_METADATA if metadata is None else metadata,
-    )
+    return Part(PartKind.REASONING, text=text, signature=signature, metadata=_or_empty(metadata))
 
 
 def tool_call_part(
     id: str, name: str, arguments: str = "", metadata: Metadata | dict[str, Any] | None = None
 ) -> Part:
     """A complete tool-call part."""
-    try:
-        call = ToolCall(id, name, arguments)
-    except InvalidToolCallError as exc:
-        raise InvalidPartError(f"part tool_call: {exc}") from exc
-    return Part(
-        PartKind.TOOL_CALL,
-        tool_call=call,
-        metadata=EMPTY_METADATA if metadata is None else metadata,
-    )
+    call = _tool_call_payload(ToolCall, "tool_call", id, name, arguments)
+    return Part(PartKind.TOOL_CALL, tool_call=call, metadata=_or_empty(metadata))
 
 
 def tool_call_delta_part(
     id: str, name: str, arguments: str = "", metadata: Metadata | dict[str, Any] | None = None
 ) -> Part:
     """A streamed tool-call fragment part."""
-    try:
-        delta = ToolCallDelta(id, name, arguments)
-    except InvalidToolCallError as exc:
-        raise InvalidPartError(f"part tool_call_delta: {exc}") from exc
-    return Part(
-        PartKind.TOOL_CALL_DELTA,
-        tool_call_delta=delta,
-        metadata=EMPTY_METADATA if metadata is None else metadata,
-    )
+    delta = _tool_call_payload(ToolCallDelta, "tool_call_delta", id, name, arguments)
+    return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta, metadata=_or_empty(metadata))
 
 
 def tool_result_part(result: ToolResult, metadata: Metadata | dict[str, Any] | None = None) -> Part:
     """A tool-result part."""
-    return Part(
-        PartKind.TOOL_RESULT,
-        tool_result=result,
-        metadata=EMPTY_METADATA if metadata is None else metadata,
-    )
+    return Part(PartKind.TOOL_RESULT, tool_result=result, metadata=_or_empty(metadata))
 
 
 _ALLOWED: Final[dict[Role, frozenset[PartKind]]] = {

@@ -28,26 +28,32 @@ from scope.chat import (
     Role,
     ToolCall,
     ToolCallDelta,
-    ToolDefinition,
     Usage,
 )
 from scope.errors import (
     InvalidJSONError,
-    InvalidRequestError,
     InvalidResponseError,
-    ScopeError,
     UnsupportedOptionError,
 )
 from scope.jsonvalue import RawJSON
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
-from scope.models._errors import embedded_error
+from scope.models._errors import embedded_error, error_message
 from scope.models._json_shape import bare_mime as _bare_mime
 from scope.models._json_shape import count as _count
 from scope.models._json_shape import kind as _kind
 from scope.models._json_shape import load as _load
 from scope.models._json_shape import meta_text as _meta_text
+from scope.models._json_shape import nested_count as _nested_count
 from scope.models._json_shape import obj as _obj
+from scope.models._wire import (
+    as_invalid_response,
+    extension_fields,
+    prepare,
+    put_options,
+    text_and_media_blocks,
+    tool_spec,
+)
 
 __all__ = [
     "BLOCK_KEY",
@@ -97,6 +103,9 @@ _STOP: Final[dict[str, FinishReason]] = {
     "refusal": FinishReason.CONTENT_FILTER,
 }
 
+#: Options sent as they are: (option, body field).
+_OPTION_FIELDS: Final = (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"))
+
 _EMPTY_META: Final = Metadata()
 _REDACTED_META: Final = Metadata({REDACTED_KEY: True})
 
@@ -112,20 +121,14 @@ def build_body(
     Validates the request and refuses (``UnsupportedOptionError``) anything populated the
     API cannot carry, so nothing is ever dropped silently. Raises before any I/O.
     """
-    if not isinstance(request, Request):
-        raise InvalidRequestError(f"request must be a Request, got {type(request).__name__}")
-    request.validate()
-    options = default_options.resolve(request.options)
-    chosen = options.model or model
-    if not chosen:
-        raise InvalidRequestError("no model: set Options.model or pass a model to AnthropicModel")
+    options, chosen = prepare(request, default_options, model, "AnthropicModel")
     system: list[dict[str, Any]] = []
     for message in request.messages:
         if message.role is Role.SYSTEM:
             system.append({"type": "text", "text": message.text})
     body: dict[str, Any] = {"model": chosen, "max_tokens": 0, "messages": _messages(request)}
     if request.tools:
-        body["tools"] = [_tool(tool) for tool in request.tools]
+        body["tools"] = [tool_spec(tool, "input_schema") for tool in request.tools]
     _options(options, body, system)
     if system:
         body["system"] = system
@@ -141,17 +144,12 @@ def _options(options: Options, body: dict[str, Any], system: list[dict[str, Any]
     ):
         if value is not None:
             raise UnsupportedOptionError(f"{name} is not part of the Anthropic Messages API")
-    if options.temperature is not None:
-        if options.temperature > 1:
-            raise UnsupportedOptionError(
-                f"temperature must be between 0 and 1 for the Anthropic Messages API, "
-                f"got {options.temperature}"
-            )
-        body["temperature"] = options.temperature
-    if options.top_p is not None:
-        body["top_p"] = options.top_p
-    if options.top_k is not None:
-        body["top_k"] = options.top_k
+    if options.temperature is not None and options.temperature > 1:
+        raise UnsupportedOptionError(
+            f"temperature must be between 0 and 1 for the Anthropic Messages API, "
+            f"got {options.temperature}"
+        )
+    put_options(options, body, _OPTION_FIELDS)
     if options.stop:  # stop=() (an explicit empty list) is the API's default
         body["stop_sequences"] = list(options.stop)
     extensions = options.extensions.namespace("anthropic")
@@ -193,21 +191,8 @@ def _options(options: Options, body: dict[str, Any], system: list[dict[str, Any]
         # fallback instruction every adapter without native support uses.
         system.append({"type": "text", "text": fmt.fallback_instruction()})
     # Extensions of other namespaces are meant for other providers and are ignored.
-    for name, raw in extensions.items():
-        if name in RESERVED_FIELDS:
-            raise UnsupportedOptionError(
-                f"extension 'anthropic/{name}' would overwrite the {name!r} field, which "
-                "AnthropicModel sets itself"
-            )
+    for name, raw in extension_fields(options, "anthropic", RESERVED_FIELDS, "AnthropicModel"):
         body[name] = orjson.Fragment(raw.bytes)
-
-
-def _tool(tool: ToolDefinition) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": tool.name}
-    if tool.description:
-        out["description"] = tool.description
-    out["input_schema"] = orjson.Fragment(tool.input_schema.bytes)
-    return out
 
 
 def _media(media: Media, where: str) -> dict[str, Any]:
@@ -244,17 +229,6 @@ def _media(media: Media, where: str) -> dict[str, Any]:
     return block
 
 
-def _user_blocks(message: Message, where: str) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
-    for index, part in enumerate(message.parts):
-        if part.kind is PartKind.TEXT:
-            blocks.append({"type": "text", "text": part.text})
-        else:
-            assert part.media is not None
-            blocks.append(_media(part.media, f"{where}.parts[{index}]"))
-    return blocks
-
-
 def _tool_results(message: Message, where: str) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for index, part in enumerate(message.parts):
@@ -264,14 +238,9 @@ def _tool_results(message: Message, where: str) -> list[dict[str, Any]]:
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": result.id}
         output = result.output
         if any(p.kind is PartKind.MEDIA for p in output.content):
-            content: list[dict[str, Any]] = []
-            for inner_index, inner in enumerate(output.content):
-                if inner.kind is PartKind.TEXT:
-                    content.append({"type": "text", "text": inner.text})
-                else:
-                    assert inner.media is not None
-                    content.append(_media(inner.media, f"{here}.output.content[{inner_index}]"))
-            block["content"] = content
+            block["content"] = text_and_media_blocks(
+                output.content, f"{here}.output.content", _media
+            )
         else:
             text = output.text()
             if text:
@@ -364,7 +333,7 @@ def _messages(request: Request) -> list[dict[str, Any]]:
             else:
                 out.append({"role": "user", "content": blocks})
         else:
-            blocks = _user_blocks(message, where)
+            blocks = text_and_media_blocks(message.parts, f"{where}.parts", _media)
             if previous is Role.TOOL:
                 # The tool results open the user turn; the user's own words follow.
                 out[-1]["content"].extend(blocks)
@@ -410,12 +379,13 @@ def _signature(text: str, where: str) -> bytes:
     return data
 
 
-def _error_message(error: object) -> str:
-    if isinstance(error, dict):
-        message = error.get("message")
-        if isinstance(message, str) and message:
-            return message
-    return "no message"
+#: The usage counts ``_Usage.update`` keeps: (wire key, attribute).
+_USAGE_COUNTS: Final = (
+    ("input_tokens", "input"),
+    ("output_tokens", "output"),
+    ("cache_read_input_tokens", "cache_read"),
+    ("cache_creation_input_tokens", "cache_creation"),
+)
 
 
 class _Usage:
@@ -432,37 +402,21 @@ class _Usage:
 
     def update(self, raw: object, where: str) -> None:
         obj = _obj(raw, where)
-        value = _count(obj, "input_tokens", where)
-        if value is not None:
-            self.input = value
-        value = _count(obj, "output_tokens", where)
-        if value is not None:
-            self.output = value
-        value = _count(obj, "cache_read_input_tokens", where)
-        if value is not None:
-            self.cache_read = value
-        value = _count(obj, "cache_creation_input_tokens", where)
-        if value is not None:
-            self.cache_creation = value
-        details = obj.get("output_tokens_details")
-        if details is not None:
-            value = _count(
-                _obj(details, f"{where}.output_tokens_details"),
-                "thinking_tokens",
-                f"{where}.output_tokens_details",
-            )
+        for key, attribute in _USAGE_COUNTS:
+            value = _count(obj, key, where)
             if value is not None:
-                self.thinking = value
+                setattr(self, attribute, value)
+        value = _nested_count(obj, "output_tokens_details", "thinking_tokens", where)
+        if value is not None:
+            self.thinking = value
 
     def usage(self, where: str) -> Usage:
         # scope's input count includes the cached parts; Anthropic's input_tokens does not.
         total_input = self.input + (self.cache_read or 0) + (self.cache_creation or 0)
-        try:
+        with as_invalid_response(where):
             return Usage(
                 total_input, self.output, self.thinking, self.cache_read, self.cache_creation
             )
-        except ScopeError as exc:
-            raise InvalidResponseError(f"{where}: {exc}") from exc
 
 
 def _reasoning_meta(base: Metadata, last: Part | None, index: int) -> Metadata:
@@ -484,7 +438,7 @@ def parse_message(data: bytes) -> Response:
     body = _load(data, "response body")
     if body.get("type") == "error" or body.get("error") is not None:
         raise embedded_error(
-            f"the server answered with an error: {_error_message(body.get('error'))}",
+            f"the server answered with an error: {error_message(body.get('error'))}",
             body,
             body.get("error"),
         )
@@ -495,7 +449,7 @@ def parse_message(data: bytes) -> Response:
     if type(content) is not list:
         raise InvalidResponseError(f"{where}.content must be an array, got {_kind(content)}")
     parts: list[Part] = []
-    try:
+    with as_invalid_response(where):
         for index, raw in enumerate(content):
             here = f"{where}.content[{index}]"
             block = _obj(raw, here)
@@ -523,10 +477,8 @@ def parse_message(data: bytes) -> Response:
                 )
             elif kind == "tool_use":
                 arguments = _arguments_text(block.get("input"), f"{here}.input")
-                try:
+                with as_invalid_response(here):
                     call = ToolCall(_str(block, "id", here), _str(block, "name", here), arguments)
-                except ScopeError as exc:
-                    raise InvalidResponseError(f"{here}: {exc}") from exc
                 parts.append(Part(PartKind.TOOL_CALL, tool_call=call))
             # server_tool_use, server tool results and other blocks are the server's own
             # business: never client tool calls, not carried.
@@ -548,10 +500,6 @@ def parse_message(data: bytes) -> Response:
         )
         output = Output(Message(Role.ASSISTANT, parts) if parts else None, reason)
         return Response(output, metadata)
-    except ScopeError as exc:
-        if isinstance(exc, InvalidResponseError):
-            raise
-        raise InvalidResponseError(f"{where}: {exc}") from exc
 
 
 # ---------------------------------------------------------------------------- stream
@@ -568,43 +516,40 @@ class EventMapper:
     part; a ``tool_use`` block is a ``ToolCallDelta`` when it starts and one per
     ``input_json_delta`` (the block index gives the call's id and name), and ``{}`` when
     it stops without input; ``message_start`` and ``message_delta`` give id, model,
-    usage snapshots and the finish reason. ``ping`` and unknown events add nothing;
-    ``message_stop`` sets ``done``. ``map`` returns ``None`` for an event that adds
-    nothing. A malformed event raises ``InvalidResponseError``; an ``error`` event the
+    usage snapshots and the finish reason. ``ping`` and unknown events add nothing.
+    ``end_marker_seen`` is true once ``message_stop`` arrived, ``finish_reason_seen``
+    once a stop reason did. ``map`` returns ``None`` for an event that adds nothing. A
+    malformed event raises ``InvalidResponseError``; an ``error`` event the
     ``ProviderError`` of its type (``overloaded_error``: ``ProviderServerError``, ...).
     """
 
-    __slots__ = ("_blocks", "_last", "_usage", "done", "finished")
+    __slots__ = ("_blocks", "_last", "_usage", "end_marker_seen", "finish_reason_seen")
 
     def __init__(self) -> None:
         # index -> [type, tool id, tool name, got input?, signature pieces, metadata]
         self._blocks: dict[int, list[Any]] = {}
         self._last: Part | None = None  # the last part handed out (for adjacency)
         self._usage = _Usage()
-        self.done = False
-        self.finished = False
+        self.end_marker_seen = False
+        self.finish_reason_seen = False
 
     def map(self, event: str, data: bytes) -> Response | None:
         """Map one event; see the class docstring."""
-        if self.done:
+        if self.end_marker_seen:
             raise InvalidResponseError("stream event after message_stop")
         payload = _load(data, "stream event")
         kind = payload.get("type", event)
         if kind == "error" or event == "error":
             raise embedded_error(
-                f"the server reported an error mid-stream: {_error_message(payload.get('error'))}",
+                f"the server reported an error mid-stream: {error_message(payload.get('error'))}",
                 payload,
                 payload.get("error"),
             )
-        try:
+        with as_invalid_response(f"stream event {kind}"):
             return self._map(kind, payload)
-        except ScopeError as exc:
-            if isinstance(exc, InvalidResponseError):
-                raise
-            raise InvalidResponseError(f"stream event {kind}: {exc}") from exc
 
     def _parts(self, parts: list[Part]) -> Response:
-        if self.finished:
+        if self.finish_reason_seen:
             raise InvalidResponseError("stream event carries content after the stop_reason")
         self._last = parts[-1]
         return Response(Output(Message(Role.ASSISTANT, parts)))
@@ -643,11 +588,11 @@ class EventMapper:
             metadata = ResponseMetadata(usage=self._usage.usage("message_delta.usage"), extra=extra)
             output = None
             if reason is not None:
-                self.finished = True
+                self.finish_reason_seen = True
                 output = Output(finish_reason=reason)
             return Response(output, metadata)
         if kind == "message_stop":
-            self.done = True
+            self.end_marker_seen = True
             return None
         return None  # ping, and event types added after this adapter was written
 
@@ -656,6 +601,14 @@ class EventMapper:
         if type(index) is not int or index < 0:
             raise InvalidResponseError(f"{where}.index must be a non-negative integer")
         return index
+
+    def _started(self, payload: dict[str, Any], where: str) -> tuple[int, list[Any]]:
+        """The index and state of the block an event names, which must have started."""
+        index = self._index(payload, where)
+        state = self._blocks.get(index)
+        if state is None:
+            raise InvalidResponseError(f"{where}: block {index} was never started")
+        return index, state
 
     def _start(self, payload: dict[str, Any]) -> Response | None:
         where = "content_block_start"
@@ -698,18 +651,13 @@ class EventMapper:
         return None  # server tool blocks and unknown blocks: not carried
 
     def _call(self, state: list[Any], arguments: str, where: str) -> Part:
-        try:
+        with as_invalid_response(where):
             delta = ToolCallDelta(state[1], state[2], arguments)
-        except ScopeError as exc:
-            raise InvalidResponseError(f"{where}: {exc}") from exc
         return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta)
 
     def _delta(self, payload: dict[str, Any]) -> Response | None:
         where = "content_block_delta"
-        index = self._index(payload, where)
-        state = self._blocks.get(index)
-        if state is None:
-            raise InvalidResponseError(f"{where}: block {index} was never started")
+        _, state = self._started(payload, where)
         delta = _obj(payload.get("delta"), f"{where}.delta")
         here = f"{where}.delta"
         kind = delta.get("type")
@@ -743,10 +691,7 @@ class EventMapper:
 
     def _stop(self, payload: dict[str, Any]) -> Response | None:
         where = "content_block_stop"
-        index = self._index(payload, where)
-        state = self._blocks.get(index)
-        if state is None:
-            raise InvalidResponseError(f"{where}: block {index} was never started")
+        index, state = self._started(payload, where)
         if state[0] == "thinking" and state[4]:
             signature = _signature("".join(state[4]), f"block {index} signature")
             state[4] = []

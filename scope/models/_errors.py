@@ -13,7 +13,13 @@ from scope.errors import (
     RateLimitError,
 )
 
-__all__ = ["ERROR_TYPE_STATUS", "embedded_error", "embedded_status", "error_for_status"]
+__all__ = [
+    "ERROR_TYPE_STATUS",
+    "embedded_error",
+    "embedded_status",
+    "error_for_status",
+    "error_message",
+]
 
 #: The HTTP status an error ``type`` (or string ``code``) of OpenAI, Anthropic and
 #: compatible servers stands for, when the error object names no status of its own.
@@ -103,3 +109,12 @@ def embedded_error(message: str, body: object, error: object) -> ProviderError:
     exc = error_for_status(implied, message, body=body)
     exc.status_code = stated
     return exc
+
+
+def error_message(error: object) -> str:
+    """The ``message`` of an embedded error object, or ``"no message"``."""
+    if isinstance(error, dict):
+        message = error.get("message")
+        if isinstance(message, str) and message:
+            return message
+    return "no message"

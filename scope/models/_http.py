@@ -23,17 +23,19 @@ from __future__ import annotations
 import datetime
 import email.utils
 import math
+import os
 import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from types import TracebackType
-from typing import Any, Final, Protocol, Self
+from typing import Any, ClassVar, Final, NamedTuple, Protocol, Self
 
 import anyio
 import httpx
 import orjson
 
-from scope.chat import Response
+from scope import __version__
+from scope.chat import Options, Request, Response
 from scope.errors import (
     InvalidOptionsError,
     InvalidResponseError,
@@ -47,6 +49,8 @@ from scope.models._sse import SSEDecoder
 __all__ = [
     "UNSET",
     "HTTPAdapter",
+    "StreamMapper",
+    "Wire",
     "close",
     "detail",
     "fill_origin",
@@ -61,19 +65,48 @@ __all__ = [
 UNSET: Final[Any] = object()
 
 
-class HTTPAdapter:
-    """The part of an adapter that owns the HTTP client and sends with retries.
+class Wire(NamedTuple):
+    """What an adapter subclass tells ``HTTPAdapter`` about its provider (``_WIRE``)."""
 
-    Subclasses set ``_NAME`` (for messages) and ``_REQUEST_ID_HEADER``, build the URL and
-    the default headers, and call ``_send``. Nothing is created before first use, so
-    nothing binds to an event loop at construction.
+    #: The adapter's class name, for messages.
+    name: str
+    #: The endpoint, appended to the base URL (``"/chat/completions"``).
+    path: str
+    #: The environment variable prefix: ``<env>_BASE_URL`` and ``<env>_API_KEY``.
+    env: str
+    default_base_url: str
+    default_timeout: httpx.Timeout
+    #: The response header that carries the provider's request id.
+    request_id_header: str
+    #: The provider's own headers (version, authentication) for an API key (maybe ``""``).
+    headers: Callable[[str], dict[str, str]]
+    #: The wire mapping: ``build_body(request, default_options=, model=, stream=)``.
+    build_body: Callable[..., dict[str, Any]]
+    #: A complete JSON answer (or a stream answered with JSON) -> ``Response``.
+    parse: Callable[[bytes], Response]
+    #: A fresh mapper for the events of one stream.
+    mapper: Callable[[], StreamMapper]
+    #: What the stream lacked when it ended early (for ``ProviderConnectionError``).
+    unfinished: str
+
+
+class HTTPAdapter:
+    """The part of an adapter that owns its settings and the HTTP client and sends with
+    retries.
+
+    Subclasses set ``_WIRE`` (a ``Wire``) and define the public methods (``call``,
+    ``stream``, the properties) over ``_call_request`` and ``_stream_request``. Nothing
+    is created before first use, so nothing binds to an event loop at construction.
     """
 
     __slots__ = (
+        "_base_url",
         "_client",
         "_closed",
+        "_default_options",
         "_headers",
         "_max_retries",
+        "_model",
         "_owns_client",
         "_retry_backoff",
         "_retry_max_delay",
@@ -82,29 +115,55 @@ class HTTPAdapter:
         "_url",
     )
 
-    _NAME: str = "adapter"
-    _REQUEST_ID_HEADER: str = "x-request-id"
+    _WIRE: ClassVar[Wire]
 
     def __init__(
         self,
+        model: str = "",
         *,
-        url: httpx.URL,
-        headers: dict[str, str],
-        http_client: httpx.AsyncClient | None,
-        timeout: float | httpx.Timeout | None,
-        default_timeout: httpx.Timeout,
-        max_retries: int,
-        retry_backoff: float,
-        retry_max_delay: float,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | None = UNSET,
+        max_retries: int = 2,
+        default_options: Options | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_backoff: float = 0.5,
+        retry_max_delay: float = 60.0,
     ) -> None:
+        """Validate and keep the settings every adapter takes (see the adapter's class
+        docstring); ``InvalidOptionsError`` for a bad one. Nothing is created yet."""
+        wire = self._WIRE
+        if not isinstance(model, str) or model != model.strip():
+            raise InvalidOptionsError(
+                f"model must be a string without surrounding whitespace, got {model!r}"
+            )
+        _check_retries(max_retries, retry_backoff, retry_max_delay)
+        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
+            raise InvalidOptionsError(
+                f"http_client must be an httpx.AsyncClient, got {type(http_client).__name__}"
+            )
+        if default_options is not None and not isinstance(default_options, Options):
+            raise InvalidOptionsError(
+                f"default_options must be Options, got {type(default_options).__name__}"
+            )
+        base = base_url if base_url is not None else os.environ.get(f"{wire.env}_BASE_URL") or ""
+        base = (base or wire.default_base_url).rstrip("/")
+        url = _parse_url(base, wire.path)
+        key = api_key if api_key is not None else os.environ.get(f"{wire.env}_API_KEY", "")
+        defaults = {"Content-Type": "application/json", "User-Agent": f"scope/{__version__}"}
+        defaults.update(wire.headers(key))
+        self._model = model
+        self._base_url = base
+        self._default_options = default_options if default_options is not None else Options()
         self._url = url
-        self._headers = headers
+        self._headers = _merge_headers(defaults, headers)
         self._client = http_client
         self._owns_client = http_client is None
         self._closed = False
         if timeout is UNSET:
             # With a given client and no timeout, UNSET stays: the client's own applies.
-            self._timeout: Any = default_timeout if http_client is None else UNSET
+            self._timeout: Any = wire.default_timeout if http_client is None else UNSET
         else:
             self._timeout = httpx.Timeout(timeout) if http_client is None else timeout
         self._max_retries = max_retries
@@ -113,53 +172,8 @@ class HTTPAdapter:
         # Replaceable in tests: how the adapter waits between attempts.
         self._sleep = anyio.sleep
 
-    @staticmethod
-    def check_common(
-        *,
-        max_retries: object,
-        retry_backoff: object,
-        retry_max_delay: object,
-        http_client: object,
-    ) -> None:
-        """Validate the constructor arguments every adapter shares."""
-        if type(max_retries) is not int or max_retries < 0:
-            raise InvalidOptionsError(
-                f"max_retries must be a non-negative integer, got {max_retries!r}"
-            )
-        for name, value in (("retry_backoff", retry_backoff), ("retry_max_delay", retry_max_delay)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise InvalidOptionsError(f"{name} must be a finite number >= 0, got {value!r}")
-        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
-            raise InvalidOptionsError(
-                f"http_client must be an httpx.AsyncClient, got {type(http_client).__name__}"
-            )
-
-    @staticmethod
-    def parse_url(base: str, path: str) -> httpx.URL:
-        """``base + path`` as an http(s) URL, or ``InvalidOptionsError``."""
-        try:
-            url = httpx.URL(base + path)
-        except httpx.InvalidURL as exc:
-            raise InvalidOptionsError(f"base_url {base!r} is not a URL: {exc}") from exc
-        if url.scheme not in ("http", "https") or not url.host:
-            raise InvalidOptionsError(f"base_url must be an http(s) URL, got {base!r}")
-        return url
-
-    @staticmethod
-    def merge_headers(defaults: dict[str, str], extra: Mapping[str, str] | None) -> dict[str, str]:
-        """``defaults`` overridden by ``extra``; header names compare case-insensitively
-        ("authorization" replaces "Authorization" rather than being sent beside it)."""
-        merged = dict(defaults)
-        for header, value in (extra or {}).items():
-            for existing in [name for name in merged if name.lower() == header.lower()]:
-                del merged[existing]
-            merged[header] = value
-        return merged
+    def __repr__(self) -> str:
+        return f"{self._WIRE.name}(model={self._model!r}, base_url={self._base_url!r})"
 
     async def aclose(self) -> None:
         """Close the HTTP client if this adapter created it; idempotent.
@@ -186,7 +200,7 @@ class HTTPAdapter:
 
     def _get_client(self) -> httpx.AsyncClient:
         if self._closed:
-            raise RuntimeError(f"{self._NAME} is closed")
+            raise RuntimeError(f"{self._WIRE.name} is closed")
         client = self._client
         if client is None:
             # Created on first use, not in __init__: nothing exists to leak or to bind to
@@ -199,7 +213,7 @@ class HTTPAdapter:
         return min(delay, self._retry_max_delay)
 
     def _request_id(self, response: httpx.Response) -> str | None:
-        value: str | None = response.headers.get(self._REQUEST_ID_HEADER)
+        value: str | None = response.headers.get(self._WIRE.request_id_header)
         return value
 
     async def _send(self, content: bytes, *, stream: bool) -> httpx.Response:
@@ -251,31 +265,35 @@ class HTTPAdapter:
     def _fill_origin(self, exc: ProviderError, response: httpx.Response) -> None:
         fill_origin(exc, response, self._request_id(response))
 
-    async def _call_body(self, content: bytes, parse: Callable[[bytes], Response]) -> Response:
-        """Send ``content`` (with retries) and parse the one complete answer."""
+    def _encode(self, request: Request, *, stream: bool) -> bytes:
+        body = self._WIRE.build_body(
+            request, default_options=self._default_options, model=self._model, stream=stream
+        )
+        return orjson.dumps(body)
+
+    async def _call_request(self, request: Request) -> Response:
+        """Validate and map ``request`` (raising before any I/O), send it (with retries)
+        and parse the one complete answer."""
+        content = self._encode(request, stream=False)
         response = await self._send(content, stream=False)
         try:
-            return parse(response.content)
+            return self._WIRE.parse(response.content)
         except ProviderError as exc:
             self._fill_origin(exc, response)
             raise
 
-    async def _stream_body(
-        self,
-        encode: Callable[[], bytes],
-        mapper: EventMapper,
-        parse: Callable[[bytes], Response],
-        unfinished: str,
-    ) -> AsyncGenerator[Response, None]:
-        """On first iteration, ``encode()`` the request (validating it: nothing is sent
-        for an invalid one) and send it (with retries until the response begins); then
-        yield the deltas ``mapper`` makes of its server-sent events. A JSON body (a
-        server that ignored ``stream``) is parsed with ``parse`` and yielded as one delta.
-        A stream that ends before ``mapper`` saw its end raises
-        ``ProviderConnectionError`` saying ``unfinished``. The response is released on
+    async def _stream_request(self, request: Request) -> AsyncGenerator[Response, None]:
+        """On first iteration, validate and map ``request`` (nothing is sent for an
+        invalid one) and send it (with retries until the response begins); then yield the
+        deltas the wire's mapper makes of its server-sent events. A JSON body (a server
+        that ignored ``stream``) is parsed whole and yielded as one delta. A stream that
+        ends before the mapper saw its end marker or a finish reason raises
+        ``ProviderConnectionError`` saying what it lacked. The response is released on
         every path; the request is not kept once encoded."""
-        content = encode()
-        del encode  # it holds the request
+        wire = self._WIRE
+        content = self._encode(request, stream=True)
+        del request
+        mapper = wire.mapper()
         response = await self._send(content, stream=True)
         chunks: AsyncIterator[bytes] | None = None
         try:
@@ -287,7 +305,7 @@ class HTTPAdapter:
                 except httpx.HTTPError as exc:
                     raise map_transport_error(exc) from exc
                 try:
-                    parsed = parse(body)
+                    parsed = wire.parse(body)
                 except ProviderError as exc:
                     self._fill_origin(exc, response)
                     raise
@@ -310,9 +328,9 @@ class HTTPAdapter:
                         raise
                     if chunk is not None:
                         yield chunk
-            if not mapper.done and not mapper.finished:
+            if not mapper.end_marker_seen and not mapper.finish_reason_seen:
                 raise ProviderConnectionError(
-                    f"the stream ended before it finished ({unfinished})",
+                    f"the stream ended before it finished ({wire.unfinished})",
                     status_code=response.status_code,
                     request_id=self._request_id(response),
                 )
@@ -320,12 +338,13 @@ class HTTPAdapter:
             await release(response, chunks)
 
 
-class EventMapper(Protocol):
-    """What ``_stream_body`` needs of a provider's event mapper: ``done`` (the
-    provider's end-of-stream marker arrived) and ``finished`` (a finish reason did)."""
+class StreamMapper(Protocol):
+    """What ``_stream_request`` needs of a provider's event mapper:
+    ``end_marker_seen`` (the provider's end-of-stream event arrived: ``[DONE]``,
+    ``message_stop``) and ``finish_reason_seen`` (a finish or stop reason did)."""
 
-    done: bool
-    finished: bool
+    end_marker_seen: bool
+    finish_reason_seen: bool
 
     def map(self, event: str, data: bytes) -> Response | None:
         """The delta for one server-sent event, or None for one that carries none."""
@@ -461,3 +480,40 @@ def fill_origin(exc: ProviderError, response: httpx.Response, request_id: str | 
         exc.status_code = response.status_code
     if exc.request_id is None:
         exc.request_id = request_id
+
+
+def _check_retries(max_retries: object, retry_backoff: object, retry_max_delay: object) -> None:
+    if type(max_retries) is not int or max_retries < 0:
+        raise InvalidOptionsError(
+            f"max_retries must be a non-negative integer, got {max_retries!r}"
+        )
+    for name, value in (("retry_backoff", retry_backoff), ("retry_max_delay", retry_max_delay)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise InvalidOptionsError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _parse_url(base: str, path: str) -> httpx.URL:
+    """``base + path`` as an http(s) URL, or ``InvalidOptionsError``."""
+    try:
+        url = httpx.URL(base + path)
+    except httpx.InvalidURL as exc:
+        raise InvalidOptionsError(f"base_url {base!r} is not a URL: {exc}") from exc
+    if url.scheme not in ("http", "https") or not url.host:
+        raise InvalidOptionsError(f"base_url must be an http(s) URL, got {base!r}")
+    return url
+
+
+def _merge_headers(defaults: dict[str, str], extra: Mapping[str, str] | None) -> dict[str, str]:
+    """``defaults`` overridden by ``extra``; header names compare case-insensitively
+    ("authorization" replaces "Authorization" rather than being sent beside it)."""
+    merged = dict(defaults)
+    for header, value in (extra or {}).items():
+        for existing in [name for name in merged if name.lower() == header.lower()]:
+            del merged[existing]
+        merged[header] = value
+    return merged

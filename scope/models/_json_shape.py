@@ -12,7 +12,7 @@ import orjson
 
 from scope.errors import InvalidResponseError
 
-__all__ = ["bare_mime", "count", "kind", "load", "meta_text", "obj"]
+__all__ = ["bare_mime", "count", "kind", "load", "meta_text", "nested_count", "obj"]
 
 
 def kind(value: object) -> str:
@@ -66,3 +66,13 @@ def meta_text(where: str, value: str) -> str:
 def bare_mime(mime: str) -> str:
     """A media type without parameters, lowercased."""
     return mime.partition(";")[0].strip().lower()
+
+
+def nested_count(source: dict[str, Any], parent: str, key: str, where: str) -> int | None:
+    """``count`` of ``source[parent][key]`` (a details object's token count), or None
+    when either is absent or null."""
+    details = source.get(parent)
+    if details is None:
+        return None
+    here = f"{where}.{parent}"
+    return count(obj(details, here), key, here)

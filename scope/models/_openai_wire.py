@@ -27,23 +27,31 @@ from scope.chat import (
     Role,
     ToolCall,
     ToolCallDelta,
+    ToolDefinition,
     Usage,
 )
 from scope.errors import (
-    InvalidRequestError,
     InvalidResponseError,
-    ScopeError,
     UnsupportedOptionError,
 )
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
-from scope.models._errors import embedded_error
+from scope.models._errors import embedded_error, error_message
 from scope.models._json_shape import bare_mime as _bare_mime
 from scope.models._json_shape import count as _count
 from scope.models._json_shape import kind as _kind
 from scope.models._json_shape import load as _load
 from scope.models._json_shape import meta_text as _meta_text
+from scope.models._json_shape import nested_count as _nested_count
 from scope.models._json_shape import obj as _obj
+from scope.models._wire import (
+    as_invalid_response,
+    extension_fields,
+    prepare,
+    put_options,
+    text_and_media_blocks,
+    tool_spec,
+)
 
 __all__ = [
     "REFUSAL_KEY",
@@ -71,6 +79,15 @@ _FINISH: Final[dict[str, FinishReason]] = {
     "content_filter": FinishReason.CONTENT_FILTER,
 }
 
+#: Options sent as they are: (option, body field).
+_OPTION_FIELDS: Final = (
+    ("max_tokens", "max_completion_tokens"),
+    ("temperature", "temperature"),
+    ("top_p", "top_p"),
+    ("frequency_penalty", "frequency_penalty"),
+    ("presence_penalty", "presence_penalty"),
+)
+
 _AUDIO_FORMATS: Final[dict[str, str]] = {
     "audio/wav": "wav",
     "audio/x-wav": "wav",
@@ -92,13 +109,7 @@ def build_body(
     Validates the request and refuses (``UnsupportedOptionError``) anything populated the
     protocol cannot carry, so nothing is ever dropped silently. Raises before any I/O.
     """
-    if not isinstance(request, Request):
-        raise InvalidRequestError(f"request must be a Request, got {type(request).__name__}")
-    request.validate()
-    options = default_options.resolve(request.options)
-    chosen = options.model or model
-    if not chosen:
-        raise InvalidRequestError("no model: set Options.model or pass a model to OpenAIChatModel")
+    options, chosen = prepare(request, default_options, model, "OpenAIChatModel")
     body: dict[str, Any] = {"model": chosen, "messages": _messages(request.messages)}
     if request.tools:
         body["tools"] = [_tool(tool) for tool in request.tools]
@@ -115,16 +126,7 @@ def _options(options: Options, body: dict[str, Any]) -> None:
             "top_k is not part of the OpenAI Chat Completions protocol; for a compatible "
             "server that accepts it, pass the extension 'openai/top_k' instead"
         )
-    if options.max_tokens is not None:
-        body["max_completion_tokens"] = options.max_tokens
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    if options.top_p is not None:
-        body["top_p"] = options.top_p
-    if options.frequency_penalty is not None:
-        body["frequency_penalty"] = options.frequency_penalty
-    if options.presence_penalty is not None:
-        body["presence_penalty"] = options.presence_penalty
+    put_options(options, body, _OPTION_FIELDS)
     if options.stop:  # stop=() (an explicit empty list) is the protocol's default
         body["stop"] = list(options.stop)
     if options.reasoning_effort:
@@ -142,12 +144,7 @@ def _options(options: Options, body: dict[str, Any]) -> None:
             body["response_format"] = {"type": "json_schema", "json_schema": spec}
         # OutputFormat.text() is the protocol's default: nothing to send.
     # Extensions of other namespaces are meant for other providers and are ignored.
-    for name, raw in options.extensions.namespace("openai").items():
-        if name in RESERVED_FIELDS:
-            raise UnsupportedOptionError(
-                f"extension 'openai/{name}' would overwrite the {name!r} field, which "
-                "OpenAIChatModel sets itself"
-            )
+    for name, raw in extension_fields(options, "openai", RESERVED_FIELDS, "OpenAIChatModel"):
         if name == "n" and raw.value() != 1:
             raise UnsupportedOptionError(
                 f"extension 'openai/n' must be 1: a Response carries one choice, got {raw}"
@@ -155,12 +152,8 @@ def _options(options: Options, body: dict[str, Any]) -> None:
         body[name] = orjson.Fragment(raw.bytes)
 
 
-def _tool(tool: Any) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.name}
-    if tool.description:
-        function["description"] = tool.description
-    function["parameters"] = orjson.Fragment(tool.input_schema.bytes)
-    return {"type": "function", "function": function}
+def _tool(tool: ToolDefinition) -> dict[str, Any]:
+    return {"type": "function", "function": tool_spec(tool, "parameters")}
 
 
 def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -192,14 +185,7 @@ def _user_content(message: Message, where: str) -> str | list[dict[str, Any]]:
     parts = message.parts
     if len(parts) == 1 and parts[0].kind is PartKind.TEXT:
         return parts[0].text
-    content: list[dict[str, Any]] = []
-    for index, part in enumerate(parts):
-        if part.kind is PartKind.TEXT:
-            content.append({"type": "text", "text": part.text})
-        else:
-            assert part.media is not None
-            content.append(_media(part.media, f"{where}.parts[{index}]"))
-    return content
+    return text_and_media_blocks(parts, f"{where}.parts", _media)
 
 
 def _data_url(media: Media) -> str:
@@ -381,29 +367,13 @@ def _usage(value: object, where: str) -> Usage:
     obj = _obj(value, where)
     prompt = _count(obj, "prompt_tokens", where) or 0
     completion = _count(obj, "completion_tokens", where) or 0
-    cached = None
-    reasoning = None
-    details = obj.get("prompt_tokens_details")
-    if details is not None:
-        cached = _count(
-            _obj(details, f"{where}.prompt_tokens_details"),
-            "cached_tokens",
-            f"{where}.prompt_tokens_details",
-        )
+    cached = _nested_count(obj, "prompt_tokens_details", "cached_tokens", where)
     if cached is None:
         # DeepSeek reports cache hits at the top level.
         cached = _count(obj, "prompt_cache_hit_tokens", where)
-    details = obj.get("completion_tokens_details")
-    if details is not None:
-        reasoning = _count(
-            _obj(details, f"{where}.completion_tokens_details"),
-            "reasoning_tokens",
-            f"{where}.completion_tokens_details",
-        )
-    try:
+    reasoning = _nested_count(obj, "completion_tokens_details", "reasoning_tokens", where)
+    with as_invalid_response(where):
         return Usage(prompt, completion, reasoning, cached)
-    except ScopeError as exc:
-        raise InvalidResponseError(f"{where}: {exc}") from exc
 
 
 def _extra(body: dict[str, Any], where: str) -> Metadata:
@@ -416,13 +386,8 @@ def _extra(body: dict[str, Any], where: str) -> Metadata:
 
 
 def _error_message(error: object) -> str:
-    if isinstance(error, dict):
-        message = error.get("message")
-        if isinstance(message, str) and message:
-            return message
-    if isinstance(error, str) and error:
-        return error
-    return "no message"
+    # Some compatible servers send the error as a bare string.
+    return error if isinstance(error, str) and error else error_message(error)
 
 
 def _tool_call_part(raw: object, where: str, fallback_id: str) -> Part:
@@ -437,10 +402,8 @@ def _tool_call_part(raw: object, where: str, fallback_id: str) -> Part:
         spec = _obj(call.get("function"), f"{where}.function")
         name = _opt_str(spec, "name", f"{where}.function") or ""
         arguments = _opt_str(spec, "arguments", f"{where}.function") or ""
-    try:
+    with as_invalid_response(where):
         return Part(PartKind.TOOL_CALL, tool_call=ToolCall(call_id, name, arguments))
-    except ScopeError as exc:
-        raise InvalidResponseError(f"{where}: {exc}") from exc
 
 
 def parse_completion(data: bytes) -> Response:
@@ -466,7 +429,7 @@ def parse_completion(data: bytes) -> Response:
     where = "response.choices[0].message"
     message = _obj(choice.get("message"), where)
     parts: list[Part] = []
-    try:
+    with as_invalid_response(where):
         reasoning = _opt_str(message, "reasoning_content", where) or _opt_str(
             message, "reasoning", where
         )
@@ -479,10 +442,6 @@ def parse_completion(data: bytes) -> Response:
         refusal = _opt_str(message, "refusal", where)
         if refusal:
             parts.append(Part(PartKind.TEXT, text=refusal, metadata=_REFUSAL_META))
-    except ScopeError as exc:
-        if isinstance(exc, InvalidResponseError):
-            raise
-        raise InvalidResponseError(f"{where}: {exc}") from exc
     for index, call in enumerate(_opt_list(message, "tool_calls", where) or ()):
         parts.append(_tool_call_part(call, f"{where}.tool_calls[{index}]", f"call_{index}"))
     legacy = message.get("function_call")
@@ -497,7 +456,7 @@ def parse_completion(data: bytes) -> Response:
         )
     annotations = _opt_list(message, "annotations", where)
     reason = finish_reason(choice.get("finish_reason"), "response.choices[0].finish_reason")
-    try:
+    with as_invalid_response("response"):
         message_meta = Metadata({"openai/annotations": annotations}) if annotations else _EMPTY_META
         output = Output(Message(Role.ASSISTANT, parts, message_meta) if parts else None, reason)
         usage_raw = body.get("usage")
@@ -508,10 +467,6 @@ def parse_completion(data: bytes) -> Response:
             _extra(body, "response"),
         )
         return Response(output, metadata)
-    except ScopeError as exc:
-        if isinstance(exc, InvalidResponseError):
-            raise
-        raise InvalidResponseError(f"response: {exc}") from exc
 
 
 @final
@@ -522,7 +477,8 @@ class ChunkMapper:
     carry the call id and name of their ``index`` on every fragment (remembered per
     index), id and model are sent when they change, usage is the server's cumulative
     snapshot. ``map`` returns ``None`` for an event that adds nothing, and for
-    ``[DONE]`` (after which ``done`` is true) unless calls were still held back.
+    ``[DONE]`` unless calls were still held back. ``end_marker_seen`` is true once
+    ``[DONE]`` arrived, ``finish_reason_seen`` once a finish reason did.
 
     A call's fragments are held back until its id and its name have both arrived, as
     some servers send the id only after the first fragment (which then has only its
@@ -533,7 +489,16 @@ class ChunkMapper:
     whose class follows the status or error type it states (``embedded_error``).
     """
 
-    __slots__ = ("_calls", "_extra", "_id", "_model", "_pending", "_raw", "done", "finished")
+    __slots__ = (
+        "_calls",
+        "_extra",
+        "_id",
+        "_model",
+        "_pending",
+        "_raw",
+        "end_marker_seen",
+        "finish_reason_seen",
+    )
 
     def __init__(self) -> None:
         self._calls: dict[int, tuple[str, str]] = {}  # index -> (id, name)
@@ -543,18 +508,18 @@ class ChunkMapper:
         self._model = ""
         self._extra = _EMPTY_META
         self._raw: tuple[object, ...] = (None, None, None, None)
-        self.done = False
-        self.finished = False
+        self.end_marker_seen = False
+        self.finish_reason_seen = False
 
     def map(self, event: str, data: bytes) -> Response | None:
         """Map one event; see the class docstring."""
         if data == b"[DONE]":
-            self.done = True
+            self.end_marker_seen = True
             held = self._flush()
             if not held:
                 return None
             return Response(Output(Message(Role.ASSISTANT, held)))
-        if self.done:
+        if self.end_marker_seen:
             raise InvalidResponseError("stream event after [DONE]")
         chunk = _load(data, "stream event")
         error = chunk.get("error")
@@ -566,12 +531,8 @@ class ChunkMapper:
                 chunk,
                 error,
             )
-        try:
+        with as_invalid_response("stream event"):
             return self._map(chunk)
-        except ScopeError as exc:
-            if isinstance(exc, InvalidResponseError):
-                raise
-            raise InvalidResponseError(f"stream event: {exc}") from exc
 
     def _map(self, chunk: dict[str, Any]) -> Response | None:
         get = chunk.get
@@ -677,10 +638,10 @@ class ChunkMapper:
                 if part is not None:
                     parts.append(part)
         reason = finish_reason(choice.get("finish_reason"), "chunk.choices[0].finish_reason")
-        if parts and self.finished:
+        if parts and self.finish_reason_seen:
             raise InvalidResponseError("stream event carries content after the finish_reason")
         if reason is not None:
-            self.finished = True
+            self.finish_reason_seen = True
             parts.extend(self._flush())
         if not parts and reason is None:
             return None
@@ -750,8 +711,6 @@ class ChunkMapper:
 
 
 def _delta_part(call_id: str, name: str, arguments: str, where: str) -> Part:
-    try:
+    with as_invalid_response(where):
         delta = ToolCallDelta(call_id, name, arguments)
-    except ScopeError as exc:
-        raise InvalidResponseError(f"{where}: {exc}") from exc
     return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta)

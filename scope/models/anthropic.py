@@ -105,8 +105,7 @@ never once a stream has begun. An ``error`` event mid-stream (``overloaded_error
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import Final, final
 
 try:
@@ -117,11 +116,8 @@ except ModuleNotFoundError as exc:  # the extra is not installed
     raise ImportError(
         "scope.models.anthropic needs httpx: install the extra, pip install 'scope-chat[anthropic]'"
     ) from exc
-import orjson
 
-from scope import __version__
-from scope.chat import Options, Request, Response
-from scope.errors import InvalidOptionsError
+from scope.chat import Request, Response
 from scope.models._anthropic_wire import (
     DEFAULT_MAX_TOKENS,
     REASONING_BUDGETS,
@@ -129,7 +125,7 @@ from scope.models._anthropic_wire import (
     build_body,
     parse_message,
 )
-from scope.models._http import UNSET, HTTPAdapter
+from scope.models._http import HTTPAdapter, Wire
 
 __all__ = [
     "API_VERSION",
@@ -168,63 +164,24 @@ class AnthropicModel(HTTPAdapter):
     construction, so one model works under asyncio or trio (one at a time, as httpx).
     """
 
-    __slots__ = ("_base_url", "_default_options", "_model")
+    __slots__ = ()
 
-    _NAME = "AnthropicModel"
-    _REQUEST_ID_HEADER = "request-id"
-
-    def __init__(
-        self,
-        model: str = "",
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        http_client: httpx.AsyncClient | None = None,
-        timeout: float | httpx.Timeout | None = UNSET,
-        max_retries: int = 2,
-        default_options: Options | None = None,
-        headers: Mapping[str, str] | None = None,
-        retry_backoff: float = 0.5,
-        retry_max_delay: float = 60.0,
-    ) -> None:
-        if not isinstance(model, str) or model != model.strip():
-            raise InvalidOptionsError(
-                f"model must be a string without surrounding whitespace, got {model!r}"
-            )
-        self.check_common(
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            retry_max_delay=retry_max_delay,
-            http_client=http_client,
-        )
-        if default_options is not None and not isinstance(default_options, Options):
-            raise InvalidOptionsError(
-                f"default_options must be Options, got {type(default_options).__name__}"
-            )
-        base = base_url if base_url is not None else os.environ.get("ANTHROPIC_BASE_URL") or ""
-        base = (base or DEFAULT_BASE_URL).rstrip("/")
-        url = self.parse_url(base, "/v1/messages")
-        key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
-        defaults: dict[str, str] = {
-            "Content-Type": "application/json",
-            "User-Agent": f"scope/{__version__}",
+    _WIRE = Wire(
+        name="AnthropicModel",
+        path="/v1/messages",
+        env="ANTHROPIC",
+        default_base_url=DEFAULT_BASE_URL,
+        default_timeout=DEFAULT_TIMEOUT,
+        request_id_header="request-id",
+        headers=lambda key: {
             "anthropic-version": API_VERSION,
-        }
-        if key:
-            defaults["x-api-key"] = key
-        super().__init__(
-            url=url,
-            headers=self.merge_headers(defaults, headers),
-            http_client=http_client,
-            timeout=timeout,
-            default_timeout=DEFAULT_TIMEOUT,
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            retry_max_delay=retry_max_delay,
-        )
-        self._model = model
-        self._base_url = base
-        self._default_options = default_options if default_options is not None else Options()
+            **({"x-api-key": key} if key else {}),
+        },
+        build_body=build_body,
+        parse=parse_message,
+        mapper=EventMapper,
+        unfinished="no stop_reason and no message_stop",
+    )
 
     # ------------------------------------------------------------------ public API
 
@@ -243,9 +200,6 @@ class AnthropicModel(HTTPAdapter):
         """``"anthropic"``: what ``scope.otel`` reports as ``gen_ai.provider.name``."""
         return "anthropic"
 
-    def __repr__(self) -> str:
-        return f"AnthropicModel(model={self._model!r}, base_url={self._base_url!r})"
-
     async def call(self, request: Request) -> Response:
         """Answer ``request`` with one complete response (``POST /v1/messages``).
 
@@ -253,8 +207,7 @@ class AnthropicModel(HTTPAdapter):
         errors of the module docstring, after the retries. Cancellation propagates; the
         HTTP response is closed on every path.
         """
-        content = self._encode(request, stream=False)
-        return await self._call_body(content, parse_message)
+        return await self._call_request(request)
 
     def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         """A lazy stream of deltas answering ``request``.
@@ -268,17 +221,4 @@ class AnthropicModel(HTTPAdapter):
         ``contextlib.aclosing`` early — closes the HTTP response before it returns;
         nothing runs in the background.
         """
-        return self._stream_body(
-            lambda: self._encode(request, stream=True),
-            EventMapper(),
-            parse_message,
-            "no stop_reason and no message_stop",
-        )
-
-    # ------------------------------------------------------------------ internals
-
-    def _encode(self, request: Request, *, stream: bool) -> bytes:
-        body = build_body(
-            request, default_options=self._default_options, model=self._model, stream=stream
-        )
-        return orjson.dumps(body)
+        return self._stream_request(request)

@@ -98,7 +98,6 @@ Waiting uses ``anyio.sleep``, so cancellation interrupts it and propagates untou
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncGenerator, Mapping
 from typing import Final, final
 
@@ -110,12 +109,10 @@ except ModuleNotFoundError as exc:  # the extra is not installed
     raise ImportError(
         "scope.models.openai needs httpx: install the extra, pip install 'scope-chat[openai]'"
     ) from exc
-import orjson
 
-from scope import __version__
 from scope.chat import Options, Request, Response
 from scope.errors import InvalidOptionsError
-from scope.models._http import UNSET, HTTPAdapter
+from scope.models._http import UNSET, HTTPAdapter, Wire
 from scope.models._openai_wire import ChunkMapper, build_body, parse_completion
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "OpenAIChatModel"]
@@ -157,10 +154,21 @@ class OpenAIChatModel(HTTPAdapter):
     construction, so one model works under asyncio or trio (one at a time, as httpx).
     """
 
-    __slots__ = ("_api_key", "_base_url", "_default_options", "_model", "_provider_name")
+    __slots__ = ("_provider_name",)
 
-    _NAME = "OpenAIChatModel"
-    _REQUEST_ID_HEADER = "x-request-id"
+    _WIRE = Wire(
+        name="OpenAIChatModel",
+        path="/chat/completions",
+        env="OPENAI",
+        default_base_url=DEFAULT_BASE_URL,
+        default_timeout=DEFAULT_TIMEOUT,
+        request_id_header="x-request-id",
+        headers=lambda key: {"Authorization": f"Bearer {key}"} if key else {},
+        build_body=build_body,
+        parse=parse_completion,
+        mapper=ChunkMapper,
+        unfinished="no finish_reason and no [DONE]",
+    )
 
     def __init__(
         self,
@@ -181,45 +189,19 @@ class OpenAIChatModel(HTTPAdapter):
             raise InvalidOptionsError(
                 f"provider_name must be a non-empty string, got {provider_name!r}"
             )
-        if not isinstance(model, str) or model != model.strip():
-            raise InvalidOptionsError(
-                f"model must be a string without surrounding whitespace, got {model!r}"
-            )
-        self.check_common(
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            retry_max_delay=retry_max_delay,
-            http_client=http_client,
-        )
-        if default_options is not None and not isinstance(default_options, Options):
-            raise InvalidOptionsError(
-                f"default_options must be Options, got {type(default_options).__name__}"
-            )
-        base = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL") or ""
-        base = (base or DEFAULT_BASE_URL).rstrip("/")
-        url = self.parse_url(base, "/chat/completions")
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
-        defaults: dict[str, str] = {
-            "Content-Type": "application/json",
-            "User-Agent": f"scope/{__version__}",
-        }
-        if key:
-            defaults["Authorization"] = f"Bearer {key}"
         super().__init__(
-            url=url,
-            headers=self.merge_headers(defaults, headers),
+            model,
+            api_key=api_key,
+            base_url=base_url,
             http_client=http_client,
             timeout=timeout,
-            default_timeout=DEFAULT_TIMEOUT,
             max_retries=max_retries,
+            default_options=default_options,
+            headers=headers,
             retry_backoff=retry_backoff,
             retry_max_delay=retry_max_delay,
         )
-        self._model = model
         self._provider_name = provider_name
-        self._api_key = key
-        self._base_url = base
-        self._default_options = default_options if default_options is not None else Options()
 
     # ------------------------------------------------------------------ public API
 
@@ -239,9 +221,6 @@ class OpenAIChatModel(HTTPAdapter):
         """The API root requests go to, without a trailing slash."""
         return self._base_url
 
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel(model={self._model!r}, base_url={self._base_url!r})"
-
     async def call(self, request: Request) -> Response:
         """Answer ``request`` with one complete response (``POST /chat/completions``).
 
@@ -249,8 +228,7 @@ class OpenAIChatModel(HTTPAdapter):
         errors of the module docstring, after the retries. Cancellation propagates; the
         HTTP response is closed on every path.
         """
-        content = self._encode(request, stream=False)
-        return await self._call_body(content, parse_completion)
+        return await self._call_request(request)
 
     def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         """A lazy stream of deltas answering ``request``.
@@ -264,17 +242,4 @@ class OpenAIChatModel(HTTPAdapter):
         closes the HTTP response (the connection is dropped, so the server stops
         generating) before it returns; nothing runs in the background.
         """
-        return self._stream_body(
-            lambda: self._encode(request, stream=True),
-            ChunkMapper(),
-            parse_completion,
-            "no finish_reason and no [DONE]",
-        )
-
-    # ------------------------------------------------------------------ internals
-
-    def _encode(self, request: Request, *, stream: bool) -> bytes:
-        body = build_body(
-            request, default_options=self._default_options, model=self._model, stream=stream
-        )
-        return orjson.dumps(body)
+        return self._stream_request(request)
