@@ -37,8 +37,8 @@ from scope.chat import (
 from scope.cli import _demo as demo_module
 from scope.cli import main
 from scope.cli._errors import CLIError
-from scope.cli._history import import_append_id, parse_import
-from scope.cli._render import Progress, conversation_line, render_conversation, safe
+from scope.cli._history import ConversationLine, import_append_id, parse_import
+from scope.cli._render import Progress, render_conversation, safe
 from scope.cli._stores import chat_store_url, sqlite_url
 from scope.codec import encode_messages
 from scope.history import Batch
@@ -397,14 +397,14 @@ def test_tampered_line_is_a_conflict(tmp_path: pathlib.Path, source: pathlib.Pat
 def test_import_into_a_cleared_conversation_fails(
     tmp_path: pathlib.Path, source: pathlib.Path
 ) -> None:
-    line = conversation_line("gone", [user_message("bye"), assistant_message("ciao")])
+    line = ConversationLine("gone", [user_message("bye"), assistant_message("ciao")]).to_json()
     proc = scope(tmp_path, "history", "import", "--store", sqlite_url(source), "-", input=line)
     assert assert_one_line_error(proc) == (
         "scope: error: <stdin>:1: conversation 'gone' is closed (cleared); nothing appended"
     )
 
 
-GOOD = conversation_line("fresh", [user_message("hi"), assistant_message("hello")])
+GOOD = ConversationLine("fresh", [user_message("hi"), assistant_message("hello")]).to_json()
 
 
 @pytest.mark.parametrize(
@@ -453,8 +453,8 @@ def test_malformed_line_aborts_before_anything_is_appended(
 
 
 def test_import_append_id_depends_on_the_conversation_alone() -> None:
-    a = parse_import(conversation_line("c", [user_message("one")]), "f")[0].batch
-    b = parse_import(conversation_line("c", [user_message("two")]), "f")[0].batch
+    a = parse_import(ConversationLine("c", [user_message("one")]).to_json(), "f")[0].batch
+    b = parse_import(ConversationLine("c", [user_message("two")]).to_json(), "f")[0].batch
     assert a.id == b.id == import_append_id("c")
     assert a.digest != b.digest
     assert import_append_id("c") != import_append_id("d")

@@ -14,7 +14,7 @@ allowed to crash the reader.
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import functools
 import logging
 import re
 import threading
@@ -26,9 +26,10 @@ from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar
 import anyio.lowlevel
 import orjson
 
+from scope._documents import DIGEST_PREFIX, decode_messages, digest_of
 from scope._json import parse_tree
-from scope.chat import Message, PartKind
-from scope.codec import encode_messages, from_builtins
+from scope.chat import Message
+from scope.codec import encode_messages
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
@@ -36,7 +37,6 @@ from scope.errors import (
     InvalidAppendIDError,
     InvalidBatchError,
     InvalidConversationIDError,
-    InvalidMessageError,
     StoreError,
 )
 from scope.history import AppendID, Batch, ConversationID, HistoryView
@@ -66,8 +66,6 @@ __all__ = [
 
 #: Where the stores log what they skip or find odd (one warning per thing per handle).
 logger: Final = logging.getLogger("scope.historystores")
-
-_DIGEST_PREFIX: Final = "sha256:"
 
 #: The schema version the SQL stores write and expect. 1: scope 0.1. 2: a ``length``
 #: column on the conversations table (the ``expected_length`` fence) and a ``_schema``
@@ -326,9 +324,9 @@ def decode_record(
         data = bytes(data)
     if not isinstance(data, bytes):
         raise corrupt(conversation_id, append_id, f"messages are {type(data).__name__}, not bytes")
-    if not isinstance(digest, str) or not digest.startswith(_DIGEST_PREFIX):
+    if not isinstance(digest, str) or not digest.startswith(DIGEST_PREFIX):
         raise corrupt(conversation_id, append_id, f"invalid digest {digest!r}")
-    actual = _DIGEST_PREFIX + hashlib.sha256(data).hexdigest()
+    actual = digest_of(data)
     if actual != digest:
         raise corrupt(
             conversation_id, append_id, f"its messages digest to {actual}, the record says {digest}"
@@ -343,22 +341,7 @@ def decode_record(
         raise corrupt(conversation_id, append_id, f"invalid JSON: {exc}") from None
     if type(tree) is not list or not tree:
         raise corrupt(conversation_id, append_id, "messages are not a non-empty JSON array")
-    messages = []
-    for index, item in enumerate(tree):
-        try:
-            message = from_builtins(item, Message)
-        except InvalidMessageError as exc:
-            raise corrupt(conversation_id, append_id, f"messages[{index}]: {exc}") from exc
-        for part_index, part in enumerate(message.parts):
-            if part.kind is PartKind.TOOL_CALL_DELTA:
-                raise corrupt(
-                    conversation_id,
-                    append_id,
-                    f"messages[{index}].parts[{part_index}]: a stored message must be "
-                    "complete (no tool_call_delta parts)",
-                )
-        messages.append(message)
-    out = tuple(messages)
+    out = decode_messages(tree, functools.partial(corrupt, conversation_id, append_id))
     # Encoding fills each message's cached canonical bytes, so later encodes (a Batch
     # built from these messages, a request) reuse them.
     if encode_messages(out) != data:
