@@ -18,7 +18,7 @@ from scope.chat import Message, PartKind
 from scope.codec import from_builtins
 from scope.errors import InvalidMessageError
 
-__all__ = ["DIGEST_PREFIX", "decode_messages", "digest_of", "incomplete"]
+__all__ = ["DIGEST_PREFIX", "check_messages", "decode_messages", "digest_of"]
 
 #: What every batch digest starts with.
 DIGEST_PREFIX: Final = "sha256:"
@@ -30,7 +30,7 @@ def digest_of(encoded_messages: bytes) -> str:
     return DIGEST_PREFIX + hashlib.sha256(encoded_messages).hexdigest()
 
 
-def incomplete(index: int, message: Message) -> str | None:
+def _incomplete(index: int, message: Message) -> str | None:
     """The problem of ``message`` (at ``messages[index]``) as a stored message: the path
     of its first ``tool_call_delta`` part, or None when it is complete."""
     for part_index, part in enumerate(message.parts):
@@ -40,6 +40,19 @@ def incomplete(index: int, message: Message) -> str | None:
                 "complete (no tool_call_delta parts)"
             )
     return None
+
+
+def check_messages(messages: tuple[Message, ...], error: Callable[[str], Exception]) -> None:
+    """Raise ``error(problem)`` unless ``messages`` are what a document holds: at least
+    one, each a complete ``Message`` (no ``tool_call_delta`` parts)."""
+    if not messages:
+        raise error("a batch needs at least one message")
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise error(f"messages[{index}] must be a Message, got {type(message).__name__}")
+        problem = _incomplete(index, message)
+        if problem is not None:
+            raise error(problem)
 
 
 def decode_messages(tree: Any, error: Callable[[str], Exception]) -> tuple[Message, ...]:
@@ -63,7 +76,7 @@ def decode_messages(tree: Any, error: Callable[[str], Exception]) -> tuple[Messa
             message = from_builtins(item, Message)
         except InvalidMessageError as exc:
             raise error(f"messages[{index}]: {exc}") from exc
-        problem = incomplete(index, message)
+        problem = _incomplete(index, message)
         if problem is not None:
             raise error(problem)
         messages.append(message)

@@ -14,7 +14,7 @@ import attrs
 import orjson
 
 from scope import codec
-from scope._documents import decode_messages, incomplete
+from scope._documents import check_messages, decode_messages
 from scope.chat import Message
 from scope.cli._errors import CLIError
 from scope.cli._render import Progress, render_batches, render_conversation
@@ -92,16 +92,7 @@ class ConversationLine:
         """Check the line (construction already did): a valid conversation id and at
         least one message, each a complete ``Message`` (``InvalidBatchError``)."""
         _line_conversation_id(self.conversation_id)
-        if not self.messages:
-            raise InvalidBatchError("a batch needs at least one message")
-        for index, message in enumerate(self.messages):
-            if not isinstance(message, Message):
-                raise InvalidBatchError(
-                    f"messages[{index}] must be a Message, got {type(message).__name__}"
-                )
-            problem = incomplete(index, message)
-            if problem is not None:
-                raise InvalidBatchError(problem)
+        check_messages(self.messages, InvalidBatchError)
 
     def to_json(self) -> bytes:
         """The canonical line, without the newline: keys sorted, the messages the

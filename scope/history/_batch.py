@@ -10,7 +10,7 @@ import attrs
 import orjson
 
 from scope import codec
-from scope._documents import decode_messages, digest_of, incomplete
+from scope._documents import check_messages, decode_messages, digest_of
 from scope._json import Num, parse_tree
 from scope.chat import Message
 from scope.codec import encode_messages
@@ -197,16 +197,7 @@ def _check_expected_length(value: object) -> None:
 
 
 def _check_messages(messages: tuple[Message, ...]) -> None:
-    if not messages:
-        raise InvalidBatchError("a batch needs at least one message")
-    for index, message in enumerate(messages):
-        if not isinstance(message, Message):
-            raise InvalidBatchError(
-                f"messages[{index}] must be a Message, got {type(message).__name__}"
-            )
-        problem = incomplete(index, message)
-        if problem is not None:
-            raise InvalidBatchError(problem)
+    check_messages(messages, InvalidBatchError)
 
 
 def _receipt_conversation_id(value: str) -> ConversationID:
