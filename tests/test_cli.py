@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from scope import codec
 from scope.chat import (
     Message,
     Role,
@@ -29,6 +30,7 @@ from scope.chat import (
     reasoning_part,
     system_message,
     text_part,
+    tool_call_delta_part,
     tool_call_part,
     tool_message,
     tool_result_part,
@@ -37,11 +39,12 @@ from scope.chat import (
 from scope.cli import _demo as demo_module
 from scope.cli import main
 from scope.cli._errors import CLIError
-from scope.cli._history import import_append_id, parse_import
-from scope.cli._render import Progress, conversation_line, render_conversation, safe
+from scope.cli._history import ConversationLine, import_append_id, parse_import
+from scope.cli._render import Progress, render_conversation, safe
 from scope.cli._stores import chat_store_url, sqlite_url
 from scope.codec import encode_messages
-from scope.history import Batch
+from scope.errors import InvalidBatchError
+from scope.history import Batch, ConversationID
 from scope.historystores.sqlite import SQLiteStore
 from scope.jsonvalue import RawJSON
 from scope.media import Media
@@ -312,6 +315,48 @@ def test_export_import_reproduces_every_conversation(
     assert again.stderr == b""
 
 
+def test_export_lines_are_the_canonical_conversation_line(
+    tmp_path: pathlib.Path, source: pathlib.Path
+) -> None:
+    """Each exported line is, byte for byte, ``{"conversation_id", "messages"}`` with
+    sorted keys and the stored canonical messages: what scope 0.1 wrote, and what the
+    ``ConversationLine`` value writes and reads back."""
+    proc = scope(tmp_path, "history", "export", "--store", sqlite_url(source))
+    assert proc.returncode == 0, proc.stderr
+    stored = read_all(source)
+    lines = proc.stdout.splitlines()
+    assert len(lines) == len(stored) == 2
+    for line, (cid, encoded) in zip(lines, sorted(stored.items()), strict=True):
+        assert line == b'{"conversation_id":' + json.dumps(cid).encode() + b',"messages":' + (
+            encoded + b"}"
+        )
+        decoded = codec.from_json(line, ConversationLine)
+        assert type(decoded) is ConversationLine and decoded.conversation_id == cid
+        assert encode_messages(decoded.messages) == encoded
+        assert decoded.to_json() == codec.to_json(decoded) == line
+        assert codec.from_json(b"[" + line + b"]", list[ConversationLine]) == [decoded]
+
+
+def test_conversation_line_is_a_checked_value() -> None:
+    line = ConversationLine("c", [user_message("hi")])
+    assert type(line.conversation_id) is ConversationID and line.messages == (user_message("hi"),)
+    assert line.batch("a1") == Batch("c", "a1", [user_message("hi")])
+    with pytest.raises(InvalidBatchError, match=r"^a batch needs at least one message$"):
+        ConversationLine("c", [])
+    with pytest.raises(InvalidBatchError, match=r"^conversation_id: conversation id ' c' must"):
+        ConversationLine(" c", [user_message("hi")])
+    with pytest.raises(InvalidBatchError, match=r"^conversation_id: expected a string$"):
+        ConversationLine(7, [user_message("hi")])  # type: ignore[arg-type]
+    delta = assistant_message(tool_call_delta_part("t1", "f", "{"))
+    with pytest.raises(InvalidBatchError, match=r"^messages\[0\]\.parts\[0\]: a stored"):
+        ConversationLine("c", [delta])
+    # The exact reader keeps a number token as a str subclass: still not a string.
+    with pytest.raises(InvalidBatchError, match=r"^conversation_id: expected a string$"):
+        codec.from_json(b'{"messages": [], "conversation_id": 7}', ConversationLine)
+    with pytest.raises(InvalidBatchError, match=r"^invalid JSON: "):
+        codec.from_json(b"{", ConversationLine)
+
+
 def test_import_twice_is_a_no_op(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
     exported = tmp_path / "export.jsonl"
     exported.write_bytes(scope(tmp_path, "history", "export", "--store", sqlite_url(source)).stdout)
@@ -397,14 +442,14 @@ def test_tampered_line_is_a_conflict(tmp_path: pathlib.Path, source: pathlib.Pat
 def test_import_into_a_cleared_conversation_fails(
     tmp_path: pathlib.Path, source: pathlib.Path
 ) -> None:
-    line = conversation_line("gone", [user_message("bye"), assistant_message("ciao")])
+    line = ConversationLine("gone", [user_message("bye"), assistant_message("ciao")]).to_json()
     proc = scope(tmp_path, "history", "import", "--store", sqlite_url(source), "-", input=line)
     assert assert_one_line_error(proc) == (
         "scope: error: <stdin>:1: conversation 'gone' is closed (cleared); nothing appended"
     )
 
 
-GOOD = conversation_line("fresh", [user_message("hi"), assistant_message("hello")])
+GOOD = ConversationLine("fresh", [user_message("hi"), assistant_message("hello")]).to_json()
 
 
 @pytest.mark.parametrize(
@@ -453,8 +498,8 @@ def test_malformed_line_aborts_before_anything_is_appended(
 
 
 def test_import_append_id_depends_on_the_conversation_alone() -> None:
-    a = parse_import(conversation_line("c", [user_message("one")]), "f")[0].batch
-    b = parse_import(conversation_line("c", [user_message("two")]), "f")[0].batch
+    a = parse_import(ConversationLine("c", [user_message("one")]).to_json(), "f")[0].batch
+    b = parse_import(ConversationLine("c", [user_message("two")]).to_json(), "f")[0].batch
     assert a.id == b.id == import_append_id("c")
     assert a.digest != b.digest
     assert import_append_id("c") != import_append_id("d")

@@ -325,3 +325,82 @@ def test_receipt_validate_checks_a_receipt_that_came_from_elsewhere() -> None:
     object.__setattr__(receipt, "id", " padded")
     with pytest.raises(InvalidReceiptError, match="id"):
         receipt.validate()
+
+
+# -- the one message-document decoder (scope._documents) ----------------------------
+
+
+class _Corrupt(Exception):
+    """A caller's own error type, as a store's ``corrupt`` builds one."""
+
+
+def test_decode_messages_raises_the_callers_error_with_the_path() -> None:
+    from scope._documents import decode_messages
+    from scope.errors import InvalidMessageError
+
+    good = orjson.loads(encode_messages([user_message("hi"), assistant_message("ho")]))
+    assert decode_messages(good, _Corrupt) == (user_message("hi"), assistant_message("ho"))
+    assert decode_messages([], _Corrupt) == ()
+    with pytest.raises(_Corrupt, match=r"^messages: expected an array$"):
+        decode_messages({"role": "user"}, _Corrupt)
+    with pytest.raises(_Corrupt, match=r"^messages\[1\]: role: ") as caught:
+        decode_messages([good[0], {"role": "nope", "parts": []}], _Corrupt)
+    assert type(caught.value.__cause__) is InvalidMessageError
+    delta = orjson.loads(to_json(assistant_message(tool_call_delta_part("c1", "f", "{"))))
+    with pytest.raises(_Corrupt, match=r"^messages\[1\]\.parts\[0\]: a stored message must be"):
+        decode_messages([good[0], delta], _Corrupt)
+    # A factory works as well as a class: the stores pass their ``corrupt``.
+    with pytest.raises(_Corrupt, match=r"^record 7: messages: expected an array$"):
+        decode_messages("x", lambda problem: _Corrupt(f"record 7: {problem}"))
+
+
+def test_batch_from_json_and_the_decoder_agree_on_messages() -> None:
+    from scope._documents import decode_messages
+
+    bad = [{"role": "user", "parts": [{"kind": "nope"}]}]
+    with pytest.raises(InvalidBatchError) as direct:
+        decode_messages(bad, InvalidBatchError)
+    document = {"conversation_id": "c", "digest": "sha256:" + "0" * 64, "id": "a", "messages": bad}
+    with pytest.raises(InvalidBatchError) as via_batch:
+        Batch.from_json(orjson.dumps(document))
+    assert str(via_batch.value) == str(direct.value)
+    assert type(via_batch.value.__cause__) is type(direct.value.__cause__)
+
+
+def test_digest_of_is_the_batch_digest() -> None:
+    from scope._documents import DIGEST_PREFIX, digest_of
+
+    batch = Batch("c", "a", rich_messages())
+    assert digest_of(batch.encoded_messages) == batch.digest
+    assert batch.digest.startswith(DIGEST_PREFIX)
+    assert digest_of(b"[]") == "sha256:" + hashlib.sha256(b"[]").hexdigest()
+
+
+def test_check_messages_is_the_batch_rule() -> None:
+    from scope._documents import check_messages
+
+    check_messages((user_message("x"),), _Corrupt)
+    with pytest.raises(_Corrupt, match=r"^a batch needs at least one message$"):
+        check_messages((), _Corrupt)
+    with pytest.raises(_Corrupt, match=r"^messages\[1\] must be a Message, got str$"):
+        check_messages((user_message("x"), "y"), _Corrupt)  # type: ignore[arg-type]
+    delta = assistant_message(tool_call_delta_part("c1", "f", "{"))
+    with pytest.raises(_Corrupt, match=r"^messages\[0\]\.parts\[0\]: a stored message"):
+        check_messages((delta,), _Corrupt)
+    with pytest.raises(InvalidBatchError, match=r"^messages\[0\]\.parts\[0\]: a stored message"):
+        Batch("c", "a", [delta])
+
+
+def test_ids_share_one_base_and_stay_apart() -> None:
+    import pickle
+
+    cid, aid = ConversationID("x"), AppendID("x")
+    assert (repr(cid), repr(aid)) == ("ConversationID('x')", "AppendID('x')")
+    assert not isinstance(cid, AppendID) and not isinstance(aid, ConversationID)
+    assert ConversationID(cid) is cid
+    assert type(pickle.loads(pickle.dumps(cid))) is ConversationID
+    assert type(pickle.loads(pickle.dumps(aid))) is AppendID
+    with pytest.raises(InvalidConversationIDError, match=r"^conversation id must not be empty"):
+        ConversationID("")
+    with pytest.raises(InvalidAppendIDError, match=r"^append id must not be empty"):
+        AppendID("")

@@ -7,28 +7,30 @@ import hashlib
 import os
 import pathlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any, BinaryIO, TextIO, final
 
 import attrs
+import orjson
 
-from scope._json import parse_tree
+from scope import codec
+from scope._documents import check_messages, decode_messages
 from scope.chat import Message
 from scope.cli._errors import CLIError
-from scope.cli._render import Progress, conversation_line, render_batches, render_conversation
+from scope.cli._render import Progress, render_batches, render_conversation
 from scope.cli._stores import CLIStore, opened_store, redact_url
-from scope.codec import from_builtins
+from scope.codec import encode_messages
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
     InvalidBatchError,
     InvalidConversationIDError,
-    InvalidMessageError,
 )
 from scope.history import AppendID, Batch, BatchReader, ConversationID, ViewReader
 from scope.historystores import SCHEMA_VERSION
 
 __all__ = [
+    "ConversationLine",
     "ImportLine",
     "clear_conversation",
     "export_conversations",
@@ -50,6 +52,83 @@ def import_append_id(conversation_id: str) -> AppendID:
     """
     digest = hashlib.sha256(conversation_id.encode("utf-8")).hexdigest()[:32]
     return AppendID(f"import-v1:{digest}")
+
+
+def _line_conversation_id(value: Any) -> ConversationID:
+    if type(value) is ConversationID:
+        return value
+    if type(value) is not str:  # not a Num: the exact reader's number tokens are str too
+        raise InvalidBatchError("conversation_id: expected a string")
+    try:
+        return ConversationID(value)
+    except InvalidConversationIDError as exc:
+        raise InvalidBatchError(f"conversation_id: {exc}") from exc
+
+
+def _line_messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen
+class ConversationLine:
+    """One line of ``scope history export`` and of an import file: a conversation and
+    its messages, ``{"conversation_id", "messages"}``.
+
+    The messages obey the rules of a history ``Batch`` (at least one, each a complete
+    ``Message``), so an import line always becomes a batch (``batch``). Registered with
+    the codec: ``scope.codec.from_json(line, ConversationLine)`` decodes one strictly
+    (the messages with the one message-document decoder, ``scope._documents``) and
+    ``to_json()`` writes the canonical line; bad input raises ``InvalidBatchError``.
+    """
+
+    conversation_id: ConversationID = attrs.field(converter=_line_conversation_id)
+    messages: tuple[Message, ...] = attrs.field(converter=_line_messages)
+
+    def __attrs_post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the line (construction already did): a valid conversation id and at
+        least one message, each a complete ``Message`` (``InvalidBatchError``)."""
+        _line_conversation_id(self.conversation_id)
+        check_messages(self.messages, InvalidBatchError)
+
+    def to_json(self) -> bytes:
+        """The canonical line, without the newline: keys sorted, the messages the
+        codec's canonical encoding (byte for byte what a ``Batch`` of them digests, so
+        number spellings inside metadata survive)."""
+        return orjson.dumps(
+            {
+                "conversation_id": str(self.conversation_id),
+                "messages": orjson.Fragment(encode_messages(self.messages)),
+            },
+            option=orjson.OPT_SORT_KEYS,
+        )
+
+    @classmethod
+    def _from_tree(cls, tree: Any) -> ConversationLine:
+        if type(tree) is not dict:
+            raise InvalidBatchError("expected a JSON object")
+        expected = {"conversation_id", "messages"}
+        if set(tree) != expected:
+            missing = sorted(expected - set(tree))
+            unknown = sorted(set(tree) - expected)
+            raise InvalidBatchError(
+                f"expected the keys conversation_id and messages (missing {missing or 'none'}, "
+                f"unknown {unknown or 'none'})"
+            )
+        cid = _line_conversation_id(tree["conversation_id"])
+        return cls(cid, decode_messages(tree["messages"], InvalidBatchError))
+
+    def batch(self, append_id: str) -> Batch:
+        """The batch appending this line's messages under ``append_id``."""
+        return Batch(self.conversation_id, append_id, self.messages)
+
+
+codec._register_own(
+    ConversationLine, InvalidBatchError, ConversationLine._from_tree, ConversationLine.to_json
+)
 
 
 async def migrate_store(url: str, out: TextIO) -> int:
@@ -105,7 +184,7 @@ async def show_conversation(url: str, conversation_id: str, *, as_json: bool, ou
     if not messages:
         raise CLIError(f"conversation {str(cid)!r} has no messages (unknown)")
     if as_json:
-        out.write(conversation_line(cid, messages).decode() + "\n")
+        out.write(ConversationLine(cid, messages).to_json().decode() + "\n")
     else:
         count = len(messages)
         out.write(f"conversation {cid} ({count} message{'s' if count != 1 else ''})\n")
@@ -153,7 +232,7 @@ async def export_conversations(
             for cid in ids:
                 messages = await store.read(cid)
                 if messages:  # cleared since it was listed
-                    sink.write(conversation_line(cid, messages) + b"\n")
+                    sink.write(ConversationLine(cid, messages).to_json() + b"\n")
                     count += 1
                 progress.step()
         progress.done()
@@ -177,39 +256,10 @@ def _line_error(source: str, number: int, problem: str) -> CLIError:
 
 def _parse_line(source: str, number: int, line: bytes) -> Batch:
     try:
-        tree: Any = parse_tree(line)
-    except ValueError as exc:
-        raise _line_error(source, number, f"invalid JSON: {exc}") from None
-    if type(tree) is not dict:
-        raise _line_error(source, number, "expected a JSON object")
-    expected = {"conversation_id", "messages"}
-    if set(tree) != expected:
-        missing = sorted(expected - set(tree))
-        unknown = sorted(set(tree) - expected)
-        raise _line_error(
-            source,
-            number,
-            f"expected the keys conversation_id and messages (missing {missing or 'none'}, "
-            f"unknown {unknown or 'none'})",
-        )
-    if type(tree["conversation_id"]) is not str:
-        raise _line_error(source, number, "conversation_id: expected a string")
-    try:
-        cid = ConversationID(tree["conversation_id"])
-    except InvalidConversationIDError as exc:
-        raise _line_error(source, number, f"conversation_id: {exc}") from None
-    if type(tree["messages"]) is not list:
-        raise _line_error(source, number, "messages: expected an array")
-    messages: list[Message] = []
-    for index, item in enumerate(tree["messages"]):
-        try:
-            messages.append(from_builtins(item, Message))
-        except InvalidMessageError as exc:
-            raise _line_error(source, number, f"messages[{index}]: {exc}") from None
-    try:
-        return Batch(cid, import_append_id(cid), messages)
+        parsed = codec.from_json(line, ConversationLine)
     except InvalidBatchError as exc:
         raise _line_error(source, number, str(exc)) from None
+    return parsed.batch(import_append_id(parsed.conversation_id))
 
 
 def parse_import(data: bytes, source: str) -> list[ImportLine]:

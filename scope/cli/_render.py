@@ -1,23 +1,21 @@
-"""Terminal output: messages as readable text, conversation JSON lines, a progress counter."""
+"""Terminal output: messages as readable text, a progress counter."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from typing import Final, TextIO, final
 
 import anyio
-import orjson
 
 from scope.chat import Message, Part, PartKind, Response, ResponseAccumulator, ToolOutput
-from scope.codec import encode_messages, to_json
+from scope.codec import to_json
 from scope.history import Batch
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
 
 __all__ = [
     "Progress",
-    "conversation_line",
     "render_batches",
     "render_conversation",
     "render_message",
@@ -33,21 +31,6 @@ _INDENT: Final = "    "
 def safe(text: str) -> str:
     """``text`` with terminal control characters spelled as escapes (``\\x1b``)."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def conversation_line(conversation_id: str, messages: Sequence[Message]) -> bytes:
-    """One export line (without the newline): ``{"conversation_id", "messages"}``.
-
-    Canonical JSON: the messages are the codec's canonical encoding, byte for byte what
-    a history ``Batch`` of them digests, so number spellings inside metadata survive.
-    """
-    return orjson.dumps(
-        {
-            "conversation_id": conversation_id,
-            "messages": orjson.Fragment(encode_messages(list(messages))),
-        },
-        option=orjson.OPT_SORT_KEYS,
-    )
 
 
 def _metadata(metadata: Metadata) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable
 from typing import Any, final
@@ -11,26 +10,21 @@ import attrs
 import orjson
 
 from scope import codec
+from scope._documents import check_messages, decode_messages, digest_of
 from scope._json import Num, parse_tree
-from scope.chat import Message, PartKind
-from scope.codec import encode_messages, from_builtins
+from scope.chat import Message
+from scope.codec import encode_messages
 from scope.errors import (
     InvalidAppendIDError,
     InvalidBatchError,
     InvalidConversationIDError,
-    InvalidMessageError,
     InvalidReceiptError,
 )
 from scope.history._ids import AppendID, ConversationID
 
-__all__ = ["Batch", "Receipt", "digest_of"]
+__all__ = ["Batch", "Receipt"]
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-def digest_of(encoded_messages: bytes) -> str:
-    """``"sha256:" + hex(sha256(encoded_messages))``."""
-    return "sha256:" + hashlib.sha256(encoded_messages).hexdigest()
 
 
 def _conversation_id(value: Any, error: type[Exception]) -> ConversationID:
@@ -172,14 +166,7 @@ class Batch:
         for key in ("conversation_id", "id", "digest"):
             if type(tree[key]) is not str:
                 raise InvalidBatchError(f"{key}: expected a string")
-        if type(tree["messages"]) is not list:
-            raise InvalidBatchError("messages: expected an array")
-        messages = []
-        for index, item in enumerate(tree["messages"]):
-            try:
-                messages.append(from_builtins(item, Message))
-            except InvalidMessageError as exc:
-                raise InvalidBatchError(f"messages[{index}]: {exc}") from exc
+        messages = decode_messages(tree["messages"], InvalidBatchError)
         expected_length = tree.get("expected_length")
         if type(expected_length) is Num and not any(c in expected_length for c in ".eE"):
             # The exact reader (taken for documents not in orjson's one spelling: indented,
@@ -210,19 +197,7 @@ def _check_expected_length(value: object) -> None:
 
 
 def _check_messages(messages: tuple[Message, ...]) -> None:
-    if not messages:
-        raise InvalidBatchError("a batch needs at least one message")
-    for index, message in enumerate(messages):
-        if not isinstance(message, Message):
-            raise InvalidBatchError(
-                f"messages[{index}] must be a Message, got {type(message).__name__}"
-            )
-        for part_index, part in enumerate(message.parts):
-            if part.kind is PartKind.TOOL_CALL_DELTA:
-                raise InvalidBatchError(
-                    f"messages[{index}].parts[{part_index}]: a stored message must be "
-                    "complete (no tool_call_delta parts)"
-                )
+    check_messages(messages, InvalidBatchError)
 
 
 def _receipt_conversation_id(value: str) -> ConversationID:

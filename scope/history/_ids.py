@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
-from typing import Final, Self
+from typing import ClassVar, Final, Self
 
 from scope.errors import InvalidAppendIDError, InvalidConversationIDError
 
@@ -33,31 +33,36 @@ def _check_id(value: object, what: str, error: type[Exception]) -> str:
     return value
 
 
-class ConversationID(str):
+class _ID(str):
+    """A validated id: a subclass names what it is and the error it raises."""
+
+    __slots__ = ()
+    _what: ClassVar[str]
+    _error: ClassVar[type[Exception]]
+
+    def __init_subclass__(cls, *, what: str, error: type[Exception]) -> None:
+        super().__init_subclass__()
+        cls._what = what
+        cls._error = error
+
+    def __new__(cls, value: str) -> Self:
+        if type(value) is cls:
+            return value
+        return super().__new__(cls, _check_id(value, cls._what, cls._error))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str.__repr__(self)})"
+
+
+class ConversationID(_ID, what="conversation id", error=InvalidConversationIDError):
     """A conversation id: non-empty, at most 512 UTF-8 bytes, no control characters or
     lone surrogates, no surrounding whitespace. Raises ``InvalidConversationIDError``."""
 
     __slots__ = ()
 
-    def __new__(cls, value: str) -> Self:
-        if type(value) is cls:
-            return value
-        return super().__new__(cls, _check_id(value, "conversation id", InvalidConversationIDError))
 
-    def __repr__(self) -> str:
-        return f"ConversationID({str.__repr__(self)})"
-
-
-class AppendID(str):
+class AppendID(_ID, what="append id", error=InvalidAppendIDError):
     """An append id (idempotency key of one batch, scoped per conversation): same rules
     as ``ConversationID``. Raises ``InvalidAppendIDError``."""
 
     __slots__ = ()
-
-    def __new__(cls, value: str) -> Self:
-        if type(value) is cls:
-            return value
-        return super().__new__(cls, _check_id(value, "append id", InvalidAppendIDError))
-
-    def __repr__(self) -> str:
-        return f"AppendID({str.__repr__(self)})"

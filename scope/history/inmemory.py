@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any, final
+from typing import Any, TypeVar, final
 
 import attrs
 
@@ -28,6 +28,8 @@ from scope.history._ids import AppendID, ConversationID
 from scope.history._view import HistoryView
 
 __all__ = ["InMemoryStore"]
+
+T = TypeVar("T")
 
 
 @final
@@ -74,11 +76,7 @@ class InMemoryStore:
         ``[]`` for an unknown or closed conversation. An invalid id raises
         ``InvalidConversationIDError``.
         """
-        cid = ConversationID(conversation_id)
-        with self._lock:
-            if cid in self._closed:
-                return []
-            return list(self._messages.get(cid, ()))
+        return self._copy(conversation_id, self._messages)
 
     async def read_view(self, conversation_id: str) -> HistoryView:
         """The conversation's messages, length and closure, under one lock.
@@ -100,11 +98,14 @@ class InMemoryStore:
         ``[]`` for an unknown or closed conversation. An invalid id raises
         ``InvalidConversationIDError``.
         """
+        return self._copy(conversation_id, self._batches)
+
+    def _copy(self, conversation_id: str, table: dict[ConversationID, list[T]]) -> list[T]:
+        """A new list of ``table``'s entry for the conversation; ``[]`` when unknown or
+        closed."""
         cid = ConversationID(conversation_id)
         with self._lock:
-            if cid in self._closed:
-                return []
-            return list(self._batches.get(cid, ()))
+            return [] if cid in self._closed else list(table.get(cid, ()))
 
     async def append(self, batch: Batch) -> Receipt:
         """Append every message of ``batch``, contiguously and in order, and return its

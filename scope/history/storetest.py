@@ -292,6 +292,17 @@ def _on_anyio_runner(definition: Any) -> Any:
     )
 
 
+def _optional(store: Any, protocol: type, method: str, checks: str) -> Any:
+    """``store`` when it implements the optional ``protocol``; otherwise skip the
+    calling test, saying which ``checks`` do not apply."""
+    if not isinstance(store, protocol):
+        pytest.skip(
+            f"{type(store).__name__} is not a scope.history.{protocol.__name__} (it has no "
+            f"{method}): the optional {checks} checks do not apply"
+        )
+    return store
+
+
 class StoreConformance:
     """The store contract of ``scope.history`` as pytest tests. Subclass it (see the
     module docstring); never instantiate it directly."""
@@ -663,12 +674,7 @@ class StoreConformance:
 
     def _batch_reader(self, store: Any) -> Any:
         """``store`` when it is a ``BatchReader``; otherwise skip the calling test."""
-        if not isinstance(store, BatchReader):
-            pytest.skip(
-                f"{type(store).__name__} is not a scope.history.BatchReader (it has no "
-                "read_batches): the optional batch-reading checks do not apply"
-            )
-        return store
+        return _optional(store, BatchReader, "read_batches", "batch-reading")
 
     async def test_read_batches_round_trip_in_order_with_receipts(self, store: Any) -> None:
         reader = self._batch_reader(store)
@@ -940,12 +946,7 @@ class StoreConformance:
 
     def _view_reader(self, store: Any) -> Any:
         """``store`` when it is a ``ViewReader``; otherwise skip the calling test."""
-        if not isinstance(store, ViewReader):
-            pytest.skip(
-                f"{type(store).__name__} is not a scope.history.ViewReader (it has no "
-                "read_view): the optional view checks do not apply"
-            )
-        return store
+        return _optional(store, ViewReader, "read_view", "view")
 
     async def test_views_agree_with_read(self, store: Any) -> None:
         reader = self._view_reader(store)

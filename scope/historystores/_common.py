@@ -14,60 +14,64 @@ allowed to crash the reader.
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import functools
 import logging
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar
+from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar, final
 
 import anyio.lowlevel
 import orjson
 
+from scope._documents import DIGEST_PREFIX, decode_messages, digest_of
 from scope._json import parse_tree
-from scope.chat import Message, PartKind
-from scope.codec import encode_messages, from_builtins
+from scope.chat import Message
+from scope.codec import encode_messages
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
     HistoryChangedError,
     InvalidAppendIDError,
     InvalidBatchError,
-    InvalidConversationIDError,
-    InvalidMessageError,
     StoreError,
 )
-from scope.history import AppendID, Batch, ConversationID, HistoryView
+from scope.history import AppendID, Batch, ConversationID, HistoryView, Receipt
 
 __all__ = [
     "SCHEMA_VERSION",
     "AsyncClosing",
+    "DecodedCache",
+    "Decoder",
+    "Driver",
+    "ListedIDs",
+    "Reconnecting",
+    "RecordStore",
+    "cancellation_mark",
+    "check_batch",
     "check_outcome",
     "closed_error",
     "conflict_error",
-    "DecodedCache",
-    "Decoder",
-    "ListedIDs",
-    "cancellation_mark",
-    "check_batch",
     "corrupt",
-    "deliver_cancellation",
     "decode_batches",
     "decode_records",
+    "deliver_cancellation",
     "message_count",
-    "schema_mismatch",
-    "view_of",
     "require_asyncio",
+    "retry_once",
+    "schema_mismatch",
+    "store_closed",
     "validate_cache_size",
     "validate_table_prefix",
+    "view_of",
 ]
+
+T = TypeVar("T")
 
 #: Where the stores log what they skip or find odd (one warning per thing per handle).
 logger: Final = logging.getLogger("scope.historystores")
-
-_DIGEST_PREFIX: Final = "sha256:"
 
 #: The schema version the SQL stores write and expect. 1: scope 0.1. 2: a ``length``
 #: column on the conversations table (the ``expected_length`` fence) and a ``_schema``
@@ -172,13 +176,14 @@ def conflict_error(batch: Batch, accepted_digest: str) -> AppendConflictError:
     )
 
 
-def check_outcome(batch: Batch, outcome: str, where: str) -> None:
-    """Raise what a server-side append's outcome means for ``batch``.
+def check_outcome(batch: Batch, answer: object, where: str) -> None:
+    """Raise what a server-side append's answer means for ``batch``.
 
     The PostgreSQL function and the Redis script answer ``inserted``, ``closed``,
     ``accepted:<digest>`` (the dedupe record: the same digest is a retry, another one a
-    conflict) or ``changed:<length>`` (the fence refused it). Anything else is a
-    ``StoreError`` naming ``where`` (the function or script)."""
+    conflict) or ``changed:<length>`` (the fence refused it), as text or UTF-8 bytes.
+    Anything else is a ``StoreError`` naming ``where`` (the function or script)."""
+    outcome = answer.decode("utf-8", "replace") if isinstance(answer, bytes) else str(answer)
     if outcome == "inserted":
         return
     if outcome == "closed":
@@ -194,6 +199,111 @@ def check_outcome(batch: Batch, outcome: str, where: str) -> None:
         if actual.isdigit():
             raise HistoryChangedError(expected, int(actual), batch.conversation_id)
     raise StoreError(f"{where} returned {outcome!r}")
+
+
+def store_closed(store: str) -> StoreError:
+    """What a call on a store handle after its ``aclose()`` raises (``store``: the class
+    name)."""
+    return StoreError(f"the {store} is closed")
+
+
+@final
+class Driver:
+    """How one backend's driver fails: what ``retry_once`` retries, what it maps.
+
+    ``name`` starts every error text (``"PostgreSQL"``); ``errors`` is everything the
+    driver raises (each becomes ``StoreError``); ``retryable`` the failures after which
+    the same operation may succeed on a fresh connection (the connection or its session
+    dropped); ``timeouts`` the ones that are never retried (see ``retry_once``).
+    """
+
+    __slots__ = ("errors", "name", "retryable", "timeouts")
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        errors: tuple[type[BaseException], ...],
+        retryable: tuple[type[BaseException], ...] = (),
+        timeouts: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        self.name: Final = name
+        self.errors: Final = errors
+        self.retryable: Final = retryable
+        self.timeouts: Final = timeouts
+
+    def failed(self, exc: BaseException, what: str) -> StoreError:
+        """The ``StoreError`` of a driver failure (callers chain ``exc``)."""
+        return StoreError(f"{self.name} {what} failed: {type(exc).__name__}: {exc}")
+
+
+class Reconnecting(Protocol):
+    """What ``retry_once`` needs of a store handle."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def _timed_out(self, exc: BaseException, what: str) -> StoreError:
+        """The ``StoreError`` of a timeout (``exc`` is one of ``Driver.timeouts``)."""
+        ...
+
+    async def _reconnect(self) -> None:
+        """Make the next attempt use a fresh connection (the server may have dropped
+        every pooled one: a restart, a killed session)."""
+        ...
+
+
+async def retry_once(
+    store: Reconnecting,
+    driver: Driver,
+    attempt: Callable[[], Awaitable[T]],
+    what: str,
+    settle: Callable[[BaseException | None], Awaitable[None]] | None = None,
+) -> T:
+    """``await attempt()``, retried once on a fresh connection when the connection
+    dropped; every driver failure becomes a ``StoreError`` naming ``what``, with the
+    driver's error chained.
+
+    A ``driver.retryable`` failure of the first attempt reconnects (``store._reconnect``)
+    and runs ``attempt`` again, its errors naming ``what (retried on a fresh
+    connection)``; the store refuses instead (``store_closed``) when it was closed
+    meanwhile. Retrying is always safe: every store operation is idempotent (an
+    append's retry is recognised by its append id). A ``driver.timeouts`` failure is
+    ``store._timed_out(exc, what)`` and never retried: whatever held the call (a lock,
+    a full pool, load, a dead network) most likely still holds it, and a retry would
+    double the caller's wait; the caller may repeat the call. Any other
+    ``driver.errors`` failure is ``driver.failed(exc, what)``.
+
+    ``settle`` runs after each attempt, before anything else, with its error or None:
+    Redis passes ``deliver_cancellation`` there, so a cancellation the driver swallowed
+    is raised instead of a retry, an error or the result.
+    """
+    for retry in (False, True):
+        if retry:
+            what = f"{what} (retried on a fresh connection)"
+        try:
+            result = await attempt()
+        except driver.timeouts as exc:  # first: TimeoutError is an OSError
+            if settle is not None:
+                await settle(exc)
+            raise store._timed_out(exc, what) from exc
+        except driver.retryable as exc:
+            if settle is not None:
+                await settle(exc)
+            if retry:
+                raise driver.failed(exc, what) from exc
+            if store.closed:
+                raise store_closed(type(store).__name__) from None
+            await store._reconnect()
+            continue
+        except driver.errors as exc:
+            if settle is not None:
+                await settle(exc)
+            raise driver.failed(exc, what) from exc
+        if settle is not None:
+            await settle(None)
+        return result
+    raise AssertionError("unreachable: the second attempt returns or raises")
 
 
 def corrupt(conversation_id: str, append_id: object, problem: str) -> StoreError:
@@ -299,8 +409,6 @@ def validate_cache_size(value: object) -> int:
     return value
 
 
-T = TypeVar("T")
-
 #: ``decode_records`` or ``decode_batches``: how a read turns a conversation's
 #: ``(append_id, digest, encoded_messages)`` records into its result.
 Decoder: TypeAlias = Callable[
@@ -326,9 +434,9 @@ def decode_record(
         data = bytes(data)
     if not isinstance(data, bytes):
         raise corrupt(conversation_id, append_id, f"messages are {type(data).__name__}, not bytes")
-    if not isinstance(digest, str) or not digest.startswith(_DIGEST_PREFIX):
+    if not isinstance(digest, str) or not digest.startswith(DIGEST_PREFIX):
         raise corrupt(conversation_id, append_id, f"invalid digest {digest!r}")
-    actual = _DIGEST_PREFIX + hashlib.sha256(data).hexdigest()
+    actual = digest_of(data)
     if actual != digest:
         raise corrupt(
             conversation_id, append_id, f"its messages digest to {actual}, the record says {digest}"
@@ -343,22 +451,7 @@ def decode_record(
         raise corrupt(conversation_id, append_id, f"invalid JSON: {exc}") from None
     if type(tree) is not list or not tree:
         raise corrupt(conversation_id, append_id, "messages are not a non-empty JSON array")
-    messages = []
-    for index, item in enumerate(tree):
-        try:
-            message = from_builtins(item, Message)
-        except InvalidMessageError as exc:
-            raise corrupt(conversation_id, append_id, f"messages[{index}]: {exc}") from exc
-        for part_index, part in enumerate(message.parts):
-            if part.kind is PartKind.TOOL_CALL_DELTA:
-                raise corrupt(
-                    conversation_id,
-                    append_id,
-                    f"messages[{index}].parts[{part_index}]: a stored message must be "
-                    "complete (no tool_call_delta parts)",
-                )
-        messages.append(message)
-    out = tuple(messages)
+    out = decode_messages(tree, functools.partial(corrupt, conversation_id, append_id))
     # Encoding fills each message's cached canonical bytes, so later encodes (a Batch
     # built from these messages, a request) reuse them.
     if encode_messages(out) != data:
@@ -371,6 +464,21 @@ def decode_record(
     return out
 
 
+def _decoded(
+    conversation_id: str,
+    records: Iterable[tuple[Any, Any, Any]],
+    cache: DecodedCache | None,
+) -> Iterator[tuple[Any, Any, Any, tuple[Message, ...]]]:
+    """Each record with its messages (``decode_record``), in order."""
+    for append_id, digest, data in records:
+        yield (
+            append_id,
+            digest,
+            data,
+            decode_record(conversation_id, append_id, digest, data, cache),
+        )
+
+
 def decode_records(
     conversation_id: str,
     records: Iterable[tuple[Any, Any, Any]],
@@ -378,10 +486,7 @@ def decode_records(
 ) -> list[Message]:
     """The messages of ``(append_id, digest, encoded_messages)`` records, in order: what
     ``read`` returns (append ids are not looked at: ``read`` does not return them)."""
-    out: list[Message] = []
-    for append_id, digest, data in records:
-        out += decode_record(conversation_id, append_id, digest, data, cache)
-    return out
+    return [m for *_, messages in _decoded(conversation_id, records, cache) for m in messages]
 
 
 def decode_batches(
@@ -398,8 +503,7 @@ def decode_batches(
     themselves. Anything else raises ``StoreError`` (see ``corrupt``).
     """
     out: list[Batch] = []
-    for append_id, digest, data in records:
-        messages = decode_record(conversation_id, append_id, digest, data, cache)
+    for append_id, digest, data, messages in _decoded(conversation_id, records, cache):
         try:
             aid = AppendID(append_id)
         except InvalidAppendIDError as exc:
@@ -407,6 +511,29 @@ def decode_batches(
         encoded = bytes(data)  # decode_record accepted it: bytes, bytearray or memoryview
         out.append(Batch._verified(conversation_id, aid, messages, encoded, digest))
     return out
+
+
+def stored_id(raw: object) -> ConversationID:
+    """A conversation id as a driver returned it (``str``, or UTF-8 ``bytes``,
+    ``bytearray`` or ``memoryview``). One that is not a valid ``ConversationID`` (written
+    outside scope) raises ``ValueError`` naming the problem."""
+    if isinstance(raw, memoryview | bytearray):
+        raw = bytes(raw)
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"conversation id is not UTF-8: {exc}") from None
+    elif not isinstance(raw, str):
+        raise ValueError(f"conversation id is stored as {type(raw).__name__}")
+    return ConversationID(raw)  # InvalidConversationIDError is a ValueError
+
+
+def _shown(raw: object) -> str:
+    """How a log line shows a stored id: bytes that are not UTF-8 with backslash escapes."""
+    if isinstance(raw, bytes | bytearray | memoryview):
+        return bytes(raw).decode("utf-8", "backslashreplace")
+    return raw if isinstance(raw, str) else repr(raw)
 
 
 class ListedIDs:
@@ -436,25 +563,10 @@ class ListedIDs:
         """The valid ids of ``raw_ids``, in their order; the others are skipped."""
         out: list[ConversationID] = []
         for raw in raw_ids:
-            if isinstance(raw, memoryview | bytearray):
-                raw = bytes(raw)
-            if isinstance(raw, bytes):
-                shown = raw.decode("utf-8", "backslashreplace")
-                try:
-                    raw = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    self._skip(shown, f"conversation id is not UTF-8: {exc}")
-                    continue
-            elif isinstance(raw, str):
-                shown = raw
-            else:
-                shown = repr(raw)
-                self._skip(shown, f"conversation id is stored as {type(raw).__name__}")
-                continue
             try:
-                out.append(ConversationID(raw))
-            except InvalidConversationIDError as exc:
-                self._skip(shown, str(exc))
+                out.append(stored_id(raw))
+            except ValueError as exc:
+                self._skip(_shown(raw), str(exc))
         return out
 
     def _skip(self, shown: str, problem: str) -> None:
@@ -492,3 +604,57 @@ class AsyncClosing:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class RecordStore(AsyncClosing):
+    """Base of the persistent stores: ``read`` and ``read_batches`` over one fetch of
+    the conversation's records (the backend's ``_read``), decoded and checked by
+    ``decode_records`` / ``decode_batches``; the listing's skipped ids; the receipt of an
+    append that landed.
+
+    A subclass sets ``_cache`` and ``_listed``, implements ``_read`` and ``closed``.
+    """
+
+    __slots__ = ()
+
+    _cache: DecodedCache
+    _listed: ListedIDs
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose()`` was called."""
+        raise NotImplementedError
+
+    @property
+    def invalid_conversation_ids(self) -> tuple[str, ...]:
+        """The stored conversation ids this handle's ``conversations()`` calls skipped
+        because they are not valid ids (written outside scope), sorted; each was also
+        logged once as a warning on the ``scope.historystores`` logger."""
+        return self._listed.invalid
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        """The conversation's messages in stored order (``[]`` when unknown or closed).
+
+        One round trip: a consistent snapshot. A corrupt stored record raises
+        ``StoreError`` naming the conversation."""
+        return await self._read(ConversationID(conversation_id), decode_records)
+
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        """The conversation's batches in stored order, each equal to the batch appended
+        (``[]`` when unknown or closed); their messages are what ``read`` returns.
+
+        One round trip: a consistent snapshot. A corrupt stored record raises
+        ``StoreError`` naming the conversation."""
+        return await self._read(ConversationID(conversation_id), decode_batches)
+
+    async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
+        """Fetch the conversation's ``(append_id, digest, encoded_messages)`` records
+        in stored order, in one round trip, and return ``decode(cid, records, cache)``."""
+        raise NotImplementedError
+
+    def _landed(self, batch: Batch) -> Receipt:
+        """The receipt of an append that landed now or before (a retry): the batch's
+        messages are cached under its digest, so the next read decodes nothing this
+        handle wrote."""
+        self._cache.remember(batch)
+        return batch.receipt()

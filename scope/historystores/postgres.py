@@ -33,23 +33,21 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
-from scope.chat import Message
-from scope.errors import (
-    StoreError,
-)
+from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
     SCHEMA_VERSION,
-    AsyncClosing,
     DecodedCache,
     Decoder,
+    Driver,
     ListedIDs,
+    RecordStore,
     check_batch,
     check_outcome,
-    decode_batches,
-    decode_records,
     require_asyncio,
+    retry_once,
     schema_mismatch,
+    store_closed,
     validate_cache_size,
     validate_table_prefix,
     view_of,
@@ -85,22 +83,27 @@ def _driver_errors(asyncpg: Any) -> tuple[type[BaseException], ...]:
     )
 
 
-def _retryable(asyncpg: Any) -> tuple[type[BaseException], ...]:
-    """Failures after which the same operation may succeed on a fresh connection: the
-    connection or its server session is gone or confused, or the server asks for a
-    retry. Deterministic server errors (permissions, a dropped table, bad data) are not
-    retried, nor are timeouts (see ``_with_connection``). Retrying is always safe here:
-    every store operation is idempotent."""
+def _driver(asyncpg: Any) -> Driver:
+    """How asyncpg fails (see ``retry_once``). Retryable: the connection or its server
+    session is gone or confused, or the server asks for a retry. Deterministic server
+    errors (permissions, a dropped table, bad data) are not retried, nor are timeouts:
+    the client's own bound, no pool connection within ``acquire_timeout``, or the
+    server's ``statement_timeout`` (``QueryCanceledError``)."""
     exc = asyncpg.exceptions
-    return (
-        OSError,  # refused, reset, broken pipe
-        # Client side: the connection was closed or detached under the call, or the
-        # protocol was left mid-operation by a session killed while idle.
-        asyncpg.InterfaceError,
-        exc.InternalClientError,
-        exc.PostgresConnectionError,  # SQLSTATE class 08
-        exc.OperatorInterventionError,  # class 57: admin/crash shutdown, cannot connect now
-        exc.TransactionRollbackError,  # class 40: serialization failure, deadlock
+    return Driver(
+        "PostgreSQL",
+        errors=_driver_errors(asyncpg),
+        retryable=(
+            OSError,  # refused, reset, broken pipe
+            # Client side: the connection was closed or detached under the call, or the
+            # protocol was left mid-operation by a session killed while idle.
+            asyncpg.InterfaceError,
+            exc.InternalClientError,
+            exc.PostgresConnectionError,  # SQLSTATE class 08
+            exc.OperatorInterventionError,  # class 57: admin/crash shutdown, cannot connect now
+            exc.TransactionRollbackError,  # class 40: serialization failure, deadlock
+        ),
+        timeouts=(_AcquireTimeout, TimeoutError, exc.QueryCanceledError),
     )
 
 
@@ -127,13 +130,8 @@ def _check_timeout(name: str, value: object) -> float | None:
 _CLIENT_GRACE: Final = 1.0
 
 
-def map_error(exc: BaseException, what: str) -> StoreError:
-    """The ``StoreError`` for a driver failure (the driver error is chained by callers)."""
-    return StoreError(f"PostgreSQL {what} failed: {type(exc).__name__}: {exc}")
-
-
 @final
-class PostgresStore(AsyncClosing):
+class PostgresStore(RecordStore):
     """A ``Store``, ``Lister`` and ``BatchReader`` in PostgreSQL tables.
 
     Open with ``await PostgresStore.open(dsn)``; use as an async context manager or call
@@ -179,6 +177,7 @@ class PostgresStore(AsyncClosing):
         "_cache",
         "_closed",
         "_command_timeout",
+        "_driver",
         "_listed",
         "_max_size",
         "_pool",
@@ -206,6 +205,7 @@ class PostgresStore(AsyncClosing):
         self._cache = cache
         self._sql = _Statements(table_prefix)
         self._closed = False
+        self._driver = _driver(_asyncpg())
         self.table_prefix: Final = table_prefix
         self._listed = ListedIDs(repr(self))
 
@@ -291,7 +291,7 @@ class PostgresStore(AsyncClosing):
         except ValueError as exc:  # includes asyncpg's ClientConfigurationError
             raise ValueError(f"invalid PostgreSQL DSN: {exc}") from exc
         except _driver_errors(asyncpg) as exc:
-            raise map_error(exc, "connect") from exc
+            raise _driver(asyncpg).failed(exc, "connect") from exc
         store = cls(
             pool,
             prefix,
@@ -330,20 +330,13 @@ class PostgresStore(AsyncClosing):
             await asyncio.wait(set(self._running))
         try:
             await self._pool.close()
-        except _driver_errors(_asyncpg()):
+        except self._driver.errors:
             self._pool.terminate()
 
     @property
     def closed(self) -> bool:
         """Whether ``aclose()`` was called."""
         return self._closed
-
-    @property
-    def invalid_conversation_ids(self) -> tuple[str, ...]:
-        """The stored conversation ids this handle's ``conversations()`` calls skipped
-        because they are not valid ids (written outside scope), sorted; each was also
-        logged once as a warning on the ``scope.historystores`` logger."""
-        return self._listed.invalid
 
     async def _with_connection(self, fn: Callable[[Any], Awaitable[T]], what: str) -> T:
         """Run ``fn(connection)``, retrying once on a fresh connection when the first one
@@ -354,64 +347,38 @@ class PostgresStore(AsyncClosing):
         statement finishes and the connection is released normally (see the class
         docstring), and asyncio.shield marks that task's outcome retrieved."""
         if self._closed:
-            raise StoreError("the PostgresStore is closed")
-        task = asyncio.ensure_future(self._attempts(fn, what))
+            raise store_closed("PostgresStore")
+        task = asyncio.ensure_future(retry_once(self, self._driver, lambda: self._once(fn), what))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return await asyncio.shield(task)
-
-    async def _attempts(self, fn: Callable[[Any], Awaitable[T]], what: str) -> T:
-        asyncpg = _asyncpg()
-        retryable = _retryable(asyncpg)
-        errors = _driver_errors(asyncpg)
-        canceled = asyncpg.exceptions.QueryCanceledError
-        try:
-            return await self._once(fn)
-        except _AcquireTimeout as exc:
-            raise self._timed_out(exc.__cause__, what, acquire=True) from exc.__cause__
-        except (TimeoutError, canceled) as exc:
-            raise self._timed_out(exc, what) from exc
-        except retryable:
-            if self._closed:
-                raise StoreError("the PostgresStore is closed") from None
-            # The server may have dropped every pooled connection (restart, terminate):
-            # make the pool replace them all instead of retrying on another dead one.
-            await self._pool.expire_connections()
-        except errors as exc:
-            raise map_error(exc, what) from exc
-        what = f"{what} (retried on a fresh connection)"
-        try:
-            return await self._once(fn)
-        except _AcquireTimeout as exc:
-            raise self._timed_out(exc.__cause__, what, acquire=True) from exc.__cause__
-        except (TimeoutError, canceled) as exc:
-            raise self._timed_out(exc, what) from exc
-        except errors as exc:
-            raise map_error(exc, what) from exc
 
     async def _once(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         try:
             conn = await self._pool.acquire(timeout=self._acquire_timeout)
         except TimeoutError as exc:
-            raise _AcquireTimeout from exc
+            raise _AcquireTimeout(f"{type(exc).__name__}: {exc}") from exc
         try:
             return await fn(conn)
         finally:
             await self._pool.release(conn)
 
-    def _timed_out(
-        self, exc: BaseException | None, what: str, *, acquire: bool = False
-    ) -> StoreError:
-        """The ``StoreError`` of a timeout. Timeouts are not retried: whatever held the
-        call most likely still holds it, and a retry would double the caller's wait."""
-        cause = f"{type(exc).__name__}: {exc}"
-        if acquire:
+    async def _reconnect(self) -> None:
+        # The server may have dropped every pooled connection (restart, terminate):
+        # make the pool replace them all instead of retrying on another dead one.
+        await self._pool.expire_connections()
+
+    def _timed_out(self, exc: BaseException, what: str) -> StoreError:
+        """The ``StoreError`` of a timeout (not retried, see ``retry_once``)."""
+        if isinstance(exc, _AcquireTimeout):
+            cause = str(exc)  # the pool's TimeoutError
             return StoreError(
                 f"PostgreSQL {what} timed out waiting for a pool connection "
                 f"(acquire_timeout={self._acquire_timeout} s, max_size={self._max_size}: all "
                 f"in use, or a new connection took longer than connect_timeout; {cause}); "
                 "nothing was sent, repeating it is safe"
             )
+        cause = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, TimeoutError):
             return StoreError(
                 f"PostgreSQL {what} timed out waiting for the server's answer "
@@ -463,13 +430,6 @@ class PostgresStore(AsyncClosing):
                 await conn.execute(statement)
             await conn.execute(self._sql.set_version, SCHEMA_VERSION)
 
-    async def read(self, conversation_id: str) -> list[Message]:
-        """The conversation's messages in stored order (``[]`` when unknown or closed).
-
-        One statement: a consistent snapshot. A corrupt stored record raises
-        ``StoreError`` naming the conversation."""
-        return await self._read(ConversationID(conversation_id), decode_records)
-
     async def read_view(self, conversation_id: str) -> HistoryView:
         """The conversation's messages, length and closure from one statement (a
         consistent snapshot). A corrupt stored record raises ``StoreError``."""
@@ -484,14 +444,6 @@ class PostgresStore(AsyncClosing):
             return HistoryView((), 0)
         records = [(r[2], r[3], r[4]) for r in rows if r[2] is not None]
         return view_of(cid, bool(rows[0][0]), int(rows[0][1]), records, self._cache)
-
-    async def read_batches(self, conversation_id: str) -> list[Batch]:
-        """The conversation's batches in stored order, each equal to the batch appended
-        (``[]`` when unknown or closed); their messages are what ``read`` returns.
-
-        One statement: a consistent snapshot. A corrupt stored record raises
-        ``StoreError`` naming the conversation."""
-        return await self._read(ConversationID(conversation_id), decode_batches)
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
         sql = self._sql.read
@@ -524,8 +476,7 @@ class PostgresStore(AsyncClosing):
 
         outcome = await self._with_connection(append, f"append to conversation {str(cid)!r}")
         check_outcome(batch, outcome, "PostgreSQL append function")
-        self._cache.remember(batch)  # the next read decodes nothing this handle wrote
-        return batch.receipt()
+        return self._landed(batch)
 
     async def clear(self, conversation_id: str) -> None:
         """Close the conversation for ever and delete its batches, in one transaction.

@@ -31,34 +31,29 @@ import functools
 import re
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
-from scope.chat import Message
-from scope.errors import (
-    InvalidConversationIDError,
-    ScopeWarning,
-    StoreError,
-)
+from scope.errors import ScopeWarning, StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
-    AsyncClosing,
     DecodedCache,
     Decoder,
+    Driver,
     ListedIDs,
+    RecordStore,
     cancellation_mark,
     check_batch,
     check_outcome,
     corrupt,
-    decode_batches,
     decode_records,
     deliver_cancellation,
     require_asyncio,
+    retry_once,
+    store_closed,
+    stored_id,
     validate_cache_size,
     view_of,
 )
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["RedisStore"]
 
@@ -132,46 +127,32 @@ def _redis() -> Any:
     return redis.asyncio
 
 
-def _driver_errors() -> tuple[type[BaseException], ...]:
-    """Every exception redis-py raises, plus socket errors and timeouts."""
+def _driver() -> Driver:
+    """How redis-py fails (see ``retry_once``): every exception it raises, plus socket
+    errors and timeouts. Retryable: the connection dropped, or the server asks for a
+    retry. Not timeouts (``socket_timeout`` ran out connecting, sending or waiting for
+    the reply): the server or the network held the call for the whole
+    ``socket_timeout`` already, and whatever held it most likely still does."""
     import redis.exceptions
 
     # Not every redis-py error derives from RedisError; the odd ones (present in some
     # versions only) are listed by name.
     odd = ("RedisClusterException", "ChildDeadlockedError", "IncorrectPolicyType")
-    return (
-        redis.exceptions.RedisError,
-        *(getattr(redis.exceptions, name) for name in odd if hasattr(redis.exceptions, name)),
-        OSError,
-        TimeoutError,
+    return Driver(
+        "Redis",
+        errors=(
+            redis.exceptions.RedisError,
+            *(getattr(redis.exceptions, name) for name in odd if hasattr(redis.exceptions, name)),
+            OSError,
+            TimeoutError,
+        ),
+        retryable=(
+            redis.exceptions.ConnectionError,  # includes BusyLoadingError
+            redis.exceptions.TryAgainError,
+            OSError,
+        ),
+        timeouts=(redis.exceptions.TimeoutError, TimeoutError),
     )
-
-
-def _timeouts() -> tuple[type[BaseException], ...]:
-    """``socket_timeout`` ran out (connecting, sending or waiting for the reply)."""
-    import redis.exceptions
-
-    return (redis.exceptions.TimeoutError, TimeoutError)
-
-
-def _retryable() -> tuple[type[BaseException], ...]:
-    """Failures after which the same operation may succeed on a fresh connection.
-
-    Not timeouts: the server or the network held the call for the whole
-    ``socket_timeout`` already, and whatever held it most likely still does, so a retry
-    would double the caller's wait. The caller decides (repeating it is safe)."""
-    import redis.exceptions
-
-    return (
-        redis.exceptions.ConnectionError,  # includes BusyLoadingError
-        redis.exceptions.TryAgainError,
-        OSError,
-    )
-
-
-def map_error(exc: BaseException, what: str) -> StoreError:
-    """The ``StoreError`` for a driver failure (callers chain the driver error)."""
-    return StoreError(f"Redis {what} failed: {type(exc).__name__}: {exc}")
 
 
 def validate_prefix(prefix: object) -> str:
@@ -191,7 +172,7 @@ def validate_prefix(prefix: object) -> str:
 
 
 @final
-class RedisStore(AsyncClosing):
+class RedisStore(RecordStore):
     """A ``Store``, ``Lister`` and ``BatchReader`` in Redis.
 
     Open with ``await RedisStore.open(url)``; use as an async context manager or call
@@ -228,6 +209,7 @@ class RedisStore(AsyncClosing):
         "_cache",
         "_client",
         "_closed",
+        "_driver",
         "_listed",
         "_listing",
         "_listing_checked",
@@ -249,6 +231,7 @@ class RedisStore(AsyncClosing):
         self._socket_timeout = socket_timeout
         self._cache = cache
         self._closed = False
+        self._driver = _driver()
         self._listing = f"{prefix}:conversations"
         self._listing_checked = False
         self.prefix: Final = prefix
@@ -451,8 +434,8 @@ class RedisStore(AsyncClosing):
             members: list[bytes] = []
             for raw in page:
                 try:
-                    cid = ConversationID(raw.decode("utf-8"))
-                except (UnicodeDecodeError, InvalidConversationIDError):
+                    cid = stored_id(raw)
+                except ValueError:
                     continue  # left for conversations() to report, never deleted
                 closed, _, batches, _ = self._keys(cid)
                 keys += (closed, batches)
@@ -484,20 +467,13 @@ class RedisStore(AsyncClosing):
         self._closed = True
         try:
             await self._client.aclose()
-        except _driver_errors() as exc:
-            raise map_error(exc, "close") from exc
+        except self._driver.errors as exc:
+            raise self._driver.failed(exc, "close") from exc
 
     @property
     def closed(self) -> bool:
         """Whether ``aclose()`` was called."""
         return self._closed
-
-    @property
-    def invalid_conversation_ids(self) -> tuple[str, ...]:
-        """The stored conversation ids this handle's ``conversations()`` calls skipped
-        because they are not valid ids (written outside scope), sorted; each was also
-        logged once as a warning on the ``scope.historystores`` logger."""
-        return self._listed.invalid
 
     def _keys(self, cid: str) -> tuple[str, str, str, str]:
         """closed, ids, batches, length: one hash slot."""
@@ -507,45 +483,21 @@ class RedisStore(AsyncClosing):
 
     async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         """Run ``fn()``, retrying once on a fresh connection when the connection dropped;
-        map driver errors to ``StoreError``; re-raise a cancellation redis-py swallowed
-        (see ``deliver_cancellation``)."""
+        map driver errors to ``StoreError`` (``retry_once``); re-raise a cancellation
+        redis-py swallowed (see ``deliver_cancellation``)."""
         if self._closed:
-            raise StoreError("the RedisStore is closed")
-        errors = _driver_errors()
-        timeouts = _timeouts()
+            raise store_closed("RedisStore")
         mark = await cancellation_mark()
-        try:
-            result = await fn()
-        except timeouts as exc:
-            await deliver_cancellation(mark, exc)
-            raise self._timed_out(exc, what) from exc
-        except _retryable() as exc:
-            await deliver_cancellation(mark, exc)
-            if self._closed:
-                raise StoreError("the RedisStore is closed") from None
-            # The server may have dropped every pooled connection (restart, CLIENT KILL)
-            # before this client noticed: reconnect the idle ones rather than retry on one.
-            pool = getattr(self._client, "connection_pool", None)  # a cluster has none
-            if pool is not None:
-                with contextlib.suppress(*errors):
-                    await pool.disconnect(inuse_connections=False)
-        except errors as exc:
-            await deliver_cancellation(mark, exc)
-            raise map_error(exc, what) from exc
-        else:
-            await deliver_cancellation(mark)
-            return result
-        what = f"{what} (retried on a fresh connection)"
-        try:
-            result = await fn()
-        except timeouts as exc:
-            await deliver_cancellation(mark, exc)
-            raise self._timed_out(exc, what) from exc
-        except errors as exc:
-            await deliver_cancellation(mark, exc)
-            raise map_error(exc, what) from exc
-        await deliver_cancellation(mark)
-        return result
+        settle = functools.partial(deliver_cancellation, mark)
+        return await retry_once(self, self._driver, fn, what, settle)
+
+    async def _reconnect(self) -> None:
+        # The server may have dropped every pooled connection (restart, CLIENT KILL)
+        # before this client noticed: reconnect the idle ones rather than retry on one.
+        pool = getattr(self._client, "connection_pool", None)  # a cluster has none
+        if pool is not None:
+            with contextlib.suppress(*self._driver.errors):
+                await pool.disconnect(inuse_connections=False)
 
     def _timed_out(self, exc: BaseException, what: str) -> StoreError:
         limit = self._socket_timeout
@@ -554,13 +506,6 @@ class RedisStore(AsyncClosing):
             f"Redis {what} timed out{after}: {type(exc).__name__}: {exc}; not retried. It "
             "ran entirely or not at all; repeating it is safe (a batch lands once)"
         )
-
-    async def read(self, conversation_id: str) -> list[Message]:
-        """The conversation's messages in stored order (``[]`` when unknown or closed).
-
-        One command: a consistent snapshot. A corrupt stored record raises ``StoreError``
-        naming the conversation."""
-        return await self._read(ConversationID(conversation_id), decode_records)
 
     async def read_view(self, conversation_id: str) -> HistoryView:
         """The conversation's messages, length and closure from one script (a consistent
@@ -587,14 +532,6 @@ class RedisStore(AsyncClosing):
                 f"conversation {str(cid)!r} is corrupt: its length is {raw_length!r}"
             ) from None
         return view_of(cid, bool(closed), length, records, self._cache)
-
-    async def read_batches(self, conversation_id: str) -> list[Batch]:
-        """The conversation's batches in stored order, each equal to the batch appended
-        (``[]`` when unknown or closed); their messages are what ``read`` returns.
-
-        One command: a consistent snapshot. A corrupt stored record raises ``StoreError``
-        naming the conversation."""
-        return await self._read(ConversationID(conversation_id), decode_batches)
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
         key = self._keys(cid)[2]
@@ -630,15 +567,13 @@ class RedisStore(AsyncClosing):
                 )
             return await client.eval(_APPEND, 4, *keys, aid, digest, record, count, expected)
 
-        raw = await self._call(append, f"append to conversation {str(cid)!r}")
-        outcome = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        outcome = await self._call(append, f"append to conversation {str(cid)!r}")
         check_outcome(batch, outcome, "Redis append script")
         if cluster:
             # The listing is in another hash slot: listed after the batch landed (and
             # again on a retry), before the receipt, so every acknowledged id is listed.
             await self._call(lambda: client.zadd(listing, {member: 0}), f"listing of {str(cid)!r}")
-        self._cache.remember(batch)  # the next read decodes nothing this handle wrote
-        return batch.receipt()
+        return self._landed(batch)
 
     async def clear(self, conversation_id: str) -> None:
         """Close the conversation for ever and delete its batches (one script), then drop

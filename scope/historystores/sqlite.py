@@ -38,27 +38,23 @@ from typing import Final, Literal, TypeVar, final
 
 import anyio.to_thread
 
-from scope.chat import Message
-from scope.errors import (
-    HistoryChangedError,
-    StoreError,
-)
+from scope.errors import HistoryChangedError, StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
     SCHEMA_VERSION,
-    AsyncClosing,
     DecodedCache,
     Decoder,
+    Driver,
     ListedIDs,
+    RecordStore,
     cancellation_mark,
     check_batch,
     closed_error,
     conflict_error,
-    decode_batches,
-    decode_records,
     deliver_cancellation,
     message_count,
     schema_mismatch,
+    store_closed,
     validate_cache_size,
     validate_table_prefix,
     view_of,
@@ -72,9 +68,8 @@ Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 _SYNCHRONOUS: Final = ("NORMAL", "FULL", "EXTRA")
 
 
-def _map_error(exc: sqlite3.Error, what: str) -> StoreError:
-    """Every sqlite3 error (the root of all the module raises) becomes a ``StoreError``."""
-    return StoreError(f"SQLite {what} failed: {type(exc).__name__}: {exc}")
+#: Every sqlite3 error (the root of all the module raises) becomes a ``StoreError``.
+_DRIVER: Final = Driver("SQLite", errors=(sqlite3.Error,))
 
 
 class _Pool:
@@ -118,7 +113,7 @@ class _Pool:
     def take(self) -> sqlite3.Connection:
         with self.lock:
             if self.closed:
-                raise StoreError("the SQLiteStore is closed")
+                raise store_closed("SQLiteStore")
             if self.idle:
                 return self.idle.pop()
         return self.connect()
@@ -138,11 +133,11 @@ class _Pool:
         try:
             conn = self.take()
         except sqlite3.Error as exc:
-            raise _map_error(exc, what) from exc
+            raise _DRIVER.failed(exc, what) from exc
         try:
             return fn(conn)
         except sqlite3.Error as exc:
-            raise _map_error(exc, what) from exc
+            raise _DRIVER.failed(exc, what) from exc
         finally:
             self.give(conn)
 
@@ -187,7 +182,7 @@ def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
 
 
 @final
-class SQLiteStore(AsyncClosing):
+class SQLiteStore(RecordStore):
     """A ``Store``, ``Lister`` and ``BatchReader`` in one SQLite database file.
 
     Open with ``await SQLiteStore.open(path)``; use as an async context manager or call
@@ -307,19 +302,12 @@ class SQLiteStore(AsyncClosing):
         """Whether ``aclose()`` was called."""
         return self._pool.closed
 
-    @property
-    def invalid_conversation_ids(self) -> tuple[str, ...]:
-        """The stored conversation ids this handle's ``conversations()`` calls skipped
-        because they are not valid ids (written outside scope), sorted; each was also
-        logged once as a warning on the ``scope.historystores`` logger."""
-        return self._listed.invalid
-
     async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         """Run ``fn(connection)`` on a worker thread. The thread's work always runs to
         its end; a cancellation that arrived meanwhile is raised once it is done, instead
         of its result or error (see ``deliver_cancellation``)."""
         if self._pool.closed:
-            raise StoreError("the SQLiteStore is closed")
+            raise store_closed("SQLiteStore")
         mark = await cancellation_mark()
         try:
             result = await anyio.to_thread.run_sync(self._pool.run, fn, what)
@@ -328,12 +316,6 @@ class SQLiteStore(AsyncClosing):
             raise
         await deliver_cancellation(mark)
         return result
-
-    async def read(self, conversation_id: str) -> list[Message]:
-        """The conversation's messages in stored order (``[]`` when unknown or closed).
-
-        A corrupt stored record raises ``StoreError`` naming the conversation."""
-        return await self._read(ConversationID(conversation_id), decode_records)
 
     async def read_view(self, conversation_id: str) -> HistoryView:
         """The conversation's messages, length and closure from one statement (a
@@ -356,13 +338,6 @@ class SQLiteStore(AsyncClosing):
             return view_of(cid, closed, length, records, cache)
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
-
-    async def read_batches(self, conversation_id: str) -> list[Batch]:
-        """The conversation's batches in stored order, each equal to the batch appended
-        (``[]`` when unknown or closed); their messages are what ``read`` returns.
-
-        A corrupt stored record raises ``StoreError`` naming the conversation."""
-        return await self._read(ConversationID(conversation_id), decode_batches)
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
         """One statement (a consistent snapshot) fetching the conversation's records in
@@ -432,8 +407,7 @@ class SQLiteStore(AsyncClosing):
                 _transaction(conn, lambda: body(conn))
 
         await self._run(append, f"append to conversation {str(cid)!r}")
-        self._cache.remember(batch)  # the next read decodes nothing this handle wrote
-        return batch.receipt()
+        return self._landed(batch)
 
     async def clear(self, conversation_id: str) -> None:
         """Close the conversation for ever and delete its batches, in one transaction.
@@ -474,7 +448,7 @@ def _open_schema(pool: _Pool, create: bool) -> None:
     try:
         conn = pool.connect()
     except sqlite3.Error as exc:
-        raise _map_error(exc, f"open of {pool.path!r}") from exc
+        raise _DRIVER.failed(exc, f"open of {pool.path!r}") from exc
     try:
         if create:
             # WAL is a property of the file: set once, kept by every later connection.
@@ -490,7 +464,7 @@ def _open_schema(pool: _Pool, create: bool) -> None:
                 raise schema_mismatch(f"SQLite database {pool.path!r}", t.schema, version)
     except sqlite3.Error as exc:
         conn.close()
-        raise _map_error(exc, f"open of {pool.path!r}") from exc
+        raise _DRIVER.failed(exc, f"open of {pool.path!r}") from exc
     except BaseException:
         conn.close()
         raise
