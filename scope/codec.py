@@ -46,7 +46,7 @@ import attrs
 import cattrs
 import orjson
 
-from scope._json import Num, canonical, loads, parse_tree
+from scope._json import Num, canonical, parse_exact_fast, parse_plain_unchecked
 from scope.chat import (
     Message,
     Options,
@@ -756,7 +756,7 @@ def _plain_in(kind: type | None) -> Structurer:
         if kind is not None and type(value) is not kind:
             raise _expected("an object" if kind is dict else "an array", value, InvalidJSONError)
         try:
-            return loads(canonical(value, check_floats=_FROM_BUILTINS.get()))
+            return parse_plain_unchecked(canonical(value, check_floats=_FROM_BUILTINS.get()))
         except (ValueError, TypeError) as exc:
             raise _Fail(f"invalid JSON value: {exc}", InvalidJSONError) from None
 
@@ -833,7 +833,7 @@ def from_json(data: str | bytes | bytearray | memoryview, cls: type[T]) -> T:
     """
     structure = _top_in(cls)
     try:
-        tree = parse_tree(data)
+        tree = parse_exact_fast(data)
     except ValueError as exc:
         raise decode_error_for(cls)(f"invalid JSON: {exc}") from None
     except TypeError as exc:
@@ -844,7 +844,7 @@ def from_json(data: str | bytes | bytearray | memoryview, cls: type[T]) -> T:
 
 def from_builtins(obj: Any, cls: type[T]) -> T:
     """Build ``cls`` from JSON-like Python objects (dicts, lists, str, int, float, bool,
-    None, or a tree from ``scope._json.parse_tree``), as strictly as ``from_json``.
+    None, or a tree from ``scope._json.parse_exact_fast``), as strictly as ``from_json``.
     Non-finite floats are refused (float fields check their range; RawJSON positions
     refuse NaN/Infinity)."""
     structure = _top_in(cls)
@@ -882,7 +882,7 @@ def to_json(value: Any) -> bytes:
 
 def to_builtins(value: Any) -> Any:
     """Plain JSON-compatible Python objects (RawJSON positions become decoded values)."""
-    return loads(to_json(value))
+    return parse_plain_unchecked(to_json(value))
 
 
 def encode_messages(messages: tuple[Message, ...] | list[Message]) -> bytes:

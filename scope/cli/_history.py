@@ -12,7 +12,7 @@ from typing import IO, Any, BinaryIO, TextIO, final
 
 import attrs
 
-from scope._json import parse_tree
+from scope._json import parse_exact_fast
 from scope.chat import Message
 from scope.cli._errors import CLIError
 from scope.cli._render import Progress, conversation_line, render_batches, render_conversation
@@ -177,7 +177,7 @@ def _line_error(source: str, number: int, problem: str) -> CLIError:
 
 def _parse_line(source: str, number: int, line: bytes) -> Batch:
     try:
-        tree: Any = parse_tree(line)
+        tree: Any = parse_exact_fast(line)
     except ValueError as exc:
         raise _line_error(source, number, f"invalid JSON: {exc}") from None
     if type(tree) is not dict:

@@ -26,7 +26,7 @@ from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar
 import anyio.lowlevel
 import orjson
 
-from scope._json import parse_tree
+from scope._json import parse_exact_fast
 from scope.chat import Message, PartKind
 from scope.codec import encode_messages, from_builtins
 from scope.errors import (
@@ -338,7 +338,7 @@ def decode_record(
         if cached is not None:
             return cached
     try:
-        tree = parse_tree(data)
+        tree = parse_exact_fast(data)
     except ValueError as exc:
         raise corrupt(conversation_id, append_id, f"invalid JSON: {exc}") from None
     if type(tree) is not list or not tree:
