@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _turn import standard_turn
 
-from scope._json import loads_exact, parse_tree
+from scope._json import parse_exact, parse_exact_fast
 from scope.chat import Message
 from scope.codec import from_builtins, from_json, to_builtins, to_json
 from scope.jsonvalue import RawJSON
@@ -162,7 +162,7 @@ def main() -> None:
     data = to_json(turn)
     plain = to_builtins(turn)
     messy = orjson.dumps(
-        _reindent(loads_exact(data)),
+        _reindent(parse_exact(data)),
         default=lambda num: orjson.Fragment(num.encode()),
         option=orjson.OPT_INDENT_2 | orjson.OPT_PASSTHROUGH_SUBCLASS,
     )
@@ -179,8 +179,8 @@ def main() -> None:
     enc_cached = best(lambda: to_json(turn))
     dec = best(lambda: from_json(data, list[Message]))
     dec_messy = best(lambda: from_json(messy, list[Message]))
-    tree = parse_tree(data)
-    dec_parse = best(lambda: parse_tree(data))
+    tree = parse_exact_fast(data)
+    dec_parse = best(lambda: parse_exact_fast(data))
     dec_build = best(lambda: from_builtins(tree, list[Message]))
     plain_data = orjson.dumps(plain, option=orjson.OPT_SORT_KEYS)
     dec_plain = best(lambda: from_json(plain_data, list[Message]))

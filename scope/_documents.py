@@ -57,7 +57,7 @@ def check_messages(messages: tuple[Message, ...], error: Callable[[str], Excepti
 
 def decode_messages(tree: Any, error: Callable[[str], Exception]) -> tuple[Message, ...]:
     """The messages of ``tree``, the parsed ``messages`` array of a document (a tree from
-    ``scope._json.parse_tree``, or plain builtins): each decoded strictly (as
+    ``scope._json.parse_exact_fast``, or plain builtins): each decoded strictly (as
     ``scope.codec.from_builtins(item, Message)``) and complete (no ``tool_call_delta``
     parts), as history stores them.
 

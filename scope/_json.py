@@ -1,7 +1,19 @@
 """Exact JSON reading and canonical JSON writing, shared by RawJSON and the codec.
 
-Documents are read with the stdlib scanner so that every number token keeps its spelling
-(``2.50`` stays ``2.50``) and duplicate member names can be refused; orjson writes them.
+Three readers, named for what they guarantee:
+
+- ``parse_exact``: strict (UTF-8, one document, no duplicate member names, no NaN) and
+  exact: every number is a ``Num`` token spelled as in the input (``2.50`` stays
+  ``2.50``). The stdlib scanner, so it is the slow one.
+- ``parse_exact_fast``: the same guarantees, faster: ``orjson.loads`` when re-encoding
+  gives back the input byte for byte (nothing was lost), ``parse_exact`` otherwise. Its
+  numbers are ints/floats or ``Num`` tokens depending on the input's spelling: the
+  codec's internal tree, not plain values.
+- ``parse_plain_unchecked``: plain Python values (numbers as exact ints and floats,
+  spellings lost) for bytes this library wrote itself (canonical JSON): duplicate member
+  names are not refused.
+
+orjson writes every document (``canonical``).
 """
 
 from __future__ import annotations
@@ -15,7 +27,15 @@ import orjson
 
 from scope.errors import InvalidJSONError
 
-__all__ = ["MAX_DEPTH", "Num", "canonical", "check_str", "loads", "loads_exact", "parse_tree"]
+__all__ = [
+    "MAX_DEPTH",
+    "Num",
+    "canonical",
+    "check_str",
+    "parse_exact",
+    "parse_exact_fast",
+    "parse_plain_unchecked",
+]
 
 #: The deepest nesting RawJSON accepts: ``[[...]]`` 512 levels deep is fine, 513 is not.
 MAX_DEPTH: Final = 512
@@ -55,7 +75,7 @@ _decoder: Final = json.JSONDecoder(
 )
 
 
-def loads_exact(data: str | bytes | bytearray | memoryview) -> Any:
+def parse_exact(data: str | bytes | bytearray | memoryview) -> Any:
     """Parse one JSON document into dicts, lists, strs, bools, None and ``Num`` tokens.
 
     Raises ``ValueError`` with a readable message for input that is not UTF-8, not JSON,
@@ -99,8 +119,10 @@ def _finite(token: str) -> float:
     return value
 
 
-def loads(data: bytes) -> Any:
-    """Decode (canonical) JSON bytes into Python values; integers of any size stay exact.
+def parse_plain_unchecked(data: bytes) -> Any:
+    """Decode JSON bytes this library wrote (canonical JSON) into plain Python values;
+    integers of any size stay exact. Unchecked: duplicate member names are not refused
+    (the last one wins) and number spellings are lost, so never use it on input.
 
     orjson is used when it is exact: it reads integers beyond 64 bits as floats and
     refuses number tokens out of double range, so those documents take the stdlib reader.
@@ -115,14 +137,14 @@ def loads(data: bytes) -> Any:
     return json.loads(data, parse_float=_finite)
 
 
-def parse_tree(data: str | bytes | bytearray | memoryview) -> Any:
+def parse_exact_fast(data: str | bytes | bytearray | memoryview) -> Any:
     """Parse one JSON document exactly, into the tree ``scope.codec.from_builtins``
     reads: ``ValueError`` if the input is not UTF-8, not one JSON document, has duplicate
     member names or NaN.
 
     The fast path is ``orjson.loads``, accepted only when ``orjson.dumps`` gives back the
     input byte for byte (nothing was lost); any other document goes through
-    ``loads_exact``, whose numbers are ``Num`` tokens keeping their spelling. So the
+    ``parse_exact``, whose numbers are ``Num`` tokens keeping their spelling. So the
     tree's numbers are ints/floats or ``Num`` depending on the input's spelling: it is
     the codec's internal form, not a plain JSON value (``from_json(data, Any)`` gives
     that)."""
@@ -130,7 +152,7 @@ def parse_tree(data: str | bytes | bytearray | memoryview) -> Any:
         try:
             raw = data.encode("utf-8")
         except UnicodeEncodeError:
-            return loads_exact(data)  # reports the lone surrogate
+            return parse_exact(data)  # reports the lone surrogate
     elif type(data) is bytes:
         raw = data
     elif isinstance(data, bytearray | memoryview):
@@ -143,7 +165,7 @@ def parse_tree(data: str | bytes | bytearray | memoryview) -> Any:
             return tree
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         pass  # the exact reader gives the precise error (or accepts what orjson cannot)
-    return loads_exact(raw)
+    return parse_exact(raw)
 
 
 def _fragment(value: Any) -> Any:

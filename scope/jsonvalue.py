@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeAlias, final
 
-from scope._json import canonical, loads, loads_exact
+from scope._json import canonical, parse_exact, parse_plain_unchecked
 from scope.errors import InvalidJSONError
 
 __all__ = ["RawJSON"]
@@ -61,7 +61,7 @@ class RawJSON:
     def value(self) -> Any:
         """A fresh decoded Python object (numbers become int or float; integers of any
         size stay exact)."""
-        return loads(self._raw_json_bytes)
+        return parse_plain_unchecked(self._raw_json_bytes)
 
     def __str__(self) -> str:
         return self._raw_json_bytes.decode("utf-8")
@@ -94,7 +94,7 @@ def _canonical_text(text: str | bytes | bytearray | memoryview) -> bytes:
     if not isinstance(text, str | bytes | bytearray | memoryview):
         raise InvalidJSONError(f"RawJSON needs str or bytes, got {type(text).__name__}")
     try:
-        return canonical(loads_exact(text))
+        return canonical(parse_exact(text))
     except ValueError as exc:
         raise InvalidJSONError(f"invalid JSON: {exc}") from None
 

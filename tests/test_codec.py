@@ -553,9 +553,9 @@ def test_builtins_round_trip_exact_with_canonical_numbers(request: Request) -> N
 
 
 def test_from_builtins_accepts_exact_trees() -> None:
-    from scope._json import loads_exact
+    from scope._json import parse_exact
 
-    assert to_json(from_builtins(loads_exact(SPELLED), Message)) == SPELLED
+    assert to_json(from_builtins(parse_exact(SPELLED), Message)) == SPELLED
 
 
 def test_from_builtins_accepts_builtin_numbers() -> None:

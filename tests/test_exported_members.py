@@ -164,7 +164,6 @@ EXPECTED: dict[str, list[str]] = {
         "encode_messages",
         "from_builtins",
         "from_json",
-        "register",
         "to_builtins",
         "to_json",
     ],

@@ -11,7 +11,7 @@ import orjson
 
 from scope import codec
 from scope._documents import check_messages, decode_messages, digest_of
-from scope._json import Num, parse_tree
+from scope._json import Num, parse_exact_fast
 from scope.chat import Message
 from scope.codec import encode_messages
 from scope.errors import (
@@ -146,7 +146,7 @@ class Batch:
     def from_json(cls, data: str | bytes | bytearray | memoryview) -> Batch:
         """Decode a batch and check its digest against its messages (``InvalidBatchError``)."""
         try:
-            tree = parse_tree(data)
+            tree = parse_exact_fast(data)
         except ValueError as exc:
             raise InvalidBatchError(f"invalid JSON: {exc}") from None
         return cls._from_tree(tree)

@@ -27,7 +27,7 @@ import anyio.lowlevel
 import orjson
 
 from scope._documents import DIGEST_PREFIX, decode_messages, digest_of
-from scope._json import parse_tree
+from scope._json import parse_exact_fast
 from scope.chat import Message
 from scope.codec import encode_messages
 from scope.errors import (
@@ -446,7 +446,7 @@ def decode_record(
         if cached is not None:
             return cached
     try:
-        tree = parse_tree(data)
+        tree = parse_exact_fast(data)
     except ValueError as exc:
         raise corrupt(conversation_id, append_id, f"invalid JSON: {exc}") from None
     if type(tree) is not list or not tree:

@@ -1,0 +1,158 @@
+"""The codec's generated functions: readable tracebacks, no registration order, and the
+invariants that let the structurers assemble values without ``__init__``."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import subprocess
+import sys
+import textwrap
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+
+from scope import codec
+from scope._codec._errors import Fail
+from scope._codec._generated import NAMESPACE
+from scope.chat import Request, Response, ToolResult
+from scope.codec import from_json, to_json
+from tests.strategies import requests, responses
+
+GOLDEN = Path(__file__).parent / "golden"
+GOLDEN_CASES = [("request", Request), ("response", Response), ("chunk", Response)]
+GOLDEN_CASES += [("tool_result", ToolResult)]
+
+
+def test_a_traceback_through_generated_code_shows_its_source_line() -> None:
+    structure = NAMESPACE["structure_ToolCall"]
+    with pytest.raises(Fail) as caught:
+        structure({"id": 1, "name": "f"})
+    frames = [
+        frame
+        for frame in traceback.extract_tb(caught.value.__traceback__)
+        if frame.filename.startswith("<scope.codec structure ")
+    ]
+    assert [frame.line for frame in frames] == [
+        "raise expected('a string', v, _structure_ToolCall_error).at('id')"
+    ]
+    assert "structure_ToolCall" in "".join(traceback.format_exception(caught.value))
+
+
+def test_generated_source_is_readable_with_inspect() -> None:
+    source = inspect.getsource(NAMESPACE["fields_Message"])
+    assert source.startswith("def fields_Message(value):\n")
+    assert "encode_Part(e) for e in v" in source
+    # Messages nested in a request are written from their cached bytes, by name.
+    assert "encode_Message(e) for e in v" in inspect.getsource(NAMESPACE["fields_Request"])
+    assert NAMESPACE["encode_Message"] is not NAMESPACE["fields_Message"]
+
+
+def test_registration_order_does_not_matter() -> None:
+    # A fresh interpreter registers every class in reverse order, without scope.codec
+    # (which registers them in its own order), and decodes and encodes the golden
+    # documents: the same bytes.
+    script = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        import orjson
+        from scope._codec import _errors, _structure, _unstructure
+        from scope._json import parse_exact_fast
+        from scope.chat import Request, Response, ToolResult
+        assert "scope.codec" not in sys.modules
+        for cls in reversed(list(_errors.VALUE_ERRORS)):
+            _structure.register(cls)
+            _unstructure.register(cls)
+        golden = Path(sys.argv[1])
+        for name, cls in [("request", Request), ("response", Response),
+                          ("chunk", Response), ("tool_result", ToolResult)]:
+            tree = parse_exact_fast((golden / f"{name}.json").read_bytes())
+            value = _structure.top_in(cls)(tree)
+            out = orjson.dumps(value, default=_unstructure.encode_default,
+                               option=orjson.OPT_SORT_KEYS)
+            sys.stdout.buffer.write(out + b"\\n")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(GOLDEN)], capture_output=True, check=True
+    )
+    expected = [to_json(from_json((GOLDEN / f"{n}.json").read_bytes(), c)) for n, c in GOLDEN_CASES]
+    assert result.stdout.splitlines() == expected
+
+
+# ---------------------------------------------------------------- the invariants
+
+
+def _body(function: Any) -> list[str]:
+    """The statements of a function, docstring left out, as AST dumps."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    definition = tree.body[0]
+    assert isinstance(definition, ast.FunctionDef)
+    statements = definition.body
+    first = statements[0] if statements else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        statements = statements[1:]
+    return [ast.dump(statement) for statement in statements]
+
+
+CALLS_VALIDATE = [ast.dump(ast.parse("self.validate()").body[0])]
+
+
+@pytest.mark.parametrize("cls", codec._VALUE_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_post_init_is_exactly_validate(cls: type) -> None:
+    # The structurers assemble values without __init__ and then call validate(): the
+    # same checks only if construction checks exactly what validate() does.
+    post_init = cls.__dict__.get("__attrs_post_init__")
+    validate = cls.__dict__["validate"]
+    if post_init is None:
+        assert _body(validate) == []  # nothing to check beyond the fields' converters
+    else:
+        assert _body(post_init) in (CALLS_VALIDATE, _body(validate))
+
+
+def _values(value: Any) -> Iterator[Any]:
+    """Every attrs value inside ``value``, itself included."""
+    if isinstance(value, tuple):
+        for item in value:
+            yield from _values(item)
+    elif attrs.has(type(value)):
+        yield value
+        for field in attrs.fields(type(value)):
+            yield from _values(getattr(value, field.name))
+
+
+def _check_converters(value: Any) -> set[type]:
+    """Assert every converter returns a decoded field value unchanged; the classes seen."""
+    seen: set[type] = set()
+    for item in _values(value):
+        cls = type(item)
+        seen.add(cls)
+        for field in attrs.fields(cls):
+            if field.converter is not None:
+                decoded = getattr(item, field.name)
+                assert field.converter(decoded) is decoded, (cls.__name__, field.name)
+    return seen
+
+
+def test_every_converter_is_a_no_op_on_decoded_values() -> None:
+    # The structurers skip the converters: what they produce must be what the
+    # converters would make of it (the same object).
+    seen: set[type] = set()
+    for name, cls in GOLDEN_CASES:
+        seen |= _check_converters(from_json((GOLDEN / f"{name}.json").read_bytes(), cls))
+    assert seen == set(codec._VALUE_CLASSES)  # the golden documents hold every class
+
+
+@settings(max_examples=50, deadline=None)
+@given(requests(), responses())
+def test_every_converter_is_a_no_op_on_decoded_generated_values(
+    request: Request, response: Response
+) -> None:
+    _check_converters(from_json(to_json(request), Request))
+    _check_converters(from_json(to_json(response), Response))
