@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -361,21 +361,28 @@ async def test_append_conflict_is_not_retryable(store: Any) -> None:
 
 
 class SlowWriter:
-    """Appends to the store, sleeping ``delay`` before (``where="before"``) or after."""
+    """Appends to the store, sleeping ``delay`` before (``where="before"``) or after;
+    ``on_sleep()`` runs as the sleep starts (a test sets its deadline there, so the
+    cancellation lands inside the append however slow the machine is)."""
 
     def __init__(self, store: Any, where: str, delay: float = 10.0) -> None:
         self.store = store
         self.where = where
         self.delay = delay
         self.landed = False
+        self.on_sleep: Callable[[], None] = lambda: None
+
+    async def _sleep(self) -> None:
+        self.on_sleep()
+        await anyio.sleep(self.delay)
 
     async def append(self, batch: Batch) -> Receipt:
         if self.where == "before":
-            await anyio.sleep(self.delay)
+            await self._sleep()
         receipt = await self.store.append(batch)
         self.landed = True
         if self.where == "after":
-            await anyio.sleep(self.delay)
+            await self._sleep()
         return receipt  # type: ignore[no-any-return]
 
 
@@ -387,15 +394,23 @@ async def test_cancellation_during_the_append_propagates_with_the_batch(
     reports = Reports()
     mw = Middleware(store, writer, "c", on_incomplete=reports)
     request = Request([user_message("q")])
+    # The host's deadline is set to expire once the append is under way.
     if anyio_backend == "asyncio":
         with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.2):
+            async with asyncio.timeout(None) as timeout:
+                loop = asyncio.get_running_loop()
+                writer.on_sleep = lambda: timeout.reschedule(loop.time() + 0.05)
                 await mw.call(Gate(1)).call(request)
     else:
         import trio
 
         returned = False
-        with trio.move_on_after(0.2) as scope:
+        with trio.CancelScope() as scope:
+
+            def expire_soon() -> None:
+                scope.deadline = trio.current_time() + 0.05
+
+            writer.on_sleep = expire_soon
             await mw.call(Gate(1)).call(request)
             returned = True  # pragma: no cover - the append sleeps past the deadline
         assert scope.cancelled_caught and not returned
@@ -417,7 +432,8 @@ async def test_cancellation_of_a_stream_during_the_append_propagates(
     reports = Reports()
     mw = Middleware(store, writer, "c", on_incomplete=reports)
     model = CountingModel()
-    with anyio.move_on_after(0.2) as scope:
+    with anyio.CancelScope() as scope:
+        writer.on_sleep = lambda: setattr(scope, "deadline", anyio.current_time() + 0.05)
         await collect(mw.stream(model).stream(Request([user_message("q")])))
     assert scope.cancelled_caught
     assert [r.reason for r in reports] == [IncompleteReason.CANCELLED]
