@@ -8,12 +8,49 @@ another test module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, TypeVar
 
-from scope.chat import Message, assistant_message, user_message
+import anyio.lowlevel
+
+from scope.chat import (
+    Message,
+    Response,
+    ResponseAccumulator,
+    ToolDefinition,
+    assistant_message,
+    user_message,
+)
 from scope.history import Batch
 
-__all__ = ["batch", "numbered_turn", "texts", "turn"]
+__all__ = [
+    "TIME",
+    "WEATHER",
+    "Sleeps",
+    "accumulate",
+    "batch",
+    "numbered_turn",
+    "recording_sleeps",
+    "respell",
+    "texts",
+    "turn",
+]
+
+M = TypeVar("M")
+
+#: Tools the provider tests offer the model.
+WEATHER = ToolDefinition(
+    "get_weather",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    "The current weather in a city.",
+)
+TIME = ToolDefinition(
+    "get_time",
+    {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
+    "The local time in a time zone.",
+)
 
 
 def turn(tag: str, size: int = 2) -> list[Message]:
@@ -39,3 +76,61 @@ def batch(cid: str, aid: str, text: str = "hello") -> Batch:
 def texts(messages: Iterable[Message]) -> list[str]:
     """The text of each message, in order."""
     return [m.text for m in messages]
+
+
+class Sleeps:
+    """Records the delays a model asks for instead of waiting them out."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        await anyio.lowlevel.checkpoint()
+
+
+def recording_sleeps(model: M) -> tuple[M, Sleeps]:
+    """``model``, its retry sleeps recorded (not waited) by the returned ``Sleeps``."""
+    sleeps = Sleeps()
+    model._sleep = sleeps  # type: ignore[attr-defined]
+    return model, sleeps
+
+
+async def accumulate(stream: AsyncIterator[Response]) -> tuple[list[Response], Response]:
+    """Every chunk, and the chunks merged by a ResponseAccumulator (each must be valid)."""
+    chunks: list[Response] = []
+    accumulator = ResponseAccumulator()
+    async with contextlib.aclosing(stream) as iterator:  # type: ignore[type-var]
+        async for chunk in iterator:
+            chunks.append(chunk)
+            accumulator.add(chunk)
+    response = accumulator.response()
+    assert response is not None
+    return chunks, response
+
+
+def respell(text: str | bytes, *, indent: str = "", ascii_: bool = True) -> str:
+    """The same document with reversed key order, other whitespace and string escapes;
+    number tokens verbatim."""
+    tree = json.loads(text, parse_float=_Token, parse_int=_Token)
+    return _write(tree, indent, ascii_, 0)
+
+
+class _Token(str):
+    __slots__ = ()
+
+
+def _write(value: Any, indent: str, ascii_: bool, level: int) -> str:
+    pad = "\n" + indent * (level + 1) if indent else " "
+    end = "\n" + indent * level if indent else ""
+    if isinstance(value, _Token):
+        return str(value)
+    if isinstance(value, dict):
+        items = [
+            f"{json.dumps(k, ensure_ascii=ascii_)} : {_write(v, indent, ascii_, level + 1)}"
+            for k, v in reversed(list(value.items()))
+        ]
+        return "{" + ",".join(pad + item for item in items) + end + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(pad + _write(v, indent, ascii_, level + 1) for v in value) + end + "]"
+    return json.dumps(value, ensure_ascii=ascii_)

@@ -356,7 +356,7 @@ def anthropic_answer(*pieces: str) -> dict[str, Any]:
 
 
 def test_chat_with_the_anthropic_provider(tmp_path: pathlib.Path) -> None:
-    from tests.anthropic_server import AnthropicServer, check_request_body
+    from tests.anthropic_server import AnthropicServer
 
     env = {k: v for k, v in _env(tmp_path).items() if not k.startswith("ANTHROPIC_")}
     env["ANTHROPIC_API_KEY"] = "sk-ant-cli"
@@ -398,8 +398,7 @@ def test_chat_with_the_anthropic_provider(tmp_path: pathlib.Path) -> None:
         ("assistant", "Bonjour!"),
         ("user", "Capital of France?"),
     ]
-    for recorded in server.requests:
-        check_request_body(recorded.body)
+    server.check_requests()
 
 
 def test_chat_without_the_anthropic_adapter_is_one_line(

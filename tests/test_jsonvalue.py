@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from scope.errors import InvalidJSONError
 from scope.jsonvalue import RawJSON, coerce_raw_json
+from tests.helpers import respell
 from tests.strategies import json_texts, json_values, raw_json
 
 FAST = settings(max_examples=150, deadline=None)
@@ -200,33 +201,6 @@ def test_parse_keeps_numbers_and_values(text: str) -> None:
     # Canonical: sorted keys, no whitespace, one string spelling (orjson's).
     assert RawJSON.parse(raw.bytes).bytes == raw.bytes
     assert b"\n" not in raw.bytes and b": " not in raw.bytes
-
-
-def respell(text: str | bytes, *, indent: str = "", ascii_: bool = True) -> str:
-    """The same document with reversed key order, other whitespace and string escapes;
-    number tokens verbatim."""
-    tree = json.loads(text, parse_float=_Token, parse_int=_Token)
-    return _write(tree, indent, ascii_, 0)
-
-
-class _Token(str):
-    __slots__ = ()
-
-
-def _write(value: Any, indent: str, ascii_: bool, level: int) -> str:
-    pad = "\n" + indent * (level + 1) if indent else " "
-    end = "\n" + indent * level if indent else ""
-    if isinstance(value, _Token):
-        return str(value)
-    if isinstance(value, dict):
-        items = [
-            f"{json.dumps(k, ensure_ascii=ascii_)} : {_write(v, indent, ascii_, level + 1)}"
-            for k, v in reversed(list(value.items()))
-        ]
-        return "{" + ",".join(pad + item for item in items) + end + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(pad + _write(v, indent, ascii_, level + 1) for v in value) + end + "]"
-    return json.dumps(value, ensure_ascii=ascii_)
 
 
 @FAST
