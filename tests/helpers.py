@@ -31,6 +31,7 @@ __all__ = [
     "Sleeps",
     "accumulate",
     "batch",
+    "merged",
     "numbered_turn",
     "recording_sleeps",
     "respell",
@@ -96,17 +97,22 @@ def recording_sleeps(model: M) -> tuple[M, Sleeps]:
     return model, sleeps
 
 
-async def accumulate(stream: AsyncIterator[Response]) -> tuple[list[Response], Response]:
-    """Every chunk, and the chunks merged by a ResponseAccumulator (each must be valid)."""
-    chunks: list[Response] = []
+def merged(chunks: Iterable[Response]) -> Response:
+    """The chunks merged by a ResponseAccumulator (each must be valid, and one at least
+    non-empty)."""
     accumulator = ResponseAccumulator()
-    async with contextlib.aclosing(stream) as iterator:  # type: ignore[type-var]
-        async for chunk in iterator:
-            chunks.append(chunk)
-            accumulator.add(chunk)
+    for chunk in chunks:
+        accumulator.add(chunk)
     response = accumulator.response()
     assert response is not None
-    return chunks, response
+    return response
+
+
+async def accumulate(stream: AsyncIterator[Response]) -> tuple[list[Response], Response]:
+    """Every chunk of ``stream``, and the chunks ``merged``."""
+    async with contextlib.aclosing(stream) as iterator:  # type: ignore[type-var]
+        chunks = [chunk async for chunk in iterator]
+    return chunks, merged(chunks)
 
 
 def respell(text: str | bytes, *, indent: str = "", ascii_: bool = True) -> str:

@@ -21,7 +21,6 @@ from scope.chat import (
     OutputFormat,
     Request,
     Response,
-    ResponseAccumulator,
     ToolCall,
     ToolDefinition,
     ToolOutput,
@@ -53,6 +52,7 @@ from scope.metadata import Metadata
 from scope.models._anthropic_wire import EventMapper, build_body, parse_message
 from scope.models.anthropic import AnthropicModel
 from tests.anthropic_server import check_event, check_message, check_request_body
+from tests.helpers import merged
 
 WEATHER = ToolDefinition(
     "get_weather",
@@ -670,16 +670,8 @@ START = event(
 
 def run_events(*events: bytes) -> tuple[list[Response], Response]:
     mapper = EventMapper()
-    accumulator = ResponseAccumulator()
-    chunks = []
-    for data in events:
-        chunk = mapper.map("", data)
-        if chunk is not None:
-            chunks.append(chunk)
-            accumulator.add(chunk)
-    response = accumulator.response()
-    assert response is not None
-    return chunks, response
+    chunks = [chunk for data in events if (chunk := mapper.map("", data)) is not None]
+    return chunks, merged(chunks)
 
 
 def block_start(index: int, block: dict[str, Any]) -> bytes:

@@ -20,7 +20,6 @@ from scope.chat import (
     OutputFormat,
     Request,
     Response,
-    ResponseAccumulator,
     ToolCall,
     ToolCallDelta,
     ToolDefinition,
@@ -54,6 +53,7 @@ from scope.models._http import retry_after as _retry_after
 from scope.models._openai_wire import ChunkMapper, build_body, parse_completion
 from scope.models._sse import SSEDecoder
 from scope.models.openai import OpenAIChatModel
+from tests.helpers import merged
 from tests.openai_server import check_request_body
 
 WEATHER = ToolDefinition(
@@ -628,14 +628,7 @@ def fragment(
 
 def run_chunks(*events: bytes) -> Response:
     mapper = ChunkMapper()
-    accumulator = ResponseAccumulator()
-    for data in events:
-        chunk_response = mapper.map("message", data)
-        if chunk_response is not None:
-            accumulator.add(chunk_response)
-    response = accumulator.response()
-    assert response is not None
-    return response
+    return merged(c for data in events if (c := mapper.map("message", data)) is not None)
 
 
 def test_chunk_ids_and_models_are_sent_when_they_change() -> None:

@@ -75,6 +75,22 @@ async def terminate(dsn: str, application_name: str) -> int:
     return sum(1 for row in rows if row[0])
 
 
+async def until_waiting_for_a_lock(dsn: str, application_name: str, then: str = "*") -> None:
+    """Poll until a session of ``application_name`` waits for a lock (at most 10 s);
+    ``then="pg_cancel_backend(pid)"`` cancels the waiting statements."""
+    with anyio.fail_after(10):
+        while True:
+            await anyio.sleep(0.02)
+            rows = await admin(
+                dsn,
+                f"SELECT count({then}) FROM pg_stat_activity "
+                "WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                application_name,
+            )
+            if rows[0][0]:
+                return
+
+
 @pytest.fixture
 def app_name() -> str:
     return f"scope-test-{uuid.uuid4().hex[:12]}"
@@ -210,16 +226,7 @@ async def test_connection_killed_while_append_waits_for_the_row_lock(
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(append)
-                waiting = 0
-                with anyio.fail_after(10):
-                    while not waiting:
-                        rows = await admin(
-                            dsn,
-                            "SELECT count(*) FROM pg_stat_activity "
-                            "WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                            app_name,
-                        )
-                        waiting = rows[0][0]
+                await until_waiting_for_a_lock(dsn, app_name)
                 assert await terminate(dsn, app_name) >= 1
                 await tr.rollback()
         finally:
@@ -305,17 +312,7 @@ async def test_statement_cancelled_by_an_operator_is_reported_not_retried(
                 errors.append(info.value)
 
             tg.start_soon(append)
-            cancelled = 0
-            with anyio.fail_after(10):
-                while not cancelled:
-                    await anyio.sleep(0.02)
-                    rows = await admin(
-                        dsn,
-                        "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity "
-                        "WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                        app_name,
-                    )
-                    cancelled = rows[0][0]
+            await until_waiting_for_a_lock(dsn, app_name, "pg_cancel_backend(pid)")
         assert "append to conversation 'c' was cancelled" in str(errors[0])
         assert "user request" in str(errors[0])
         assert "retried on a fresh connection" not in str(errors[0])  # one attempt
@@ -336,17 +333,7 @@ async def test_cancelled_call_returns_at_once_and_its_statement_finishes(
         lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
         async with held(dsn, lock):
             task = asyncio.ensure_future(store.append(second))
-            waiting = 0
-            with anyio.fail_after(10):
-                while not waiting:
-                    await anyio.sleep(0.02)
-                    rows = await admin(
-                        dsn,
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                        app_name,
-                    )
-                    waiting = rows[0][0]
+            await until_waiting_for_a_lock(dsn, app_name)
             start = time.monotonic()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
