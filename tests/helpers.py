@@ -17,6 +17,8 @@ import anyio.lowlevel
 
 from scope.chat import (
     Message,
+    Options,
+    Request,
     Response,
     ResponseAccumulator,
     ToolDefinition,
@@ -24,13 +26,16 @@ from scope.chat import (
     user_message,
 )
 from scope.history import Batch
+from scope.jsonvalue import RawJSON
 
 __all__ = [
+    "EXACT_WEATHER",
     "TIME",
     "WEATHER",
     "Sleeps",
     "accumulate",
     "batch",
+    "hello",
     "merged",
     "numbered_turn",
     "recording_sleeps",
@@ -52,6 +57,15 @@ TIME = ToolDefinition(
     {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
     "The local time in a time zone.",
 )
+#: The weather tool with a schema holding a number to keep as spelled (``1.50``).
+EXACT_WEATHER = ToolDefinition(
+    "get_weather",
+    RawJSON.parse(
+        '{"type": "object", "properties": {"city": {"type": "string"},'
+        ' "days": {"type": "number", "minimum": 1.50}}, "required": ["city"]}'
+    ),
+    "The current weather in a city.",
+)
 
 
 def turn(tag: str, size: int = 2) -> list[Message]:
@@ -59,6 +73,11 @@ def turn(tag: str, size: int = 2) -> list[Message]:
     longer turns ``"<tag> a2"``, ``"<tag> a3"``..."""
     answers = [f"{tag} a"] + [f"{tag} a{i}" for i in range(2, size)]
     return [user_message(f"{tag} q"), *map(assistant_message, answers)]
+
+
+def hello(**options: Any) -> Request:
+    """``"Hi"``, with ``options``."""
+    return Request([user_message("Hi")], options=Options(**options))
 
 
 def numbered_turn(cid: str, aid: str, size: int = 2) -> list[Message]:
