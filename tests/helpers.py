@@ -13,6 +13,7 @@ import json
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, TypeVar
 
+import anyio
 import anyio.lowlevel
 
 from scope.chat import (
@@ -23,6 +24,7 @@ from scope.chat import (
     ResponseAccumulator,
     ToolDefinition,
     assistant_message,
+    collect,
     user_message,
 )
 from scope.history import Batch
@@ -35,6 +37,7 @@ __all__ = [
     "Sleeps",
     "accumulate",
     "batch",
+    "collect_until_cancelled",
     "hello",
     "merged",
     "numbered_turn",
@@ -114,6 +117,20 @@ def recording_sleeps(model: M) -> tuple[M, Sleeps]:
     sleeps = Sleeps()
     model._sleep = sleeps  # type: ignore[attr-defined]
     return model, sleeps
+
+
+async def collect_until_cancelled(stream: AsyncIterator[Response], after: float = 0.05) -> None:
+    """Collect ``stream`` under a cancel scope that fires after ``after`` seconds: the
+    cancellation must reach this caller, once, and end at the scope."""
+    caught: list[type[BaseException]] = []
+    with anyio.move_on_after(after) as scope:
+        try:
+            await collect(stream)
+        except anyio.get_cancelled_exc_class() as exc:
+            caught.append(type(exc))
+            raise
+    assert scope.cancelled_caught
+    assert caught == [anyio.get_cancelled_exc_class()]
 
 
 def merged(chunks: Iterable[Response]) -> Response:
