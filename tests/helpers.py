@@ -22,6 +22,7 @@ from scope.chat import (
     Request,
     Response,
     ResponseAccumulator,
+    ToolCallDelta,
     ToolDefinition,
     assistant_message,
     collect,
@@ -44,6 +45,7 @@ __all__ = [
     "recording_sleeps",
     "respell",
     "texts",
+    "tool_call_deltas",
     "turn",
 ]
 
@@ -131,6 +133,17 @@ async def collect_until_cancelled(stream: AsyncIterator[Response], after: float 
             raise
     assert scope.cancelled_caught
     assert caught == [anyio.get_cancelled_exc_class()]
+
+
+def tool_call_deltas(chunks: Iterable[Response]) -> list[ToolCallDelta]:
+    """The tool call fragments of ``chunks``, in order."""
+    return [
+        part.tool_call_delta
+        for chunk in chunks
+        if chunk.output is not None and chunk.output.message is not None
+        for part in chunk.output.message.parts
+        if part.tool_call_delta is not None
+    ]
 
 
 def merged(chunks: Iterable[Response]) -> Response:

@@ -54,7 +54,7 @@ from tests.anthropic_server import (
     check_message,
     load_transcript,
 )
-from tests.helpers import TIME, WEATHER, Sleeps, accumulate, recording_sleeps
+from tests.helpers import TIME, WEATHER, Sleeps, accumulate, recording_sleeps, tool_call_deltas
 
 MOON = ToolDefinition("get_moon", {"type": "object"}, "The moon's phase tonight.")
 QUESTION = Request([user_message("What's the weather in Paris?")], tools=[WEATHER, TIME, MOON])
@@ -351,13 +351,7 @@ async def test_interleaved_input_json_deltas_keep_their_calls(server: AnthropicS
     model, _ = make_model(server)
     async with model:
         chunks, _ = await accumulate(model.stream(QUESTION))
-    deltas = [
-        (part.tool_call_delta.id, part.tool_call_delta.arguments)
-        for chunk in chunks
-        if chunk.output is not None and chunk.output.message is not None
-        for part in chunk.output.message.parts
-        if part.tool_call_delta is not None
-    ]
+    deltas = [(delta.id, delta.arguments) for delta in tool_call_deltas(chunks)]
     assert deltas == [
         ("toolu_01A", ""),
         ("toolu_01B", ""),

@@ -50,7 +50,7 @@ from scope.errors import (
 )
 from scope.models import _http
 from scope.models.openai import OpenAIChatModel
-from tests.helpers import TIME, WEATHER, Sleeps, accumulate, recording_sleeps
+from tests.helpers import TIME, WEATHER, Sleeps, accumulate, recording_sleeps, tool_call_deltas
 from tests.openai_server import (
     TRANSCRIPTS,
     OpenAIServer,
@@ -238,13 +238,7 @@ async def test_stream_parallel_tool_calls(server: OpenAIServer) -> None:
     model, _ = make_model(server)
     async with model:
         chunks, response = await accumulate(model.stream(QUESTION))
-    deltas = [
-        part.tool_call_delta
-        for chunk in chunks
-        if chunk.output is not None and chunk.output.message is not None
-        for part in chunk.output.message.parts
-        if part.tool_call_delta is not None
-    ]
+    deltas = tool_call_deltas(chunks)
     assert [(d.id, d.name) for d in deltas] == [
         ("call_weather01", "get_weather"),
         ("call_weather01", "get_weather"),
@@ -538,13 +532,7 @@ async def test_late_tool_call_ids_via_stream(server: OpenAIServer) -> None:
         ToolCall("call_w1", "get_weather", '{"city": "Paris"}'),
         ToolCall("call_t2", "get_time", '{"zone": "Europe/Paris"}'),
     )
-    ids = {
-        part.tool_call_delta.id
-        for chunk in chunks
-        if chunk.output is not None and chunk.output.message is not None
-        for part in chunk.output.message.parts
-        if part.tool_call_delta is not None
-    }
+    ids = {delta.id for delta in tool_call_deltas(chunks)}
     assert ids == {"call_w1", "call_t2"}  # never a synthetic call_<index>
 
 

@@ -37,7 +37,7 @@ from scope.chat import (
 )
 from scope.errors import InvalidRequestError, ProviderServerError
 from scope.testing import Fail, Hang, ScriptedModel, ScriptExhaustedError, check_request
-from tests.helpers import merged
+from tests.helpers import merged, tool_call_deltas
 
 REQUEST = Request([user_message("hi")])
 
@@ -348,13 +348,7 @@ def test_chunks_interleave_parallel_tool_call_fragments() -> None:
         finish=FinishReason.TOOL_CALLS,
     )
     chunks = ScriptedModel.chunks(response, text_size=100, args_size=4)
-    deltas = [
-        p.tool_call_delta
-        for c in chunks
-        if c.output is not None and c.output.message is not None
-        for p in c.output.message.parts
-        if p.tool_call_delta is not None
-    ]
+    deltas = tool_call_deltas(chunks)
     assert [(d.id, d.arguments) for d in deltas[:4]] == [
         ("a", '{"ci'),
         ("b", '{"tz'),
