@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
+import os
+from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -32,6 +34,7 @@ from scope.history import Batch
 from scope.jsonvalue import RawJSON
 
 __all__ = [
+    "ROOT",
     "EXACT_WEATHER",
     "TIME",
     "WEATHER",
@@ -43,13 +46,18 @@ __all__ = [
     "merged",
     "numbered_turn",
     "recording_sleeps",
+    "nested",
     "respell",
+    "subprocess_env",
     "texts",
     "tool_call_deltas",
     "turn",
 ]
 
 M = TypeVar("M")
+
+#: The root of this source tree.
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Tools the provider tests offer the model.
 WEATHER = ToolDefinition(
@@ -189,3 +197,30 @@ def _write(value: Any, indent: str, ascii_: bool, level: int) -> str:
     if isinstance(value, list):
         return "[" + ",".join(pad + _write(v, indent, ascii_, level + 1) for v in value) + end + "]"
     return json.dumps(value, ensure_ascii=ascii_)
+
+
+def nested(depth: int) -> Any:
+    """``1`` inside ``depth`` lists."""
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def subprocess_env(tmp_path: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a ``python -m scope`` subprocess: this environment without scope's
+    and the provider's settings, its data and temporary files under ``tmp_path``, UTF-8
+    standard streams, and this source tree's ``scope`` importable first; then ``extra``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("SCOPE_", "OPENAI_")) and key != "XDG_DATA_HOME"
+    }
+    env["TMPDIR"] = str(tmp_path)
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    env["PYTHONIOENCODING"] = "utf-8"
+    # The subprocess imports the scope under test (this source tree), as pytest does
+    # (pythonpath = ["."]), not whichever copy is installed in the environment.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env

@@ -22,7 +22,7 @@ import importlib
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
@@ -219,7 +219,7 @@ BACKEND_LOOPS = {"sqlite": ["asyncio", "trio"], "postgres": ["asyncio"], "redis"
 _SERVER_MARKS = {"sqlite": (), "postgres": (pytest.mark.servers,), "redis": (pytest.mark.servers,)}
 
 
-def over_backends(*kinds: str, **each: dict[str, Iterable[Any]]) -> pytest.MarkDecorator:
+def over_backends(*kinds: str, **each: Mapping[str, Iterable[Any]]) -> pytest.MarkDecorator:
     """Parametrise an anyio test over the backends ``kinds`` (default: ``BACKENDS``) and
     the event loops each runs under (``BACKEND_LOOPS``): the test takes ``kind`` (and
     opens its store with ``fresh_backend`` or ``fresh_store``); the server kinds' rows

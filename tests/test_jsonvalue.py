@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from scope.errors import InvalidJSONError
 from scope.jsonvalue import RawJSON, coerce_raw_json
-from tests.helpers import respell
+from tests.helpers import nested, respell
 from tests.strategies import json_texts, json_values, raw_json
 
 FAST = settings(max_examples=150, deadline=None)
@@ -94,21 +94,14 @@ def test_parse_refuses(text: str | bytes) -> None:
 def test_depth_512_accepted() -> None:
     raw = RawJSON.parse(nest(512))
     assert raw.bytes == nest(512).encode()
-    assert raw.value() == _deep(512)
+    assert raw.value() == nested(512)
     assert RawJSON.parse('{"a":' * 512 + "1" + "}" * 512)
-    assert RawJSON.from_value(_deep(512)) == raw
-
-
-def _deep(depth: int) -> Any:
-    value: Any = 1
-    for _ in range(depth):
-        value = [value]
-    return value
+    assert RawJSON.from_value(nested(512)) == raw
 
 
 def test_from_value_depth_513_refused() -> None:
     with pytest.raises(InvalidJSONError):
-        RawJSON.from_value(_deep(513))
+        RawJSON.from_value(nested(513))
 
 
 def test_parse_refuses_non_text() -> None:
