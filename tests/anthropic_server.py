@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.openai_server import OpenAIServer, Recorded
+from tests.openai_server import OpenAIServer, Recorded, validate_body
 
 __all__ = [
     "TRANSCRIPTS",
@@ -52,20 +52,11 @@ class AnthropicServer(OpenAIServer):
     def serve_repeatedly(self, exchange: dict[str, Any]) -> None:
         super().serve_repeatedly(_named(exchange))
 
+    def check_requests(self) -> None:
+        """Validate every request body received with the ``anthropic`` package's types."""
+        for recorded in self.requests:
+            check_request_body(recorded.body)
 
-def _consume(value: Any) -> Any:
-    # pydantic validates Iterable[...] fields lazily: walk everything so each item is
-    # validated now.
-    if isinstance(value, dict):
-        return {key: _consume(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_consume(item) for item in value]
-    if hasattr(value, "__next__"):
-        return [_consume(item) for item in value]
-    return value
-
-
-_VALIDATORS: dict[bool, Any] = {}
 
 #: Sampling fields the installed ``anthropic`` package (2.x) no longer lists in its
 #: request types, which the API has long accepted and the adapter maps (Options
@@ -75,10 +66,8 @@ _SAMPLING = {"temperature": float, "top_p": float, "top_k": int}
 
 
 def check_request_body(body: Any) -> None:
-    """Validate a request body with the official ``anthropic`` package's request types.
-
-    Unknown fields are refused at every level (``extra="forbid"`` reaches the nested
-    TypedDicts) and lazily validated iterables are consumed. Raises pydantic's
+    """Validate a request body with the official ``anthropic`` package's request types
+    (``validate_body``: unknown fields refused at every level). Raises pydantic's
     ``ValidationError`` (or ``AssertionError``) for an invalid body.
     """
     assert isinstance(body, dict), f"request body is not a JSON object: {body!r}"
@@ -88,24 +77,15 @@ def check_request_body(body: Any) -> None:
             value = body.pop(name)
             assert isinstance(value, kind | int) and not isinstance(value, bool), (name, value)
             assert value >= 0 and (kind is int or value <= 1), (name, value)
-    streaming = bool(body.get("stream"))
-    wrapper = _VALIDATORS.get(streaming)
-    if wrapper is None:
-        from anthropic.types import message_create_params as params
-        from pydantic import BaseModel, ConfigDict
+    validate_body(body, _anthropic_params)
 
-        target = (
-            params.MessageCreateParamsStreaming
-            if streaming
-            else params.MessageCreateParamsNonStreaming
-        )
 
-        class Wrapper(BaseModel):
-            model_config = ConfigDict(extra="forbid")
-            body: target  # type: ignore[valid-type]
+def _anthropic_params(streaming: bool) -> Any:
+    from anthropic.types import message_create_params as params
 
-        wrapper = _VALIDATORS[streaming] = Wrapper
-    _consume(wrapper(body=body).body)
+    if streaming:
+        return params.MessageCreateParamsStreaming
+    return params.MessageCreateParamsNonStreaming
 
 
 def check_message(body: Any) -> None:

@@ -34,7 +34,7 @@ import json
 import socket
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ __all__ = [
     "check_request_body",
     "load_transcript",
     "sse_body",
+    "validate_body",
 ]
 
 
@@ -253,6 +254,12 @@ class OpenAIServer:
     def __iter__(self) -> Iterator[Recorded]:
         return iter(list(self.requests))
 
+    def check_requests(self) -> None:
+        """Validate every request body received with the official SDK's request types
+        (``check_request_body``); the tests' ``server`` fixtures call it at the end."""
+        for recorded in self.requests:
+            check_request_body(recorded.body)
+
 
 def _consume(value: Any) -> Any:
     # pydantic validates Iterable[...] fields lazily: walk everything so each item is
@@ -266,35 +273,44 @@ def _consume(value: Any) -> Any:
     return value
 
 
-_VALIDATORS: dict[bool, Any] = {}
+_VALIDATORS: dict[tuple[Callable[[bool], Any], bool], Any] = {}
 
 
-def check_request_body(body: Any) -> None:
-    """Validate a request body with the official ``openai`` package's request types.
+def validate_body(body: dict[str, Any], params: Callable[[bool], Any]) -> None:
+    """Validate a request body with an SDK's request TypedDict, ``params(streaming)``.
 
     Unknown fields are refused at every level (``extra="forbid"`` reaches the nested
     TypedDicts), and lazily validated iterables are consumed. Raises pydantic's
     ``ValidationError`` for an invalid body.
     """
-    assert isinstance(body, dict), f"request body is not a JSON object: {body!r}"
     streaming = bool(body.get("stream"))
-    wrapper = _VALIDATORS.get(streaming)
+    wrapper = _VALIDATORS.get((params, streaming))
     if wrapper is None:
-        from openai.types.chat import completion_create_params as params
         from pydantic import BaseModel, ConfigDict
 
-        target = (
-            params.CompletionCreateParamsStreaming
-            if streaming
-            else params.CompletionCreateParamsNonStreaming
-        )
+        target = params(streaming)
 
         class Wrapper(BaseModel):
             model_config = ConfigDict(extra="forbid")
             body: target  # type: ignore[valid-type]
 
-        wrapper = _VALIDATORS[streaming] = Wrapper
+        wrapper = _VALIDATORS[params, streaming] = Wrapper
     _consume(wrapper(body=body).body)
+
+
+def _openai_params(streaming: bool) -> Any:
+    from openai.types.chat import completion_create_params as params
+
+    if streaming:
+        return params.CompletionCreateParamsStreaming
+    return params.CompletionCreateParamsNonStreaming
+
+
+def check_request_body(body: Any) -> None:
+    """Validate a request body with the official ``openai`` package's request types
+    (``validate_body``)."""
+    assert isinstance(body, dict), f"request body is not a JSON object: {body!r}"
+    validate_body(body, _openai_params)
 
 
 def check_completion(body: Any) -> None:

@@ -1,13 +1,16 @@
 """Where the server-backed store tests find their servers, and what they do without them.
 
-``SCOPE_TEST_POSTGRES_DSN`` and ``SCOPE_TEST_REDIS_URL`` name the servers (``bash
+``SCOPE_TEST_POSTGRES_DSN``, ``SCOPE_TEST_REDIS_URL`` and ``SCOPE_TEST_REDIS_CLUSTER_URL``
+name the servers (``bash
 .ci/services.sh start`` starts throwaway ones and prints both). A test that needs a server
 that is not configured or does not accept TCP connections is skipped with the reason,
 unless ``SCOPE_REQUIRE_SERVERS=1``: then it fails, so CI cannot pass by skipping.
 
 Every test uses its own table or key prefix (``unique_table_prefix``,
-``unique_key_prefix``) and removes what it created, so tests never see each other's data
-and a shared server stays clean.
+``unique_key_prefix``) and removes what it created (``drop_tables``, ``drop_keys``), so
+tests never see each other's data and a shared server stays clean. ``Backend`` is such a
+fresh place in any of the three persistent backends, ``fresh_store`` one store handle on
+one: the store tests that run over every backend open their stores through them.
 """
 
 from __future__ import annotations
@@ -19,16 +22,26 @@ import importlib
 import os
 import socket
 import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
 
 import pytest
 
 __all__ = [
+    "BACKENDS",
+    "BACKEND_LOOPS",
     "POSTGRES_ENV",
     "REDIS_ENV",
+    "Backend",
     "StallingProxy",
+    "drop_keys",
+    "drop_tables",
+    "fresh_backend",
+    "fresh_store",
     "import_driver",
+    "over_backends",
     "postgres_dsn_or_skip",
     "redis_cluster_url_or_skip",
     "redis_url_or_skip",
@@ -108,6 +121,145 @@ def unique_table_prefix() -> str:
 def unique_key_prefix() -> str:
     """A fresh, valid key prefix: ``scope-test:<12 hex digits>``."""
     return f"scope-test:{uuid.uuid4().hex[:12]}"
+
+
+async def drop_tables(dsn: str, prefix: str) -> None:
+    """Remove everything a PostgresStore with ``table_prefix=prefix`` created."""
+    asyncpg = import_driver("asyncpg")
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations", "{prefix}_schema";'
+            f'DROP FUNCTION IF EXISTS "{prefix}_append"'
+        )
+    finally:
+        await conn.close()
+
+
+async def drop_keys(url: str, prefix: str, *, cluster: bool = False) -> None:
+    """Delete every key under ``prefix`` (SCAN, never KEYS); on a cluster one by one, as
+    the keys live in many slots."""
+    if cluster:
+        import_driver("redis")
+        from redis.asyncio.cluster import RedisCluster
+
+        client: Any = RedisCluster.from_url(url)
+        await client.initialize()
+    else:
+        client = import_driver("redis.asyncio").Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        if cluster:
+            for key in keys:
+                await client.delete(key)
+        elif keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+#: The persistent backends, as ``Backend`` kinds.
+BACKENDS = ("sqlite", "postgres", "redis")
+
+
+class Backend:
+    """A fresh, empty place in one persistent store backend, and how to open handles on
+    it: ``kind`` ``"sqlite"`` (a file under ``tmp_path``), ``"postgres"`` (a table prefix)
+    or ``"redis"`` (a key prefix, opened with ``check_persistence=False``: the test
+    servers run without persistence on purpose).
+
+    ``url`` is the file's path or the server's URL, ``prefix`` the table or key prefix;
+    ``await open(**options)`` opens another handle on the same place; ``drop()`` removes
+    what any handle created there (``fresh_backend`` calls it). Creating one for a server
+    kind needs its driver and server (``import_driver``, ``*_or_skip``)."""
+
+    def __init__(self, kind: str, tmp_path: Path) -> None:
+        self.kind = kind
+        if kind == "sqlite":
+            self.url = str(tmp_path / "h.db")
+            self.prefix = "scope_history"
+        elif kind == "postgres":
+            import_driver("asyncpg")
+            self.url = postgres_dsn_or_skip()
+            self.prefix = unique_table_prefix()
+        elif kind == "redis":
+            import_driver("redis")
+            self.url = redis_url_or_skip()
+            self.prefix = unique_key_prefix()
+        else:
+            raise ValueError(f"unknown backend kind {kind!r}")
+
+    async def open(self, **options: Any) -> Any:
+        """A new handle on this place (``prefix=`` opens one on another prefix)."""
+        prefix = options.pop("prefix", self.prefix)
+        if self.kind == "sqlite":
+            from scope.historystores.sqlite import SQLiteStore
+
+            return await SQLiteStore.open(self.url, table_prefix=prefix, **options)
+        if self.kind == "postgres":
+            from scope.historystores.postgres import PostgresStore
+
+            return await PostgresStore.open(self.url, table_prefix=prefix, **options)
+        from scope.historystores.redis import RedisStore
+
+        options.setdefault("check_persistence", False)
+        return await RedisStore.open(self.url, prefix=prefix, **options)
+
+    async def drop(self, prefix: str | None = None) -> None:
+        """Remove what the stores under ``prefix`` (default: this one's) created on the
+        server; a SQLite file goes with ``tmp_path``."""
+        if self.kind == "postgres":
+            await drop_tables(self.url, prefix or self.prefix)
+        elif self.kind == "redis":
+            await drop_keys(self.url, prefix or self.prefix)
+
+
+#: The event loops each backend runs under.
+BACKEND_LOOPS = {"sqlite": ["asyncio", "trio"], "postgres": ["asyncio"], "redis": ["asyncio"]}
+_SERVER_MARKS = {"sqlite": (), "postgres": (pytest.mark.servers,), "redis": (pytest.mark.servers,)}
+
+
+def over_backends(*kinds: str, **each: Mapping[str, Iterable[Any]]) -> pytest.MarkDecorator:
+    """Parametrise an anyio test over the backends ``kinds`` (default: ``BACKENDS``) and
+    the event loops each runs under (``BACKEND_LOOPS``): the test takes ``kind`` (and
+    opens its store with ``fresh_backend`` or ``fresh_store``); the server kinds' rows
+    are marked ``servers``. ``name={kind: values}`` adds a parameter ``name`` with one row
+    per value of that kind."""
+    [(name, values)] = each.items() if each else [("", {})]
+    rows = [
+        pytest.param(
+            kind,
+            loop,
+            *((value,) if name else ()),
+            id="-".join([kind, loop, *([_id(value)] if name else [])]),
+            marks=_SERVER_MARKS[kind],
+        )
+        for kind in kinds or BACKENDS
+        for loop in BACKEND_LOOPS[kind]
+        for value in (values[kind] if name else [None])
+    ]
+    return pytest.mark.parametrize(("kind", "anyio_backend", *([name] if name else [])), rows)
+
+
+def _id(value: Any) -> str:
+    return value if isinstance(value, str) and value.isprintable() and value else repr(value)
+
+
+@contextlib.asynccontextmanager
+async def fresh_backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
+    """A ``Backend`` of ``kind``, dropped on the way out."""
+    backend = Backend(kind, tmp_path)
+    try:
+        yield backend
+    finally:
+        await backend.drop()
+
+
+@contextlib.asynccontextmanager
+async def fresh_store(kind: str, tmp_path: Path, **options: Any) -> AsyncIterator[Any]:
+    """One open store of ``kind`` in a fresh place, closed and dropped on the way out."""
+    async with fresh_backend(kind, tmp_path) as backend, await backend.open(**options) as store:
+        yield store
 
 
 class StallingProxy:

@@ -26,8 +26,8 @@ from scope.chat import (
 from scope.history import Middleware
 from scope.history.inmemory import InMemoryStore
 from scope.models.anthropic import AnthropicModel
-from tests.anthropic_server import AnthropicServer, check_request_body, load_transcript
-from tests.test_anthropic_http import WEATHER
+from tests.anthropic_server import AnthropicServer, load_transcript
+from tests.helpers import WEATHER
 
 pytestmark = pytest.mark.anyio
 
@@ -36,8 +36,7 @@ pytestmark = pytest.mark.anyio
 def server() -> Iterator[AnthropicServer]:
     with AnthropicServer() as srv:
         yield srv
-    for recorded in srv.requests:
-        check_request_body(recorded.body)
+    srv.check_requests()
 
 
 @pytest.mark.parametrize("mode", ["call", "stream"])

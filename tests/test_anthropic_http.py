@@ -10,9 +10,8 @@ runs under asyncio and trio, and most in both modes (``call`` and ``stream``).
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -26,7 +25,6 @@ from scope.chat import (
     Options,
     Request,
     Response,
-    ResponseAccumulator,
     Streamer,
     ToolDefinition,
     ToolOutput,
@@ -54,20 +52,10 @@ from tests.anthropic_server import (
     check_error,
     check_event,
     check_message,
-    check_request_body,
     load_transcript,
 )
+from tests.helpers import TIME, WEATHER, Sleeps, accumulate, recording_sleeps, tool_call_deltas
 
-WEATHER = ToolDefinition(
-    "get_weather",
-    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    "The current weather in a city.",
-)
-TIME = ToolDefinition(
-    "get_time",
-    {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
-    "The local time in a time zone.",
-)
 MOON = ToolDefinition("get_moon", {"type": "object"}, "The moon's phase tonight.")
 QUESTION = Request([user_message("What's the weather in Paris?")], tools=[WEATHER, TIME, MOON])
 
@@ -78,41 +66,13 @@ MODES = ["call", "stream"]
 def server() -> Iterator[AnthropicServer]:
     with AnthropicServer() as srv:
         yield srv
-    for recorded in srv.requests:
-        check_request_body(recorded.body)
-
-
-class Sleeps:
-    """Records the delays the model asks for instead of waiting them out."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-        await anyio.lowlevel.checkpoint()
+    srv.check_requests()
 
 
 def make_model(server: AnthropicServer, **kwargs: Any) -> tuple[AnthropicModel, Sleeps]:
     kwargs.setdefault("api_key", "sk-ant-test")
     kwargs.setdefault("retry_backoff", 0.01)
-    model = AnthropicModel("claude-sonnet-4-5", base_url=server.base_url, **kwargs)
-    sleeps = Sleeps()
-    model._sleep = sleeps
-    return model, sleeps
-
-
-async def accumulate(stream: AsyncIterator[Response]) -> tuple[list[Response], Response]:
-    """Every chunk, and the chunks merged by a ResponseAccumulator (each must be valid)."""
-    chunks: list[Response] = []
-    accumulator = ResponseAccumulator()
-    async with contextlib.aclosing(stream) as iterator:  # type: ignore[type-var]
-        async for chunk in iterator:
-            chunks.append(chunk)
-            accumulator.add(chunk)
-    response = accumulator.response()
-    assert response is not None
-    return chunks, response
+    return recording_sleeps(AnthropicModel("claude-sonnet-4-5", base_url=server.base_url, **kwargs))
 
 
 async def answer(model: AnthropicModel, request: Request, mode: str) -> Response:
@@ -391,13 +351,7 @@ async def test_interleaved_input_json_deltas_keep_their_calls(server: AnthropicS
     model, _ = make_model(server)
     async with model:
         chunks, _ = await accumulate(model.stream(QUESTION))
-    deltas = [
-        (part.tool_call_delta.id, part.tool_call_delta.arguments)
-        for chunk in chunks
-        if chunk.output is not None and chunk.output.message is not None
-        for part in chunk.output.message.parts
-        if part.tool_call_delta is not None
-    ]
+    deltas = [(delta.id, delta.arguments) for delta in tool_call_deltas(chunks)]
     assert deltas == [
         ("toolu_01A", ""),
         ("toolu_01B", ""),

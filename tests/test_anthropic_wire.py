@@ -21,9 +21,7 @@ from scope.chat import (
     OutputFormat,
     Request,
     Response,
-    ResponseAccumulator,
     ToolCall,
-    ToolDefinition,
     ToolOutput,
     ToolResult,
     Usage,
@@ -47,21 +45,13 @@ from scope.errors import (
     RateLimitError,
     UnsupportedOptionError,
 )
-from scope.jsonvalue import RawJSON
 from scope.media import Media
 from scope.metadata import Metadata
 from scope.models._anthropic_wire import EventMapper, build_body, parse_message
 from scope.models.anthropic import AnthropicModel
 from tests.anthropic_server import check_event, check_message, check_request_body
+from tests.helpers import EXACT_WEATHER, hello, merged
 
-WEATHER = ToolDefinition(
-    "get_weather",
-    RawJSON.parse(
-        '{"type": "object", "properties": {"city": {"type": "string"},'
-        ' "days": {"type": "number", "minimum": 1.50}}, "required": ["city"]}'
-    ),
-    "The current weather in a city.",
-)
 SIG = base64.b64encode(b"\x01signature bytes\xff").decode()  # padded: ends with "="
 
 
@@ -70,10 +60,6 @@ def body_of(request: Request, *, stream: bool = False, defaults: Options | None 
         request, default_options=defaults or Options(), model="claude-sonnet-4-5", stream=stream
     )
     return orjson.loads(orjson.dumps(built))
-
-
-def hello(**options: Any) -> Request:
-    return Request([user_message("Hi")], options=Options(**options))
 
 
 # ----------------------------------------------------------------------------- requests
@@ -113,7 +99,7 @@ def test_full_request_maps_every_part_kind() -> None:
             ),
             user_message("And tomorrow?"),
         ],
-        tools=[WEATHER],
+        tools=[EXACT_WEATHER],
     )
     body = body_of(request)
     check_request_body(body)
@@ -182,7 +168,7 @@ def test_full_request_maps_every_part_kind() -> None:
         {
             "name": "get_weather",
             "description": "The current weather in a city.",
-            "input_schema": orjson.loads(WEATHER.input_schema.bytes),
+            "input_schema": orjson.loads(EXACT_WEATHER.input_schema.bytes),
         }
     ]
 
@@ -194,7 +180,7 @@ def test_schemas_and_arguments_keep_their_number_spelling() -> None:
             assistant_message(tool_call_part("toolu_1", "get_weather", '{"days": 2.50}')),
             tool_message(ToolResult("toolu_1", "get_weather", ToolOutput.of_text("ok"))),
         ],
-        tools=[WEATHER],
+        tools=[EXACT_WEATHER],
     )
     raw = orjson.dumps(build_body(request, default_options=Options(), model="m", stream=False))
     assert b'"minimum":1.50' in raw
@@ -670,16 +656,8 @@ START = event(
 
 def run_events(*events: bytes) -> tuple[list[Response], Response]:
     mapper = EventMapper()
-    accumulator = ResponseAccumulator()
-    chunks = []
-    for data in events:
-        chunk = mapper.map("", data)
-        if chunk is not None:
-            chunks.append(chunk)
-            accumulator.add(chunk)
-    response = accumulator.response()
-    assert response is not None
-    return chunks, response
+    chunks = [chunk for data in events if (chunk := mapper.map("", data)) is not None]
+    return chunks, merged(chunks)
 
 
 def block_start(index: int, block: dict[str, Any]) -> bytes:

@@ -48,26 +48,9 @@ from scope.history import Batch, ConversationID
 from scope.historystores.sqlite import SQLiteStore
 from scope.jsonvalue import RawJSON
 from scope.media import Media
+from tests.helpers import subprocess_env
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _env(tmp_path: pathlib.Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("SCOPE_", "OPENAI_")) and key != "XDG_DATA_HOME"
-    }
-    env["TMPDIR"] = str(tmp_path)
-    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
-    env["PYTHONIOENCODING"] = "utf-8"
-    # The subprocess imports the scope under test (this source tree), as pytest does
-    # (pythonpath = ["."]), not whichever copy is installed in the environment.
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(pathlib.Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")])
-    )
-    env.update(extra or {})
-    return env
 
 
 def scope(
@@ -82,7 +65,7 @@ def scope(
         input=input if input is not None else b"",
         capture_output=True,
         cwd=tmp_path,
-        env=_env(tmp_path, env),
+        env=subprocess_env(tmp_path, env),
         timeout=60,
         check=False,
     )
@@ -710,7 +693,7 @@ def test_clear_asks_on_a_terminal(
             stdin=slave,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=_env(tmp_path),
+            env=subprocess_env(tmp_path),
         )
         os.close(slave)
         slave = -1
@@ -799,7 +782,7 @@ def test_console_script(tmp_path: pathlib.Path) -> None:
     if not script.exists():
         pytest.skip("the scope console script is not installed next to this Python")
     proc = subprocess.run(
-        [str(script), "--version"], capture_output=True, env=_env(tmp_path), check=False
+        [str(script), "--version"], capture_output=True, env=subprocess_env(tmp_path), check=False
     )
     assert proc.returncode == 0 and proc.stdout.startswith(b"scope ")
 

@@ -22,6 +22,7 @@ pytest.importorskip("httpx")
 from scope.chat import Role
 from scope.cli._stores import sqlite_url
 from scope.historystores.sqlite import SQLiteStore
+from tests.helpers import subprocess_env
 from tests.openai_server import OpenAIServer
 
 _BASE = {"id": "chatcmpl-cli", "object": "chat.completion.chunk", "created": 1, "model": "m-1"}
@@ -43,20 +44,7 @@ def answer(*pieces: str) -> dict[str, Any]:
 
 
 def _env(tmp_path: pathlib.Path) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("SCOPE_", "OPENAI_")) and key != "XDG_DATA_HOME"
-    }
-    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
-    # The subprocess imports the scope under test (this source tree), as pytest does
-    # (pythonpath = ["."]), not whichever copy is installed in the environment.
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(pathlib.Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")])
-    )
-    env["OPENAI_API_KEY"] = "sk-test"
-    env["PYTHONIOENCODING"] = "utf-8"
-    return env
+    return subprocess_env(tmp_path, {"OPENAI_API_KEY": "sk-test"})
 
 
 def chat(
@@ -356,7 +344,7 @@ def anthropic_answer(*pieces: str) -> dict[str, Any]:
 
 
 def test_chat_with_the_anthropic_provider(tmp_path: pathlib.Path) -> None:
-    from tests.anthropic_server import AnthropicServer, check_request_body
+    from tests.anthropic_server import AnthropicServer
 
     env = {k: v for k, v in _env(tmp_path).items() if not k.startswith("ANTHROPIC_")}
     env["ANTHROPIC_API_KEY"] = "sk-ant-cli"
@@ -398,8 +386,7 @@ def test_chat_with_the_anthropic_provider(tmp_path: pathlib.Path) -> None:
         ("assistant", "Bonjour!"),
         ("user", "Capital of France?"),
     ]
-    for recorded in server.requests:
-        check_request_body(recorded.body)
+    server.check_requests()
 
 
 def test_chat_without_the_anthropic_adapter_is_one_line(

@@ -57,8 +57,8 @@ from scope.history import Batch
 from scope.jsonvalue import RawJSON
 from scope.media import Media, Source
 from scope.metadata import Extensions, Metadata
+from tests.helpers import respell
 from tests.strategies import messages, requests, responses, usage
-from tests.test_jsonvalue import respell
 
 FAST = settings(max_examples=100, deadline=None)
 

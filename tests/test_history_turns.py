@@ -46,14 +46,7 @@ from scope.history import (
     WindowReader,
 )
 from scope.history.inmemory import InMemoryStore
-from scope.historystores.sqlite import SQLiteStore
-from tests.servers import (
-    import_driver,
-    postgres_dsn_or_skip,
-    redis_url_or_skip,
-    unique_key_prefix,
-    unique_table_prefix,
-)
+from tests.servers import fresh_store
 
 pytestmark = pytest.mark.anyio
 
@@ -67,35 +60,11 @@ async def store(
     kind = request.param
     if kind == "memory":
         yield InMemoryStore()
-    elif kind == "sqlite":
-        async with await SQLiteStore.open(tmp_path / "h.db") as sqlite:
-            yield sqlite
-    elif anyio_backend != "asyncio":
+    elif kind != "sqlite" and anyio_backend != "asyncio":
         pytest.skip(f"the {kind} store is asyncio-only")
-    elif kind == "postgres":
-        import_driver("asyncpg")
-        from scope.historystores.postgres import PostgresStore
-        from tests.test_postgres_store import drop_prefix as drop_tables
-
-        dsn = postgres_dsn_or_skip()
-        prefix = unique_table_prefix()
-        try:
-            async with await PostgresStore.open(dsn, table_prefix=prefix) as pg:
-                yield pg
-        finally:
-            await drop_tables(dsn, prefix)
     else:
-        import_driver("redis")
-        from scope.historystores.redis import RedisStore
-        from tests.test_redis_store import drop_prefix as drop_keys
-
-        url = redis_url_or_skip()
-        prefix = unique_key_prefix()
-        try:
-            async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as redis:
-                yield redis
-        finally:
-            await drop_keys(url, prefix)
+        async with fresh_store(kind, tmp_path) as store:
+            yield store
 
 
 def fingerprint(messages: tuple[Message, ...] | list[Message]) -> str:

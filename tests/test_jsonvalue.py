@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from scope.errors import InvalidJSONError
 from scope.jsonvalue import RawJSON, _coerce_raw_json
+from tests.helpers import nested, respell
 from tests.strategies import json_texts, json_values, raw_json
 
 FAST = settings(max_examples=150, deadline=None)
@@ -93,21 +94,14 @@ def test_parse_refuses(text: str | bytes) -> None:
 def test_depth_512_accepted() -> None:
     raw = RawJSON.parse(nest(512))
     assert raw.bytes == nest(512).encode()
-    assert raw.value() == _deep(512)
+    assert raw.value() == nested(512)
     assert RawJSON.parse('{"a":' * 512 + "1" + "}" * 512)
-    assert RawJSON.from_value(_deep(512)) == raw
-
-
-def _deep(depth: int) -> Any:
-    value: Any = 1
-    for _ in range(depth):
-        value = [value]
-    return value
+    assert RawJSON.from_value(nested(512)) == raw
 
 
 def test_from_value_depth_513_refused() -> None:
     with pytest.raises(InvalidJSONError):
-        RawJSON.from_value(_deep(513))
+        RawJSON.from_value(nested(513))
 
 
 def test_parse_refuses_non_text() -> None:
@@ -200,33 +194,6 @@ def test_parse_keeps_numbers_and_values(text: str) -> None:
     # Canonical: sorted keys, no whitespace, one string spelling (orjson's).
     assert RawJSON.parse(raw.bytes).bytes == raw.bytes
     assert b"\n" not in raw.bytes and b": " not in raw.bytes
-
-
-def respell(text: str | bytes, *, indent: str = "", ascii_: bool = True) -> str:
-    """The same document with reversed key order, other whitespace and string escapes;
-    number tokens verbatim."""
-    tree = json.loads(text, parse_float=_Token, parse_int=_Token)
-    return _write(tree, indent, ascii_, 0)
-
-
-class _Token(str):
-    __slots__ = ()
-
-
-def _write(value: Any, indent: str, ascii_: bool, level: int) -> str:
-    pad = "\n" + indent * (level + 1) if indent else " "
-    end = "\n" + indent * level if indent else ""
-    if isinstance(value, _Token):
-        return str(value)
-    if isinstance(value, dict):
-        items = [
-            f"{json.dumps(k, ensure_ascii=ascii_)} : {_write(v, indent, ascii_, level + 1)}"
-            for k, v in reversed(list(value.items()))
-        ]
-        return "{" + ",".join(pad + item for item in items) + end + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(pad + _write(v, indent, ascii_, level + 1) for v in value) + end + "]"
-    return json.dumps(value, ensure_ascii=ascii_)
 
 
 @FAST

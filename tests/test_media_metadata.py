@@ -13,6 +13,7 @@ from scope.errors import InvalidMediaError, InvalidMetadataError
 from scope.jsonvalue import RawJSON
 from scope.media import Media, Source, SourceKind
 from scope.metadata import Extensions, Metadata
+from tests.helpers import nested
 
 # ------------------------------------------------------------------ Metadata
 
@@ -68,7 +69,7 @@ BAD_METADATA: list[tuple[str, Callable[[], Any]]] = [
     ("inf value", lambda: Metadata({"k": [float("inf")]})),
     ("object value", lambda: Metadata({"k": object()})),
     ("lone surrogate value", lambda: Metadata({"k": "\udc00"})),
-    ("too deep value", lambda: Metadata({"k": _deep(513)})),
+    ("too deep value", lambda: Metadata({"k": nested(513)})),
     ("duplicate pair", lambda: Metadata([("a", 1), ("a", 2)])),
     ("not pairs", lambda: Metadata([("a", 1, 2)])),
     ("a str", lambda: Metadata("ab")),
@@ -86,13 +87,6 @@ BAD_METADATA: list[tuple[str, Callable[[], Any]]] = [
     ("extensions roman numeral", lambda: Extensions({"ns/\u216b": 1})),
     ("extensions empty", lambda: Extensions({"": 1})),
 ]
-
-
-def _deep(depth: int) -> Any:
-    value: Any = 1
-    for _ in range(depth):
-        value = [value]
-    return value
 
 
 @pytest.mark.parametrize("build", [b[1] for b in BAD_METADATA], ids=[b[0] for b in BAD_METADATA])
@@ -117,7 +111,7 @@ def test_extensions_namespace() -> None:
 
 
 def test_metadata_depth_512_value_accepted() -> None:
-    assert Metadata({"k": _deep(512)})["k"].bytes.count(b"[") == 512
+    assert Metadata({"k": nested(512)})["k"].bytes.count(b"[") == 512
 
 
 # ------------------------------------------------------------------ Media and Source

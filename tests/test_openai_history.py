@@ -23,8 +23,8 @@ from scope.chat import (
 from scope.history import Middleware
 from scope.historystores.sqlite import SQLiteStore
 from scope.models.openai import OpenAIChatModel
-from tests.openai_server import OpenAIServer, check_request_body, load_transcript
-from tests.test_openai_http import QUESTION
+from tests.helpers import TIME, WEATHER
+from tests.openai_server import OpenAIServer, load_transcript
 
 pytestmark = pytest.mark.anyio
 
@@ -33,8 +33,7 @@ pytestmark = pytest.mark.anyio
 def server() -> Iterator[OpenAIServer]:
     with OpenAIServer() as srv:
         yield srv
-    for recorded in srv.requests:
-        check_request_body(recorded.body)
+    srv.check_requests()
 
 
 async def test_history_turn_with_tool_call_via_call(server: OpenAIServer, tmp_path: Path) -> None:
@@ -43,7 +42,7 @@ async def test_history_turn_with_tool_call_via_call(server: OpenAIServer, tmp_pa
     async with model, await SQLiteStore.open(tmp_path / "h.db") as store:
         bound = wrap(model, Middleware(store, store, "paris").call)
         turn = [user_message("What's the weather in Paris?")]
-        request = Request([system_message("Be brief."), *turn], tools=QUESTION.tools)
+        request = Request([system_message("Be brief."), *turn], tools=[WEATHER, TIME])
         first = await bound.call(request)
         assert first.output is not None and first.output.message is not None
         assert first.output.finish_reason is FinishReason.TOOL_CALLS
@@ -53,7 +52,7 @@ async def test_history_turn_with_tool_call_via_call(server: OpenAIServer, tmp_pa
         final = await bound.call(
             Request(
                 [system_message("Be brief."), *turn, first.output.message, result],
-                tools=QUESTION.tools,
+                tools=[WEATHER, TIME],
             )
         )
         stored = await store.read("paris")
@@ -75,14 +74,14 @@ async def test_history_turn_with_parallel_tool_calls_via_stream(
     async with model, await SQLiteStore.open(tmp_path / "h.db") as store:
         bound = wrap_stream(model, Middleware(store, store, "paris").stream)
         turn = [user_message("What's the weather in Paris?")]
-        first = await collect(bound.stream(Request(turn, tools=QUESTION.tools)))
+        first = await collect(bound.stream(Request(turn, tools=[WEATHER, TIME])))
         assert first.output is not None and first.output.message is not None
         results = [
             ToolResult(call.id, call.name, ToolOutput.of_text(text))
             for call, text in zip(first.output.message.tool_calls, ["18C", "14:05"], strict=True)
         ]
         follow_up = Request(
-            [*turn, first.output.message, tool_message(*results)], tools=QUESTION.tools
+            [*turn, first.output.message, tool_message(*results)], tools=[WEATHER, TIME]
         )
         final = await collect(bound.stream(follow_up))
         stored = await store.read("paris")

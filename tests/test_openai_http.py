@@ -9,10 +9,9 @@ Everything runs under asyncio and trio.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -27,11 +26,8 @@ from scope.chat import (
     Model,
     Options,
     Request,
-    Response,
-    ResponseAccumulator,
     Streamer,
     ToolCall,
-    ToolDefinition,
     ToolOutput,
     ToolResult,
     Usage,
@@ -54,25 +50,15 @@ from scope.errors import (
 )
 from scope.models import _http
 from scope.models.openai import OpenAIChatModel
+from tests.helpers import TIME, WEATHER, Sleeps, accumulate, recording_sleeps, tool_call_deltas
 from tests.openai_server import (
     TRANSCRIPTS,
     OpenAIServer,
     check_chunk,
     check_completion,
-    check_request_body,
     load_transcript,
 )
 
-WEATHER = ToolDefinition(
-    "get_weather",
-    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    "The current weather in a city.",
-)
-TIME = ToolDefinition(
-    "get_time",
-    {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
-    "The local time in a time zone.",
-)
 QUESTION = Request([user_message("What's the weather in Paris?")], tools=[WEATHER, TIME])
 
 
@@ -80,41 +66,13 @@ QUESTION = Request([user_message("What's the weather in Paris?")], tools=[WEATHE
 def server() -> Iterator[OpenAIServer]:
     with OpenAIServer() as srv:
         yield srv
-    for recorded in srv.requests:
-        check_request_body(recorded.body)
-
-
-class Sleeps:
-    """Records the delays the model asks for instead of waiting them out."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-        await anyio.lowlevel.checkpoint()
+    srv.check_requests()
 
 
 def make_model(server: OpenAIServer, **kwargs: Any) -> tuple[OpenAIChatModel, Sleeps]:
     kwargs.setdefault("api_key", "sk-test")
     kwargs.setdefault("retry_backoff", 0.01)
-    model = OpenAIChatModel("gpt-4o-mini", base_url=server.base_url, **kwargs)
-    sleeps = Sleeps()
-    model._sleep = sleeps
-    return model, sleeps
-
-
-async def accumulate(stream: AsyncIterator[Response]) -> tuple[list[Response], Response]:
-    """Every chunk, and the chunks merged by a ResponseAccumulator (each must be valid)."""
-    chunks: list[Response] = []
-    accumulator = ResponseAccumulator()
-    async with contextlib.aclosing(stream) as iterator:  # type: ignore[type-var]
-        async for chunk in iterator:
-            chunks.append(chunk)
-            accumulator.add(chunk)
-    response = accumulator.response()
-    assert response is not None
-    return chunks, response
+    return recording_sleeps(OpenAIChatModel("gpt-4o-mini", base_url=server.base_url, **kwargs))
 
 
 # ------------------------------------------------------------------------ transcripts
@@ -280,13 +238,7 @@ async def test_stream_parallel_tool_calls(server: OpenAIServer) -> None:
     model, _ = make_model(server)
     async with model:
         chunks, response = await accumulate(model.stream(QUESTION))
-    deltas = [
-        part.tool_call_delta
-        for chunk in chunks
-        if chunk.output is not None and chunk.output.message is not None
-        for part in chunk.output.message.parts
-        if part.tool_call_delta is not None
-    ]
+    deltas = tool_call_deltas(chunks)
     assert [(d.id, d.name) for d in deltas] == [
         ("call_weather01", "get_weather"),
         ("call_weather01", "get_weather"),
@@ -580,13 +532,7 @@ async def test_late_tool_call_ids_via_stream(server: OpenAIServer) -> None:
         ToolCall("call_w1", "get_weather", '{"city": "Paris"}'),
         ToolCall("call_t2", "get_time", '{"zone": "Europe/Paris"}'),
     )
-    ids = {
-        part.tool_call_delta.id
-        for chunk in chunks
-        if chunk.output is not None and chunk.output.message is not None
-        for part in chunk.output.message.parts
-        if part.tool_call_delta is not None
-    }
+    ids = {delta.id for delta in tool_call_deltas(chunks)}
     assert ids == {"call_w1", "call_t2"}  # never a synthetic call_<index>
 
 

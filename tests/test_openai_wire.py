@@ -20,10 +20,8 @@ from scope.chat import (
     OutputFormat,
     Request,
     Response,
-    ResponseAccumulator,
     ToolCall,
     ToolCallDelta,
-    ToolDefinition,
     ToolOutput,
     ToolResult,
     Usage,
@@ -54,16 +52,8 @@ from scope.models._http import retry_after as _retry_after
 from scope.models._openai_wire import ChunkMapper, build_body, parse_completion
 from scope.models._sse import SSEDecoder
 from scope.models.openai import OpenAIChatModel
+from tests.helpers import EXACT_WEATHER, hello, merged
 from tests.openai_server import check_request_body
-
-WEATHER = ToolDefinition(
-    "get_weather",
-    RawJSON.parse(
-        '{"type": "object", "properties": {"city": {"type": "string"},'
-        ' "days": {"type": "number", "minimum": 1.50}}, "required": ["city"]}'
-    ),
-    "The current weather in a city.",
-)
 
 
 def body_of(request: Request, *, stream: bool = False, defaults: Options | None = None) -> Any:
@@ -71,10 +61,6 @@ def body_of(request: Request, *, stream: bool = False, defaults: Options | None 
         request, default_options=defaults or Options(), model="gpt-4o-mini", stream=stream
     )
     return orjson.loads(orjson.dumps(built))
-
-
-def hello(**options: Any) -> Request:
-    return Request([user_message("Hi")], options=Options(**options))
 
 
 # ----------------------------------------------------------------------------- requests
@@ -114,7 +100,7 @@ def test_full_request_maps_every_part_kind() -> None:
                 ),
             ),
         ],
-        tools=[WEATHER],
+        tools=[EXACT_WEATHER],
     )
     body = body_of(request)
     check_request_body(body)
@@ -163,7 +149,7 @@ def test_full_request_maps_every_part_kind() -> None:
             "function": {
                 "name": "get_weather",
                 "description": "The current weather in a city.",
-                "parameters": WEATHER.input_schema.value(),
+                "parameters": EXACT_WEATHER.input_schema.value(),
             },
         }
     ]
@@ -174,7 +160,9 @@ def test_schemas_are_sent_verbatim() -> None:
     fmt = OutputFormat.json_schema("answer", RawJSON.parse('{"type":"object","x":2.50}'))
     raw = orjson.dumps(
         build_body(
-            Request([user_message("Hi")], tools=[WEATHER], options=Options(output_format=fmt)),
+            Request(
+                [user_message("Hi")], tools=[EXACT_WEATHER], options=Options(output_format=fmt)
+            ),
             default_options=Options(),
             model="m",
             stream=False,
@@ -628,14 +616,7 @@ def fragment(
 
 def run_chunks(*events: bytes) -> Response:
     mapper = ChunkMapper()
-    accumulator = ResponseAccumulator()
-    for data in events:
-        chunk_response = mapper.map("message", data)
-        if chunk_response is not None:
-            accumulator.add(chunk_response)
-    response = accumulator.response()
-    assert response is not None
-    return response
+    return merged(c for data in events if (c := mapper.map("message", data)) is not None)
 
 
 def test_chunk_ids_and_models_are_sent_when_they_change() -> None:

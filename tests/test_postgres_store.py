@@ -1,5 +1,6 @@
 """PostgresStore against a real server: conformance (with reopen), dropped connections,
-corruption, validation and the error mapping. asyncio only (asyncpg is asyncio-only).
+corruption and validation. asyncio only (asyncpg is asyncio-only). The rules every
+persistent store keeps are checked on every backend in tests/test_backends.py.
 
 Needs ``SCOPE_TEST_POSTGRES_DSN`` (see tests/servers.py); skipped without it unless
 ``SCOPE_REQUIRE_SERVERS=1``. Every test works under its own table prefix and drops it.
@@ -8,8 +9,6 @@ Needs ``SCOPE_TEST_POSTGRES_DSN`` (see tests/servers.py); skipped without it unl
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,12 +18,11 @@ from typing import Any
 import anyio
 import pytest
 
-from scope.chat import Message, assistant_message, user_message
 from scope.errors import StoreError
-from scope.history import Batch, BatchReader, Lister, Store
 from scope.history.storetest import StoreConformance
 from scope.historystores.postgres import PostgresStore
-from tests.servers import import_driver, postgres_dsn_or_skip, unique_table_prefix
+from tests.helpers import batch, texts
+from tests.servers import drop_tables, import_driver, postgres_dsn_or_skip, unique_table_prefix
 
 asyncpg = import_driver("asyncpg")
 
@@ -41,23 +39,11 @@ def dsn() -> str:
     return postgres_dsn_or_skip()
 
 
-async def drop_prefix(dsn: str, prefix: str) -> None:
-    """Remove everything a store with ``prefix`` created."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(
-            f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations", "{prefix}_schema";'
-            f'DROP FUNCTION IF EXISTS "{prefix}_append"'
-        )
-    finally:
-        await conn.close()
-
-
 @pytest.fixture
 async def prefix(dsn: str) -> AsyncIterator[str]:
     prefix = unique_table_prefix()
     yield prefix
-    await drop_prefix(dsn, prefix)
+    await drop_tables(dsn, prefix)
 
 
 class TestPostgresConformance(StoreConformance):
@@ -69,14 +55,6 @@ class TestPostgresConformance(StoreConformance):
 
     async def reopen(self, store: Any) -> Any:
         return await PostgresStore.open(self.dsn, table_prefix=store.table_prefix)
-
-
-def batch(cid: str, aid: str, text: str = "hello") -> Batch:
-    return Batch(cid, aid, [user_message(text), assistant_message(text + "!")])
-
-
-def texts(stored: list[Message]) -> list[str]:
-    return [m.text for m in stored]
 
 
 async def admin(dsn: str, sql: str, *args: Any) -> Any:
@@ -97,31 +75,28 @@ async def terminate(dsn: str, application_name: str) -> int:
     return sum(1 for row in rows if row[0])
 
 
+async def until_waiting_for_a_lock(dsn: str, application_name: str, then: str = "*") -> None:
+    """Poll until a session of ``application_name`` waits for a lock (at most 10 s);
+    ``then="pg_cancel_backend(pid)"`` cancels the waiting statements."""
+    with anyio.fail_after(10):
+        while True:
+            await anyio.sleep(0.02)
+            rows = await admin(
+                dsn,
+                f"SELECT count({then}) FROM pg_stat_activity "
+                "WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                application_name,
+            )
+            if rows[0][0]:
+                return
+
+
 @pytest.fixture
 def app_name() -> str:
     return f"scope-test-{uuid.uuid4().hex[:12]}"
 
 
-# -- shape, validation ------------------------------------------------------------------
-
-
-async def test_is_a_store_and_lister_with_public_module(dsn: str, prefix: str) -> None:
-    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
-        assert isinstance(store, Store)
-        assert isinstance(store, Lister)
-        assert isinstance(store, BatchReader)
-        assert type(store).__module__ == "scope.historystores.postgres"
-        assert prefix in repr(store)
-
-
-@pytest.mark.parametrize(
-    "bad",
-    ["", "1abc", "Upper", "a-b", 'a"b', "a b", "a;drop", "é", "x" * 50, 7, None],
-)
-async def test_invalid_table_prefix_is_a_value_error(bad: Any) -> None:
-    # Validation comes before any I/O: no server needed.
-    with pytest.raises(ValueError, match="table_prefix"):
-        await PostgresStore.open("postgresql://nowhere.invalid/db", table_prefix=bad)
+# -- validation ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -156,44 +131,6 @@ async def test_invalid_dsn_is_a_value_error_with_an_empty_pool(dsn_value: str) -
     assert not isinstance(info.value, StoreError)
 
 
-async def test_unreachable_server_is_a_store_error() -> None:
-    with pytest.raises(StoreError, match="connect") as info:
-        await PostgresStore.open("postgresql://scope@127.0.0.1:1/postgres", connect_timeout=2)
-    assert isinstance(info.value.__cause__, OSError)
-
-
-@pytest.mark.parametrize("anyio_backend", ["trio"])
-async def test_trio_is_refused_with_a_clear_error() -> None:
-    with pytest.raises(RuntimeError, match="asyncio"):
-        await PostgresStore.open("postgresql://nowhere.invalid/db")
-
-
-async def test_longest_valid_prefix_works(dsn: str) -> None:
-    prefix = "p" * 49
-    try:
-        async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
-            await store.append(batch("c", "a1"))
-            assert texts(await store.read("c")) == ["hello", "hello!"]
-    finally:
-        await drop_prefix(dsn, prefix)
-
-
-async def test_prefixes_share_one_database_independently(dsn: str, prefix: str) -> None:
-    other = unique_table_prefix()
-    try:
-        async with (
-            await PostgresStore.open(dsn, table_prefix=prefix) as one,
-            await PostgresStore.open(dsn, table_prefix=other) as two,
-        ):
-            await one.append(batch("c", "a1", "one"))
-            await two.append(batch("c", "a1", "two"))
-            await one.clear("c")
-            assert await one.read("c") == []
-            assert texts(await two.read("c")) == ["two", "two!"]
-    finally:
-        await drop_prefix(dsn, other)
-
-
 async def test_schema_creation_is_safe_when_many_open_at_once(dsn: str, prefix: str) -> None:
     stores: list[PostgresStore] = []
 
@@ -210,19 +147,6 @@ async def test_schema_creation_is_safe_when_many_open_at_once(dsn: str, prefix: 
     finally:
         for store in stores:
             await store.aclose()
-
-
-async def test_closed_store_refuses_every_call(dsn: str, prefix: str) -> None:
-    store = await PostgresStore.open(dsn, table_prefix=prefix)
-    await store.append(batch("c", "a1"))
-    await store.aclose()
-    await store.aclose()
-    assert store.closed
-    for call in (store.read("c"), store.append(batch("c", "a2")), store.clear("c")):
-        with pytest.raises(StoreError, match="closed"):
-            await call
-    with pytest.raises(StoreError, match="closed"):
-        await store.conversations()
 
 
 # -- dropped connections -----------------------------------------------------------------
@@ -302,16 +226,7 @@ async def test_connection_killed_while_append_waits_for_the_row_lock(
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(append)
-                waiting = 0
-                with anyio.fail_after(10):
-                    while not waiting:
-                        rows = await admin(
-                            dsn,
-                            "SELECT count(*) FROM pg_stat_activity "
-                            "WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                            app_name,
-                        )
-                        waiting = rows[0][0]
+                await until_waiting_for_a_lock(dsn, app_name)
                 assert await terminate(dsn, app_name) >= 1
                 await tr.rollback()
         finally:
@@ -397,17 +312,7 @@ async def test_statement_cancelled_by_an_operator_is_reported_not_retried(
                 errors.append(info.value)
 
             tg.start_soon(append)
-            cancelled = 0
-            with anyio.fail_after(10):
-                while not cancelled:
-                    await anyio.sleep(0.02)
-                    rows = await admin(
-                        dsn,
-                        "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity "
-                        "WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                        app_name,
-                    )
-                    cancelled = rows[0][0]
+            await until_waiting_for_a_lock(dsn, app_name, "pg_cancel_backend(pid)")
         assert "append to conversation 'c' was cancelled" in str(errors[0])
         assert "user request" in str(errors[0])
         assert "retried on a fresh connection" not in str(errors[0])  # one attempt
@@ -428,17 +333,7 @@ async def test_cancelled_call_returns_at_once_and_its_statement_finishes(
         lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
         async with held(dsn, lock):
             task = asyncio.ensure_future(store.append(second))
-            waiting = 0
-            with anyio.fail_after(10):
-                while not waiting:
-                    await anyio.sleep(0.02)
-                    rows = await admin(
-                        dsn,
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                        app_name,
-                    )
-                    waiting = rows[0][0]
+            await until_waiting_for_a_lock(dsn, app_name)
             start = time.monotonic()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -536,86 +431,4 @@ async def test_corrupt_record_is_reported_naming_the_conversation(dsn: str, pref
         assert await store.read_batches("bystander") == [batch("bystander", "a1")]
 
 
-async def test_rehashed_non_canonical_record_is_refused_by_both_reads(
-    dsn: str, prefix: str
-) -> None:
-    """A record rewritten outside scope as valid but non-canonical JSON, its digest
-    recomputed: ``read`` refuses it exactly as ``read_batches`` does."""
-    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
-        original = batch("victim", "a1")
-        await store.append(original)
-        await store.append(batch("bystander", "a1"))
-        assert len(await store.read("victim")) == 2  # cached while valid
-        data = json.dumps(json.loads(original.encoded_messages), indent=1).encode()
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        await admin(
-            dsn,
-            f'UPDATE "{prefix}_batches" SET messages = $1, digest = $2 WHERE conversation_id = $3',
-            data,
-            digest,
-            "victim",
-        )
-        with pytest.raises(StoreError, match="canonical") as info:
-            await store.read("victim")
-        assert "conversation 'victim'" in str(info.value) and "'a1'" in str(info.value)
-        with pytest.raises(StoreError, match="canonical") as batches_info:
-            await store.read_batches("victim")
-        assert str(batches_info.value) == str(info.value)
-        assert texts(await store.read("bystander")) == ["hello", "hello!"]
-
-
-async def test_invalid_listed_ids_are_skipped_and_logged_once(
-    dsn: str, prefix: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
-        await store.append(batch("a", "a1"))
-        await store.append(batch("z", "a1"))
-        await admin(
-            dsn,
-            f'INSERT INTO "{prefix}_conversations" (id, length) VALUES ($1, 2), ($2, 2)',
-            "bad\nid",
-            " padded",
-        )
-        with caplog.at_level("WARNING", logger="scope.historystores"):
-            assert await store.conversations() == ["a", "z"]
-            assert await store.conversations() == ["a", "z"]
-        assert store.invalid_conversation_ids == (" padded", "bad\nid")
-        records = [r for r in caplog.records if r.name == "scope.historystores"]
-        assert len(records) == 2
-        assert all(prefix in r.getMessage() for r in records)
-        assert any("'bad\\nid'" in r.getMessage() for r in records)
-        assert len(await store.read("z")) == 2
-
-
 # -- error mapping ----------------------------------------------------------------------
-
-
-def _driver_error_classes() -> list[type[BaseException]]:
-    out: list[type[BaseException]] = []
-    for name in dir(asyncpg.exceptions):
-        cls = getattr(asyncpg.exceptions, name)
-        if (
-            isinstance(cls, type)
-            and issubclass(cls, Exception)
-            and not issubclass(cls, Warning)
-            and cls.__module__.startswith("asyncpg")
-        ):
-            out.append(cls)
-    return out
-
-
-async def test_every_driver_error_becomes_store_error(dsn: str, prefix: str) -> None:
-    classes = [*_driver_error_classes(), OSError, ConnectionResetError, TimeoutError]
-    assert len(classes) > 200  # every SQLSTATE class asyncpg knows, and its client errors
-    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
-        for cls in classes:
-
-            async def fail(conn: Any, cls: type[BaseException] = cls) -> None:
-                raise cls("injected")
-
-            with pytest.raises(StoreError, match="injected") as info:
-                await store._with_connection(fail, "test")
-            assert type(info.value.__cause__) is cls, cls
-        # Still usable.
-        await store.append(batch("c", "a1"))
-        assert len(await store.read("c")) == 2

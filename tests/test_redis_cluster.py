@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from scope.chat import assistant_message, user_message
 from scope.history import Batch
 from scope.history.storetest import StoreConformance
 from scope.historystores.redis import RedisStore
-from tests.servers import import_driver, redis_cluster_url_or_skip, unique_key_prefix
+from tests.helpers import turn
+from tests.servers import drop_keys, import_driver, redis_cluster_url_or_skip, unique_key_prefix
 
 import_driver("redis")
 from redis.asyncio.cluster import RedisCluster  # noqa: E402
@@ -41,12 +41,10 @@ async def admin(url: str) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-async def prefix(admin: Any) -> AsyncIterator[str]:
+async def prefix(url: str) -> AsyncIterator[str]:
     prefix = unique_key_prefix()
     yield prefix
-    keys = [key async for key in admin.scan_iter(match=f"{prefix}:*", count=1000)]
-    for key in keys:  # one by one: the keys live in many slots
-        await admin.delete(key)
+    await drop_keys(url, prefix, cluster=True)
 
 
 async def open_cluster(url: str, prefix: str) -> RedisStore:
@@ -63,10 +61,6 @@ class TestRedisClusterConformance(StoreConformance):
 
     async def reopen(self, store: Any) -> Any:
         return await open_cluster(self.url, store.prefix)
-
-
-def turn(tag: str) -> list[Any]:
-    return [user_message(f"{tag} q"), assistant_message(f"{tag} a")]
 
 
 async def test_conversations_spread_over_every_master(url: str, prefix: str, admin: Any) -> None:

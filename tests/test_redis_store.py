@@ -1,6 +1,7 @@
 """RedisStore against a real server: conformance (with reopen), killed clients, key
-layout, listing repair, corruption, validation and the error mapping. asyncio only
-(redis-py's client is asyncio-only).
+layout, listing repair, corruption, validation and persistence checks. asyncio only
+(redis-py's client is asyncio-only). The rules every persistent store keeps are checked
+on every backend in tests/test_backends.py.
 
 Needs ``SCOPE_TEST_REDIS_URL`` (see tests/servers.py); skipped without it unless
 ``SCOPE_REQUIRE_SERVERS=1``. Every test works under its own key prefix and deletes it.
@@ -13,8 +14,6 @@ persistence check has its own tests (``test_persistence_*``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,12 +22,18 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from scope.chat import Message, assistant_message, user_message
 from scope.errors import HistoryChangedError, ScopeWarning, StoreError
-from scope.history import Batch, BatchReader, Lister, Store
+from scope.history import Batch
 from scope.history.storetest import StoreConformance
 from scope.historystores.redis import RedisStore
-from tests.servers import StallingProxy, import_driver, redis_url_or_skip, unique_key_prefix
+from tests.helpers import batch, texts
+from tests.servers import (
+    StallingProxy,
+    drop_keys,
+    import_driver,
+    redis_url_or_skip,
+    unique_key_prefix,
+)
 
 redis = import_driver("redis")
 aioredis = import_driver("redis.asyncio")
@@ -46,22 +51,11 @@ def url() -> str:
     return redis_url_or_skip()
 
 
-async def drop_prefix(url: str, prefix: str) -> None:
-    """Delete every key under ``prefix`` (SCAN, never KEYS)."""
-    client = aioredis.Redis.from_url(url)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
-
-
 @pytest.fixture
 async def prefix(url: str) -> AsyncIterator[str]:
     prefix = unique_key_prefix()
     yield prefix
-    await drop_prefix(url, prefix)
+    await drop_keys(url, prefix)
 
 
 @pytest.fixture
@@ -82,14 +76,6 @@ class TestRedisConformance(StoreConformance):
         return await RedisStore.open(self.url, prefix=store.prefix, check_persistence=False)
 
 
-def batch(cid: str, aid: str, text: str = "hello") -> Batch:
-    return Batch(cid, aid, [user_message(text), assistant_message(text + "!")])
-
-
-def texts(stored: list[Message]) -> list[str]:
-    return [m.text for m in stored]
-
-
 async def kill_clients(admin: Any, name: str) -> int:
     """``CLIENT KILL`` every connection named ``name``; how many were killed."""
     killed = 0
@@ -104,55 +90,13 @@ def client_name() -> str:
     return f"scope-test-{uuid.uuid4().hex[:12]}"
 
 
-# -- shape, validation ------------------------------------------------------------------
-
-
-async def test_is_a_store_and_lister_with_public_module(url: str, prefix: str) -> None:
-    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
-        assert isinstance(store, Store)
-        assert isinstance(store, Lister)
-        assert isinstance(store, BatchReader)
-        assert type(store).__module__ == "scope.historystores.redis"
-        assert prefix in repr(store)
-
-
-@pytest.mark.parametrize(
-    "bad", ["", "a{b", "a}b", "{x}", "a*", "a?", "a[b]", "a b", "é", "x" * 101, 5, None]
-)
-async def test_invalid_prefix_is_a_value_error(bad: Any) -> None:
-    # Validation comes before any I/O: no server needed.
-    with pytest.raises(ValueError, match="prefix"):
-        await RedisStore.open("redis://nowhere.invalid:1/0", prefix=bad)
+# -- validation ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("bad", ["", "http://host", "localhost:6379", 42])
 async def test_invalid_url_is_a_value_error(bad: Any) -> None:
     with pytest.raises(ValueError, match="url"):
         await RedisStore.open(bad)
-
-
-async def test_unreachable_server_is_a_store_error() -> None:
-    with pytest.raises(StoreError, match="connect"):
-        await RedisStore.open("redis://127.0.0.1:1/0", socket_timeout=2)
-
-
-@pytest.mark.parametrize("anyio_backend", ["trio"])
-async def test_trio_is_refused_with_a_clear_error() -> None:
-    with pytest.raises(RuntimeError, match="asyncio"):
-        await RedisStore.open("redis://nowhere.invalid:1/0")
-
-
-async def test_closed_store_refuses_every_call(url: str, prefix: str) -> None:
-    store = await RedisStore.open(url, prefix=prefix, check_persistence=False)
-    await store.append(batch("c", "a1"))
-    await store.aclose()
-    await store.aclose()
-    assert store.closed
-    for call in (store.read("c"), store.append(batch("c", "a2")), store.clear("c")):
-        with pytest.raises(StoreError, match="closed"):
-            await call
-    with pytest.raises(StoreError, match="closed"):
-        await store.conversations()
 
 
 # -- key layout ---------------------------------------------------------------------------
@@ -338,50 +282,6 @@ async def test_flipped_byte_is_reported(url: str, prefix: str, admin: Any) -> No
             await store.read("c")
 
 
-async def test_rehashed_non_canonical_record_is_refused_by_both_reads(
-    url: str, prefix: str, admin: Any
-) -> None:
-    """A record rewritten outside scope as valid but non-canonical JSON, its digest
-    recomputed: ``read`` refuses it exactly as ``read_batches`` does."""
-    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
-        original = batch("victim", "a1")
-        await store.append(original)
-        await store.append(batch("bystander", "a1"))
-        assert len(await store.read("victim")) == 2  # cached while valid
-        data = json.dumps(json.loads(original.encoded_messages), indent=1).encode()
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        key = f"{prefix}:{{{b'victim'.hex()}}}:batches"
-        await admin.lset(key, 0, b"\n".join((digest.encode(), b"a1", data)))
-        with pytest.raises(StoreError, match="canonical") as info:
-            await store.read("victim")
-        assert "conversation 'victim'" in str(info.value) and "'a1'" in str(info.value)
-        with pytest.raises(StoreError, match="canonical") as batches_info:
-            await store.read_batches("victim")
-        assert str(batches_info.value) == str(info.value)
-        assert texts(await store.read("bystander")) == ["hello", "hello!"]
-
-
-async def test_invalid_listed_ids_are_skipped_and_logged_once(
-    url: str, prefix: str, admin: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
-        await store.append(batch("a", "a1"))
-        await store.append(batch("z", "a1"))
-        bad = [b"bad\nid", b" padded", b"\xff\xfe"]
-        await admin.zadd(f"{prefix}:conversations", dict.fromkeys(bad, 0))
-        with caplog.at_level("WARNING", logger="scope.historystores"):
-            assert await store.conversations() == ["a", "z"]
-            assert await store.conversations() == ["a", "z"]
-        assert store.invalid_conversation_ids == (" padded", "\\xff\\xfe", "bad\nid")
-        records = [r for r in caplog.records if r.name == "scope.historystores"]
-        assert len(records) == 3
-        assert all(prefix in r.getMessage() for r in records)
-        # Skipped, never deleted: the repair is the operator's.
-        members = await admin.zrange(f"{prefix}:conversations", 0, -1)
-        assert set(bad) <= set(members)
-        assert len(await store.read("z")) == 2
-
-
 # -- persistence and bounded waits --------------------------------------------------------
 
 
@@ -561,19 +461,6 @@ async def test_persistence_check_against_the_real_server(url: str, admin: Any) -
 # -- error mapping ----------------------------------------------------------------------
 
 
-def _driver_error_classes() -> list[type[BaseException]]:
-    out: list[type[BaseException]] = []
-    for name in dir(redis.exceptions):
-        cls = getattr(redis.exceptions, name)
-        if (
-            isinstance(cls, type)
-            and issubclass(cls, Exception)
-            and cls.__module__.startswith("redis")
-        ):
-            out.append(cls)
-    return out
-
-
 async def test_timeout_without_socket_timeout_is_still_a_store_error(url: str, prefix: str) -> None:
     async with await RedisStore.open(
         url, prefix=prefix, check_persistence=False, socket_timeout=None
@@ -584,22 +471,3 @@ async def test_timeout_without_socket_timeout_is_still_a_store_error(url: str, p
 
         with pytest.raises(StoreError, match=r"^Redis test timed out: TimeoutError: injected"):
             await store._call(fail, "test")
-
-
-async def test_every_driver_error_becomes_store_error(url: str, prefix: str) -> None:
-    classes = [*_driver_error_classes(), OSError, ConnectionResetError, TimeoutError]
-    assert redis.exceptions.ResponseError in classes
-    async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
-        for cls in classes:
-            # Some classes parse their message (MovedError: "slot host:port"); bypass that.
-            error: BaseException = cls.__new__(cls)  # type: ignore[call-overload]
-            Exception.__init__(error, "injected")
-
-            async def fail(error: BaseException = error) -> None:
-                raise error
-
-            with pytest.raises(StoreError, match="injected") as info:
-                await store._call(fail, "test")
-            assert type(info.value.__cause__) is cls, cls
-        await store.append(batch("c", "a1"))
-        assert len(await store.read("c")) == 2

@@ -1,4 +1,8 @@
-"""SQLiteStore: the conformance suite (asyncio and trio, with reopen) and its own rules."""
+"""SQLiteStore: the conformance suite (asyncio and trio, with reopen) and its own rules.
+
+The rules every persistent store keeps (shape, prefixes, closed stores, the error
+mapping...) are checked on every backend in tests/test_backends.py.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from scope.chat import assistant_message, tool_call_delta_part, user_message
+from scope.chat import assistant_message, tool_call_delta_part
 from scope.codec import encode_messages
 from scope.errors import StoreError
-from scope.history import Batch, BatchReader, Lister, Store
 from scope.history.storetest import StoreConformance
 from scope.historystores.sqlite import SQLiteStore
+from tests.helpers import batch
 
 
 class TestSQLiteConformance(StoreConformance):
@@ -46,10 +50,6 @@ class TestSQLiteConformanceFullSync(StoreConformance):
         return await SQLiteStore.open(store.path, table_prefix="other", synchronous="FULL")
 
 
-def batch(cid: str, aid: str, text: str = "hello") -> Batch:
-    return Batch(cid, aid, [user_message(text), assistant_message(text + "!")])
-
-
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
     async with await SQLiteStore.open(tmp_path / "h.db") as store:
@@ -61,16 +61,7 @@ def raw(store: SQLiteStore) -> sqlite3.Connection:
     return sqlite3.connect(store.path, isolation_level=None)
 
 
-# -- shape and configuration -----------------------------------------------------------
-
-
-@pytest.mark.anyio
-async def test_is_a_store_and_lister_with_public_module(store: SQLiteStore) -> None:
-    assert isinstance(store, Store)
-    assert isinstance(store, Lister)
-    assert isinstance(store, BatchReader)
-    assert type(store).__module__ == "scope.historystores.sqlite"
-    assert "h.db" in repr(store)
+# -- configuration -----------------------------------------------------------------
 
 
 @pytest.mark.anyio
@@ -89,17 +80,6 @@ async def test_synchronous_setting_is_applied(tmp_path: Path, synchronous: Any, 
             assert conn.execute("PRAGMA synchronous").fetchone() == (level,)
         finally:
             store._pool.give(conn)
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize(
-    "prefix",
-    ["", "1abc", "Upper", "a-b", 'a"b', "a b", "a;b", "é", "x" * 50, 7, None],
-)
-async def test_invalid_table_prefix_is_a_value_error(tmp_path: Path, prefix: Any) -> None:
-    with pytest.raises(ValueError, match="table_prefix"):
-        await SQLiteStore.open(tmp_path / "p.db", table_prefix=prefix)
-    assert not (tmp_path / "p.db").exists()
 
 
 @pytest.mark.anyio
@@ -128,28 +108,6 @@ async def test_invalid_options_are_value_errors(
 async def test_path_must_name_a_file(path: str) -> None:
     with pytest.raises(ValueError, match="path"):
         await SQLiteStore.open(path)
-
-
-@pytest.mark.anyio
-async def test_longest_valid_prefix_is_accepted(tmp_path: Path) -> None:
-    async with await SQLiteStore.open(tmp_path / "l.db", table_prefix="x" * 49) as store:
-        await store.append(batch("c", "a1"))
-        assert await store.conversations() == ["c"]
-
-
-@pytest.mark.anyio
-async def test_prefixes_share_one_file_independently(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
-    async with (
-        await SQLiteStore.open(path, table_prefix="one") as one,
-        await SQLiteStore.open(path, table_prefix="two") as two,
-    ):
-        await one.append(batch("c", "a1", "one"))
-        await two.append(batch("c", "a1", "two"))
-        await one.clear("c")
-        assert await one.read("c") == []
-        assert [m.text for m in await two.read("c")] == ["two", "two!"]
-        assert await two.conversations() == ["c"]
 
 
 # -- failures --------------------------------------------------------------------------
@@ -185,48 +143,6 @@ async def test_locked_database_raises_store_error_and_writes_nothing(tmp_path: P
         assert len(await store.read("c")) == 2
         await store.append(batch("c", "a2"))
         assert len(await store.read("c")) == 4
-
-
-@pytest.mark.anyio
-async def test_every_sqlite_error_becomes_store_error(store: SQLiteStore) -> None:
-    def subclasses(cls: type[BaseException]) -> list[type[BaseException]]:
-        out = [cls]
-        for sub in cls.__subclasses__():
-            out += subclasses(sub)
-        return out
-
-    classes = subclasses(sqlite3.Error)
-    assert sqlite3.OperationalError in classes and sqlite3.IntegrityError in classes
-    for cls in classes:
-
-        def fail(conn: sqlite3.Connection, cls: type[BaseException] = cls) -> None:
-            raise cls("injected")
-
-        with pytest.raises(StoreError, match="injected") as info:
-            await store._run(fail, "test")
-        assert type(info.value.__cause__) is cls
-    # The pool is still usable afterwards.
-    await store.append(batch("c", "a1"))
-    assert len(await store.read("c")) == 2
-
-
-@pytest.mark.anyio
-async def test_closed_store_refuses_every_call(tmp_path: Path) -> None:
-    store = await SQLiteStore.open(tmp_path / "c.db")
-    await store.append(batch("c", "a1"))
-    await store.aclose()
-    await store.aclose()  # idempotent
-    assert store.closed
-    with pytest.raises(StoreError, match="closed"):
-        await store.read("c")
-    with pytest.raises(StoreError, match="closed"):
-        await store.append(batch("c", "a2"))
-    with pytest.raises(StoreError, match="closed"):
-        await store.clear("c")
-    with pytest.raises(StoreError, match="closed"):
-        await store.conversations()
-    async with await SQLiteStore.open(tmp_path / "c.db") as again:
-        assert len(await again.read("c")) == 2
 
 
 # -- corruption ------------------------------------------------------------------------
@@ -290,39 +206,26 @@ async def test_tampered_digest_is_reported(store: SQLiteStore) -> None:
 
 
 @pytest.mark.anyio
-async def test_non_json_record_with_matching_digest_is_reported(store: SQLiteStore) -> None:
-    data = b"[not json"
-    error = await corrupt_and_read(
-        store,
-        SET_RECORD,
-        data,
-        _digest(data),
-    )
-    assert "victim" in str(error) and "invalid JSON" in str(error)
-
-
-@pytest.mark.anyio
-async def test_invalid_message_with_matching_digest_is_reported(store: SQLiteStore) -> None:
-    data = b'[{"parts":[],"role":"user"}]'
-    error = await corrupt_and_read(
-        store,
-        SET_RECORD,
-        data,
-        _digest(data),
-    )
-    assert "victim" in str(error) and "messages[0]" in str(error)
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("data", [b"[]", b"{}", b'"x"'])
-async def test_record_that_is_no_message_array_is_reported(store: SQLiteStore, data: bytes) -> None:
-    error = await corrupt_and_read(
-        store,
-        SET_RECORD,
-        data,
-        _digest(data),
-    )
-    assert "victim" in str(error) and "array" in str(error)
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"[not json", "invalid JSON"),
+        (b'[{"parts":[],"role":"user"}]', "messages[0]"),
+        (b"[]", "array"),
+        (b"{}", "array"),
+        (b'"x"', "array"),
+        (
+            encode_messages([assistant_message(tool_call_delta_part("c1", "f", "{"))]),
+            "tool_call_delta",
+        ),
+    ],
+    ids=["non-json", "invalid-message", "empty-array", "object", "string", "incomplete-message"],
+)
+async def test_bad_record_with_matching_digest_is_reported(
+    store: SQLiteStore, data: bytes, problem: str
+) -> None:
+    error = await corrupt_and_read(store, SET_RECORD, data, _digest(data))
+    assert "victim" in str(error) and problem in str(error)
 
 
 @pytest.mark.anyio
@@ -335,13 +238,6 @@ async def test_non_canonical_record_with_matching_digest_is_reported(store: SQLi
     # read() refuses it like read_batches() (one shared check), with the same message.
     error = await corrupt_and_read(store, SET_RECORD, data, _digest(data))
     assert "victim" in str(error) and "'a1'" in str(error) and "canonical" in str(error)
-
-
-@pytest.mark.anyio
-async def test_incomplete_message_with_matching_digest_is_reported(store: SQLiteStore) -> None:
-    data = encode_messages([assistant_message(tool_call_delta_part("c1", "f", "{"))])
-    error = await corrupt_and_read(store, SET_RECORD, data, _digest(data))
-    assert "victim" in str(error) and "tool_call_delta" in str(error)
 
 
 @pytest.mark.anyio
@@ -396,31 +292,6 @@ async def test_text_instead_of_blob_is_reported(store: SQLiteStore) -> None:
         f"UPDATE scope_history_batches SET messages = 'text' WHERE append_id = 'a1' {VICTIM}",
     )
     assert "victim" in str(error) and "not bytes" in str(error)
-
-
-@pytest.mark.anyio
-async def test_invalid_listed_ids_are_skipped_and_logged_once(
-    store: SQLiteStore, caplog: pytest.LogCaptureFixture
-) -> None:
-    await store.append(batch("a", "a1"))
-    await store.append(batch("z", "a1"))
-    with raw(store) as conn:
-        conn.executemany(
-            "INSERT INTO scope_history_conversations (id, closed) VALUES (?, 0)",
-            [(" padded",), ("bad\nid",), (b"\xff\xfe",)],  # a blob: no text affinity
-        )
-    assert store.invalid_conversation_ids == ()
-    with caplog.at_level("WARNING", logger="scope.historystores"):
-        assert await store.conversations() == ["a", "z"]
-        assert await store.conversations() == ["a", "z"]
-    expected = sorted([" padded", "bad\nid", "\\xff\\xfe"])
-    assert store.invalid_conversation_ids == tuple(expected)
-    records = [r for r in caplog.records if r.name == "scope.historystores"]
-    assert len(records) == 3  # once per id and handle, not once per listing
-    assert all(r.levelname == "WARNING" and "SQLiteStore" in r.getMessage() for r in records)
-    assert any("'bad\\nid'" in r.getMessage() for r in records)
-    # Reads of the valid conversations are unaffected.
-    assert len(await store.read("a")) == 2
 
 
 @pytest.mark.anyio

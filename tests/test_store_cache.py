@@ -12,17 +12,10 @@ from typing import Any
 
 import pytest
 
-from scope.chat import assistant_message, user_message
 from scope.history import Batch
 from scope.historystores import _common
-from scope.historystores.sqlite import SQLiteStore
-from tests.servers import (
-    import_driver,
-    postgres_dsn_or_skip,
-    redis_url_or_skip,
-    unique_key_prefix,
-    unique_table_prefix,
-)
+from tests.helpers import turn
+from tests.servers import BACKENDS, fresh_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -34,39 +27,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(params=["sqlite", "postgres", "redis"])
+@pytest.fixture(params=BACKENDS)
 async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
     """Opens handles on one fresh store: ``await opener(decoded_cache_messages=...)``."""
-    if request.param == "sqlite":
-
-        async def open_sqlite(**kwargs: Any) -> Any:
-            return await SQLiteStore.open(tmp_path / "c.db", **kwargs)
-
-        yield open_sqlite
-    elif request.param == "postgres":
-        import_driver("asyncpg")
-        from scope.historystores.postgres import PostgresStore
-        from tests.test_postgres_store import drop_prefix as drop_tables
-
-        dsn, prefix = postgres_dsn_or_skip(), unique_table_prefix()
-
-        async def open_pg(**kwargs: Any) -> Any:
-            return await PostgresStore.open(dsn, table_prefix=prefix, **kwargs)
-
-        yield open_pg
-        await drop_tables(dsn, prefix)
-    else:
-        import_driver("redis")
-        from scope.historystores.redis import RedisStore
-        from tests.test_redis_store import drop_prefix as drop_keys
-
-        url, key_prefix = redis_url_or_skip(), unique_key_prefix()
-
-        async def open_redis(**kwargs: Any) -> Any:
-            return await RedisStore.open(url, prefix=key_prefix, check_persistence=False, **kwargs)
-
-        yield open_redis
-        await drop_keys(url, key_prefix)
+    async with fresh_backend(request.param, tmp_path) as backend:
+        yield backend.open
 
 
 @pytest.fixture
@@ -80,10 +45,6 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(_common, "parse_exact_fast", counting)
     return count
-
-
-def turn(tag: str) -> list[Any]:
-    return [user_message(f"{tag} q"), assistant_message(f"{tag} a")]
 
 
 async def test_a_read_after_our_own_append_decodes_nothing(

@@ -22,27 +22,20 @@ import asyncio
 import gc
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, cast
 
 import anyio
 import pytest
 
-from scope.chat import Message, assistant_message, user_message
 from scope.errors import ConversationClosedError
 from scope.history import Batch, Receipt
 from scope.history.inmemory import InMemoryStore
 from scope.historystores import PersistentStore
-from scope.historystores.sqlite import SQLiteStore
-from tests.servers import (
-    import_driver,
-    postgres_dsn_or_skip,
-    redis_url_or_skip,
-    unique_key_prefix,
-    unique_table_prefix,
-)
+from tests.helpers import numbered_turn, texts
+from tests.servers import fresh_store
 
 pytestmark = pytest.mark.anyio
 
@@ -57,10 +50,6 @@ MAX_DELAY = 0.004
 
 OPEN = [f"open {i}" for i in range(3)]
 DOOMED = "doomed"
-
-
-def turn(cid: str, aid: str) -> list[Message]:
-    return [user_message(f"{cid}|{aid}|0"), assistant_message(f"{cid}|{aid}|1")]
 
 
 class Tally:
@@ -92,7 +81,7 @@ def operation(
 ) -> Callable[[], Awaitable[None]]:
     async def run() -> None:
         if op == "append":
-            batch = Batch(cid, aid, turn(cid, aid))
+            batch = Batch(cid, aid, numbered_turn(cid, aid))
             tally.attempted[cid].add(aid)
             if cid == DOOMED and tally.clear_acked:
                 tally.after_clear.add(aid)
@@ -186,10 +175,6 @@ async def scope_storm(store: PersistentStore, seed: int) -> Tally:
     return tally
 
 
-def texts(stored: list[Message]) -> list[str]:
-    return [m.text for m in stored]
-
-
 def stored_batches(stored: list[str], cid: str) -> list[str]:
     """The append ids of ``stored``, checking each batch is whole and contiguous."""
     assert len(stored) % 2 == 0, f"{cid}: a torn batch: {stored}"
@@ -210,7 +195,7 @@ async def check_rules(store: PersistentStore, tally: Tally) -> None:
         assert tally.acked[cid] <= set(aids) <= tally.attempted[cid]
         # Every batch, cancelled or not, lands exactly once when retried.
         for aid in sorted(tally.attempted[cid]):
-            batch = Batch(cid, aid, turn(cid, aid))
+            batch = Batch(cid, aid, numbered_turn(cid, aid))
             assert await store.append(batch) == batch.receipt()
         aids = stored_batches(texts(await store.read(cid)), cid)
         assert sorted(aids) == sorted(tally.attempted[cid])
@@ -221,7 +206,7 @@ async def check_rules(store: PersistentStore, tally: Tally) -> None:
         assert doomed == []
         for aid in sorted(tally.attempted[DOOMED])[:5]:
             with pytest.raises(ConversationClosedError):
-                await store.append(Batch(DOOMED, aid, turn(DOOMED, aid)))
+                await store.append(Batch(DOOMED, aid, numbered_turn(DOOMED, aid)))
     assert set(await store.conversations()) >= {cid for cid in OPEN if tally.attempted[cid]}
 
 
@@ -261,45 +246,29 @@ def _on_asyncio() -> bool:
 
 
 async def test_sqlite_cancellation_storm(tmp_path: Path) -> None:
-    async with await SQLiteStore.open(tmp_path / "storm.db") as store:
+    async with fresh_store("sqlite", tmp_path) as store:
         await storm(store)
 
 
+#: Store options of the storms: PostgreSQL's pool is made big enough for a wave.
+OPTIONS: dict[str, dict[str, Any]] = {"sqlite": {}, "postgres": {"max_size": 8}, "redis": {}}
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_sqlite_cancellation_storm_with_anyio_scopes_on_asyncio(tmp_path: Path) -> None:
-    async with await SQLiteStore.open(tmp_path / "storm.db") as store:
-        tally = await scope_storm(store, 5)
+@pytest.mark.parametrize(
+    ("kind", "seed"),
+    [
+        ("sqlite", 5),
+        pytest.param("postgres", 11, marks=pytest.mark.servers),
+        pytest.param("redis", 9, marks=pytest.mark.servers),
+    ],
+)
+async def test_cancellation_storm_with_anyio_scopes_on_asyncio(
+    kind: str, seed: int, tmp_path: Path
+) -> None:
+    async with fresh_store(kind, tmp_path, **OPTIONS[kind]) as store:
+        tally = await scope_storm(store, seed)
         await check_rules(store, tally)
-
-
-@asynccontextmanager
-async def postgres_store() -> AsyncIterator[Any]:
-    from scope.historystores.postgres import PostgresStore
-    from tests.test_postgres_store import drop_prefix
-
-    import_driver("asyncpg")
-    dsn = postgres_dsn_or_skip()
-    prefix = unique_table_prefix()
-    try:
-        async with await PostgresStore.open(dsn, table_prefix=prefix, max_size=8) as store:
-            yield store
-    finally:
-        await drop_prefix(dsn, prefix)
-
-
-@asynccontextmanager
-async def redis_store() -> AsyncIterator[Any]:
-    from scope.historystores.redis import RedisStore
-    from tests.test_redis_store import drop_prefix
-
-    import_driver("redis")
-    url = redis_url_or_skip()
-    prefix = unique_key_prefix()
-    try:
-        async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
-            yield store
-    finally:
-        await drop_prefix(url, prefix)
 
 
 class _Records(logging.Handler):
@@ -313,7 +282,7 @@ class _Records(logging.Handler):
 
 @pytest.mark.servers
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_postgres_cancellation_storm_without_unretrieved_futures() -> None:
+async def test_postgres_cancellation_storm_without_unretrieved_futures(tmp_path: Path) -> None:
     handler = _Records()
     asyncio_logger = logging.getLogger("asyncio")
     asyncio_logger.addHandler(handler)
@@ -322,7 +291,7 @@ async def test_postgres_cancellation_storm_without_unretrieved_futures() -> None
     runner_handler = loop.get_exception_handler()
     loop.set_exception_handler(None)
     try:
-        async with postgres_store() as store:
+        async with fresh_store("postgres", tmp_path, **OPTIONS["postgres"]) as store:
             await storm(store)
         gc.collect()  # an unretrieved future is reported when it is collected
         await asyncio.sleep(0)
@@ -335,25 +304,9 @@ async def test_postgres_cancellation_storm_without_unretrieved_futures() -> None
 
 @pytest.mark.servers
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_redis_cancellation_storm() -> None:
-    async with redis_store() as store:
+async def test_redis_cancellation_storm(tmp_path: Path) -> None:
+    async with fresh_store("redis", tmp_path) as store:
         await storm(store)
-
-
-@pytest.mark.servers
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_redis_cancellation_storm_with_anyio_scopes() -> None:
-    async with redis_store() as store:
-        tally = await scope_storm(store, 9)
-        await check_rules(store, tally)
-
-
-@pytest.mark.servers
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_postgres_cancellation_storm_with_anyio_scopes() -> None:
-    async with postgres_store() as store:
-        tally = await scope_storm(store, 11)
-        await check_rules(store, tally)
 
 
 # -- the storms catch a store that swallows cancellation ------------------------------------

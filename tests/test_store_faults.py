@@ -16,36 +16,20 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from scope.chat import Message, assistant_message, user_message
 from scope.errors import ConversationClosedError
 from scope.history import Batch
 from scope.historystores import PersistentStore
 from scope.historystores.sqlite import SQLiteStore
-from tests.servers import (
-    postgres_dsn_or_skip,
-    redis_url_or_skip,
-    unique_key_prefix,
-    unique_table_prefix,
-)
+from tests.helpers import numbered_turn, texts
+from tests.servers import fresh_backend, over_backends
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def messages(cid: str, aid: str, size: int = 3) -> list[Message]:
-    return [user_message(f"{cid}|{aid}|0")] + [
-        assistant_message(f"{cid}|{aid}|{i}") for i in range(1, size)
-    ]
-
-
-def texts(stored: list[Message]) -> list[str]:
-    return [m.text for m in stored]
 
 
 def assert_batches_once_and_contiguous(stored: list[str], cid: str, aids: list[str]) -> None:
@@ -76,7 +60,7 @@ async def race_two_hosts(one: PersistentStore, two: PersistentStore) -> None:
     async def appender(store: PersistentStore, cid: str, tag: str) -> None:
         for i in range(per_worker):
             aid = f"{tag}-{i}"
-            batch = Batch(cid, aid, messages(cid, aid))
+            batch = Batch(cid, aid, numbered_turn(cid, aid, 3))
             clear_done_before = cleared[cid]
             try:
                 receipt = await store.append(batch)
@@ -117,7 +101,7 @@ async def race_two_hosts(one: PersistentStore, two: PersistentStore) -> None:
             if cid in to_clear:
                 assert stored == [], f"{cid}: an append landed after the clear"
                 with pytest.raises(ConversationClosedError):
-                    await store.append(Batch(cid, "late", messages(cid, "late")))
+                    await store.append(Batch(cid, "late", numbered_turn(cid, "late", 3)))
             else:
                 assert len(acked[cid]) == 2 * per_worker
                 assert_batches_once_and_contiguous(stored, cid, acked[cid])
@@ -126,56 +110,21 @@ async def race_two_hosts(one: PersistentStore, two: PersistentStore) -> None:
     assert await two.conversations() == open_ids
 
 
-@asynccontextmanager
-async def sqlite_pair(path: Path) -> AsyncIterator[tuple[PersistentStore, PersistentStore]]:
-    async with await SQLiteStore.open(path) as one, await SQLiteStore.open(path) as two:
-        yield one, two
+#: Store options of the races: PostgreSQL's pools are kept small.
+OPTIONS: dict[str, dict[str, Any]] = {"sqlite": {}, "postgres": {"max_size": 4}, "redis": {}}
 
 
 @pytest.mark.anyio
-async def test_two_sqlite_handles_race_without_loss_duplication_or_resurrection(
-    tmp_path: Path,
+@over_backends()
+async def test_two_handles_race_without_loss_duplication_or_resurrection(
+    kind: str, tmp_path: Path
 ) -> None:
-    async with sqlite_pair(tmp_path / "race.db") as (one, two):
+    async with (
+        fresh_backend(kind, tmp_path) as backend,
+        await backend.open(**OPTIONS[kind]) as one,
+        await backend.open(**OPTIONS[kind]) as two,
+    ):
         await race_two_hosts(one, two)
-
-
-@pytest.mark.servers
-@pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_two_postgres_pools_race_without_loss_duplication_or_resurrection() -> None:
-    from scope.historystores.postgres import PostgresStore
-    from tests.test_postgres_store import drop_prefix
-
-    dsn = postgres_dsn_or_skip()
-    prefix = unique_table_prefix()
-    try:
-        async with (
-            await PostgresStore.open(dsn, table_prefix=prefix, max_size=4) as one,
-            await PostgresStore.open(dsn, table_prefix=prefix, max_size=4) as two,
-        ):
-            await race_two_hosts(one, two)
-    finally:
-        await drop_prefix(dsn, prefix)
-
-
-@pytest.mark.servers
-@pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_two_redis_clients_race_without_loss_duplication_or_resurrection() -> None:
-    from scope.historystores.redis import RedisStore
-    from tests.test_redis_store import drop_prefix
-
-    url = redis_url_or_skip()
-    prefix = unique_key_prefix()
-    try:
-        async with (
-            await RedisStore.open(url, prefix=prefix, check_persistence=False) as one,
-            await RedisStore.open(url, prefix=prefix, check_persistence=False) as two,
-        ):
-            await race_two_hosts(one, two)
-    finally:
-        await drop_prefix(url, prefix)
 
 
 # -- processes (SQLite) --------------------------------------------------------------------
@@ -248,7 +197,7 @@ def test_sqlite_survives_sigkill_of_an_appending_process(tmp_path: Path, kill_af
             assert landed in (len(acked_ids), len(acked_ids) + 1)
             ids = [f"b-{i}" for i in range(landed)]
             assert stored == [f"k|{aid}|{k}" for aid in ids for k in range(3)]
-            retry = Batch("k", in_flight, messages("k", in_flight))
+            retry = Batch("k", in_flight, numbered_turn("k", in_flight, 3))
             assert await store.append(retry) == retry.receipt()
             assert_batches_once_and_contiguous(
                 texts(await store.read("k")), "k", [*acked_ids, in_flight]

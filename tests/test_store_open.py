@@ -16,6 +16,7 @@ from scope.history import Batch
 from scope.historystores import PersistentStore, open_store
 from scope.historystores.sqlite import SQLiteStore
 from tests.servers import (
+    drop_tables,
     postgres_dsn_or_skip,
     redis_url_or_skip,
     unique_key_prefix,
@@ -87,7 +88,6 @@ async def test_non_string_url_is_a_value_error() -> None:
 @pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
 async def test_postgres_urls(scheme: str) -> None:
     from scope.historystores.postgres import PostgresStore
-    from tests.test_postgres_store import drop_prefix
 
     dsn = postgres_dsn_or_skip()
     url = scheme + dsn[dsn.index("://") :]
@@ -98,7 +98,7 @@ async def test_postgres_urls(scheme: str) -> None:
             assert store.table_prefix == prefix
             assert await store.conversations() == []
     finally:
-        await drop_prefix(dsn, prefix)
+        await drop_tables(dsn, prefix)
 
 
 @pytest.mark.servers

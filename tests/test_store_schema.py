@@ -14,13 +14,15 @@ from typing import Any
 
 import pytest
 
-from scope.chat import assistant_message, user_message
 from scope.cli import main
 from scope.errors import HistoryChangedError, StoreError
 from scope.history import Batch, HistoryView
 from scope.historystores._common import SCHEMA_VERSION
 from scope.historystores.sqlite import SQLiteStore
+from tests.helpers import turn
 from tests.servers import (
+    drop_keys,
+    drop_tables,
     import_driver,
     postgres_dsn_or_skip,
     redis_url_or_skip,
@@ -34,10 +36,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def turn(tag: str, size: int = 2) -> list[Any]:
-    return [user_message(f"{tag} q")] + [assistant_message(f"{tag} a{i}") for i in range(1, size)]
 
 
 V1_BATCHES = [
@@ -144,7 +142,6 @@ def test_history_migrate_upgrades_a_sqlite_store(
 @pytest.fixture
 async def pg() -> AsyncIterator[tuple[Any, str, str]]:
     asyncpg = import_driver("asyncpg")
-    from tests.test_postgres_store import drop_prefix
 
     dsn = postgres_dsn_or_skip()
     prefix = unique_table_prefix()
@@ -153,7 +150,7 @@ async def pg() -> AsyncIterator[tuple[Any, str, str]]:
         yield conn, dsn, prefix
     finally:
         await conn.close()
-        await drop_prefix(dsn, prefix)
+        await drop_tables(dsn, prefix)
 
 
 async def write_postgres_v1(conn: Any, prefix: str) -> None:
@@ -250,7 +247,6 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
 async def test_redis_conversation_written_by_0_1_is_counted() -> None:
     aioredis = import_driver("redis.asyncio")
     from scope.historystores.redis import RedisStore
-    from tests.test_redis_store import drop_prefix
 
     url = redis_url_or_skip()
     prefix = unique_key_prefix()
@@ -272,7 +268,7 @@ async def test_redis_conversation_written_by_0_1_is_counted() -> None:
             assert (await store.read_view("c")).length == 7
     finally:
         await admin.aclose()
-        await drop_prefix(url, prefix)
+        await drop_keys(url, prefix)
 
 
 async def test_open_flags_must_be_bools_before_any_io() -> None:

@@ -37,6 +37,7 @@ from scope.chat import (
 )
 from scope.errors import InvalidRequestError, ProviderServerError
 from scope.testing import Fail, Hang, ScriptedModel, ScriptExhaustedError, check_request
+from tests.helpers import merged, tool_call_deltas
 
 REQUEST = Request([user_message("hi")])
 
@@ -46,13 +47,6 @@ def answer(*parts: Part | str, finish: FinishReason = FinishReason.STOP) -> Resp
 
 
 ANSWER = answer("Hello there")
-
-
-def accumulate(chunks: list[Response]) -> Response | None:
-    acc = ResponseAccumulator()
-    for chunk in chunks:
-        acc.add(chunk)
-    return acc.response()
 
 
 # -- call --------------------------------------------------------------------------------
@@ -185,7 +179,7 @@ async def test_stream_of_a_response_turn_yields_its_chunks() -> None:
     model = ScriptedModel(ANSWER, text_size=3)
     chunks = [c async for c in model.stream(REQUEST)]
     assert chunks == ScriptedModel.chunks(ANSWER, text_size=3)
-    assert accumulate(chunks) == ANSWER
+    assert merged(chunks) == ANSWER
     log = model.streams[0]
     assert (log.sent, log.closed, log.outcome) == (len(chunks), True, "completed")
 
@@ -343,7 +337,7 @@ def test_chunks_splits_text_and_puts_usage_last() -> None:
         Output(finish_reason=FinishReason.STOP, metadata=OutputMetadata({"o": 1})),
         ResponseMetadata(usage=Usage(10, 4)),
     )
-    assert accumulate(chunks) == response
+    assert merged(chunks) == response
 
 
 def test_chunks_interleave_parallel_tool_call_fragments() -> None:
@@ -354,13 +348,7 @@ def test_chunks_interleave_parallel_tool_call_fragments() -> None:
         finish=FinishReason.TOOL_CALLS,
     )
     chunks = ScriptedModel.chunks(response, text_size=100, args_size=4)
-    deltas = [
-        p.tool_call_delta
-        for c in chunks
-        if c.output is not None and c.output.message is not None
-        for p in c.output.message.parts
-        if p.tool_call_delta is not None
-    ]
+    deltas = tool_call_deltas(chunks)
     assert [(d.id, d.arguments) for d in deltas[:4]] == [
         ("a", '{"ci'),
         ("b", '{"tz'),
@@ -368,7 +356,7 @@ def test_chunks_interleave_parallel_tool_call_fragments() -> None:
         ("b", '":"C'),
     ]
     assert "".join(d.arguments for d in deltas if d.id == "a") == '{"city":"Oslo"}'
-    assert accumulate(chunks) == response
+    assert merged(chunks) == response
 
 
 def test_chunks_put_a_reasoning_signature_in_its_own_last_piece() -> None:
@@ -381,7 +369,7 @@ def test_chunks_put_a_reasoning_signature_in_its_own_last_piece() -> None:
         (PartKind.REASONING, "", b"sig"),
         (PartKind.TEXT, "x", b""),
     ]
-    assert accumulate(chunks) == response
+    assert merged(chunks) == response
 
 
 def test_chunks_of_a_response_without_content_is_one_chunk() -> None:
@@ -404,4 +392,4 @@ def test_chunks_checks_its_arguments() -> None:
 def test_chunks_accumulate_back_to_the_response(response: Response) -> None:
     for text_size, args_size in ((1, 1), (4, 3)):
         chunks = ScriptedModel.chunks(response, text_size, args_size)
-        assert accumulate(chunks) == response
+        assert merged(chunks) == response
