@@ -395,8 +395,11 @@ async def test_cancellation_during_append_propagates_and_reports_the_batch() -> 
     # behaviour); on_incomplete gets the batch, whose outcome is unknown.
     store = CountingStore()
 
+    appending = anyio.Event()
+
     class SlowWriter:
         async def append(self, batch: Batch) -> Receipt:
+            appending.set()
             await anyio.sleep(10)
             raise AssertionError("not reached")
 
@@ -416,7 +419,7 @@ async def test_cancellation_during_append_propagates_and_reports_the_batch() -> 
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
-            await anyio.sleep(0.05)
+            await appending.wait()
             scope.cancel()
     assert scope.cancelled_caught
     assert caught == [] and not finished
