@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 from collections.abc import Callable, Iterable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeGuard, TypeVar
 
 import attrs
 
@@ -65,6 +66,20 @@ def check_int(value: object, what: str, error: type[Exception], *, minimum: int 
     if value > MAX_INT:
         raise error(f"{what} must be below 2**63, got {value}")
     return value
+
+
+def finite_number(value: object, *, positive: bool = False) -> TypeGuard[int | float]:
+    """Whether ``value`` is a real number (an int or float, not a bool) that a float
+    holds, finite and ``>= 0`` (``> 0`` with ``positive``): a duration or delay setting.
+    An int too large for a float is not one (``math.isfinite`` would raise
+    ``OverflowError`` for it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        number = float(value)
+    except OverflowError:
+        return False
+    return math.isfinite(number) and (number > 0 if positive else number >= 0)
 
 
 def to_bytes(value: bytes | bytearray | memoryview) -> bytes:

@@ -443,6 +443,7 @@ def test_assistant_parts_the_api_cannot_carry_are_refused(
         ({"max_retries": -1}, "max_retries must be a non-negative integer"),
         ({"retry_backoff": float("nan")}, "retry_backoff must be a finite number"),
         ({"retry_max_delay": -1}, "retry_max_delay must be a finite number"),
+        ({"retry_backoff": 10**400}, "retry_backoff must be a finite number"),
         ({"default_options": {"model": "x"}}, "default_options must be Options"),
         ({"http_client": object()}, "http_client must be an httpx.AsyncClient"),
         ({"base_url": "ftp://example.com"}, "base_url must be an http\\(s\\) URL"),

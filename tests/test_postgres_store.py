@@ -239,7 +239,9 @@ async def test_connection_killed_while_append_waits_for_the_row_lock(
 
 
 @pytest.mark.parametrize("name", ["command_timeout", "acquire_timeout"])
-@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "1"])
+@pytest.mark.parametrize(
+    "bad", [0, -1, float("nan"), float("inf"), True, "1", pytest.param(10**400, id="10**400")]
+)
 async def test_invalid_timeouts_are_value_errors(name: str, bad: Any) -> None:
     with pytest.raises(ValueError, match=name):
         await PostgresStore.open("postgresql://nowhere.invalid/db", **{name: bad})

@@ -91,6 +91,7 @@ async def test_synchronous_setting_is_applied(tmp_path: Path, synchronous: Any, 
         ({"busy_timeout": -1}, "busy_timeout"),
         ({"busy_timeout": float("nan")}, "busy_timeout"),
         ({"busy_timeout": True}, "busy_timeout"),
+        ({"busy_timeout": 10**400}, "busy_timeout"),  # beyond a float: not OverflowError
         ({"max_idle_connections": 0}, "max_idle_connections"),
         ({"decoded_cache_messages": -1}, "decoded_cache_messages"),
         ({"decoded_cache_messages": 1.5}, "decoded_cache_messages"),

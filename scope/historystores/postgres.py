@@ -29,10 +29,10 @@ of one conversation are linearizable across connections, pools and hosts.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
+from scope._validate import finite_number
 from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
@@ -115,12 +115,7 @@ def _check_timeout(name: str, value: object) -> float | None:
     """A timeout argument: None (no bound) or a finite number of seconds > 0."""
     if value is None:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if not finite_number(value, positive=True):
         raise ValueError(f"{name} must be a finite number of seconds > 0 or None, got {value!r}")
     return float(value)
 

@@ -29,7 +29,6 @@ every commit and survives power loss, at a cost in append throughput.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sqlite3
 import threading
@@ -38,6 +37,7 @@ from typing import Final, Literal, TypeVar, final
 
 import anyio.to_thread
 
+from scope._validate import finite_number
 from scope.errors import HistoryChangedError, StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
@@ -258,12 +258,7 @@ class SQLiteStore(RecordStore):
             raise ValueError(
                 f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}"
             )
-        if (
-            isinstance(busy_timeout, bool)
-            or not isinstance(busy_timeout, int | float)
-            or not math.isfinite(busy_timeout)
-            or busy_timeout < 0
-        ):
+        if not finite_number(busy_timeout):
             raise ValueError(f"busy_timeout must be a finite number >= 0, got {busy_timeout!r}")
         if (
             isinstance(max_idle_connections, bool)

@@ -35,6 +35,7 @@ import httpx
 import orjson
 
 from scope import __version__
+from scope._validate import finite_number
 from scope.chat import Options, Request, Response
 from scope.errors import (
     InvalidOptionsError,
@@ -488,12 +489,7 @@ def _check_retries(max_retries: object, retry_backoff: object, retry_max_delay: 
             f"max_retries must be a non-negative integer, got {max_retries!r}"
         )
     for name, value in (("retry_backoff", retry_backoff), ("retry_max_delay", retry_max_delay)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value < 0
-        ):
+        if not finite_number(value):
             raise InvalidOptionsError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
