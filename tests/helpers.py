@@ -19,6 +19,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 import orjson
+import pytest
 
 from scope.chat import (
     Message,
@@ -263,6 +264,22 @@ class Provider:
         ``api_key`` is given)."""
         kwargs.setdefault("api_key", self.api_key)
         return self.model_class(self.model, base_url=base_url, **kwargs)
+
+    def recorded(self, server: openai_server.OpenAIServer, **kwargs: Any) -> tuple[Any, Sleeps]:
+        """The adapter for ``server`` (retry backoff 0.01 s unless given), its retry
+        sleeps recorded, not waited (``recording_sleeps``)."""
+        kwargs.setdefault("retry_backoff", 0.01)
+        return recording_sleeps(self.make(server.base_url, **kwargs))
+
+    def server_fixture(self) -> Any:
+        """A ``server`` fixture for a test module: this provider's server, running."""
+
+        @pytest.fixture
+        def server() -> Iterator[openai_server.OpenAIServer]:
+            with self.serve() as srv:
+                yield srv
+
+        return server
 
     def stream_text(self) -> dict[str, Any]:
         """The exchange of stream_text ("Hello world!")."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,7 +31,6 @@ from scope.errors import (
     BadRequestError,
 )
 from scope.metadata import Metadata
-from scope.models.anthropic import AnthropicModel
 from tests.anthropic_server import (
     TRANSCRIPTS,
     AnthropicServer,
@@ -42,12 +40,11 @@ from tests.anthropic_server import (
     load_transcript,
 )
 from tests.helpers import (
+    ANTHROPIC,
     TIME,
     WEATHER,
-    Sleeps,
     accumulate,
     answer,
-    recording_sleeps,
     tool_call_deltas,
 )
 
@@ -57,17 +54,8 @@ QUESTION = Request([user_message("What's the weather in Paris?")], tools=[WEATHE
 MODES = ["call", "stream"]
 
 
-@pytest.fixture
-def server() -> Iterator[AnthropicServer]:
-    with AnthropicServer() as srv:
-        yield srv
-    srv.check_requests()
-
-
-def make_model(server: AnthropicServer, **kwargs: Any) -> tuple[AnthropicModel, Sleeps]:
-    kwargs.setdefault("api_key", "sk-ant-test")
-    kwargs.setdefault("retry_backoff", 0.01)
-    return recording_sleeps(AnthropicModel("claude-sonnet-4-5", base_url=server.base_url, **kwargs))
+server = ANTHROPIC.server_fixture()
+make_model = ANTHROPIC.recorded
 
 
 def transcript(name: str, mode: str) -> list[dict[str, Any]]:

@@ -11,14 +11,23 @@ one adapter alone does is tested in test_openai_http.py / test_anthropic_http.py
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, TypeVar
 
 import anyio
 import httpx
 import pytest
 
-from scope.chat import Message, Model, Options, Request, Streamer, collect, user_message
+from scope.chat import (
+    Message,
+    Model,
+    Options,
+    Request,
+    Response,
+    Streamer,
+    collect,
+    user_message,
+)
 from scope.errors import (
     AuthenticationError,
     BadRequestError,
@@ -33,7 +42,7 @@ from scope.errors import (
     UnsupportedOptionError,
 )
 from scope.models import _http
-from tests.helpers import PROVIDERS, Provider, Sleeps, accumulate, answer, hello, recording_sleeps
+from tests.helpers import PROVIDERS, Provider, accumulate, answer, hello, recording_sleeps
 from tests.openai_server import OpenAIServer
 
 MODES = ["call", "stream"]
@@ -50,11 +59,6 @@ def provider(request: pytest.FixtureRequest) -> Provider:
 def server(provider: Provider) -> Iterator[OpenAIServer]:
     with provider.serve() as srv:
         yield srv
-
-
-def make_model(provider: Provider, server: OpenAIServer, **kwargs: Any) -> tuple[Any, Sleeps]:
-    kwargs.setdefault("retry_backoff", 0.01)
-    return recording_sleeps(provider.make(server.base_url, **kwargs))
 
 
 def test_the_model_is_a_model_and_a_streamer(provider: Provider) -> None:
@@ -119,7 +123,7 @@ async def test_rate_limit_then_success_honours_retry_after(
         # The stream retries too: the 429 came before the response began.
         exchanges[-1] = provider.stream_text()
     server.script(*exchanges)
-    model, sleeps = make_model(provider, server)
+    model, sleeps = provider.recorded(server)
     async with model:
         response = await answer(model, HI, mode)
     assert response.text == ("Done waiting." if mode == "call" else "Hello world!")
@@ -131,7 +135,7 @@ async def test_rate_limit_then_success_honours_retry_after(
 @pytest.mark.anyio
 async def test_rate_limit_exhausted(provider: Provider, server: OpenAIServer) -> None:
     server.script(*provider.load_transcript("rate_limit_then_ok"))
-    model, sleeps = make_model(provider, server, max_retries=0)
+    model, sleeps = provider.recorded(server, max_retries=0)
     async with model:
         with pytest.raises(RateLimitError) as info:
             await model.call(HI)
@@ -148,7 +152,7 @@ async def test_a_retry_after_longer_than_allowed_is_not_waited(
     provider: Provider, server: OpenAIServer
 ) -> None:
     server.script(*provider.load_transcript("rate_limit_then_ok"))
-    model, sleeps = make_model(provider, server, retry_max_delay=1.0)
+    model, sleeps = provider.recorded(server, retry_max_delay=1.0)
     async with model:
         with pytest.raises(RateLimitError) as info:
             await model.call(HI)
@@ -166,7 +170,7 @@ async def test_server_errors_are_retried_with_exponential_backoff(
     if mode == "stream":
         exchanges[-1] = provider.stream_text()
     server.script(*exchanges)
-    model, sleeps = make_model(provider, server, retry_backoff=0.1)
+    model, sleeps = provider.recorded(server, retry_backoff=0.1)
     async with model:
         response = await answer(model, HI, mode)
     expected = provider.server_error_answer if mode == "call" else "Hello world!"
@@ -182,7 +186,7 @@ async def test_server_errors_are_retried_with_exponential_backoff(
 async def test_server_errors_exhausted(provider: Provider, server: OpenAIServer) -> None:
     server.script(*provider.load_transcript(provider.server_error))
     retries = len(provider.server_errors) - 1
-    model, sleeps = make_model(provider, server, max_retries=retries)
+    model, sleeps = provider.recorded(server, max_retries=retries)
     async with model:
         with pytest.raises(ProviderServerError, match=provider.server_error_message) as info:
             await model.call(HI)
@@ -211,7 +215,7 @@ async def test_cancellation_during_backoff_propagates(
 @pytest.mark.parametrize("mode", MODES)
 async def test_unauthorized(provider: Provider, server: OpenAIServer, mode: str) -> None:
     server.script(*provider.load_transcript("unauthorized"))
-    model, sleeps = make_model(provider, server, api_key="sk-bad")
+    model, sleeps = provider.recorded(server, api_key="sk-bad")
     async with model:
         with pytest.raises(AuthenticationError, match=provider.unauthorized_message) as info:
             await answer(model, HI, mode)
@@ -239,7 +243,7 @@ async def test_status_mapping(
     provider: Provider, server: OpenAIServer, status: int, error: type[ProviderError]
 ) -> None:
     server.script({"status": status, "json": provider.error_body(f"status {status}")})
-    model, _ = make_model(provider, server, max_retries=0)
+    model, _ = provider.recorded(server, max_retries=0)
     async with model:
         with pytest.raises(ProviderError, match=f"status {status}") as info:
             await model.call(HI)
@@ -252,7 +256,7 @@ async def test_a_non_json_error_body_is_kept_as_text(
     provider: Provider, server: OpenAIServer
 ) -> None:
     server.script({"status": 502, "sse": [{"$raw": "<html>Bad gateway</html>"}]})
-    model, _ = make_model(provider, server, max_retries=0)
+    model, _ = provider.recorded(server, max_retries=0)
     async with model:
         with pytest.raises(ProviderServerError, match="Bad gateway") as info:
             await collect(model.stream(HI))
@@ -264,7 +268,7 @@ async def test_an_error_body_cut_short_still_maps_the_status(
     provider: Provider, server: OpenAIServer
 ) -> None:
     server.script({"status": 503, "sse": [{"$drop": True}]})
-    model, _ = make_model(provider, server, max_retries=0)
+    model, _ = provider.recorded(server, max_retries=0)
     async with model:
         with pytest.raises(ProviderServerError) as info:
             await collect(model.stream(HI))
@@ -295,7 +299,7 @@ async def test_connection_refused_is_retried_then_raised(provider: Provider) -> 
 @pytest.mark.anyio
 async def test_a_read_timeout_is_not_retried(provider: Provider, server: OpenAIServer) -> None:
     server.script({"stall": True})
-    model, sleeps = make_model(provider, server, timeout=0.2)
+    model, sleeps = provider.recorded(server, timeout=0.2)
     async with model:
         with pytest.raises(ProviderTimeoutError) as info:
             await model.call(HI)
@@ -335,60 +339,59 @@ def test_every_httpx_error_is_mapped() -> None:
 # ------------------------------------------------------------------------ streams
 
 
+E = TypeVar("E", bound=Exception)
+
+
+async def texts_before_error(
+    stream: AsyncIterator[Response], error: type[E], match: str | None = None
+) -> tuple[str, E]:
+    """The text ``stream`` yields before it raises ``error`` (matching ``match``), and
+    the error; the stream raises it once: the next pull ends the iteration."""
+    texts = []
+    with pytest.raises(error, match=match) as info:
+        async for chunk in stream:
+            texts.append(chunk.text)
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+    return "".join(texts), info.value
+
+
 @pytest.mark.anyio
 async def test_an_error_event_mid_stream_is_raised_once_and_not_retried(
     provider: Provider, server: OpenAIServer
 ) -> None:
     server.script(*provider.load_transcript("stream_error_event"))
     before, message, request_id, kind = provider.error_event
-    model, sleeps = make_model(provider, server)
+    model, sleeps = provider.recorded(server)
     async with model:
-        stream = model.stream(HI)
-        texts = []
-        with pytest.raises(ProviderError, match=message) as info:
-            async for chunk in stream:
-                texts.append(chunk.text)
-        with pytest.raises(StopAsyncIteration):
-            await stream.__anext__()
-    assert "".join(texts) == before
+        text, error = await texts_before_error(model.stream(HI), ProviderError, message)
+    assert text == before
     # The error type says what the missing status would have: a server error.
-    assert type(info.value) is ProviderServerError
-    assert info.value.status_code == 200  # the HTTP status: the event stated none
-    assert info.value.request_id == request_id
-    assert info.value.body["error"]["type"] == kind
+    assert type(error) is ProviderServerError
+    assert error.status_code == 200  # the HTTP status: the event stated none
+    assert error.request_id == request_id
+    assert error.body["error"]["type"] == kind
     assert sleeps.delays == [] and len(server.requests) == 1
 
 
 @pytest.mark.anyio
 async def test_a_malformed_event_raises_once(provider: Provider, server: OpenAIServer) -> None:
     server.script(provider.malformed())
-    model, sleeps = make_model(provider, server)
+    model, sleeps = provider.recorded(server)
     async with model:
-        stream = model.stream(HI)
-        texts = []
-        with pytest.raises(InvalidResponseError, match="not valid JSON"):
-            async for chunk in stream:
-                texts.append(chunk.text)
-        with pytest.raises(StopAsyncIteration):
-            await stream.__anext__()
-    assert "".join(texts) == provider.malformed_text
+        text, _ = await texts_before_error(model.stream(HI), InvalidResponseError, "not valid JSON")
+    assert text == provider.malformed_text
     assert len(server.requests) == 1 and sleeps.delays == []
 
 
 @pytest.mark.anyio
 async def test_a_dropped_connection_raises_once(provider: Provider, server: OpenAIServer) -> None:
     server.script(provider.dropped())
-    model, sleeps = make_model(provider, server)
+    model, sleeps = provider.recorded(server)
     async with model:
-        stream = model.stream(HI)
-        texts = []
-        with pytest.raises(ProviderConnectionError) as info:
-            async for chunk in stream:
-                texts.append(chunk.text)
-        with pytest.raises(StopAsyncIteration):
-            await stream.__anext__()
-    assert "".join(texts) == provider.dropped_text
-    assert isinstance(info.value.__cause__, httpx.HTTPError)
+        text, error = await texts_before_error(model.stream(HI), ProviderConnectionError)
+    assert text == provider.dropped_text
+    assert isinstance(error.__cause__, httpx.HTTPError)
     assert len(server.requests) == 1 and sleeps.delays == []  # never retried mid-stream
 
 
@@ -397,7 +400,7 @@ async def test_a_stream_that_ends_early_is_a_connection_error(
     provider: Provider, server: OpenAIServer
 ) -> None:
     server.script(provider.unfinished())
-    model, _ = make_model(provider, server)
+    model, _ = provider.recorded(server)
     async with model:
         with pytest.raises(ProviderConnectionError, match="before it finished"):
             await collect(model.stream(HI))
@@ -410,7 +413,7 @@ async def test_a_finished_stream_without_its_end_event_is_accepted(
     # No [DONE] (OpenAI), no message_stop (Anthropic).
     events = provider.stream_text()["sse"]
     server.script({"status": 200, "sse": events[:-1]})
-    model, _ = make_model(provider, server)
+    model, _ = provider.recorded(server)
     async with model:
         response = await collect(model.stream(HI))
     assert response.text == "Hello world!"
@@ -419,7 +422,7 @@ async def test_a_finished_stream_without_its_end_event_is_accepted(
 @pytest.mark.anyio
 async def test_a_server_that_ignores_stream_true(provider: Provider, server: OpenAIServer) -> None:
     server.script(*provider.load_transcript(provider.text))
-    model, _ = make_model(provider, server)
+    model, _ = provider.recorded(server)
     async with model:
         chunks, response = await accumulate(model.stream(HI))
     assert len(chunks) == 1 and response.text == provider.text_answer
@@ -429,7 +432,7 @@ async def test_a_server_that_ignores_stream_true(provider: Provider, server: Ope
 async def test_a_stream_starts_nothing_until_iterated_and_validates_first(
     provider: Provider, server: OpenAIServer
 ) -> None:
-    model, _ = make_model(provider, server)
+    model, _ = provider.recorded(server)
     bad = Request([user_message("Hi")], options=Options(**provider.unsupported))
     (name,) = provider.unsupported
     async with model:
@@ -447,7 +450,7 @@ async def test_an_early_stop_closes_the_connection(
     provider: Provider, server: OpenAIServer
 ) -> None:
     server.script(*provider.load_transcript("stream_early_stop"))
-    model, _ = make_model(provider, server)
+    model, _ = provider.recorded(server)
     async with model:
         stream = model.stream(Request([user_message("Count")]))
         texts = []
@@ -468,7 +471,7 @@ async def test_cancellation_mid_stream_closes_the_connection(
     provider: Provider, server: OpenAIServer
 ) -> None:
     server.script(*provider.load_transcript("stream_early_stop"))
-    model, _ = make_model(provider, server)
+    model, _ = provider.recorded(server)
     texts: list[str] = []
     async with model:
         with anyio.move_on_after(0.3) as scope:
@@ -487,7 +490,7 @@ async def test_own_client_is_closed_and_a_given_one_is_not(
     provider: Provider, server: OpenAIServer
 ) -> None:
     server.serve_repeatedly(provider.load_transcript(provider.text)[0])
-    model, _ = make_model(provider, server)
+    model, _ = provider.recorded(server)
     assert model._client is None  # nothing created before first use
     async with model:
         await model.call(HI)
@@ -530,7 +533,7 @@ async def test_environment_key_and_base_url_reach_the_server(
 @pytest.mark.anyio
 async def test_concurrent_calls_share_one_model(provider: Provider, server: OpenAIServer) -> None:
     server.serve_repeatedly(provider.load_transcript(provider.text)[0])
-    model, _ = make_model(provider, server)
+    model, _ = provider.recorded(server)
     results: list[Message] = []
 
     async def one() -> None:

@@ -10,8 +10,6 @@ Everything runs under asyncio and trio.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
 
 import pydantic
 import pytest
@@ -36,7 +34,13 @@ from scope.errors import (
     RateLimitError,
 )
 from scope.models.openai import OpenAIChatModel
-from tests.helpers import TIME, WEATHER, Sleeps, accumulate, recording_sleeps, tool_call_deltas
+from tests.helpers import (
+    OPENAI,
+    TIME,
+    WEATHER,
+    accumulate,
+    tool_call_deltas,
+)
 from tests.openai_server import (
     TRANSCRIPTS,
     OpenAIServer,
@@ -48,17 +52,8 @@ from tests.openai_server import (
 QUESTION = Request([user_message("What's the weather in Paris?")], tools=[WEATHER, TIME])
 
 
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as srv:
-        yield srv
-    srv.check_requests()
-
-
-def make_model(server: OpenAIServer, **kwargs: Any) -> tuple[OpenAIChatModel, Sleeps]:
-    kwargs.setdefault("api_key", "sk-test")
-    kwargs.setdefault("retry_backoff", 0.01)
-    return recording_sleeps(OpenAIChatModel("gpt-4o-mini", base_url=server.base_url, **kwargs))
+server = OPENAI.server_fixture()
+make_model = OPENAI.recorded
 
 
 # ------------------------------------------------------------------------ transcripts
