@@ -241,17 +241,17 @@ class Provider:
     server_error_message: str
     server_error_type: str
     server_error_answer: str
-    #: stream_error_event: the text before the error event, the message, the request id
-    #: and body["error"]["type"].
-    error_event: tuple[str, str, str, str]
-    #: stream_early_stop: the text before the server holds.
-    early_stop_text: str
+    #: stream_error_event: the chunks' texts before the error event, the message, the
+    #: request id and body["error"]["type"].
+    error_event: tuple[tuple[str, ...], str, str, str]
+    #: stream_early_stop: the chunks' texts before the server holds.
+    early_stop_texts: tuple[str, ...]
     #: Stream bodies: one with a malformed event, one dropped mid-body, one ending
-    #: before the response finished; the text before each (malformed, dropped).
+    #: before the response finished; the chunks' texts before each (malformed, dropped).
     malformed: Callable[[], dict[str, Any]]
-    malformed_text: str
+    malformed_texts: tuple[str, ...]
     dropped: Callable[[], dict[str, Any]]
-    dropped_text: str
+    dropped_texts: tuple[str, ...]
     unfinished: Callable[[], dict[str, Any]]
     #: An error body for a status, with ``message``.
     error_body: Callable[[str], dict[str, Any]]
@@ -332,12 +332,12 @@ OPENAI = Provider(
     server_error_message="The server had an error",
     server_error_type="server_error",
     server_error_answer="Third time lucky.",
-    error_event=("Par", "overloaded", "req_err_1", "server_error"),
-    early_stop_text="one two three",
+    error_event=(("Par",), "overloaded", "req_err_1", "server_error"),
+    early_stop_texts=("one", " two", " three"),
     malformed=lambda: openai_server.load_transcript("stream_malformed")[0],
-    malformed_text="Hel",
+    malformed_texts=("Hel",),
     dropped=lambda: openai_server.load_transcript("stream_dropped")[0],
-    dropped_text="Once upon a time",
+    dropped_texts=("Once upon", " a time"),
     unfinished=_openai_unfinished,
     error_body=lambda message: {"error": {"message": message}},
 )
@@ -368,14 +368,14 @@ ANTHROPIC = Provider(
     server_error_message="Overloaded",
     server_error_type="overloaded_error",
     server_error_answer="Back again.",
-    error_event=("Par", "Overloaded", "req_serr_1", "overloaded_error"),
-    early_stop_text="one two",
+    error_event=(("", "Par"), "Overloaded", "req_serr_1", "overloaded_error"),
+    early_stop_texts=("", "one", " two"),
     malformed=lambda: _anthropic_sse(
         [*_anthropic_text_events()[:2], {"$raw": "event: x\ndata: {oops\n\n"}]
     ),
-    malformed_text="",
+    malformed_texts=("",),
     dropped=lambda: _anthropic_sse([*_anthropic_text_events()[:5], {"$drop": True}]),
-    dropped_text="Hello world",
+    dropped_texts=("", "Hello", " world"),
     unfinished=lambda: _anthropic_sse(_anthropic_text_events()[:4]),
     error_body=lambda message: {"type": "error", "error": {"message": message}},
 )

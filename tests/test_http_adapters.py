@@ -344,16 +344,16 @@ E = TypeVar("E", bound=Exception)
 
 async def texts_before_error(
     stream: AsyncIterator[Response], error: type[E], match: str | None = None
-) -> tuple[str, E]:
-    """The text ``stream`` yields before it raises ``error`` (matching ``match``), and
-    the error; the stream raises it once: the next pull ends the iteration."""
+) -> tuple[tuple[str, ...], E]:
+    """The texts of the chunks ``stream`` yields before it raises ``error`` (matching
+    ``match``), and the error; the stream raises it once: the next pull ends it."""
     texts = []
     with pytest.raises(error, match=match) as info:
         async for chunk in stream:
             texts.append(chunk.text)
     with pytest.raises(StopAsyncIteration):
         await stream.__anext__()
-    return "".join(texts), info.value
+    return tuple(texts), info.value
 
 
 @pytest.mark.anyio
@@ -364,8 +364,8 @@ async def test_an_error_event_mid_stream_is_raised_once_and_not_retried(
     before, message, request_id, kind = provider.error_event
     model, sleeps = provider.recorded(server)
     async with model:
-        text, error = await texts_before_error(model.stream(HI), ProviderError, message)
-    assert text == before
+        texts, error = await texts_before_error(model.stream(HI), ProviderError, message)
+    assert texts == before
     # The error type says what the missing status would have: a server error.
     assert type(error) is ProviderServerError
     assert error.status_code == 200  # the HTTP status: the event stated none
@@ -379,8 +379,10 @@ async def test_a_malformed_event_raises_once(provider: Provider, server: OpenAIS
     server.script(provider.malformed())
     model, sleeps = provider.recorded(server)
     async with model:
-        text, _ = await texts_before_error(model.stream(HI), InvalidResponseError, "not valid JSON")
-    assert text == provider.malformed_text
+        texts, _ = await texts_before_error(
+            model.stream(HI), InvalidResponseError, "not valid JSON"
+        )
+    assert texts == provider.malformed_texts
     assert len(server.requests) == 1 and sleeps.delays == []
 
 
@@ -389,8 +391,8 @@ async def test_a_dropped_connection_raises_once(provider: Provider, server: Open
     server.script(provider.dropped())
     model, sleeps = provider.recorded(server)
     async with model:
-        text, error = await texts_before_error(model.stream(HI), ProviderConnectionError)
-    assert text == provider.dropped_text
+        texts, error = await texts_before_error(model.stream(HI), ProviderConnectionError)
+    assert texts == provider.dropped_texts
     assert isinstance(error.__cause__, httpx.HTTPError)
     assert len(server.requests) == 1 and sleeps.delays == []  # never retried mid-stream
 
@@ -463,7 +465,8 @@ async def test_an_early_stop_closes_the_connection(
         assert await anyio.to_thread.run_sync(server.closed_by_client.wait, 10)
         assert model._client is not None
         assert not model._client.is_closed  # the connection, not the client, was closed
-    assert [text for text in texts if text] == ["one", " two"]
+    early = provider.early_stop_texts
+    assert tuple(texts) == early[: early.index(" two") + 1]
 
 
 @pytest.mark.anyio
@@ -479,7 +482,7 @@ async def test_cancellation_mid_stream_closes_the_connection(
                 texts.append(chunk.text)  # the server holds after the last chunk
         assert scope.cancelled_caught
         assert await anyio.to_thread.run_sync(server.closed_by_client.wait, 10)
-    assert "".join(texts) == provider.early_stop_text
+    assert tuple(texts) == provider.early_stop_texts
 
 
 # ------------------------------------------------------------------------ clients
