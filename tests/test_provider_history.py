@@ -6,7 +6,7 @@ turn (for Anthropic the thinking block, signature byte for byte)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,27 +118,23 @@ LOOPS = [
 ]
 
 
-@pytest.fixture(params=LOOPS, ids=str)
-def loop(request: pytest.FixtureRequest) -> Loop:
-    chosen: Loop = request.param
-    return chosen
-
-
-@pytest.fixture
-def server(loop: Loop) -> Iterator[OpenAIServer]:
-    with loop.provider.serve() as srv:
-        yield srv
-
-
+@pytest.mark.parametrize("loop", LOOPS, ids=str)
 @pytest.mark.parametrize("mode", ["call", "stream"])
 async def test_tool_loop_through_the_history_middleware(
-    loop: Loop, server: OpenAIServer, mode: str, tmp_path: Path
+    loop: Loop, mode: str, tmp_path: Path
 ) -> None:
     steps = loop.turns[mode]
     load = loop.provider.load_transcript
-    server.script(*(e for name in steps.transcripts for e in load(name)), *load(steps.replay))
-    model = loop.provider.make(server.base_url)
+    with loop.provider.serve() as server:
+        server.script(*(e for name in steps.transcripts for e in load(name)), *load(steps.replay))
+        bodies = await _run(loop, server, mode, tmp_path)
+    loop.check_bodies(bodies, len(steps.outputs))
 
+
+async def _run(loop: Loop, server: OpenAIServer, mode: str, tmp_path: Path) -> list[Any]:
+    """The tool loop of ``loop`` in ``mode`` against ``server``; the bodies it sent."""
+    steps = loop.turns[mode]
+    model = loop.provider.make(server.base_url)
     async with model, await SQLiteStore.open(tmp_path / "h.db") as store:
         middleware = Middleware(store, store, "paris")
 
@@ -174,4 +170,4 @@ async def test_tool_loop_through_the_history_middleware(
         assert stored[3].text == final.text
         # The next turn replays the stored turn.
         await send(Request([system, user_message("And tomorrow?")], tools=loop.tools))
-    loop.check_bodies(server.bodies(), len(calls))
+    return server.bodies()
