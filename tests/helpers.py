@@ -11,12 +11,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
+import attrs
+import orjson
+import pytest
 
 from scope.chat import (
     Message,
@@ -32,14 +35,25 @@ from scope.chat import (
 )
 from scope.history import Batch
 from scope.jsonvalue import RawJSON
+from scope.models import _anthropic_wire, _openai_wire
+from scope.models._http import HTTPAdapter
+from scope.models.anthropic import AnthropicModel
+from scope.models.openai import OpenAIChatModel
+from tests import anthropic_server, openai_server
 
 __all__ = [
+    "ANTHROPIC",
+    "OPENAI",
+    "PROVIDERS",
     "ROOT",
     "EXACT_WEATHER",
     "TIME",
     "WEATHER",
+    "Provider",
     "Sleeps",
     "accumulate",
+    "answer",
+    "body_of",
     "batch",
     "collect_until_cancelled",
     "hello",
@@ -170,6 +184,220 @@ async def accumulate(stream: AsyncIterator[Response]) -> tuple[list[Response], R
     async with contextlib.aclosing(stream) as iterator:  # type: ignore[type-var]
         chunks = [chunk async for chunk in iterator]
     return chunks, merged(chunks)
+
+
+async def answer(model: Any, request: Request, mode: str) -> Response:
+    """The whole response of ``model``, by ``call`` (``mode == "call"``) or by
+    accumulating ``stream`` (``mode == "stream"``)."""
+    if mode == "call":
+        response: Response = await model.call(request)
+        return response
+    _, response = await accumulate(model.stream(request))
+    return response
+
+
+# ------------------------------------------------------------------- provider adapters
+
+
+@attrs.frozen
+class Provider:
+    """One provider adapter (scope.models._http.HTTPAdapter) with its loopback server
+    and transcripts, for the tests both adapters share (tests/test_http_adapters.py,
+    tests/test_provider_history.py); the expected values that differ by provider."""
+
+    name: str
+    model_class: type[HTTPAdapter]
+    #: The fake server (tests/openai_server.py, tests/anthropic_server.py).
+    server_class: type[openai_server.OpenAIServer]
+    load_transcript: Callable[[str], list[dict[str, Any]]]
+    build_body: Callable[..., Any]
+    model: str
+    api_key: str
+    #: The environment variables' prefix (``<env>_API_KEY``, ``<env>_BASE_URL``).
+    env: str
+    default_base_url: str
+    #: The path every request goes to.
+    path: str
+    #: The header carrying the API key, and its value for a key.
+    auth_header: str
+    auth_value: Callable[[str], str]
+    #: A header of the provider's own the caller passes on.
+    extra_header: tuple[str, str]
+    #: Options the adapter refuses (UnsupportedOptionError naming the first key).
+    unsupported: dict[str, Any]
+    #: The transcript of a plain text answer, and its text.
+    text: str
+    text_answer: str
+    #: rate_limit_then_ok's 429: the error message's start and a field of body["error"].
+    rate_limit_message: str
+    rate_limit_error: tuple[str, str]
+    #: unauthorized's 401: the message's start and a field of body["error"].
+    unauthorized_message: str
+    unauthorized_error: tuple[str, str]
+    #: A transcript of retried server errors, then an answer: its name, the
+    #: (status, request id) of each error, the message, body["error"]["type"], the answer.
+    server_error: str
+    server_errors: tuple[tuple[int, str], ...]
+    server_error_message: str
+    server_error_type: str
+    server_error_answer: str
+    #: stream_error_event: the chunks' texts before the error event, the message, the
+    #: request id and body["error"]["type"].
+    error_event: tuple[tuple[str, ...], str, str, str]
+    #: stream_early_stop: the chunks' texts before the server holds.
+    early_stop_texts: tuple[str, ...]
+    #: Stream bodies: one with a malformed event, one dropped mid-body, one ending
+    #: before the response finished; the chunks' texts before each (malformed, dropped).
+    malformed: Callable[[], dict[str, Any]]
+    malformed_texts: tuple[str, ...]
+    dropped: Callable[[], dict[str, Any]]
+    dropped_texts: tuple[str, ...]
+    unfinished: Callable[[], dict[str, Any]]
+    #: An error body for a status, with ``message``.
+    error_body: Callable[[str], dict[str, Any]]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def make(self, base_url: str, **kwargs: Any) -> Any:
+        """The adapter for ``base_url`` (the default model; a test API key unless
+        ``api_key`` is given)."""
+        kwargs.setdefault("api_key", self.api_key)
+        return self.model_class(self.model, base_url=base_url, **kwargs)
+
+    def recorded(self, server: openai_server.OpenAIServer, **kwargs: Any) -> tuple[Any, Sleeps]:
+        """The adapter for ``server`` (retry backoff 0.01 s unless given), its retry
+        sleeps recorded, not waited (``recording_sleeps``)."""
+        kwargs.setdefault("retry_backoff", 0.01)
+        return recording_sleeps(self.make(server.base_url, **kwargs))
+
+    def server_fixture(self) -> Any:
+        """A ``server`` fixture for a test module: this provider's server, running."""
+
+        @pytest.fixture
+        def server() -> Iterator[openai_server.OpenAIServer]:
+            with self.serve() as srv:
+                yield srv
+
+        return server
+
+    def stream_text(self) -> dict[str, Any]:
+        """The exchange of stream_text ("Hello world!")."""
+        return self.load_transcript("stream_text")[0]
+
+    @contextlib.contextmanager
+    def serve(self) -> Iterator[openai_server.OpenAIServer]:
+        """The running server; every request it received is checked at the end."""
+        with self.server_class() as server:
+            yield server
+        server.check_requests()
+
+
+def _openai_unfinished() -> dict[str, Any]:
+    return {"status": 200, "sse": [openai_server.load_transcript("stream_text")[0]["sse"][1]]}
+
+
+def _anthropic_sse(items: list[Any]) -> dict[str, Any]:
+    return {"status": 200, "sse": items}
+
+
+def _anthropic_text_events() -> list[Any]:
+    events: list[Any] = anthropic_server.load_transcript("stream_text")[0]["sse"]
+    return events
+
+
+OPENAI = Provider(
+    name="openai",
+    model_class=OpenAIChatModel,
+    server_class=openai_server.OpenAIServer,
+    load_transcript=openai_server.load_transcript,
+    build_body=_openai_wire.build_body,
+    model="gpt-4o-mini",
+    api_key="sk-test",
+    env="OPENAI",
+    default_base_url="https://api.openai.com/v1",
+    path="/v1/chat/completions",
+    auth_header="authorization",
+    auth_value="Bearer {}".format,
+    extra_header=("X-Trace", "t1"),
+    unsupported={"top_k": 3},
+    text="plain_answer",
+    text_answer="The capital of France is Paris.",
+    rate_limit_message="Rate limit reached",
+    rate_limit_error=("code", "rate_limit_exceeded"),
+    unauthorized_message="Incorrect API key",
+    unauthorized_error=("code", "invalid_api_key"),
+    server_error="server_error_twice",
+    server_errors=((500, "req_500_1"), (500, "req_500_2")),
+    server_error_message="The server had an error",
+    server_error_type="server_error",
+    server_error_answer="Third time lucky.",
+    error_event=(("Par",), "overloaded", "req_err_1", "server_error"),
+    early_stop_texts=("one", " two", " three"),
+    malformed=lambda: openai_server.load_transcript("stream_malformed")[0],
+    malformed_texts=("Hel",),
+    dropped=lambda: openai_server.load_transcript("stream_dropped")[0],
+    dropped_texts=("Once upon", " a time"),
+    unfinished=_openai_unfinished,
+    error_body=lambda message: {"error": {"message": message}},
+)
+
+ANTHROPIC = Provider(
+    name="anthropic",
+    model_class=AnthropicModel,
+    server_class=anthropic_server.AnthropicServer,
+    load_transcript=anthropic_server.load_transcript,
+    build_body=_anthropic_wire.build_body,
+    model="claude-sonnet-4-5",
+    api_key="sk-ant-test",
+    env="ANTHROPIC",
+    default_base_url="https://api.anthropic.com",
+    path="/v1/messages",
+    auth_header="x-api-key",
+    auth_value="{}".format,
+    extra_header=("anthropic-beta", "context-1m-2025-08-07"),
+    unsupported={"frequency_penalty": 0.5},
+    text="text",
+    text_answer="The capital of France is Paris.",
+    rate_limit_message="Number of request tokens",
+    rate_limit_error=("type", "rate_limit_error"),
+    unauthorized_message="invalid x-api-key",
+    unauthorized_error=("type", "authentication_error"),
+    server_error="overloaded_then_ok",
+    server_errors=((529, "req_529_1"),),
+    server_error_message="Overloaded",
+    server_error_type="overloaded_error",
+    server_error_answer="Back again.",
+    error_event=(("", "Par"), "Overloaded", "req_serr_1", "overloaded_error"),
+    early_stop_texts=("", "one", " two"),
+    malformed=lambda: _anthropic_sse(
+        [*_anthropic_text_events()[:2], {"$raw": "event: x\ndata: {oops\n\n"}]
+    ),
+    malformed_texts=("",),
+    dropped=lambda: _anthropic_sse([*_anthropic_text_events()[:5], {"$drop": True}]),
+    dropped_texts=("", "Hello", " world"),
+    unfinished=lambda: _anthropic_sse(_anthropic_text_events()[:4]),
+    error_body=lambda message: {"type": "error", "error": {"message": message}},
+)
+
+
+def body_of(
+    provider: Provider,
+    request: Request,
+    *,
+    stream: bool = False,
+    defaults: Options | None = None,
+) -> Any:
+    """The request body ``provider``'s wire module builds for ``request`` (its default
+    model, ``defaults`` as the adapter's default options), as the JSON it sends."""
+    built = provider.build_body(
+        request, default_options=defaults or Options(), model=provider.model, stream=stream
+    )
+    return orjson.loads(orjson.dumps(built))
+
+
+#: Both adapters, for ``pytest.mark.parametrize("provider", PROVIDERS, ids=str)``.
+PROVIDERS = [OPENAI, ANTHROPIC]
 
 
 def respell(text: str | bytes, *, indent: str = "", ascii_: bool = True) -> str:

@@ -11,41 +11,26 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import anyio
-import anyio.lowlevel
-import httpx
 import pytest
 
 from scope.chat import (
     FinishReason,
-    Model,
     Options,
     Request,
-    Response,
-    Streamer,
     ToolDefinition,
     ToolOutput,
     ToolResult,
     Usage,
-    collect,
     text_part,
     tool_message,
     user_message,
 )
 from scope.errors import (
-    AuthenticationError,
     BadRequestError,
-    InvalidResponseError,
-    ProviderConnectionError,
-    ProviderServerError,
-    RateLimitError,
-    UnsupportedOptionError,
 )
 from scope.metadata import Metadata
-from scope.models.anthropic import AnthropicModel
 from tests.anthropic_server import (
     TRANSCRIPTS,
     AnthropicServer,
@@ -54,7 +39,14 @@ from tests.anthropic_server import (
     check_message,
     load_transcript,
 )
-from tests.helpers import TIME, WEATHER, Sleeps, accumulate, recording_sleeps, tool_call_deltas
+from tests.helpers import (
+    ANTHROPIC,
+    TIME,
+    WEATHER,
+    accumulate,
+    answer,
+    tool_call_deltas,
+)
 
 MOON = ToolDefinition("get_moon", {"type": "object"}, "The moon's phase tonight.")
 QUESTION = Request([user_message("What's the weather in Paris?")], tools=[WEATHER, TIME, MOON])
@@ -62,25 +54,8 @@ QUESTION = Request([user_message("What's the weather in Paris?")], tools=[WEATHE
 MODES = ["call", "stream"]
 
 
-@pytest.fixture
-def server() -> Iterator[AnthropicServer]:
-    with AnthropicServer() as srv:
-        yield srv
-    srv.check_requests()
-
-
-def make_model(server: AnthropicServer, **kwargs: Any) -> tuple[AnthropicModel, Sleeps]:
-    kwargs.setdefault("api_key", "sk-ant-test")
-    kwargs.setdefault("retry_backoff", 0.01)
-    return recording_sleeps(AnthropicModel("claude-sonnet-4-5", base_url=server.base_url, **kwargs))
-
-
-async def answer(model: AnthropicModel, request: Request, mode: str) -> Response:
-    """The whole response, by ``call`` or by accumulating ``stream``."""
-    if mode == "call":
-        return await model.call(request)
-    _, response = await accumulate(model.stream(request))
-    return response
+server = ANTHROPIC.server_fixture()
+make_model = ANTHROPIC.recorded
 
 
 def transcript(name: str, mode: str) -> list[dict[str, Any]]:
@@ -105,16 +80,6 @@ def test_every_canned_response_parses_with_the_anthropic_sdk() -> None:
                     check_event(item)
                     seen += 1
     assert seen > 90
-
-
-def test_the_model_is_a_model_and_a_streamer() -> None:
-    model = AnthropicModel("claude-sonnet-4-5", api_key="k")
-    assert isinstance(model, Model) and isinstance(model, Streamer)
-    assert AnthropicModel.__module__ == "scope.models.anthropic"
-    assert model.base_url == "https://api.anthropic.com"
-    assert repr(model) == (
-        "AnthropicModel(model='claude-sonnet-4-5', base_url='https://api.anthropic.com')"
-    )
 
 
 # ------------------------------------------------------------------------------ text
@@ -388,19 +353,6 @@ async def test_max_tokens_stop(server: AnthropicServer, mode: str) -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
-async def test_unauthorized(server: AnthropicServer, mode: str) -> None:
-    server.script(*load_transcript("unauthorized"))
-    model, sleeps = make_model(server, api_key="sk-bad")
-    async with model:
-        with pytest.raises(AuthenticationError, match="invalid x-api-key") as info:
-            await answer(model, Request([user_message("Hi")]), mode)
-    assert (info.value.status_code, info.value.request_id) == (401, "req_401_1")
-    assert info.value.body["error"]["type"] == "authentication_error"
-    assert sleeps.delays == [] and len(server.requests) == 1
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("mode", MODES)
 async def test_bad_request_with_an_error_object(server: AnthropicServer, mode: str) -> None:
     server.script(*load_transcript("bad_request"))
     model, sleeps = make_model(server)
@@ -414,206 +366,4 @@ async def test_bad_request_with_an_error_object(server: AnthropicServer, mode: s
     assert sleeps.delays == [] and len(server.requests) == 1
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize("mode", MODES)
-async def test_rate_limit_honours_retry_after(server: AnthropicServer, mode: str) -> None:
-    server.script(*load_transcript("rate_limit_then_ok"))
-    model, sleeps = make_model(server)
-    async with model:
-        if mode == "call":
-            response = await model.call(Request([user_message("Hi")]))
-        else:
-            # The stream retries too: the 429 came before the response began.
-            server.queue[-1] = {
-                "status": 200,
-                "named_events": True,
-                "sse": load_transcript("stream_text")[0]["sse"],
-            }
-            _, response = await accumulate(model.stream(Request([user_message("Hi")])))
-    assert response.text in ("Done waiting.", "Hello world!")
-    assert sleeps.delays == [2.0]
-    first, second = server.requests
-    assert first.body == second.body
-
-
-@pytest.mark.anyio
-async def test_rate_limit_exhausted(server: AnthropicServer) -> None:
-    server.script(*load_transcript("rate_limit_then_ok"))
-    model, sleeps = make_model(server, max_retries=0)
-    async with model:
-        with pytest.raises(RateLimitError) as info:
-            await model.call(Request([user_message("Hi")]))
-    error = info.value
-    assert (error.status_code, error.retry_after, error.request_id) == (429, 2.0, "req_429_1")
-    assert sleeps.delays == [] and len(server.requests) == 1
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("mode", MODES)
-async def test_overloaded_529_is_retried(server: AnthropicServer, mode: str) -> None:
-    server.script(*load_transcript("overloaded_then_ok"))
-    model, sleeps = make_model(server, retry_backoff=0.1)
-    async with model:
-        if mode == "stream":
-            server.queue[-1] = {
-                "status": 200,
-                "named_events": True,
-                "sse": load_transcript("stream_text")[0]["sse"],
-            }
-        response = await answer(model, Request([user_message("Hi")]), mode)
-    assert response.text in ("Back again.", "Hello world!")
-    assert len(server.requests) == 2
-    (delay,) = sleeps.delays
-    assert 0.075 <= delay <= 0.1
-
-
-@pytest.mark.anyio
-async def test_overloaded_exhausted(server: AnthropicServer) -> None:
-    server.script(*load_transcript("overloaded_then_ok"))
-    model, _ = make_model(server, max_retries=0)
-    async with model:
-        with pytest.raises(ProviderServerError, match="Overloaded") as info:
-            await model.call(Request([user_message("Hi")]))
-    assert (info.value.status_code, info.value.request_id) == (529, "req_529_1")
-    assert info.value.body["error"]["type"] == "overloaded_error"
-
-
-@pytest.mark.anyio
-async def test_an_error_event_mid_stream_is_raised_once_and_not_retried(
-    server: AnthropicServer,
-) -> None:
-    server.script(*load_transcript("stream_error_event"))
-    model, sleeps = make_model(server)
-    async with model:
-        stream = model.stream(Request([user_message("Hi")]))
-        texts = []
-        with pytest.raises(ProviderServerError, match="Overloaded") as info:
-            async for chunk in stream:
-                texts.append(chunk.text)
-        with pytest.raises(StopAsyncIteration):
-            await stream.__anext__()
-    assert "Par" in texts
-    assert info.value.status_code == 200  # the HTTP status: the event stated none
-    assert info.value.request_id == "req_serr_1"
-    assert info.value.body["error"]["type"] == "overloaded_error"
-    assert sleeps.delays == [] and len(server.requests) == 1
-
-
-@pytest.mark.anyio
-async def test_a_stream_that_ends_early_is_a_connection_error(server: AnthropicServer) -> None:
-    events = load_transcript("stream_text")[0]["sse"]
-    server.script({"status": 200, "sse": events[:4]})
-    model, _ = make_model(server)
-    async with model:
-        with pytest.raises(ProviderConnectionError, match="before it finished"):
-            await collect(model.stream(Request([user_message("Hi")])))
-
-
-@pytest.mark.anyio
-async def test_a_finished_stream_without_message_stop_is_accepted(server: AnthropicServer) -> None:
-    events = load_transcript("stream_text")[0]["sse"]
-    server.script({"status": 200, "sse": events[:-1]})
-    model, _ = make_model(server)
-    async with model:
-        response = await collect(model.stream(Request([user_message("Hi")])))
-    assert response.text == "Hello world!"
-
-
-@pytest.mark.anyio
-async def test_a_malformed_event_is_an_invalid_response(server: AnthropicServer) -> None:
-    events = load_transcript("stream_text")[0]["sse"]
-    server.script({"status": 200, "sse": [*events[:2], {"$raw": "event: x\ndata: {oops\n\n"}]})
-    model, _ = make_model(server)
-    async with model:
-        with pytest.raises(InvalidResponseError, match="not valid JSON"):
-            await collect(model.stream(Request([user_message("Hi")])))
-
-
-@pytest.mark.anyio
-async def test_an_early_stop_closes_the_connection(server: AnthropicServer) -> None:
-    server.script(*load_transcript("stream_early_stop"))
-    model, _ = make_model(server)
-    async with model:
-        stream = model.stream(Request([user_message("Count")]))
-        texts = []
-        async for chunk in stream:
-            texts.append(chunk.text)
-            if chunk.text == " two":
-                break
-        await stream.aclose()  # type: ignore[attr-defined]
-        assert await anyio.to_thread.run_sync(server.closed_by_client.wait, 10)
-    assert texts[-2:] == ["one", " two"]
-
-
-@pytest.mark.anyio
-async def test_cancellation_mid_stream_closes_the_connection(server: AnthropicServer) -> None:
-    server.script(*load_transcript("stream_early_stop"))
-    model, _ = make_model(server)
-    texts: list[str] = []
-    async with model:
-        with anyio.move_on_after(0.3) as scope:
-            async for chunk in model.stream(Request([user_message("Count")])):
-                texts.append(chunk.text)  # the server holds after " two"
-        assert scope.cancelled_caught
-        assert await anyio.to_thread.run_sync(server.closed_by_client.wait, 10)
-    assert "".join(texts) == "one two"
-
-
-@pytest.mark.anyio
-async def test_a_server_that_ignores_stream_true(server: AnthropicServer) -> None:
-    server.script(*load_transcript("text"))
-    model, _ = make_model(server)
-    async with model:
-        chunks, response = await accumulate(model.stream(Request([user_message("Hi")])))
-    assert len(chunks) == 1 and response.text == "The capital of France is Paris."
-
-
-@pytest.mark.anyio
-async def test_a_stream_starts_nothing_until_iterated_and_validates_first(
-    server: AnthropicServer,
-) -> None:
-    model, _ = make_model(server)
-    bad = Request([user_message("Hi")], options=Options(frequency_penalty=0.5))
-    async with model:
-        stream = model.stream(bad)
-        assert server.requests == []
-        with pytest.raises(UnsupportedOptionError, match="frequency_penalty"):
-            await stream.__anext__()
-        with pytest.raises(UnsupportedOptionError, match="frequency_penalty"):
-            await model.call(bad)
-    assert server.requests == []
-
-
 # -------------------------------------------------------------------------- clients
-
-
-@pytest.mark.anyio
-async def test_environment_key_and_base_url(
-    server: AnthropicServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url + "/")
-    server.script(*load_transcript("text"))
-    async with AnthropicModel(
-        "claude-sonnet-4-5", headers={"anthropic-beta": "context-1m-2025-08-07"}
-    ) as model:
-        assert model.base_url == server.base_url
-        await model.call(Request([user_message("Hi")]))
-    (recorded,) = server.requests
-    assert recorded.path == "/v1/messages"
-    assert recorded.headers["x-api-key"] == "sk-ant-env"
-    assert recorded.headers["anthropic-beta"] == "context-1m-2025-08-07"
-
-
-@pytest.mark.anyio
-async def test_a_given_client_is_not_closed(server: AnthropicServer) -> None:
-    server.serve_repeatedly(load_transcript("text")[0])
-    async with httpx.AsyncClient() as client:
-        model = AnthropicModel(
-            "claude-sonnet-4-5", api_key="k", base_url=server.base_url, http_client=client
-        )
-        async with model:
-            await model.call(Request([user_message("Hi")]))
-        assert not client.is_closed
-    with pytest.raises(RuntimeError, match="AnthropicModel is closed"):
-        await model.call(Request([user_message("Hi")]))

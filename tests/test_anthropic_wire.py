@@ -8,6 +8,7 @@ field only an extension sets.
 from __future__ import annotations
 
 import base64
+import functools
 import subprocess
 import sys
 from typing import Any
@@ -37,8 +38,6 @@ from scope.chat import (
 from scope.errors import (
     AuthenticationError,
     BadRequestError,
-    InvalidOptionsError,
-    InvalidRequestError,
     InvalidResponseError,
     ProviderError,
     ProviderServerError,
@@ -50,16 +49,13 @@ from scope.metadata import Metadata
 from scope.models._anthropic_wire import EventMapper, build_body, parse_message
 from scope.models.anthropic import AnthropicModel
 from tests.anthropic_server import check_event, check_message, check_request_body
-from tests.helpers import EXACT_WEATHER, hello, merged
+from tests.helpers import ANTHROPIC, EXACT_WEATHER, hello, merged
+from tests.helpers import body_of as provider_body_of
 
 SIG = base64.b64encode(b"\x01signature bytes\xff").decode()  # padded: ends with "="
 
 
-def body_of(request: Request, *, stream: bool = False, defaults: Options | None = None) -> Any:
-    built = build_body(
-        request, default_options=defaults or Options(), model="claude-sonnet-4-5", stream=stream
-    )
-    return orjson.loads(orjson.dumps(built))
+body_of = functools.partial(provider_body_of, ANTHROPIC)
 
 
 # ----------------------------------------------------------------------------- requests
@@ -387,16 +383,6 @@ def test_default_options_lie_under_the_request_options() -> None:
     assert (body["model"], body["temperature"], body["max_tokens"]) == ("claude-opus-4-1", 0.1, 99)
 
 
-def test_no_model_anywhere_is_an_invalid_request() -> None:
-    with pytest.raises(InvalidRequestError, match="no model"):
-        build_body(hello(), default_options=Options(), model="", stream=False)
-
-
-def test_a_non_request_is_an_invalid_request() -> None:
-    with pytest.raises(InvalidRequestError, match="must be a Request"):
-        build_body("hi", default_options=Options(), model="m", stream=False)  # type: ignore[arg-type]
-
-
 @pytest.mark.parametrize(
     ("media", "match"),
     [
@@ -434,26 +420,6 @@ def test_assistant_parts_the_api_cannot_carry_are_refused(
 ) -> None:
     with pytest.raises(UnsupportedOptionError, match=f"messages\\[1\\].*{match}"):
         body_of(Request([user_message("Hi"), assistant_message(*parts), user_message("Go on")]))
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"model": " claude"}, "model must be a string without surrounding whitespace"),
-        ({"max_retries": -1}, "max_retries must be a non-negative integer"),
-        ({"retry_backoff": float("nan")}, "retry_backoff must be a finite number"),
-        ({"retry_max_delay": -1}, "retry_max_delay must be a finite number"),
-        ({"retry_backoff": 10**400}, "retry_backoff must be a finite number"),
-        ({"default_options": {"model": "x"}}, "default_options must be Options"),
-        ({"http_client": object()}, "http_client must be an httpx.AsyncClient"),
-        ({"base_url": "ftp://example.com"}, "base_url must be an http\\(s\\) URL"),
-        ({"base_url": "http://[::1"}, "is not a URL"),
-    ],
-)
-def test_constructor_arguments_are_checked(kwargs: dict[str, Any], match: str) -> None:
-    model = kwargs.pop("model", "claude-sonnet-4-5")
-    with pytest.raises(InvalidOptionsError, match=match):
-        AnthropicModel(model, **kwargs)
 
 
 def test_environment_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,23 +10,13 @@ Everything runs under asyncio and trio.
 from __future__ import annotations
 
 import json
-import socket
-from collections.abc import Iterator
-from typing import Any
 
-import anyio
-import anyio.lowlevel
-import httpx
 import pydantic
 import pytest
 
 from scope.chat import (
     FinishReason,
-    Message,
-    Model,
-    Options,
     Request,
-    Streamer,
     ToolCall,
     ToolOutput,
     ToolResult,
@@ -38,19 +28,19 @@ from scope.chat import (
     user_message,
 )
 from scope.errors import (
-    AuthenticationError,
     BadRequestError,
-    InvalidResponseError,
-    ProviderConnectionError,
     ProviderError,
     ProviderServerError,
-    ProviderTimeoutError,
     RateLimitError,
-    UnsupportedOptionError,
 )
-from scope.models import _http
 from scope.models.openai import OpenAIChatModel
-from tests.helpers import TIME, WEATHER, Sleeps, accumulate, recording_sleeps, tool_call_deltas
+from tests.helpers import (
+    OPENAI,
+    TIME,
+    WEATHER,
+    accumulate,
+    tool_call_deltas,
+)
 from tests.openai_server import (
     TRANSCRIPTS,
     OpenAIServer,
@@ -62,17 +52,8 @@ from tests.openai_server import (
 QUESTION = Request([user_message("What's the weather in Paris?")], tools=[WEATHER, TIME])
 
 
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as srv:
-        yield srv
-    srv.check_requests()
-
-
-def make_model(server: OpenAIServer, **kwargs: Any) -> tuple[OpenAIChatModel, Sleeps]:
-    kwargs.setdefault("api_key", "sk-test")
-    kwargs.setdefault("retry_backoff", 0.01)
-    return recording_sleeps(OpenAIChatModel("gpt-4o-mini", base_url=server.base_url, **kwargs))
+server = OPENAI.server_fixture()
+make_model = OPENAI.recorded
 
 
 # ------------------------------------------------------------------------ transcripts
@@ -121,12 +102,6 @@ def test_nonstandard_transcripts_are_refused_by_the_openai_sdk() -> None:
                     refused += 1
         assert refused, path.name
     assert marked >= 4
-
-
-def test_the_model_is_a_model_and_a_streamer() -> None:
-    model = OpenAIChatModel("gpt-4o-mini", api_key="k")
-    assert isinstance(model, Model) and isinstance(model, Streamer)
-    assert OpenAIChatModel.__module__ == "scope.models.openai"
 
 
 # ------------------------------------------------------------------------------- call
@@ -310,83 +285,6 @@ async def test_stream_deepseek_reasoning(server: OpenAIServer) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_malformed_event_raises_once(server: OpenAIServer) -> None:
-    server.script(*load_transcript("stream_malformed"))
-    model, sleeps = make_model(server)
-    async with model:
-        stream = model.stream(Request([user_message("Hi")]))
-        first = await stream.__anext__()
-        assert first.text == "Hel"
-        with pytest.raises(InvalidResponseError, match="not valid JSON"):
-            await stream.__anext__()
-        with pytest.raises(StopAsyncIteration):
-            await stream.__anext__()
-    assert len(server.requests) == 1 and sleeps.delays == []
-
-
-@pytest.mark.anyio
-async def test_a_dropped_connection_raises_once(server: OpenAIServer) -> None:
-    server.script(*load_transcript("stream_dropped"))
-    model, sleeps = make_model(server)
-    async with model:
-        stream = model.stream(Request([user_message("Tell me a story")]))
-        texts = [(await stream.__anext__()).text, (await stream.__anext__()).text]
-        with pytest.raises(ProviderConnectionError) as info:
-            await stream.__anext__()
-        with pytest.raises(StopAsyncIteration):
-            await stream.__anext__()
-    assert texts == ["Once upon", " a time"]
-    assert isinstance(info.value.__cause__, httpx.HTTPError)
-    assert len(server.requests) == 1 and sleeps.delays == []  # never retried mid-stream
-
-
-@pytest.mark.anyio
-async def test_an_early_stop_closes_the_connection(server: OpenAIServer) -> None:
-    server.script(*load_transcript("stream_early_stop"))
-    model, _ = make_model(server)
-    async with model:
-        stream = model.stream(Request([user_message("Count")]))
-        assert (await stream.__anext__()).text == "one"
-        assert (await stream.__anext__()).text == " two"
-        await stream.aclose()  # type: ignore[attr-defined]
-        # The server is blocked reading the socket: it sees EOF only if the client closed.
-        closed = await anyio.to_thread.run_sync(server.closed_by_client.wait, 10)
-        assert closed
-        assert model._client is not None
-        assert not model._client.is_closed  # the connection, not the client, was closed
-
-
-@pytest.mark.anyio
-async def test_cancellation_mid_stream_closes_the_connection(server: OpenAIServer) -> None:
-    server.script(*load_transcript("stream_early_stop"))
-    model, _ = make_model(server)
-    texts: list[str] = []
-    async with model:
-        with anyio.move_on_after(0.3) as scope:
-            async for chunk in model.stream(Request([user_message("Count")])):
-                texts.append(chunk.text)  # the fourth chunk never comes
-        assert scope.cancelled_caught
-        assert texts == ["one", " two", " three"]
-        assert await anyio.to_thread.run_sync(server.closed_by_client.wait, 10)
-
-
-@pytest.mark.anyio
-async def test_an_error_event_mid_stream(server: OpenAIServer) -> None:
-    server.script(*load_transcript("stream_error_event"))
-    model, _ = make_model(server)
-    async with model:
-        stream = model.stream(Request([user_message("Hi")]))
-        assert (await stream.__anext__()).text == "Par"
-        with pytest.raises(ProviderError, match="overloaded") as info:
-            await stream.__anext__()
-    # The error type says what the missing status would have: a server error.
-    assert type(info.value) is ProviderServerError
-    assert info.value.body["error"]["type"] == "server_error"
-    assert info.value.status_code == 200
-    assert info.value.request_id == "req_err_1"
-
-
-@pytest.mark.anyio
 async def test_an_error_object_in_a_200_body(server: OpenAIServer) -> None:
     error = {"message": "The engine is currently overloaded", "type": "server_error"}
     server.script(
@@ -400,60 +298,6 @@ async def test_an_error_object_in_a_200_body(server: OpenAIServer) -> None:
     assert info.value.status_code == 200  # stated by no one: the HTTP status
     assert info.value.request_id == "req_body_err"
     assert info.value.body == {"error": error}
-
-
-@pytest.mark.anyio
-async def test_a_stream_that_ends_early_is_a_connection_error(server: OpenAIServer) -> None:
-    chunk = load_transcript("stream_text")[0]["sse"][1]
-    server.script({"status": 200, "sse": [chunk]})
-    model, _ = make_model(server)
-    async with model:
-        with pytest.raises(ProviderConnectionError, match="before it finished"):
-            await collect(model.stream(Request([user_message("Hi")])))
-
-
-@pytest.mark.anyio
-async def test_a_finished_stream_without_done_is_accepted(server: OpenAIServer) -> None:
-    events = load_transcript("stream_text")[0]["sse"]
-    server.script({"status": 200, "sse": events[:-1]})  # no [DONE]
-    model, _ = make_model(server)
-    async with model:
-        response = await collect(model.stream(Request([user_message("Hi")])))
-    assert response.text == "Hello world!"
-
-
-@pytest.mark.anyio
-async def test_a_server_that_ignores_stream_true(server: OpenAIServer) -> None:
-    server.script(*load_transcript("plain_answer"))
-    model, _ = make_model(server)
-    async with model:
-        chunks, response = await accumulate(model.stream(Request([user_message("Hi")])))
-    assert len(chunks) == 1 and response.text == "The capital of France is Paris."
-
-
-@pytest.mark.anyio
-async def test_a_stream_starts_nothing_until_iterated_and_validates_first(
-    server: OpenAIServer,
-) -> None:
-    model, _ = make_model(server)
-    async with model:
-        stream = model.stream(Request([user_message("Hi")], options=Options(top_k=3)))
-        assert server.requests == []
-        with pytest.raises(UnsupportedOptionError, match="top_k"):
-            await stream.__anext__()
-        with pytest.raises(UnsupportedOptionError, match="top_k"):
-            await model.call(Request([user_message("Hi")], options=Options(top_k=3)))
-    assert server.requests == []
-
-
-@pytest.mark.anyio
-async def test_stream_retries_before_the_first_byte(server: OpenAIServer) -> None:
-    server.script(load_transcript("server_error_twice")[0], *load_transcript("stream_text"))
-    model, sleeps = make_model(server)
-    async with model:
-        response = await collect(model.stream(Request([user_message("Hi")])))
-    assert response.text == "Hello world!"
-    assert len(server.requests) == 2 and len(sleeps.delays) == 1
 
 
 # ------------------------------------------------------- what real servers send
@@ -567,292 +411,4 @@ async def test_openrouter_error_chunk_is_a_rate_limit(server: OpenAIServer) -> N
 # ---------------------------------------------------------------- errors and retries
 
 
-@pytest.mark.anyio
-async def test_rate_limit_then_success_honours_retry_after(server: OpenAIServer) -> None:
-    server.script(*load_transcript("rate_limit_then_ok"))
-    model, sleeps = make_model(server)
-    async with model:
-        response = await model.call(Request([user_message("Hi")]))
-    assert response.text == "Done waiting."
-    assert sleeps.delays == [2.0]
-    first, second = server.requests
-    assert first.body == second.body
-
-
-@pytest.mark.anyio
-async def test_rate_limit_exhausted(server: OpenAIServer) -> None:
-    server.script(*load_transcript("rate_limit_then_ok"))
-    model, sleeps = make_model(server, max_retries=0)
-    async with model:
-        with pytest.raises(RateLimitError) as info:
-            await model.call(Request([user_message("Hi")]))
-    error = info.value
-    assert (error.status_code, error.retry_after, error.request_id) == (429, 2.0, "req_429_1")
-    assert error.body["error"]["code"] == "rate_limit_exceeded"
-    assert "Rate limit reached" in str(error) and "req_429_1" in str(error)
-    assert sleeps.delays == [] and len(server.requests) == 1
-
-
-@pytest.mark.anyio
-async def test_a_retry_after_longer_than_allowed_is_not_waited(server: OpenAIServer) -> None:
-    server.script(*load_transcript("rate_limit_then_ok"))
-    model, sleeps = make_model(server, retry_max_delay=1.0)
-    async with model:
-        with pytest.raises(RateLimitError) as info:
-            await model.call(Request([user_message("Hi")]))
-    assert info.value.retry_after == 2.0
-    assert sleeps.delays == [] and len(server.requests) == 1
-
-
-@pytest.mark.anyio
-async def test_server_errors_twice_then_success(server: OpenAIServer) -> None:
-    server.script(*load_transcript("server_error_twice"))
-    model, sleeps = make_model(server, retry_backoff=0.1)
-    async with model:
-        response = await model.call(Request([user_message("Hi")]))
-    assert response.text == "Third time lucky."
-    assert len(server.requests) == 3
-    first, second = sleeps.delays
-    assert 0.075 <= first <= 0.1 and 0.15 <= second <= 0.2  # exponential, with jitter
-
-
-@pytest.mark.anyio
-async def test_server_errors_exhausted(server: OpenAIServer) -> None:
-    server.script(*load_transcript("server_error_twice"))
-    model, sleeps = make_model(server, max_retries=1)
-    async with model:
-        with pytest.raises(ProviderServerError) as info:
-            await model.call(Request([user_message("Hi")]))
-    assert (info.value.status_code, info.value.request_id) == (500, "req_500_2")
-    assert len(server.requests) == 2 and len(sleeps.delays) == 1
-
-
-@pytest.mark.anyio
-async def test_unauthorized(server: OpenAIServer) -> None:
-    server.script(*load_transcript("unauthorized"))
-    model, sleeps = make_model(server, api_key="sk-bad")
-    async with model:
-        with pytest.raises(AuthenticationError, match="Incorrect API key") as info:
-            await model.call(Request([user_message("Hi")]))
-    assert (info.value.status_code, info.value.request_id) == (401, "req_401_1")
-    assert sleeps.delays == [] and len(server.requests) == 1
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize(
-    ("status", "error"),
-    [
-        (400, BadRequestError),
-        (403, AuthenticationError),
-        (404, BadRequestError),
-        (409, BadRequestError),
-        (413, BadRequestError),
-        (422, BadRequestError),
-        (302, ProviderError),
-        (503, ProviderServerError),
-    ],
-)
-async def test_status_mapping(
-    server: OpenAIServer, status: int, error: type[ProviderError]
-) -> None:
-    server.script({"status": status, "json": {"error": {"message": f"status {status}"}}})
-    model, _ = make_model(server, max_retries=0)
-    async with model:
-        with pytest.raises(ProviderError, match=f"status {status}") as info:
-            await model.call(Request([user_message("Hi")]))
-    assert type(info.value) is error
-    assert info.value.status_code == status
-
-
-@pytest.mark.anyio
-async def test_a_non_json_error_body_is_kept_as_text(server: OpenAIServer) -> None:
-    server.script({"status": 502, "sse": [{"$raw": "<html>Bad gateway</html>"}]})
-    model, _ = make_model(server, max_retries=0)
-    async with model:
-        with pytest.raises(ProviderServerError, match="Bad gateway") as info:
-            await collect(model.stream(Request([user_message("Hi")])))
-    assert info.value.body == "<html>Bad gateway</html>"
-
-
-@pytest.mark.anyio
-async def test_an_error_body_cut_short_still_maps_the_status(server: OpenAIServer) -> None:
-    server.script({"status": 503, "sse": [{"$drop": True}]})
-    model, _ = make_model(server, max_retries=0)
-    async with model:
-        with pytest.raises(ProviderServerError) as info:
-            await collect(model.stream(Request([user_message("Hi")])))
-    assert (info.value.status_code, info.value.body) == (503, None)
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-@pytest.mark.anyio
-async def test_connection_refused_is_retried_then_raised() -> None:
-    model = OpenAIChatModel(
-        "gpt-4o-mini", api_key="k", base_url=f"http://127.0.0.1:{_closed_port()}/v1"
-    )
-    sleeps = Sleeps()
-    model._sleep = sleeps
-    async with model:
-        with pytest.raises(ProviderConnectionError) as info:
-            await model.call(Request([user_message("Hi")]))
-        with pytest.raises(ProviderConnectionError):
-            await collect(model.stream(Request([user_message("Hi")])))
-    assert isinstance(info.value.__cause__, httpx.ConnectError)
-    assert len(sleeps.delays) == 4
-
-
-@pytest.mark.anyio
-async def test_a_read_timeout_is_not_retried(server: OpenAIServer) -> None:
-    server.script({"stall": True})
-    model, sleeps = make_model(server, timeout=0.2)
-    async with model:
-        with pytest.raises(ProviderTimeoutError) as info:
-            await model.call(Request([user_message("Hi")]))
-    assert isinstance(info.value.__cause__, httpx.ReadTimeout)
-    assert sleeps.delays == [] and len(server.requests) == 1
-
-
-@pytest.mark.anyio
-async def test_cancellation_during_backoff_propagates(server: OpenAIServer) -> None:
-    server.serve_repeatedly(load_transcript("server_error_twice")[0])
-    model = OpenAIChatModel("m", api_key="k", base_url=server.base_url, retry_backoff=30)
-    async with model:
-        with anyio.move_on_after(0.3) as scope:
-            await model.call(Request([user_message("Hi")]))
-    assert scope.cancelled_caught
-    assert len(server.requests) == 1
-
-
-def test_every_httpx_error_is_mapped() -> None:
-    def subclasses(cls: type[httpx.HTTPError]) -> Iterator[type[httpx.HTTPError]]:
-        for sub in cls.__subclasses__():
-            yield sub
-            yield from subclasses(sub)
-
-    request = httpx.Request("POST", "http://x.test")
-    response = httpx.Response(500, request=request)
-    seen: set[type[httpx.HTTPError]] = set()
-    classes: list[type[httpx.HTTPError]] = [httpx.HTTPError, *subclasses(httpx.HTTPError)]
-    for cls in classes:
-        exc: httpx.HTTPError
-        if cls is httpx.HTTPStatusError:
-            exc = httpx.HTTPStatusError("boom", request=request, response=response)
-        else:
-            exc = cls("boom")
-        mapped = _http.map_transport_error(exc)
-        expected: type[Exception]
-        if issubclass(cls, httpx.TimeoutException):
-            expected = ProviderTimeoutError
-        elif issubclass(cls, httpx.DecodingError):
-            expected = InvalidResponseError
-        else:
-            expected = ProviderConnectionError
-        assert type(mapped) is expected, cls
-        seen.add(cls)
-    assert httpx.RemoteProtocolError in seen and httpx.PoolTimeout in seen
-
-
 # -------------------------------------------------------------------------- clients
-
-
-@pytest.mark.anyio
-async def test_own_client_is_closed_and_a_given_one_is_not(server: OpenAIServer) -> None:
-    server.serve_repeatedly(load_transcript("plain_answer")[0])
-    model, _ = make_model(server)
-    assert model._client is None  # nothing created before first use
-    async with model:
-        await model.call(Request([user_message("Hi")]))
-        own = model._client
-        assert own is not None
-    assert own.is_closed
-    with pytest.raises(RuntimeError, match="closed"):
-        await model.call(Request([user_message("Hi")]))
-
-    async with httpx.AsyncClient() as client:
-        given = OpenAIChatModel(
-            "gpt-4o-mini", api_key="k", base_url=server.base_url, http_client=client
-        )
-        async with given:
-            await given.call(Request([user_message("Hi")]))
-        await given.aclose()  # idempotent
-        assert not client.is_closed
-        response = await client.get(server.base_url.replace("/v1", "/"))
-        assert response.status_code == 501  # the client still works
-
-
-@pytest.mark.anyio
-async def test_environment_api_key_reaches_the_server(
-    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
-    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-    server.script(*load_transcript("plain_answer"))
-    async with OpenAIChatModel("gpt-4o-mini", headers={"X-Trace": "t1"}) as model:
-        await model.call(Request([user_message("Hi")]))
-    (recorded,) = server.requests
-    assert recorded.headers["authorization"] == "Bearer sk-from-env"
-    assert recorded.headers["x-trace"] == "t1"
-
-
-@pytest.mark.anyio
-async def test_concurrent_calls_share_one_model(server: OpenAIServer) -> None:
-    server.serve_repeatedly(load_transcript("plain_answer")[0])
-    model, _ = make_model(server)
-    results: list[Message] = []
-
-    async def one() -> None:
-        response = await model.call(Request([user_message("Hi")]))
-        assert response.output is not None and response.output.message is not None
-        results.append(response.output.message)
-
-    async with model, anyio.create_task_group() as tg:
-        for _ in range(8):
-            tg.start_soon(one)
-    assert len(results) == 8 and len(server.requests) == 8
-
-
-def _capturing_client(seen: list[httpx.Request], **kwargs: Any) -> httpx.AsyncClient:
-    completion = load_transcript("plain_answer")[0]["json"]
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json=completion)
-
-    return httpx.AsyncClient(transport=httpx.MockTransport(handler), **kwargs)
-
-
-@pytest.mark.anyio
-async def test_an_explicit_timeout_none_overrides_a_given_clients_timeout() -> None:
-    # timeout=None with http_client means "no timeout for these requests", not "the
-    # client's own timeout" (which leaving timeout out means).
-    seen: list[httpx.Request] = []
-    async with _capturing_client(seen, timeout=5.0) as client:
-        unlimited = OpenAIChatModel("m", base_url="http://x/v1", http_client=client, timeout=None)
-        await unlimited.call(Request([user_message("Hi")]))
-        default = OpenAIChatModel("m", base_url="http://x/v1", http_client=client)
-        await default.call(Request([user_message("Hi")]))
-    assert seen[0].extensions["timeout"] == httpx.Timeout(None).as_dict()
-    assert seen[1].extensions["timeout"] == httpx.Timeout(5.0).as_dict()
-
-
-@pytest.mark.anyio
-async def test_headers_override_the_defaults_whatever_their_case() -> None:
-    seen: list[httpx.Request] = []
-    async with _capturing_client(seen) as client:
-        model = OpenAIChatModel(
-            "m",
-            api_key="sk-default",
-            base_url="http://x/v1",
-            http_client=client,
-            headers={"authorization": "Bearer sk-other", "user-agent": "mine/1"},
-        )
-        await model.call(Request([user_message("Hi")]))
-    (request,) = seen
-    assert request.headers.get_list("authorization") == ["Bearer sk-other"]
-    assert request.headers.get_list("user-agent") == ["mine/1"]

@@ -1,0 +1,173 @@
+"""A tool loop through the history Middleware, end to end against each provider's
+loopback server (tests.helpers.PROVIDERS), under asyncio and trio, by ``call`` and by
+``stream``: a tool call (two in parallel for OpenAI's stream; with extended thinking
+for Anthropic), the tool results, the final answer; the next turn replays the stored
+turn (for Anthropic the thinking block, signature byte for byte)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from scope.chat import (
+    FinishReason,
+    Options,
+    Request,
+    Response,
+    ToolDefinition,
+    ToolOutput,
+    ToolResult,
+    collect,
+    system_message,
+    tool_message,
+    user_message,
+    wrap,
+    wrap_stream,
+)
+from scope.history import Middleware
+from scope.historystores.sqlite import SQLiteStore
+from tests.helpers import ANTHROPIC, OPENAI, TIME, WEATHER, Provider
+from tests.openai_server import OpenAIServer
+
+pytestmark = pytest.mark.anyio
+
+
+@attrs.frozen
+class Turn:
+    """One provider's tool loop in one mode: the transcripts of the tool call and the
+    final answer, the transcript answering the replaying turn, the tool outputs (one a
+    call), the final text."""
+
+    transcripts: list[str]
+    replay: str
+    outputs: list[str]
+    final: str
+
+
+def _check_openai(bodies: list[Any], calls: int) -> None:
+    tools = ["tool"] * calls
+    assert [m["role"] for m in bodies[1]["messages"]] == ["system", "user", "assistant", *tools]
+    assert [m["role"] for m in bodies[2]["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        *tools,
+        "assistant",
+        "user",
+    ]
+
+
+def _check_anthropic(bodies: list[Any], calls: int) -> None:
+    thinking = bodies[1]["messages"][1]["content"][0]
+    assert thinking["type"] == "thinking" and thinking["signature"]
+    assert bodies[2]["messages"][1]["content"][0] == thinking
+    assert bodies[2]["system"] == [{"type": "text", "text": "Be brief."}]
+    assert [m["role"] for m in bodies[2]["messages"]] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+
+
+@attrs.frozen
+class Loop:
+    provider: Provider
+    tools: list[ToolDefinition]
+    options: Options
+    turns: dict[str, Turn]
+    #: Checks the requests sent (tool call, tool results, replaying turn).
+    check_bodies: Callable[[list[Any], int], None]
+
+    def __str__(self) -> str:
+        return self.provider.name
+
+
+ONE_CALL = "It is 18°C and sunny in Paris."
+LOOPS = [
+    Loop(
+        OPENAI,
+        [WEATHER, TIME],
+        Options(),
+        {
+            "call": Turn(["tool_turn"], "plain_answer", ["18C, sunny"], ONE_CALL),
+            "stream": Turn(
+                ["stream_parallel_tools", "stream_final_answer"],
+                "stream_text",
+                ["18C", "14:05"],
+                "It is 18°C in Paris and 14:05 there.",
+            ),
+        },
+        _check_openai,
+    ),
+    Loop(
+        ANTHROPIC,
+        [WEATHER],
+        Options(reasoning_effort="low"),
+        {
+            "call": Turn(["thinking_tool_turn"], "text", ["18C, sunny"], ONE_CALL),
+            "stream": Turn(["stream_thinking_tool_turn"], "stream_text", ["18C, sunny"], ONE_CALL),
+        },
+        _check_anthropic,
+    ),
+]
+
+
+@pytest.mark.parametrize("loop", LOOPS, ids=str)
+@pytest.mark.parametrize("mode", ["call", "stream"])
+async def test_tool_loop_through_the_history_middleware(
+    loop: Loop, mode: str, tmp_path: Path
+) -> None:
+    steps = loop.turns[mode]
+    load = loop.provider.load_transcript
+    with loop.provider.serve() as server:
+        server.script(*(e for name in steps.transcripts for e in load(name)), *load(steps.replay))
+        bodies = await _run(loop, server, mode, tmp_path)
+    loop.check_bodies(bodies, len(steps.outputs))
+
+
+async def _run(loop: Loop, server: OpenAIServer, mode: str, tmp_path: Path) -> list[Any]:
+    """The tool loop of ``loop`` in ``mode`` against ``server``; the bodies it sent."""
+    steps = loop.turns[mode]
+    model = loop.provider.make(server.base_url)
+    async with model, await SQLiteStore.open(tmp_path / "h.db") as store:
+        middleware = Middleware(store, store, "paris")
+
+        async def send(request: Request) -> Response:
+            if mode == "call":
+                return await wrap(model, middleware.call).call(request)
+            return await collect(wrap_stream(model, middleware.stream).stream(request))
+
+        system = system_message("Be brief.")
+        turn = [user_message("What's the weather in Paris?")]
+        first = await send(Request([system, *turn], tools=loop.tools, options=loop.options))
+        assert first.output is not None and first.output.message is not None
+        assert first.output.finish_reason is FinishReason.TOOL_CALLS
+        assert await store.read("paris") == []  # the tool-call pause writes nothing
+        calls = first.output.message.tool_calls
+        results = [
+            ToolResult(call.id, call.name, ToolOutput.of_text(text))
+            for call, text in zip(calls, steps.outputs, strict=True)
+        ]
+        final = await send(
+            Request(
+                [system, *turn, first.output.message, tool_message(*results)],
+                tools=loop.tools,
+                options=loop.options,
+            )
+        )
+        assert final.text == steps.final
+        assert final.output is not None and final.output.finish_reason is FinishReason.STOP
+        stored = await store.read("paris")
+        assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+        assert stored[1] == first.output.message
+        assert len(stored[1].tool_calls) == len(steps.outputs)
+        assert stored[3].text == final.text
+        # The next turn replays the stored turn.
+        await send(Request([system, user_message("And tomorrow?")], tools=loop.tools))
+    return server.bodies()
