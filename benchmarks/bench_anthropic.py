@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -38,13 +37,12 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _loopback import interleaved, print_table, scope_contenders, server_process
 from bench_openai import canned_stream as openai_stream
-from bench_openai import interleaved
 
 from scope.chat import Request, ResponseAccumulator, user_message
 from scope.models._anthropic_wire import EventMapper
 from scope.models._openai_wire import ChunkMapper
-from scope.models._sse import SSEDecoder
 from scope.models.anthropic import AnthropicModel
 from tests.anthropic_server import AnthropicServer
 
@@ -171,40 +169,10 @@ async def measure(base_url: str, chunks: int, runs: int) -> list[tuple[str, floa
         pass  # reported as skipped
     async with contextlib.AsyncExitStack() as stack:
         client = await stack.enter_async_context(httpx.AsyncClient())
-
-        async def floor() -> int:
-            size = 0
-            async with client.stream("POST", url, json=BODY) as response:
-                async for raw in response.aiter_bytes():
-                    size += len(raw)
-            return size
-
-        async def sse_json() -> int:
-            count = 0
-            decoder = SSEDecoder()
-            async with client.stream("POST", url, json=BODY) as response:
-                async for raw in response.aiter_bytes():
-                    for _, data in decoder.feed(raw):
-                        orjson.loads(data)
-                        count += 1
-            return count
-
         model = AnthropicModel(MODEL, api_key="sk-bench", base_url=base_url, http_client=client)
-
-        async def scope_stream() -> int:
-            count = 0
-            async for _ in model.stream(REQUEST):
-                count += 1
-            return count
-
-        async def scope_accumulate() -> str:
-            accumulator = ResponseAccumulator()
-            async for chunk in model.stream(REQUEST):
-                accumulator.add(chunk)
-            response = accumulator.response()
-            assert response is not None and response.usage.output_tokens == chunks
-            assert response.text == expected, "wrong text"
-            return response.text
+        shared = scope_contenders(
+            client, url, BODY, model, REQUEST, chunks=chunks, expected=expected
+        )
 
         sdk_stream: Callable[[], Awaitable[object]] | None = None
         sdk_join: Callable[[], Awaitable[object]] | None = None
@@ -243,10 +211,7 @@ async def measure(base_url: str, chunks: int, runs: int) -> list[tuple[str, floa
         return await interleaved(
             runs,
             [
-                ("httpx bytes (floor)", floor),
-                ("httpx + SSE + orjson", sse_json),
-                ("scope stream", scope_stream),
-                ("scope stream + accumulate", scope_accumulate),
+                *shared,
                 ("anthropic SDK stream", sdk_stream),
                 ("anthropic SDK + join text", sdk_join),
             ],
@@ -277,33 +242,14 @@ def main() -> None:
         extra = (seconds - floor) / events * 1e6
         print(f"{name:<34}{seconds * 1e3:>10.2f}{seconds / events * 1e6:>10.2f}{extra:>16.2f}")
 
-    parent, child = multiprocessing.get_context("spawn").Pipe()
-    process = multiprocessing.get_context("spawn").Process(
-        target=serve, args=(child, args.chunks), daemon=True
-    )
-    process.start()
-    try:
-        base_url = parent.recv()
+    with server_process(serve, args.chunks) as base_url:
         rows = anyio.run(measure, base_url, args.chunks, args.runs)
-    finally:
-        parent.send("stop")
-        process.join(10)
-    http_floor = rows[0][1]
-    assert http_floor is not None
     events = args.chunks + 6
     print(
         f"\nOver loopback HTTP: {args.chunks} content chunks ({events} events), best of "
         f"{args.runs}, asyncio, burst: whole body in one send\n"
     )
-    print(f"{'contender':<28}{'best ms':>10}{'us/chunk':>10}{'x floor':>9}{'+us/chunk':>11}")
-    for name, seconds in rows:
-        if seconds is None:
-            print(f"{name:<28}{'skipped (anthropic not installed)':>40}")
-            continue
-        per = seconds / events * 1e6
-        extra = (seconds - http_floor) / events * 1e6
-        ratio = seconds / http_floor
-        print(f"{name:<28}{seconds * 1e3:>10.2f}{per:>10.2f}{ratio:>9.2f}{extra:>11.2f}")
+    print_table(rows, events, "anthropic")
 
 
 if __name__ == "__main__":

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -37,12 +35,13 @@ from typing import Any
 
 import anyio
 import httpx
-import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scope.chat import Request, ResponseAccumulator, user_message
-from scope.models._sse import SSEDecoder
+from _loopback import interleaved, print_table, scope_contenders, server_process
+
+from scope.chat import Request, user_message
 from scope.models.openai import OpenAIChatModel
 from tests.openai_server import OpenAIServer
 
@@ -79,6 +78,9 @@ def canned_stream(chunks: int) -> list[Any]:
     return events
 
 
+#: The end of an OpenAI stream: an SSE data line that is not JSON.
+DONE = b"[DONE]"
+
 REQUEST = Request([user_message("Count to two thousand.")])
 BODY = {
     "model": MODEL,
@@ -86,25 +88,6 @@ BODY = {
     "stream": True,
     "stream_options": {"include_usage": True},
 }
-
-
-async def interleaved(
-    runs: int, contenders: list[tuple[str, Callable[[], Awaitable[object]] | None]]
-) -> list[tuple[str, float | None]]:
-    """Best time of each contender; rounds interleave them, so load spikes hit all alike."""
-    best: dict[str, float] = {}
-    for name, fn in contenders:
-        if fn is not None:
-            await fn()  # warm-up: connection, caches
-            best[name] = float("inf")
-    for _ in range(runs):
-        for name, fn in contenders:
-            if fn is None:
-                continue
-            start = time.perf_counter()
-            await fn()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return [(name, best.get(name)) for name, _ in contenders]
 
 
 async def measure(base_url: str, chunks: int, runs: int) -> list[tuple[str, float | None]]:
@@ -119,41 +102,10 @@ async def measure(base_url: str, chunks: int, runs: int) -> list[tuple[str, floa
         pass  # reported as skipped
     async with contextlib.AsyncExitStack() as stack:
         client = await stack.enter_async_context(httpx.AsyncClient())
-
-        async def floor() -> int:
-            size = 0
-            async with client.stream("POST", url, json=BODY) as response:
-                async for raw in response.aiter_bytes():
-                    size += len(raw)
-            return size
-
-        async def sse_json() -> int:
-            count = 0
-            decoder = SSEDecoder()
-            async with client.stream("POST", url, json=BODY) as response:
-                async for raw in response.aiter_bytes():
-                    for _, data in decoder.feed(raw):
-                        if data != b"[DONE]":
-                            orjson.loads(data)
-                            count += 1
-            return count
-
         model = OpenAIChatModel(MODEL, api_key="sk-bench", base_url=base_url, http_client=client)
-
-        async def scope_stream() -> int:
-            count = 0
-            async for _ in model.stream(REQUEST):
-                count += 1
-            return count
-
-        async def scope_accumulate() -> str:
-            accumulator = ResponseAccumulator()
-            async for chunk in model.stream(REQUEST):
-                accumulator.add(chunk)
-            response = accumulator.response()
-            assert response is not None and response.usage.output_tokens == chunks
-            assert response.text == expected, "wrong text"
-            return response.text
+        shared = scope_contenders(
+            client, url, BODY, model, REQUEST, chunks=chunks, expected=expected, end_marker=DONE
+        )
 
         sdk_stream: Callable[[], Awaitable[object]] | None = None
         sdk_join: Callable[[], Awaitable[object]] | None = None
@@ -192,10 +144,7 @@ async def measure(base_url: str, chunks: int, runs: int) -> list[tuple[str, floa
         return await interleaved(
             runs,
             [
-                ("httpx bytes (floor)", floor),
-                ("httpx + SSE + orjson", sse_json),
-                ("scope stream", scope_stream),
-                ("scope stream + accumulate", scope_accumulate),
+                *shared,
                 ("openai SDK stream", sdk_stream),
                 ("openai SDK + join text", sdk_join),
             ],
@@ -216,30 +165,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--paced", action="store_true", help="one event per send")
     args = parser.parse_args()
-    parent, child = multiprocessing.get_context("spawn").Pipe()
-    process = multiprocessing.get_context("spawn").Process(
-        target=serve, args=(child, args.chunks, args.paced), daemon=True
-    )
-    process.start()
-    try:
-        base_url = parent.recv()
+    with server_process(serve, args.chunks, args.paced) as base_url:
         rows = anyio.run(measure, base_url, args.chunks, args.runs)
-    finally:
-        parent.send("stop")
-        process.join(10)
-    floor = rows[0][1]
-    assert floor is not None
     events = args.chunks + 3
     mode = "paced: one event per send" if args.paced else "burst: whole body in one send"
     print(f"{args.chunks} content chunks ({events} events), best of {args.runs}, asyncio, {mode}\n")
-    print(f"{'contender':<28}{'best ms':>10}{'us/chunk':>10}{'x floor':>9}{'+us/chunk':>11}")
-    for name, seconds in rows:
-        if seconds is None:
-            print(f"{name:<28}{'skipped (openai not installed)':>40}")
-            continue
-        per = seconds / events * 1e6
-        extra = (seconds - floor) / events * 1e6
-        print(f"{name:<28}{seconds * 1e3:>10.2f}{per:>10.2f}{seconds / floor:>9.2f}{extra:>11.2f}")
+    print_table(rows, events, "openai")
 
 
 if __name__ == "__main__":

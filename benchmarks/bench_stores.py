@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 import time
 import uuid
@@ -34,9 +35,12 @@ from typing import Any
 
 import anyio
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from scope.chat import assistant_message, user_message
 from scope.history import Batch
 from scope.history.inmemory import InMemoryStore as InMemoryStore
+from tests.servers import drop_keys, drop_tables
 
 USER = "What is the capital of France, and why is it famous? " * 2
 ASSISTANT = "Paris. It is known for art, food, history and the Eiffel Tower. " * 3
@@ -142,7 +146,7 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
                 pg = await PostgresStore.open(
                     dsn, table_prefix=prefix, max_size=16, decoded_cache_messages=0
                 )
-                stack.push_async_callback(drop_postgres, dsn, prefix)
+                stack.push_async_callback(drop_tables, dsn, prefix)
                 stack.push_async_callback(pg.aclose)
                 out.append(("PostgresStore", scope_adapter(pg)))
             except Exception as exc:  # report and go on: a benchmark, not a test
@@ -157,7 +161,7 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
 
                 key_prefix = f"scope-bench:{uuid.uuid4().hex[:8]}"
                 rs = await RedisStore.open(url, prefix=key_prefix, decoded_cache_messages=0)
-                stack.push_async_callback(drop_redis, url, key_prefix)
+                stack.push_async_callback(drop_keys, url, key_prefix)
                 stack.push_async_callback(rs.aclose)
                 out.append(("RedisStore", scope_adapter(rs)))
             except Exception as exc:
@@ -170,31 +174,6 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
         except ImportError:
             out.append(("agents SQLiteSession", "skipped: openai-agents not installed"))
         yield out
-
-
-async def drop_postgres(dsn: str, prefix: str) -> None:
-    import asyncpg  # type: ignore[import-untyped]
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(
-            f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations", "{prefix}_schema";'
-            f'DROP FUNCTION IF EXISTS "{prefix}_append"'
-        )
-    finally:
-        await conn.close()
-
-
-async def drop_redis(url: str, prefix: str) -> None:
-    import redis.asyncio as aioredis
-
-    client = aioredis.Redis.from_url(url)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
-        for start in range(0, len(keys), 500):
-            await client.delete(*keys[start : start + 500])
-    finally:
-        await client.aclose()
 
 
 async def best_of(repeats: int, fn: Callable[[int], Awaitable[None]]) -> float:
