@@ -308,9 +308,43 @@ def _openai_params(streaming: bool) -> Any:
 
 def check_request_body(body: Any) -> None:
     """Validate a request body with the official ``openai`` package's request types
-    (``validate_body``)."""
+    (``validate_body``).
+
+    The state compatible servers attach (DESIGN §7e), which the SDK's types do not
+    list, is checked here by hand and removed before they see the body: an assistant
+    message's ``reasoning_content`` (a string, only beside ``tool_calls``) and
+    ``reasoning_details`` (an array of objects), a tool call's ``extra_content`` (an
+    object).
+    """
     assert isinstance(body, dict), f"request body is not a JSON object: {body!r}"
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        body = {**body, "messages": [_without_state(message) for message in messages]}
     validate_body(body, _openai_params)
+
+
+def _without_state(message: Any) -> Any:
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return message
+    message = dict(message)
+    reasoning = message.pop("reasoning_content", None)
+    if reasoning is not None:
+        assert isinstance(reasoning, str) and reasoning, reasoning
+        assert message.get("tool_calls"), "reasoning_content is only sent beside tool calls"
+    details = message.pop("reasoning_details", None)
+    if details is not None:
+        assert isinstance(details, list) and all(isinstance(d, dict) for d in details), details
+        assert reasoning is None, "reasoning_details and reasoning_content are never both sent"
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        stripped = []
+        for call in calls:
+            call = dict(call)
+            extra = call.pop("extra_content", None)
+            assert extra is None or isinstance(extra, dict), extra
+            stripped.append(call)
+        message["tool_calls"] = stripped
+    return message
 
 
 def check_completion(body: Any) -> None:

@@ -16,7 +16,9 @@ import pytest
 
 from scope.chat import (
     FinishReason,
+    Output,
     Request,
+    Response,
     ToolCall,
     ToolOutput,
     ToolResult,
@@ -353,10 +355,12 @@ async def test_cortex_placeholders_via_stream(server: OpenAIServer) -> None:
     model, _ = make_model(server)
     async with model:
         chunks, response = await accumulate(model.stream(QUESTION))
-    # finish_reason "" on every chunk is "not finished": all five chunks were read.
-    assert all(c.output is None or c.output.finish_reason is None for c in chunks)
+    # finish_reason "" on every chunk is "not finished": all five chunks were read,
+    # and [DONE] finished the answer: tool_calls, as it has a call (DESIGN §7e).
+    assert all(c.output is None or c.output.finish_reason is None for c in chunks[:-1])
+    assert chunks[-1] == Response(Output(None, FinishReason.TOOL_CALLS))
     assert response.output is not None and response.output.message is not None
-    assert response.output.finish_reason is None
+    assert response.output.finish_reason is FinishReason.TOOL_CALLS
     assert response.output.message.text == "Let me check."
     assert response.output.message.tool_calls == (
         ToolCall("tooluse_Kq1", "get_weather", '{"city": "Paris"}'),

@@ -18,6 +18,7 @@ import pytest
 from scope.chat import (
     FinishReason,
     Options,
+    Output,
     OutputFormat,
     Request,
     Response,
@@ -134,6 +135,8 @@ def test_full_request_maps_every_part_kind() -> None:
                     "function": {"name": "get_weather", "arguments": "{'not json"},
                 },
             ],
+            # The reasoning of a tool-calling message goes back (DESIGN §7e).
+            "reasoning_content": "thinking...",
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "18C"},
         {"role": "tool", "tool_call_id": "call_2", "content": '{"error":"bad args"}'},
@@ -509,7 +512,9 @@ def test_parse_legacy_function_call() -> None:
         ("function_call", FinishReason.TOOL_CALLS),
         ("content_filter", FinishReason.CONTENT_FILTER),
         ("eos_token", FinishReason.OTHER),
-        (None, None),
+        # A whole body is a finished answer: no reason ("" or absent) is "stop".
+        (None, FinishReason.STOP),
+        ("", FinishReason.STOP),
     ],
 )
 def test_finish_reasons(wire: str | None, reason: FinishReason | None) -> None:
@@ -535,9 +540,11 @@ def test_finish_reasons(wire: str | None, reason: FinishReason | None) -> None:
         (b'{"id": " x ", "choices": [{"message": {}}]}', "response.id"),
         (b'{"choices": [{"message": {}}], "usage": {"prompt_tokens": -1}}', "prompt_tokens"),
         (
-            b'{"choices": [{"message": {}}], "usage": {"completion_tokens": 1,'
-            b' "completion_tokens_details": {"reasoning_tokens": 2}}}',
-            "reasoning_tokens",
+            # (More reasoning than completion is reasoning counted outside it, as
+            # Gemini's compatible endpoint does: tests/test_openai_state.py.)
+            b'{"choices": [{"message": {}}], "usage": {"prompt_tokens": 1,'
+            b' "prompt_tokens_details": {"cached_tokens": 2}}}',
+            "cache_read_input_tokens",
         ),
     ],
 )
@@ -592,7 +599,9 @@ def test_chunk_ids_and_models_are_sent_when_they_change() -> None:
     assert mapper.map("message", chunk({"content": ""})) is None
     second = mapper.map("message", chunk({"content": "x"}))
     assert second is not None and second.metadata is None and second.text == "x"
-    assert mapper.map("message", b"[DONE]") is None and mapper.end_marker_seen
+    # [DONE] without a finish reason: the answer is complete all the same (§7e).
+    done = mapper.map("message", b"[DONE]")
+    assert done == Response(Output(None, FinishReason.STOP)) and mapper.end_marker_seen
 
 
 def test_a_fragment_without_id_gets_one_from_its_index() -> None:

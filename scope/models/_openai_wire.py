@@ -19,6 +19,7 @@ from scope.chat import (
     Options,
     Output,
     OutputFormatType,
+    OutputMetadata,
     Part,
     PartKind,
     Request,
@@ -34,6 +35,7 @@ from scope.errors import (
     InvalidResponseError,
     UnsupportedOptionError,
 )
+from scope.jsonvalue import RawJSON
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
 from scope.models._errors import embedded_error, error_message
@@ -54,6 +56,8 @@ from scope.models._wire import (
 )
 
 __all__ = [
+    "EXTRA_CONTENT_KEY",
+    "REASONING_DETAILS_KEY",
     "REFUSAL_KEY",
     "RESERVED_FIELDS",
     "ChunkMapper",
@@ -64,6 +68,17 @@ __all__ = [
 
 #: Part metadata key marking a text part that is the model's refusal.
 REFUSAL_KEY: Final = "openai/refusal"
+
+#: Tool-call part metadata: a call's ``extra_content`` (Gemini's compatible endpoint puts
+#: its thought signature there), kept verbatim and sent back on the same call.
+EXTRA_CONTENT_KEY: Final = "openai/extra_content"
+
+#: Message metadata: OpenRouter's ``reasoning_details`` array, kept verbatim (assembled
+#: from its fragments in a stream) and sent back on the same assistant message.
+REASONING_DETAILS_KEY: Final = "openai/reasoning_details"
+
+#: The members of a ``reasoning_details`` entry whose stream fragments concatenate.
+_DETAIL_TEXTS: Final = ("text", "summary", "data")
 
 #: Body fields the adapter owns: an ``openai/<field>`` extension may not set them.
 RESERVED_FIELDS: Final = frozenset({"messages", "model", "stream", "stream_options"})
@@ -225,6 +240,7 @@ def _media(media: Media, where: str) -> dict[str, Any]:
 def _assistant(message: Message, where: str) -> dict[str, Any]:
     texts: list[str] = []
     refusals: list[str] = []
+    reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
     for index, part in enumerate(message.parts):
         kind = part.kind
@@ -236,20 +252,22 @@ def _assistant(message: Message, where: str) -> dict[str, Any]:
         elif kind is PartKind.TOOL_CALL:
             call = part.tool_call
             assert call is not None
-            calls.append(
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-            )
+            spec: dict[str, Any] = {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            extra = part.metadata.get(EXTRA_CONTENT_KEY)
+            if extra is not None:
+                spec["extra_content"] = orjson.Fragment(extra.bytes)
+            calls.append(spec)
         elif kind is PartKind.MEDIA:
             raise UnsupportedOptionError(
                 f"{where}.parts[{index}]: an assistant message cannot carry media over "
                 "OpenAI Chat Completions"
             )
-        # Reasoning parts are not sent back: the protocol has no field for them, and
-        # servers that stream reasoning_content (DeepSeek) refuse it in the history.
+        elif part.text:
+            reasoning.append(part.text)
     out: dict[str, Any] = {"role": "assistant"}
     if texts or not (calls or refusals):
         out["content"] = "".join(texts)
@@ -257,6 +275,15 @@ def _assistant(message: Message, where: str) -> dict[str, Any]:
         out["refusal"] = "".join(refusals)
     if calls:
         out["tool_calls"] = calls
+    details = message.metadata.get(REASONING_DETAILS_KEY)
+    if details is not None:
+        out["reasoning_details"] = orjson.Fragment(details.bytes)
+    elif calls and reasoning:
+        # Inside a tool loop, servers that think (DeepSeek, Kimi) need the reasoning
+        # of each tool-calling message back (a 400 "Missing reasoning_content field"
+        # otherwise). Answers without calls keep it to themselves: those servers
+        # ignore it there, and older ones refuse it.
+        out["reasoning_content"] = "".join(reasoning)
     return out
 
 
@@ -372,6 +399,13 @@ def _usage(value: object, where: str) -> Usage:
         # DeepSeek reports cache hits at the top level.
         cached = _count(obj, "prompt_cache_hit_tokens", where)
     reasoning = _nested_count(obj, "completion_tokens_details", "reasoning_tokens", where)
+    if reasoning and (
+        reasoning > completion
+        or _count(obj, "total_tokens", where) == prompt + completion + reasoning
+    ):
+        # Gemini's compatible endpoint counts thinking outside completion_tokens (its
+        # total_tokens is prompt + completion + reasoning); scope's output includes it.
+        completion += reasoning
     with as_invalid_response(where):
         return Usage(prompt, completion, reasoning, cached)
 
@@ -403,7 +437,39 @@ def _tool_call_part(raw: object, where: str, fallback_id: str) -> Part:
         name = _opt_str(spec, "name", f"{where}.function") or ""
         arguments = _opt_str(spec, "arguments", f"{where}.function") or ""
     with as_invalid_response(where):
-        return Part(PartKind.TOOL_CALL, tool_call=ToolCall(call_id, name, arguments))
+        return Part(
+            PartKind.TOOL_CALL,
+            tool_call=ToolCall(call_id, name, arguments),
+            metadata=_extra_content(call),
+        )
+
+
+def _extra_content(call: dict[str, Any]) -> Metadata:
+    """The part metadata keeping a tool call's ``extra_content`` verbatim (none without)."""
+    extra = call.get("extra_content")
+    if extra is None:
+        return _EMPTY_META
+    return Metadata({EXTRA_CONTENT_KEY: RawJSON.from_value(extra)})
+
+
+def _details_text(details: list[Any], where: str) -> str:
+    """The reasoning text of a ``reasoning_details`` array: its ``reasoning.text`` texts
+    and ``reasoning.summary`` summaries, in order (encrypted entries have none)."""
+    texts: list[str] = []
+    for index, raw in enumerate(details):
+        entry = _obj(raw, f"{where}[{index}]")
+        for key in ("text", "summary"):
+            value = entry.get(key)
+            if value:
+                texts.append(_str(value, f"{where}[{index}]", key))
+    return "".join(texts)
+
+
+def _default_finish(parts: list[Part]) -> FinishReason:
+    """The finish reason of a complete answer whose server sent none (``""`` or absent:
+    Snowflake Cortex): ``tool_calls`` when it calls tools, else ``stop`` (DESIGN §7e)."""
+    calls = any(part.kind is PartKind.TOOL_CALL for part in parts)
+    return FinishReason.TOOL_CALLS if calls else FinishReason.STOP
 
 
 def parse_completion(data: bytes) -> Response:
@@ -429,10 +495,13 @@ def parse_completion(data: bytes) -> Response:
     where = "response.choices[0].message"
     message = _obj(choice.get("message"), where)
     parts: list[Part] = []
+    details = _opt_list(message, "reasoning_details", where)
     with as_invalid_response(where):
         reasoning = _opt_str(message, "reasoning_content", where) or _opt_str(
             message, "reasoning", where
         )
+        if not reasoning and details:
+            reasoning = _details_text(details, f"{where}.reasoning_details")
         block_reasoning, content = _content(message.get("content"), where)
         reasoning = (reasoning or "") + block_reasoning
         if reasoning:
@@ -456,8 +525,15 @@ def parse_completion(data: bytes) -> Response:
         )
     annotations = _opt_list(message, "annotations", where)
     reason = finish_reason(choice.get("finish_reason"), "response.choices[0].finish_reason")
+    if reason is None:
+        reason = _default_finish(parts)  # a whole body is a finished answer
     with as_invalid_response("response"):
-        message_meta = Metadata({"openai/annotations": annotations}) if annotations else _EMPTY_META
+        entries: dict[str, Any] = {}
+        if annotations:
+            entries["openai/annotations"] = annotations
+        if details:
+            entries[REASONING_DETAILS_KEY] = details
+        message_meta = Metadata(entries) if entries else _EMPTY_META
         output = Output(Message(Role.ASSISTANT, parts, message_meta) if parts else None, reason)
         usage_raw = body.get("usage")
         metadata = ResponseMetadata(
@@ -491,6 +567,8 @@ class ChunkMapper:
 
     __slots__ = (
         "_calls",
+        "_details",
+        "_details_dirty",
         "_extra",
         "_id",
         "_model",
@@ -502,8 +580,13 @@ class ChunkMapper:
 
     def __init__(self) -> None:
         self._calls: dict[int, tuple[str, str]] = {}  # index -> (id, name)
-        # index -> [id, name, argument fragments] of a call whose id or name is missing
-        self._pending: dict[int, tuple[str, str, list[str]]] = {}
+        # index -> (id, name, argument fragments, extra_content metadata) of a call whose
+        # id or name is missing
+        self._pending: dict[int, tuple[str, str, list[str], Metadata]] = {}
+        # reasoning_details entries by their index: (the entry's other members, the
+        # fragments of its text members)
+        self._details: dict[int, tuple[dict[str, Any], dict[str, list[str]]]] = {}
+        self._details_dirty = False
         self._id = ""
         self._model = ""
         self._extra = _EMPTY_META
@@ -516,9 +599,15 @@ class ChunkMapper:
         if data == b"[DONE]":
             self.end_marker_seen = True
             held = self._flush()
-            if not held:
-                return None
-            return Response(Output(Message(Role.ASSISTANT, held)))
+            reason = None
+            if not self.finish_reason_seen:
+                # Every chunk said "" (Snowflake Cortex) or nothing: the answer is
+                # complete all the same (DESIGN §7e).
+                self.finish_reason_seen = True
+                reason = FinishReason.TOOL_CALLS if self._calls else FinishReason.STOP
+            with as_invalid_response("stream event"):
+                output = self._output(held, reason)
+            return None if output is None else Response(output)
         if self.end_marker_seen:
             raise InvalidResponseError("stream event after [DONE]")
         chunk = _load(data, "stream event")
@@ -599,6 +688,14 @@ class ChunkMapper:
             get = delta.get
             # Falsy values ("" or null) carry nothing; anything else must be a string.
             reasoning = get("reasoning_content") or get("reasoning")
+            details = get("reasoning_details")
+            if details:
+                if type(details) is not list:
+                    raise InvalidResponseError(
+                        f"{where}.reasoning_details must be an array or null, got {_kind(details)}"
+                    )
+                detail_text = self._add_details(details, f"{where}.reasoning_details")
+                reasoning = reasoning or detail_text
             if reasoning:
                 parts.append(Part(PartKind.REASONING, text=_str(reasoning, where, "reasoning")))
             content = get("content")
@@ -643,9 +740,65 @@ class ChunkMapper:
         if reason is not None:
             self.finish_reason_seen = True
             parts.extend(self._flush())
+        return self._output(parts, reason)
+
+    def _output(self, parts: list[Part], reason: FinishReason | None) -> Output | None:
+        """The output of one event, carrying the assembled ``reasoning_details`` when they
+        changed and this is the first event with more than reasoning (they come before
+        the answer: assembling them once, not per fragment, keeps a stream linear) or the
+        finish. Details still unsent at a finish without parts go to the output's extra
+        metadata (kept on the response, not on the message)."""
         if not parts and reason is None:
             return None
-        return Output(Message(Role.ASSISTANT, parts) if parts else None, reason)
+        message_meta = _EMPTY_META
+        output_meta = None
+        if self._details_dirty and (
+            reason is not None or any(part.kind is not PartKind.REASONING for part in parts)
+        ):
+            self._details_dirty = False
+            details = Metadata({REASONING_DETAILS_KEY: self._assembled_details()})
+            if parts:
+                message_meta = details
+            else:
+                output_meta = OutputMetadata(details)
+        message = Message(Role.ASSISTANT, parts, message_meta) if parts else None
+        return Output(message, reason, output_meta)
+
+    def _add_details(self, fragments: list[Any], where: str) -> str:
+        """Merge ``reasoning_details`` fragments into the entries of their ``index``
+        (text, summary and data fragments concatenate; other members: the latest
+        non-null value); return the reasoning text they carry."""
+        texts: list[str] = []
+        for position, raw in enumerate(fragments):
+            here = f"{where}[{position}]"
+            fragment = _obj(raw, here)
+            index = fragment.get("index", position)
+            if type(index) is not int:
+                raise InvalidResponseError(f"{here}.index must be an integer, got {index!r}")
+            entry = self._details.get(index)
+            if entry is None:
+                entry = self._details[index] = ({}, {})
+            members, pieces = entry
+            for key, value in fragment.items():
+                if key in _DETAIL_TEXTS and value is not None:
+                    pieces.setdefault(key, []).append(_str(value, here, key))
+                    if key != "data" and value:
+                        texts.append(value)
+                elif value is not None or key not in members:
+                    members[key] = value
+            self._details_dirty = True
+        return "".join(texts)
+
+    def _assembled_details(self) -> list[dict[str, Any]]:
+        """The ``reasoning_details`` array assembled so far, entries in index order."""
+        details: list[dict[str, Any]] = []
+        for index in sorted(self._details):
+            members, pieces = self._details[index]
+            entry = dict(members)
+            for key, fragments in pieces.items():
+                entry[key] = "".join(fragments)
+            details.append(entry)
+        return details
 
     def _fragment(self, raw: object, position: int, where: str) -> Part | None:
         where = f"{where}.tool_calls[{position}]"
@@ -658,6 +811,8 @@ class ChunkMapper:
         call_id = _opt_str(fragment, "id", where) or ""  # "" is a placeholder, as null
         name = _opt_str(function, "name", f"{where}.function") or ""
         arguments = _opt_str(function, "arguments", f"{where}.function") or ""
+        with as_invalid_response(where):
+            extra = _extra_content(fragment)
         pending = self._pending.get(index)
         known = self._calls.get(index)
         if pending is None and known is not None and not (call_id and call_id != known[0]):
@@ -666,13 +821,13 @@ class ChunkMapper:
                     f"{where}: tool call index {index} changed its name from {known[1]!r} "
                     f"to {name!r}"
                 )
-            return _delta_part(known[0], known[1], arguments, where)
+            return _delta_part(known[0], known[1], arguments, where, extra)
         # The first fragment of this index (or of a new call reusing the index, as some
         # servers do for parallel calls), or a later one of a call still held back.
         if pending is None:
-            pending = (call_id, name, [arguments])
+            pending = (call_id, name, [arguments], extra)
         else:
-            held_id, held_name, held_arguments = pending
+            held_id, held_name, held_arguments, held_extra = pending
             if call_id and held_id and call_id != held_id:
                 raise InvalidResponseError(
                     f"{where}: tool call index {index} changed its id from {held_id!r} to "
@@ -684,13 +839,13 @@ class ChunkMapper:
                     f"to {name!r}"
                 )
             held_arguments.append(arguments)
-            pending = (call_id or held_id, name or held_name, held_arguments)
+            pending = (call_id or held_id, name or held_name, held_arguments, extra or held_extra)
         if not (pending[0] and pending[1]):
             self._pending[index] = pending
             return None
         self._pending.pop(index, None)
         self._calls[index] = (pending[0], pending[1])
-        return _delta_part(pending[0], pending[1], "".join(pending[2]), where)
+        return _delta_part(pending[0], pending[1], "".join(pending[2]), where, pending[3])
 
     def _flush(self) -> list[Part]:
         """The calls still held back, in index order; a missing id becomes
@@ -699,18 +854,20 @@ class ChunkMapper:
             return []
         parts: list[Part] = []
         for index in sorted(self._pending):
-            call_id, name, arguments = self._pending[index]
+            call_id, name, arguments, extra = self._pending[index]
             where = f"chunk: tool call index {index}"
             if not name:
                 raise InvalidResponseError(f"{where} never got a name")
             call_id = call_id or f"call_{index}"
             self._calls[index] = (call_id, name)
-            parts.append(_delta_part(call_id, name, "".join(arguments), where))
+            parts.append(_delta_part(call_id, name, "".join(arguments), where, extra))
         self._pending.clear()
         return parts
 
 
-def _delta_part(call_id: str, name: str, arguments: str, where: str) -> Part:
+def _delta_part(
+    call_id: str, name: str, arguments: str, where: str, metadata: Metadata = _EMPTY_META
+) -> Part:
     with as_invalid_response(where):
         delta = ToolCallDelta(call_id, name, arguments)
-    return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta)
+        return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta, metadata=metadata)

@@ -18,10 +18,22 @@ content parts (image bytes as a ``data:`` URL and image URIs as ``image_url``; w
 mp3 bytes as ``input_audio``; other bytes as a ``file`` with ``file_data``; every file
 reference as a ``file`` with ``file_id``); assistant text and tool calls (arguments sent
 verbatim) form an assistant message; each tool result becomes one ``tool`` message whose
-content is ``ToolOutput.text()``. Reasoning parts in the history are **not sent back**
-(the protocol has no field for them and DeepSeek-style servers refuse them); an assistant
-text part marked ``{"openai/refusal": true}`` is sent back as ``refusal``. Tools become
-``function`` tools whose ``parameters`` are the input schema, verbatim.
+content is ``ToolOutput.text()``. An assistant text part marked
+``{"openai/refusal": true}`` is sent back as ``refusal``. Tools become ``function``
+tools whose ``parameters`` are the input schema, verbatim.
+
+**State compatible servers attach** (DESIGN §7e) is kept and sent back where it came
+from: a tool call's ``extra_content`` (Gemini's compatible endpoint puts its thought
+signature in ``extra_content.google.thought_signature``; Gemini 3 refuses a call sent
+back without it) is kept verbatim in the tool-call part's metadata
+``openai/extra_content`` and sent on the same call; OpenRouter's ``reasoning_details``
+array is kept verbatim in the message's metadata ``openai/reasoning_details`` (in a
+stream, assembled from its fragments by ``index``: ``text``, ``summary`` and ``data``
+concatenate, other members keep their latest value) and sent back on the same
+assistant message. Reasoning text otherwise goes back only on an assistant message
+that calls tools, as ``reasoning_content`` (DeepSeek and Kimi refuse a tool loop
+without it; answers without calls keep it to themselves, as those servers ignore it
+there and older ones refuse it).
 
 **Options** are ``default_options.resolve(request.options)``; the model is
 ``options.model`` or the constructor's ``model``. ``max_tokens`` is sent as
@@ -53,9 +65,14 @@ Cortex): ``"id": ""``, ``"finish_reason": ""`` (not finished), a ``function_call
 an empty name and arguments, ``"type": ""`` on a tool call. ``tool_calls`` tool-call
 parts with arguments verbatim (a call without an id gets ``call_<index>``); finish
 reasons ``stop``, ``length``, ``tool_calls`` (and the legacy ``function_call``) and
-``content_filter`` map to their ``FinishReason``, any other to ``other``; usage maps
-``prompt_tokens_details.cached_tokens`` to ``cache_read_input_tokens`` and
-``completion_tokens_details.reasoning_tokens`` to ``reasoning_tokens``; id and model are
+``content_filter`` map to their ``FinishReason``, any other to ``other``; a complete
+answer that states none (``""`` or absent in a body, or on every chunk of a stream that
+ended with ``[DONE]``) gets ``tool_calls`` when it calls tools, else ``stop``, so the
+history can store it; usage maps ``prompt_tokens_details.cached_tokens`` to
+``cache_read_input_tokens`` and ``completion_tokens_details.reasoning_tokens`` to
+``reasoning_tokens`` (reasoning a server counts outside ``completion_tokens`` — more of
+it than completion tokens, or a ``total_tokens`` of prompt + completion + reasoning, as
+Gemini's compatible endpoint reports — is added to the output count); id and model are
 kept, ``system_fingerprint`` and ``service_tier`` go to the response's extra metadata as
 ``openai/…``. Only choice 0 is read.
 
