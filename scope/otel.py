@@ -44,6 +44,8 @@ and ``gen_ai.usage.reasoning.output_tokens``; ``gen_ai.conversation.id`` when a
 (``scope.history._trace.conversation(id)`` current when ``call`` or ``stream`` is called).
 Streams add ``gen_ai.response.time_to_first_chunk`` (seconds from the first iteration to
 the first chunk, an attribute) and ``scope.chat.chunks`` (chunks forwarded).
+``scope.replay.dropped_parts``: how many parts of the request the adapter left out
+(another model's reasoning, say: DESIGN §6c), when the response says so.
 
 How an operation ended, ``scope.chat.outcome``: ``completed``; ``failed`` (status ERROR,
 ``error.type`` = the exception's class name, the exception recorded as an event);
@@ -148,6 +150,10 @@ _MESSAGE_FINISH: Final = {
     FinishReason.CONTENT_FILTER: "content_filter",
     FinishReason.OTHER: "other",
 }
+
+#: Response extra metadata an adapter sets to the number of request parts it left out
+#: (DESIGN §6c; scope.models._provenance.DROPPED_KEY, a layer this one cannot import).
+_DROPPED_KEY: Final = "scope/dropped_parts"
 
 COMPLETED: Final = "completed"
 FAILED: Final = "failed"
@@ -345,6 +351,7 @@ class _Operation:
         "capture",
         "chunks",
         "context",
+        "dropped",
         "finish",
         "first_chunk",
         "metric_attrs",
@@ -380,6 +387,8 @@ class _Operation:
         self.model = ""
         self.finish: FinishReason | None = None
         self.usage: Usage | None = None
+        # scope/dropped_parts of the response: parts of the request the adapter left out.
+        self.dropped: int | None = None
         self.start = time.perf_counter()
 
     def observe(self, response: Response) -> None:
@@ -393,6 +402,13 @@ class _Operation:
             usage = meta.usage
             if not usage.is_zero():
                 self.usage = usage
+            extra = meta.extra
+            if extra:
+                dropped = extra.get(_DROPPED_KEY)
+                if dropped is not None:
+                    value = dropped.value()
+                    if type(value) is int:
+                        self.dropped = value
         output = response.output
         if output is not None and output.finish_reason is not None:
             self.finish = output.finish_reason
@@ -439,6 +455,8 @@ class _Operation:
                     )
                 if usage.reasoning_tokens is not None:
                     attrs["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
+            if self.dropped is not None:
+                attrs["scope.replay.dropped_parts"] = self.dropped
             if self.stream:
                 attrs["scope.chat.chunks"] = self.chunks
                 if self.first_chunk is not None:

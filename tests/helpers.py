@@ -37,6 +37,7 @@ from scope.history import Batch
 from scope.jsonvalue import RawJSON
 from scope.models import _anthropic_wire, _openai_wire
 from scope.models._http import HTTPAdapter
+from scope.models._provenance import stamp
 from scope.models.anthropic import AnthropicModel
 from scope.models.openai import OpenAIChatModel
 from tests import anthropic_server, openai_server
@@ -260,10 +261,17 @@ class Provider:
         return self.name
 
     def make(self, base_url: str, **kwargs: Any) -> Any:
-        """The adapter for ``base_url`` (the default model; a test API key unless
-        ``api_key`` is given)."""
+        """The adapter for ``base_url`` (the default model unless ``model`` is given; a
+        test API key unless ``api_key`` is given)."""
         kwargs.setdefault("api_key", self.api_key)
-        return self.model_class(self.model, base_url=base_url, **kwargs)
+        model = kwargs.pop("model", self.model)
+        return self.model_class(model, base_url=base_url, **kwargs)
+
+    def own(self, message: Message, model: str = "") -> Message:
+        """``message`` stamped as this adapter's answer (DESIGN §6c: its state goes
+        back), from ``model`` (default: the model the provider tests ask for)."""
+        wire = self.model_class._WIRE
+        return stamp(message, wire.api, wire.provider, model or self.model)
 
     def recorded(self, server: openai_server.OpenAIServer, **kwargs: Any) -> tuple[Any, Sleeps]:
         """The adapter for ``server`` (retry backoff 0.01 s unless given), its retry

@@ -46,7 +46,8 @@ from scope.errors import (
 )
 from scope.media import Media
 from scope.metadata import Metadata
-from scope.models._anthropic_wire import EventMapper, build_body, parse_message
+from scope.models._anthropic_wire import API, PROVIDER, EventMapper, build_body, parse_message
+from scope.models._provenance import Replay
 from scope.models.anthropic import AnthropicModel
 from tests.anthropic_server import check_event, check_message, check_request_body
 from tests.helpers import ANTHROPIC, EXACT_WEATHER, hello, merged
@@ -77,12 +78,14 @@ def test_full_request_maps_every_part_kind() -> None:
                 media_part(Media.from_bytes("text/plain; charset=utf-8", "héllo".encode())),
                 media_part(Media.from_reference("application/pdf", "file_011abc")),
             ),
-            assistant_message(
-                reasoning_part("thinking...", b"\x01signature bytes\xff"),
-                reasoning_part("from another provider"),  # unsigned: not sent back
-                text_part("Let me check."),
-                tool_call_part("toolu_1", "get_weather", '{"city": "Paris", "days": 2.50}'),
-                tool_call_part("toolu_2", "get_weather", ""),
+            ANTHROPIC.own(
+                assistant_message(
+                    reasoning_part("thinking...", b"\x01signature bytes\xff"),
+                    reasoning_part("from another provider"),  # unsigned: not sent back
+                    text_part("Let me check."),
+                    tool_call_part("toolu_1", "get_weather", '{"city": "Paris", "days": 2.50}'),
+                    tool_call_part("toolu_2", "get_weather", ""),
+                )
             ),
             tool_message(ToolResult("toolu_1", "get_weather", ToolOutput.of_text("18C"))),
             tool_message(
@@ -218,12 +221,14 @@ def test_redacted_reasoning_goes_back_as_redacted_thinking() -> None:
     request = Request(
         [
             user_message("Hi"),
-            assistant_message(
-                reasoning_part("", data.encode(), metadata=redacted),
-                reasoning_part(
-                    "", b"x" + data.encode(), metadata={**redacted, "anthropic/block": 1}
-                ),
-                text_part("Hello."),
+            ANTHROPIC.own(
+                assistant_message(
+                    reasoning_part("", data.encode(), metadata=redacted),
+                    reasoning_part(
+                        "", b"x" + data.encode(), metadata={**redacted, "anthropic/block": 1}
+                    ),
+                    text_part("Hello."),
+                )
             ),
             user_message("Again"),
         ]
@@ -237,7 +242,7 @@ def test_redacted_reasoning_goes_back_as_redacted_thinking() -> None:
     bad = Request(
         [
             user_message("Hi"),
-            assistant_message(reasoning_part("", b"\xff", metadata=redacted), "ok"),
+            ANTHROPIC.own(assistant_message(reasoning_part("", b"\xff", metadata=redacted), "ok")),
             user_message("Again"),
         ]
     )
@@ -410,7 +415,6 @@ def test_media_the_api_cannot_carry_is_refused(media: Media, match: str) -> None
     ("parts", "match"),
     [
         ((media_part(Media.from_bytes("image/png", b"x")),), "cannot carry media parts"),
-        ((reasoning_part("unsigned"),), "holds only unsigned reasoning"),
         ((tool_call_part("toolu_1", "f", "{'not json"),), "arguments are not JSON"),
         ((tool_call_part("toolu_1", "f", "[1, 2]"),), "must be a JSON object"),
     ],
@@ -791,3 +795,37 @@ def test_stream_maps_like_call() -> None:
     assert called.output.finish_reason is streamed.output.finish_reason is FinishReason.TOOL_CALLS
     assert called.output.message is not None
     assert called.output.message.tool_calls == (ToolCall("toolu_1", "f", "{}"),)
+
+
+def test_reasoning_that_cannot_go_back_is_left_out_and_counted() -> None:
+    # Unsigned thinking (another provider's, or an interrupted turn's) cannot be
+    # verified by the API; a message left with nothing is left out whole, and the
+    # user turns around it are joined by the API.
+    replay = Replay(API, PROVIDER)
+    request = Request(
+        [
+            user_message("Hi"),
+            ANTHROPIC.own(assistant_message(reasoning_part("unsigned"))),
+            user_message("Go on"),
+            ANTHROPIC.own(assistant_message(reasoning_part("half a thought"), "Sure.")),
+            user_message("Thanks"),
+        ]
+    )
+    body = orjson.loads(
+        orjson.dumps(
+            build_body(
+                request,
+                default_options=Options(),
+                model=ANTHROPIC.model,
+                stream=False,
+                replay=replay,
+            )
+        )
+    )
+    check_request_body(body)
+    assert [m["role"] for m in body["messages"]] == ["user", "user", "assistant", "user"]
+    assert body["messages"][2]["content"] == [{"type": "text", "text": "Sure."}]
+    assert replay.left_out == [
+        "messages[1].parts[0] (reasoning without a signature)",
+        "messages[3].parts[0] (reasoning without a signature)",
+    ]

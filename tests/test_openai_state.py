@@ -62,6 +62,13 @@ def _first_json(name: str) -> dict[str, Any]:
     return exchange
 
 
+#: The model each recorded service answered with, and the provider_name to say.
+SERVICES = {
+    "gemini_compat_tool_turn": ("gemini-3-pro-preview", "gemini"),
+    "openrouter_reasoning_details": ("anthropic/claude-sonnet-4.5", "openrouter"),
+}
+
+
 async def _tool_loop(
     server: OpenAIServer, name: str, mode: str, outputs: list[str]
 ) -> tuple[Response, Response, InMemoryStore]:
@@ -69,7 +76,8 @@ async def _tool_loop(
     (one per call, in order), the answer. Returns both responses and the store."""
     store = InMemoryStore()
     server.script(*_transcript(name, mode))
-    model, _ = make_model(server)
+    model_name, provider = SERVICES[name]
+    model, _ = make_model(server, model=model_name, provider_name=provider)
     history = Middleware(store, store, "c1")
     async with model:
         bound: Any = wrap(model, history.call) if mode == "call" else None
@@ -121,18 +129,22 @@ async def test_gemini_thought_signatures_in_extra_content_go_back_on_their_call(
     assert stored[1].parts[0].metadata[EXTRA_CONTENT_KEY] == parts[0].metadata[EXTRA_CONTENT_KEY]
 
 
-async def test_extra_content_is_sent_verbatim_with_its_numbers() -> None:
+def test_extra_content_is_sent_verbatim_with_its_numbers() -> None:
     extra = RawJSON.parse('{"google":{"thought_signature":"c2ln"},"x":{"weight":1.50}}')
     request = Request(
         [
             QUESTION,
-            assistant_message(
-                tool_call_part("c1", "get_weather", "{}", metadata={EXTRA_CONTENT_KEY: extra})
+            OPENAI.own(
+                assistant_message(
+                    tool_call_part("c1", "get_weather", "{}", metadata={EXTRA_CONTENT_KEY: extra})
+                )
             ),
             tool_message(ToolResult("c1", "get_weather", ToolOutput.of_text("18C"))),
         ]
     )
-    built = OPENAI.build_body(request, default_options=request.options, model="m", stream=False)
+    built = OPENAI.build_body(
+        request, default_options=request.options, model=OPENAI.model, stream=False
+    )
     assert b'"extra_content":{"google":{"thought_signature":"c2ln"},"x":{"weight":1.50}}' in (
         orjson.dumps(built)
     )
@@ -245,10 +257,12 @@ def test_reasoning_goes_back_on_tool_calling_messages_only() -> None:
             user_message("Weather?"),
             assistant_message(reasoning_part("Plain answer thoughts."), "Sunny."),
             user_message("And in Paris?"),
-            assistant_message(
-                reasoning_part("I need "),
-                reasoning_part("the tool.", b"sig"),
-                tool_call_part("c1", "get_weather", '{"city": "Paris"}'),
+            OPENAI.own(
+                assistant_message(
+                    reasoning_part("I need "),
+                    reasoning_part("the tool.", b"sig"),
+                    tool_call_part("c1", "get_weather", '{"city": "Paris"}'),
+                )
             ),
             tool_message(ToolResult("c1", "get_weather", ToolOutput.of_text("18C"))),
         ],

@@ -80,11 +80,13 @@ def test_full_request_maps_every_part_kind() -> None:
                 ),
                 media_part(Media.from_reference("application/pdf", "file-abc123")),
             ),
-            assistant_message(
-                reasoning_part("thinking...", b"sig"),
-                text_part("Let me check."),
-                tool_call_part("call_1", "get_weather", '{"city": "Paris"}'),
-                tool_call_part("call_2", "get_weather", "{'not json"),
+            OPENAI.own(
+                assistant_message(
+                    reasoning_part("thinking...", b"sig"),
+                    text_part("Let me check."),
+                    tool_call_part("call_1", "get_weather", '{"city": "Paris"}'),
+                    tool_call_part("call_2", "get_weather", "{'not json"),
+                )
             ),
             tool_message(
                 ToolResult("call_1", "get_weather", ToolOutput.of_text("18C")),

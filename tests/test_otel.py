@@ -64,6 +64,7 @@ from scope.history import Batch, Middleware
 from scope.history import _trace as history_trace
 from scope.history.inmemory import InMemoryStore
 from scope.media import Media
+from scope.models._provenance import stamp
 from scope.models.openai import OpenAIChatModel
 from scope.testing import Fail, Hang, ScriptedModel
 from tests.helpers import collect_until_cancelled
@@ -1054,3 +1055,37 @@ print("ok")
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["call", "stream"])
+async def test_parts_an_adapter_left_out_are_on_the_span(
+    tel: Telemetry, server: OpenAIServer, mode: str
+) -> None:
+    # Another provider's reasoning in a tool-calling message is not sent back to
+    # OpenAI: the response says so, and so does the span.
+
+    server.script(*load_transcript("plain_answer" if mode == "call" else "stream_text"))
+    foreign = stamp(
+        assistant_message(reasoning_part("mine", b"sig"), tool_call_part("c1", "f", "{}")),
+        "anthropic.messages",
+        "anthropic",
+        "claude-sonnet-4-5",
+    )
+    request = Request(
+        [
+            user_message("Capital of France?"),
+            foreign,
+            tool_message(ToolResult("c1", "f", ToolOutput.of_text("Paris"))),
+        ]
+    )
+    async with OpenAIChatModel("gpt-4o-mini", api_key="sk-test", base_url=server.base_url) as m:
+        t = otel.tracing(tel.tracer_provider, tel.meter_provider)
+        if mode == "call":
+            response = await wrap(m, t.call).call(request)
+        else:
+            response = await collect(wrap_stream(m, t.stream).stream(request))
+    assert response.metadata is not None
+    assert response.metadata.extra.decode("scope/dropped_parts") == 1
+    assert attrs(tel.span())["scope.replay.dropped_parts"] == 1
+    assert "reasoning_content" not in server.bodies()[0]["messages"][1]

@@ -46,6 +46,7 @@ from scope.models._json_shape import load as _load
 from scope.models._json_shape import meta_text as _meta_text
 from scope.models._json_shape import nested_count as _nested_count
 from scope.models._json_shape import obj as _obj
+from scope.models._provenance import Replay
 from scope.models._wire import (
     as_invalid_response,
     extension_fields,
@@ -56,16 +57,22 @@ from scope.models._wire import (
 )
 
 __all__ = [
+    "API",
     "BLOCK_KEY",
     "DEFAULT_MAX_TOKENS",
     "REASONING_BUDGETS",
     "REDACTED_KEY",
     "RESERVED_FIELDS",
+    "PROVIDER",
     "EventMapper",
     "build_body",
     "parse_message",
     "stop_reason",
 ]
+
+#: The wire protocol and the provider, as the answers' provenance names them (§6c).
+API: Final = "anthropic.messages"
+PROVIDER: Final = "anthropic"
 
 #: ``max_tokens`` is required by the API: sent when the options set none. With a
 #: thinking budget from ``reasoning_effort`` the default is the budget plus this.
@@ -114,19 +121,33 @@ _REDACTED_META: Final = Metadata({REDACTED_KEY: True})
 
 
 def build_body(
-    request: Request, *, default_options: Options, model: str, stream: bool
+    request: Request,
+    *,
+    default_options: Options,
+    model: str,
+    stream: bool,
+    replay: Replay | None = None,
 ) -> dict[str, Any]:
     """The JSON body (a dict; RawJSON values as ``orjson.Fragment``) for ``request``.
 
     Validates the request and refuses (``UnsupportedOptionError``) anything populated the
-    API cannot carry, so nothing is ever dropped silently. Raises before any I/O.
+    API cannot carry. Thinking goes back only from the adapter's own messages
+    (``replay``, default: provider ``"anthropic"``); every part left out is recorded in
+    ``replay.left_out``. Raises before any I/O.
     """
     options, chosen = prepare(request, default_options, model, "AnthropicModel")
+    if replay is None:
+        replay = Replay(API, PROVIDER)
+    replay.model = chosen
     system: list[dict[str, Any]] = []
     for message in request.messages:
         if message.role is Role.SYSTEM:
             system.append({"type": "text", "text": message.text})
-    body: dict[str, Any] = {"model": chosen, "max_tokens": 0, "messages": _messages(request)}
+    body: dict[str, Any] = {
+        "model": chosen,
+        "max_tokens": 0,
+        "messages": _messages(request, replay),
+    }
     if request.tools:
         body["tools"] = [tool_spec(tool, "input_schema") for tool in request.tools]
     _options(options, body, system)
@@ -269,15 +290,20 @@ def _arguments(text: str, where: str) -> orjson.Fragment:
     return orjson.Fragment(raw.bytes)
 
 
-def _assistant_blocks(message: Message, where: str) -> list[dict[str, Any]]:
+def _assistant_blocks(message: Message, where: str, replay: Replay) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
+    own = replay.owns(message)
     for index, part in enumerate(message.parts):
         here = f"{where}.parts[{index}]"
         kind = part.kind
         if kind is PartKind.TEXT:
             blocks.append({"type": "text", "text": part.text})
         elif kind is PartKind.REASONING:
-            if part.metadata.get(REDACTED_KEY) == _REDACTED_META[REDACTED_KEY]:
+            if not own:
+                # Another model's thinking: its signature would be refused (400 "Invalid
+                # signature in thinking block"), and it never becomes prompt text.
+                replay.leave_out(here, "reasoning of another model")
+            elif part.metadata.get(REDACTED_KEY) == _REDACTED_META[REDACTED_KEY]:
                 try:
                     data = part.signature.decode("utf-8")
                 except UnicodeDecodeError as exc:
@@ -289,8 +315,9 @@ def _assistant_blocks(message: Message, where: str) -> list[dict[str, Any]]:
             elif part.signature:
                 signature = base64.b64encode(part.signature).decode("ascii")
                 blocks.append({"type": "thinking", "thinking": part.text, "signature": signature})
-            # A reasoning part without a signature (another provider's, say) is not sent
-            # back: the API refuses thinking it cannot verify.
+            else:
+                # The API refuses thinking it cannot verify.
+                replay.leave_out(here, "reasoning without a signature")
         elif kind is PartKind.TOOL_CALL:
             call = part.tool_call
             assert call is not None
@@ -307,15 +334,10 @@ def _assistant_blocks(message: Message, where: str) -> list[dict[str, Any]]:
                 f"{here}: an assistant message cannot carry {kind} parts over the Anthropic "
                 "Messages API"
             )
-    if not blocks:
-        raise UnsupportedOptionError(
-            f"{where}: the assistant message holds only unsigned reasoning, which the "
-            "Anthropic Messages API cannot carry"
-        )
     return blocks
 
 
-def _messages(request: Request) -> list[dict[str, Any]]:
+def _messages(request: Request, replay: Replay) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     previous: Role | None = None
     for index, message in enumerate(request.messages):
@@ -324,7 +346,12 @@ def _messages(request: Request) -> list[dict[str, Any]]:
         if role is Role.SYSTEM:
             continue
         if role is Role.ASSISTANT:
-            out.append({"role": "assistant", "content": _assistant_blocks(message, where)})
+            blocks = _assistant_blocks(message, where, replay)
+            if not blocks:
+                # Only reasoning that cannot go back (an interrupted turn's, say): the
+                # message is left out with it; the API joins the user turns around it.
+                continue
+            out.append({"role": "assistant", "content": blocks})
         elif role is Role.TOOL:
             blocks = _tool_results(message, where)
             if previous is Role.TOOL:

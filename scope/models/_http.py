@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Final, NamedTuple, Protocol, Self
 
 import anyio
+import attrs
 import httpx
 import orjson
 
@@ -45,6 +46,7 @@ from scope.errors import (
     ProviderTimeoutError,
 )
 from scope.models._errors import error_for_status
+from scope.models._provenance import Replay, stamp, with_dropped
 from scope.models._sse import SSEDecoder
 
 __all__ = [
@@ -89,6 +91,10 @@ class Wire(NamedTuple):
     mapper: Callable[[], StreamMapper]
     #: What the stream lacked when it ended early (for ``ProviderConnectionError``).
     unfinished: str
+    #: The wire protocol, stamped on every answer as ``scope/api`` (``"openai.chat"``).
+    api: str
+    #: The default ``provider_name``, stamped as ``scope/provider`` (``"openai"``).
+    provider: str
 
 
 class HTTPAdapter:
@@ -175,6 +181,12 @@ class HTTPAdapter:
 
     def __repr__(self) -> str:
         return f"{self._WIRE.name}(model={self._model!r}, base_url={self._base_url!r})"
+
+    @property
+    def provider_name(self) -> str:
+        """Who serves the API: what ``scope.otel`` reports as ``gen_ai.provider.name``
+        and what the answers' provenance (``scope/provider``) says."""
+        return self._WIRE.provider
 
     async def aclose(self) -> None:
         """Close the HTTP client if this adapter created it; idempotent.
@@ -266,22 +278,44 @@ class HTTPAdapter:
     def _fill_origin(self, exc: ProviderError, response: httpx.Response) -> None:
         fill_origin(exc, response, self._request_id(response))
 
-    def _encode(self, request: Request, *, stream: bool) -> bytes:
-        body = self._WIRE.build_body(
-            request, default_options=self._default_options, model=self._model, stream=stream
+    def _encode(self, request: Request, *, stream: bool) -> tuple[bytes, Replay]:
+        """The body for ``request``, and the ``Replay`` that decided whose state it
+        carries (its ``model`` the model asked for, its ``left_out`` what it does not)."""
+        wire = self._WIRE
+        replay = Replay(wire.api, self.provider_name)
+        body = wire.build_body(
+            request,
+            default_options=self._default_options,
+            model=self._model,
+            stream=stream,
+            replay=replay,
         )
-        return orjson.dumps(body)
+        return orjson.dumps(body), replay
+
+    def _stamped(self, response: Response, replay: Replay, dropped: int) -> Response:
+        """``response`` with its message's provenance (DESIGN §6c: the model that
+        answered, else the one asked for) and the count of parts left out, if any."""
+        output = response.output
+        if output is not None and output.message is not None:
+            answered = response.metadata.model if response.metadata is not None else ""
+            message = stamp(
+                output.message, self._WIRE.api, self.provider_name, answered or replay.model
+            )
+            response = attrs.evolve(response, output=attrs.evolve(output, message=message))
+        return with_dropped(response, dropped) if dropped else response
 
     async def _call_request(self, request: Request) -> Response:
         """Validate and map ``request`` (raising before any I/O), send it (with retries)
-        and parse the one complete answer."""
-        content = self._encode(request, stream=False)
+        and parse the one complete answer, stamped with its provenance."""
+        content, replay = self._encode(request, stream=False)
+        dropped = replay.report(self._WIRE.name)
         response = await self._send(content, stream=False)
         try:
-            return self._WIRE.parse(response.content)
+            parsed = self._WIRE.parse(response.content)
         except ProviderError as exc:
             self._fill_origin(exc, response)
             raise
+        return self._stamped(parsed, replay, dropped)
 
     async def _stream_request(self, request: Request) -> AsyncGenerator[Response, None]:
         """On first iteration, validate and map ``request`` (nothing is sent for an
@@ -292,11 +326,15 @@ class HTTPAdapter:
         ``ProviderConnectionError`` saying what it lacked. The response is released on
         every path; the request is not kept once encoded."""
         wire = self._WIRE
-        content = self._encode(request, stream=True)
+        content, replay = self._encode(request, stream=True)
         del request
+        dropped = replay.report(wire.name)
         mapper = wire.mapper()
         response = await self._send(content, stream=True)
         chunks: AsyncIterator[bytes] | None = None
+        # Until the first message is stamped: the model the stream named so far.
+        unstamped = True
+        answered = ""
         try:
             content_type = response.headers.get("content-type", "")
             if content_type.startswith("application/json"):
@@ -310,7 +348,7 @@ class HTTPAdapter:
                 except ProviderError as exc:
                     self._fill_origin(exc, response)
                     raise
-                yield parsed
+                yield self._stamped(parsed, replay, dropped)
                 return
             decoder = SSEDecoder()
             chunks = response.aiter_bytes()
@@ -327,8 +365,30 @@ class HTTPAdapter:
                     except ProviderError as exc:
                         self._fill_origin(exc, response)
                         raise
-                    if chunk is not None:
-                        yield chunk
+                    if chunk is None:
+                        continue
+                    if unstamped:
+                        # The first delta carries the count of parts left out, and the
+                        # first message the provenance: the accumulator merges message
+                        # metadata per key, so once is enough.
+                        metadata = chunk.metadata
+                        if metadata is not None and metadata.model:
+                            answered = metadata.model
+                        output = chunk.output
+                        if output is not None and output.message is not None:
+                            unstamped = False
+                            message = stamp(
+                                output.message,
+                                wire.api,
+                                self.provider_name,
+                                answered or replay.model,
+                            )
+                            output = attrs.evolve(output, message=message)
+                            chunk = attrs.evolve(chunk, output=output)
+                    if dropped:
+                        chunk = with_dropped(chunk, dropped)
+                        dropped = 0
+                    yield chunk
             if not mapper.end_marker_seen and not mapper.finish_reason_seen:
                 raise ProviderConnectionError(
                     f"the stream ended before it finished ({wire.unfinished})",

@@ -46,6 +46,7 @@ from scope.models._json_shape import load as _load
 from scope.models._json_shape import meta_text as _meta_text
 from scope.models._json_shape import nested_count as _nested_count
 from scope.models._json_shape import obj as _obj
+from scope.models._provenance import Replay
 from scope.models._wire import (
     as_invalid_response,
     extension_fields,
@@ -56,7 +57,9 @@ from scope.models._wire import (
 )
 
 __all__ = [
+    "API",
     "EXTRA_CONTENT_KEY",
+    "PROVIDER",
     "REASONING_DETAILS_KEY",
     "REFUSAL_KEY",
     "RESERVED_FIELDS",
@@ -65,6 +68,10 @@ __all__ = [
     "finish_reason",
     "parse_completion",
 ]
+
+#: The wire protocol and the default provider, as the answers' provenance names them.
+API: Final = "openai.chat"
+PROVIDER: Final = "openai"
 
 #: Part metadata key marking a text part that is the model's refusal.
 REFUSAL_KEY: Final = "openai/refusal"
@@ -117,15 +124,25 @@ _AUDIO_FORMATS: Final[dict[str, str]] = {
 
 
 def build_body(
-    request: Request, *, default_options: Options, model: str, stream: bool
+    request: Request,
+    *,
+    default_options: Options,
+    model: str,
+    stream: bool,
+    replay: Replay | None = None,
 ) -> dict[str, Any]:
     """The JSON body (a dict; RawJSON values as ``orjson.Fragment``) for ``request``.
 
     Validates the request and refuses (``UnsupportedOptionError``) anything populated the
-    protocol cannot carry, so nothing is ever dropped silently. Raises before any I/O.
+    protocol cannot carry. Provider state goes back only from the adapter's own messages
+    (``replay``, default: provider ``"openai"``); every part left out is recorded in
+    ``replay.left_out``. Raises before any I/O.
     """
     options, chosen = prepare(request, default_options, model, "OpenAIChatModel")
-    body: dict[str, Any] = {"model": chosen, "messages": _messages(request.messages)}
+    if replay is None:
+        replay = Replay(API, PROVIDER)
+    replay.model = chosen
+    body: dict[str, Any] = {"model": chosen, "messages": _messages(request.messages, replay)}
     if request.tools:
         body["tools"] = [_tool(tool) for tool in request.tools]
     _options(options, body)
@@ -171,7 +188,7 @@ def _tool(tool: ToolDefinition) -> dict[str, Any]:
     return {"type": "function", "function": tool_spec(tool, "parameters")}
 
 
-def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+def _messages(messages: tuple[Message, ...], replay: Replay) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         role = message.role
@@ -181,7 +198,7 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         elif role is Role.USER:
             out.append({"role": "user", "content": _user_content(message, where)})
         elif role is Role.ASSISTANT:
-            out.append(_assistant(message, where))
+            out.append(_assistant(message, where, replay))
         else:
             for part_index, part in enumerate(message.parts):
                 result = part.tool_result
@@ -237,10 +254,12 @@ def _media(media: Media, where: str) -> dict[str, Any]:
     return {"type": "file", "file": {"filename": filename, "file_data": _data_url(media)}}
 
 
-def _assistant(message: Message, where: str) -> dict[str, Any]:
+def _assistant(message: Message, where: str, replay: Replay) -> dict[str, Any]:
+    own = replay.owns(message)
     texts: list[str] = []
     refusals: list[str] = []
-    reasoning: list[str] = []
+    reasoning: list[str] = []  # where each reasoning part is
+    thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
     for index, part in enumerate(message.parts):
         kind = part.kind
@@ -257,7 +276,7 @@ def _assistant(message: Message, where: str) -> dict[str, Any]:
                 "type": "function",
                 "function": {"name": call.name, "arguments": call.arguments},
             }
-            extra = part.metadata.get(EXTRA_CONTENT_KEY)
+            extra = part.metadata.get(EXTRA_CONTENT_KEY) if own else None
             if extra is not None:
                 spec["extra_content"] = orjson.Fragment(extra.bytes)
             calls.append(spec)
@@ -266,8 +285,10 @@ def _assistant(message: Message, where: str) -> dict[str, Any]:
                 f"{where}.parts[{index}]: an assistant message cannot carry media over "
                 "OpenAI Chat Completions"
             )
-        elif part.text:
-            reasoning.append(part.text)
+        else:
+            reasoning.append(f"{where}.parts[{index}]")
+            if part.text:
+                thoughts.append(part.text)
     out: dict[str, Any] = {"role": "assistant"}
     if texts or not (calls or refusals):
         out["content"] = "".join(texts)
@@ -275,15 +296,23 @@ def _assistant(message: Message, where: str) -> dict[str, Any]:
         out["refusal"] = "".join(refusals)
     if calls:
         out["tool_calls"] = calls
-    details = message.metadata.get(REASONING_DETAILS_KEY)
+    details = message.metadata.get(REASONING_DETAILS_KEY) if own else None
     if details is not None:
         out["reasoning_details"] = orjson.Fragment(details.bytes)
-    elif calls and reasoning:
-        # Inside a tool loop, servers that think (DeepSeek, Kimi) need the reasoning
-        # of each tool-calling message back (a 400 "Missing reasoning_content field"
-        # otherwise). Answers without calls keep it to themselves: those servers
-        # ignore it there, and older ones refuse it.
-        out["reasoning_content"] = "".join(reasoning)
+    elif reasoning:
+        if not own:
+            why = "reasoning of another model"
+        elif calls and thoughts:
+            # Inside a tool loop, servers that think (DeepSeek, Kimi) need the reasoning
+            # of each tool-calling message back (a 400 "Missing reasoning_content field"
+            # otherwise). Answers without calls keep it to themselves: those servers
+            # ignore it there, and older ones refuse it.
+            out["reasoning_content"] = "".join(thoughts)
+            why = ""
+        else:
+            why = "reasoning of an answer without tool calls"
+        for here in reasoning if why else ():
+            replay.leave_out(here, why)
     return out
 
 

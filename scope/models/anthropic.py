@@ -119,7 +119,9 @@ except ModuleNotFoundError as exc:  # the extra is not installed
 
 from scope.chat import Request, Response
 from scope.models._anthropic_wire import (
+    API,
     DEFAULT_MAX_TOKENS,
+    PROVIDER,
     REASONING_BUDGETS,
     EventMapper,
     build_body,
@@ -180,6 +182,8 @@ class AnthropicModel(HTTPAdapter):
         build_body=build_body,
         parse=parse_message,
         mapper=EventMapper,
+        api=API,
+        provider=PROVIDER,
         unfinished="no stop_reason and no message_stop",
     )
 

@@ -130,7 +130,7 @@ except ModuleNotFoundError as exc:  # the extra is not installed
 from scope.chat import Options, Request, Response
 from scope.errors import InvalidOptionsError
 from scope.models._http import UNSET, HTTPAdapter, Wire
-from scope.models._openai_wire import ChunkMapper, build_body, parse_completion
+from scope.models._openai_wire import API, PROVIDER, ChunkMapper, build_body, parse_completion
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "OpenAIChatModel"]
 
@@ -184,6 +184,8 @@ class OpenAIChatModel(HTTPAdapter):
         build_body=build_body,
         parse=parse_completion,
         mapper=ChunkMapper,
+        api=API,
+        provider=PROVIDER,
         unfinished="no finish_reason and no [DONE]",
     )
 

@@ -1,0 +1,250 @@
+"""Provenance and ownership (DESIGN §6c): every adapter stamps the messages it produces,
+sends provider state back only from its own (same API, provider and model), and counts
+what it left out on the response and in a DEBUG record."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from scope.chat import (
+    Message,
+    Request,
+    Role,
+    ToolOutput,
+    ToolResult,
+    assistant_message,
+    reasoning_part,
+    text_part,
+    tool_call_part,
+    tool_message,
+    user_message,
+)
+from scope.metadata import Metadata
+from scope.models._openai_wire import EXTRA_CONTENT_KEY, REASONING_DETAILS_KEY
+from scope.models._provenance import (
+    API_KEY,
+    DROPPED_KEY,
+    MODEL_KEY,
+    PROVIDER_KEY,
+    Replay,
+    same_model,
+    stamp,
+)
+from tests.helpers import ANTHROPIC, OPENAI, PROVIDERS, Provider, accumulate, body_of
+from tests.openai_server import OpenAIServer
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(
+    ("stamped", "asked", "same"),
+    [
+        ("gpt-4o-mini", "gpt-4o-mini", True),
+        ("gpt-4o-mini-2024-07-18", "gpt-4o-mini", True),
+        ("gpt-4o-mini", "gpt-4o-mini-2024-07-18", True),
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5", True),
+        ("gpt-4o-mini-2024-07-18", "gpt-4o", False),
+        ("gpt-4o", "gpt-4o-mini", False),
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4", False),
+        ("claude-sonnet-4-5-2025092", "claude-sonnet-4-5", False),
+        ("x-20250929", "", False),
+        ("", "", True),
+    ],
+)
+def test_same_model_allows_dated_snapshots_only(stamped: str, asked: str, same: bool) -> None:
+    assert same_model(stamped, asked) is same
+
+
+def test_stamp_keeps_the_other_metadata() -> None:
+    message = Message(Role.ASSISTANT, [text_part("Hi")], {"k": 1})
+    stamped = stamp(message, "openai.chat", "openai", "gpt-4o")
+    assert stamped.metadata == Metadata(
+        {"k": 1, API_KEY: "openai.chat", PROVIDER_KEY: "openai", MODEL_KEY: "gpt-4o"}
+    )
+    assert stamped.parts == message.parts
+
+
+@pytest.mark.parametrize(
+    ("api", "provider", "model", "owned"),
+    [
+        ("openai.chat", "openai", "gpt-4o", True),
+        ("openai.chat", "openai", "gpt-4o-2024-08-06", True),
+        ("openai.responses", "openai", "gpt-4o", False),  # same provider, other API
+        ("openai.chat", "deepseek", "gpt-4o", False),
+        ("openai.chat", "openai", "gpt-4o-mini", False),
+    ],
+)
+def test_a_replay_owns_its_own_api_provider_and_model(
+    api: str, provider: str, model: str, owned: bool
+) -> None:
+    replay = Replay("openai.chat", "openai", "gpt-4o")
+    assert replay.owns(stamp(assistant_message("x"), api, provider, model)) is owned
+
+
+def test_a_message_without_provenance_is_foreign() -> None:
+    replay = Replay("openai.chat", "openai", "gpt-4o")
+    assert not replay.owns(assistant_message("x"))
+    half = Message(Role.ASSISTANT, [text_part("x")], {API_KEY: "openai.chat"})
+    assert not replay.owns(half)
+
+
+# ----------------------------------------------------------------- stamps by adapters
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+@pytest.mark.parametrize("mode", ["call", "stream"])
+async def test_every_answer_is_stamped_with_its_provenance(provider: Provider, mode: str) -> None:
+    name = provider.text if mode == "call" else "stream_text"
+    with provider.serve() as server:
+        server.script(*provider.load_transcript(name))
+        model, _ = provider.recorded(server)
+        async with model:
+            if mode == "call":
+                response = await model.call(Request([user_message("Hi")]))
+            else:
+                chunks, response = await accumulate(model.stream(Request([user_message("Hi")])))
+                stamped = [
+                    c for c in chunks if c.output is not None and c.output.message is not None
+                ]
+                # Once: the accumulator merges message metadata per key.
+                assert PROVIDER_KEY in stamped[0].output.message.metadata  # type: ignore[union-attr]
+                assert all(PROVIDER_KEY not in c.output.message.metadata for c in stamped[1:])  # type: ignore[union-attr]
+    assert response.output is not None and response.output.message is not None
+    metadata = response.output.message.metadata
+    assert response.metadata is not None and response.metadata.model
+    assert metadata.decode(MODEL_KEY) == response.metadata.model  # the model that answered
+    assert metadata.decode(PROVIDER_KEY) == provider.model_class._WIRE.provider
+    assert metadata.decode(API_KEY) == provider.model_class._WIRE.api
+    assert DROPPED_KEY not in response.metadata.extra  # nothing was left out
+
+
+async def test_the_provider_name_given_is_the_stamp() -> None:
+    with OPENAI.serve() as server:
+        server.script(*OPENAI.load_transcript("plain_answer"))
+        model, _ = OPENAI.recorded(server, provider_name="deepseek")
+        async with model:
+            response = await model.call(Request([user_message("Hi")]))
+    assert response.output is not None and response.output.message is not None
+    assert response.output.message.metadata.decode(PROVIDER_KEY) == "deepseek"
+
+
+# ------------------------------------------------------------- ownership by adapters
+
+
+def _loop(assistant: Message) -> Request:
+    return Request(
+        [
+            user_message("Weather?"),
+            assistant,
+            tool_message(ToolResult("c1", "get_weather", ToolOutput.of_text("18C"))),
+        ]
+    )
+
+
+def _openai_state() -> Message:
+    return Message(
+        Role.ASSISTANT,
+        [
+            reasoning_part("Let me look.", b"sig"),
+            tool_call_part(
+                "c1",
+                "get_weather",
+                "{}",
+                metadata={EXTRA_CONTENT_KEY: {"google": {"thought_signature": "c2ln"}}},
+            ),
+        ],
+        {REASONING_DETAILS_KEY: [{"type": "reasoning.text", "text": "Let me look."}]},
+    )
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        pytest.param(lambda m: m, id="unstamped"),
+        pytest.param(lambda m: stamp(m, "openai.chat", "openrouter", OPENAI.model), id="provider"),
+        pytest.param(lambda m: stamp(m, "openai.chat", "openai", "gpt-4.1"), id="model"),
+        pytest.param(lambda m: stamp(m, "openai.responses", "openai", OPENAI.model), id="api"),
+    ],
+)
+def test_openai_chat_sends_no_foreign_state(foreign: Any) -> None:
+    replay = Replay("openai.chat", "openai")
+    built = OPENAI.build_body(
+        _loop(foreign(_openai_state())),
+        default_options=Request([user_message("x")]).options,
+        model=OPENAI.model,
+        stream=False,
+        replay=replay,
+    )
+    sent = built["messages"][1]
+    assert set(sent) == {"role", "tool_calls"}
+    assert "extra_content" not in sent["tool_calls"][0]
+    assert replay.left_out == ["messages[1].parts[0] (reasoning of another model)"]
+
+
+def test_openai_chat_sends_its_own_state_back() -> None:
+    body = body_of(OPENAI, _loop(OPENAI.own(_openai_state())))
+    sent = body["messages"][1]
+    assert sent["reasoning_details"] == [{"type": "reasoning.text", "text": "Let me look."}]
+    assert sent["tool_calls"][0]["extra_content"] == {"google": {"thought_signature": "c2ln"}}
+
+
+def test_anthropic_sends_no_foreign_thinking() -> None:
+    thinking = assistant_message(
+        reasoning_part("Let me look.", b"sig"), tool_call_part("c1", "get_weather", "{}")
+    )
+    for message in (
+        thinking,
+        stamp(thinking, "anthropic.messages", "anthropic", "claude-opus-4-1"),
+        stamp(thinking, "openai.chat", "deepseek", ANTHROPIC.model),
+    ):
+        body = body_of(ANTHROPIC, _loop(message))
+        assert [b["type"] for b in body["messages"][1]["content"]] == ["tool_use"]
+    own = body_of(ANTHROPIC, _loop(ANTHROPIC.own(thinking, "claude-sonnet-4-5-20250929")))
+    assert [b["type"] for b in own["messages"][1]["content"]] == ["thinking", "tool_use"]
+
+
+@pytest.mark.parametrize("mode", ["call", "stream"])
+async def test_what_was_left_out_is_counted_and_logged(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An Anthropic request replaying an OpenAI-compatible turn with reasoning.
+    foreign = stamp(
+        assistant_message(
+            reasoning_part("deepseek thoughts"), tool_call_part("c1", "get_weather", "{}")
+        ),
+        "openai.chat",
+        "deepseek",
+        "deepseek-reasoner",
+    )
+    with ANTHROPIC.serve() as server:
+        server.script(*ANTHROPIC.load_transcript("text" if mode == "call" else "stream_text"))
+        model, _ = ANTHROPIC.recorded(server)
+        caplog.set_level(logging.DEBUG, logger="scope.models")
+        async with model:
+            if mode == "call":
+                response = await model.call(_loop(foreign))
+            else:
+                chunks, response = await accumulate(model.stream(_loop(foreign)))
+                assert chunks[0].metadata is not None
+                assert chunks[0].metadata.extra.decode(DROPPED_KEY) == 1
+                assert all(
+                    c.metadata is None or DROPPED_KEY not in c.metadata.extra for c in chunks[1:]
+                )
+        sent = _sent(server)
+    assert response.metadata is not None
+    assert response.metadata.extra.decode(DROPPED_KEY) == 1
+    assert [b["type"] for b in sent["messages"][1]["content"]] == ["tool_use"]
+    (record,) = [r for r in caplog.records if r.name == "scope.models"]
+    assert record.levelno == logging.DEBUG
+    assert record.getMessage() == (
+        "AnthropicModel left out 1 part(s) of the request: "
+        "messages[1].parts[0] (reasoning of another model)"
+    )
+
+
+def _sent(server: OpenAIServer) -> Any:
+    (body,) = server.bodies()
+    return body
