@@ -240,7 +240,8 @@ def fallback(
     When every model fails, the last model's error is raised. An error that ends the
     fallback after earlier models were given up on (the last one's, or one not in
     ``on``) carries those earlier errors, in order, as its ``fallback_errors``
-    attribute, and a note (``add_note``) naming them; its ``__cause__`` is left as the
+    attribute (read it with ``getattr(err, "fallback_errors", ())``), and a note
+    (``add_note``) naming them; its ``__cause__`` is left as the
     model set it. No ``ExceptionGroup``: ``except RateLimitError`` still works.
 
     The object has no ``provider_name``: which provider answers is only known per
