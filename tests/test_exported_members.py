@@ -54,6 +54,8 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "scope.chat": [
         "CallMiddleware",
+        "DEFAULT_FALLBACK_ERRORS",
+        "Fallback",
         "FinishReason",
         "Message",
         "Model",
@@ -81,6 +83,7 @@ EXPECTED: dict[str, list[str]] = {
         "Usage",
         "assistant_message",
         "collect",
+        "fallback",
         "media_part",
         "reasoning_part",
         "system_message",

@@ -1,6 +1,9 @@
 """The provider-neutral chat protocol: values, accumulation, models and middleware."""
 
 from scope.chat._accumulator import ResponseAccumulator as ResponseAccumulator
+from scope.chat._fallback import DEFAULT_FALLBACK_ERRORS as DEFAULT_FALLBACK_ERRORS
+from scope.chat._fallback import Fallback as Fallback
+from scope.chat._fallback import fallback as fallback
 from scope.chat._message import Message as Message
 from scope.chat._message import Part as Part
 from scope.chat._message import ToolCall as ToolCall
@@ -42,6 +45,8 @@ from scope.chat._types import Role as Role
 
 __all__ = [
     "CallMiddleware",
+    "DEFAULT_FALLBACK_ERRORS",
+    "Fallback",
     "FinishReason",
     "Message",
     "Model",
@@ -69,6 +74,7 @@ __all__ = [
     "Usage",
     "assistant_message",
     "collect",
+    "fallback",
     "media_part",
     "reasoning_part",
     "system_message",

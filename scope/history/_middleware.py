@@ -31,7 +31,7 @@ from scope.errors import (
     InvalidResponseError,
     StoreError,
 )
-from scope.history import _trace
+from scope.history import _interrupted, _trace
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, ViewReader, Writer, implements
@@ -65,6 +65,11 @@ class IncompleteTurn:
     appended (``reason`` is ``CANCELLED``): the store may or may not have appended it,
     and ``await writer.append(turn.batch)`` settles it: it lands once, or returns the
     equal receipt if it had landed. In every other report it is None.
+
+    ``kept`` is the batch that stored the interrupted turn (``keep_interrupted=True``:
+    the open turn and the partial answer, marked ``scope/interrupted``) when it landed
+    and its receipt checked out; None when nothing was kept (off, not applicable, or the
+    write failed or ran out of time: see the ``scope.history`` log).
     """
 
     conversation_id: ConversationID
@@ -73,6 +78,7 @@ class IncompleteTurn:
     reason: IncompleteReason
     error: BaseException | None = attrs.field(default=None, eq=False)
     batch: Batch | None = None
+    kept: Batch | None = None
 
 
 def _new_append_id() -> str:
@@ -144,6 +150,25 @@ def split_request(request: Request) -> tuple[tuple[Message, ...], tuple[Message,
     return prefix, turn
 
 
+def _failure_reason(exc: BaseException) -> IncompleteReason | None:
+    """The ``IncompleteReason`` of a failed turn (None: a ``CommitError``, which carries
+    its batch instead of being reported)."""
+    if isinstance(exc, CommitError):
+        return None
+    if _is_cancellation(exc):
+        return IncompleteReason.CANCELLED
+    if isinstance(exc, InvalidResponseError):
+        return IncompleteReason.INVALID_RESPONSE
+    return IncompleteReason.ERROR
+
+
+#: The reasons ``keep_interrupted`` stores a turn for (an invalid response is not an
+#: interruption: its partial is not trusted; a CommitError carries its whole batch).
+_KEPT_REASONS: Final = frozenset(
+    {IncompleteReason.CANCELLED, IncompleteReason.STOPPED, IncompleteReason.ERROR}
+)
+
+
 def _needs_tools(response: Response) -> bool:
     output = response.output
     return (
@@ -208,6 +233,29 @@ class Middleware:
     inner error or cancellation writes nothing; the inner stream is closed on every path
     before the outer one finishes closing.
 
+    Interrupted turns (``keep_interrupted=True``; off by default, when an interrupted
+    turn leaves nothing behind): a turn that ends after the model was asked — its stream
+    cancelled, stopped early by the consumer (``aclose()``) or failed with an error from
+    the model (``reason`` ``cancelled``, ``stopped``, ``error``) — is stored as the open
+    turn (the user message and its complete tool-call/result pairs) plus the partial
+    assistant message: the text, reasoning and media received so far, under the
+    partial's message metadata; tool calls (complete or still streaming) are dropped, as
+    their results never came. The last stored message carries message metadata
+    ``scope/interrupted`` = the reason: the partial assistant message, or the open
+    turn's last message when nothing of the answer remains (nothing had arrived yet, or
+    only tool calls). A ``call`` has no partial answer: a cancelled or failed ``call``
+    keeps the open turn, marked. Not kept: failures before the model is asked (request
+    checks, reading the history, a closed conversation), an invalid response, a
+    ``CommitError`` (it carries the whole batch) and a cancellation during the commit's
+    append (reported with its batch). The write is fenced like a commit
+    (``expected_length`` from the view), appended under a fresh ``new_append_id()``,
+    shielded from the cancellation and bounded to 5 seconds; whatever becomes of it
+    (stored, refused by the fence because another turn landed, failed, timed out: the
+    latter three logged as warnings on ``scope.history``), the original cancellation or
+    error then propagates unchanged, and ``on_incomplete`` still reports the turn, with
+    the stored batch as ``kept``. A host that retries such a turn sends the question
+    again: it is stored twice, the first copy marked.
+
     ``on_incomplete`` (synchronous, must not block) receives an ``IncompleteTurn`` once
     whenever a bound call or stream ends without committing — except the tool-call pause
     and a ``CommitError`` (which carries its batch). If it raises, the error is logged on
@@ -217,6 +265,7 @@ class Middleware:
     __slots__ = (
         "_conversation_id",
         "_exclusive_turns",
+        "_keep_interrupted",
         "_new_append_id",
         "_on_incomplete",
         "_reader",
@@ -232,6 +281,7 @@ class Middleware:
         on_incomplete: Callable[[IncompleteTurn], None] | None = None,
         *,
         exclusive_turns: bool = True,
+        keep_interrupted: bool = False,
     ) -> None:
         if not implements(reader, Reader):
             raise TypeError(
@@ -251,12 +301,17 @@ class Middleware:
             )
         if type(exclusive_turns) is not bool:
             raise TypeError(f"exclusive_turns must be a bool, got {type(exclusive_turns).__name__}")
+        if type(keep_interrupted) is not bool:
+            raise TypeError(
+                f"keep_interrupted must be a bool, got {type(keep_interrupted).__name__}"
+            )
         self._conversation_id = ConversationID(conversation_id)
         self._reader = reader
         self._writer = writer
         self._new_append_id = new_append_id
         self._on_incomplete = on_incomplete
         self._exclusive_turns = exclusive_turns
+        self._keep_interrupted = keep_interrupted
 
     @property
     def conversation_id(self) -> ConversationID:
@@ -267,6 +322,11 @@ class Middleware:
     def exclusive_turns(self) -> bool:
         """Whether committed turns are fenced (see the class docstring)."""
         return self._exclusive_turns
+
+    @property
+    def keep_interrupted(self) -> bool:
+        """Whether interrupted turns are stored (see the class docstring)."""
+        return self._keep_interrupted
 
     def __call__(self, *args: Never, **kwargs: Never) -> NoReturn:
         # chat.wrap(model, history) instead of chat.wrap(model, history.call): the
@@ -294,12 +354,15 @@ class Middleware:
         reason: IncompleteReason,
         error: BaseException | None,
         batch: Batch | None = None,
+        kept: Batch | None = None,
     ) -> None:
         callback = self._on_incomplete
         if callback is None:
             return
         try:
-            callback(IncompleteTurn(self._conversation_id, turn, partial, reason, error, batch))
+            callback(
+                IncompleteTurn(self._conversation_id, turn, partial, reason, error, batch, kept)
+            )
         except Exception:
             _log.exception(
                 "on_incomplete callback failed for conversation %r", str(self._conversation_id)
@@ -311,18 +374,57 @@ class Middleware:
         partial: Response | None,
         exc: BaseException,
         batch: Batch | None = None,
+        kept: Batch | None = None,
     ) -> None:
-        if isinstance(exc, CommitError):
+        reason = _failure_reason(exc)
+        if reason is None:
             return
-        if _is_cancellation(exc):
-            # During the append (``batch`` set) the outcome is unknown: hand the batch over.
-            self._report(turn, partial, IncompleteReason.CANCELLED, exc, batch)
-            return
-        if isinstance(exc, InvalidResponseError):
-            reason = IncompleteReason.INVALID_RESPONSE
-        else:
-            reason = IncompleteReason.ERROR
-        self._report(turn, partial, reason, exc)
+        # During the append (``batch`` set) the outcome is unknown: hand the batch over.
+        self._report(
+            turn,
+            partial,
+            reason,
+            exc,
+            batch if reason is IncompleteReason.CANCELLED else None,
+            kept,
+        )
+
+    async def _keep(
+        self,
+        turn: tuple[Message, ...],
+        partial: Response | None,
+        reason: str,
+        expected_length: int | None,
+    ) -> Batch | None:
+        """Store an interrupted turn when ``keep_interrupted`` is on (see the class
+        docstring): the batch that landed, or None. Never raises an ``Exception``;
+        ``reason`` is an ``IncompleteReason`` value or ``"interrupted"``."""
+        if not self._keep_interrupted:
+            return None
+        return await _interrupted.keep(
+            self._writer,
+            lambda: _interrupted.interrupted_batch(
+                self._conversation_id,
+                self._new_append_id(),
+                turn,
+                partial,
+                str(reason),
+                expected_length,
+            ),
+        )
+
+    async def _keep_failure(
+        self,
+        turn: tuple[Message, ...],
+        partial: Response | None,
+        exc: BaseException,
+        expected_length: int | None,
+    ) -> Batch | None:
+        """``_keep`` for a turn that failed after the model was called."""
+        reason = _failure_reason(exc)
+        if reason not in _KEPT_REASONS:
+            return None
+        return await self._keep(turn, partial, str(reason), expected_length)
 
     async def _downstream(
         self, request: Request, prefix: tuple[Message, ...], turn: tuple[Message, ...]
@@ -466,10 +568,14 @@ class _HistoryModel:
         _trace.annotate_conversation(cid)
         response: Response | None = None
         pending: list[Batch] = []
+        called = False  # the model was asked: an interruption from here on can be kept
+        expected: int | None = None
         try:
             downstream, expected = await mw._downstream(request, prefix, turn)
+            called = True
             with _trace.conversation(cid):
                 returned = await self.next.call(downstream)
+            called = False  # the model answered: what follows is a commit, not an interruption
             if not isinstance(returned, Response):
                 raise InvalidResponseError(
                     f"the model returned {type(returned).__name__}, not a Response"
@@ -477,7 +583,8 @@ class _HistoryModel:
             response = returned
             await mw._commit(turn, response, expected, pending)
         except BaseException as exc:
-            mw._report_failure(turn, response, exc, pending[0] if pending else None)
+            kept = await mw._keep_failure(turn, None, exc, expected) if called else None
+            mw._report_failure(turn, response, exc, pending[0] if pending else None, kept)
             raise
         return response
 
@@ -499,10 +606,13 @@ class _HistoryStreamer:
         accumulator = ResponseAccumulator()
         pending: list[Batch] = []
         cid = mw._conversation_id
+        streaming = False  # the model was asked and has not finished: keep_interrupted applies
+        expected: int | None = None
         try:
             downstream, expected = await mw._downstream(request, prefix, turn)
             with _trace.conversation(cid):  # a synchronous call: never held across a yield
                 inner = self.next.stream(downstream)
+            streaming = True
             try:
                 async for chunk in inner:
                     accumulator.add(chunk)
@@ -511,13 +621,20 @@ class _HistoryStreamer:
                 aclose = getattr(inner, "aclose", None)
                 if aclose is not None:
                     await aclose()
+            streaming = False
             response = accumulator.response()
             if response is None:
                 raise InvalidResponseError("the stream ended without any chunk")
             await mw._commit(turn, response, expected, pending)
         except GeneratorExit:
-            mw._report(turn, accumulator.response(), IncompleteReason.STOPPED, None)
+            partial = accumulator.response()
+            kept = None
+            if streaming:  # stopped at a yield: always while streaming
+                kept = await mw._keep(turn, partial, IncompleteReason.STOPPED, expected)
+            mw._report(turn, partial, IncompleteReason.STOPPED, None, None, kept)
             raise
         except BaseException as exc:
-            mw._report_failure(turn, accumulator.response(), exc, pending[0] if pending else None)
+            partial = accumulator.response()
+            kept = await mw._keep_failure(turn, partial, exc, expected) if streaming else None
+            mw._report_failure(turn, partial, exc, pending[0] if pending else None, kept)
             raise
