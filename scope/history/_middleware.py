@@ -30,8 +30,9 @@ from scope.errors import (
     InvalidRequestError,
     InvalidResponseError,
     StoreError,
+    TurnInterruptedError,
 )
-from scope.history import _trace
+from scope.history import _overlap, _trace
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, ViewReader, Writer, implements
@@ -50,6 +51,7 @@ class IncompleteReason(enum.StrEnum):
     CANCELLED = "cancelled"  # cancellation arrived (during the append: see batch)
     STOPPED = "stopped"  # the consumer stopped the stream early
     INVALID_RESPONSE = "invalid_response"  # the response (or a chunk) was invalid
+    INTERRUPTED = "interrupted"  # a newer turn stopped it (on_overlap="interrupt")
 
 
 @final
@@ -208,6 +210,21 @@ class Middleware:
     inner error or cancellation writes nothing; the inner stream is closed on every path
     before the outer one finishes closing.
 
+    Overlapping turns (``on_overlap``, DESIGN §6e): what a turn does when another turn
+    of the conversation is running, decided *before* the model is called.
+    ``"fence"`` (the default): both run, the fence commits one. ``"reject"``: the turn
+    takes the store's turn lease first and raises ``TurnInProgressError`` when another
+    turn holds it. ``"wait"``: it waits for the lease (polling with backoff, 2 ms
+    doubling to 100 ms, at most ``overlap_timeout`` seconds, then
+    ``TurnInProgressError``) and runs on the history as it is then. ``"interrupt"``: it
+    stops the running turn (which raises ``TurnInterruptedError``; ``on_incomplete``
+    reason ``interrupted``) and runs once the lease is free, waiting at most
+    ``overlap_timeout``; immediate within one process, at the running turn's next
+    renewal across processes. The lease (``lease_ttl`` seconds, renewed every third of
+    it while the model runs) is released on every path: commit, error, cancellation,
+    early stop. These three need a writer or reader that is a ``TurnLeaser``
+    (``TypeError``) and ``exclusive_turns=True`` (``ValueError``).
+
     ``on_incomplete`` (synchronous, must not block) receives an ``IncompleteTurn`` once
     whenever a bound call or stream ends without committing — except the tool-call pause
     and a ``CommitError`` (which carries its batch). If it raises, the error is logged on
@@ -219,6 +236,7 @@ class Middleware:
         "_exclusive_turns",
         "_new_append_id",
         "_on_incomplete",
+        "_overlap",
         "_reader",
         "_writer",
     )
@@ -232,6 +250,9 @@ class Middleware:
         on_incomplete: Callable[[IncompleteTurn], None] | None = None,
         *,
         exclusive_turns: bool = True,
+        on_overlap: _overlap.OnOverlap = "fence",
+        overlap_timeout: float = 30.0,
+        lease_ttl: float = 15.0,
     ) -> None:
         if not implements(reader, Reader):
             raise TypeError(
@@ -257,6 +278,9 @@ class Middleware:
         self._new_append_id = new_append_id
         self._on_incomplete = on_incomplete
         self._exclusive_turns = exclusive_turns
+        self._overlap = _overlap.Overlap(
+            on_overlap, overlap_timeout, lease_ttl, reader, writer, exclusive_turns
+        )
 
     @property
     def conversation_id(self) -> ConversationID:
@@ -267,6 +291,11 @@ class Middleware:
     def exclusive_turns(self) -> bool:
         """Whether committed turns are fenced (see the class docstring)."""
         return self._exclusive_turns
+
+    @property
+    def on_overlap(self) -> str:
+        """What an overlapping turn does (see the class docstring)."""
+        return self._overlap.strategy
 
     def __call__(self, *args: Never, **kwargs: Never) -> NoReturn:
         # chat.wrap(model, history) instead of chat.wrap(model, history.call): the
@@ -320,6 +349,8 @@ class Middleware:
             return
         if isinstance(exc, InvalidResponseError):
             reason = IncompleteReason.INVALID_RESPONSE
+        elif isinstance(exc, TurnInterruptedError):
+            reason = IncompleteReason.INTERRUPTED
         else:
             reason = IncompleteReason.ERROR
         self._report(turn, partial, reason, exc)
@@ -466,10 +497,15 @@ class _HistoryModel:
         _trace.annotate_conversation(cid)
         response: Response | None = None
         pending: list[Batch] = []
+        lease: _overlap.Lease | None = None
         try:
+            lease = await mw._overlap.begin(cid)
             downstream, expected = await mw._downstream(request, prefix, turn)
             with _trace.conversation(cid):
-                returned = await self.next.call(downstream)
+                if lease is None:
+                    returned = await self.next.call(downstream)
+                else:
+                    returned = await lease.call(self.next.call, downstream)
             if not isinstance(returned, Response):
                 raise InvalidResponseError(
                     f"the model returned {type(returned).__name__}, not a Response"
@@ -479,6 +515,9 @@ class _HistoryModel:
         except BaseException as exc:
             mw._report_failure(turn, response, exc, pending[0] if pending else None)
             raise
+        finally:
+            if lease is not None:
+                await lease.release()
         return response
 
 
@@ -499,15 +538,20 @@ class _HistoryStreamer:
         accumulator = ResponseAccumulator()
         pending: list[Batch] = []
         cid = mw._conversation_id
+        lease: _overlap.Lease | None = None
         try:
+            lease = await mw._overlap.begin(cid)
             downstream, expected = await mw._downstream(request, prefix, turn)
             with _trace.conversation(cid):  # a synchronous call: never held across a yield
                 inner = self.next.stream(downstream)
+            chunks = inner if lease is None else lease.chunks(inner)
             try:
-                async for chunk in inner:
+                async for chunk in chunks:
                     accumulator.add(chunk)
                     yield chunk
             finally:
+                if chunks is not inner:
+                    await chunks.aclose()
                 aclose = getattr(inner, "aclose", None)
                 if aclose is not None:
                     await aclose()
@@ -521,3 +565,6 @@ class _HistoryStreamer:
         except BaseException as exc:
             mw._report_failure(turn, accumulator.response(), exc, pending[0] if pending else None)
             raise
+        finally:
+            if lease is not None:
+                await lease.release()
