@@ -519,9 +519,12 @@ async def handles(
     elif kind != "sqlite-two-handles" and anyio_backend != "asyncio":
         pytest.skip(f"the {kind} store is asyncio-only")
     elif kind == "sqlite-two-handles":
-        async with fresh_backend("sqlite", tmp_path) as backend:
-            async with await backend.open() as one, await backend.open() as two:
-                yield [one, two]
+        async with (
+            fresh_backend("sqlite", tmp_path) as backend,
+            await backend.open() as one,
+            await backend.open() as two,
+        ):
+            yield [one, two]
     else:
         async with fresh_store(kind, tmp_path) as store:
             yield [store]
@@ -579,7 +582,13 @@ async def test_reject_calls_the_model_once_per_round(handles: list[Any]) -> None
         refused: list[TurnInProgressError] = []
         reports = Reports()
 
-        async def turn(i: int, model: HeldModel = model, refused: list[Any] = refused) -> None:
+        async def turn(
+            i: int,
+            model: HeldModel = model,
+            refused: list[Any] = refused,
+            reports: Reports = reports,
+            round_: int = round_,
+        ) -> None:
             store = handles[i % len(handles)]
             mw = Middleware(store, store, "c", on_incomplete=reports, on_overlap="reject")
             try:
@@ -703,7 +712,7 @@ async def test_interrupt_across_handles_lands_at_the_next_renewal(
                 mw = Middleware(two, two, "c", on_overlap="interrupt", overlap_timeout=5)
                 await mw.call(newer).call(Request([user_message("second")]))
         assert len(outcome) == 1
-        assert [m.text for m in await two.read("c")][0] == "second"
+        assert (await two.read("c"))[0].text == "second"
 
 
 async def test_renewal_keeps_a_long_turn_exclusive(handles: list[Any]) -> None:
