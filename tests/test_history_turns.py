@@ -50,6 +50,7 @@ from scope.history import (
     WindowReader,
 )
 from scope.history.inmemory import InMemoryStore
+from scope.historystores.sqlite import SQLiteStore
 from tests.servers import fresh_backend, fresh_store
 
 pytestmark = pytest.mark.anyio
@@ -823,3 +824,64 @@ def test_overlap_errors_are_history_errors_and_pickle() -> None:
         assert type(again) is type(err) and str(again) == str(err)
         assert again.conversation_id == "c"
     assert pickle.loads(pickle.dumps(in_progress)).started_at == 1.5
+
+
+_HOLDER_PROCESS = """
+import sys, anyio
+from scope.chat import Request, user_message
+from scope.history import Middleware
+from scope.historystores.sqlite import SQLiteStore
+
+class Forever:
+    async def call(self, request):
+        print("holding", flush=True)
+        await anyio.sleep_forever()
+
+async def main():
+    store = await SQLiteStore.open(sys.argv[1])
+    mw = Middleware(store, store, "c", on_overlap="reject", lease_ttl=float(sys.argv[2]))
+    await mw.call(Forever()).call(Request([user_message("never stored")]))
+
+anyio.run(main)
+"""
+
+
+def test_a_killed_holder_blocks_no_longer_than_the_lease_ttl(tmp_path: Path) -> None:
+    """A process killed with SIGKILL while its turn holds the lease: the conversation is
+    refused while the lease lives and free once its ttl has passed (a waiting turn
+    bounded by ttl + 2 s gets it)."""
+    import subprocess
+    import sys
+
+    path, ttl = tmp_path / "h.db", 1.0
+    asyncio.run(_open_and_close(path))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER_PROCESS, str(path), str(ttl)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+    finally:
+        holder.kill()  # SIGKILL: no release, no cleanup
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+    async def after_the_kill() -> None:
+        async with await SQLiteStore.open(path) as store:
+            model = Gate(1)
+            rejecting = Middleware(store, store, "c", on_overlap="reject")
+            with pytest.raises(TurnInProgressError, match="another process or store handle"):
+                await rejecting.call(model).call(Request([user_message("too soon")]))
+            waiting = Middleware(store, store, "c", on_overlap="wait", overlap_timeout=ttl + 2)
+            await waiting.call(model).call(Request([user_message("after the ttl")]))
+            assert (await store.read("c"))[0].text == "after the ttl"
+
+    asyncio.run(after_the_kill())
+
+
+async def _open_and_close(path: Path) -> None:
+    async with await SQLiteStore.open(path):
+        pass
