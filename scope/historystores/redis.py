@@ -193,7 +193,7 @@ def validate_prefix(prefix: object) -> str:
 
 @final
 class RedisStore(RecordStore):
-    """A ``Store``, ``Lister`` and ``BatchReader`` in Redis.
+    """A ``Store``, ``Lister``, ``BatchReader`` and ``TurnLeaser`` in Redis.
 
     Open with ``await RedisStore.open(url)``; use as an async context manager or call
     ``aclose()`` (closes the client and its connections).
