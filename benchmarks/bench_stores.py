@@ -13,6 +13,11 @@ Measured (best of N, time.perf_counter, asyncio):
 - the ``expected_length`` fence (DESIGN §6b): 200 sequential fenced appends (each batch
   names the conversation's length) against 200 unfenced ones, per scope store, rounds
   interleaved, best of 5; the ratio is fenced / unfenced.
+- a turn through the history Middleware under ``on_overlap="fence"`` against
+  ``"reject"`` (DESIGN §6e: the lease is taken before and released after the model
+  call, two more store steps per turn): 100 sequential turns each (one user message, a
+  model that answers at once), rounds interleaved, best of 5; the ratio is reject /
+  fence.
 
 The persistent scope stores run with their decoded-batch cache off, so every read decodes
 and validates every message; one extra row shows SQLiteStore with its default cache
@@ -37,8 +42,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scope.chat import assistant_message, user_message
-from scope.history import Batch
+from scope.chat import FinishReason, Output, Request, Response, assistant_message, user_message
+from scope.history import Batch, Middleware
 from scope.history.inmemory import InMemoryStore as InMemoryStore
 from tests.servers import drop_keys, drop_tables
 
@@ -185,6 +190,32 @@ async def best_of(repeats: int, fn: Callable[[int], Awaitable[None]]) -> float:
     return best
 
 
+TURNS = 100
+
+
+class Answer:
+    """A model that answers at once: the turn's cost is the Middleware's and the store's."""
+
+    async def call(self, request: Request) -> Response:
+        return Response(Output(assistant_message(ASSISTANT), FinishReason.STOP))
+
+
+async def measure_overlap(store: Any) -> tuple[float, float]:
+    """Best-of microseconds per turn: (fence, reject), rounds interleaved."""
+    run = uuid.uuid4().hex[:6]
+    best = {"fence": float("inf"), "reject": float("inf")}
+    request = Request([user_message(USER)])
+    for round_ in range(5):
+        for strategy in ("fence", "reject"):
+            cid = f"turn-{run}-{round_}-{strategy}"
+            model = Middleware(store, store, cid, on_overlap=strategy).call(Answer())  # type: ignore[arg-type]
+            start = time.perf_counter()
+            for _ in range(TURNS):
+                await model.call(request)
+            best[strategy] = min(best[strategy], time.perf_counter() - start)
+    return best["fence"] / TURNS * 1e6, best["reject"] / TURNS * 1e6
+
+
 async def measure(adapter: Adapter) -> dict[str, float]:
     run = uuid.uuid4().hex[:6]
     results: dict[str, float] = {}
@@ -225,6 +256,7 @@ async def measure(adapter: Adapter) -> dict[str, float]:
 
 async def main() -> None:
     fences: dict[str, tuple[float, float]] = {}
+    overlaps: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         async with stores(Path(tmp)) as candidates:
             table: dict[str, dict[str, float] | str] = {}
@@ -235,6 +267,7 @@ async def main() -> None:
                     table[name] = await measure(adapter)
                     if adapter.store is not None:
                         fences[name] = await measure_fence(adapter.store)
+                        overlaps[name] = await measure_overlap(adapter.store)
     measured = {k: v for k, v in table.items() if isinstance(v, dict)}
     columns = list(next(iter(measured.values())))
     floors = {c: min(v[c] for v in measured.values()) for c in columns}
@@ -252,6 +285,12 @@ async def main() -> None:
         print(
             f"{name.ljust(width)}unfenced {plain:>9.1f}   fenced {fenced:>9.1f}   "
             f"fenced/unfenced {fenced / plain:>5.2f}x"
+        )
+    print("\na Middleware turn, on_overlap fence vs reject (us/turn)")
+    for name, (fence, reject) in overlaps.items():
+        print(
+            f"{name.ljust(width)}fence {fence:>9.1f}   reject {reject:>9.1f}   "
+            f"reject/fence {reject / fence:>5.2f}x"
         )
 
 

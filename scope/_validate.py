@@ -21,6 +21,7 @@ from scope.errors import ScopeError
 __all__ = [
     "MAX_INT",
     "check_int",
+    "check_lease",
     "check_text",
     "nested",
     "publish",
@@ -80,6 +81,16 @@ def finite_number(value: object, *, positive: bool = False) -> TypeGuard[int | f
     except OverflowError:
         return False
     return math.isfinite(number) and (number > 0 if positive else number >= 0)
+
+
+def check_lease(holder: object, ttl: object) -> tuple[str, float]:
+    """The arguments of ``TurnLeaser.acquire_turn``: ``holder`` a non-empty string (valid
+    Unicode), ``ttl`` a finite number of seconds > 0. Anything else raises ``ValueError``
+    naming the argument, before any I/O."""
+    check_text(holder, "lease holder", ValueError, required=True)
+    if not finite_number(ttl, positive=True):
+        raise ValueError(f"lease ttl must be a finite number of seconds > 0, got {ttl!r}")
+    return holder, float(ttl)  # type: ignore[return-value]
 
 
 def to_bytes(value: bytes | bytearray | memoryview) -> bytes:

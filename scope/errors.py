@@ -29,7 +29,9 @@
     │   ├── HistoryChangedError         a fenced batch met another length (expected, actual)
     │   ├── WindowTooSmallError
     │   ├── StoreError                  a backend failed (I/O, corrupt record)
-    │   └── CommitError                 generation succeeded, persisting it did not (retryable)
+    │   ├── CommitError                 generation succeeded, persisting it did not (retryable)
+    │   ├── TurnInProgressError         another turn holds the conversation's lease
+    │   └── TurnInterruptedError        a newer turn interrupted this one (on_overlap)
     └── ProviderError                   (status_code, body, request_id)
         ├── AuthenticationError         401 / 403
         ├── BadRequestError             400 / 404 / 422
@@ -91,6 +93,8 @@ __all__ = [
     "ScopeError",
     "ScopeWarning",
     "StoreError",
+    "TurnInProgressError",
+    "TurnInterruptedError",
     "UnsupportedOptionError",
     "WindowTooSmallError",
 ]
@@ -264,6 +268,65 @@ class CommitError(HistoryError):
         self.receipt = receipt
         self.response = response
         self.retryable = retryable
+
+
+class TurnInProgressError(HistoryError):
+    """Another turn holds the conversation's lease (``Middleware(on_overlap="reject")``,
+    or ``"wait"``/``"interrupt"`` past ``overlap_timeout``). Raised before the model is
+    called: nothing was generated, nothing stored.
+
+    ``conversation_id`` names the conversation. ``started_at`` is the holder's start
+    time (``time.time()`` seconds) when the holder runs in this process, else None (a
+    store's lease records only a holder token and an expiry). ``waited`` is how many
+    seconds this turn waited for the lease (0.0 under ``"reject"``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        conversation_id: str,
+        started_at: float | None = None,
+        waited: float = 0.0,
+    ) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.started_at = started_at
+        self.waited = waited
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_in_progress,
+            (str(self), self.conversation_id, self.started_at, self.waited),
+        )
+
+
+class TurnInterruptedError(HistoryError):
+    """A newer turn on the same conversation interrupted this one
+    (``Middleware(on_overlap="interrupt")``): the model call or stream was stopped and
+    the turn was not stored (the incomplete-turn reason is ``interrupted``).
+
+    ``conversation_id`` names the conversation.
+    """
+
+    def __init__(self, message: str, *, conversation_id: str) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_interrupted, (str(self), self.conversation_id))
+
+
+def _rebuild_in_progress(
+    message: str, conversation_id: str, started_at: float | None, waited: float
+) -> TurnInProgressError:
+    return TurnInProgressError(
+        message, conversation_id=conversation_id, started_at=started_at, waited=waited
+    )
+
+
+def _rebuild_interrupted(message: str, conversation_id: str) -> TurnInterruptedError:
+    return TurnInterruptedError(message, conversation_id=conversation_id)
 
 
 class ProviderError(ScopeError):

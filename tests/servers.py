@@ -129,7 +129,9 @@ async def drop_tables(dsn: str, prefix: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(
-            f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations", "{prefix}_schema";'
+            f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations", '
+            f'"{prefix}_schema", '
+            f'"{prefix}_leases";'
             f'DROP FUNCTION IF EXISTS "{prefix}_append"'
         )
     finally:

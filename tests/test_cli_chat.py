@@ -502,3 +502,49 @@ def test_ctrl_c_at_the_prompt_exits_130(tmp_path: pathlib.Path) -> None:
                 proc.wait(30)
             proc.stdin.close()
             proc.stderr.close()
+
+
+def test_chat_session_says_when_another_session_holds_the_conversation(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Another session's turn holds the lease: the message is refused before the model
+    is called, the session says why and goes on; once the lease is free it is answered."""
+    import io
+
+    from scope.chat import FinishReason, Output, Request, Response, assistant_message
+    from scope.cli._chat import _Session
+    from scope.history import ConversationID
+
+    async def run() -> None:
+        async with (
+            await SQLiteStore.open(tmp_path / "s.db") as store,
+            await SQLiteStore.open(tmp_path / "s.db") as other_session,
+        ):
+
+            class Model:
+                calls = 0
+
+                def stream(self, request: Request) -> Any:
+                    Model.calls += 1
+                    return self._stream()
+
+                async def _stream(self) -> Any:
+                    yield Response(Output(assistant_message("hi"), FinishReason.STOP))
+
+            out, err = io.StringIO(), io.StringIO()
+            model: Any = Model()
+            session = _Session(store, model, ConversationID("c"), None, out, err)
+            assert session.middleware.on_overlap == "reject"
+            assert await other_session.acquire_turn("c", "other session", 30)
+            await session.turn("hello")
+            assert Model.calls == 0
+            assert (
+                "scope: error: another session holds conversation 'c' (its answer is being "
+                "generated); the message was not sent"
+            ) in err.getvalue()
+            assert await other_session.release_turn("c", "other session")
+            await session.turn("hello")
+            assert Model.calls == 1
+            assert [m.text for m in await store.read("c")] == ["hello", "hi"]
+
+    asyncio.run(run())

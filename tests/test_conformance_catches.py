@@ -16,9 +16,12 @@ pytest_plugins = ["pytester"]
 
 _BROKEN_STORE = textwrap.dedent(
     '''
+    import time
+
     import anyio.lowlevel
     import pytest
 
+    from scope._validate import check_lease
     from scope.errors import (
         AppendConflictError,
         ConversationClosedError,
@@ -34,7 +37,8 @@ _BROKEN_STORE = textwrap.dedent(
         def __init__(self, broken, state=None):
             self.broken = broken
             self.state = state or {
-                "messages": {}, "batches": {}, "accepted": {}, "closed": set()
+                "messages": {}, "batches": {}, "accepted": {}, "closed": set(),
+                "leases": {},
             }
 
         async def read(self, conversation_id):
@@ -118,6 +122,34 @@ _BROKEN_STORE = textwrap.dedent(
                 self.state["closed"].add(cid)
                 self.state["messages"].pop(cid, None)
                 self.state["batches"].pop(cid, None)
+
+        async def acquire_turn(self, conversation_id, holder, ttl):
+            cid = ConversationID(conversation_id)
+            holder, ttl = check_lease(holder, ttl)
+            leases = self.state["leases"]
+            now = time.monotonic()
+            current = leases.get(cid)
+            live = current is not None and (
+                "lease-forever" in self.broken or current[1] > now
+            )
+            if live and current[0] != holder and "lease-token" not in self.broken:
+                return False
+            if "lease-race" in self.broken:
+                # Checks, then yields before taking it: not one atomic step.
+                await anyio.lowlevel.checkpoint()
+            leases[cid] = (holder, now + ttl)
+            return True
+
+        async def release_turn(self, conversation_id, holder):
+            cid = ConversationID(conversation_id)
+            holder, _ = check_lease(holder, 1.0)
+            current = self.state["leases"].get(cid)
+            if current is None:
+                return False
+            if current[0] != holder and "lease-token" not in self.broken:
+                return False
+            del self.state["leases"][cid]
+            return "lease-forever" in self.broken or current[1] > time.monotonic()
 
         async def conversations(self):
             names = list(self.state["messages"])
@@ -249,6 +281,29 @@ CASES = [
     ("durable-messages", "durable", {"test_durable_messages_survive_reopen"}),
     ("durable-dedupe", "durable", {"test_durable_dedupe_evidence_survives_reopen"}),
     ("durable-closure", "durable", {"test_durable_closure_survives_reopen"}),
+    (
+        "lease-forever",
+        "lease",
+        {"test_lease_expires_by_itself", "test_lease_release_after_expiry_is_not_held"},
+    ),
+    (
+        "lease-token",
+        "lease",
+        {
+            "test_lease_holder_token_excludes_other_holders",
+            "test_lease_renewal_by_its_holder_extends_it",
+            "test_concurrent_lease_acquires_exactly_one_wins",
+            "test_lease_is_exclusive_across_two_handles",
+        },
+    ),
+    (
+        "lease-race",
+        "lease",
+        {
+            "test_concurrent_lease_acquires_exactly_one_wins",
+            "test_lease_is_exclusive_across_two_handles",
+        },
+    ),
 ]
 
 

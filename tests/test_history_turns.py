@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import pickle
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,10 @@ from scope.errors import (
     CommitError,
     ConversationClosedError,
     HistoryChangedError,
+    HistoryError,
     StoreError,
+    TurnInProgressError,
+    TurnInterruptedError,
 )
 from scope.history import (
     Batch,
@@ -46,7 +50,8 @@ from scope.history import (
     WindowReader,
 )
 from scope.history.inmemory import InMemoryStore
-from tests.servers import fresh_store
+from scope.historystores.sqlite import SQLiteStore
+from tests.servers import fresh_backend, fresh_store
 
 pytestmark = pytest.mark.anyio
 
@@ -496,3 +501,424 @@ async def test_a_view_reader_returning_a_non_view_is_a_store_error() -> None:
 
     with pytest.raises(StoreError, match="not a HistoryView"):
         await Middleware(Broken(), store, "c").call(Gate(1)).call(Request([user_message("q")]))
+
+
+# ---------------------------------------------------------------- overlap strategies (§6e)
+
+HANDLE_KINDS = ["memory", "sqlite-two-handles", "postgres", "redis"]
+
+
+@pytest.fixture(params=HANDLE_KINDS)
+async def handles(
+    request: pytest.FixtureRequest, anyio_backend: str, tmp_path: Path
+) -> AsyncIterator[list[Any]]:
+    """Handles on one store: turn ``i`` uses ``handles[i % len(handles)]``. SQLite gets
+    two handles on one file, so its leases must exclude across handles."""
+    kind = request.param
+    if kind == "memory":
+        yield [InMemoryStore()]
+    elif kind != "sqlite-two-handles" and anyio_backend != "asyncio":
+        pytest.skip(f"the {kind} store is asyncio-only")
+    elif kind == "sqlite-two-handles":
+        async with (
+            fresh_backend("sqlite", tmp_path) as backend,
+            await backend.open() as one,
+            await backend.open() as two,
+        ):
+            yield [one, two]
+    else:
+        async with fresh_store(kind, tmp_path) as store:
+            yield [store]
+
+
+def check_transcript(stored: list[Message], system: Message) -> None:
+    """Each answer was generated from exactly the history stored before it."""
+    for index in range(0, len(stored), 2):
+        question, answer = stored[index], stored[index + 1]
+        before = [system, *stored[:index]]
+        assert answer.text == f"{question.text} saw {len(before)}:{fingerprint(before)}"
+
+
+class HeldModel:
+    """Answers with a fingerprint of what it saw once ``release`` is set; counts calls
+    and the most calls running at once."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.running = 0
+        self.most = 0
+        self.started = anyio.Event()
+        self.release = anyio.Event()
+
+    async def call(self, request: Request) -> Response:
+        self.calls += 1
+        self.running += 1
+        self.most = max(self.most, self.running)
+        self.started.set()
+        try:
+            await self.release.wait()
+            await anyio.lowlevel.checkpoint()
+            seen = request.messages[:-1]
+            text = f"{request.messages[-1].text} saw {len(seen)}:{fingerprint(seen)}"
+            return Response(Output(assistant_message(text), FinishReason.STOP))
+        finally:
+            self.running -= 1
+
+    def stream(self, request: Request) -> AsyncIterator[Response]:
+        return self._stream(request)
+
+    async def _stream(self, request: Request) -> AsyncIterator[Response]:
+        self.calls += 1
+        yield Response(Output(assistant_message("partial ")))
+        self.started.set()  # the consumer has the first chunk
+        await self.release.wait()
+        yield Response(Output(assistant_message("end"), FinishReason.STOP))
+
+
+async def test_reject_calls_the_model_once_per_round(handles: list[Any]) -> None:
+    rounds, width = 3, 20
+    system = system_message("be brief")
+    for round_ in range(rounds):
+        model = HeldModel()
+        refused: list[TurnInProgressError] = []
+        reports = Reports()
+
+        async def turn(
+            i: int,
+            model: HeldModel = model,
+            refused: list[Any] = refused,
+            reports: Reports = reports,
+            round_: int = round_,
+        ) -> None:
+            store = handles[i % len(handles)]
+            mw = Middleware(store, store, "c", on_incomplete=reports, on_overlap="reject")
+            try:
+                await mw.call(model).call(Request([system, user_message(f"r{round_}q{i}")]))
+            except TurnInProgressError as exc:
+                refused.append(exc)
+                if len(refused) == width - 1:
+                    model.release.set()
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for i in range(width):
+                    tg.start_soon(turn, i)
+        assert model.calls == 1, f"round {round_}: {model.calls} model calls"
+        assert len(refused) == width - 1
+        assert all(e.conversation_id == "c" and e.waited == 0.0 for e in refused)
+        assert all("on_overlap='reject'" in str(e) for e in refused)
+        assert [r.reason for r in reports] == [IncompleteReason.ERROR] * (width - 1)
+    stored = await handles[0].read("c")
+    assert len(stored) == 2 * rounds
+    check_transcript(stored, system)
+    assert await handles[-1].acquire_turn("c", "probe", 30) is True  # every lease released
+
+
+async def test_wait_stores_every_turn_one_at_a_time(handles: list[Any]) -> None:
+    width = 20
+    system = system_message("be brief")
+    model = HeldModel()
+    model.release.set()
+
+    async def turn(i: int) -> None:
+        store = handles[i % len(handles)]
+        mw = Middleware(store, store, "c", on_overlap="wait", overlap_timeout=30)
+        await mw.call(model).call(Request([system, user_message(f"q{i}")]))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for i in range(width):
+                tg.start_soon(turn, i)
+    assert model.calls == width and model.most == 1
+    stored = await handles[0].read("c")
+    assert len(stored) == 2 * width
+    assert sorted(m.text for m in stored[::2]) == sorted(f"q{i}" for i in range(width))
+    check_transcript(stored, system)
+
+
+async def test_wait_gives_up_after_overlap_timeout(handles: list[Any]) -> None:
+    store = handles[-1]
+    assert await store.acquire_turn("c", "someone else", 30) is True
+    model = HeldModel()
+    mw = Middleware(store, store, "c", on_overlap="wait", overlap_timeout=0.05)
+    with pytest.raises(TurnInProgressError, match="gave up after waiting") as caught:
+        await mw.call(model).call(Request([user_message("q")]))
+    assert caught.value.waited >= 0.05
+    assert caught.value.started_at is None  # the holder is not a turn of this process
+    assert model.calls == 0
+    assert await store.read("c") == []
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["call", "stream"])
+async def test_interrupt_stops_the_running_turn_at_once(
+    handles: list[Any], streaming: bool
+) -> None:
+    store = handles[0]  # one handle: the same process-wide registry entry
+    running, newer = HeldModel(), HeldModel()
+    newer.release.set()
+    reports = Reports()
+    outcome: list[BaseException] = []
+
+    async def first() -> None:
+        mw = Middleware(store, store, "c", on_incomplete=reports, on_overlap="interrupt")
+        request = Request([user_message("first")])
+        try:
+            if streaming:
+                await collect(mw.stream(running).stream(request))
+            else:
+                await mw.call(running).call(request)
+        except TurnInterruptedError as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            await running.started.wait()
+            mw = Middleware(store, store, "c", on_overlap="interrupt")
+            await mw.call(newer).call(Request([user_message("second")]))
+    assert len(outcome) == 1 and outcome[0].conversation_id == "c"
+    assert [r.reason for r in reports] == [IncompleteReason.INTERRUPTED]
+    if streaming:
+        assert reports[0].partial is not None and reports[0].partial.text == "partial "
+    stored = await store.read("c")
+    assert [m.text for m in stored] == ["second", f"second saw 0:{fingerprint([])}"]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["call", "stream"])
+async def test_an_interrupted_turn_is_kept_before_the_newer_one(
+    handles: list[Any], streaming: bool
+) -> None:
+    # keep_interrupted + "interrupt" (DESIGN §6c/§6e): the running turn is stored with
+    # what it had, marked "interrupted", while it still holds the lease; the newer turn
+    # then runs on that history.
+    store = handles[0]
+    running, newer = HeldModel(), HeldModel()
+    newer.release.set()
+    outcome: list[BaseException] = []
+
+    async def first() -> None:
+        mw = Middleware(store, store, "c", on_overlap="interrupt", keep_interrupted=True)
+        request = Request([user_message("first")])
+        try:
+            if streaming:
+                await collect(mw.stream(running).stream(request))
+            else:
+                await mw.call(running).call(request)
+        except TurnInterruptedError as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            await running.started.wait()
+            mw = Middleware(store, store, "c", on_overlap="interrupt")
+            await mw.call(newer).call(Request([user_message("second")]))
+    assert len(outcome) == 1
+    stored = await store.read("c")
+    kept = ["first", "partial "] if streaming else ["first"]
+    assert [m.text for m in stored[: len(kept)]] == kept
+    assert stored[len(kept) - 1].metadata.decode("scope/interrupted") == "interrupted"
+    assert [m.text for m in stored[len(kept) :]][0] == "second"
+
+
+async def test_interrupt_across_handles_lands_at_the_next_renewal(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    # Two handles on one file are two leasers: the running turn learns of the newer one
+    # through the interrupt marker at its next renewal (ttl / 3), as across processes.
+    ttl = 0.3
+    async with (
+        fresh_backend("sqlite", tmp_path) as backend,
+        await backend.open() as one,
+        await backend.open() as two,
+    ):
+        running, newer = HeldModel(), HeldModel()
+        newer.release.set()
+        outcome: list[BaseException] = []
+
+        async def first() -> None:
+            mw = Middleware(one, one, "c", on_overlap="interrupt", lease_ttl=ttl)
+            try:
+                await mw.call(running).call(Request([user_message("first")]))
+            except TurnInterruptedError as exc:
+                outcome.append(exc)
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(first)
+                await running.started.wait()
+                mw = Middleware(two, two, "c", on_overlap="interrupt", overlap_timeout=5)
+                await mw.call(newer).call(Request([user_message("second")]))
+        assert len(outcome) == 1
+        assert (await two.read("c"))[0].text == "second"
+
+
+async def test_renewal_keeps_a_long_turn_exclusive(handles: list[Any]) -> None:
+    store = handles[0]
+    ttl = 0.2
+    model = HeldModel()
+    mw = Middleware(store, store, "c", on_overlap="reject", lease_ttl=ttl)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(mw.call(model).call, Request([user_message("long")]))
+            await model.started.wait()
+            await anyio.sleep(ttl * 3)  # three lease lifetimes: only renewal keeps it
+            other = handles[-1]
+            assert await other.acquire_turn("c", "intruder", 30) is False
+            model.release.set()
+    assert await other.acquire_turn("c", "intruder", 30) is True
+
+
+class FailingModel:
+    async def call(self, request: Request) -> Response:
+        raise RuntimeError("model down")
+
+    def stream(self, request: Request) -> AsyncIterator[Response]:
+        return self._stream()
+
+    async def _stream(self) -> AsyncIterator[Response]:
+        yield Response(Output(assistant_message("a")))
+        raise RuntimeError("model down")
+
+
+@pytest.mark.parametrize("strategy", ["reject", "wait", "interrupt"])
+async def test_the_lease_is_released_on_every_path(handles: list[Any], strategy: str) -> None:
+    store = handles[0]
+
+    def mw() -> Middleware:
+        return Middleware(store, store, "c", on_overlap=strategy)  # type: ignore[arg-type]
+
+    async def free() -> bool:
+        if await store.acquire_turn("c", "probe", 30):
+            return bool(await store.release_turn("c", "probe"))
+        return False
+
+    request = Request([user_message("q")])
+    # error, in a call and in a stream
+    with pytest.raises(RuntimeError):
+        await mw().call(FailingModel()).call(request)
+    assert await free()
+    with pytest.raises(RuntimeError):
+        await collect(mw().stream(FailingModel()).stream(request))
+    assert await free()
+    # cancellation while the model runs
+    held = HeldModel()
+    with anyio.move_on_after(0.05):
+        await mw().call(held).call(request)
+    assert await free()
+    # early stop of a stream
+    stream = mw().stream(HeldModel()).stream(request)
+    assert (await anext(stream)).text == "partial "
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert await free()
+    # commit
+    held = HeldModel()
+    held.release.set()
+    await mw().call(held).call(request)
+    assert await free()
+    assert len(await store.read("c")) == 2
+
+
+class PlainStore:
+    """A Reader and Writer without leases."""
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        return []
+
+    async def append(self, batch: Batch) -> Receipt:
+        return batch.receipt()
+
+
+def test_strategies_are_checked_at_construction() -> None:
+    store = InMemoryStore()
+    plain = PlainStore()
+    for strategy in ("reject", "wait", "interrupt"):
+        with pytest.raises(TypeError, match="TurnLeaser"):
+            Middleware(plain, plain, "c", on_overlap=strategy)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="needs exclusive_turns=True"):
+            Middleware(store, store, "c", on_overlap=strategy, exclusive_turns=False)  # type: ignore[arg-type]
+        # A leasing reader is enough.
+        assert Middleware(store, plain, "c", on_overlap=strategy).on_overlap == strategy  # type: ignore[arg-type]
+    assert Middleware(plain, plain, "c").on_overlap == "fence"
+    assert Middleware(store, store, "c", exclusive_turns=False).on_overlap == "fence"
+    for bad in ("", "Reject", "lock", None, 1):
+        with pytest.raises(ValueError, match="on_overlap must be one of"):
+            Middleware(store, store, "c", on_overlap=bad)  # type: ignore[arg-type]
+    for bad_timeout in (-1, float("nan"), float("inf"), "1", True, None):
+        with pytest.raises(ValueError, match="overlap_timeout must be a finite number"):
+            Middleware(store, store, "c", on_overlap="wait", overlap_timeout=bad_timeout)  # type: ignore[arg-type]
+    for bad_ttl in (0, -1, float("nan"), float("inf"), "1", True, None):
+        with pytest.raises(ValueError, match="lease_ttl must be a finite number"):
+            Middleware(store, store, "c", on_overlap="reject", lease_ttl=bad_ttl)  # type: ignore[arg-type]
+
+
+def test_overlap_errors_are_history_errors_and_pickle() -> None:
+    in_progress = TurnInProgressError("busy", conversation_id="c", started_at=1.5, waited=0.2)
+    interrupted = TurnInterruptedError("stopped", conversation_id="c")
+    for err in (in_progress, interrupted):
+        assert isinstance(err, HistoryError)
+        again = pickle.loads(pickle.dumps(err))
+        assert type(again) is type(err) and str(again) == str(err)
+        assert again.conversation_id == "c"
+    assert pickle.loads(pickle.dumps(in_progress)).started_at == 1.5
+
+
+_HOLDER_PROCESS = """
+import sys, anyio
+from scope.chat import Request, user_message
+from scope.history import Middleware
+from scope.historystores.sqlite import SQLiteStore
+
+class Forever:
+    async def call(self, request):
+        print("holding", flush=True)
+        await anyio.sleep_forever()
+
+async def main():
+    store = await SQLiteStore.open(sys.argv[1])
+    mw = Middleware(store, store, "c", on_overlap="reject", lease_ttl=float(sys.argv[2]))
+    await mw.call(Forever()).call(Request([user_message("never stored")]))
+
+anyio.run(main)
+"""
+
+
+def test_a_killed_holder_blocks_no_longer_than_the_lease_ttl(tmp_path: Path) -> None:
+    """A process killed with SIGKILL while its turn holds the lease: the conversation is
+    refused while the lease lives and free once its ttl has passed (a waiting turn
+    bounded by ttl + 2 s gets it)."""
+    import subprocess
+    import sys
+
+    path, ttl = tmp_path / "h.db", 1.0
+    asyncio.run(_open_and_close(path))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER_PROCESS, str(path), str(ttl)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+    finally:
+        holder.kill()  # SIGKILL: no release, no cleanup
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+    async def after_the_kill() -> None:
+        async with await SQLiteStore.open(path) as store:
+            model = Gate(1)
+            rejecting = Middleware(store, store, "c", on_overlap="reject")
+            with pytest.raises(TurnInProgressError, match="another process or store handle"):
+                await rejecting.call(model).call(Request([user_message("too soon")]))
+            waiting = Middleware(store, store, "c", on_overlap="wait", overlap_timeout=ttl + 2)
+            await waiting.call(model).call(Request([user_message("after the ttl")]))
+            assert (await store.read("c"))[0].text == "after the ttl"
+
+    asyncio.run(after_the_kill())
+
+
+async def _open_and_close(path: Path) -> None:
+    async with await SQLiteStore.open(path):
+        pass

@@ -6,6 +6,7 @@ messages; a PostgreSQL role with only DML and EXECUTE grants runs the store.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -91,7 +92,7 @@ async def test_sqlite_create_false_needs_the_current_schema(tmp_path: Path) -> N
 async def test_sqlite_version_1_is_upgraded_and_fenced(tmp_path: Path) -> None:
     path = tmp_path / "h.db"
     write_sqlite_v1(path)
-    with pytest.raises(StoreError, match="schema version 1, this scope needs 2"):
+    with pytest.raises(StoreError, match=f"schema version 1, this scope needs {SCHEMA_VERSION}"):
         await SQLiteStore.open(path, create=False)
     async with await SQLiteStore.open(path) as store:
         assert await store.read_view("c") == HistoryView(
@@ -130,7 +131,9 @@ def test_history_migrate_upgrades_a_sqlite_store(
     assert main(["history", "migrate", "--store", f"sqlite:///{path}"]) == 0
     assert f"is at version {SCHEMA_VERSION}" in capsys.readouterr().out
     conn = sqlite3.connect(path)
-    assert conn.execute('SELECT version FROM "scope_history_schema"').fetchall() == [(2,)]
+    assert conn.execute('SELECT version FROM "scope_history_schema"').fetchall() == [
+        (SCHEMA_VERSION,)
+    ]
     assert conn.execute(
         'SELECT id, length FROM "scope_history_conversations" ORDER BY id'
     ).fetchall() == [("c", 5), ("d", 2), ("gone", 0)]
@@ -217,7 +220,9 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
         pass  # the migration, as the owner
     await conn.execute(f'CREATE ROLE "{role}" LOGIN')
     try:
-        tables = ", ".join(f'"{prefix}_{t}"' for t in ("conversations", "batches", "schema"))
+        tables = ", ".join(
+            f'"{prefix}_{t}"' for t in ("conversations", "batches", "schema", "leases")
+        )
         await conn.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO "{role}"')
         await conn.execute(
             f'GRANT EXECUTE ON FUNCTION "{prefix}_append"'
@@ -233,6 +238,8 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
             await store.append(Batch("c", "a1", turn("t"), expected_length=0))
             assert (await store.read_view("c")).length == 2
             assert await store.conversations() == ["c"]
+            assert await store.acquire_turn("c", "h", 30) is True
+            assert await store.release_turn("c", "h") is True
             await store.clear("c")
             assert (await store.read_view("c")).closed
     finally:
@@ -279,3 +286,55 @@ async def test_open_flags_must_be_bools_before_any_io() -> None:
         await PostgresStore.open("postgresql://nobody@127.0.0.1:1/none", create=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cluster must be a bool"):
         await RedisStore.open("redis://127.0.0.1:1/0", cluster="yes")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- version 2 -> 3 (leases)
+
+
+def test_sqlite_version_2_gains_the_lease_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "h.db"
+
+    async def write() -> None:
+        async with await SQLiteStore.open(path) as store:
+            await store.append(Batch("c", "a1", turn("t")))
+
+    async def refused() -> None:
+        with pytest.raises(StoreError, match="schema version 2, this scope needs 3"):
+            await SQLiteStore.open(path, create=False)
+
+    async def use() -> None:
+        async with await SQLiteStore.open(path, create=False) as store:
+            assert await store.acquire_turn("c", "h", 30) is True
+            assert len(await store.read("c")) == 2
+
+    asyncio.run(write())
+    conn = sqlite3.connect(path)
+    conn.execute('DROP TABLE "scope_history_leases"')
+    conn.execute('UPDATE "scope_history_schema" SET version = 2')
+    conn.commit()
+    asyncio.run(refused())
+    assert main(["history", "migrate", "--store", f"sqlite:///{path}"]) == 0
+    assert f"is at version {SCHEMA_VERSION}" in capsys.readouterr().out
+    assert conn.execute('SELECT version FROM "scope_history_schema"').fetchall() == [(3,)]
+    conn.close()
+    asyncio.run(use())
+
+
+@pytest.mark.servers
+async def test_postgres_version_2_gains_the_lease_table(pg: tuple[Any, str, str]) -> None:
+    from scope.historystores.postgres import PostgresStore
+
+    conn, dsn, prefix = pg
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+        await store.append(Batch("c", "a1", turn("t")))
+    await conn.execute(f'DROP TABLE "{prefix}_leases"')
+    await conn.execute(f'UPDATE "{prefix}_schema" SET version = 2')
+    with pytest.raises(StoreError, match="schema version 2, this scope needs 3"):
+        await PostgresStore.open(dsn, table_prefix=prefix, create=False)
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+        assert await store.acquire_turn("c", "h", 30) is True
+    async with await PostgresStore.open(dsn, table_prefix=prefix, create=False) as store:
+        assert await store.acquire_turn("c", "h", 30) is True  # the same holder renews
+        assert len(await store.read("c")) == 2

@@ -12,7 +12,9 @@ on stderr and nothing is stored (send the message again). A ``CommitError`` (the
 answered, the store did not take the turn) is retried at once with
 ``writer.append(err.batch)``; if that fails too, the turn is kept and retried before the
 next message is sent, so the replayed history never skips it. Ctrl-C during an answer
-abandons that answer (nothing stored); at the prompt it quits with exit status 130. A
+abandons that answer (nothing stored); a message sent while another session's turn runs
+on the same conversation is refused before the model is called (``on_overlap="reject"``)
+and says so; at the prompt it quits with exit status 130. A
 session in which messages were sent and none was answered exits with status 1, so a
 script piping messages in sees the failure.
 """
@@ -39,8 +41,9 @@ from scope.errors import (
     InvalidResponseError,
     ProviderError,
     StoreError,
+    TurnInProgressError,
 )
-from scope.history import Batch, ConversationID, Middleware, ViewReader
+from scope.history import Batch, ConversationID, Middleware, TurnLeaser, ViewReader
 
 if TYPE_CHECKING:
     from scope.models.anthropic import AnthropicModel
@@ -88,7 +91,12 @@ class _Session:
         self.sent = 0  # messages the user sent
         self.answered = 0  # of those, the ones the model answered
         self.conversation_id = conversation_id
-        self.middleware = Middleware(store, store, conversation_id)
+        # Every bundled store leases turns: a message sent while another session's turn
+        # runs on this conversation is refused before the model is called.
+        leases = isinstance(store, TurnLeaser)
+        self.middleware = Middleware(
+            store, store, conversation_id, on_overlap="reject" if leases else "fence"
+        )
         self.streamer: Streamer = wrap_stream(model, self.middleware.stream)
         self.system = () if not system else (system_message(system),)
         self.out = out
@@ -140,6 +148,13 @@ class _Session:
                 f"conversation {str(self.conversation_id)!r} is closed (cleared); the "
                 "message was not sent; start a new conversation with `scope chat`"
             ) from None
+        except TurnInProgressError:
+            self.note(
+                f"scope: error: another session holds conversation "
+                f"{str(self.conversation_id)!r} (its answer is being generated); the "
+                "message was not sent: send it again once that answer is done"
+            )
+            return
         except CommitError as exc:
             if isinstance(exc.__cause__, ConversationClosedError):
                 raise CLIError(

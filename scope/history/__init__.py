@@ -6,6 +6,8 @@ from scope.errors import ConversationClosedError as ConversationClosedError
 from scope.errors import HistoryChangedError as HistoryChangedError
 from scope.errors import HistoryError as HistoryError
 from scope.errors import StoreError as StoreError
+from scope.errors import TurnInProgressError as TurnInProgressError
+from scope.errors import TurnInterruptedError as TurnInterruptedError
 from scope.errors import WindowTooSmallError as WindowTooSmallError
 from scope.history._batch import Batch as Batch
 from scope.history._batch import Receipt as Receipt
@@ -20,6 +22,7 @@ from scope.history._protocols import Lister as Lister
 from scope.history._protocols import Reader as Reader
 from scope.history._protocols import ReadWriter as ReadWriter
 from scope.history._protocols import Store as Store
+from scope.history._protocols import TurnLeaser as TurnLeaser
 from scope.history._protocols import ViewReader as ViewReader
 from scope.history._protocols import Writer as Writer
 from scope.history._view import HistoryView as HistoryView
@@ -46,6 +49,9 @@ __all__ = [
     "Receipt",
     "Store",
     "StoreError",
+    "TurnInProgressError",
+    "TurnInterruptedError",
+    "TurnLeaser",
     "ViewReader",
     "WindowReader",
     "WindowTooSmallError",

@@ -30,8 +30,9 @@ from scope.errors import (
     InvalidRequestError,
     InvalidResponseError,
     StoreError,
+    TurnInterruptedError,
 )
-from scope.history import _interrupted, _trace
+from scope.history import _interrupted, _overlap, _trace
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, ViewReader, Writer, implements
@@ -50,6 +51,7 @@ class IncompleteReason(enum.StrEnum):
     CANCELLED = "cancelled"  # cancellation arrived (during the append: see batch)
     STOPPED = "stopped"  # the consumer stopped the stream early
     INVALID_RESPONSE = "invalid_response"  # the response (or a chunk) was invalid
+    INTERRUPTED = "interrupted"  # a newer turn stopped it (on_overlap="interrupt")
 
 
 @final
@@ -159,13 +161,20 @@ def _failure_reason(exc: BaseException) -> IncompleteReason | None:
         return IncompleteReason.CANCELLED
     if isinstance(exc, InvalidResponseError):
         return IncompleteReason.INVALID_RESPONSE
+    if isinstance(exc, TurnInterruptedError):
+        return IncompleteReason.INTERRUPTED
     return IncompleteReason.ERROR
 
 
 #: The reasons ``keep_interrupted`` stores a turn for (an invalid response is not an
 #: interruption: its partial is not trusted; a CommitError carries its whole batch).
 _KEPT_REASONS: Final = frozenset(
-    {IncompleteReason.CANCELLED, IncompleteReason.STOPPED, IncompleteReason.ERROR}
+    {
+        IncompleteReason.CANCELLED,
+        IncompleteReason.STOPPED,
+        IncompleteReason.ERROR,
+        IncompleteReason.INTERRUPTED,
+    }
 )
 
 
@@ -256,6 +265,21 @@ class Middleware:
     the stored batch as ``kept``. A host that retries such a turn sends the question
     again: it is stored twice, the first copy marked.
 
+    Overlapping turns (``on_overlap``, DESIGN §6e): what a turn does when another turn
+    of the conversation is running, decided *before* the model is called.
+    ``"fence"`` (the default): both run, the fence commits one. ``"reject"``: the turn
+    takes the store's turn lease first and raises ``TurnInProgressError`` when another
+    turn holds it. ``"wait"``: it waits for the lease (polling with backoff, 2 ms
+    doubling to 100 ms, at most ``overlap_timeout`` seconds, then
+    ``TurnInProgressError``) and runs on the history as it is then. ``"interrupt"``: it
+    stops the running turn (which raises ``TurnInterruptedError``; ``on_incomplete``
+    reason ``interrupted``) and runs once the lease is free, waiting at most
+    ``overlap_timeout``; immediate within one process, at the running turn's next
+    renewal across processes. The lease (``lease_ttl`` seconds, renewed every third of
+    it while the model runs) is released on every path: commit, error, cancellation,
+    early stop. These three need a writer or reader that is a ``TurnLeaser``
+    (``TypeError``) and ``exclusive_turns=True`` (``ValueError``).
+
     ``on_incomplete`` (synchronous, must not block) receives an ``IncompleteTurn`` once
     whenever a bound call or stream ends without committing — except the tool-call pause
     and a ``CommitError`` (which carries its batch). If it raises, the error is logged on
@@ -268,6 +292,7 @@ class Middleware:
         "_keep_interrupted",
         "_new_append_id",
         "_on_incomplete",
+        "_overlap",
         "_reader",
         "_writer",
     )
@@ -282,6 +307,9 @@ class Middleware:
         *,
         exclusive_turns: bool = True,
         keep_interrupted: bool = False,
+        on_overlap: _overlap.OnOverlap = "fence",
+        overlap_timeout: float = 30.0,
+        lease_ttl: float = 15.0,
     ) -> None:
         if not implements(reader, Reader):
             raise TypeError(
@@ -312,6 +340,9 @@ class Middleware:
         self._on_incomplete = on_incomplete
         self._exclusive_turns = exclusive_turns
         self._keep_interrupted = keep_interrupted
+        self._overlap = _overlap.Overlap(
+            on_overlap, overlap_timeout, lease_ttl, reader, writer, exclusive_turns
+        )
 
     @property
     def conversation_id(self) -> ConversationID:
@@ -327,6 +358,11 @@ class Middleware:
     def keep_interrupted(self) -> bool:
         """Whether interrupted turns are stored (see the class docstring)."""
         return self._keep_interrupted
+
+    @property
+    def on_overlap(self) -> str:
+        """What an overlapping turn does (see the class docstring)."""
+        return self._overlap.strategy
 
     def __call__(self, *args: Never, **kwargs: Never) -> NoReturn:
         # chat.wrap(model, history) instead of chat.wrap(model, history.call): the
@@ -570,11 +606,16 @@ class _HistoryModel:
         pending: list[Batch] = []
         called = False  # the model was asked: an interruption from here on can be kept
         expected: int | None = None
+        lease: _overlap.Lease | None = None
         try:
+            lease = await mw._overlap.begin(cid)
             downstream, expected = await mw._downstream(request, prefix, turn)
             called = True
             with _trace.conversation(cid):
-                returned = await self.next.call(downstream)
+                if lease is None:
+                    returned = await self.next.call(downstream)
+                else:
+                    returned = await lease.call(self.next.call, downstream)
             called = False  # the model answered: what follows is a commit, not an interruption
             if not isinstance(returned, Response):
                 raise InvalidResponseError(
@@ -586,6 +627,9 @@ class _HistoryModel:
             kept = await mw._keep_failure(turn, None, exc, expected) if called else None
             mw._report_failure(turn, response, exc, pending[0] if pending else None, kept)
             raise
+        finally:
+            if lease is not None:
+                await lease.release()
         return response
 
 
@@ -608,16 +652,21 @@ class _HistoryStreamer:
         cid = mw._conversation_id
         streaming = False  # the model was asked and has not finished: keep_interrupted applies
         expected: int | None = None
+        lease: _overlap.Lease | None = None
         try:
+            lease = await mw._overlap.begin(cid)
             downstream, expected = await mw._downstream(request, prefix, turn)
             with _trace.conversation(cid):  # a synchronous call: never held across a yield
                 inner = self.next.stream(downstream)
             streaming = True
+            chunks = inner if lease is None else lease.chunks(inner)
             try:
-                async for chunk in inner:
+                async for chunk in chunks:
                     accumulator.add(chunk)
                     yield chunk
             finally:
+                if chunks is not inner:
+                    await chunks.aclose()
                 aclose = getattr(inner, "aclose", None)
                 if aclose is not None:
                     await aclose()
@@ -638,3 +687,6 @@ class _HistoryStreamer:
             kept = await mw._keep_failure(turn, partial, exc, expected) if streaming else None
             mw._report_failure(turn, partial, exc, pending[0] if pending else None, kept)
             raise
+        finally:
+            if lease is not None:
+                await lease.release()

@@ -16,6 +16,7 @@ __all__ = [
     "ReadWriter",
     "Reader",
     "Store",
+    "TurnLeaser",
     "ViewReader",
     "Writer",
 ]
@@ -99,6 +100,32 @@ class BatchReader(Protocol):
         or closed conversation. The messages of the batches, concatenated, are what
         ``read`` returns. An invalid id raises ``InvalidConversationIDError`` before any
         I/O."""
+        ...
+
+
+@runtime_checkable
+class TurnLeaser(Protocol):
+    """Leases a conversation to one running turn at a time (DESIGN §6e).
+
+    Optional: not part of ``Store``. Every bundled store implements it; the history
+    ``Middleware`` needs it for ``on_overlap="reject"``, ``"wait"`` and ``"interrupt"``.
+    Each call is one atomic step in the store. A lease is ``(holder, expiry)``: it
+    expires by itself ``ttl`` seconds after it was last acquired (a holder that crashed
+    blocks the conversation no longer than that), and only its holder's token renews
+    or releases it.
+    """
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        """Take or renew the conversation's lease for ``ttl`` seconds: True when it is
+        now ``holder``'s (it was free, expired, or already ``holder``'s, which renews
+        it), False when another holder's live lease has it. An invalid id, an empty
+        ``holder`` or a ``ttl`` that is not a finite number > 0 raises (``ValueError``)
+        before any I/O."""
+        ...
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        """Release ``holder``'s lease: True when ``holder`` held it (live), False
+        otherwise (another holder's lease, or none, stays as it is)."""
         ...
 
 

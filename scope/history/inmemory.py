@@ -11,11 +11,13 @@ trio: its only synchronisation is a ``threading.Lock`` that is never held across
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from typing import Any, TypeVar, final
 
 import attrs
 
+from scope._validate import check_lease
 from scope.chat import Message
 from scope.errors import (
     AppendConflictError,
@@ -35,14 +37,17 @@ T = TypeVar("T")
 @final
 @attrs.define(eq=False)
 class InMemoryStore:
-    """An in-memory ``Store``, ``Lister``, ``ViewReader`` and ``BatchReader``.
+    """An in-memory ``Store``, ``Lister``, ``ViewReader``, ``BatchReader`` and
+    ``TurnLeaser``.
 
     Guarantees, beyond the store rules every backend keeps (see ``scope.history``):
 
     - **Atomicity.** Each method runs to completion under one lock and never suspends, so
       it cannot be interrupted half-way: the closed check, the dedupe record, the
       ``expected_length`` fence and the message insert of an ``append`` happen together
-      or not at all, and a ``read_view`` sees one state.
+      or not at all, and a ``read_view`` sees one state. A lease step
+      (``acquire_turn``/``release_turn``) is one locked step too; leases expire by
+      ``time.monotonic()``.
     - **Cancellation.** No method has a checkpoint: a call that starts finishes. A task
       cancelled before the call starts leaves the store untouched.
     - **Sharing.** Batches and messages are immutable values, so reads hand out the stored
@@ -69,6 +74,11 @@ class InMemoryStore:
     _closed: set[ConversationID] = attrs.field(factory=set, init=False, repr=False)
     # How many messages each conversation holds (kept after a clear: its last length).
     _lengths: dict[ConversationID, int] = attrs.field(factory=dict, init=False, repr=False)
+    # Turn leases: conversation -> (holder, monotonic expiry). An expired entry is
+    # replaced by the next acquire.
+    _leases: dict[ConversationID, tuple[str, float]] = attrs.field(
+        factory=dict, init=False, repr=False
+    )
 
     async def read(self, conversation_id: str) -> list[Message]:
         """A new list of the conversation's messages in stored order.
@@ -157,6 +167,30 @@ class InMemoryStore:
             self._batches.pop(cid, None)
             self._messages.pop(cid, None)
             self._accepted.pop(cid, None)
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        """Take or renew the conversation's turn lease for ``ttl`` seconds (see
+        ``scope.history.TurnLeaser``): True when it is now ``holder``'s."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        with self._lock:
+            now = time.monotonic()
+            current = self._leases.get(cid)
+            if current is not None and current[0] != holder and current[1] > now:
+                return False
+            self._leases[cid] = (holder, now + ttl)
+            return True
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        """Release ``holder``'s live lease: True when it held it."""
+        cid = ConversationID(conversation_id)
+        holder, _ = check_lease(holder, 1.0)
+        with self._lock:
+            current = self._leases.get(cid)
+            if current is None or current[0] != holder:
+                return False
+            del self._leases[cid]
+            return current[1] > time.monotonic()
 
     async def conversations(self) -> list[ConversationID]:
         """The open conversations holding at least one message: unique, in lexical

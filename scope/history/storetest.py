@@ -32,7 +32,10 @@ open (the fixture closes it).
 
 A store that also implements the optional ``scope.history.BatchReader`` protocol
 (``read_batches``) or ``scope.history.ViewReader`` (``read_view``) is checked against it
-too; for any other store those tests skip and say why. The ``expected_length`` fence of
+too, and so is ``scope.history.TurnLeaser`` (``acquire_turn``/``release_turn``: mutual
+exclusion under many tasks and across two handles, expiry, holder tokens, renewal,
+release only by the holder; the expiry checks sleep ``lease_ttl`` seconds, 0.25 by
+default); for any other store those tests skip and say why. The ``expected_length`` fence of
 DESIGN §6b is part of ``append`` and checked for every store.
 
 Each rule of the store contract is its own test, named after the rule, so a failure says
@@ -78,7 +81,15 @@ from scope.errors import (
 )
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import AppendID, ConversationID
-from scope.history._protocols import BatchReader, Clearer, Lister, Reader, ViewReader, Writer
+from scope.history._protocols import (
+    BatchReader,
+    Clearer,
+    Lister,
+    Reader,
+    TurnLeaser,
+    ViewReader,
+    Writer,
+)
 from scope.history._view import HistoryView
 from scope.jsonvalue import RawJSON
 from scope.media import Media
@@ -316,6 +327,10 @@ class StoreConformance:
     cancellation_rounds: ClassVar[int] = 12
     #: How many tasks race fenced appends at one ``expected_length`` (at least 20).
     concurrent_fenced_appends: ClassVar[int] = 24
+    #: How many tasks race for one turn lease, and the short lease the expiry checks use
+    #: (seconds; raise it for a store whose lease steps take longer).
+    concurrent_leases: ClassVar[int] = 20
+    lease_ttl: ClassVar[float] = 0.25
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -1011,6 +1026,127 @@ class StoreConformance:
     async def test_read_view_rejects_invalid_ids_before_io(self, store: Any, bad_id: Any) -> None:
         reader = self._view_reader(store)
         await self._rejects_without_suspending(InvalidConversationIDError, reader.read_view, bad_id)
+
+    # -- turn leases (optional TurnLeaser) --------------------------------------------
+
+    def _leaser(self, store: Any) -> Any:
+        """``store`` when it is a ``TurnLeaser``; otherwise skip the calling test."""
+        return _optional(store, TurnLeaser, "acquire_turn", "turn-lease")
+
+    async def test_lease_of_a_free_conversation_is_taken(self, store: Any) -> None:
+        leaser = self._leaser(store)
+        assert await leaser.acquire_turn("c", "h1", 30) is True
+        assert await leaser.acquire_turn(ConversationID("other"), "h2", 30) is True
+
+    async def test_lease_holder_token_excludes_other_holders(self, store: Any) -> None:
+        leaser = self._leaser(store)
+        assert await leaser.acquire_turn("c", "h1", 30) is True
+        assert await leaser.acquire_turn("c", "h2", 30) is False
+        assert await leaser.acquire_turn("c", "h1-", 30) is False
+        assert await leaser.release_turn("c", "h2") is False
+        assert await leaser.acquire_turn("c", "h2", 30) is False  # still h1's
+        assert await leaser.release_turn("c", "h1") is True
+        assert await leaser.release_turn("c", "h1") is False  # released already
+        assert await leaser.acquire_turn("c", "h2", 30) is True
+
+    async def test_lease_renewal_by_its_holder_extends_it(self, store: Any) -> None:
+        leaser = self._leaser(store)
+        ttl = self.lease_ttl
+        assert await leaser.acquire_turn("c", "h1", ttl) is True
+        for _ in range(3):  # renewed every ttl/2: alive for 1.5 ttl past the first expiry
+            await anyio.sleep(ttl / 2)
+            assert await leaser.acquire_turn("c", "h1", ttl) is True
+            assert await leaser.acquire_turn("c", "h2", ttl) is False
+        assert await leaser.release_turn("c", "h1") is True
+
+    async def test_lease_expires_by_itself(self, store: Any) -> None:
+        leaser = self._leaser(store)
+        ttl = self.lease_ttl
+        assert await leaser.acquire_turn("c", "crashed", ttl) is True
+        assert await leaser.acquire_turn("c", "h2", 30) is False
+        await anyio.sleep(ttl * 2)
+        assert await leaser.acquire_turn("c", "h2", 30) is True
+        # The expired holder can neither renew nor release what is now h2's.
+        assert await leaser.acquire_turn("c", "crashed", ttl) is False
+        assert await leaser.release_turn("c", "crashed") is False
+        assert await leaser.release_turn("c", "h2") is True
+
+    async def test_lease_release_after_expiry_is_not_held(self, store: Any) -> None:
+        leaser = self._leaser(store)
+        ttl = self.lease_ttl
+        assert await leaser.acquire_turn("c", "h1", ttl) is True
+        await anyio.sleep(ttl * 2)
+        assert await leaser.release_turn("c", "h1") is False
+        assert await leaser.acquire_turn("c", "h2", 30) is True
+
+    async def test_leases_are_per_conversation(self, store: Any) -> None:
+        leaser = self._leaser(store)
+        for cid in HOSTILE_IDS[:8]:
+            assert await leaser.acquire_turn(cid, "h1", 30) is True
+        for cid in HOSTILE_IDS[8:16]:
+            assert await leaser.acquire_turn(cid, "h2", 30) is True
+        assert await leaser.acquire_turn(HOSTILE_IDS[0], "h2", 30) is False
+        assert await leaser.acquire_turn(HOSTILE_IDS[8], "h1", 30) is False
+
+    async def test_concurrent_lease_acquires_exactly_one_wins(self, store: Any) -> None:
+        leaser = self._leaser(store)
+        for round_ in range(3):
+            won: list[str] = []
+
+            async def acquire(holder: str, won: list[str] = won) -> None:
+                if await leaser.acquire_turn("c", holder, 30):
+                    won.append(holder)
+
+            async with anyio.create_task_group() as group:
+                for i in range(self.concurrent_leases):
+                    group.start_soon(acquire, f"r{round_}h{i}")
+            assert len(won) == 1, f"round {round_}: {len(won)} holders won the lease"
+            assert await leaser.release_turn("c", won[0]) is True
+
+    async def test_lease_is_exclusive_across_two_handles(self, store: Any) -> None:
+        leaser = self._leaser(store)
+        async with self._reopened(store) as again:
+            other = self._leaser(again)
+            assert await leaser.acquire_turn("c", "h1", 30) is True
+            assert await other.acquire_turn("c", "h2", 30) is False
+            assert await other.release_turn("c", "h2") is False
+            assert await other.release_turn("c", "h1") is True  # the token, not the handle
+            won: list[str] = []
+
+            async def acquire(handle: Any, holder: str) -> None:
+                if await handle.acquire_turn("d", holder, 30):
+                    won.append(holder)
+
+            async with anyio.create_task_group() as group:
+                for i in range(self.concurrent_leases):
+                    group.start_soon(acquire, (leaser, other)[i % 2], f"h{i}")
+            assert len(won) == 1, f"{len(won)} holders on two handles won the lease"
+
+    @pytest.mark.parametrize("bad_holder", ["", 3, None, b"h", "\ud800"])
+    async def test_lease_holder_rejected_before_io(self, store: Any, bad_holder: Any) -> None:
+        leaser = self._leaser(store)
+        await self._rejects_without_suspending(ValueError, leaser.acquire_turn, "c", bad_holder, 30)
+        await self._rejects_without_suspending(ValueError, leaser.release_turn, "c", bad_holder)
+        with pytest.raises(ValueError, match=r"lease holder (must|is not valid)"):
+            await leaser.acquire_turn("c", bad_holder, 30)
+
+    @pytest.mark.parametrize("bad_ttl", [0, -1, float("nan"), float("inf"), "1", True, None])
+    async def test_lease_ttl_rejected_before_io(self, store: Any, bad_ttl: Any) -> None:
+        leaser = self._leaser(store)
+        await self._rejects_without_suspending(ValueError, leaser.acquire_turn, "c", "h1", bad_ttl)
+        with pytest.raises(ValueError, match="lease ttl must be a finite number of seconds > 0"):
+            await leaser.acquire_turn("c", "h1", bad_ttl)
+        assert await leaser.acquire_turn("c", "h2", 30) is True  # nothing was taken
+
+    @pytest.mark.parametrize("bad_id", _BAD_IDS, ids=_BAD_ID_NAMES)
+    async def test_lease_conversation_id_rejected_before_io(self, store: Any, bad_id: Any) -> None:
+        leaser = self._leaser(store)
+        await self._rejects_without_suspending(
+            InvalidConversationIDError, leaser.acquire_turn, bad_id, "h1", 30
+        )
+        await self._rejects_without_suspending(
+            InvalidConversationIDError, leaser.release_turn, bad_id, "h1"
+        )
 
     # -- durability (needs reopen) ----------------------------------------------------
 

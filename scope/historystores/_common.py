@@ -75,8 +75,8 @@ logger: Final = logging.getLogger("scope.historystores")
 
 #: The schema version the SQL stores write and expect. 1: scope 0.1. 2: a ``length``
 #: column on the conversations table (the ``expected_length`` fence) and a ``_schema``
-#: table holding this number.
-SCHEMA_VERSION: Final = 2
+#: table holding this number. 3: a ``_leases`` table (``TurnLeaser``, DESIGN §6e).
+SCHEMA_VERSION: Final = 3
 _TABLE_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]*\Z")
 #: PostgreSQL truncates identifiers at 63 bytes; the longest suffix we add is 14 bytes.
 MAX_TABLE_PREFIX: Final = 63 - len("_conversations")

@@ -3,7 +3,7 @@
 asyncpg is imported when a store is opened, not when this module is imported. asyncpg is
 asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore`` there).
 
-Schema version 2 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
+Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
 upgraded by ``open(create=True)`` under a transaction-level advisory lock so processes
 opening at once do not race)::
 
@@ -13,10 +13,13 @@ opening at once do not race)::
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
     {prefix}_schema(id INT PRIMARY KEY CHECK (id = 1), version INT)
     {prefix}_append(cid, aid, digest, messages, count, expected) -> text  -- one round trip
+    {prefix}_leases(conversation_id TEXT COLLATE "C" PRIMARY KEY, holder TEXT,
+                    expires TIMESTAMPTZ)                 -- turn leases, the server's clock
 
 ``length`` counts the conversation's messages (the ``expected_length`` fence compares
 with it). Version 1 (scope 0.1) had no ``length`` and no ``_schema`` table; the upgrade
-adds the column and counts each conversation's messages. ``open(create=False)`` runs no
+adds the column and counts each conversation's messages. Version 2 had no ``_leases``
+table; the upgrade creates it. ``open(create=False)`` runs no
 DDL, so a role with only ``SELECT, INSERT, UPDATE, DELETE`` on the tables and
 ``EXECUTE`` on the function can use the store (see the docs' Stores page, "Migrations
 and least privilege").
@@ -32,7 +35,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
-from scope._validate import finite_number
+from scope._validate import check_lease, finite_number
 from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
@@ -127,7 +130,7 @@ _CLIENT_GRACE: Final = 1.0
 
 @final
 class PostgresStore(RecordStore):
-    """A ``Store``, ``Lister`` and ``BatchReader`` in PostgreSQL tables.
+    """A ``Store``, ``Lister``, ``BatchReader`` and ``TurnLeaser`` in PostgreSQL tables.
 
     Open with ``await PostgresStore.open(dsn)``; use as an async context manager or call
     ``aclose()`` (closes the connection pool).
@@ -139,6 +142,9 @@ class PostgresStore(RecordStore):
       dedupe record, and inserts the batch as one row. A clear locks the same row, marks
       it closed and deletes the batches in one transaction. So appends, retries and
       clears of one conversation are linearizable, whichever pool or host runs them.
+      ``acquire_turn`` is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement
+      and ``release_turn`` one ``DELETE``; a lease expires by the server's clock
+      (``clock_timestamp()``), so the hosts' clocks need not agree.
     - **Reconnects.** When the connection drops (server restart, ``pg_terminate_backend``,
       network), the operation is retried once on a fresh connection; every operation is
       idempotent (an append's retry is recognised by its append id), so the batch lands
@@ -486,6 +492,29 @@ class PostgresStore(RecordStore):
 
         await self._with_connection(clear, f"clear of conversation {str(cid)!r}")
 
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        """Take or renew the conversation's turn lease for ``ttl`` seconds (see
+        ``scope.history.TurnLeaser``), one statement: True when it is now ``holder``'s."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        sql = self._sql.acquire
+
+        async def acquire(conn: Any) -> bool:
+            return bool(await conn.fetchval(sql, cid, holder, ttl))
+
+        return await self._with_connection(acquire, f"lease of conversation {str(cid)!r}")
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        """Release ``holder``'s live lease, one statement: True when it held it."""
+        cid = ConversationID(conversation_id)
+        holder, _ = check_lease(holder, 1.0)
+        sql = self._sql.release
+
+        async def release(conn: Any) -> bool:
+            return bool(await conn.fetchval(sql, cid, holder))
+
+        return await self._with_connection(release, f"lease release of conversation {str(cid)!r}")
+
     async def conversations(self) -> list[ConversationID]:
         """Open conversations holding at least one batch, in code point order. A stored
         id that is not valid is skipped (see ``invalid_conversation_ids``)."""
@@ -503,12 +532,14 @@ class _Statements:
     """The SQL of one table prefix (validated, so plain identifiers)."""
 
     __slots__ = (
+        "acquire",
         "append",
         "close",
         "conversations",
         "conversations_table",
         "delete",
         "read",
+        "release",
         "schema",
         "schema_table",
         "set_version",
@@ -522,6 +553,7 @@ class _Statements:
         batches = f'"{prefix}_batches"'
         schema = f'"{prefix}_schema"'
         fn = f'"{prefix}_append"'
+        leases = f'"{prefix}_leases"'
         self.conversations_table = conv
         self.schema_table = schema
         self.schema = (
@@ -539,6 +571,11 @@ class _Statements:
             "UNIQUE (conversation_id, append_id))",
             f"CREATE TABLE IF NOT EXISTS {schema} ("
             "id INT PRIMARY KEY CHECK (id = 1), version INT NOT NULL)",
+            # Version 3: turn leases (creating this table is the upgrade from 2).
+            f"CREATE TABLE IF NOT EXISTS {leases} ("
+            'conversation_id TEXT COLLATE "C" PRIMARY KEY, '
+            "holder TEXT NOT NULL, "
+            "expires TIMESTAMPTZ NOT NULL)",
             # Runs as one statement, so one transaction; plpgsql takes a fresh snapshot per
             # statement, so the reads after the row lock see every committed batch. The
             # order of the checks is DESIGN §6b's: closed, dedupe record, fence.
@@ -600,5 +637,19 @@ class _Statements:
             "ON CONFLICT (id) DO UPDATE SET closed = TRUE"
         )
         self.delete = f"DELETE FROM {batches} WHERE conversation_id = $1"
+        # One statement each: the upsert locks the row, so two acquires never both win.
+        self.acquire = (
+            f"INSERT INTO {leases} AS l (conversation_id, holder, expires) "
+            "VALUES ($1, $2, clock_timestamp() + $3::float8 * interval '1 second') "
+            "ON CONFLICT (conversation_id) DO UPDATE SET "
+            "holder = EXCLUDED.holder, expires = EXCLUDED.expires "
+            "WHERE l.holder = EXCLUDED.holder OR l.expires <= clock_timestamp() "
+            "RETURNING TRUE"
+        )
+        self.release = (
+            f"WITH gone AS (DELETE FROM {leases} WHERE conversation_id = $1 AND holder = $2 "
+            "RETURNING expires) SELECT COALESCE(bool_or(expires > clock_timestamp()), FALSE) "
+            "FROM gone"
+        )
         # A row whose fenced append was refused holds no batch (length 0): not listed.
         self.conversations = f"SELECT id FROM {conv} WHERE NOT closed AND length > 0 ORDER BY id"

@@ -10,6 +10,7 @@ conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
     {P}:{{H}}:ids       HASH    append id -> digest (the dedupe record)
     {P}:{{H}}:closed    STRING  closure evidence; never expires
     {P}:{{H}}:length    STRING  how many messages the conversation holds (the fence's count)
+    {P}:{{H}}:lease     STRING  the turn lease's holder token, expiring (PX) by the server
     {P}:conversations   ZSET    every conversation ever appended to, score 0 (lexical order)
 
 One conversation's keys share a hash slot, so its scripts also run on Redis Cluster. The
@@ -28,11 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import re
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
+from scope._validate import check_lease
 from scope.errors import ScopeWarning, StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
@@ -107,6 +110,23 @@ return {redis.call('EXISTS', KEYS[1]), redis.call('GET', KEYS[2]) or '',
         redis.call('LRANGE', KEYS[3], 0, -1)}
 """
 
+# KEYS: lease. ARGV: holder, ttl in ms. Take the free (or expired: Redis dropped it)
+# lease with SET NX PX, or renew the holder's own: compare and set, one atomic step.
+_ACQUIRE: Final = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# KEYS: lease. ARGV: holder. Compare and delete.
+_RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 #: How many listed ids one ``conversations()`` round trip fetches.
 _PAGE: Final = 1000
 
@@ -173,7 +193,7 @@ def validate_prefix(prefix: object) -> str:
 
 @final
 class RedisStore(RecordStore):
-    """A ``Store``, ``Lister`` and ``BatchReader`` in Redis.
+    """A ``Store``, ``Lister``, ``BatchReader`` and ``TurnLeaser`` in Redis.
 
     Open with ``await RedisStore.open(url)``; use as an async context manager or call
     ``aclose()`` (closes the client and its connections).
@@ -594,6 +614,38 @@ class RedisStore(RecordStore):
             await client.zrem(listing, member)  # another slot: after the closure
 
         await self._call(clear, f"clear of conversation {str(cid)!r}")
+
+    def _lease_key(self, cid: str) -> str:
+        """The conversation's lease key, in its hash slot."""
+        return f"{self.prefix}:{{{cid.encode('utf-8').hex()}}}:lease"
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        """Take or renew the conversation's turn lease for ``ttl`` seconds (see
+        ``scope.history.TurnLeaser``), one script: True when it is now ``holder``'s.
+        The lease expires by the server's clock (``PX``, at least 1 ms)."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        key = self._lease_key(cid)
+        millis = max(1, math.ceil(ttl * 1000))
+        client = self._client
+
+        async def acquire() -> Any:
+            return await client.eval(_ACQUIRE, 1, key, holder, millis)
+
+        return bool(await self._call(acquire, f"lease of conversation {str(cid)!r}"))
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        """Release ``holder``'s live lease (compare and delete, one script): True when
+        it held it."""
+        cid = ConversationID(conversation_id)
+        holder, _ = check_lease(holder, 1.0)
+        key = self._lease_key(cid)
+        client = self._client
+
+        async def release() -> Any:
+            return await client.eval(_RELEASE, 1, key, holder)
+
+        return bool(await self._call(release, f"lease release of conversation {str(cid)!r}"))
 
     async def conversations(self) -> list[ConversationID]:
         """Open conversations holding at least one batch, in code point order (the

@@ -6,16 +6,21 @@ busy timeout). Every database call runs on a worker thread through
 ``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
 under asyncio and trio.
 
-Schema version 2 (``{prefix}`` is ``table_prefix``, default ``scope_history``)::
+Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``)::
 
     {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER)
     {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB)
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
     {prefix}_schema(id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER)
+    {prefix}_leases(conversation_id TEXT PRIMARY KEY, holder TEXT, expires REAL)
 
 ``length`` counts the conversation's messages (the ``expected_length`` fence compares
 with it); version 1 (scope 0.1) had no ``length`` and no ``_schema`` table, and
 ``open(create=True)`` upgrades it in place, counting each conversation's messages.
+Version 2 had no ``_leases`` table (turn leases, ``acquire_turn``/``release_turn``);
+the upgrade creates it. A lease's ``expires`` is Unix time in seconds by the clock of
+the host running SQLite (``julianday('now')``), so processes sharing the file agree
+on it.
 
 A batch is one row holding its canonical encoded messages; reading checks every row
 against its digest, so a record changed outside scope raises ``StoreError``.
@@ -37,7 +42,7 @@ from typing import Final, Literal, TypeVar, final
 
 import anyio.to_thread
 
-from scope._validate import finite_number
+from scope._validate import check_lease, finite_number
 from scope.errors import HistoryChangedError, StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
@@ -67,6 +72,9 @@ T = TypeVar("T")
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 _SYNCHRONOUS: Final = ("NORMAL", "FULL", "EXTRA")
 
+
+#: Now, in Unix seconds with fractions, by the clock of the host running SQLite.
+_NOW: Final = "(julianday('now') - 2440587.5) * 86400.0"
 
 #: Every sqlite3 error (the root of all the module raises) becomes a ``StoreError``.
 _DRIVER: Final = Driver("SQLite", errors=(sqlite3.Error,))
@@ -153,12 +161,13 @@ class _Pool:
 class _Tables:
     """Quoted table names for one prefix (validated: plain identifiers only)."""
 
-    __slots__ = ("batches", "conversations", "schema")
+    __slots__ = ("batches", "conversations", "leases", "schema")
 
     def __init__(self, prefix: str) -> None:
         self.conversations = f'"{prefix}_conversations"'
         self.batches = f'"{prefix}_batches"'
         self.schema = f'"{prefix}_schema"'
+        self.leases = f'"{prefix}_leases"'
 
 
 def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
@@ -183,7 +192,7 @@ def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
 
 @final
 class SQLiteStore(RecordStore):
-    """A ``Store``, ``Lister`` and ``BatchReader`` in one SQLite database file.
+    """A ``Store``, ``Lister``, ``BatchReader`` and ``TurnLeaser`` in one SQLite file.
 
     Open with ``await SQLiteStore.open(path)``; use as an async context manager or call
     ``aclose()``.
@@ -193,7 +202,9 @@ class SQLiteStore(RecordStore):
     - **Atomicity.** ``append`` runs the closed check, the dedupe lookup and the insert in
       one ``BEGIN IMMEDIATE`` transaction; ``clear`` closes the id and deletes its
       batches in one transaction. Two handles or two processes on one file are
-      linearizable: a clear and an append never interleave.
+      linearizable: a clear and an append never interleave. ``acquire_turn`` and
+      ``release_turn`` are one statement each in a ``BEGIN IMMEDIATE`` transaction, so
+      two handles or processes never both hold a conversation's lease.
     - **Cancellation.** The work of a call runs to completion on its worker thread even if
       the awaiting task is cancelled. A cancelled call always ends cancelled: under trio
       or an anyio cancel scope the cancellation is raised as soon as the thread is done,
@@ -425,6 +436,48 @@ class SQLiteStore(RecordStore):
 
         await self._run(clear, f"clear of conversation {str(cid)!r}")
 
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        """Take or renew the conversation's turn lease for ``ttl`` seconds (see
+        ``scope.history.TurnLeaser``): one upsert in one transaction; True when the
+        lease is now ``holder``'s."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        t = self._tables
+        pool = self._pool
+        sql = (
+            f"INSERT INTO {t.leases} AS l (conversation_id, holder, expires) "
+            f"VALUES (?1, ?2, {_NOW} + ?3) "
+            "ON CONFLICT (conversation_id) DO UPDATE SET "
+            "holder = excluded.holder, expires = excluded.expires "
+            f"WHERE l.holder = excluded.holder OR l.expires <= {_NOW}"
+        )
+
+        def acquire(conn: sqlite3.Connection) -> bool:
+            with pool.write_lock:
+                changed = _transaction(conn, lambda: conn.execute(sql, (cid, holder, ttl)).rowcount)
+            return changed == 1
+
+        return bool(await self._run(acquire, f"lease of conversation {str(cid)!r}"))
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        """Release ``holder``'s live lease (one delete in one transaction): True when it
+        held it."""
+        cid = ConversationID(conversation_id)
+        holder, _ = check_lease(holder, 1.0)
+        t = self._tables
+        pool = self._pool
+        sql = (
+            f"DELETE FROM {t.leases} WHERE conversation_id = ? AND holder = ? "
+            f"RETURNING expires > {_NOW}"
+        )
+
+        def release(conn: sqlite3.Connection) -> bool:
+            with pool.write_lock:
+                rows = _transaction(conn, lambda: conn.execute(sql, (cid, holder)).fetchall())
+            return bool(rows and rows[0][0])
+
+        return await self._run(release, f"lease release of conversation {str(cid)!r}")
+
     async def conversations(self) -> list[ConversationID]:
         """Open conversations holding at least one batch, in code point order. A stored
         id that is not valid is skipped (see ``invalid_conversation_ids``)."""
@@ -503,6 +556,14 @@ def _create_schema(conn: sqlite3.Connection, t: _Tables) -> None:
     conn.execute(
         f"CREATE TABLE IF NOT EXISTS {t.schema} ("
         "id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)"
+    )
+    # Version 3: turn leases (version 2 lacks this table; creating it is the upgrade).
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {t.leases} ("
+        "conversation_id TEXT PRIMARY KEY NOT NULL, "
+        "holder TEXT NOT NULL, "
+        "expires REAL NOT NULL"
+        ") WITHOUT ROWID"
     )
     if version == 1:
         # scope 0.1: add the length column and count every conversation's messages.
