@@ -316,9 +316,7 @@ def _model_parts(message: Message, where: str, synthetic: set[str]) -> list[dict
     return parts
 
 
-def _function_responses(
-    message: Message, where: str, synthetic: set[str]
-) -> list[dict[str, Any]]:
+def _function_responses(message: Message, where: str, synthetic: set[str]) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for index, part in enumerate(message.parts):
         result = part.tool_result
@@ -566,9 +564,7 @@ class ChunkMapper:
             return base.merge(Metadata({BLOCK_KEY: index}))
         return last[2]
 
-    def _part(
-        self, wire: dict[str, Any], where: str, response_id: str, index: int
-    ) -> Part | None:
+    def _part(self, wire: dict[str, Any], where: str, response_id: str, index: int) -> Part | None:
         signature_text = _str(wire, "thoughtSignature", where)
         signature = b""
         if signature_text:
