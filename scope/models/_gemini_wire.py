@@ -134,6 +134,7 @@ _OPTION_FIELDS: Final = (
 _B64: Final = re.compile(r"[A-Za-z0-9+/]*={0,2}\Z")
 _B64_URL: Final = re.compile(r"[A-Za-z0-9_-]*={0,2}\Z")
 _EMPTY_META: Final = Metadata()
+_NO_USAGE: Final = Usage()
 _TRUE: Final = RawJSON.parse("true")
 
 
@@ -509,9 +510,8 @@ class ChunkMapper:
             if reason is FinishReason.STOP and self._calls:
                 reason = FinishReason.TOOL_CALLS
             break
-        usage = Usage()
-        if body.get("usageMetadata") is not None:
-            usage = _usage(body["usageMetadata"], f"{where}.usageMetadata")
+        raw_usage = body.get("usageMetadata")
+        usage = _NO_USAGE if raw_usage is None else _usage(raw_usage, f"{where}.usageMetadata")
         metadata = ResponseMetadata(
             response_id,
             _meta_text(f"{where}.modelVersion", _str(body, "modelVersion", where)),
