@@ -94,18 +94,14 @@ async def measure(base_url: str, chunks: int, runs: int) -> list[tuple[str, floa
 
             async def sdk_stream() -> int:
                 count = 0
-                stream = await sdk.aio.models.generate_content_stream(
-                    model=MODEL, contents=PROMPT
-                )
+                stream = await sdk.aio.models.generate_content_stream(model=MODEL, contents=PROMPT)
                 async for _ in stream:
                     count += 1
                 return count
 
             async def sdk_join() -> str:
                 parts: list[str] = []
-                stream = await sdk.aio.models.generate_content_stream(
-                    model=MODEL, contents=PROMPT
-                )
+                stream = await sdk.aio.models.generate_content_stream(model=MODEL, contents=PROMPT)
                 async for chunk in stream:
                     parts.append(chunk.text or "")
                 text = "".join(parts)
