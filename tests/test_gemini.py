@@ -56,7 +56,7 @@ from scope.models._gemini_wire import (
     parse_response,
 )
 from tests.gemini_server import GeminiServer, check_request_body, check_response, load_transcript
-from tests.helpers import GEMINI, TIME, WEATHER, accumulate, body_of, merged
+from tests.helpers import GEMINI, TIME, WEATHER, accumulate, body_of
 
 pytestmark = pytest.mark.anyio
 
@@ -675,7 +675,3 @@ def test_adjacent_signed_thoughts_stay_apart() -> None:
     )
     assert sent["contents"][1]["parts"] == body["candidates"][0]["content"]["parts"][:2]
 
-
-def test_merged_chunks_keep_a_response() -> None:
-    chunk = Response()
-    assert merged([chunk]) == Response()
