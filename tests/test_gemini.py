@@ -19,7 +19,6 @@ from scope.chat import (
     OutputFormat,
     PartKind,
     Request,
-    Response,
     ToolCall,
     ToolOutput,
     ToolResult,
