@@ -673,4 +673,3 @@ def test_adjacent_signed_thoughts_stay_apart() -> None:
         GEMINI, Request([user_message("Hi"), response.output.message, user_message("More")])
     )
     assert sent["contents"][1]["parts"] == body["candidates"][0]["content"]["parts"][:2]
-
