@@ -2,7 +2,8 @@
 
 Test modules import helpers from here (values), ``tests.servers`` (servers and store
 backends), ``tests.strategies`` / ``tests.strategies_stream`` (Hypothesis strategies) and
-``tests.openai_server`` / ``tests.anthropic_server`` (fake provider servers), never from
+``tests.openai_server`` / ``tests.anthropic_server`` / ``tests.gemini_server`` (fake
+provider servers), never from
 another test module.
 """
 
@@ -35,15 +36,17 @@ from scope.chat import (
 )
 from scope.history import Batch
 from scope.jsonvalue import RawJSON
-from scope.models import _anthropic_wire, _openai_wire
+from scope.models import _anthropic_wire, _gemini_wire, _openai_wire
 from scope.models._http import HTTPAdapter
 from scope.models._provenance import stamp
 from scope.models.anthropic import AnthropicModel
+from scope.models.gemini import GeminiModel
 from scope.models.openai import OpenAIChatModel
-from tests import anthropic_server, openai_server
+from tests import anthropic_server, gemini_server, openai_server
 
 __all__ = [
     "ANTHROPIC",
+    "GEMINI",
     "OPENAI",
     "PROVIDERS",
     "ROOT",
@@ -256,6 +259,14 @@ class Provider:
     unfinished: Callable[[], dict[str, Any]]
     #: An error body for a status, with ``message``.
     error_body: Callable[[str], dict[str, Any]]
+    #: The member of ``body["error"]`` naming the error's kind (``server_error_type``,
+    #: ``error_event``'s).
+    error_kind: str = "type"
+    #: The status_code of stream_error_event's error: the HTTP status (200) unless the
+    #: event states one.
+    error_event_status: int = 200
+    #: Whether the stream ends with an end event after the finish (Gemini's has none).
+    end_event: bool = True
 
     def __str__(self) -> str:
         return self.name
@@ -389,6 +400,55 @@ ANTHROPIC = Provider(
 )
 
 
+def _gemini_sse(items: list[Any]) -> dict[str, Any]:
+    return {"status": 200, "sse": items}
+
+
+def _gemini_text_chunks() -> list[Any]:
+    chunks: list[Any] = gemini_server.load_transcript("stream_text")[0]["sse"]
+    return chunks
+
+
+GEMINI = Provider(
+    name="gemini",
+    model_class=GeminiModel,
+    server_class=gemini_server.GeminiServer,
+    load_transcript=gemini_server.load_transcript,
+    build_body=_gemini_wire.build_body,
+    model="gemini-3-pro-preview",
+    api_key="AIza-test",
+    env="GEMINI",
+    default_base_url="https://generativelanguage.googleapis.com",
+    path="/v1beta/models/gemini-3-pro-preview:generateContent",
+    auth_header="x-goog-api-key",
+    auth_value="{}".format,
+    extra_header=("x-goog-user-project", "proj-1"),
+    unsupported={"reasoning_effort": "extreme"},
+    text="text",
+    text_answer="The capital of France is Paris.",
+    rate_limit_message="You exceeded your current quota",
+    rate_limit_error=("status", "RESOURCE_EXHAUSTED"),
+    unauthorized_message="Request had invalid authentication credentials",
+    unauthorized_error=("status", "UNAUTHENTICATED"),
+    server_error="server_error_twice",
+    server_errors=((503, "req_503_1"), (503, "req_503_2")),
+    server_error_message="The model is overloaded",
+    server_error_type="UNAVAILABLE",
+    server_error_answer="Third time lucky.",
+    error_event=(("Par",), "The model is overloaded", "req_err_1", "UNAVAILABLE"),
+    early_stop_texts=("one", " two", " three"),
+    malformed=lambda: _gemini_sse([_gemini_text_chunks()[0], {"$raw": "data: {oops\n\n"}]),
+    malformed_texts=("Hello",),
+    dropped=lambda: _gemini_sse([*_gemini_text_chunks()[:2], {"$drop": True}]),
+    dropped_texts=("Hello", " world"),
+    unfinished=lambda: _gemini_sse(_gemini_text_chunks()[:2]),
+    error_body=lambda message: {"error": {"message": message, "status": "STATUS"}},
+    error_kind="status",
+    error_event_status=503,
+    end_event=False,
+)
+
+
 def body_of(
     provider: Provider,
     request: Request,
@@ -404,8 +464,8 @@ def body_of(
     return orjson.loads(orjson.dumps(built))
 
 
-#: Both adapters, for ``pytest.mark.parametrize("provider", PROVIDERS, ids=str)``.
-PROVIDERS = [OPENAI, ANTHROPIC]
+#: Every adapter, for ``pytest.mark.parametrize("provider", PROVIDERS, ids=str)``.
+PROVIDERS = [OPENAI, ANTHROPIC, GEMINI]
 
 
 def respell(text: str | bytes, *, indent: str = "", ascii_: bool = True) -> str:

@@ -389,6 +389,75 @@ def test_chat_with_the_anthropic_provider(tmp_path: pathlib.Path) -> None:
     server.check_requests()
 
 
+def gemini_answer(*pieces: str) -> dict[str, Any]:
+    """A streamed Gemini answer whose text arrives in ``pieces`` (the last chunk an empty
+    text part with the answer's signature, as Gemini 3 streams end)."""
+    chunks: list[Any] = []
+    for index, piece in enumerate([*pieces, ""]):
+        part: dict[str, Any] = {"text": piece}
+        candidate: dict[str, Any] = {"content": {"parts": [part], "role": "model"}, "index": 0}
+        if index == len(pieces):
+            part["thoughtSignature"] = "c2lnbmF0dXJl"
+            candidate["finishReason"] = "STOP"
+        chunks.append(
+            {
+                "candidates": [candidate],
+                "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": index + 1},
+                "modelVersion": "gemini-cli-1",
+                "responseId": "cli",
+            }
+        )
+    return {"status": 200, "sse": chunks}
+
+
+def test_chat_with_the_gemini_provider(tmp_path: pathlib.Path) -> None:
+    from tests.gemini_server import GeminiServer
+
+    env = {k: v for k, v in _env(tmp_path).items() if not k.startswith("GEMINI_")}
+    env["GEMINI_API_KEY"] = "AIza-cli"
+    with GeminiServer() as server:
+        server.script(gemini_answer("Bon", "jour!"), gemini_answer("Paris."))
+        proc = subprocess.run(
+            [
+                *(sys.executable, "-m", "scope", "chat", "--provider", "gemini"),
+                *("--base-url", server.base_url, "--model", "gemini-cli-1"),
+                *("--system", "Be terse."),
+            ],
+            input="Hi\nCapital of France?\n",
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Bonjour!\nParis.\n"
+    cid = proc.stderr.splitlines()[0].split(": ")[1]
+    path = tmp_path / "xdg" / "scope" / "chat.sqlite3"
+    assert stored(path) == {
+        cid: [
+            (Role.USER, "Hi"),
+            (Role.ASSISTANT, "Bonjour!"),
+            (Role.USER, "Capital of France?"),
+            (Role.ASSISTANT, "Paris."),
+        ]
+    }
+    first, second = server.requests
+    assert first.path == "/v1beta/models/gemini-cli-1:streamGenerateContent?alt=sse"
+    assert first.headers["x-goog-api-key"] == "AIza-cli"
+    assert second.body["systemInstruction"] == {"parts": [{"text": "Be terse."}]}
+    assert second.body["contents"] == [
+        {"role": "user", "parts": [{"text": "Hi"}]},
+        {
+            "role": "model",
+            "parts": [{"text": "Bonjour!"}, {"text": "", "thoughtSignature": "c2lnbmF0dXJl"}],
+        },
+        {"role": "user", "parts": [{"text": "Capital of France?"}]},
+    ]
+    server.check_requests()
+
+
 def test_chat_without_the_anthropic_adapter_is_one_line(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -405,8 +474,8 @@ def test_chat_without_the_anthropic_adapter_is_one_line(
 def test_chat_refuses_an_unknown_provider(capsys: pytest.CaptureFixture[str]) -> None:
     from scope.cli import main
 
-    assert main(["chat", "--provider", "gemini"]) == 2
-    assert "invalid choice: 'gemini'" in capsys.readouterr().err
+    assert main(["chat", "--provider", "cohere"]) == 2
+    assert "invalid choice: 'cohere'" in capsys.readouterr().err
 
 
 def test_piped_chat_whose_every_message_failed_exits_1(tmp_path: pathlib.Path) -> None:

@@ -165,6 +165,12 @@ EXPECTED: dict[str, list[str]] = {
         "DEFAULT_TIMEOUT",
         "REASONING_BUDGETS",
     ],
+    "scope.models.gemini": [
+        "DEFAULT_BASE_URL",
+        "DEFAULT_TIMEOUT",
+        "GeminiModel",
+        "REASONING_LEVELS",
+    ],
     "scope.otel": ["SEMCONV_VERSION", "Tracing", "tracing"],
     "scope.codec": [
         "converter",

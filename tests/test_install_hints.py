@@ -8,7 +8,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["openai", "anthropic"])
+@pytest.mark.parametrize("module", ["openai", "anthropic", "gemini"])
 def test_an_adapter_without_httpx_names_the_extra(module: str) -> None:
     # A fresh interpreter in which httpx cannot be imported (as in a virtualenv without
     # the extra).

@@ -23,6 +23,9 @@ from scope.chat import (
     user_message,
 )
 from scope.metadata import Metadata
+from scope.models._gemini_wire import API as GEMINI_API
+from scope.models._gemini_wire import PLACEHOLDER_SIGNATURE
+from scope.models._gemini_wire import PROVIDER as GEMINI_PROVIDER
 from scope.models._openai_wire import EXTRA_CONTENT_KEY, REASONING_DETAILS_KEY
 from scope.models._provenance import (
     API_KEY,
@@ -33,7 +36,7 @@ from scope.models._provenance import (
     same_model,
     stamp,
 )
-from tests.helpers import ANTHROPIC, OPENAI, PROVIDERS, Provider, accumulate, body_of
+from tests.helpers import ANTHROPIC, GEMINI, OPENAI, PROVIDERS, Provider, accumulate, body_of
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.anyio
@@ -248,3 +251,35 @@ async def test_what_was_left_out_is_counted_and_logged(
 def _sent(server: OpenAIServer) -> Any:
     (body,) = server.bodies()
     return body
+
+
+def test_gemini_sends_signatures_of_its_own_only_and_a_placeholder_for_foreign_calls() -> None:
+    signed = Message(
+        Role.ASSISTANT,
+        [
+            reasoning_part("Let me look.", b"thought-sig"),
+            tool_call_part(
+                "c1", "get_weather", "{}", metadata={"gemini/thought_signature": "Y2FsbC1zaWc="}
+            ),
+        ],
+    )
+    own = body_of(GEMINI, _loop(GEMINI.own(signed)))["contents"][1]["parts"]
+    assert own[0]["thoughtSignature"] == "dGhvdWdodC1zaWc="
+    assert own[1]["thoughtSignature"] == "Y2FsbC1zaWc="
+    replay = Replay(GEMINI_API, GEMINI_PROVIDER)
+    foreign = stamp(signed, "anthropic.messages", "anthropic", "claude-sonnet-4-5")
+    built = GEMINI.build_body(
+        _loop(foreign),
+        default_options=Request([user_message("x")]).options,
+        model=GEMINI.model,
+        stream=False,
+        replay=replay,
+    )
+    # The call of the current turn carries Google's placeholder, not the foreign value.
+    (call,) = built["contents"][1]["parts"]
+    assert call["thoughtSignature"] == PLACEHOLDER_SIGNATURE
+    assert replay.left_out == ["messages[1].parts[0] (reasoning of another model)"]
+    # In an earlier turn a foreign call needs none.
+    earlier = Request([*_loop(foreign).messages, assistant_message("18C."), user_message("And?")])
+    (call,) = body_of(GEMINI, earlier)["contents"][1]["parts"]
+    assert "thoughtSignature" not in call

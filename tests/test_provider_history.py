@@ -1,8 +1,9 @@
 """A tool loop through the history Middleware, end to end against each provider's
 loopback server (tests.helpers.PROVIDERS), under asyncio and trio, by ``call`` and by
 ``stream``: a tool call (two in parallel for OpenAI's stream; with extended thinking
-for Anthropic), the tool results, the final answer; the next turn replays the stored
-turn (for Anthropic the thinking block, signature byte for byte)."""
+for Anthropic; thought summaries and signatures for Gemini), the tool results, the final
+answer; the next turn replays the stored turn (for Anthropic the thinking block, for
+Gemini the thought signatures, byte for byte)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from scope.chat import (
 )
 from scope.history import Middleware
 from scope.historystores.sqlite import SQLiteStore
-from tests.helpers import ANTHROPIC, OPENAI, TIME, WEATHER, Provider
+from tests.helpers import ANTHROPIC, GEMINI, OPENAI, TIME, WEATHER, Provider
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.anyio
@@ -75,6 +76,20 @@ def _check_anthropic(bodies: list[Any], calls: int) -> None:
     ]
 
 
+def _check_gemini(bodies: list[Any], calls: int) -> None:
+    # The model turn goes back as received: signed calls, no made-up ids; the trailing
+    # signature of a streamed answer, in order.
+    tool_turn = bodies[1]["contents"][1]
+    assert tool_turn["role"] == "model" and tool_turn["parts"][0]["thoughtSignature"]
+    responses = bodies[1]["contents"][2]["parts"]
+    assert len(responses) == calls and all("functionResponse" in p for p in responses)
+    assert bodies[2]["contents"][1] == tool_turn
+    assert bodies[2]["contents"][2]["parts"] == responses
+    assert bodies[2]["systemInstruction"] == {"parts": [{"text": "Be brief."}]}
+    assert [c["role"] for c in bodies[2]["contents"]] == ["user", "model", "user", "model", "user"]
+    assert bodies[2]["contents"][3]["parts"][-1]["thoughtSignature"]
+
+
 @attrs.frozen
 class Loop:
     provider: Provider
@@ -114,6 +129,21 @@ LOOPS = [
             "stream": Turn(["stream_thinking_tool_turn"], "stream_text", ["18C, sunny"], ONE_CALL),
         },
         _check_anthropic,
+    ),
+    Loop(
+        GEMINI,
+        [WEATHER, TIME],
+        Options(reasoning_effort="low"),
+        {
+            "call": Turn(["tool_turn"], "text", ["18C, sunny"], ONE_CALL),
+            "stream": Turn(
+                ["stream_parallel_tools", "stream_final_answer"],
+                "stream_text",
+                ["18C", "14:05"],
+                "It is 18°C in Paris and 14:05 there.",
+            ),
+        },
+        _check_gemini,
     ),
 ]
 

@@ -72,25 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = commands.add_parser(
         "chat",
-        help="chat in the terminal with an OpenAI-compatible or Anthropic model, keeping history",
+        help="chat in the terminal with an OpenAI-compatible, Anthropic or Gemini model, "
+        "keeping history",
         description="Read messages from stdin, stream the answers, keep the conversation in "
-        "a history store. /exit or end of input quits. Needs the openai (or anthropic) "
-        "extra. The API key is read from $OPENAI_API_KEY, or $ANTHROPIC_API_KEY with "
-        "--provider anthropic.",
+        "a history store. /exit or end of input quits. Needs the openai (or anthropic, "
+        "gemini) extra. The API key is read from $OPENAI_API_KEY, or $ANTHROPIC_API_KEY "
+        "with --provider anthropic, $GEMINI_API_KEY with --provider gemini.",
     )
     chat.add_argument(
         "--provider",
-        choices=["openai", "anthropic"],
+        choices=["openai", "anthropic", "gemini"],
         default="openai",
         help="openai: any OpenAI-compatible Chat Completions server (default); anthropic: "
-        "the Anthropic Messages API",
+        "the Anthropic Messages API; gemini: the Gemini API",
     )
     chat.add_argument(
         "--model",
         metavar="NAME",
         default=os.environ.get("SCOPE_MODEL") or None,
         help="model name (default: $SCOPE_MODEL, else gpt-4o-mini, or claude-sonnet-4-5 "
-        "with --provider anthropic)",
+        "with --provider anthropic, gemini-2.5-flash with --provider gemini)",
     )
     chat.add_argument(
         "--base-url",

@@ -1,5 +1,6 @@
 """``scope chat``: an interactive terminal chat over an OpenAI-compatible server, or the
-Anthropic Messages API with ``--provider anthropic``.
+Anthropic Messages API with ``--provider anthropic``, or the Gemini API with ``--provider
+gemini``.
 
 Lines are read from stdin (``/exit`` or end of input quits). Each line is one turn sent
 through the history ``Middleware``, so the conversation is replayed from the store and
@@ -47,21 +48,23 @@ from scope.history import Batch, ConversationID, Middleware, TurnLeaser, ViewRea
 
 if TYPE_CHECKING:
     from scope.models.anthropic import AnthropicModel
+    from scope.models.gemini import GeminiModel
     from scope.models.openai import OpenAIChatModel
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_MODELS", "PROVIDERS", "run_chat"]
 
 #: The providers ``scope chat --provider`` knows.
-PROVIDERS: Final = ("openai", "anthropic")
+PROVIDERS: Final = ("openai", "anthropic", "gemini")
 
 #: The model ``scope chat`` asks for unless ``--model`` or ``$SCOPE_MODEL`` names one.
 DEFAULT_MODELS: Final[dict[str, str]] = {
     "openai": "gpt-4o-mini",
     "anthropic": "claude-sonnet-4-5",
+    "gemini": "gemini-2.5-flash",
 }
 DEFAULT_MODEL: Final = DEFAULT_MODELS["openai"]
 
-_NAMES: Final = {"openai": "OpenAI", "anthropic": "Anthropic"}
+_NAMES: Final = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini"}
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -78,7 +81,7 @@ class _Session:
     def __init__(
         self,
         store: CLIStore,
-        model: OpenAIChatModel | AnthropicModel,
+        model: OpenAIChatModel | AnthropicModel | GeminiModel,
         conversation_id: ConversationID,
         system: str | None,
         out: TextIO,
@@ -220,10 +223,14 @@ def _one_line(exc: BaseException | None) -> str:
 
 def _model(
     provider: str, model_name: str, base_url: str | None
-) -> OpenAIChatModel | AnthropicModel:
+) -> OpenAIChatModel | AnthropicModel | GeminiModel:
     """The adapter for ``provider``; its API key comes from ``$OPENAI_API_KEY`` or
-    ``$ANTHROPIC_API_KEY``."""
+    ``$ANTHROPIC_API_KEY`` or ``$GEMINI_API_KEY``."""
     try:
+        if provider == "gemini":
+            from scope.models.gemini import GeminiModel
+
+            return GeminiModel(model_name, base_url=base_url)
         if provider == "anthropic":
             from scope.models.anthropic import AnthropicModel
 

@@ -8,6 +8,8 @@ this package) never imports an HTTP library:
   llama.cpp, DeepSeek, ...).
 - ``scope.models.anthropic.AnthropicModel`` (extra ``scope-chat[anthropic]``): the Anthropic
   Messages API, spoken natively (no SDK).
+- ``scope.models.gemini.GeminiModel`` (extra ``scope-chat[gemini]``): the Google Gemini
+  API's ``generateContent``, spoken natively (no SDK).
 """
 
 __all__: list[str] = []

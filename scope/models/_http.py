@@ -44,6 +44,7 @@ from scope.errors import (
     ProviderConnectionError,
     ProviderError,
     ProviderTimeoutError,
+    RateLimitError,
 )
 from scope.models._errors import error_for_status
 from scope.models._provenance import Replay, stamp, with_dropped
@@ -66,6 +67,9 @@ __all__ = [
 
 #: "Not given" for ``timeout`` (``None`` is a timeout too: "wait for ever").
 UNSET: Final[Any] = object()
+
+#: The first byte of a JSON body (an event stream's first line starts otherwise).
+_JSON_START: Final = (b"{", b"[")
 
 
 class Wire(NamedTuple):
@@ -95,6 +99,14 @@ class Wire(NamedTuple):
     api: str
     #: The default ``provider_name``, stamped as ``scope/provider`` (``"openai"``).
     provider: str
+    #: The path (and query) for the chosen model and the stream flag, for a provider
+    #: whose endpoint depends on them (Gemini's ``/v1beta/models/{model}:...``); when
+    #: ``None``, every request goes to ``path``.
+    route: Callable[[str, bool], str] | None = None
+    #: Refines the error ``map_status_error`` made of a non-2xx answer from its body
+    #: (``error.body``): another class for a reason the status hides, a ``retry_after``
+    #: the body states. ``None``: the status decides alone.
+    refine_error: Callable[[ProviderError], ProviderError] | None = None
 
 
 class HTTPAdapter:
@@ -229,19 +241,23 @@ class HTTPAdapter:
         value: str | None = response.headers.get(self._WIRE.request_id_header)
         return value
 
-    async def _send(self, content: bytes, *, stream: bool) -> httpx.Response:
-        """POST ``content``; return a 2xx response (body read unless ``stream``).
+    async def _send(
+        self, content: bytes, *, stream: bool, url: httpx.URL | None = None
+    ) -> httpx.Response:
+        """POST ``content`` to ``url`` (default: the adapter's one URL); return a 2xx
+        response (body read unless ``stream``).
 
         Retries as the module docstring says; raises the mapped provider error.
         """
         client = self._get_client()
+        target = self._url if url is None else url
         headers = dict(self._headers)
         headers["Accept"] = "text/event-stream" if stream else "application/json"
         timeout = httpx.USE_CLIENT_DEFAULT if self._timeout is UNSET else self._timeout
         retry = 0
         while True:
             request = client.build_request(
-                "POST", self._url, content=content, headers=headers, timeout=timeout
+                "POST", target, content=content, headers=headers, timeout=timeout
             )
             try:
                 response = await client.send(request, stream=stream)
@@ -265,10 +281,14 @@ class HTTPAdapter:
                 status_error = map_status_error(
                     response, error_body, request_id=self._request_id(response)
                 )
+                if self._WIRE.refine_error is not None:
+                    status_error = self._WIRE.refine_error(status_error)
                 retryable = response.status_code == 429 or response.status_code >= 500
                 if retry >= self._max_retries or not retryable:
                     raise status_error
                 hint = retry_after(response.headers)
+                if hint is None and isinstance(status_error, RateLimitError):
+                    hint = status_error.retry_after  # a delay the body states
                 if hint is not None and hint > self._retry_max_delay:
                     raise status_error
                 delay = self._backoff(retry) if hint is None else hint
@@ -278,9 +298,11 @@ class HTTPAdapter:
     def _fill_origin(self, exc: ProviderError, response: httpx.Response) -> None:
         fill_origin(exc, response, self._request_id(response))
 
-    def _encode(self, request: Request, *, stream: bool) -> tuple[bytes, Replay]:
-        """The body for ``request``, and the ``Replay`` that decided whose state it
-        carries (its ``model`` the model asked for, its ``left_out`` what it does not)."""
+    def _encode(self, request: Request, *, stream: bool) -> tuple[bytes, Replay, httpx.URL | None]:
+        """The body for ``request``, the ``Replay`` that decided whose state it carries
+        (its ``model`` the model asked for, its ``left_out`` what it does not), and the
+        URL it goes to (``None``: the adapter's one URL; a ``Wire.route`` makes it from
+        the chosen model and ``stream``)."""
         wire = self._WIRE
         replay = Replay(wire.api, self.provider_name)
         body = wire.build_body(
@@ -290,7 +312,11 @@ class HTTPAdapter:
             stream=stream,
             replay=replay,
         )
-        return orjson.dumps(body), replay
+        url = None
+        if wire.route is not None:
+            # The model the body was built for (build_body set it on the replay).
+            url = httpx.URL(self._base_url + wire.route(replay.model, stream))
+        return orjson.dumps(body), replay, url
 
     def _stamped(self, response: Response, replay: Replay, dropped: int) -> Response:
         """``response`` with its message's provenance (DESIGN §6c: the model that
@@ -304,33 +330,37 @@ class HTTPAdapter:
             response = attrs.evolve(response, output=attrs.evolve(output, message=message))
         return with_dropped(response, dropped) if dropped else response
 
-    async def _call_request(self, request: Request) -> Response:
-        """Validate and map ``request`` (raising before any I/O), send it (with retries)
-        and parse the one complete answer, stamped with its provenance."""
-        content, replay = self._encode(request, stream=False)
-        dropped = replay.report(self._WIRE.name)
-        response = await self._send(content, stream=False)
+    def _parse(self, body: bytes, response: httpx.Response) -> Response:
+        """``Wire.parse`` of a whole body; an error it raises gets the response's origin."""
         try:
-            parsed = self._WIRE.parse(response.content)
+            return self._WIRE.parse(body)
         except ProviderError as exc:
             self._fill_origin(exc, response)
             raise
-        return self._stamped(parsed, replay, dropped)
+
+    async def _call_request(self, request: Request) -> Response:
+        """Validate and map ``request`` (raising before any I/O), send it (with retries)
+        and parse the one complete answer, stamped with its provenance."""
+        content, replay, url = self._encode(request, stream=False)
+        dropped = replay.report(self._WIRE.name)
+        response = await self._send(content, stream=False, url=url)
+        return self._stamped(self._parse(response.content, response), replay, dropped)
 
     async def _stream_request(self, request: Request) -> AsyncGenerator[Response, None]:
         """On first iteration, validate and map ``request`` (nothing is sent for an
         invalid one) and send it (with retries until the response begins); then yield the
         deltas the wire's mapper makes of its server-sent events. A JSON body (a server
-        that ignored ``stream``) is parsed whole and yielded as one delta. A stream that
+        that ignored ``stream``, or JSON under an event-stream content type) is parsed
+        whole and yielded as one delta. A stream that
         ends before the mapper saw its end marker or a finish reason raises
         ``ProviderConnectionError`` saying what it lacked. The response is released on
         every path; the request is not kept once encoded."""
         wire = self._WIRE
-        content, replay = self._encode(request, stream=True)
+        content, replay, url = self._encode(request, stream=True)
         del request
         dropped = replay.report(wire.name)
         mapper = wire.mapper()
-        response = await self._send(content, stream=True)
+        response = await self._send(content, stream=True, url=url)
         chunks: AsyncIterator[bytes] | None = None
         # Until the first message is stamped: the model the stream named so far.
         unstamped = True
@@ -343,22 +373,25 @@ class HTTPAdapter:
                     body = await response.aread()
                 except httpx.HTTPError as exc:
                     raise map_transport_error(exc) from exc
-                try:
-                    parsed = wire.parse(body)
-                except ProviderError as exc:
-                    self._fill_origin(exc, response)
-                    raise
-                yield self._stamped(parsed, replay, dropped)
+                yield self._stamped(self._parse(body, response), replay, dropped)
                 return
             decoder = SSEDecoder()
             chunks = response.aiter_bytes()
+            first = True
             while True:
                 try:
                     raw = await chunks.__anext__()
+                    if first and raw.lstrip()[:1] in _JSON_START:
+                        # JSON under an event-stream type (Gemini answers errors so):
+                        # no event stream starts with "{" or "[".
+                        body = raw + b"".join([rest async for rest in chunks])
+                        yield self._stamped(self._parse(body, response), replay, dropped)
+                        return
                 except StopAsyncIteration:
                     break
                 except httpx.HTTPError as exc:
                     raise map_transport_error(exc) from exc
+                first = False
                 for event, data in decoder.feed(raw):
                     try:
                         chunk = mapper.map(event, data)

@@ -1,0 +1,208 @@
+"""``GeminiModel``: the Google Gemini API's ``generateContent`` (extra
+``scope-chat[gemini]``).
+
+One object is both a ``chat.Model`` (``await model.call(request)``) and a
+``chat.Streamer`` (``model.stream(request)``) over
+``POST {base_url}/v1beta/models/{model}:generateContent`` and
+``:streamGenerateContent?alt=sse``; it speaks the wire protocol itself with httpx (the
+``google-genai`` SDK is never imported)::
+
+    from scope.chat import Request, user_message
+    from scope.models.gemini import GeminiModel
+
+    async with GeminiModel("gemini-2.5-flash") as model:   # GEMINI_API_KEY
+        answer = await model.call(Request([user_message("Hi!")]))
+
+``base_url`` is the host root (default ``https://generativelanguage.googleapis.com``, or
+``GEMINI_BASE_URL``); the key (``api_key`` or ``GEMINI_API_KEY``) travels in
+``x-goog-api-key``. The model is part of the URL: ``options.model`` or the
+constructor's ``model`` (a leading ``models/`` is accepted). Importing ``scope`` never
+imports this module; importing it imports httpx.
+
+**Request mapping.** System messages become ``systemInstruction`` (one text part each).
+User messages are ``user`` contents: text parts, media as ``inlineData`` (bytes, base64)
+or ``fileData`` (a URI; a Files API file's URI too). Assistant messages are ``model``
+contents: text, media and ``functionCall`` parts (``id`` when the call had one from the
+API, ``args`` the arguments as a JSON object, ``""`` as ``{}``), each with its thought
+signature; reasoning parts go back as ``thought: true`` parts only when they carry a
+signature, else they are left out (never turned into prompt text). Tool results become
+``functionResponse`` parts (``name``; ``id`` unless the call's id was made by the
+adapter; ``response`` the output's JSON object when it is one, else ``{"result":
+text}``, or ``{"error": text}`` for an error result) in one ``user`` content per step,
+the user's next words joining it. Tools are ``functionDeclarations`` with the input
+schema as ``parametersJsonSchema``, verbatim.
+
+**Thought signatures** round-trip byte for byte. On a ``functionCall``, text or media
+part the received string is kept in that part's metadata ``gemini/thought_signature``
+and sent back verbatim on the same part (so the alphabet and padding are what was
+received: the API sends standard base64, Google's SDK sends URL-safe base64 back; both
+are accepted). On a ``thought`` part it is the reasoning part's signature bytes (and
+the metadata too when the string is not the standard padded spelling of those bytes). A
+stream's last chunk may carry the answer's only signature on an empty text part alone:
+that becomes a signature-only reasoning part with metadata ``gemini/signature_only:
+true``, kept in order and sent back as ``{"text": "", "thoughtSignature": ...}``.
+Whether a message's signatures may be sent back is decided in one place
+(``_gemini_wire.sendable_signature``): today, whenever the part carries one.
+
+**Options** are ``default_options.resolve(request.options)``, mapped into
+``generationConfig``:
+
+=====================  ============================================================
+``temperature``        ``temperature``
+``top_p``, ``top_k``   ``topP``, ``topK``
+``max_tokens``         ``maxOutputTokens``
+``stop``               ``stopSequences`` (``stop=()`` sends nothing)
+penalties              ``presencePenalty``, ``frequencyPenalty``
+``output_format``      json: ``responseMimeType: application/json``; json_schema: also
+                       ``responseJsonSchema`` (the schema verbatim)
+``reasoning_effort``   ``none``: ``thinkingConfig {thinkingBudget: 0}``; ``minimal``,
+                       ``low``, ``medium``, ``high``, ``xhigh``: ``thinkingConfig
+                       {thinkingLevel: <upper case>, includeThoughts: true}``
+=====================  ============================================================
+
+Every extension ``gemini/<field>`` is written into the body as ``<field>``
+(``safetySettings``, ``toolConfig``, ``cachedContent``, ``labels``, ...), except
+``gemini/generationConfig``, whose keys join the generated ``generationConfig``
+(``thinkingConfig``, ``responseModalities``, ``seed``, ...). **Refused before any I/O**
+with ``UnsupportedOptionError``: a ``reasoning_effort`` not in the table; the extensions
+``gemini/contents``, ``gemini/systemInstruction`` and ``gemini/tools`` (the adapter owns
+those fields) and a ``gemini/generationConfig`` key the options already set; media by
+reference; media in tool results; tool-call arguments that are not a JSON object.
+
+**Response mapping** (first candidate): ``text`` -> text, ``thought: true`` ->
+reasoning, ``inlineData``/``fileData`` -> media, ``functionCall`` -> a tool call
+(arguments = JSON of ``args``; id = the call's ``id``, else ``<responseId>-<n>`` with
+metadata ``gemini/synthetic_id: true``, never sent back). Code execution parts are not
+carried. Finish: ``STOP`` -> ``stop`` (``tool_calls`` when function calls are present),
+``MAX_TOKENS`` -> ``length``, ``SAFETY``/``RECITATION``/``BLOCKLIST``/
+``PROHIBITED_CONTENT``/``SPII`` -> ``content_filter``, others -> ``other``; the reason as
+spelled is output metadata ``gemini/finish_reason``. A blocked prompt
+(``promptFeedback.blockReason``, no candidates) is an answer with finish
+``content_filter``, no message and response metadata ``gemini/block_reason``. Usage:
+``promptTokenCount`` -> input, ``candidatesTokenCount + thoughtsTokenCount`` -> output,
+``thoughtsTokenCount`` -> reasoning, ``cachedContentTokenCount`` -> cache read; id
+``responseId``, model ``modelVersion``.
+
+**Streaming**: every event is a whole ``GenerateContentResponse``, mapped as above into a
+valid ``ResponseAccumulator`` delta (``call`` merges its one body the same way, so both
+modes give the same ``Response``); there is no end marker: the stream ends after the
+chunk with a ``finishReason``, and one that ends before it raises
+``ProviderConnectionError``.
+
+**Errors and retries** are those of ``OpenAIChatModel`` (shared code), read from the
+``{"error": {code, message, status, details}}`` body: 401/403 ``AuthenticationError``,
+and a 400 whose details give the reason ``API_KEY_INVALID`` too; 429 ``RateLimitError``
+whose ``retry_after`` is ``Retry-After``, else the body's ``RetryInfo.retryDelay``
+(honoured by the retries); 5xx ``ProviderServerError``; other 4xx ``BadRequestError``.
+An error answered as JSON to a stream request (whatever its content type) is raised
+the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Final, final
+
+try:
+    import httpx
+except ModuleNotFoundError as exc:  # the extra is not installed
+    if exc.name != "httpx":
+        raise
+    raise ImportError(
+        "scope.models.gemini needs httpx: install the extra, pip install 'scope-chat[gemini]'"
+    ) from exc
+
+from scope.chat import Request, Response
+from scope.models._gemini_wire import (
+    API,
+    PROVIDER,
+    REASONING_LEVELS,
+    ChunkMapper,
+    build_body,
+    parse_response,
+    refine_error,
+    route,
+)
+from scope.models._http import HTTPAdapter, Wire
+
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "GeminiModel", "REASONING_LEVELS"]
+
+#: Where requests go unless ``base_url`` or ``GEMINI_BASE_URL`` says otherwise (the host
+#: root: the adapter adds ``/v1beta/models/...``).
+DEFAULT_BASE_URL: Final = "https://generativelanguage.googleapis.com"
+
+#: The timeout of a client the model creates: 10 minutes overall, 5 seconds to connect.
+DEFAULT_TIMEOUT: Final = httpx.Timeout(600.0, connect=5.0)
+
+
+@final
+class GeminiModel(HTTPAdapter):
+    """A ``chat.Model`` and ``chat.Streamer`` over the Gemini API's ``generateContent``.
+
+    ``model`` is used when the request's (resolved) options name none. ``api_key`` falls
+    back to ``GEMINI_API_KEY``; ``base_url`` (the host root) to ``GEMINI_BASE_URL``, then
+    ``DEFAULT_BASE_URL``. ``headers`` are added to every request (and may override the
+    defaults). ``default_options`` lie under every request's options. ``http_client``,
+    ``timeout``, ``max_retries``, ``retry_backoff`` and ``retry_max_delay`` behave as in
+    ``OpenAIChatModel``.
+
+    Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
+    ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent
+    calls and streams may share one model; nothing binds to an event loop at
+    construction, so one model works under asyncio or trio (one at a time, as httpx).
+    """
+
+    __slots__ = ()
+
+    _WIRE = Wire(
+        name="GeminiModel",
+        path="/v1beta/models",
+        env="GEMINI",
+        default_base_url=DEFAULT_BASE_URL,
+        default_timeout=DEFAULT_TIMEOUT,
+        request_id_header="x-request-id",
+        headers=lambda key: {"x-goog-api-key": key} if key else {},
+        build_body=build_body,
+        parse=parse_response,
+        mapper=ChunkMapper,
+        unfinished="no finishReason",
+        api=API,
+        provider=PROVIDER,
+        route=route,
+        refine_error=refine_error,
+    )
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def model(self) -> str:
+        """The model used when a request's options name none (may be ``""``)."""
+        return self._model
+
+    @property
+    def base_url(self) -> str:
+        """The host root requests go to, without a trailing slash."""
+        return self._base_url
+
+    async def call(self, request: Request) -> Response:
+        """Answer ``request`` with one complete response (``:generateContent``).
+
+        Raises before any I/O for an invalid or unsupported request; then the provider
+        errors of the module docstring, after the retries. Cancellation propagates; the
+        HTTP response is closed on every path.
+        """
+        return await self._call_request(request)
+
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
+        """A lazy stream of deltas answering ``request`` (``:streamGenerateContent``).
+
+        Nothing happens until the first iteration; then the request is validated and
+        mapped (raising before any I/O) and sent, with retries until the response
+        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
+        failure (a dropped connection or a stream without a ``finishReason``:
+        ``ProviderConnectionError``; a malformed event: ``InvalidResponseError``; an
+        error body: its ``ProviderError``) is raised once and ends the stream.
+        ``aclose()`` — or leaving ``contextlib.aclosing`` early — closes the HTTP
+        response before it returns; nothing runs in the background.
+        """
+        return self._stream_request(request)
