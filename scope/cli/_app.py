@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = commands.add_parser(
         "history",
-        help="list, show, export, import, clear stored conversations, or migrate a store",
+        help="list, show, export, import, clear, verify stored conversations, or migrate a store",
         description="Inspect and move stored conversations.",
     )
     store_parent = _Parser(add_help=False)
@@ -175,6 +175,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clear.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
     clear.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    verify = actions.add_parser(
+        "verify",
+        parents=[store_parent],
+        help="check every stored batch: digest, canonical bytes, decodable messages",
+        description="Read every stored batch record (or those of the conversations named) "
+        "and check what a read checks: the digest matches the stored bytes, the bytes are "
+        "the canonical encoding and every message decodes. Prints one 'scope: error:' line "
+        "per bad conversation (its id, each bad batch and what failed) and a summary; exit "
+        "status 1 when anything is wrong. Read-only: the store is opened without creating "
+        "anything (a role that may only SELECT runs it), and records are streamed in pages.",
+    )
+    verify.add_argument("conversation", metavar="CONVERSATION", nargs="*", type=_conversation_id)
     actions.add_parser(
         "migrate",
         parents=[store_parent],
@@ -206,7 +218,7 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         stores_logger.addHandler(logging.NullHandler())
     # Reading commands never create a store: a mistyped SQLite path is refused, not
     # turned into a new empty file. Every command names a missing directory.
-    check_sqlite_location(url, must_exist=action in ("list", "show", "export"))
+    check_sqlite_location(url, must_exist=action in ("list", "show", "export", "verify"))
     if action == "list":
         return asyncio.run(h.list_conversations(url, sys.stdout, stderr=sys.stderr))
     if action == "show":
@@ -216,6 +228,12 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if action == "export":
         return asyncio.run(
             h.export_conversations(url, args.output, stdout=sys.stdout.buffer, stderr=sys.stderr)
+        )
+    if action == "verify":
+        from scope.cli._verify import verify_store
+
+        return asyncio.run(
+            verify_store(url, args.conversation, stdout=sys.stdout, stderr=sys.stderr)
         )
     if action == "migrate":
         return asyncio.run(h.migrate_store(url, sys.stdout))
