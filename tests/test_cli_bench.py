@@ -218,6 +218,24 @@ def test_bench_without_rfc8785_reports_that_floor_skipped(
     assert row["skipped"] == "rfc8785 is not installed (pip install rfc8785)"
 
 
+def test_bench_reports_rfc8785_skipped_when_it_refuses_the_workload(
+    tmp_path: pathlib.Path,
+) -> None:
+    # RFC 8785 (I-JSON) has no integers beyond 2**53; scope keeps them exactly.
+    line = b'{"conversation_id": "big", "messages": [{"metadata": {"n": 1152921504606846976}, '
+    line += b'"parts": [{"kind": "text", "text": "hi"}], "role": "user"}]}\n'
+    (tmp_path / "big.jsonl").write_bytes(line)
+    proc = scope(tmp_path, "bench", *FAST, "--file", "big.jsonl", "--json", "big.json")
+    assert proc.returncode == 0, proc.stderr
+    [row] = [
+        r
+        for r in json.loads((tmp_path / "big.json").read_text())["rows"]
+        if r["name"] == "floor.rfc8785"
+    ]
+    assert row["skipped"].startswith("rfc8785 refuses this workload: IntegerDomainError: ")
+    assert "floor.rfc8785         skipped: rfc8785 refuses this workload" in proc.stdout.decode()
+
+
 def test_bench_on_an_export_of_the_demo_store(tmp_path: pathlib.Path) -> None:
     url = "sqlite:///demo.db"
     assert scope(tmp_path, "demo", "--store", url).returncode == 0

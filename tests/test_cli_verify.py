@@ -409,3 +409,21 @@ async def test_history_verify_command(tmp_path: pathlib.Path) -> None:
     assert not (tmp_path / "missing.db").exists()
     usage = scope(tmp_path, "history", "verify", "--store", url, " padded")
     assert usage.returncode == 2 and usage.stderr.startswith(b"scope: error: argument")
+
+
+async def test_verify_refuses_a_store_that_cannot_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scope.cli._errors import CLIError
+
+    class Plain:
+        """A store with no scan_records (not a RecordScanner)."""
+
+        async def aclose(self) -> None:
+            pass
+
+    async def open_plain(url: str, *, create: bool = True) -> Any:
+        assert create is False  # verify never creates anything
+        return Plain()
+
+    monkeypatch.setattr(_stores, "open_cli_store", open_plain)
+    with pytest.raises(CLIError, match=r"^Plain cannot list its stored records to verify$"):
+        await verify()

@@ -302,7 +302,7 @@ def _rfc8785_operation(plain: list[Any]) -> _Operation:
         )
     try:
         size = sum(len(module.dumps(t)) for t in plain)
-    except Exception as exc:  # rfc8785 refuses values outside I-JSON (big integers)
+    except module.CanonicalizationError as exc:  # values outside I-JSON (big integers)
         return _Operation(
             "floor.rfc8785",
             "encode",

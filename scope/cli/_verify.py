@@ -8,7 +8,7 @@ from typing import TextIO
 from scope.cli._errors import CLIError
 from scope.cli._render import Progress, safe
 from scope.cli._stores import opened_store
-from scope.historystores import RecordScanner, StoredRecord
+from scope.historystores import RecordScanner
 
 __all__ = ["verify_store"]
 
@@ -19,9 +19,10 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word if count == 1 else plural}"
 
 
-def _bad_line(conversation_id: str, bad: list[tuple[StoredRecord, str]]) -> str:
-    """One ``scope: error:`` line naming every bad record of one conversation."""
-    found = "; ".join(f"{record.label}: {problem}" for record, problem in bad)
+def _bad_line(conversation_id: str, bad: list[str]) -> str:
+    """One ``scope: error:`` line naming every bad record of one conversation (``bad``:
+    each one's label and problem)."""
+    found = "; ".join(bad)
     many = f"{_plural(len(bad), 'bad batch')}: " if len(bad) > 1 else ""
     return safe(f"scope: error: conversation {conversation_id!r}: {many}{found}")
 
@@ -51,7 +52,7 @@ async def verify_store(
             raise CLIError(f"{type(store).__name__} cannot list its stored records to verify")
         progress = Progress(stderr, "verified batches")
         current: str | None = None
-        bad: list[tuple[StoredRecord, str]] = []
+        bad: list[str] = []  # texts only: no record's bytes are kept
 
         def finish() -> None:
             if current is not None and bad:
@@ -69,7 +70,7 @@ async def verify_store(
             batches += 1
             problem = record.problem()
             if problem is not None:
-                bad.append((record, problem))
+                bad.append(f"{record.label}: {problem}")
                 bad_batches += 1
             progress.step()
         finish()
