@@ -6,12 +6,14 @@ with an earlier one.
 Every measurement is one *pass* over the workload: the operation applied to each of its
 batches once. A measurement calibrates how many passes one repeat runs (doubling until a
 repeat takes ``min_time``; those runs warm up too), runs ``warmup`` more untimed repeats,
-then ``repeats`` timed ones; ``min`` and ``median`` are seconds per pass.
+then ``repeats`` timed ones (the garbage collector paused, as ``timeit`` does);
+``min`` and ``median`` are seconds per pass.
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
 import importlib
 import importlib.metadata
 import json
@@ -43,6 +45,7 @@ __all__ = [
     "Measurement",
     "Settings",
     "Workload",
+    "builtin_workload",
     "compare",
     "load_baseline",
     "load_file",
@@ -182,10 +185,19 @@ def _rfc8785() -> Any:
 
 
 def _timed(run: Callable[[Any], Any], args: list[Any]) -> float:
-    start = time.perf_counter()
-    for arg in args:
-        run(arg)
-    return time.perf_counter() - start
+    """Seconds for ``run(arg)`` over ``args``, with the garbage collector paused (as
+    ``timeit`` does): a collection scanning the prepared arguments is not the cost of
+    the operation."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for arg in args:
+            run(arg)
+        return time.perf_counter() - start
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _measure_one(
