@@ -329,35 +329,7 @@ async def overwrite_record(backend: Backend, cid: str, aid: str, data: bytes) ->
     """Replace the stored messages of batch ``aid`` of ``cid`` by ``data``, with the
     digest recomputed, as a writer other than scope could."""
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    if backend.kind == "sqlite":
-        with sqlite3.connect(backend.url, isolation_level=None) as conn:
-            conn.execute(
-                f"UPDATE {backend.prefix}_batches SET messages = ?, digest = ? "
-                "WHERE conversation_id = ? AND append_id = ?",
-                (data, digest, cid, aid),
-            )
-    elif backend.kind == "postgres":
-        conn = await import_driver("asyncpg").connect(backend.url)
-        try:
-            await conn.execute(
-                f'UPDATE "{backend.prefix}_batches" SET messages = $1, digest = $2 '
-                "WHERE conversation_id = $3 AND append_id = $4",
-                data,
-                digest,
-                cid,
-                aid,
-            )
-        finally:
-            await conn.close()
-    else:
-        client = import_driver("redis.asyncio").Redis.from_url(backend.url)
-        key = f"{backend.prefix}:{{{cid.encode().hex()}}}:batches"
-        try:
-            records = await client.lrange(key, 0, -1)
-            [index] = [i for i, r in enumerate(records) if r.split(b"\n")[1] == aid.encode()]
-            await client.lset(key, index, b"\n".join((digest.encode(), aid.encode(), data)))
-        finally:
-            await client.aclose()
+    await backend.rewrite_record(cid, aid, data=data, digest=digest)
 
 
 @over_backends()

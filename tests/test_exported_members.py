@@ -129,7 +129,9 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "scope.historystores": [
         "PersistentStore",
+        "RecordScanner",
         "SCHEMA_VERSION",
+        "StoredRecord",
         "open_store",
     ],
     "scope.historystores.postgres": ["PostgresStore"],

@@ -115,3 +115,21 @@ async def test_open_store_takes_a_cluster_url(url: str, prefix: str) -> None:
         assert await store.conversations() == ["c"]
     finally:
         await store.aclose()
+
+
+async def test_scan_records_reads_every_slot(url: str, prefix: str) -> None:
+    """scan_records on a cluster: conversations in many hash slots, paged, each record
+    as stored and sound."""
+    store = await open_cluster(url, prefix)
+    try:
+        ids = [f"conv-{n}" for n in range(6)]
+        for cid in ids:
+            await store.append(Batch(cid, "a1", turn(cid)))
+            await store.append(Batch(cid, "a2", turn(cid + "!")))
+        records = [r async for r in store.scan_records(page_size=4)]
+        assert [(r.conversation_id, r.append_id) for r in records] == [
+            (cid, aid) for cid in ids for aid in ("a1", "a2")
+        ]
+        assert all(r.problem() is None for r in records)
+    finally:
+        await store.aclose()

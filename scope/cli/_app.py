@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -42,6 +43,33 @@ def _conversation_id(value: str) -> str:
         return str(ConversationID(value))
     except InvalidConversationIDError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {number}")
+        return number
+
+    return parse
+
+
+def _number(*, positive: bool) -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+        if not math.isfinite(number) or number < 0 or (positive and number == 0):
+            rule = "> 0" if positive else ">= 0"
+            raise argparse.ArgumentTypeError(f"must be a finite number {rule}, got {value!r}")
+        return number
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,9 +142,74 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.add_argument("--system", metavar="TEXT", help="a system prompt sent with every turn")
 
+    bench = commands.add_parser(
+        "bench",
+        help="measure canonical encoding, digests and decoding against the JSON floors",
+        description="Measure what scope's canonical encoding (first and cached), Batch "
+        "digests and validated decoding cost on a workload, next to the plain JSON floors "
+        "measured in the same run (orjson.dumps with sorted keys, json.dumps(sort_keys="
+        "True), RFC 8785 via rfc8785 when installed, orjson.loads). The workload is the "
+        "built-in standard turn, or up to N conversations of an export file or a store "
+        "(only read). Prints min and median per message and per batch, sizes and the "
+        "ratio to each floor; a progress counter goes to stderr when it is a terminal.",
+    )
+    source = bench.add_mutually_exclusive_group()
+    source.add_argument(
+        "--store",
+        metavar="URL",
+        help="measure stored conversations of this store (sqlite:///relative.db, "
+        "postgresql://USER@HOST/DB, redis://HOST:PORT/N; only read)",
+    )
+    source.add_argument(
+        "--file", metavar="EXPORT.jsonl", help="measure the conversations of an export file"
+    )
+    bench.add_argument(
+        "--conversations",
+        metavar="N",
+        type=_count(1),
+        default=100,
+        help="measure at most N conversations of --store or --file (default: 100)",
+    )
+    bench.add_argument("--json", metavar="OUT", dest="json_out", help="write the result here")
+    bench.add_argument(
+        "--compare",
+        metavar="BASELINE.json",
+        help="compare with an earlier --json result; exit 1 when a scope operation got "
+        "slower by more than --threshold",
+    )
+    bench.add_argument(
+        "--threshold",
+        metavar="PERCENT",
+        type=_number(positive=True),
+        default=10.0,
+        help="how much slower per message --compare tolerates (default: 10)",
+    )
+    bench.add_argument(
+        "--repeats",
+        metavar="N",
+        type=_count(1),
+        default=7,
+        help="timed repeats per measurement (default: 7)",
+    )
+    bench.add_argument(
+        "--warmup",
+        metavar="N",
+        type=_count(0),
+        default=1,
+        help="untimed repeats before them (default: 1)",
+    )
+    bench.add_argument(
+        "--min-time",
+        metavar="SECONDS",
+        type=_number(positive=False),
+        default=0.05,
+        help="the least time one repeat runs: passes over the workload are added until it "
+        "does (default: 0.05)",
+    )
+
     history = commands.add_parser(
         "history",
-        help="list, show, export, import, clear stored conversations, or migrate a store",
+        help="list, show, export, import, clear, verify stored conversations, or migrate a store",
         description="Inspect and move stored conversations.",
     )
     store_parent = _Parser(add_help=False)
@@ -176,6 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clear.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
     clear.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    verify = actions.add_parser(
+        "verify",
+        parents=[store_parent],
+        help="check every stored batch: digest, canonical bytes, decodable messages",
+        description="Read every stored batch record (or those of the conversations named) "
+        "and check what a read checks: the digest matches the stored bytes, the bytes are "
+        "the canonical encoding and every message decodes. Prints one 'scope: error:' line "
+        "per bad conversation (its id, each bad batch and what failed) and a summary; exit "
+        "status 1 when anything is wrong. Read-only: the store is opened without creating "
+        "anything (a role that may only SELECT runs it), and records are streamed in pages.",
+    )
+    verify.add_argument("conversation", metavar="CONVERSATION", nargs="*", type=_conversation_id)
     actions.add_parser(
         "migrate",
         parents=[store_parent],
@@ -207,7 +312,7 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         stores_logger.addHandler(logging.NullHandler())
     # Reading commands never create a store: a mistyped SQLite path is refused, not
     # turned into a new empty file. Every command names a missing directory.
-    check_sqlite_location(url, must_exist=action in ("list", "show", "export"))
+    check_sqlite_location(url, must_exist=action in ("list", "show", "export", "verify"))
     if action == "list":
         return asyncio.run(h.list_conversations(url, sys.stdout, stderr=sys.stderr))
     if action == "show":
@@ -217,6 +322,12 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if action == "export":
         return asyncio.run(
             h.export_conversations(url, args.output, stdout=sys.stdout.buffer, stderr=sys.stderr)
+        )
+    if action == "verify":
+        from scope.cli._verify import verify_store
+
+        return asyncio.run(
+            verify_store(url, args.conversation, stdout=sys.stdout, stderr=sys.stderr)
         )
     if action == "migrate":
         return asyncio.run(h.migrate_store(url, sys.stdout))
@@ -260,9 +371,31 @@ def _chat(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     )
 
 
+def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from scope.cli._bench import Settings, run_bench
+    from scope.cli._stores import check_sqlite_location
+
+    if args.store:
+        check_sqlite_location(args.store, must_exist=True)
+    return asyncio.run(
+        run_bench(
+            store=args.store,
+            file=args.file,
+            conversations=args.conversations,
+            settings=Settings(args.repeats, args.warmup, args.min_time),
+            json_out=args.json_out,
+            baseline_path=args.compare,
+            threshold=args.threshold,
+            stdout=sys.stdout,
+            stderr=sys.stderr,
+        )
+    )
+
+
 _COMMANDS: Final[dict[str, Callable[[argparse.Namespace, argparse.ArgumentParser], int]]] = {
     "demo": _demo,
     "chat": _chat,
+    "bench": _bench,
     "history": _history,
 }
 

@@ -14,7 +14,10 @@ missing, is an async context manager and has ``aclose()``. Driver errors surface
 ``scope.errors.StoreError`` (the driver error chained); a stored record that was changed
 outside scope makes ``read`` and ``read_batches`` raise ``StoreError`` naming the
 conversation; a stored conversation id that is not valid is skipped by
-``conversations()`` (logged once, listed in ``invalid_conversation_ids``). Importing
+``conversations()`` (logged once, listed in ``invalid_conversation_ids``). Each is also
+a ``RecordScanner``: ``scan_records()`` streams the stored records as they are, read-only,
+each a ``StoredRecord`` whose ``problem()`` says what a read would refuse in it
+(``scope history verify``). Importing
 this package or a backend module imports no driver: asyncpg and redis-py are imported
 when a store is opened.
 """
@@ -25,13 +28,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self, cast, runtime_checkable
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from scope._validate import publish as _publish
 from scope.history import Clearer, Lister, Reader, Writer
 from scope.historystores._common import SCHEMA_VERSION
+from scope.historystores._records import RecordScanner, StoredRecord
 
 if TYPE_CHECKING:
     from scope.historystores.sqlite import Synchronous
 
-__all__ = ["PersistentStore", "SCHEMA_VERSION", "open_store"]
+__all__ = ["PersistentStore", "RecordScanner", "SCHEMA_VERSION", "StoredRecord", "open_store"]
+
+_publish(__name__, ["RecordScanner", "StoredRecord"], globals())
 
 
 @runtime_checkable

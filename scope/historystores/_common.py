@@ -61,6 +61,8 @@ __all__ = [
     "message_count",
     "require_asyncio",
     "retry_once",
+    "shown_id",
+    "stored_id",
     "schema_mismatch",
     "store_closed",
     "validate_cache_size",
@@ -422,6 +424,7 @@ def decode_record(
     digest: Any,
     data: Any,
     cache: DecodedCache | None = None,
+    error: Callable[[str], Exception] | None = None,
 ) -> tuple[Message, ...]:
     """The messages of one stored batch record, checked as ``read`` and ``read_batches``
     both check it: the digest matches the bytes, which are a non-empty JSON array of
@@ -429,18 +432,21 @@ def decode_record(
 
     A cache hit skips decoding and the canonical check: an entry is only stored after
     both passed, keyed by the digest, and the record's bytes were just checked against
-    that digest, so they are the bytes that passed."""
+    that digest, so they are the bytes that passed.
+
+    A bad record raises ``error(problem)``; by default ``corrupt(conversation_id,
+    append_id, problem)``, the ``StoreError`` a read raises (``StoredRecord.problem``
+    passes its own, to report the problem and go on)."""
+    fail = error or functools.partial(corrupt, conversation_id, append_id)
     if isinstance(data, memoryview | bytearray):
         data = bytes(data)
     if not isinstance(data, bytes):
-        raise corrupt(conversation_id, append_id, f"messages are {type(data).__name__}, not bytes")
+        raise fail(f"messages are {type(data).__name__}, not bytes")
     if not isinstance(digest, str) or not digest.startswith(DIGEST_PREFIX):
-        raise corrupt(conversation_id, append_id, f"invalid digest {digest!r}")
+        raise fail(f"invalid digest {digest!r}")
     actual = digest_of(data)
     if actual != digest:
-        raise corrupt(
-            conversation_id, append_id, f"its messages digest to {actual}, the record says {digest}"
-        )
+        raise fail(f"its messages digest to {actual}, the record says {digest}")
     if cache is not None:
         cached = cache.get(digest)
         if cached is not None:
@@ -448,17 +454,17 @@ def decode_record(
     try:
         tree = parse_exact_fast(data)
     except ValueError as exc:
-        raise corrupt(conversation_id, append_id, f"invalid JSON: {exc}") from None
+        raise fail(f"invalid JSON: {exc}") from None
     if type(tree) is not list or not tree:
-        raise corrupt(conversation_id, append_id, "messages are not a non-empty JSON array")
-    out = decode_messages(tree, functools.partial(corrupt, conversation_id, append_id))
+        raise fail("messages are not a non-empty JSON array")
+    out = decode_messages(tree, fail)
     # Encoding fills each message's cached canonical bytes, so later encodes (a Batch
     # built from these messages, a request) reuse them.
     if encode_messages(out) != data:
         # Valid, digest-matching JSON, but not the bytes scope writes (whitespace, key
         # order, number spelling): a Batch of these messages would have another digest,
         # so the record was not written by scope as it stands.
-        raise corrupt(conversation_id, append_id, "messages are not in the canonical encoding")
+        raise fail("messages are not in the canonical encoding")
     if cache is not None:
         cache.put(digest, out)
     return out
@@ -529,7 +535,7 @@ def stored_id(raw: object) -> ConversationID:
     return ConversationID(raw)  # InvalidConversationIDError is a ValueError
 
 
-def _shown(raw: object) -> str:
+def shown_id(raw: object) -> str:
     """How a log line shows a stored id: bytes that are not UTF-8 with backslash escapes."""
     if isinstance(raw, bytes | bytearray | memoryview):
         return bytes(raw).decode("utf-8", "backslashreplace")
@@ -566,7 +572,7 @@ class ListedIDs:
             try:
                 out.append(stored_id(raw))
             except ValueError as exc:
-                self._skip(_shown(raw), str(exc))
+                self._skip(shown_id(raw), str(exc))
         return out
 
     def _skip(self, shown: str, problem: str) -> None:

@@ -55,6 +55,7 @@ from scope.historystores._common import (
     validate_table_prefix,
     view_of,
 )
+from scope.historystores._records import RecordScanning
 
 __all__ = ["PostgresStore"]
 
@@ -129,8 +130,9 @@ _CLIENT_GRACE: Final = 1.0
 
 
 @final
-class PostgresStore(RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader`` and ``TurnLeaser`` in PostgreSQL tables.
+class PostgresStore(RecordScanning, RecordStore):
+    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser`` and ``RecordScanner``
+    in PostgreSQL tables.
 
     Open with ``await PostgresStore.open(dsn)``; use as an async context manager or call
     ``aclose()`` (closes the connection pool).
@@ -455,6 +457,31 @@ class PostgresStore(RecordStore):
         rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
         return decode(cid, ((r[0], r[1], r[2]) for r in rows), self._cache)
 
+    async def _stored_ids(self, after: Any, limit: int) -> list[Any]:
+        # The batches table itself (its primary key index orders it), so a batch row
+        # whose conversation row is missing or wrong is scanned too.
+        sql = self._sql
+
+        async def ids(conn: Any) -> list[Any]:
+            if after is None:
+                return [row[0] for row in await conn.fetch(sql.scan_ids_first, limit)]
+            return [row[0] for row in await conn.fetch(sql.scan_ids, after, limit)]
+
+        return await self._with_connection(ids, "scan of conversation ids")
+
+    async def _record_page(
+        self, raw_id: Any, after: Any, limit: int
+    ) -> list[tuple[Any, Any, Any, Any, str]]:
+        sql = self._sql
+
+        async def page(conn: Any) -> list[Any]:
+            if after is None:
+                return list(await conn.fetch(sql.scan_records_first, raw_id, limit))
+            return list(await conn.fetch(sql.scan_records, raw_id, after, limit))
+
+        rows = await self._with_connection(page, f"scan of conversation {raw_id!r}")
+        return [(r[0], r[1], r[2], r[3], "") for r in rows]
+
     async def append(self, batch: Batch) -> Receipt:
         """Append ``batch`` atomically and return its receipt. Raises
         ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
@@ -540,6 +567,10 @@ class _Statements:
         "delete",
         "read",
         "release",
+        "scan_ids",
+        "scan_ids_first",
+        "scan_records",
+        "scan_records_first",
         "schema",
         "schema_table",
         "set_version",
@@ -626,6 +657,22 @@ class _Statements:
         self.read = (
             f"SELECT append_id, digest, messages FROM {batches} "
             "WHERE conversation_id = $1 ORDER BY seq"
+        )
+        # scan_records: keyset pages over the primary key (conversation_id, seq).
+        self.scan_ids_first = (
+            f"SELECT DISTINCT conversation_id FROM {batches} ORDER BY conversation_id LIMIT $1"
+        )
+        self.scan_ids = (
+            f"SELECT DISTINCT conversation_id FROM {batches} WHERE conversation_id > $1 "
+            "ORDER BY conversation_id LIMIT $2"
+        )
+        self.scan_records_first = (
+            f"SELECT seq, append_id, digest, messages FROM {batches} "
+            "WHERE conversation_id = $1 ORDER BY seq LIMIT $2"
+        )
+        self.scan_records = (
+            f"SELECT seq, append_id, digest, messages FROM {batches} "
+            "WHERE conversation_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
         )
         self.view = (
             f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages FROM {conv} c "

@@ -52,11 +52,13 @@ from scope.historystores._common import (
     deliver_cancellation,
     require_asyncio,
     retry_once,
+    shown_id,
     store_closed,
     stored_id,
     validate_cache_size,
     view_of,
 )
+from scope.historystores._records import RecordScanning
 
 __all__ = ["RedisStore"]
 
@@ -192,8 +194,8 @@ def validate_prefix(prefix: object) -> str:
 
 
 @final
-class RedisStore(RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader`` and ``TurnLeaser`` in Redis.
+class RedisStore(RecordScanning, RecordStore):
+    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser`` and ``RecordScanner`` in Redis.
 
     Open with ``await RedisStore.open(url)``; use as an async context manager or call
     ``aclose()`` (closes the client and its connections).
@@ -561,6 +563,31 @@ class RedisStore(RecordStore):
         )
         return decode(cid, (_split(cid, item) for item in items), self._cache)
 
+    async def _stored_ids(self, after: Any, limit: int) -> list[Any]:
+        # The listing: every conversation scope appended to (ZRANGE only, never the
+        # listing upgrade or cleanup that conversations() may write).
+        client = self._client
+        start = b"-" if after is None else b"(" + after
+
+        async def page() -> list[bytes]:
+            found = await client.zrange(self._listing, start, b"+", bylex=True, offset=0, num=limit)
+            return [bytes(member) for member in found]
+
+        return await self._call(page, "scan of conversation ids")
+
+    async def _record_page(
+        self, raw_id: Any, after: Any, limit: int
+    ) -> list[tuple[Any, Any, Any, Any, str]]:
+        raw = raw_id if isinstance(raw_id, bytes) else str(raw_id).encode("utf-8")
+        key = f"{self.prefix}:{{{raw.hex()}}}:batches"
+        start = 0 if after is None else after + 1
+        client = self._client
+        items: list[Any] = await self._call(
+            lambda: client.lrange(key, start, start + limit - 1),
+            f"scan of conversation {shown_id(raw)!r}",
+        )
+        return [(start + offset, *_fields(item)) for offset, item in enumerate(items)]
+
     async def append(self, batch: Batch) -> Receipt:
         """Append ``batch`` atomically and return its receipt. Raises
         ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
@@ -689,15 +716,26 @@ async def _exists_each(client: Any, keys: list[str]) -> list[Any]:
     return list(await pipe.execute())
 
 
-def _split(cid: str, item: Any) -> tuple[Any, Any, Any]:
-    """``(append_id, digest, messages)`` of one stored list element."""
+def _fields(item: Any) -> tuple[Any, Any, Any, str]:
+    """``(append_id, digest, messages, malformed)`` of one stored list element;
+    ``malformed`` says why the element is not ``digest\\nappend id\\nmessages`` (then
+    the other fields are None), else it is ``""``."""
     if not isinstance(item, bytes):
-        raise corrupt(cid, None, f"record is {type(item).__name__}, not bytes")
+        return None, None, None, f"record is {type(item).__name__}, not bytes"
     parts = item.split(b"\n", 2)
     if len(parts) != 3:
-        raise corrupt(cid, None, "record is not 'digest\\nappend id\\nmessages'")
+        return None, None, None, "record is not 'digest\\nappend id\\nmessages'"
     digest, aid, data = parts
     try:
-        return aid.decode("utf-8"), digest.decode("ascii"), data
+        return aid.decode("utf-8"), digest.decode("ascii"), data, ""
     except UnicodeDecodeError as exc:
-        raise corrupt(cid, aid, f"record header is not text: {exc}") from exc
+        return None, None, None, f"record header is not text: {exc}"
+
+
+def _split(cid: str, item: Any) -> tuple[Any, Any, Any]:
+    """``(append_id, digest, messages)`` of one stored list element (``StoreError``
+    naming the conversation when it is malformed)."""
+    aid, digest, data, malformed = _fields(item)
+    if malformed:
+        raise corrupt(cid, None, malformed)
+    return aid, digest, data

@@ -38,7 +38,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable
-from typing import Final, Literal, TypeVar, final
+from typing import Any, Final, Literal, TypeVar, final
 
 import anyio.to_thread
 
@@ -64,6 +64,7 @@ from scope.historystores._common import (
     validate_table_prefix,
     view_of,
 )
+from scope.historystores._records import RecordScanning
 
 __all__ = ["SQLiteStore"]
 
@@ -191,8 +192,9 @@ def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
 
 
 @final
-class SQLiteStore(RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader`` and ``TurnLeaser`` in one SQLite file.
+class SQLiteStore(RecordScanning, RecordStore):
+    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser`` and ``RecordScanner``
+    in one SQLite file.
 
     Open with ``await SQLiteStore.open(path)``; use as an async context manager or call
     ``aclose()``.
@@ -358,6 +360,36 @@ class SQLiteStore(RecordStore):
             return decode(cid, conn.execute(sql, (cid,)).fetchall(), cache)
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
+
+    async def _stored_ids(self, after: Any, limit: int) -> list[Any]:
+        # Reads the batches table itself (its primary key orders it), so a batch row
+        # whose conversation row is missing or wrong is scanned too.
+        where = "" if after is None else "WHERE conversation_id > ? "
+        sql = (
+            f"SELECT DISTINCT conversation_id FROM {self._tables.batches} {where}"
+            "ORDER BY conversation_id LIMIT ?"
+        )
+        args = (limit,) if after is None else (after, limit)
+
+        def ids(conn: sqlite3.Connection) -> list[Any]:
+            return [row[0] for row in conn.execute(sql, args)]
+
+        return await self._run(ids, "scan of conversation ids")
+
+    async def _record_page(
+        self, raw_id: Any, after: Any, limit: int
+    ) -> list[tuple[Any, Any, Any, Any, str]]:
+        where = "" if after is None else "AND seq > ? "
+        sql = (
+            f"SELECT seq, append_id, digest, messages FROM {self._tables.batches} "
+            f"WHERE conversation_id = ? {where}ORDER BY seq LIMIT ?"
+        )
+        args = (raw_id, limit) if after is None else (raw_id, after, limit)
+
+        def page(conn: sqlite3.Connection) -> list[tuple[Any, Any, Any, Any, str]]:
+            return [(r[0], r[1], r[2], r[3], "") for r in conn.execute(sql, args)]
+
+        return await self._run(page, f"scan of conversation {raw_id!r}")
 
     async def append(self, batch: Batch) -> Receipt:
         """Append ``batch`` atomically and return its receipt (see the class docstring
