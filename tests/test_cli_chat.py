@@ -389,6 +389,59 @@ def test_chat_with_the_anthropic_provider(tmp_path: pathlib.Path) -> None:
     server.check_requests()
 
 
+def test_chat_with_the_openai_responses_provider(tmp_path: pathlib.Path) -> None:
+    from tests.responses_server import ResponsesServer, load_transcript
+
+    env = _env(tmp_path)
+    env["OPENAI_API_KEY"] = "sk-cli"
+    with ResponsesServer() as server:
+        server.script(
+            *load_transcript("stream_text"), *load_transcript("stream_reasoning_final_answer")
+        )
+        proc = subprocess.run(
+            [
+                *(sys.executable, "-m", "scope", "chat", "--provider", "openai-responses"),
+                *("--base-url", server.base_url, "--model", "gpt-cli-1"),
+                *("--system", "Be terse."),
+            ],
+            input="Hi\nWeather?\n",
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Hello world!\nIt is 18°C and sunny in Paris.\n"
+    notes = proc.stderr.splitlines()
+    cid = notes[0].split(": ")[1]
+    assert notes[1].startswith(f"model: gpt-cli-1 at {server.base_url}; store: ")
+    path = tmp_path / "xdg" / "scope" / "chat.sqlite3"
+    assert stored(path) == {
+        cid: [
+            (Role.USER, "Hi"),
+            (Role.ASSISTANT, "Hello world!"),
+            (Role.USER, "Weather?"),
+            (Role.ASSISTANT, "It is 18°C and sunny in Paris."),
+        ]
+    }
+    first, second = server.requests
+    assert first.path == "/v1/responses" and first.headers["authorization"] == "Bearer sk-cli"
+    assert (first.body["model"], first.body["store"], first.body["stream"]) == (
+        "gpt-cli-1",
+        False,
+        True,
+    )
+    assert [(item["role"], item.get("id")) for item in second.body["input"]] == [
+        ("system", None),
+        ("user", None),
+        ("assistant", "msg_hello1"),
+        ("user", None),
+    ]
+    server.check_requests()
+
+
 def test_chat_without_the_anthropic_adapter_is_one_line(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -433,6 +486,7 @@ def test_piped_chat_with_nothing_sent_exits_0(tmp_path: pathlib.Path) -> None:
     [
         ("openai", "", "; did you mean --base-url {root}/v1?"),
         ("anthropic", "/v1", "; did you mean --base-url {root}? (without /v1 for Anthropic)"),
+        ("openai-responses", "", "; did you mean --base-url {root}/v1?"),
     ],
 )
 def test_a_404_names_the_base_url_it_most_likely_meant(

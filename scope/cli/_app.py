@@ -80,17 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.add_argument(
         "--provider",
-        choices=["openai", "anthropic"],
+        choices=["openai", "anthropic", "openai-responses"],
         default="openai",
         help="openai: any OpenAI-compatible Chat Completions server (default); anthropic: "
-        "the Anthropic Messages API",
+        "the Anthropic Messages API; openai-responses: the OpenAI Responses API (OpenAI "
+        "and the Open Responses servers)",
     )
     chat.add_argument(
         "--model",
         metavar="NAME",
         default=os.environ.get("SCOPE_MODEL") or None,
         help="model name (default: $SCOPE_MODEL, else gpt-4o-mini, or claude-sonnet-4-5 "
-        "with --provider anthropic)",
+        "with --provider anthropic, or gpt-5-mini with --provider openai-responses)",
     )
     chat.add_argument(
         "--base-url",

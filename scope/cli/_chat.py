@@ -1,5 +1,6 @@
-"""``scope chat``: an interactive terminal chat over an OpenAI-compatible server, or the
-Anthropic Messages API with ``--provider anthropic``.
+"""``scope chat``: an interactive terminal chat over an OpenAI-compatible server, the
+Anthropic Messages API with ``--provider anthropic``, or the OpenAI Responses API with
+``--provider openai-responses``.
 
 Lines are read from stdin (``/exit`` or end of input quits). Each line is one turn sent
 through the history ``Middleware``, so the conversation is replayed from the store and
@@ -44,21 +45,25 @@ from scope.history import Batch, ConversationID, Middleware, ViewReader
 
 if TYPE_CHECKING:
     from scope.models.anthropic import AnthropicModel
-    from scope.models.openai import OpenAIChatModel
+    from scope.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_MODELS", "PROVIDERS", "run_chat"]
 
 #: The providers ``scope chat --provider`` knows.
-PROVIDERS: Final = ("openai", "anthropic")
+PROVIDERS: Final = ("openai", "anthropic", "openai-responses")
 
 #: The model ``scope chat`` asks for unless ``--model`` or ``$SCOPE_MODEL`` names one.
 DEFAULT_MODELS: Final[dict[str, str]] = {
     "openai": "gpt-4o-mini",
     "anthropic": "claude-sonnet-4-5",
+    "openai-responses": "gpt-5-mini",
 }
 DEFAULT_MODEL: Final = DEFAULT_MODELS["openai"]
 
-_NAMES: Final = {"openai": "OpenAI", "anthropic": "Anthropic"}
+_NAMES: Final = {"openai": "OpenAI", "anthropic": "Anthropic", "openai-responses": "OpenAI"}
+
+#: The extra that installs each provider's adapter.
+_EXTRAS: Final = {"openai": "openai", "anthropic": "anthropic", "openai-responses": "openai"}
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -75,7 +80,7 @@ class _Session:
     def __init__(
         self,
         store: CLIStore,
-        model: OpenAIChatModel | AnthropicModel,
+        model: OpenAIChatModel | OpenAIResponsesModel | AnthropicModel,
         conversation_id: ConversationID,
         system: str | None,
         out: TextIO,
@@ -185,7 +190,7 @@ class _Session:
         if exc.status_code != 404:
             return ""
         base = self.model.base_url.rstrip("/")
-        if self.provider == "openai" and not base.endswith("/v1"):
+        if self.provider.startswith("openai") and not base.endswith("/v1"):
             return f"; did you mean --base-url {base}/v1?"
         if self.provider == "anthropic" and base.endswith("/v1"):
             return f"; did you mean --base-url {base[:-3]}? (without /v1 for Anthropic)"
@@ -205,7 +210,7 @@ def _one_line(exc: BaseException | None) -> str:
 
 def _model(
     provider: str, model_name: str, base_url: str | None
-) -> OpenAIChatModel | AnthropicModel:
+) -> OpenAIChatModel | OpenAIResponsesModel | AnthropicModel:
     """The adapter for ``provider``; its API key comes from ``$OPENAI_API_KEY`` or
     ``$ANTHROPIC_API_KEY``."""
     try:
@@ -213,6 +218,10 @@ def _model(
             from scope.models.anthropic import AnthropicModel
 
             return AnthropicModel(model_name, base_url=base_url)
+        if provider == "openai-responses":
+            from scope.models.openai import OpenAIResponsesModel
+
+            return OpenAIResponsesModel(model_name, base_url=base_url)
         from scope.models.openai import OpenAIChatModel
 
         return OpenAIChatModel(model_name, base_url=base_url)
@@ -220,7 +229,7 @@ def _model(
         raise CLIError(
             f"scope chat needs the {_NAMES[provider]} adapter's dependencies "
             f"({exc.name or exc}); "
-            f"install them with: pip install 'scope-chat[{provider}]'"
+            f"install them with: pip install 'scope-chat[{_EXTRAS[provider]}]'"
         ) from None
 
 
