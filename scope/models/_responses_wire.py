@@ -91,6 +91,9 @@ _REFUSED: Final = (
 _EMPTY_META: Final = Metadata()
 _REFUSAL_TRUE: Final = Metadata({REFUSAL_KEY: True})[REFUSAL_KEY]
 
+_ASSISTANT: Final = Role.ASSISTANT
+_TEXT: Final = PartKind.TEXT
+
 #: Joins the summary texts of one reasoning item into a reasoning part's text.
 SUMMARY_SEPARATOR: Final = "\n\n"
 
@@ -529,8 +532,10 @@ class EventMapper:
         "_id",
         "_meta",
         "_model",
+        "_refusals",
         "_streamed",
         "_summary",
+        "_texts",
         "end_marker_seen",
         "finish_reason_seen",
     )
@@ -539,6 +544,8 @@ class EventMapper:
         self._id = ""
         self._model = ""
         self._meta: dict[tuple[str, bool], Metadata] = {}
+        self._texts: dict[str, Metadata] = {}  # item id -> metadata of its text parts
+        self._refusals: dict[str, Metadata] = {}  # item id -> metadata of its refusals
         self._calls: dict[str, tuple[str, str, list[str]]] = {}  # item id -> call
         self._summary: dict[str, int] = {}  # reasoning item id -> last summary index
         self._streamed: dict[str, list[str]] = {}  # item id -> text streamed
@@ -548,13 +555,27 @@ class EventMapper:
 
     def map(self, event: str, data: bytes) -> Response | None:
         """Map one event; see the class docstring."""
-        if data == b"[DONE]":  # some Open Responses servers end with it
-            self.end_marker_seen = True
-            return None
-        body = load(data, "stream event")
+        try:
+            body = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            if data == b"[DONE]":  # some Open Responses servers end with it
+                self.end_marker_seen = True
+                return None
+            raise InvalidResponseError(f"stream event is not valid JSON: {exc}") from exc
+        if type(body) is not dict:
+            raise InvalidResponseError(f"stream event must be an object, got {kind(body)}")
         event_type = body.get("type")
         if event_type == "response.output_text.delta":
-            return self._text(body, False)
+            # The hot path (one event per text delta), inlined: plain lookups, each
+            # item's metadata made once.
+            delta = body.get("delta")
+            item_id = body.get("item_id")
+            meta = self._texts.get(item_id)  # type: ignore[arg-type]
+            if meta is None or type(delta) is not str:
+                return self._text(body, False)
+            if not delta:
+                return None
+            return Response(Output(Message(_ASSISTANT, (Part(_TEXT, text=delta, metadata=meta),))))
         if event_type == "error" or event == "error":
             # Recorded traffic nests the fields under "error"; the SDK's model has them
             # at the top level: read either.
@@ -574,19 +595,22 @@ class EventMapper:
         return meta
 
     def _text(self, body: dict[str, Any], refusal: bool) -> Response | None:
-        where = "stream event"
-        delta = _str(body, "delta", where)
-        item_id = _str(body, "item_id", where)
-        if not item_id:
+        # The hot path (one call per text delta): plain lookups, the item's metadata
+        # made once.
+        delta = body.get("delta")
+        item_id = body.get("item_id")
+        if type(delta) is not str or type(item_id) is not str or not item_id:
+            where = "stream event"
+            _str(body, "delta", where)
             raise InvalidResponseError(f"{where}.item_id must be a non-empty string")
-        streamed = self._streamed.get(item_id)
-        if streamed is None:
-            streamed = self._streamed[item_id] = []
+        texts = self._texts if not refusal else self._refusals
+        meta = texts.get(item_id)
+        if meta is None:
+            meta = texts[item_id] = _meta(item_id, refusal)
+            self._streamed.setdefault(item_id, [])
         if not delta:
             return None
-        streamed.append(delta)
-        part = Part(PartKind.TEXT, text=delta, metadata=self._item_meta(item_id, refusal))
-        return Response(Output(Message(Role.ASSISTANT, (part,))))
+        return Response(Output(Message(_ASSISTANT, (Part(_TEXT, text=delta, metadata=meta),))))
 
     def _map(self, event_type: object, body: dict[str, Any]) -> Response | None:
         where = "stream event"
