@@ -1,4 +1,4 @@
-"""What both provider adapters share (scope.models._http.HTTPAdapter): the constructor,
+"""What the provider adapters share (scope.models._http.HTTPAdapter): the constructor,
 retries and Retry-After, error status mapping, connection errors and timeouts, the HTTP
 client's life, headers, cancellation and early stream close.
 

@@ -179,9 +179,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "resp_two1",
         [
             reasoning_part("First thought.", ENC1.encode(), _meta("rs_two1")),
-            text_part("Let me think again.", _meta("msg_two1")),
+            text_part("Let me think again.", _meta("msg_two1", **{"openai/phase": "commentary"})),
             reasoning_part("", ENC3.encode(), _meta("rs_two2")),
-            text_part("Done: 42.", _meta("msg_two2")),
+            text_part("Done: 42.", _meta("msg_two2", **{"openai/phase": "final_answer"})),
         ],
         FinishReason.STOP,
         Usage(30, 50, 20, 0),
@@ -742,6 +742,11 @@ def test_the_ownership_decision_is_one_function() -> None:
     assert sent_item_id(message, REASONING, send_reasoning=False) is None
     assert sent_item_id(message, ANSWER, send_reasoning=False) == "msg_1"
     assert sent_item_id(message, text_part("x", {"openai/item_id": 5}), send_reasoning=True) is None
+
+
+def test_a_message_phase_goes_back() -> None:
+    (item,) = _replayed(text_part("Hm.", _meta("msg_1", **{"openai/phase": "commentary"})))
+    assert item["phase"] == "commentary" and item["id"] == "msg_1"
 
 
 def test_text_parts_of_one_item_form_one_message_item() -> None:

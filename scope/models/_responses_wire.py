@@ -50,6 +50,7 @@ __all__ = [
     "ADAPTER",
     "ENCRYPTED_REASONING",
     "ITEM_ID_KEY",
+    "PHASE_KEY",
     "RESERVED_FIELDS",
     "EventMapper",
     "build_body",
@@ -63,6 +64,11 @@ ADAPTER: Final = "OpenAIResponsesModel"
 #: Part metadata key holding the id of the output item a part came from (``msg_…``,
 #: ``rs_…``, ``fc_…``): what goes back as the input item's ``id``.
 ITEM_ID_KEY: Final = "openai/item_id"
+
+#: Part metadata key holding a message item's ``phase`` (``commentary`` or
+#: ``final_answer``, sent by newer models), sent back with the item: the API documents
+#: that dropping it can degrade performance.
+PHASE_KEY: Final = "openai/phase"
 
 #: What the body's ``include`` asks for unless the adapter is told not to.
 ENCRYPTED_REASONING: Final = "reasoning.encrypted_content"
@@ -297,6 +303,9 @@ def _assistant(message: Message, where: str, send_reasoning: bool) -> list[dict[
                         "status": "completed",
                         "content": [],
                     }
+                    phase = part.metadata.get(PHASE_KEY)
+                    if phase is not None:
+                        current["phase"] = orjson.Fragment(phase.bytes)
                 items.append(current)
             if item_id is None:
                 # A message without its id goes back as plain assistant text.
@@ -409,10 +418,13 @@ def _failure(body: dict[str, Any], error: object, what: str) -> ProviderError:
     return embedded_error(f"{what}: {error_message(error)}", body, error)
 
 
-def _meta(item_id: str, refusal: bool = False) -> Metadata:
+def _meta(item_id: str, refusal: bool = False, phase: str = "") -> Metadata:
+    entries: dict[str, Any] = {ITEM_ID_KEY: item_id}
     if refusal:
-        return Metadata({ITEM_ID_KEY: item_id, REFUSAL_KEY: True})
-    return Metadata({ITEM_ID_KEY: item_id})
+        entries[REFUSAL_KEY] = True
+    if phase:
+        entries[PHASE_KEY] = phase
+    return Metadata(entries)
 
 
 def _reasoning_text(item: dict[str, Any], where: str) -> str:
@@ -436,6 +448,7 @@ def _item_parts(item: dict[str, Any], where: str) -> list[Part]:
     parts: list[Part] = []
     with as_invalid_response(where):
         if item_type == "message":
+            phase = _str(item, "phase", where)
             for index, raw in enumerate(_list(item, "content", where)):
                 here = f"{where}.content[{index}]"
                 content = obj(raw, here)
@@ -450,7 +463,7 @@ def _item_parts(item: dict[str, Any], where: str) -> list[Part]:
                     )
                 if not text:
                     continue
-                meta = _meta(item_id, refusal)
+                meta = _meta(item_id, refusal, phase)
                 last = parts[-1] if parts else None
                 if last is not None and last.metadata == meta:  # as the accumulator merges
                     parts[-1] = Part(PartKind.TEXT, text=last.text + text, metadata=meta)
@@ -532,6 +545,7 @@ class EventMapper:
         "_id",
         "_meta",
         "_model",
+        "_phases",
         "_refusals",
         "_streamed",
         "_summary",
@@ -544,6 +558,7 @@ class EventMapper:
         self._id = ""
         self._model = ""
         self._meta: dict[tuple[str, bool], Metadata] = {}
+        self._phases: dict[str, str] = {}  # message item id -> its phase
         self._texts: dict[str, Metadata] = {}  # item id -> metadata of its text parts
         self._refusals: dict[str, Metadata] = {}  # item id -> metadata of its refusals
         self._calls: dict[str, tuple[str, str, list[str]]] = {}  # item id -> call
@@ -606,7 +621,7 @@ class EventMapper:
         texts = self._texts if not refusal else self._refusals
         meta = texts.get(item_id)
         if meta is None:
-            meta = texts[item_id] = _meta(item_id, refusal)
+            meta = texts[item_id] = _meta(item_id, refusal, self._phases.get(item_id, ""))
             self._streamed.setdefault(item_id, [])
         if not delta:
             return None
@@ -637,6 +652,12 @@ class EventMapper:
             return self._call_delta(item_id, call[0], call[1], delta)
         if event_type == "response.output_item.added":
             item = obj(body.get("item"), f"{where}.item")
+            if item.get("type") == "message":
+                # Its phase goes into the metadata of its parts (made at the first delta).
+                phase = _str(item, "phase", f"{where}.item")
+                if phase:
+                    self._phases[_str(item, "id", f"{where}.item")] = phase
+                return None
             if item.get("type") != "function_call":
                 return None
             item_id = _str(item, "id", f"{where}.item")

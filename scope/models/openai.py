@@ -307,7 +307,8 @@ class OpenAIResponsesModel(HTTPAdapter):
     ``{"openai/refusal": true}``), ``reasoning`` items a reasoning part (text: the summary
     texts joined by a blank line; signature: the ``encrypted_content`` string's UTF-8
     bytes), ``function_call`` items tool calls (id = ``call_id``); each part carries its
-    item's id in part metadata ``openai/item_id``. Items of other types (hosted tools)
+    item's id in part metadata ``openai/item_id`` (and a message item's ``phase``,
+    ``openai/phase``, which goes back with it). Items of other types (hosted tools)
     are dropped, never read as calls; reasoning ``content`` (``reasoning_text``) and
     annotations are not mapped. Finish: ``completed`` -> ``tool_calls`` with a function
     call, else ``stop``; ``incomplete`` for ``max_output_tokens`` -> ``length``, for
