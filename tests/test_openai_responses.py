@@ -840,3 +840,19 @@ def test_message_parts_keep_the_accumulator_shape() -> None:
     response = parse_response(json.dumps(body).encode())
     assert response.output is not None
     assert response.output.message == assistant_message(text_part("AB", _meta("msg_1")))
+
+
+def test_lone_surrogates_are_an_invalid_response() -> None:
+    delta = b'{"type": "response.output_text.delta", "item_id": "m", "delta": "\\ud800"}'
+    with pytest.raises(InvalidResponseError, match="not valid JSON"):
+        EventMapper().map("response.output_text.delta", delta)
+    body = b'{"status": "completed", "output": [{"type": "message", "id": "m", "content":'
+    with pytest.raises(InvalidResponseError, match="not valid JSON"):
+        parse_response(body + b' [{"type": "output_text", "text": "\\udc00"}]}]}')
+
+
+def test_a_stream_event_that_is_no_object_is_an_invalid_response() -> None:
+    with pytest.raises(InvalidResponseError, match="stream event must be an object, got an array"):
+        EventMapper().map("", b"[1]")
+    mapper = EventMapper()
+    assert mapper.map("", b"[DONE]") is None and mapper.end_marker_seen
