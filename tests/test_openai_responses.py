@@ -856,3 +856,60 @@ def test_a_stream_event_that_is_no_object_is_an_invalid_response() -> None:
         EventMapper().map("", b"[1]")
     mapper = EventMapper()
     assert mapper.map("", b"[DONE]") is None and mapper.end_marker_seen
+
+
+@pytest.mark.parametrize(
+    ("events", "match"),
+    [
+        (
+            [{"type": "response.output_text.delta", "item_id": "", "delta": "x"}],
+            r"stream event\.item_id must be a non-empty string",
+        ),
+        (
+            [{"type": "response.output_text.delta", "item_id": "m", "delta": 1}],
+            r"stream event\.delta must be a string, got a number",
+        ),
+        (
+            [{"type": "response.refusal.delta", "item_id": "m", "delta": ["x"]}],
+            r"stream event\.delta must be a string, got an array",
+        ),
+        (
+            [
+                {
+                    "type": "response.reasoning_summary_text.delta",
+                    "item_id": "r",
+                    "summary_index": -1,
+                }
+            ],
+            r"summary_index must be a non-negative integer, got -1",
+        ),
+        (
+            [
+                {
+                    "type": "response.reasoning_summary_part.added",
+                    "item_id": "r",
+                    "summary_index": 2,
+                },
+                {
+                    "type": "response.reasoning_summary_text.delta",
+                    "item_id": "r",
+                    "summary_index": 1,
+                },
+            ],
+            r"summary_index 1 of item 'r' after 2",
+        ),
+        (
+            [{"type": "response.created", "response": []}],
+            r"stream event\.response must be an object, got an array",
+        ),
+        (
+            [{"type": "response.output_item.added", "item": {"type": "function_call", "id": "f"}}],
+            r"stream event 'response\.output_item\.added': .*",
+        ),
+    ],
+)
+def test_malformed_events_name_the_path(events: list[dict[str, Any]], match: str) -> None:
+    mapper = EventMapper()
+    with pytest.raises(InvalidResponseError, match=match):
+        for event in events:
+            mapper.map(event["type"], json.dumps(event).encode())

@@ -87,12 +87,9 @@ _OPTION_FIELDS: Final = (
     ("top_p", "top_p"),
 )
 
-#: Options the Responses API has no field for, with what to say instead.
-_REFUSED: Final = (
-    ("top_k", "top_k"),
-    ("frequency_penalty", "frequency_penalty"),
-    ("presence_penalty", "presence_penalty"),
-)
+#: Options the Responses API has no field for (``openai/<option>`` passes one to a server
+#: that accepts it).
+_REFUSED: Final = ("top_k", "frequency_penalty", "presence_penalty")
 
 _EMPTY_META: Final = Metadata()
 _REFUSAL_TRUE: Final = Metadata({REFUSAL_KEY: True})[REFUSAL_KEY]
@@ -139,11 +136,11 @@ def build_body(
 
 
 def _options(options: Options, body: dict[str, Any]) -> None:
-    for option, name in _REFUSED:
+    for option in _REFUSED:
         if getattr(options, option) is not None:
             raise UnsupportedOptionError(
                 f"{option} is not part of the OpenAI Responses API; for a compatible server "
-                f"that accepts it, pass the extension 'openai/{name}' instead"
+                f"that accepts it, pass the extension 'openai/{option}' instead"
             )
     if options.stop:  # stop=() (an explicit empty list) asks for nothing
         raise UnsupportedOptionError(
