@@ -17,6 +17,7 @@ BENCHMARKS = [
     "benchmarks/bench_openai.py",
     "benchmarks/bench_otel.py",
     "benchmarks/bench_anthropic.py",
+    "benchmarks/bench_openai_responses.py",
     "benchmarks/bench_redis_listing.py",
 ]
 

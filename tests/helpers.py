@@ -2,7 +2,8 @@
 
 Test modules import helpers from here (values), ``tests.servers`` (servers and store
 backends), ``tests.strategies`` / ``tests.strategies_stream`` (Hypothesis strategies) and
-``tests.openai_server`` / ``tests.anthropic_server`` / ``tests.gemini_server`` (fake
+``tests.openai_server`` / ``tests.anthropic_server`` / ``tests.gemini_server`` /
+``tests.responses_server`` (fake
 provider servers), never from
 another test module.
 """
@@ -36,19 +37,20 @@ from scope.chat import (
 )
 from scope.history import Batch
 from scope.jsonvalue import RawJSON
-from scope.models import _anthropic_wire, _gemini_wire, _openai_wire
+from scope.models import _anthropic_wire, _gemini_wire, _openai_wire, _responses_wire
 from scope.models._http import HTTPAdapter
 from scope.models._provenance import stamp
 from scope.models.anthropic import AnthropicModel
 from scope.models.gemini import GeminiModel
-from scope.models.openai import OpenAIChatModel
-from tests import anthropic_server, gemini_server, openai_server
+from scope.models.openai import OpenAIChatModel, OpenAIResponsesModel
+from tests import anthropic_server, gemini_server, openai_server, responses_server
 
 __all__ = [
     "ANTHROPIC",
     "GEMINI",
     "OPENAI",
     "PROVIDERS",
+    "RESPONSES",
     "ROOT",
     "EXACT_WEATHER",
     "TIME",
@@ -265,7 +267,12 @@ class Provider:
     #: The status_code of stream_error_event's error: the HTTP status (200) unless the
     #: event states one.
     error_event_status: int = 200
-    #: Whether the stream ends with an end event after the finish (Gemini's has none).
+    #: The module the adapter lives in (``scope.models.<name>`` unless given).
+    module: str = attrs.field(
+        default=attrs.Factory(lambda self: f"scope.models.{self.name}", takes_self=True)
+    )
+    #: Whether the stream ends with an event of its own after the finish (``[DONE]``,
+    #: ``message_stop``); Gemini's has none, the Responses API's ``response.completed`` is both.
     end_event: bool = True
 
     def __str__(self) -> str:
@@ -449,6 +456,67 @@ GEMINI = Provider(
 )
 
 
+def _responses_sse(items: list[Any]) -> dict[str, Any]:
+    return {"status": 200, "sse": items}
+
+
+def _responses_text_events() -> list[Any]:
+    events: list[Any] = responses_server.load_transcript("stream_text")[0]["sse"]
+    return events
+
+
+def _responses_upto(delta: str) -> list[Any]:
+    """The events of stream_text up to the text delta ``delta``."""
+    events = _responses_text_events()
+    end = next(
+        index
+        for index, event in enumerate(events)
+        if event["type"] == "response.output_text.delta" and event["delta"] == delta
+    )
+    return events[: end + 1]
+
+
+RESPONSES = Provider(
+    name="openai-responses",
+    model_class=OpenAIResponsesModel,
+    server_class=responses_server.ResponsesServer,
+    load_transcript=responses_server.load_transcript,
+    build_body=_responses_wire.build_body,
+    model="gpt-5-mini",
+    api_key="sk-test",
+    env="OPENAI",
+    default_base_url="https://api.openai.com/v1",
+    path="/v1/responses",
+    auth_header="authorization",
+    auth_value="Bearer {}".format,
+    extra_header=("OpenAI-Organization", "org-test"),
+    unsupported={"top_k": 3},
+    text="text",
+    text_answer="The capital of France is Paris.",
+    rate_limit_message="Rate limit reached",
+    rate_limit_error=("code", "rate_limit_exceeded"),
+    unauthorized_message="Incorrect API key",
+    unauthorized_error=("code", "invalid_api_key"),
+    server_error="server_error_twice",
+    server_errors=((500, "req_500_1"), (500, "req_500_2")),
+    server_error_message="The server had an error",
+    server_error_type="server_error",
+    server_error_answer="Third time lucky.",
+    error_event=(("", "Par"), "overloaded", "req_err_1", "server_error"),
+    early_stop_texts=("", "one", " two", " three"),
+    malformed=lambda: _responses_sse(
+        [*_responses_upto("Hello"), {"$raw": "event: response.output_text.delta\ndata: {oops\n\n"}]
+    ),
+    malformed_texts=("", "Hello"),
+    dropped=lambda: _responses_sse([*_responses_upto(" world"), {"$drop": True}]),
+    dropped_texts=("", "Hello", " world"),
+    unfinished=lambda: _responses_sse(_responses_text_events()[:-1]),
+    error_body=lambda message: {"error": {"message": message}},
+    module="scope.models.openai",
+    end_event=False,
+)
+
+
 def body_of(
     provider: Provider,
     request: Request,
@@ -465,7 +533,7 @@ def body_of(
 
 
 #: Every adapter, for ``pytest.mark.parametrize("provider", PROVIDERS, ids=str)``.
-PROVIDERS = [OPENAI, ANTHROPIC, GEMINI]
+PROVIDERS = [OPENAI, ANTHROPIC, GEMINI, RESPONSES]
 
 
 def respell(text: str | bytes, *, indent: str = "", ascii_: bool = True) -> str:

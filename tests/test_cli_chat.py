@@ -502,6 +502,7 @@ def test_piped_chat_with_nothing_sent_exits_0(tmp_path: pathlib.Path) -> None:
     [
         ("openai", "", "; did you mean --base-url {root}/v1?"),
         ("anthropic", "/v1", "; did you mean --base-url {root}? (without /v1 for Anthropic)"),
+        ("openai-responses", "", "; did you mean --base-url {root}/v1?"),
     ],
 )
 def test_a_404_names_the_base_url_it_most_likely_meant(
@@ -617,3 +618,58 @@ def test_chat_session_says_when_another_session_holds_the_conversation(
             assert [m.text for m in await store.read("c")] == ["hello", "hi"]
 
     asyncio.run(run())
+
+
+def test_chat_with_the_openai_responses_provider(tmp_path: pathlib.Path) -> None:
+    from tests.responses_server import ResponsesServer, load_transcript
+
+    env = _env(tmp_path)
+    env["OPENAI_API_KEY"] = "sk-cli"
+    with ResponsesServer() as server:
+        server.script(
+            *load_transcript("stream_text"), *load_transcript("stream_reasoning_final_answer")
+        )
+        proc = subprocess.run(
+            [
+                *(sys.executable, "-m", "scope", "chat", "--provider", "openai-responses"),
+                # The transcripts answer as gpt-5-mini-2025-08-07: a snapshot of the model
+                # asked for, so the stored answer's ids go back (DESIGN §6c).
+                *("--base-url", server.base_url, "--model", "gpt-5-mini"),
+                *("--system", "Be terse."),
+            ],
+            input="Hi\nWeather?\n",
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Hello world!\nIt is 18°C and sunny in Paris.\n"
+    notes = proc.stderr.splitlines()
+    cid = notes[0].split(": ")[1]
+    assert notes[1].startswith(f"model: gpt-5-mini at {server.base_url}; store: ")
+    path = tmp_path / "xdg" / "scope" / "chat.sqlite3"
+    assert stored(path) == {
+        cid: [
+            (Role.USER, "Hi"),
+            (Role.ASSISTANT, "Hello world!"),
+            (Role.USER, "Weather?"),
+            (Role.ASSISTANT, "It is 18°C and sunny in Paris."),
+        ]
+    }
+    first, second = server.requests
+    assert first.path == "/v1/responses" and first.headers["authorization"] == "Bearer sk-cli"
+    assert (first.body["model"], first.body["store"], first.body["stream"]) == (
+        "gpt-5-mini",
+        False,
+        True,
+    )
+    assert [(item["role"], item.get("id")) for item in second.body["input"]] == [
+        ("system", None),
+        ("user", None),
+        ("assistant", "msg_hello1"),
+        ("user", None),
+    ]
+    server.check_requests()

@@ -158,7 +158,12 @@ EXPECTED: dict[str, list[str]] = {
     "scope.jsonvalue": ["RawJSON"],
     "scope.metadata": ["Extensions", "Metadata"],
     "scope.media": ["Media", "Source", "SourceKind"],
-    "scope.models.openai": ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "OpenAIChatModel"],
+    "scope.models.openai": [
+        "DEFAULT_BASE_URL",
+        "DEFAULT_TIMEOUT",
+        "OpenAIChatModel",
+        "OpenAIResponsesModel",
+    ],
     "scope.models.anthropic": [
         "API_VERSION",
         "AnthropicModel",

@@ -1,11 +1,12 @@
-"""What both provider adapters share (scope.models._http.HTTPAdapter): the constructor,
+"""What the provider adapters share (scope.models._http.HTTPAdapter): the constructor,
 retries and Retry-After, error status mapping, connection errors and timeouts, the HTTP
 client's life, headers, cancellation and early stream close.
 
 Each test runs for every adapter (tests.helpers.PROVIDERS) against its loopback server
-(tests/openai_server.py, tests/anthropic_server.py, tests/gemini_server.py), under asyncio
-and trio; the few values that differ by provider come from the provider's entry. What
-one adapter alone does is tested in test_openai_http.py / test_anthropic_http.py.
+(tests/openai_server.py, tests/anthropic_server.py, tests/gemini_server.py,
+tests/responses_server.py), under asyncio and trio; the few values that differ by provider
+come from the provider's entry. What one adapter alone does is tested in
+test_openai_http.py / test_anthropic_http.py / test_gemini.py / test_openai_responses.py.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def server(provider: Provider) -> Iterator[OpenAIServer]:
 def test_the_model_is_a_model_and_a_streamer(provider: Provider) -> None:
     model = provider.model_class(provider.model, api_key="k")
     assert isinstance(model, Model) and isinstance(model, Streamer)
-    assert provider.model_class.__module__ == f"scope.models.{provider.name}"
+    assert provider.model_class.__module__ == provider.module
     assert model.base_url == provider.default_base_url
     assert repr(model) == (
         f"{provider.model_class.__name__}(model={provider.model!r},"
@@ -415,7 +416,7 @@ async def test_a_finished_stream_without_its_end_event_is_accepted(
 ) -> None:
     # No [DONE] (OpenAI), no message_stop (Anthropic).
     if not provider.end_event:
-        pytest.skip(f"{provider} streams have no end event")
+        pytest.skip(f"{provider}: no end event of its own after the finish")
     events = provider.stream_text()["sse"]
     server.script({"status": 200, "sse": events[:-1]})
     model, _ = provider.recorded(server)

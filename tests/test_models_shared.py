@@ -1,4 +1,4 @@
-"""What the two provider adapters share: the helpers of ``scope.models._wire`` and
+"""What the provider adapters share: the helpers of ``scope.models._wire`` and
 ``_json_shape``, the one constructor of ``HTTPAdapter`` and the stream mappers' flags."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from scope.errors import (
 from scope.models._anthropic_wire import EventMapper
 from scope.models._json_shape import nested_count
 from scope.models._openai_wire import ChunkMapper
+from scope.models._responses_wire import EventMapper as ResponsesEventMapper
 from scope.models._wire import as_invalid_response, extension_fields, put_options
 from scope.models.anthropic import AnthropicModel
-from scope.models.openai import OpenAIChatModel
+from scope.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
 
 def test_a_value_refusing_server_data_becomes_invalid_response() -> None:
@@ -77,17 +78,26 @@ def test_both_adapters_take_the_same_settings() -> None:
     assert list(anthropic) == list(openai)
     for name, parameter in anthropic.items():
         assert (parameter.kind, parameter.default) == (openai[name].kind, openai[name].default)
+    # The Responses adapter: the Chat adapter's settings, and its switch.
+    chat = inspect.signature(OpenAIChatModel).parameters
+    responses = dict(inspect.signature(OpenAIResponsesModel).parameters)
+    assert responses.pop("encrypted_reasoning").default is True
+    assert list(responses) == list(chat)
+    for name, parameter in responses.items():
+        assert (parameter.kind, parameter.default) == (chat[name].kind, chat[name].default)
 
 
-@pytest.mark.parametrize("adapter", [AnthropicModel, OpenAIChatModel])
-def test_repr_names_the_adapter(adapter: type[AnthropicModel | OpenAIChatModel]) -> None:
+@pytest.mark.parametrize("adapter", [AnthropicModel, OpenAIChatModel, OpenAIResponsesModel])
+def test_repr_names_the_adapter(
+    adapter: type[AnthropicModel | OpenAIChatModel | OpenAIResponsesModel],
+) -> None:
     model = adapter("m", api_key="", base_url="http://localhost:1/")
     assert repr(model) == f"{adapter.__name__}(model='m', base_url='http://localhost:1')"
 
 
-@pytest.mark.parametrize("mapper", [ChunkMapper, EventMapper])
+@pytest.mark.parametrize("mapper", [ChunkMapper, EventMapper, ResponsesEventMapper])
 def test_a_new_mapper_has_seen_neither_end_nor_finish_reason(
-    mapper: type[ChunkMapper | EventMapper],
+    mapper: type[ChunkMapper | EventMapper | ResponsesEventMapper],
 ) -> None:
     fresh = mapper()
     assert (fresh.end_marker_seen, fresh.finish_reason_seen) == (False, False)

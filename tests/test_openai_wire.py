@@ -986,5 +986,10 @@ def test_lone_surrogates_are_an_invalid_response() -> None:
 def test_public_surface() -> None:
     import scope.models.openai as module
 
-    assert module.__all__ == ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "OpenAIChatModel"]
+    assert module.__all__ == [
+        "DEFAULT_BASE_URL",
+        "DEFAULT_TIMEOUT",
+        "OpenAIChatModel",
+        "OpenAIResponsesModel",
+    ]
     assert OpenAIChatModel.__module__ == "scope.models.openai"

@@ -1,9 +1,10 @@
 """A tool loop through the history Middleware, end to end against each provider's
 loopback server (tests.helpers.PROVIDERS), under asyncio and trio, by ``call`` and by
 ``stream``: a tool call (two in parallel for OpenAI's stream; with extended thinking
-for Anthropic; thought summaries and signatures for Gemini), the tool results, the final
-answer; the next turn replays the stored turn (for Anthropic the thinking block, for
-Gemini the thought signatures, byte for byte)."""
+for Anthropic; thought summaries and signatures for Gemini; with reasoning for the
+Responses API), the tool results, the final answer; the next turn replays the stored turn
+(for Anthropic the thinking block, for Gemini the thought signatures, for the Responses
+API the reasoning items' encrypted content, byte for byte)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from scope.chat import (
 )
 from scope.history import Middleware
 from scope.historystores.sqlite import SQLiteStore
-from tests.helpers import ANTHROPIC, GEMINI, OPENAI, TIME, WEATHER, Provider
+from tests.helpers import ANTHROPIC, GEMINI, OPENAI, RESPONSES, TIME, WEATHER, Provider
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.anyio
@@ -90,6 +91,50 @@ def _check_gemini(bodies: list[Any], calls: int) -> None:
     assert bodies[2]["contents"][3]["parts"][-1]["thoughtSignature"]
 
 
+def _check_responses(bodies: list[Any], calls: int) -> None:
+    # Stateless: every request carries the whole history, the encrypted reasoning back
+    # byte for byte, each reasoning item followed by the item it belongs to (with its id).
+    for body in bodies:
+        assert body["store"] is False and body["include"] == ["reasoning.encrypted_content"]
+        assert "previous_response_id" not in body
+    first = RESPONSES.load_transcript("reasoning_tool_turn")[0]["json"]["output"]
+    final = RESPONSES.load_transcript("reasoning_final_answer")[0]["json"]["output"]
+    reasoning, call = first
+    sent = bodies[1]["input"]
+    assert [item["type"] for item in sent] == [
+        "message",
+        "message",
+        "reasoning",
+        *["function_call"] * calls,
+        *["function_call_output"] * calls,
+    ]
+    assert sent[2] == {
+        "type": "reasoning",
+        "id": reasoning["id"],
+        "summary": [
+            {
+                "type": "summary_text",
+                "text": "\n\n".join(summary["text"] for summary in reasoning["summary"]),
+            }
+        ],
+        "encrypted_content": reasoning["encrypted_content"],
+    }
+    assert (sent[3]["id"], sent[3]["call_id"], sent[3]["arguments"]) == (
+        call["id"],
+        call["call_id"],
+        call["arguments"],
+    )
+    assert sent[4]["call_id"] == call["call_id"]
+    replay = bodies[2]["input"]
+    assert replay[:5] == sent
+    assert replay[5]["encrypted_content"] == final[0]["encrypted_content"]
+    assert [(item["type"], item.get("id")) for item in replay[5:]] == [
+        ("reasoning", final[0]["id"]),
+        ("message", final[1]["id"]),
+        ("message", None),
+    ]
+
+
 @attrs.frozen
 class Loop:
     provider: Provider
@@ -144,6 +189,23 @@ LOOPS = [
             ),
         },
         _check_gemini,
+    ),
+    Loop(
+        RESPONSES,
+        [WEATHER],
+        Options(reasoning_effort="low"),
+        {
+            "call": Turn(
+                ["reasoning_tool_turn", "reasoning_final_answer"], "text", ["18C, sunny"], ONE_CALL
+            ),
+            "stream": Turn(
+                ["stream_reasoning_tool_turn", "stream_reasoning_final_answer"],
+                "stream_text",
+                ["18C, sunny"],
+                ONE_CALL,
+            ),
+        },
+        _check_responses,
     ),
 ]
 

@@ -109,17 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.add_argument(
         "--provider",
-        choices=["openai", "anthropic", "gemini"],
+        choices=["openai", "anthropic", "gemini", "openai-responses"],
         default="openai",
         help="openai: any OpenAI-compatible Chat Completions server (default); anthropic: "
-        "the Anthropic Messages API; gemini: the Gemini API",
+        "the Anthropic Messages API; gemini: the Gemini API; openai-responses: the OpenAI "
+        "Responses API (OpenAI and the Open Responses servers)",
     )
     chat.add_argument(
         "--model",
         metavar="NAME",
         default=os.environ.get("SCOPE_MODEL") or None,
         help="model name (default: $SCOPE_MODEL, else gpt-4o-mini, or claude-sonnet-4-5 "
-        "with --provider anthropic, gemini-2.5-flash with --provider gemini)",
+        "with --provider anthropic, gemini-2.5-flash with --provider gemini, gpt-5-mini with "
+        "--provider openai-responses)",
     )
     chat.add_argument(
         "--base-url",

@@ -1,6 +1,6 @@
-"""``scope chat``: an interactive terminal chat over an OpenAI-compatible server, or the
-Anthropic Messages API with ``--provider anthropic``, or the Gemini API with ``--provider
-gemini``.
+"""``scope chat``: an interactive terminal chat over an OpenAI-compatible server, the
+Anthropic Messages API with ``--provider anthropic``, the Gemini API with ``--provider
+gemini`` or the OpenAI Responses API with ``--provider openai-responses``.
 
 Lines are read from stdin (``/exit`` or end of input quits). Each line is one turn sent
 through the history ``Middleware``, so the conversation is replayed from the store and
@@ -49,22 +49,36 @@ from scope.history import Batch, ConversationID, Middleware, TurnLeaser, ViewRea
 if TYPE_CHECKING:
     from scope.models.anthropic import AnthropicModel
     from scope.models.gemini import GeminiModel
-    from scope.models.openai import OpenAIChatModel
+    from scope.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_MODELS", "PROVIDERS", "run_chat"]
 
 #: The providers ``scope chat --provider`` knows.
-PROVIDERS: Final = ("openai", "anthropic", "gemini")
+PROVIDERS: Final = ("openai", "anthropic", "gemini", "openai-responses")
 
 #: The model ``scope chat`` asks for unless ``--model`` or ``$SCOPE_MODEL`` names one.
 DEFAULT_MODELS: Final[dict[str, str]] = {
     "openai": "gpt-4o-mini",
     "anthropic": "claude-sonnet-4-5",
     "gemini": "gemini-2.5-flash",
+    "openai-responses": "gpt-5-mini",
 }
 DEFAULT_MODEL: Final = DEFAULT_MODELS["openai"]
 
-_NAMES: Final = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini"}
+_NAMES: Final = {
+    "openai": "OpenAI",
+    "anthropic": "Anthropic",
+    "gemini": "Gemini",
+    "openai-responses": "OpenAI",
+}
+
+#: The extra that installs each provider's adapter.
+_EXTRAS: Final = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gemini",
+    "openai-responses": "openai",
+}
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -81,7 +95,7 @@ class _Session:
     def __init__(
         self,
         store: CLIStore,
-        model: OpenAIChatModel | AnthropicModel | GeminiModel,
+        model: OpenAIChatModel | OpenAIResponsesModel | AnthropicModel | GeminiModel,
         conversation_id: ConversationID,
         system: str | None,
         out: TextIO,
@@ -203,7 +217,7 @@ class _Session:
         if exc.status_code != 404:
             return ""
         base = self.model.base_url.rstrip("/")
-        if self.provider == "openai" and not base.endswith("/v1"):
+        if self.provider.startswith("openai") and not base.endswith("/v1"):
             return f"; did you mean --base-url {base}/v1?"
         if self.provider == "anthropic" and base.endswith("/v1"):
             return f"; did you mean --base-url {base[:-3]}? (without /v1 for Anthropic)"
@@ -223,7 +237,7 @@ def _one_line(exc: BaseException | None) -> str:
 
 def _model(
     provider: str, model_name: str, base_url: str | None
-) -> OpenAIChatModel | AnthropicModel | GeminiModel:
+) -> OpenAIChatModel | OpenAIResponsesModel | AnthropicModel | GeminiModel:
     """The adapter for ``provider``; its API key comes from ``$OPENAI_API_KEY`` or
     ``$ANTHROPIC_API_KEY`` or ``$GEMINI_API_KEY``."""
     try:
@@ -235,6 +249,10 @@ def _model(
             from scope.models.anthropic import AnthropicModel
 
             return AnthropicModel(model_name, base_url=base_url)
+        if provider == "openai-responses":
+            from scope.models.openai import OpenAIResponsesModel
+
+            return OpenAIResponsesModel(model_name, base_url=base_url)
         from scope.models.openai import OpenAIChatModel
 
         return OpenAIChatModel(model_name, base_url=base_url)
@@ -242,7 +260,7 @@ def _model(
         raise CLIError(
             f"scope chat needs the {_NAMES[provider]} adapter's dependencies "
             f"({exc.name or exc}); "
-            f"install them with: pip install 'scope-chat[{provider}]'"
+            f"install them with: pip install 'scope-chat[{_EXTRAS[provider]}]'"
         ) from None
 
 

@@ -311,12 +311,17 @@ class HTTPAdapter:
             model=self._model,
             stream=stream,
             replay=replay,
+            **self._body_options(),
         )
         url = None
         if wire.route is not None:
             # The model the body was built for (build_body set it on the replay).
             url = httpx.URL(self._base_url + wire.route(replay.model, stream))
         return orjson.dumps(body), replay, url
+
+    def _body_options(self) -> dict[str, Any]:
+        """Settings of the adapter's own that its ``build_body`` takes as keywords."""
+        return {}
 
     def _stamped(self, response: Response, replay: Replay, dropped: int) -> Response:
         """``response`` with its message's provenance (DESIGN §6c: the model that

@@ -65,6 +65,7 @@ __all__ = [
     "RESERVED_FIELDS",
     "ChunkMapper",
     "build_body",
+    "data_url",
     "finish_reason",
     "parse_completion",
 ]
@@ -220,7 +221,8 @@ def _user_content(message: Message, where: str) -> str | list[dict[str, Any]]:
     return text_and_media_blocks(parts, f"{where}.parts", _media)
 
 
-def _data_url(media: Media) -> str:
+def data_url(media: Media) -> str:
+    """``media``'s bytes as a ``data:`` URL (its bare media type, base64)."""
     encoded = base64.b64encode(media.source.data).decode("ascii")
     return f"data:{_bare_mime(media.mime)};base64,{encoded}"
 
@@ -231,7 +233,7 @@ def _media(media: Media, where: str) -> dict[str, Any]:
     if source.kind is SourceKind.REFERENCE:
         return {"type": "file", "file": {"file_id": source.ref}}
     if mime.startswith("image/"):
-        url = source.uri if source.kind is SourceKind.URI else _data_url(media)
+        url = source.uri if source.kind is SourceKind.URI else data_url(media)
         image: dict[str, Any] = {"url": url}
         detail = media.metadata.get("openai/detail")
         if detail is not None:
@@ -251,7 +253,7 @@ def _media(media: Media, where: str) -> dict[str, Any]:
         data = base64.b64encode(source.data).decode("ascii")
         return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
     filename = media.name or "file" + (mimetypes.guess_extension(mime) or "")
-    return {"type": "file", "file": {"filename": filename, "file_data": _data_url(media)}}
+    return {"type": "file", "file": {"filename": filename, "file_data": data_url(media)}}
 
 
 def _assistant(message: Message, where: str, replay: Replay) -> dict[str, Any]:

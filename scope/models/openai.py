@@ -1,4 +1,5 @@
-"""``OpenAIChatModel``: an OpenAI-compatible Chat Completions adapter (``scope-chat[openai]``).
+"""``OpenAIChatModel``: an OpenAI-compatible Chat Completions adapter, and
+``OpenAIResponsesModel``: the same over the Responses API (``scope-chat[openai]``).
 
 One object is both a ``chat.Model`` (``await model.call(request)``) and a
 ``chat.Streamer`` (``model.stream(request)``) over ``POST {base_url}/chat/completions``,
@@ -111,12 +112,15 @@ date) when the server sends one. A ``Retry-After`` longer than ``retry_max_delay
 waited for: the error is raised at once, its ``retry_after`` telling the caller when to
 come back. A stream is never retried once its response has begun (status 200 received).
 Waiting uses ``anyio.sleep``, so cancellation interrupts it and propagates untouched.
+
+**OpenAIResponsesModel** (``POST {base_url}/responses``) shares the constructor, the
+errors and the retries above; its mapping is in its class docstring.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
-from typing import Final, final
+from typing import Any, Final, final
 
 try:
     import httpx
@@ -131,8 +135,12 @@ from scope.chat import Options, Request, Response
 from scope.errors import InvalidOptionsError
 from scope.models._http import UNSET, HTTPAdapter, Wire
 from scope.models._openai_wire import API, PROVIDER, ChunkMapper, build_body, parse_completion
+from scope.models._responses_wire import API as RESPONSES_API
+from scope.models._responses_wire import PROVIDER as RESPONSES_PROVIDER
+from scope.models._responses_wire import EventMapper, parse_response
+from scope.models._responses_wire import build_body as build_responses_body
 
-__all__ = ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "OpenAIChatModel"]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "OpenAIChatModel", "OpenAIResponsesModel"]
 
 #: Where requests go unless ``base_url`` or ``OPENAI_BASE_URL`` says otherwise.
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
@@ -260,5 +268,189 @@ class OpenAIChatModel(HTTPAdapter):
         ends the stream. ``aclose()`` — or leaving ``contextlib.aclosing`` early —
         closes the HTTP response (the connection is dropped, so the server stops
         generating) before it returns; nothing runs in the background.
+        """
+        return self._stream_request(request)
+
+
+@final
+class OpenAIResponsesModel(HTTPAdapter):
+    """A ``chat.Model`` and ``chat.Streamer`` over the OpenAI Responses API
+    (``POST {base_url}/responses``): OpenAI and the servers of the Open Responses
+    family (Azure, OpenRouter, Groq, xAI, Ollama, vLLM, LM Studio).
+
+    The constructor is ``OpenAIChatModel``'s (same ``OPENAI_API_KEY`` /
+    ``OPENAI_BASE_URL`` variables and default base URL; ``provider_name`` default
+    ``"openai"``), plus:
+
+    - ``encrypted_reasoning``: ask for the reasoning's ``encrypted_content`` (``include:
+      ["reasoning.encrypted_content"]``) and send it back on the next turns; default
+      True. Turn it off for a server that refuses the ``include``: then no reasoning
+      item is sent back (reasoning summaries still arrive as reasoning parts).
+
+    **Stateless.** Every request sends ``store: false`` and never
+    ``previous_response_id``: scope's history is the source of truth, and the reasoning
+    of reasoning models survives across turns only because its encrypted content goes
+    back with the history.
+
+    **Request mapping.** Input items in stored order: a system message becomes a
+    ``system`` message item; a user message a ``user`` message (``input_text``; images
+    as ``input_image``: bytes as a ``data:`` URL, a URI, a file reference as
+    ``file_id``, ``detail`` from media metadata ``openai/detail``, else ``"auto"``; other
+    media as ``input_file``: ``file_data``, ``file_url`` or ``file_id``); assistant text
+    parts ``message`` items (``output_text``; a part marked ``{"openai/refusal": true}``
+    a ``refusal``) with their ``msg_`` id, or plain assistant text when the part has no
+    ``openai/item_id``; reasoning parts ``reasoning`` items with their id, their
+    ``encrypted_content`` byte for byte and their summary (one ``summary_text``: the
+    part's text); tool calls ``function_call`` items (``call_id``, arguments verbatim,
+    their ``fc_`` id); tool results ``function_call_output`` items (the output text, or
+    its content as input items when it carries media). A reasoning part goes back only
+    when it has an ``openai/item_id`` and a signature (and ``encrypted_reasoning`` is
+    on), and only when the item that followed it goes back with its id (the API
+    refuses a reasoning item without its following item); otherwise it is omitted,
+    never turned into text. Tools become ``function`` tools, ``strict: false``
+    (the schema is sent verbatim). ``ToolResult.is_error`` has no field: say so in the
+    output text.
+
+    **Options.** ``max_tokens`` -> ``max_output_tokens``; ``temperature`` and ``top_p``
+    keep their names; ``reasoning_effort`` -> ``reasoning: {"effort": ...}`` (pass
+    ``openai/reasoning``, e.g. ``{"effort": "low", "summary": "auto"}``, to ask for
+    reasoning summaries); a JSON output format -> ``text.format`` ``json_object``, a
+    schema -> ``json_schema`` (not strict). Every extension ``openai/<field>`` is written
+    into the body last. Refused before any I/O with ``UnsupportedOptionError``:
+    ``top_k``, the penalties and a non-empty ``stop`` (the API has none of them),
+    assistant media, and the extensions ``openai/input``, ``openai/model``,
+    ``openai/stream``, ``openai/store``, ``openai/include``,
+    ``openai/previous_response_id`` and ``openai/conversation`` (the adapter owns them).
+
+    **Response mapping.** ``message`` items become text parts (refusals marked
+    ``{"openai/refusal": true}``), ``reasoning`` items a reasoning part (text: the summary
+    texts joined by a blank line; signature: the ``encrypted_content`` string's UTF-8
+    bytes), ``function_call`` items tool calls (id = ``call_id``); each part carries its
+    item's id in part metadata ``openai/item_id`` (and a message item's ``phase``,
+    ``openai/phase``, which goes back with it). Items of other types (hosted tools)
+    are dropped, never read as calls; reasoning ``content`` (``reasoning_text``) and
+    annotations are not mapped. Finish: ``completed`` -> ``tool_calls`` with a function
+    call, else ``stop``; ``incomplete`` for ``max_output_tokens`` -> ``length``, for
+    ``content_filter`` -> ``content_filter``; anything else -> ``other``. Usage:
+    ``input_tokens``, ``output_tokens``, ``input_tokens_details.cached_tokens`` (cache
+    read), ``output_tokens_details.reasoning_tokens``. Id and model are kept.
+
+    **Streaming** sends ``stream: true`` and maps the typed events: text, refusal and
+    reasoning-summary deltas; a call's ``ToolCallDelta`` when its item is added, then
+    per argument delta; the encrypted reasoning from ``response.output_item.done`` (the
+    one in ``response.output_item.added`` is unfinished); id and model from
+    ``response.created``; finish reason and usage from ``response.completed`` /
+    ``response.incomplete``, which end the stream. Accumulated, the deltas give what
+    ``call`` gives. ``response.failed`` and ``error`` events raise the ``ProviderError``
+    of the status or code they state (``server_error`` -> ``ProviderServerError``,
+    ``rate_limit_exceeded`` -> ``RateLimitError``, ...), never retried.
+
+    Errors, retries, clients, timeouts and the guarantees are ``OpenAIChatModel``'s
+    (an unknown model is a 400: ``BadRequestError``).
+    """
+
+    __slots__ = ("_encrypted_reasoning", "_provider_name")
+
+    _WIRE = Wire(
+        name="OpenAIResponsesModel",
+        path="/responses",
+        env="OPENAI",
+        default_base_url=DEFAULT_BASE_URL,
+        default_timeout=DEFAULT_TIMEOUT,
+        request_id_header="x-request-id",
+        headers=lambda key: {"Authorization": f"Bearer {key}"} if key else {},
+        build_body=build_responses_body,
+        parse=parse_response,
+        mapper=EventMapper,
+        unfinished="no response.completed or response.incomplete event",
+        api=RESPONSES_API,
+        provider=RESPONSES_PROVIDER,
+    )
+
+    def __init__(
+        self,
+        model: str = "",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | None = UNSET,
+        max_retries: int = 2,
+        default_options: Options | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_backoff: float = 0.5,
+        retry_max_delay: float = 60.0,
+        provider_name: str = "openai",
+        encrypted_reasoning: bool = True,
+    ) -> None:
+        if not isinstance(provider_name, str) or not provider_name.strip():
+            raise InvalidOptionsError(
+                f"provider_name must be a non-empty string, got {provider_name!r}"
+            )
+        if type(encrypted_reasoning) is not bool:
+            raise InvalidOptionsError(
+                f"encrypted_reasoning must be a bool, got {encrypted_reasoning!r}"
+            )
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            http_client=http_client,
+            timeout=timeout,
+            max_retries=max_retries,
+            default_options=default_options,
+            headers=headers,
+            retry_backoff=retry_backoff,
+            retry_max_delay=retry_max_delay,
+        )
+        self._provider_name = provider_name
+        self._encrypted_reasoning = encrypted_reasoning
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def model(self) -> str:
+        """The model used when a request's options name none (may be ``""``)."""
+        return self._model
+
+    @property
+    def provider_name(self) -> str:
+        """Who serves the API (``"openai"`` unless given): what ``scope.otel`` reports as
+        ``gen_ai.provider.name``."""
+        return self._provider_name
+
+    @property
+    def base_url(self) -> str:
+        """The API root requests go to, without a trailing slash."""
+        return self._base_url
+
+    @property
+    def encrypted_reasoning(self) -> bool:
+        """Whether encrypted reasoning is asked for and sent back (see the class
+        docstring)."""
+        return self._encrypted_reasoning
+
+    def _body_options(self) -> dict[str, Any]:
+        return {"encrypted_reasoning": self._encrypted_reasoning}
+
+    async def call(self, request: Request) -> Response:
+        """Answer ``request`` with one complete response (``POST /responses``).
+
+        Raises before any I/O for an invalid or unsupported request; then the provider
+        errors of the module docstring, after the retries. Cancellation propagates; the
+        HTTP response is closed on every path.
+        """
+        return await self._call_request(request)
+
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
+        """A lazy stream of deltas answering ``request`` (``stream: true``).
+
+        Nothing happens until the first iteration; then the request is validated and
+        mapped (raising before any I/O) and sent, with retries until the response
+        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
+        failure (a dropped connection: ``ProviderConnectionError``; a malformed event:
+        ``InvalidResponseError``; a ``response.failed`` or ``error`` event:
+        ``ProviderError``) is raised once and ends the stream. ``aclose()`` closes the
+        HTTP response before it returns; nothing runs in the background.
         """
         return self._stream_request(request)
