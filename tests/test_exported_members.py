@@ -107,6 +107,7 @@ EXPECTED: dict[str, list[str]] = {
         "CommitError",
         "ConversationClosedError",
         "ConversationID",
+        "FoldedTurnLeaser",
         "HistoryChangedError",
         "HistoryError",
         "HistoryView",

@@ -18,6 +18,7 @@ from scope.history._middleware import IncompleteTurn as IncompleteTurn
 from scope.history._middleware import Middleware as Middleware
 from scope.history._protocols import BatchReader as BatchReader
 from scope.history._protocols import Clearer as Clearer
+from scope.history._protocols import FoldedTurnLeaser as FoldedTurnLeaser
 from scope.history._protocols import Lister as Lister
 from scope.history._protocols import Reader as Reader
 from scope.history._protocols import ReadWriter as ReadWriter
@@ -37,6 +38,7 @@ __all__ = [
     "CommitError",
     "ConversationClosedError",
     "ConversationID",
+    "FoldedTurnLeaser",
     "HistoryChangedError",
     "HistoryError",
     "HistoryView",

@@ -463,16 +463,26 @@ class Middleware:
         return await self._keep(turn, partial, str(reason), expected_length)
 
     async def _downstream(
-        self, request: Request, prefix: tuple[Message, ...], turn: tuple[Message, ...]
+        self,
+        request: Request,
+        prefix: tuple[Message, ...],
+        turn: tuple[Message, ...],
+        lease: _overlap.Lease | None,
     ) -> tuple[Request, int | None]:
-        """The request to send downstream and the fence for the commit (None: none)."""
+        """The request to send downstream and the fence for the commit (None: none).
+        A lease that read the history with the lease (a ``FoldedTurnLeaser`` reader)
+        hands its view over instead of a second read."""
         reader = self._reader
         cid = self._conversation_id
         expected: int | None = None
         stored: Any
         with _trace.read_span(cid) as span:
-            if implements(reader, ViewReader):
-                view: object = await reader.read_view(cid)  # type: ignore[attr-defined]
+            view: object = None if lease is None else lease.view
+            viewed = view is not None
+            if not viewed and implements(reader, ViewReader):
+                view = await reader.read_view(cid)  # type: ignore[attr-defined]
+                viewed = True
+            if viewed:
                 if not isinstance(view, HistoryView):
                     raise StoreError(
                         f"read_view of conversation {str(cid)!r} returned "
@@ -523,10 +533,12 @@ class Middleware:
         response: Response,
         expected_length: int | None,
         pending: list[Batch],
+        lease: _overlap.Lease | None = None,
     ) -> None:
         """Complete the turn (``_completed``) and append its batch (``_append``), in a
         ``scope.history.commit`` trace span; the batch goes into ``pending`` before the
-        append, so a cancellation during it can be reported with the batch."""
+        append, so a cancellation during it can be reported with the batch. With a
+        lease that folds the commit, the append releases the lease in the same step."""
         with _trace.commit_span(self._conversation_id) as span:
             batch = self._completed(turn, response, expected_length)
             if batch is None:
@@ -534,14 +546,19 @@ class Middleware:
                 return
             pending.append(batch)
             span.batch(batch)
-            await self._append(batch, response)
+            await self._append(batch, response, lease)
 
-    async def _append(self, batch: Batch, response: Response) -> None:
+    async def _append(
+        self, batch: Batch, response: Response, lease: _overlap.Lease | None = None
+    ) -> None:
         """Append the batch and check its receipt; failures become ``CommitError``.
         Cancellation (and KeyboardInterrupt, SystemExit, GeneratorExit) pass unchanged."""
         receipt: Any = None
         try:
-            receipt = await self._writer.append(batch)
+            if lease is not None and lease.folds_commit:
+                receipt = await lease.append_and_release(batch)
+            else:
+                receipt = await self._writer.append(batch)
             if not isinstance(receipt, Receipt):
                 raise InvalidReceiptError(
                     f"the writer returned {type(receipt).__name__}, not a Receipt"
@@ -609,7 +626,7 @@ class _HistoryModel:
         lease: _overlap.Lease | None = None
         try:
             lease = await mw._overlap.begin(cid)
-            downstream, expected = await mw._downstream(request, prefix, turn)
+            downstream, expected = await mw._downstream(request, prefix, turn, lease)
             called = True
             with _trace.conversation(cid):
                 if lease is None:
@@ -622,7 +639,7 @@ class _HistoryModel:
                     f"the model returned {type(returned).__name__}, not a Response"
                 )
             response = returned
-            await mw._commit(turn, response, expected, pending)
+            await mw._commit(turn, response, expected, pending, lease)
         except BaseException as exc:
             kept = await mw._keep_failure(turn, None, exc, expected) if called else None
             mw._report_failure(turn, response, exc, pending[0] if pending else None, kept)
@@ -655,7 +672,7 @@ class _HistoryStreamer:
         lease: _overlap.Lease | None = None
         try:
             lease = await mw._overlap.begin(cid)
-            downstream, expected = await mw._downstream(request, prefix, turn)
+            downstream, expected = await mw._downstream(request, prefix, turn, lease)
             with _trace.conversation(cid):  # a synchronous call: never held across a yield
                 inner = self.next.stream(downstream)
             streaming = True
@@ -674,7 +691,7 @@ class _HistoryStreamer:
             response = accumulator.response()
             if response is None:
                 raise InvalidResponseError("the stream ended without any chunk")
-            await mw._commit(turn, response, expected, pending)
+            await mw._commit(turn, response, expected, pending, lease)
         except GeneratorExit:
             partial = accumulator.response()
             kept = None

@@ -129,6 +129,39 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+# The folded lease steps (FoldedTurnLeaser) reuse the scripts above as Lua functions
+# whose KEYS and ARGV parameters shadow the globals, so each rule stays written once.
+# KEYS: lease, closed, length, batches. ARGV: holder, ttl in ms. 0 when another
+# holder's live lease has it, else read_view's answer, in the same atomic step.
+_ACQUIRE_VIEW: Final = f"""
+local function acquire(KEYS, ARGV)
+{_ACQUIRE}
+end
+local function view(KEYS, ARGV)
+{_VIEW}
+end
+if acquire({{KEYS[1]}}, {{ARGV[1], ARGV[2]}}) == 0 then return 0 end
+return view({{KEYS[2], KEYS[3], KEYS[4]}}, {{}})
+"""
+
+# KEYS: lease, then _APPEND's keys. ARGV: holder, then _APPEND's arguments. The append,
+# and when it landed or was a retry of the same batch (its digest is ARGV[3]), the
+# release (compare and delete), in one atomic step; a refused append leaves the lease.
+_APPEND_RELEASE: Final = f"""
+local function append(KEYS, ARGV)
+{_APPEND}
+end
+local function release(KEYS, ARGV)
+{_RELEASE}
+end
+local outcome = append({{KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}},
+                       {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]}})
+if outcome == 'inserted' or outcome == 'accepted:' .. ARGV[3] then
+  release({{KEYS[1]}}, {{ARGV[1]}})
+end
+return outcome
+"""
+
 #: How many listed ids one ``conversations()`` round trip fetches.
 _PAGE: Final = 1000
 
@@ -195,7 +228,8 @@ def validate_prefix(prefix: object) -> str:
 
 @final
 class RedisStore(RecordScanning, RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser`` and ``RecordScanner`` in Redis.
+    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser``, ``FoldedTurnLeaser`` and
+    ``RecordScanner`` in Redis.
 
     Open with ``await RedisStore.open(url)``; use as an async context manager or call
     ``aclose()`` (closes the client and its connections).
@@ -539,7 +573,13 @@ class RedisStore(RecordScanning, RecordStore):
         async def read() -> list[Any]:
             return list(await client.eval(_VIEW, 3, closed_key, length_key, batches_key))
 
-        closed, raw_length, items = await self._call(read, f"read of conversation {str(cid)!r}")
+        answer = await self._call(read, f"read of conversation {str(cid)!r}")
+        return self._view(cid, answer)
+
+    def _view(self, cid: ConversationID, answer: list[Any]) -> HistoryView:
+        """The ``HistoryView`` of the view script's answer (closed flag, length or '',
+        records)."""
+        closed, raw_length, items = answer
         records = [_split(cid, item) for item in items]
         if not raw_length:
             if closed:
@@ -593,7 +633,11 @@ class RedisStore(RecordScanning, RecordStore):
         ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
         fenced batch at another length), ``InvalidBatchError`` (not a Batch, before any
         I/O) or ``StoreError``."""
-        batch = check_batch(batch)
+        return await self._append(check_batch(batch), None)
+
+    async def _append(self, batch: Batch, holder: str | None) -> Receipt:
+        """``append``; with a ``holder``, its lease is released in the same script once
+        the batch landed (or was a retry of the same batch)."""
         cid = batch.conversation_id
         aid = str(batch.id).encode("utf-8")
         digest = batch.digest.encode("ascii")
@@ -606,13 +650,23 @@ class RedisStore(RecordScanning, RecordStore):
         expected = "" if batch.expected_length is None else str(batch.expected_length)
 
         cluster = self.cluster
+        # With a holder: the folded script, the lease key first and the holder first.
+        script, lease, token = (
+            (_APPEND, (), ())
+            if holder is None
+            else (_APPEND_RELEASE, (self._lease_key(cid),), (holder,))
+        )
+        n = len(lease)
 
         async def append() -> Any:
             if not cluster:  # one script: the listing changes in the same atomic step
                 return await client.eval(
-                    _APPEND, 5, *keys, listing, aid, digest, record, count, expected, member
-                )
-            return await client.eval(_APPEND, 4, *keys, aid, digest, record, count, expected)
+                    script, n + 5, *lease, *keys, listing,
+                    *token, aid, digest, record, count, expected, member,
+                )  # fmt: skip
+            return await client.eval(
+                script, n + 4, *lease, *keys, *token, aid, digest, record, count, expected
+            )
 
         outcome = await self._call(append, f"append to conversation {str(cid)!r}")
         check_outcome(batch, outcome, "Redis append script")
@@ -673,6 +727,35 @@ class RedisStore(RecordScanning, RecordStore):
             return await client.eval(_RELEASE, 1, key, holder)
 
         return bool(await self._call(release, f"lease release of conversation {str(cid)!r}"))
+
+    async def acquire_turn_view(
+        self, conversation_id: str, holder: str, ttl: float
+    ) -> HistoryView | None:
+        """``acquire_turn`` and ``read_view`` in one script (see
+        ``scope.history.FoldedTurnLeaser``): the view when the lease is now ``holder``'s,
+        None (nothing read) when another holder's live lease has it."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        closed_key, _, batches_key, length_key = self._keys(cid)
+        keys = (self._lease_key(cid), closed_key, length_key, batches_key)
+        millis = max(1, math.ceil(ttl * 1000))
+        client = self._client
+
+        async def acquire_view() -> Any:
+            return await client.eval(_ACQUIRE_VIEW, 4, *keys, holder, millis)
+
+        answer = await self._call(acquire_view, f"lease and read of conversation {str(cid)!r}")
+        if answer == 0:
+            return None
+        return self._view(cid, list(answer))
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        """``append`` and ``release_turn`` in one script (see
+        ``scope.history.FoldedTurnLeaser``); a refused append leaves the lease. On Redis
+        Cluster the listing is updated after the script, as for ``append``."""
+        batch = check_batch(batch)
+        holder, _ = check_lease(holder, 1.0)
+        return await self._append(batch, holder)
 
     async def conversations(self) -> list[ConversationID]:
         """Open conversations holding at least one batch, in code point order (the

@@ -193,8 +193,8 @@ def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
 
 @final
 class SQLiteStore(RecordScanning, RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser`` and ``RecordScanner``
-    in one SQLite file.
+    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser``, ``FoldedTurnLeaser``
+    and ``RecordScanner`` in one SQLite file.
 
     Open with ``await SQLiteStore.open(path)``; use as an async context manager or call
     ``aclose()``.
@@ -206,7 +206,9 @@ class SQLiteStore(RecordScanning, RecordStore):
       batches in one transaction. Two handles or two processes on one file are
       linearizable: a clear and an append never interleave. ``acquire_turn`` and
       ``release_turn`` are one statement each in a ``BEGIN IMMEDIATE`` transaction, so
-      two handles or processes never both hold a conversation's lease.
+      two handles or processes never both hold a conversation's lease; the folded steps
+      (``FoldedTurnLeaser``) are one transaction each: ``acquire_turn_view`` the upsert
+      and the read, ``append_release_turn`` the append and the lease's delete.
     - **Cancellation.** The work of a call runs to completion on its worker thread even if
       the awaiting task is cancelled. A cancelled call always ends cancelled: under trio
       or an anyio cancel scope the cancellation is raised as soon as the thread is done,
@@ -329,23 +331,22 @@ class SQLiteStore(RecordScanning, RecordStore):
         """The conversation's messages, length and closure from one statement (a
         consistent snapshot). A corrupt stored record raises ``StoreError``."""
         cid = ConversationID(conversation_id)
+        sql = self._view_sql()
+        cache = self._cache
+
+        def read(conn: sqlite3.Connection) -> HistoryView:
+            return _view(cid, conn.execute(sql, (cid,)).fetchall(), cache)
+
+        return await self._run(read, f"read of conversation {str(cid)!r}")
+
+    def _view_sql(self) -> str:
+        """``read_view``'s one statement (parameter: the conversation id)."""
         t = self._tables
-        sql = (
+        return (
             f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
             f"FROM {t.conversations} c LEFT JOIN {t.batches} b "
             "ON b.conversation_id = c.id AND c.closed = 0 WHERE c.id = ? ORDER BY b.seq"
         )
-        cache = self._cache
-
-        def read(conn: sqlite3.Connection) -> HistoryView:
-            rows = conn.execute(sql, (cid,)).fetchall()
-            if not rows:
-                return HistoryView((), 0)
-            closed, length = bool(rows[0][0]), rows[0][1]
-            records = [(r[2], r[3], r[4]) for r in rows if r[2] is not None]
-            return view_of(cid, closed, length, records, cache)
-
-        return await self._run(read, f"read of conversation {str(cid)!r}")
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
         """One statement (a consistent snapshot) fetching the conversation's records in
@@ -396,7 +397,11 @@ class SQLiteStore(RecordScanning, RecordStore):
         for cancellation). Raises ``ConversationClosedError``, ``AppendConflictError``,
         ``HistoryChangedError`` (a fenced batch at another length), ``InvalidBatchError``
         (not a Batch, before any I/O) or ``StoreError``."""
-        batch = check_batch(batch)
+        return await self._append(check_batch(batch), None)
+
+    async def _append(self, batch: Batch, holder: str | None) -> Receipt:
+        """``append``; with a ``holder``, its lease is released in the same transaction
+        once the batch landed (or was a retry of an accepted one)."""
         cid = batch.conversation_id
         aid = batch.id
         digest = batch.digest
@@ -440,9 +445,20 @@ class SQLiteStore(RecordScanning, RecordStore):
                 (cid, aid, digest, data, cid),
             )
 
+        # The release of append_release_turn expires the holder's row in place rather
+        # than deleting it: an expired row is a free lease to acquire_turn and "not held"
+        # to release_turn, and an update that keeps the key writes one page where a
+        # delete (and the next turn's insert) touch the table and its key index both.
+        release = f"UPDATE {t.leases} SET expires = 0 WHERE conversation_id = ? AND holder = ?"
+
+        def body_and_release(conn: sqlite3.Connection) -> None:
+            body(conn)
+            if holder is not None:
+                conn.execute(release, (cid, holder))
+
         def append(conn: sqlite3.Connection) -> None:
             with pool.write_lock:
-                _transaction(conn, lambda: body(conn))
+                _transaction(conn, lambda: body_and_release(conn))
 
         await self._run(append, f"append to conversation {str(cid)!r}")
         return self._landed(batch)
@@ -474,15 +490,8 @@ class SQLiteStore(RecordScanning, RecordStore):
         lease is now ``holder``'s."""
         cid = ConversationID(conversation_id)
         holder, ttl = check_lease(holder, ttl)
-        t = self._tables
         pool = self._pool
-        sql = (
-            f"INSERT INTO {t.leases} AS l (conversation_id, holder, expires) "
-            f"VALUES (?1, ?2, {_NOW} + ?3) "
-            "ON CONFLICT (conversation_id) DO UPDATE SET "
-            "holder = excluded.holder, expires = excluded.expires "
-            f"WHERE l.holder = excluded.holder OR l.expires <= {_NOW}"
-        )
+        sql = self._acquire_sql()
 
         def acquire(conn: sqlite3.Connection) -> bool:
             with pool.write_lock:
@@ -490,6 +499,50 @@ class SQLiteStore(RecordScanning, RecordStore):
             return changed == 1
 
         return bool(await self._run(acquire, f"lease of conversation {str(cid)!r}"))
+
+    def _acquire_sql(self) -> str:
+        """``acquire_turn``'s upsert (parameters: id, holder, ttl): one row changed when
+        the lease is now the holder's."""
+        t = self._tables
+        return (
+            f"INSERT INTO {t.leases} AS l (conversation_id, holder, expires) "
+            f"VALUES (?1, ?2, {_NOW} + ?3) "
+            "ON CONFLICT (conversation_id) DO UPDATE SET "
+            "holder = excluded.holder, expires = excluded.expires "
+            f"WHERE l.holder = excluded.holder OR l.expires <= {_NOW}"
+        )
+
+    async def acquire_turn_view(
+        self, conversation_id: str, holder: str, ttl: float
+    ) -> HistoryView | None:
+        """``acquire_turn`` and ``read_view`` in one ``BEGIN IMMEDIATE`` transaction (see
+        ``scope.history.FoldedTurnLeaser``): the view when the lease is now ``holder``'s,
+        None (nothing read) when another holder's live lease has it."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        pool = self._pool
+        acquire, read = self._acquire_sql(), self._view_sql()
+        cache = self._cache
+
+        def body(conn: sqlite3.Connection) -> list[Any] | None:
+            if conn.execute(acquire, (cid, holder, ttl)).rowcount != 1:
+                return None
+            return conn.execute(read, (cid,)).fetchall()
+
+        def acquire_view(conn: sqlite3.Connection) -> HistoryView | None:
+            with pool.write_lock:
+                rows = _transaction(conn, lambda: body(conn))
+            return None if rows is None else _view(cid, rows, cache)
+
+        return await self._run(acquire_view, f"lease and read of conversation {str(cid)!r}")
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        """``append`` and ``release_turn`` in one ``BEGIN IMMEDIATE`` transaction (see
+        ``scope.history.FoldedTurnLeaser``); when the append raises, the transaction is
+        rolled back and the lease stays."""
+        batch = check_batch(batch)
+        holder, _ = check_lease(holder, 1.0)
+        return await self._append(batch, holder)
 
     async def release_turn(self, conversation_id: str, holder: str) -> bool:
         """Release ``holder``'s live lease (one delete in one transaction): True when it
@@ -520,6 +573,16 @@ class SQLiteStore(RecordScanning, RecordStore):
             return listed.valid(row[0] for row in conn.execute(sql))
 
         return await self._run(conversations, "listing of conversations")
+
+
+def _view(cid: ConversationID, rows: list[Any], cache: DecodedCache) -> HistoryView:
+    """The ``HistoryView`` of ``read_view``'s rows (closed, length, then one record per
+    row; none for an unknown conversation)."""
+    if not rows:
+        return HistoryView((), 0)
+    closed, length = bool(rows[0][0]), rows[0][1]
+    records = [(r[2], r[3], r[4]) for r in rows if r[2] is not None]
+    return view_of(cid, closed, length, records, cache)
 
 
 def _open_schema(pool: _Pool, create: bool) -> None:
