@@ -1075,3 +1075,77 @@ async def test_a_folded_acquire_that_returns_no_history_view_is_a_store_error() 
         )
     assert model.calls == 0
     assert await broken.store.acquire_turn("c", "probe", 30) is True  # released
+
+
+class Instant:
+    """A model that answers (or fails) without ever suspending, and a stream whose
+    chunks are all there at once."""
+
+    def __init__(self, fail: bool = False, suspend: bool = False) -> None:
+        self.fail = fail
+        self.suspend = suspend
+
+    async def call(self, request: Request) -> Response:
+        if self.suspend:
+            # A cancel scope entered before the first suspension (as httpx's timeouts
+            # do) must nest inside the Middleware's own scopes.
+            with anyio.fail_after(5):
+                await anyio.sleep(0.001)
+        if self.fail:
+            raise RuntimeError("model down")
+        return Response(Output(assistant_message("at once"), FinishReason.STOP))
+
+    async def stream(self, request: Request) -> AsyncIterator[Response]:
+        yield Response(Output(assistant_message("at ")))
+        if self.suspend:
+            with anyio.fail_after(5):
+                await anyio.sleep(0.001)
+        if self.fail:
+            raise RuntimeError("model down")
+        yield Response(Output(assistant_message("once"), FinishReason.STOP))
+
+
+@pytest.mark.parametrize("suspend", [False, True], ids=["at-once", "suspending"])
+@pytest.mark.parametrize("streaming", [False, True], ids=["call", "stream"])
+async def test_a_leased_turn_whether_or_not_the_model_suspends(
+    streaming: bool, suspend: bool
+) -> None:
+    # Lease.call starts its renewal task only when the model suspends; either way the
+    # answer, the error and the release are the same.
+    store = InMemoryStore()
+    mw = Middleware(store, store, "c", on_overlap="reject")
+    request = Request([user_message("q")])
+
+    async def turn(model: Instant) -> Response:
+        if streaming:
+            return await collect(mw.stream(model).stream(request))
+        return await mw.call(model).call(request)
+
+    assert (await turn(Instant(suspend=suspend))).text == "at once"
+    with pytest.raises(RuntimeError, match="model down"):
+        await turn(Instant(fail=True, suspend=suspend))
+    assert [m.text for m in await store.read("c")] == ["q", "at once"]
+    assert await store.acquire_turn("c", "probe", 30) is True
+
+
+async def test_a_suspended_model_is_cancelled_through_the_resumed_await() -> None:
+    # The cancellation reaches the model's own await (it sees it and cleans up) and
+    # propagates unchanged; the lease is released.
+    store = InMemoryStore()
+    seen: list[str] = []
+
+    class Slow:
+        async def call(self, request: Request) -> Response:
+            try:
+                await anyio.sleep_forever()
+            except BaseException as exc:
+                seen.append(type(exc).__name__)
+                raise
+            raise AssertionError("unreachable")
+
+    mw = Middleware(store, store, "c", on_overlap="reject")
+    with anyio.move_on_after(0.05) as scope:
+        await mw.call(Slow()).call(Request([user_message("q")]))
+    assert scope.cancelled_caught
+    assert seen == [anyio.get_cancelled_exc_class().__name__]
+    assert await store.acquire_turn("c", "probe", 30) is True

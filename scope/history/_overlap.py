@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator
 from typing import Any, Final, Literal, TypeVar, final
 
 import anyio
@@ -295,23 +295,42 @@ class Lease:
 
     async def call(self, fn: Callable[[T], Awaitable[Any]], arg: T) -> Any:
         """``await fn(arg)``, renewing the lease meanwhile; a stop request cancels it
-        and raises ``TurnInterruptedError``. Errors of ``fn`` pass unchanged."""
+        and raises ``TurnInterruptedError``. Errors of ``fn`` pass unchanged.
+
+        The renewal task starts only when ``fn`` suspends: its first step runs here
+        (inside the task group, so every cancel scope it enters nests in the group's),
+        and an await that finishes without suspending (a model answering from memory,
+        a stream chunk already buffered) never gave the event loop, or a renewal, a
+        chance to run. An await that suspends goes on from that suspension
+        (``_Resumed``) beside the renewal task."""
         self.check()
         error: Exception | None = None
         result: Any = None
-        done = anyio.Event()
+        done: anyio.Event | None = None
         async with anyio.create_task_group() as group:
             self._scope = group.cancel_scope
-            group.start_soon(self._renew_while_running, done)
+            resumed: _Resumed | None = None
             try:
-                result = await fn(arg)
+                steps = fn(arg).__await__()
+                try:
+                    first = steps.send(None)
+                except StopIteration as finished:
+                    result = finished.value
+                else:
+                    resumed = _Resumed(steps, first)
+                    done = anyio.Event()
+                    group.start_soon(self._renew_while_running, done)
+                    result = await resumed
             except Exception as exc:  # re-raised below, outside the task group
                 error = exc
             finally:
+                if resumed is not None:
+                    resumed.close()
                 self._scope = None
                 # Waking the renewal task costs less than cancelling it (one scheduling
                 # round instead of a cancellation); a renewal under way is cancelled.
-                done.set()
+                if done is not None:
+                    done.set()
                 if self._renewing:
                     group.cancel_scope.cancel()
         self.check()
@@ -399,6 +418,44 @@ class Lease:
 
 
 _END: Final = object()
+
+
+@final
+class _Resumed:
+    """An await that already made its first step (``first``: what it yielded to the
+    event loop) and goes on from there: ``await _Resumed(steps, first)`` is the rest of
+    ``yield from steps`` (PEP 380), whatever the event loop (asyncio futures, trio
+    traps): each value goes up to the loop unchanged, each answer or thrown exception
+    (a cancellation) comes back down unchanged. ``close()`` closes ``steps`` if it did
+    not finish (an await abandoned before it was resumed)."""
+
+    __slots__ = ("_first", "_steps")
+
+    def __init__(self, steps: Generator[Any, Any, Any], first: Any) -> None:
+        self._steps = steps
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps, value = self._steps, self._first
+        while True:
+            try:
+                answer = yield value
+            except GeneratorExit:
+                steps.close()
+                raise
+            except BaseException as exc:  # a cancellation, thrown back down unchanged
+                try:
+                    value = steps.throw(exc)
+                except StopIteration as finished:
+                    return finished.value
+            else:
+                try:
+                    value = steps.send(answer)
+                except StopIteration as finished:
+                    return finished.value
+
+    def close(self) -> None:
+        self._steps.close()
 
 
 async def _next_or(args: tuple[AsyncIterator[T], Any]) -> Any:
