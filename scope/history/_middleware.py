@@ -278,7 +278,12 @@ class Middleware:
     renewal across processes. The lease (``lease_ttl`` seconds, renewed every third of
     it while the model runs) is released on every path: commit, error, cancellation,
     early stop. These three need a writer or reader that is a ``TurnLeaser``
-    (``TypeError``) and ``exclusive_turns=True`` (``ValueError``).
+    (``TypeError``) and ``exclusive_turns=True`` (``ValueError``). When the leaser is
+    also a ``FoldedTurnLeaser`` (every bundled store but ``PostgresStore``), the lease is
+    taken with the history read when it is the reader (``acquire_turn_view``, one store
+    step) and released with the commit when it is the writer (``append_release_turn``,
+    one store step; when that raises, ``release_turn`` still releases it), so a leased
+    turn makes as many store steps as a fenced one.
 
     ``on_incomplete`` (synchronous, must not block) receives an ``IncompleteTurn`` once
     whenever a bound call or stream ends without committing — except the tool-call pause

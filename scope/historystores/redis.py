@@ -239,7 +239,10 @@ class RedisStore(RecordScanning, RecordStore):
     - **Atomicity.** ``append`` is one Lua script: closed check, dedupe record and push of
       the batch (one list element) run as a unit; ``clear`` is one script that records the
       closure and deletes the batches and dedupe records. Both are linearizable across
-      clients and hosts.
+      clients and hosts. The turn lease (``acquire_turn``/``release_turn``) is one script
+      per step, and so are the folded steps (``FoldedTurnLeaser``): ``acquire_turn_view``
+      takes the lease and reads the view, ``append_release_turn`` runs the append script
+      and then the compare-and-delete of the lease, in the conversation's hash slot.
     - **Reconnects.** When a connection drops (``CLIENT KILL``, restart, network) the
       operation is retried once on a fresh connection; every operation is idempotent, so a
       batch lands exactly once. If the retry fails too, ``StoreError`` is raised with the
