@@ -208,7 +208,7 @@ class SQLiteStore(RecordScanning, RecordStore):
       ``release_turn`` are one statement each in a ``BEGIN IMMEDIATE`` transaction, so
       two handles or processes never both hold a conversation's lease; the folded steps
       (``FoldedTurnLeaser``) are one transaction each: ``acquire_turn_view`` the upsert
-      and the read, ``append_release_turn`` the append and the lease's delete.
+      and the read, ``append_release_turn`` the append and the expiry of the holder's lease.
     - **Cancellation.** The work of a call runs to completion on its worker thread even if
       the awaiting task is cancelled. A cancelled call always ends cancelled: under trio
       or an anyio cancel scope the cancellation is raised as soon as the thread is done,
