@@ -49,6 +49,7 @@ EXPECTED: dict[str, list[str]] = {
         "ScopeError",
         "ScopeWarning",
         "StoreError",
+        "TokenCounter",
         "TurnInProgressError",
         "TurnInterruptedError",
         "UnsupportedOptionError",
@@ -107,6 +108,7 @@ EXPECTED: dict[str, list[str]] = {
         "CommitError",
         "ConversationClosedError",
         "ConversationID",
+        "DefaultTokenCounter",
         "HistoryChangedError",
         "HistoryError",
         "HistoryView",
@@ -126,6 +128,7 @@ EXPECTED: dict[str, list[str]] = {
         "WindowReader",
         "WindowTooSmallError",
         "Writer",
+        "compact",
     ],
     "scope.historystores": [
         "PersistentStore",

@@ -324,7 +324,7 @@ async def test_invalid_arguments(kwargs: dict[str, Any], error: type, match: str
 async def test_store_and_summarizer_types_are_checked() -> None:
     with pytest.raises(TypeError, match="ViewReader and Writer"):
         await compact(object(), "c", Summarizer())
-    with pytest.raises(TypeError, match="summarizer must be a scope.chat.Model"):
+    with pytest.raises(TypeError, match=r"summarizer must be a scope\.chat\.Model"):
         await compact(InMemoryStore(), "c", object())  # type: ignore[arg-type]
     with pytest.raises(InvalidConversationIDError):
         await compact(InMemoryStore(), " c", Summarizer())
