@@ -82,9 +82,8 @@ class WindowReader:
        parts of those retained turns dropped (the prefix they were bound to is gone).
        A turn starts at a user message and keeps every assistant and tool message
        after it, so a tool call is never separated from its result and no turn is ever
-       cut. The suffix grows one turn at a time and stops at the first older turn that
-       would not fit: the window is maximal, and ``counter.count(window) <=
-       max_tokens``, measured on the window as a whole.
+       cut. The suffix is maximal (the next older turn would not fit either limit), and
+       ``counter.count(window) <= max_tokens``, measured on the window as a whole.
 
     Non-system messages stored before the first user message (a greeting, say) belong to
     the first turn: they are kept with it, and dropped only together with it. When the
@@ -224,8 +223,8 @@ def _start(
 
 def _token_start(projection: Projection, floor: int, budget: int, counter: TokenCounter) -> int:
     """The oldest turn (>= ``floor``) such that the window fits ``budget`` and the next
-    older turn would not: a start guessed from per-turn counts (remembered per turn),
-    then settled by counting the window itself."""
+    older turn would not: a start guessed from per-turn counts in context (remembered
+    per turn), then settled by counting the window itself."""
     turns = projection.turns
     system = projection.system
     head = [] if system is None else [system]
@@ -241,12 +240,20 @@ def _token_start(projection: Projection, floor: int, budget: int, counter: Token
             + (" with the merged system message" if system is not None else "")
             + f"; the window's max_tokens is {budget}"
         )
+    # total(s) = count(head + turn s) + the sum of the in-context costs of the turns
+    # after s (exact for a counter whose figures reach back at most one turn, as the
+    # default counter's do when every turn has stored usage); settled below.
     costs = _turn_costs(projection, counter)
     total = measured
+    head_cost = measured
     start = newest
-    while start > floor and total + costs[start - 1] <= budget:
+    while start > floor:
+        older = _count(counter, [*head, *turns[start - 1]])
+        guess = older + costs[start] + (total - head_cost)
+        if guess > budget:
+            break
         start -= 1
-        total += costs[start]
+        total, head_cost = guess, older
     if start < newest and not fits(start):
         # The guess was too long: drop turns until the window fits (the newest fits).
         start += 1
@@ -260,13 +267,20 @@ def _token_start(projection: Projection, floor: int, budget: int, counter: Token
 
 
 def _turn_costs(projection: Projection, counter: TokenCounter) -> list[int]:
-    """``counter.count(turn)`` for every turn, remembered on the projection."""
+    """Each turn's cost in context: ``count(turn k-1 + turn k) - count(turn k-1)`` (the
+    first turn: ``count(turn 0)``), remembered on the projection."""
     key = id(counter)
     entry = projection.costs.get(key)
     costs = entry[1] if entry is not None and entry[0] is counter else []
     turns = projection.turns
     if len(costs) < len(turns):
-        costs = costs + [_count(counter, turn) for turn in turns[len(costs) :]]
+        costs = list(costs)
+        for k in range(len(costs), len(turns)):
+            if k == 0:
+                costs.append(_count(counter, turns[0]))
+            else:
+                before = _count(counter, turns[k - 1])
+                costs.append(_count(counter, [*turns[k - 1], *turns[k]]) - before)
         projection.costs[key] = (counter, costs)
     return costs
 
