@@ -107,6 +107,7 @@ EXPECTED: dict[str, list[str]] = {
         "CommitError",
         "ConversationClosedError",
         "ConversationID",
+        "DefaultTokenCounter",
         "HistoryChangedError",
         "HistoryError",
         "HistoryView",
@@ -119,6 +120,7 @@ EXPECTED: dict[str, list[str]] = {
         "Receipt",
         "Store",
         "StoreError",
+        "TokenCounter",
         "TurnInProgressError",
         "TurnInterruptedError",
         "TurnLeaser",
@@ -126,6 +128,7 @@ EXPECTED: dict[str, list[str]] = {
         "WindowReader",
         "WindowTooSmallError",
         "Writer",
+        "compact",
     ],
     "scope.historystores": [
         "PersistentStore",
