@@ -10,6 +10,7 @@ from typing import Any, Final, Never, NoReturn, final
 
 import attrs
 
+from scope._context import is_cancellation
 from scope.chat import (
     Message,
     Model,
@@ -87,14 +88,6 @@ def _new_append_id() -> str:
     return uuid.uuid4().hex
 
 
-def _is_cancellation(exc: BaseException) -> bool:
-    """asyncio.CancelledError and trio.Cancelled (both BaseException, not Exception), or
-    a group made only of them; GeneratorExit, KeyboardInterrupt and SystemExit are not."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_is_cancellation(inner) for inner in exc.exceptions)
-    return not isinstance(exc, Exception | GeneratorExit | KeyboardInterrupt | SystemExit)
-
-
 #: Causes after which appending the same batch again cannot succeed.
 _FINAL_CAUSES: Final = (
     HistoryChangedError,
@@ -157,7 +150,7 @@ def _failure_reason(exc: BaseException) -> IncompleteReason | None:
     its batch instead of being reported)."""
     if isinstance(exc, CommitError):
         return None
-    if _is_cancellation(exc):
+    if is_cancellation(exc):
         return IncompleteReason.CANCELLED
     if isinstance(exc, InvalidResponseError):
         return IncompleteReason.INVALID_RESPONSE
