@@ -39,7 +39,7 @@ def _check_on(on: object) -> tuple[type[Exception], ...]:
             f"fallback on= must be a tuple of exception classes, got {type(on).__name__}"
         )
     if not on:
-        raise TypeError("fallback on= must name at least one exception class, got ()")
+        raise ValueError("fallback on= must name at least one exception class, got ()")
     for index, cls in enumerate(on):
         if not (isinstance(cls, type) and issubclass(cls, Exception)):
             # Cancellation (asyncio.CancelledError, trio.Cancelled) is a BaseException:

@@ -6,6 +6,7 @@ from typing import Any, final
 
 import attrs
 
+from scope._validate import check_type
 from scope.chat import Message, Part, Role, text_part
 from scope.errors import InvalidWindowError, WindowTooSmallError
 from scope.history._ids import ConversationID
@@ -20,15 +21,14 @@ _SEPARATOR = text_part("\n\n")
 
 def _check_reader(instance: Any, attribute: Any, value: Any) -> None:
     if not isinstance(value, Reader):
-        raise InvalidWindowError(
+        raise TypeError(
             f"window reader must be a Reader (an object with async read), got "
             f"{type(value).__name__}"
         )
 
 
 def _check_limit(instance: Any, attribute: Any, value: Any) -> None:
-    if type(value) is not int:
-        raise InvalidWindowError(f"window limit must be an integer, got {type(value).__name__}")
+    check_type(value, int, "window limit", "an integer")
     if value < 1:
         raise InvalidWindowError(f"window limit must be at least 1, got {value}")
 

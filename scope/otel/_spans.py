@@ -13,6 +13,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from scope import __version__
 from scope._context import current_conversation, is_cancellation
+from scope._validate import check_name
 from scope.chat import (
     FinishReason,
     Model,
@@ -60,8 +61,8 @@ class Tracing:
         capture_content: bool = False,
         provider_name: str | None = None,
     ) -> None:
-        if provider_name is not None and (not isinstance(provider_name, str) or not provider_name):
-            raise ValueError(f"provider_name must be a non-empty string, got {provider_name!r}")
+        if provider_name is not None:
+            check_name(provider_name, "tracing provider_name")
         latest = conv.latest_requested()
         if capture_content and not latest:
             warnings.warn(
