@@ -261,3 +261,10 @@ def test_from_value_encodes_builtin_subclasses_as_their_values() -> None:
     assert RawJSON.from_value([_Count(2**70)]).bytes == f"[{2**70}]".encode()
     with pytest.raises(InvalidJSONError):
         RawJSON.from_value([_Ratio("nan")])
+
+
+@pytest.mark.parametrize("text", ["{x", "[1,", "tru"])
+def test_a_syntax_error_says_invalid_json_once(text: str) -> None:
+    with pytest.raises(InvalidJSONError, match=r"^invalid JSON: .* at line 1 column \d+$") as info:
+        RawJSON.parse(text)
+    assert "not valid JSON" not in str(info.value)
