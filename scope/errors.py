@@ -1,7 +1,5 @@
 """The exception hierarchy of scope.
 
-::
-
     ScopeError
     ├── InvalidJSONError                (also ValueError)
     ├── InvalidMetadataError            (also ValueError)
@@ -40,7 +38,7 @@
         ├── ProviderConnectionError
         └── ProviderTimeoutError
 
-Warnings (``warnings.warn``; filter them by category)::
+Warnings (``warnings.warn``; filter them by category):
 
     UserWarning
     └── ScopeWarning                    a setting that works but risks data (e.g. a
@@ -51,7 +49,7 @@ path of the bad value in its message and chains the inner error as ``__cause__``
 
 **Bad arguments** (one policy for every public constructor and opener: the model
 adapters, the stores' ``open()``, ``Middleware``, ``WindowReader``, ``fallback``,
-``tracing``)::
+``tracing``):
 
     an argument of the wrong type       TypeError  (a bool is not a number; never a ValueError)
     an argument of the wrong value      ValueError, or the matching ScopeError that is one:

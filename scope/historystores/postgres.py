@@ -5,7 +5,7 @@ asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore`` th
 
 Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
 upgraded by ``open(create=True)`` under a transaction-level advisory lock so processes
-opening at once do not race)::
+opening at once do not race):
 
     {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN, length BIGINT)
     {prefix}_batches(conversation_id TEXT COLLATE "C", seq BIGINT, append_id TEXT,

@@ -4,7 +4,7 @@ redis-py is imported when a store is opened, not when this module is imported. T
 client is asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore``).
 
 Keys (``{P}`` is ``prefix``, default ``scope:history``; ``{H}`` is the hex of the
-conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag)::
+conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
 
     {P}:{{H}}:batches   LIST    one element per batch: digest, "\\n", append id, "\\n", messages
     {P}:{{H}}:ids       HASH    append id -> digest (the dedupe record)

@@ -6,7 +6,7 @@ busy timeout). Every database call runs on a worker thread through
 ``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
 under asyncio and trio.
 
-Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``)::
+Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
 
     {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER)
     {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB)

@@ -4,7 +4,7 @@
 One object is both a ``chat.Model`` (``await model.call(request)``) and a
 ``chat.Streamer`` (``model.stream(request)``) over ``POST {base_url}/chat/completions``,
 so it reaches OpenAI and every server that speaks the same protocol (vLLM, Ollama,
-llama.cpp, DeepSeek, Groq, OpenRouter, ...)::
+llama.cpp, DeepSeek, Groq, OpenRouter, ...):
 
     from scope.chat import Request, user_message
     from scope.models.openai import OpenAIChatModel

@@ -1,7 +1,5 @@
 """OpenTelemetry GenAI spans and metrics for scope models, as middleware (``scope-chat[otel]``).
 
-::
-
     from scope import chat, otel
 
     t = otel.tracing()                       # the global tracer and meter providers
