@@ -221,7 +221,8 @@ def fallback(
       that could do neither together (a mix of call-only and stream-only models) are a
       ``TypeError`` at construction, and the missing half a ``TypeError`` when used.
     - ``on``: the exception classes after which the next model is tried, a non-empty
-      tuple of ``Exception`` subclasses (``TypeError`` otherwise). Default
+      tuple of ``Exception`` subclasses (``TypeError`` otherwise; ``ValueError`` for
+      an empty one). Default
       ``DEFAULT_FALLBACK_ERRORS``: ``ProviderServerError``, ``RateLimitError``,
       ``ProviderConnectionError``, ``ProviderTimeoutError``.
 

@@ -195,8 +195,10 @@ class Middleware:
     must be a system prefix plus one open turn (one user message, then optionally
     assistant tool-call messages each followed by their tool results); it is checked
     before any I/O (``InvalidRequestError``: neither the reader nor the model is called).
-    ``reader`` must be a ``Reader`` and ``writer`` a ``Writer`` (``TypeError`` at
-    construction).
+    ``reader`` must be a ``Reader`` and ``writer`` a ``Writer`` whose ``read`` and
+    ``append`` are coroutine functions (``async def``); anything else is a ``TypeError``
+    at construction, not at the first turn. A writer whose ``append`` returns something
+    other than a ``Receipt`` is broken: the turn's ``CommitError`` is not retryable.
 
     Replay: ``system prefix + stored non-system messages + open turn`` goes downstream.
     When the reader is a ``ViewReader`` (every bundled store and ``WindowReader`` are),

@@ -63,8 +63,8 @@ class WindowReader:
     system message) does not fit. It is read-only: it has no ``append`` or ``clear``, so it
     is a ``Reader`` but neither a ``Writer`` nor a ``Clearer``. It holds no state beyond
     its two fields and is as safe to share as the reader it wraps. ``limit`` must be an
-    ``int`` (not a ``bool``) of at least 1, and ``reader`` a ``Reader``; otherwise
-    ``InvalidWindowError``.
+    ``int`` (not a ``bool``; ``TypeError`` otherwise) of at least 1
+    (``InvalidWindowError`` otherwise), and ``reader`` a ``Reader`` (``TypeError``).
     """
 
     reader: Reader = attrs.field(validator=_check_reader)
