@@ -1,7 +1,5 @@
 """The exception hierarchy of scope.
 
-::
-
     ScopeError
     ├── InvalidJSONError                (also ValueError)
     ├── InvalidMetadataError            (also ValueError)
@@ -40,7 +38,7 @@
         ├── ProviderConnectionError
         └── ProviderTimeoutError
 
-Warnings (``warnings.warn``; filter them by category)::
+Warnings (``warnings.warn``; filter them by category):
 
     UserWarning
     └── ScopeWarning                    a setting that works but risks data (e.g. a
@@ -48,6 +46,22 @@ Warnings (``warnings.warn``; filter them by category)::
 
 An error raised because a nested value is invalid is of the outer type, names the
 path of the bad value in its message and chains the inner error as ``__cause__``.
+
+**Bad arguments** (one policy for every public constructor and opener: the model
+adapters, the stores' ``open()``, ``Middleware``, ``WindowReader``, ``fallback``,
+``tracing``):
+
+    an argument of the wrong type       TypeError  (a bool is not a number; never a ValueError)
+    an argument of the wrong value      ValueError, or the matching ScopeError that is one:
+    ├── adapter and tracing settings    InvalidOptionsError
+    ├── a window limit                  InvalidWindowError
+    └── anything else                   ValueError (a choice among named values included)
+
+Each message names the argument (an adapter's also its class), what it must be and what
+it got, and is raised at construction, before any I/O. Values themselves (messages,
+ids, batches, receipts: what a constructor of ``scope.chat`` or ``scope.history``
+values or the codec checks) are the exception: whatever is wrong with one, its own
+``Invalid…Error`` is raised, so one ``except ValueError`` covers decoding untrusted data.
 """
 
 from __future__ import annotations
@@ -251,7 +265,10 @@ class CommitError(HistoryError):
     turn was stored first: run the turn again on the current history),
     ``ConversationClosedError`` (nothing to do: the conversation is closed) or
     ``AppendConflictError`` (the append id was used for another batch); appending the
-    same batch again cannot succeed. The message names the recovery.
+    same batch again cannot succeed. Also False when the writer is broken (its
+    ``append`` returned something other than a ``Receipt``: an ``InvalidReceiptError``
+    cause whose message says so): retrying through it proves nothing. The message names
+    the recovery.
     """
 
     def __init__(

@@ -125,7 +125,10 @@ def test_chat_resumes_a_conversation(tmp_path: pathlib.Path) -> None:
             tmp_path, server, "--store", url, "--conversation", "trip", input="first\n/exit\nx\n"
         )
         assert first.returncode == 0, first.stderr
-        assert first.stderr.splitlines()[0] == "conversation: trip (resumed, 0 stored messages)"
+        assert (
+            first.stderr.splitlines()[0]
+            == "conversation: trip (new: nothing is stored under this id yet)"
+        )
         second = chat(
             tmp_path,
             server,

@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--store",
         metavar="URL",
         help="history store URL (default: $SCOPE_STORE, else "
-        "sqlite:// $XDG_DATA_HOME/scope/chat.sqlite3, i.e. ~/.local/share/scope/chat.sqlite3)",
+        "sqlite:///$XDG_DATA_HOME/scope/chat.sqlite3, i.e. ~/.local/share/scope/chat.sqlite3)",
     )
     chat.add_argument(
         "--conversation",

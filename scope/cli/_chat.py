@@ -305,7 +305,11 @@ def run_chat(
                 session.note(f"new conversation: {cid}")
             else:
                 count = len(stored)
-                state = f"resumed, {count} stored message{'s' if count != 1 else ''}"
+                state = (
+                    "new: nothing is stored under this id yet"
+                    if count == 0
+                    else f"resumed, {count} stored message{'s' if count != 1 else ''}"
+                )
                 session.note(f"conversation: {cid} ({state})")
             session.note(f"model: {model.model} at {model.base_url}; store: {store_url}")
             session.note("type a message; /exit or end of input quits")

@@ -7,6 +7,7 @@ from typing import Any, Final, final
 
 import attrs
 
+from scope._validate import check_type
 from scope.chat import Message
 from scope.errors import InvalidWindowError, WindowTooSmallError
 from scope.history._ids import ConversationID
@@ -20,7 +21,7 @@ __all__ = ["WindowReader", "select", "window"]
 
 def _check_reader(instance: Any, attribute: Any, value: Any) -> None:
     if not isinstance(value, Reader):
-        raise InvalidWindowError(
+        raise TypeError(
             f"window reader must be a Reader (an object with async read), got "
             f"{type(value).__name__}"
         )
@@ -29,8 +30,7 @@ def _check_reader(instance: Any, attribute: Any, value: Any) -> None:
 def _check_limit(instance: Any, attribute: Any, value: Any) -> None:
     if value is None:
         return
-    if type(value) is not int:
-        raise InvalidWindowError(f"window limit must be an integer, got {type(value).__name__}")
+    check_type(value, int, "window limit", "an integer")
     if value < 1:
         raise InvalidWindowError(f"window limit must be at least 1, got {value}")
 
@@ -38,17 +38,14 @@ def _check_limit(instance: Any, attribute: Any, value: Any) -> None:
 def _check_max_tokens(instance: Any, attribute: Any, value: Any) -> None:
     if value is None:
         return
-    if type(value) is not int:
-        raise InvalidWindowError(
-            f"window max_tokens must be an integer, got {type(value).__name__}"
-        )
+    check_type(value, int, "window max_tokens", "an integer")
     if not 1 <= value < 2**63:
         raise InvalidWindowError(f"window max_tokens must be between 1 and 2**63 - 1, got {value}")
 
 
 def _check_counter(instance: Any, attribute: Any, value: Any) -> None:
     if value is not None and not implements(value, TokenCounter):
-        raise InvalidWindowError(
+        raise TypeError(
             f"window counter must be a TokenCounter (an object with a synchronous "
             f"count(messages) method), got {type(value).__name__}"
         )
@@ -103,9 +100,9 @@ class WindowReader:
     an unchanged history reuses the window it computed. It is read-only: it has no
     ``append`` or ``clear``, so it is a ``Reader`` but neither a ``Writer`` nor a
     ``Clearer``, and it is as safe to share as the reader it wraps. ``limit`` and
-    ``max_tokens`` must each be None or an ``int`` (not a ``bool``) of at least 1,
-    ``counter`` None or a ``TokenCounter``, and ``reader`` a ``Reader``; otherwise
-    ``InvalidWindowError``.
+    ``max_tokens`` must each be None or an ``int`` (not a ``bool``; ``TypeError``
+    otherwise) of at least 1 (``InvalidWindowError`` otherwise), ``counter`` None or a
+    ``TokenCounter`` and ``reader`` a ``Reader`` (``TypeError`` otherwise).
     """
 
     reader: Reader = attrs.field(validator=_check_reader)
