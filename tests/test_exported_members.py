@@ -41,6 +41,7 @@ EXPECTED: dict[str, list[str]] = {
         "InvalidUsageError",
         "InvalidViewError",
         "InvalidWindowError",
+        "MaxStepsError",
         "ProviderConnectionError",
         "ProviderError",
         "ProviderServerError",
