@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -167,14 +168,20 @@ def _schema_type(value: Any) -> str:
 def fields_of(cls: type) -> list[tuple[str, Any, bool]]:
     """``(name, type, required)`` of each field of an attrs class, dataclass or TypedDict."""
     if is_typeddict(cls):
+        # Required-ness from the hints themselves: ``__required_keys__`` is wrong for
+        # a TypedDict written under ``from __future__ import annotations``.
         hints = typing.get_type_hints(cls, include_extras=True)
-        required = cls.__required_keys__  # type: ignore[attr-defined]
+        total = getattr(cls, "__total__", True)
         out = []
         for name, hint in hints.items():
-            origin = get_origin(hint)
-            if origin in _QUALIFIERS:
+            required = total
+            while get_origin(hint) in _QUALIFIERS:
+                if get_origin(hint) is typing.Required:
+                    required = True
+                elif get_origin(hint) is typing.NotRequired:
+                    required = False
                 hint = get_args(hint)[0]
-            out.append((name, hint, name in required))
+            out.append((name, hint, required))
         return out
     if attrs.has(cls):
         attrs.resolve_types(cls)
@@ -193,6 +200,21 @@ def fields_of(cls: type) -> list[tuple[str, Any, bool]]:
         for field in dataclasses.fields(cls)
         if field.init
     ]
+
+
+@functools.cache
+def _resolved(tp: type) -> Any:
+    """A TypedDict equal to ``tp`` whose required keys are right: cattrs reads
+    ``__required_keys__``, which is wrong under ``from __future__ import annotations``
+    before Python 3.14; this one is made from ``fields_of``, as the schema is."""
+    make: Any = typing.TypedDict
+    return make(
+        tp.__name__,
+        {
+            name: (typing.Required if required else typing.NotRequired)[hint]
+            for name, hint, required in fields_of(tp)
+        },
+    )
 
 
 def object_schema(
@@ -328,6 +350,23 @@ def _choice(tp: Any, values: list[Any], results: list[Any]) -> Callable[[Any, An
     return hook
 
 
+@functools.cache
+def _enum_hook(tp: type[enum.Enum]) -> Callable[[Any, Any], Any]:
+    return _choice(tp, _check_enum(tp), list(tp))
+
+
+def _or_enum(hook: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``hook``, except for an Enum that is also a str or int (``StrEnum``, ``IntEnum``):
+    cattrs dispatches those to the str or int hook, and they decode as their Enum."""
+
+    def structure(value: Any, tp: Any) -> Any:
+        if tp is not int and tp is not str and _is_enum(tp):
+            return _enum_hook(tp)(value, tp)
+        return hook(value, tp)
+
+    return structure
+
+
 def _needs(kind: type, what: str, inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     def hook(value: Any, tp: Any) -> Any:
         if type(value) is not kind:
@@ -346,7 +385,7 @@ def _make_converter() -> cattrs.Converter:
         (float, _float),
         (_NoneType, _none),
     ):
-        converter.register_structure_hook(tp, hook)
+        converter.register_structure_hook(tp, _or_enum(hook))
     converter.register_structure_hook_func(lambda tp: tp is Any, _any)
 
     def literal(tp: Any) -> Callable[[Any, Any], Any]:
@@ -354,7 +393,7 @@ def _make_converter() -> cattrs.Converter:
         return _choice(tp, values, values)
 
     def enum_(tp: Any) -> Callable[[Any, Any], Any]:
-        return _choice(tp, _check_enum(tp), list(tp))
+        return _enum_hook(tp)
 
     def union(tp: Any) -> Callable[[Any, Any], Any]:
         hooks = [(arg, converter.get_structure_hook(arg)) for arg in get_args(tp)]
@@ -404,7 +443,7 @@ def _make_converter() -> cattrs.Converter:
 
     def record(tp: Any) -> Callable[[Any, Any], Any]:
         if is_typeddict(tp):
-            inner = cattrs.gen.typeddicts.make_dict_structure_fn(tp, converter)
+            inner = cattrs.gen.typeddicts.make_dict_structure_fn(_resolved(tp), converter)
         else:
             inner = cattrs.gen.make_dict_structure_fn(tp, converter)
         return _needs(dict, "an object", inner)
