@@ -72,7 +72,7 @@ from scope.errors import InvalidJSONError, InvalidToolCallError
 from scope.jsonvalue import RawJSON
 from scope.media import Media
 
-__all__ = ["Tool", "tool", "to_output"]
+__all__ = ["Tool", "to_output", "tool"]
 
 _log: Final = logging.getLogger("scope.tools")
 
