@@ -117,6 +117,10 @@ _FINAL: Final = (
 )
 
 
+#: The options of a conversation made without any (one shared, immutable value).
+_NO_OPTIONS: Final = Options()
+
+
 @runtime_checkable
 class ModelMiddleware(Protocol):
     """A middleware for both paths, as ``scope.otel.Tracing`` is: ``call`` wraps a
@@ -280,7 +284,7 @@ class Conversation:
         self._max_steps = max_steps
         self._append_retries = append_retries
         self._system: tuple[Message, ...] = () if not system else (system_message(system),)
-        self._options = Options() if options is None else options
+        self._options = _NO_OPTIONS if options is None else options
         self._definitions: tuple[ToolDefinition, ...] = tuple(
             item.definition for item in self._tools.values()
         )
@@ -382,11 +386,13 @@ class Conversation:
                     f"tools ({', '.join(sorted({c.name for c in calls}))}) after "
                     f"{self._max_steps} model calls (max_steps); nothing of the turn was stored"
                 )
-            for call in calls:
-                yield TurnEvent(TurnEventKind.TOOL_CALL, tool_call=call)
+            if streaming:  # ask() only wants the result: no events to make
+                for call in calls:
+                    yield TurnEvent(TurnEventKind.TOOL_CALL, tool_call=call)
             results = await self._run_tools(calls)
-            for tool_result in results:
-                yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=tool_result)
+            if streaming:
+                for tool_result in results:
+                    yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=tool_result)
             turn += (response.message, tool_message(*results))
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
