@@ -34,7 +34,17 @@ import cattrs.gen
 import cattrs.gen.typeddicts
 import cattrs.v
 
-__all__ = ["ArgumentError", "describe", "is_typeddict", "schema_for", "structure"]
+__all__ = [
+    "ArgumentError",
+    "describe",
+    "fields_of",
+    "is_typeddict",
+    "kind_of",
+    "object_schema",
+    "schema_for",
+    "structure",
+    "unstructure",
+]
 
 _NoneType: Final = type(None)
 
@@ -109,7 +119,7 @@ def _json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
     """The JSON type of a decoded JSON value, for error messages."""
     if value is None:
         return "null"
@@ -305,13 +315,13 @@ def _schema(tp: Any, seen: tuple[Any, ...]) -> dict[str, Any]:
 
 def _str(value: Any, _: Any) -> str:
     if type(value) is not str:
-        raise ArgumentError(f"expected a string, got {_kind(value)}")
+        raise ArgumentError(f"expected a string, got {kind_of(value)}")
     return value
 
 
 def _bool(value: Any, _: Any) -> bool:
     if type(value) is not bool:
-        raise ArgumentError(f"expected a boolean, got {_kind(value)}")
+        raise ArgumentError(f"expected a boolean, got {kind_of(value)}")
     return value
 
 
@@ -320,18 +330,18 @@ def _int(value: Any, _: Any) -> int:
         return value
     if type(value) is float and value.is_integer():
         return int(value)
-    raise ArgumentError(f"expected an integer, got {_kind(value)}")
+    raise ArgumentError(f"expected an integer, got {kind_of(value)}")
 
 
 def _float(value: Any, _: Any) -> float:
     if type(value) is float or type(value) is int:
         return float(value)
-    raise ArgumentError(f"expected a number, got {_kind(value)}")
+    raise ArgumentError(f"expected a number, got {kind_of(value)}")
 
 
 def _none(value: Any, _: Any) -> None:
     if value is not None:
-        raise ArgumentError(f"expected null, got {_kind(value)}")
+        raise ArgumentError(f"expected null, got {kind_of(value)}")
 
 
 def _any(value: Any, _: Any) -> Any:
@@ -345,7 +355,7 @@ def _choice(tp: Any, values: list[Any], results: list[Any]) -> Callable[[Any, An
         for candidate, result in zip(values, results, strict=True):
             if _json_equal(candidate, value):
                 return result
-        raise ArgumentError(f"expected {expected}, got {_kind(value)}")
+        raise ArgumentError(f"expected {expected}, got {kind_of(value)}")
 
     return hook
 
@@ -370,7 +380,7 @@ def _or_enum(hook: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 def _needs(kind: type, what: str, inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     def hook(value: Any, tp: Any) -> Any:
         if type(value) is not kind:
-            raise ArgumentError(f"expected {what}, got {_kind(value)}")
+            raise ArgumentError(f"expected {what}, got {kind_of(value)}")
         return inner(value, tp)
 
     return hook
@@ -405,7 +415,7 @@ def _make_converter() -> cattrs.Converter:
                     return member(value, arg)
                 except Exception:  # this member does not match: try the next one
                     continue
-            raise ArgumentError(f"expected {expected}, got {_kind(value)}")
+            raise ArgumentError(f"expected {expected}, got {kind_of(value)}")
 
         return hook
 
@@ -421,7 +431,7 @@ def _make_converter() -> cattrs.Converter:
 
         def hook(value: Any, _: Any) -> tuple[Any, ...]:
             if type(value) is not list:
-                raise ArgumentError(f"expected an array of {size} items, got {_kind(value)}")
+                raise ArgumentError(f"expected an array of {size} items, got {kind_of(value)}")
             if len(value) != size:
                 raise ArgumentError(f"expected an array of {size} items, got {len(value)} items")
             out, errors = [], []

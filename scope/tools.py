@@ -174,8 +174,9 @@ class Tool(Generic[P, R]):
                     "object matching the tool's schema"
                 ) from None
         if type(value) is not dict:
+            got = _argschema.kind_of(value)
             raise InvalidToolCallError(
-                f"the arguments of {self.name} must be a JSON object, got {_argschema._kind(value)}"
+                f"the arguments of {self.name} must be a JSON object, got {got}"
             )
         try:
             decoded: dict[str, Any] = _argschema.structure(value, self._arguments)

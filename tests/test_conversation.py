@@ -36,6 +36,7 @@ from scope.chat import (
 from scope.conversation import Conversation, TurnEvent, TurnEventKind, TurnResult
 from scope.errors import (
     CommitError,
+    ConversationClosedError,
     HistoryChangedError,
     InvalidRequestError,
     InvalidResponseError,
@@ -196,6 +197,22 @@ async def test_retries_are_bounded_and_end_in_a_retryable_commit_error() -> None
     store.fail = 0
     await store.append(caught.value.batch)  # the host can still land it, once
     assert [m.text for m in await store.read("c")] == ["hi", "ok"]
+
+
+async def test_a_retry_that_can_never_land_ends_in_a_final_commit_error() -> None:
+    class ClearedMeanwhile(CountingStore):
+        async def append(self, batch: Batch) -> Receipt:
+            if self.appends == 0:
+                await self.clear(batch.conversation_id)  # the host cleared it meanwhile
+            return await super().append(batch)
+
+    store = ClearedMeanwhile(fail=1)
+    conversation = Conversation(ScriptedModel(answer("ok")), store, "c")
+    with pytest.raises(CommitError, match="failed for good") as caught:
+        await conversation.ask("hi")
+    assert not caught.value.retryable
+    assert isinstance(caught.value.__cause__, ConversationClosedError)
+    assert store.appends == 2  # the failed commit and one retry, no more
 
 
 async def test_without_retries_the_middlewares_commit_error_is_raised() -> None:
