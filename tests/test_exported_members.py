@@ -108,6 +108,7 @@ EXPECTED: dict[str, list[str]] = {
         "CommitError",
         "ConversationClosedError",
         "ConversationID",
+        "DefaultTokenCounter",
         "HistoryChangedError",
         "HistoryError",
         "HistoryView",
@@ -120,6 +121,7 @@ EXPECTED: dict[str, list[str]] = {
         "Receipt",
         "Store",
         "StoreError",
+        "TokenCounter",
         "TurnInProgressError",
         "TurnInterruptedError",
         "TurnLeaser",
@@ -127,6 +129,7 @@ EXPECTED: dict[str, list[str]] = {
         "WindowReader",
         "WindowTooSmallError",
         "Writer",
+        "compact",
     ],
     "scope.historystores": [
         "PersistentStore",

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from scope.models.gemini import GeminiModel
     from scope.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
-__all__ = ["DEFAULT_MODEL", "DEFAULT_MODELS", "PROVIDERS", "run_chat"]
+__all__ = ["DEFAULT_MODEL", "DEFAULT_MODELS", "PROVIDERS", "make_model", "run_chat"]
 
 #: The providers ``scope chat --provider`` knows.
 PROVIDERS: Final = ("openai", "anthropic", "gemini", "openai-responses")
@@ -264,7 +264,7 @@ def _one_line(exc: BaseException | None) -> str:
     return " ".join(str(exc).split())
 
 
-def _model(
+def make_model(
     provider: str, model_name: str, base_url: str | None
 ) -> OpenAIChatModel | OpenAIResponsesModel | AnthropicModel | GeminiModel:
     """The adapter for ``provider``; its API key comes from ``$OPENAI_API_KEY`` or
@@ -314,7 +314,7 @@ def run_chat(
     if provider not in PROVIDERS:
         raise CLIError(f"unknown provider {provider!r} (known: {', '.join(PROVIDERS)})", 2)
     cid = ConversationID(conversation_id or f"chat-{uuid.uuid4().hex[:12]}")
-    model = _model(provider, model_name, base_url)
+    model = make_model(provider, model_name, base_url)
     prepare_sqlite_parent(store_url)
     with asyncio.Runner() as runner:
         store = runner.run(open_cli_store(store_url))

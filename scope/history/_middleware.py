@@ -37,6 +37,7 @@ from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, ViewReader, Writer, implements
 from scope.history._replay import replays
+from scope.history._turns import COMPACTION_KEY
 from scope.history._view import HistoryView
 
 __all__ = ["IncompleteReason", "IncompleteTurn", "Middleware"]
@@ -494,6 +495,11 @@ class Middleware:
         # The replay is checked once per stored message, not once per call (_replay.py);
         # the prefix and the open turn are the caller's already-validated request.
         replay = replays.replay(cid, stored)
+        # A WindowReader's merged system message holding a compaction summary (§6d) is
+        # history the model needs, not a stored system prompt: it follows the prefix.
+        first = stored[0] if stored else None
+        if first is not None and first.role is Role.SYSTEM and COMPACTION_KEY in first.metadata:
+            prefix = (*prefix, first)
         return request._with_checked_messages((*prefix, *replay, *turn)), expected
 
     def _completed(
@@ -513,7 +519,7 @@ class Middleware:
         return Batch(
             self._conversation_id,
             self._new_append_id(),
-            (*turn, output.message),
+            (*turn, _with_usage(output.message, response)),
             expected_length,
         )
 
@@ -557,6 +563,27 @@ class Middleware:
                 response=response,
                 retryable=retryable,
             ) from exc
+
+
+def _with_usage(message: Message, response: Response) -> Message:
+    """The answer as committed: with the response's usage (``scope/usage``, the input
+    and output token counts) and id (``scope/response_id``) in its metadata (DESIGN
+    §6d), when the response reported them (a zero usage is no report)."""
+    meta = response.metadata
+    if meta is None:
+        return message
+    stamps: dict[str, object] = {}
+    usage = meta.usage
+    if usage.input_tokens or usage.output_tokens:
+        stamps["scope/usage"] = {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+        }
+    if meta.id:
+        stamps["scope/response_id"] = meta.id
+    if not stamps:
+        return message
+    return Message(message.role, message.parts, message.metadata.merge(stamps))
 
 
 def _commit_message(cid: ConversationID, exc: Exception, retryable: bool) -> str:
