@@ -21,6 +21,7 @@
     ├── InvalidWindowError              (also ValueError)
     ├── InvalidViewError                (also ValueError)
     ├── UnsupportedOptionError          (also ValueError)
+    ├── MaxStepsError                   a Conversation turn used up its model calls
     ├── HistoryError
     │   ├── AppendConflictError
     │   ├── ConversationClosedError
@@ -99,6 +100,7 @@ __all__ = [
     "InvalidUsageError",
     "InvalidViewError",
     "InvalidWindowError",
+    "MaxStepsError",
     "ProviderConnectionError",
     "ProviderError",
     "ProviderServerError",
@@ -344,6 +346,11 @@ def _rebuild_in_progress(
 
 def _rebuild_interrupted(message: str, conversation_id: str) -> TurnInterruptedError:
     return TurnInterruptedError(message, conversation_id=conversation_id)
+
+
+class MaxStepsError(ScopeError):
+    """A ``scope.conversation.Conversation`` turn made ``max_steps`` model calls and the
+    last answer still asked for tools. Nothing of the turn was stored."""
 
 
 class ProviderError(ScopeError):

@@ -41,6 +41,7 @@ EXPECTED: dict[str, list[str]] = {
         "InvalidUsageError",
         "InvalidViewError",
         "InvalidWindowError",
+        "MaxStepsError",
         "ProviderConnectionError",
         "ProviderError",
         "ProviderServerError",
@@ -182,6 +183,14 @@ EXPECTED: dict[str, list[str]] = {
         "REASONING_LEVELS",
     ],
     "scope.otel": ["SEMCONV_VERSION", "Tracing", "tracing"],
+    "scope.tools": ["Tool", "to_output", "tool"],
+    "scope.conversation": [
+        "Conversation",
+        "ModelMiddleware",
+        "TurnEvent",
+        "TurnEventKind",
+        "TurnResult",
+    ],
     "scope.codec": [
         "converter",
         "decode_error_for",
@@ -214,7 +223,15 @@ def test_exported_members(module_name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "module_name", ["scope.chat", "scope.history", "scope.media", "scope.metadata"]
+    "module_name",
+    [
+        "scope.chat",
+        "scope.conversation",
+        "scope.history",
+        "scope.media",
+        "scope.metadata",
+        "scope.tools",
+    ],
 )
 def test_public_classes_show_their_public_module(module_name: str) -> None:
     module = importlib.import_module(module_name)
