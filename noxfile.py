@@ -13,6 +13,7 @@ BENCHMARKS = [
     "benchmarks/bench_accumulator.py",
     "benchmarks/bench_history.py",
     "benchmarks/bench_middleware.py",
+    "benchmarks/bench_conversation.py",
     "benchmarks/bench_stores.py",
     "benchmarks/bench_openai.py",
     "benchmarks/bench_otel.py",

@@ -41,6 +41,7 @@ EXPECTED: dict[str, list[str]] = {
         "InvalidUsageError",
         "InvalidViewError",
         "InvalidWindowError",
+        "MaxStepsError",
         "ProviderConnectionError",
         "ProviderError",
         "ProviderServerError",
@@ -107,6 +108,7 @@ EXPECTED: dict[str, list[str]] = {
         "CommitError",
         "ConversationClosedError",
         "ConversationID",
+        "DefaultTokenCounter",
         "FoldedTurnLeaser",
         "HistoryChangedError",
         "HistoryError",
@@ -120,6 +122,7 @@ EXPECTED: dict[str, list[str]] = {
         "Receipt",
         "Store",
         "StoreError",
+        "TokenCounter",
         "TurnInProgressError",
         "TurnInterruptedError",
         "TurnLeaser",
@@ -127,6 +130,7 @@ EXPECTED: dict[str, list[str]] = {
         "WindowReader",
         "WindowTooSmallError",
         "Writer",
+        "compact",
     ],
     "scope.historystores": [
         "PersistentStore",
@@ -180,6 +184,14 @@ EXPECTED: dict[str, list[str]] = {
         "REASONING_LEVELS",
     ],
     "scope.otel": ["SEMCONV_VERSION", "Tracing", "tracing"],
+    "scope.tools": ["Tool", "to_output", "tool"],
+    "scope.conversation": [
+        "Conversation",
+        "ModelMiddleware",
+        "TurnEvent",
+        "TurnEventKind",
+        "TurnResult",
+    ],
     "scope.codec": [
         "converter",
         "decode_error_for",
@@ -212,7 +224,15 @@ def test_exported_members(module_name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "module_name", ["scope.chat", "scope.history", "scope.media", "scope.metadata"]
+    "module_name",
+    [
+        "scope.chat",
+        "scope.conversation",
+        "scope.history",
+        "scope.media",
+        "scope.metadata",
+        "scope.tools",
+    ],
 )
 def test_public_classes_show_their_public_module(module_name: str) -> None:
     module = importlib.import_module(module_name)

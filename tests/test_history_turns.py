@@ -37,6 +37,7 @@ from scope.errors import (
     ConversationClosedError,
     HistoryChangedError,
     HistoryError,
+    InvalidReceiptError,
     StoreError,
     TurnInProgressError,
     TurnInterruptedError,
@@ -319,6 +320,25 @@ async def test_mismatched_receipt_is_retryable(store: Any) -> None:
     assert caught.value.retryable is True
     assert caught.value.receipt is None
     assert await store.append(caught.value.batch) == caught.value.batch.receipt()
+
+
+@pytest.mark.parametrize("answer", [None, "sha256:ok", {"receipt": 1}], ids=repr)
+async def test_a_writer_that_returns_no_receipt_is_broken_not_retryable(
+    store: Any, answer: object
+) -> None:
+    class NoReceipt:
+        async def append(self, batch: Batch) -> Any:
+            await store.append(batch)
+            return answer
+
+    with pytest.raises(CommitError) as caught:
+        await Middleware(store, NoReceipt(), "c").call(Gate(1)).call(Request([user_message("q")]))
+    err = caught.value
+    assert err.retryable is False
+    assert err.receipt is None
+    assert isinstance(err.__cause__, InvalidReceiptError)
+    assert f"the writer is broken: NoReceipt.append returned {type(answer).__name__}" in str(err)
+    assert "appending this batch again cannot succeed" in str(err)
 
 
 async def test_append_conflict_is_not_retryable(store: Any) -> None:
@@ -844,12 +864,17 @@ def test_strategies_are_checked_at_construction() -> None:
     for bad in ("", "Reject", "lock", None, 1):
         with pytest.raises(ValueError, match="on_overlap must be one of"):
             Middleware(store, store, "c", on_overlap=bad)  # type: ignore[arg-type]
-    for bad_timeout in (-1, float("nan"), float("inf"), "1", True, None):
+    for bad_timeout in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="overlap_timeout must be a finite number"):
-            Middleware(store, store, "c", on_overlap="wait", overlap_timeout=bad_timeout)  # type: ignore[arg-type]
-    for bad_ttl in (0, -1, float("nan"), float("inf"), "1", True, None):
+            Middleware(store, store, "c", on_overlap="wait", overlap_timeout=bad_timeout)
+    for bad_ttl in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="lease_ttl must be a finite number"):
-            Middleware(store, store, "c", on_overlap="reject", lease_ttl=bad_ttl)  # type: ignore[arg-type]
+            Middleware(store, store, "c", on_overlap="reject", lease_ttl=bad_ttl)
+    for wrong_type in ("1", True, None):  # the argument policy: a wrong type is TypeError
+        with pytest.raises(TypeError, match="overlap_timeout must be a number of seconds"):
+            Middleware(store, store, "c", on_overlap="wait", overlap_timeout=wrong_type)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="lease_ttl must be a number of seconds"):
+            Middleware(store, store, "c", on_overlap="reject", lease_ttl=wrong_type)  # type: ignore[arg-type]
 
 
 def test_overlap_errors_are_history_errors_and_pickle() -> None:

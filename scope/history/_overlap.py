@@ -45,7 +45,7 @@ from typing import Any, Final, Literal, TypeVar, final
 
 import anyio
 
-from scope._validate import finite_number
+from scope._validate import check_seconds
 from scope.errors import TurnInProgressError, TurnInterruptedError
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
@@ -99,15 +99,9 @@ class Overlap:
             raise ValueError(
                 f"on_overlap must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}"
             )
-        if not finite_number(timeout):
-            raise ValueError(
-                f"overlap_timeout must be a finite number of seconds >= 0, got {timeout!r}"
-            )
-        if not finite_number(ttl, positive=True):
-            raise ValueError(f"lease_ttl must be a finite number of seconds > 0, got {ttl!r}")
         self.strategy: Final = strategy
-        self.timeout: Final = float(timeout)
-        self.ttl: Final = float(ttl)
+        self.timeout: Final = check_seconds(timeout, "overlap_timeout")
+        self.ttl: Final = check_seconds(ttl, "lease_ttl", positive=True)
         self.leaser: TurnLeaser | None = None
         # Whether the lease steps fold into the read (reader is the leaser) and into the
         # commit (writer is the leaser): see the module docstring.

@@ -1,7 +1,7 @@
 """``StoreConformance``: the pytest suite every history store must pass.
 
 A backend's test module subclasses it and provides an async ``store`` fixture that yields
-a fresh, empty store (a ``Store`` and ``Lister``)::
+a fresh, empty store (a ``Store`` and ``Lister``):
 
     import pytest
     from scope.history.storetest import StoreConformance
@@ -17,7 +17,7 @@ a fresh, empty store (a ``Store`` and ``Lister``)::
 
 The tests run under every backend the ``anyio_backend`` fixture names. anyio's default is
 every installed backend: asyncio, and trio when it is installed. A store that runs under
-asyncio alone pins it in the subclass (or its module, or a conftest)::
+asyncio alone pins it in the subclass (or its module, or a conftest):
 
     @pytest.fixture
     def anyio_backend(self):

@@ -28,6 +28,7 @@ import orjson
 
 from scope._documents import DIGEST_PREFIX, decode_messages, digest_of
 from scope._json import parse_exact_fast
+from scope._validate import check_type
 from scope.chat import Message
 from scope.codec import encode_messages
 from scope.errors import (
@@ -154,9 +155,9 @@ def check_batch(batch: object) -> Batch:
 def validate_table_prefix(prefix: object) -> str:
     """A table prefix: 1-49 characters of lowercase ASCII letters, digits and ``_``, not
     starting with a digit (so it is the same identifier quoted or not, in SQLite and
-    PostgreSQL). Anything else raises ``ValueError``."""
+    PostgreSQL). Not a string: ``TypeError``; any other string: ``ValueError``."""
     if not isinstance(prefix, str):
-        raise ValueError(f"table_prefix must be a string, got {type(prefix).__name__}")
+        raise TypeError(f"table_prefix must be a string, got {type(prefix).__name__}")
     if not _TABLE_PREFIX.match(prefix) or len(prefix) > MAX_TABLE_PREFIX:
         raise ValueError(
             f"table_prefix must be 1-{MAX_TABLE_PREFIX} characters of a-z, 0-9 and _, "
@@ -405,8 +406,10 @@ class DecodedCache:
 
 
 def validate_cache_size(value: object) -> int:
-    """``decoded_cache_messages``: an int >= 0, else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    """``decoded_cache_messages``: an int (else ``TypeError``) >= 0 (else ``ValueError``)."""
+    check_type(value, int, "decoded_cache_messages", "an integer")
+    assert isinstance(value, int)
+    if value < 0:
         raise ValueError(f"decoded_cache_messages must be an integer >= 0, got {value!r}")
     return value
 

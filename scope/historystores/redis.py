@@ -4,7 +4,7 @@ redis-py is imported when a store is opened, not when this module is imported. T
 client is asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore``).
 
 Keys (``{P}`` is ``prefix``, default ``scope:history``; ``{H}`` is the hex of the
-conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag)::
+conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
 
     {P}:{{H}}:batches   LIST    one element per batch: digest, "\\n", append id, "\\n", messages
     {P}:{{H}}:ids       HASH    append id -> digest (the dedupe record)
@@ -35,7 +35,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
-from scope._validate import check_lease
+from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import ScopeWarning, StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
@@ -217,7 +217,7 @@ def validate_prefix(prefix: object) -> str:
     key; glob characters because the prefix must be usable in ``SCAN MATCH``. Anything
     else raises ``ValueError``."""
     if not isinstance(prefix, str):
-        raise ValueError(f"prefix must be a string, got {type(prefix).__name__}")
+        raise TypeError(f"prefix must be a string, got {type(prefix).__name__}")
     if not _PREFIX.match(prefix):
         raise ValueError(
             "prefix must be 1-100 characters of ASCII letters, digits, '_', '.', ':' "
@@ -345,11 +345,17 @@ class RedisStore(RecordScanning, RecordStore):
         """
         if require_durable and not check_persistence:
             raise ValueError("require_durable=True needs check_persistence=True")
-        if type(cluster) is not bool:
-            raise ValueError(f"cluster must be a bool, got {cluster!r}")
+        check_type(cluster, bool, "cluster", "a bool")
+        if socket_timeout is not None:
+            socket_timeout = check_seconds(socket_timeout, "socket_timeout", positive=True)
+        if max_connections is not None:
+            check_type(max_connections, int, "max_connections", "an integer or None")
+            if max_connections < 1:
+                raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         prefix = validate_prefix(prefix)
         cache = DecodedCache(validate_cache_size(decoded_cache_messages))
-        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        check_type(url, str, "url", "a string")
+        if not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
         require_asyncio("RedisStore", "redis-py")
         aioredis = _redis()

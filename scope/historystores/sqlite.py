@@ -6,7 +6,7 @@ busy timeout). Every database call runs on a worker thread through
 ``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
 under asyncio and trio.
 
-Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``)::
+Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
 
     {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER)
     {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB)
@@ -42,7 +42,7 @@ from typing import Any, Final, Literal, TypeVar, final
 
 import anyio.to_thread
 
-from scope._validate import check_lease, finite_number
+from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import HistoryChangedError, StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._common import (
@@ -273,18 +273,14 @@ class SQLiteStore(RecordScanning, RecordStore):
             raise ValueError(
                 f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}"
             )
-        if not finite_number(busy_timeout):
-            raise ValueError(f"busy_timeout must be a finite number >= 0, got {busy_timeout!r}")
-        if (
-            isinstance(max_idle_connections, bool)
-            or not isinstance(max_idle_connections, int)
-            or max_idle_connections < 1
-        ):
+        check_seconds(busy_timeout, "busy_timeout")
+        check_type(max_idle_connections, int, "max_idle_connections", "an integer")
+        if max_idle_connections < 1:
             raise ValueError(
                 f"max_idle_connections must be an integer >= 1, got {max_idle_connections!r}"
             )
-        if type(create) is not bool:
-            raise ValueError(f"create must be a bool, got {create!r}")
+        check_type(create, bool, "create", "a bool")
+        check_type(path, (str, os.PathLike), "path", "a str or os.PathLike")
         fspath = os.fspath(path)
         if not isinstance(fspath, str) or not fspath or fspath == ":memory:":
             raise ValueError(f"path must name a database file, got {path!r}")

@@ -2,7 +2,7 @@
 
 One object is both a ``chat.Model`` (``await model.call(request)``) and a
 ``chat.Streamer`` (``model.stream(request)``) over ``POST {base_url}/v1/messages``; it
-speaks the wire protocol itself with httpx (the ``anthropic`` SDK is not needed)::
+speaks the wire protocol itself with httpx (the ``anthropic`` SDK is not needed):
 
     from scope.chat import Request, user_message
     from scope.models.anthropic import AnthropicModel

@@ -5,7 +5,7 @@ One object is both a ``chat.Model`` (``await model.call(request)``) and a
 ``chat.Streamer`` (``model.stream(request)``) over
 ``POST {base_url}/v1beta/models/{model}:generateContent`` and
 ``:streamGenerateContent?alt=sse``; it speaks the wire protocol itself with httpx (the
-``google-genai`` SDK is never imported)::
+``google-genai`` SDK is never imported):
 
     from scope.chat import Request, user_message
     from scope.models.gemini import GeminiModel

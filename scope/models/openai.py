@@ -4,7 +4,7 @@
 One object is both a ``chat.Model`` (``await model.call(request)``) and a
 ``chat.Streamer`` (``model.stream(request)``) over ``POST {base_url}/chat/completions``,
 so it reaches OpenAI and every server that speaks the same protocol (vLLM, Ollama,
-llama.cpp, DeepSeek, Groq, OpenRouter, ...)::
+llama.cpp, DeepSeek, Groq, OpenRouter, ...):
 
     from scope.chat import Request, user_message
     from scope.models.openai import OpenAIChatModel
@@ -131,8 +131,8 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.openai needs httpx: install the extra, pip install 'scope-chat[openai]'"
     ) from exc
 
+from scope._validate import check_name, check_type
 from scope.chat import Options, Request, Response
-from scope.errors import InvalidOptionsError
 from scope.models._http import UNSET, HTTPAdapter, Wire
 from scope.models._openai_wire import API, PROVIDER, ChunkMapper, build_body, parse_completion
 from scope.models._responses_wire import API as RESPONSES_API
@@ -212,10 +212,7 @@ class OpenAIChatModel(HTTPAdapter):
         retry_max_delay: float = 60.0,
         provider_name: str = "openai",
     ) -> None:
-        if not isinstance(provider_name, str) or not provider_name.strip():
-            raise InvalidOptionsError(
-                f"provider_name must be a non-empty string, got {provider_name!r}"
-            )
+        check_name(provider_name, f"{type(self).__name__} provider_name")
         super().__init__(
             model,
             api_key=api_key,
@@ -383,14 +380,8 @@ class OpenAIResponsesModel(HTTPAdapter):
         provider_name: str = "openai",
         encrypted_reasoning: bool = True,
     ) -> None:
-        if not isinstance(provider_name, str) or not provider_name.strip():
-            raise InvalidOptionsError(
-                f"provider_name must be a non-empty string, got {provider_name!r}"
-            )
-        if type(encrypted_reasoning) is not bool:
-            raise InvalidOptionsError(
-                f"encrypted_reasoning must be a bool, got {encrypted_reasoning!r}"
-            )
+        check_name(provider_name, f"{type(self).__name__} provider_name")
+        check_type(encrypted_reasoning, bool, "OpenAIResponsesModel encrypted_reasoning", "a bool")
         super().__init__(
             model,
             api_key=api_key,
