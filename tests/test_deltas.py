@@ -1,7 +1,8 @@
 """The streaming fast paths of scope.chat agree with the checked constructors.
 
 ``text_delta`` (scope/chat/_deltas.py) builds a one-fragment chunk without the four
-validating ``__init__`` calls; ``Usage.validate`` and ``ResponseMetadata.validate`` accept
+validating ``__init__`` calls, ``usage`` and ``response_metadata`` their value without
+``__init__``'s per-field lookups; ``Usage.validate`` and ``ResponseMetadata.validate`` accept
 the usual values before running their full checks (``_check``). Each is proved here to
 accept exactly what the checked path accepts, build equal values, and raise the same
 error (type and message) for everything else.
@@ -28,7 +29,7 @@ from scope.chat import (
     Role,
     Usage,
 )
-from scope.chat._deltas import text_delta
+from scope.chat._deltas import response_metadata, text_delta, usage
 from scope.errors import InvalidPartError, InvalidResponseError, InvalidUsageError
 from scope.metadata import EMPTY_METADATA, Metadata
 
@@ -52,7 +53,7 @@ kinds = st.one_of(st.sampled_from(list(PartKind)), st.sampled_from(["text", "rea
 part_metadata = st.sampled_from(
     [EMPTY_METADATA, Metadata(), Metadata({"k": 1}), {"k": "v"}, {1: 2}, None, "meta"]
 )
-response_metadata = st.sampled_from(
+response_metadatas = st.sampled_from(
     [None, ResponseMetadata(), ResponseMetadata("id", "m", Usage(1, 2)), Usage(), "x", {}]
 )
 
@@ -62,7 +63,7 @@ response_metadata = st.sampled_from(
     kind=kinds,
     text=st.one_of(texts, st.sampled_from(["", " tok1", "é", "\ud800", None, 3, b"b"])),
     metadata=part_metadata,
-    meta=response_metadata,
+    meta=response_metadatas,
 )
 def test_text_delta_builds_what_the_constructors_build(
     kind: Any, text: Any, metadata: Any, meta: Any
@@ -164,3 +165,38 @@ def test_the_response_metadata_fast_path_accepts_exactly_what_its_checks_accept(
     assert fast == outcome(metadata._check)
     if fast[0] == "error":
         assert fast[1][0] is InvalidResponseError
+
+
+def test_usage_and_response_metadata_need_no_converters() -> None:
+    """What ``usage`` and ``response_metadata`` rely on: construction is writing the
+    fields and ``validate()``; Usage has no converters, ResponseMetadata's keep a Usage
+    and a Metadata as they are."""
+    assert all(field.converter is None for field in attrs.fields(Usage))
+    assert Usage.__attrs_post_init__.__code__.co_names == ("validate",)
+    assert ResponseMetadata.__attrs_post_init__.__code__.co_names == ("validate",)
+    some = Usage(1, 2)
+    extra = Metadata({"k": 1})
+    fields = attrs.fields(ResponseMetadata)
+    assert fields.usage.converter(some) is some  # type: ignore[misc]
+    assert fields.extra.converter(extra) is extra  # type: ignore[misc]
+
+
+@settings(max_examples=1000)
+@given(a=counts, b=counts, c=counts, d=counts, e=counts)
+def test_usage_builds_what_the_constructor_builds(a: Any, b: Any, c: Any, d: Any, e: Any) -> None:
+    assert outcome(lambda: usage(a, b, c, d, e)) == outcome(lambda: Usage(a, b, c, d, e))
+
+
+@settings(max_examples=1000)
+@given(
+    response_id=names,
+    model=names,
+    usage_=st.sampled_from([Usage(), Usage(3, 4), None, "usage", 1]),
+    extra=st.sampled_from([EMPTY_METADATA, Metadata({"k": 1}), {"k": 1}, {1: 1}, None]),
+)
+def test_response_metadata_builds_what_the_constructor_builds(
+    response_id: Any, model: Any, usage_: Any, extra: Any
+) -> None:
+    assert outcome(lambda: response_metadata(response_id, model, usage_, extra)) == outcome(
+        lambda: ResponseMetadata(response_id, model, usage_, extra)
+    )

@@ -1,5 +1,6 @@
-"""``text_delta``: the stream chunk of one text or reasoning fragment, built without the
-cost of four validating constructors.
+"""Stream values built without the cost of their validating constructors:
+``text_delta`` (the chunk of one text or reasoning fragment), ``usage`` and
+``response_metadata`` (which a provider may send with every chunk).
 
 Almost every chunk a provider adapter yields is ``Response(Output(Message(ASSISTANT,
 (Part(kind, text=text, metadata=metadata),))), metadata)``. Built through the four
@@ -10,7 +11,11 @@ the values are assembled through each slot's member descriptor (``object.__new__
 what ``object.__setattr__`` ends up calling, as the codec's generated structurers do).
 Anything the fast checks do not accept takes the checked constructors, so an invalid
 value never exists and every error is the one the constructors raise.
-tests/test_deltas.py proves with hypothesis that both paths agree on every input.
+``usage`` and ``response_metadata`` write the slots the same way and then call
+``validate()``: that is what ``__init__`` does (it runs the converters, which are no-ops
+on a ``Usage`` and a ``Metadata``, then ``__attrs_post_init__``, which is ``validate()``),
+without the per-field ``object.__setattr__`` lookups. tests/test_deltas.py proves with
+hypothesis that each function and its constructors agree on every input.
 
 Private to scope: the provider adapters (``scope.models``) import it (pyproject's
 import-linter contract names them).
@@ -22,11 +27,11 @@ from typing import Any, Final
 
 from scope._json import check_str
 from scope.chat._message import Message, Part
-from scope.chat._response import Output, Response, ResponseMetadata
+from scope.chat._response import Output, Response, ResponseMetadata, Usage
 from scope.chat._types import PartKind, Role
 from scope.metadata import EMPTY_METADATA, Metadata
 
-__all__ = ["text_delta"]
+__all__ = ["response_metadata", "text_delta", "usage"]
 
 _TEXT: Final = PartKind.TEXT
 _REASONING: Final = PartKind.REASONING
@@ -71,6 +76,57 @@ _output_message, _output_finish, _output_metadata = _setters(
     Output, "message", "finish_reason", "metadata"
 )
 _response_output, _response_metadata = _setters(Response, "output", "metadata")
+_usage_setters: Final = _setters(
+    Usage,
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_input_tokens",
+    "cache_write_input_tokens",
+)
+_meta_id, _meta_model, _meta_usage, _meta_extra = _setters(
+    ResponseMetadata, "id", "model", "usage", "extra"
+)
+
+
+def usage(
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    reasoning_tokens: int | None = None,
+    cache_read_input_tokens: int | None = None,
+    cache_write_input_tokens: int | None = None,
+) -> Usage:
+    """``Usage(...)`` of the same arguments: equal, or the same ``InvalidUsageError``
+    (``Usage`` has no converters: ``__init__`` writes the slots and validates)."""
+    value = _new(Usage)
+    set_input, set_output, set_reasoning, set_read, set_write = _usage_setters
+    set_input(value, input_tokens)
+    set_output(value, output_tokens)
+    set_reasoning(value, reasoning_tokens)
+    set_read(value, cache_read_input_tokens)
+    set_write(value, cache_write_input_tokens)
+    value.validate()
+    return value
+
+
+def response_metadata(
+    id: str = "",
+    model: str = "",
+    usage: Usage | None = None,
+    extra: Metadata = EMPTY_METADATA,
+) -> ResponseMetadata:
+    """``ResponseMetadata(id, model, usage, extra)``: equal, or the same error. With a
+    ``Usage`` and a ``Metadata`` (on which its converters are no-ops) the slots are
+    written directly and validated; anything else takes the constructor."""
+    if type(usage) is not Usage or type(extra) is not Metadata:
+        return ResponseMetadata(id, model, usage, extra)
+    value = _new(ResponseMetadata)
+    _meta_id(value, id)
+    _meta_model(value, model)
+    _meta_usage(value, usage)
+    _meta_extra(value, extra)
+    value.validate()
+    return value
 
 
 def text_delta(

@@ -36,7 +36,8 @@ from scope.chat import (
     ToolCall,
     Usage,
 )
-from scope.chat._deltas import text_delta
+from scope.chat._deltas import response_metadata, text_delta
+from scope.chat._deltas import usage as make_usage
 from scope.errors import (
     AuthenticationError,
     InvalidJSONError,
@@ -480,12 +481,16 @@ def _usage(raw: object, parent: str) -> Usage:
     if type(raw) is not dict:
         raise InvalidResponseError(f"{parent}.usageMetadata must be an object, got {_kind(raw)}")
     get = raw.get
-    counts = prompt, candidates, thoughts, cached = tuple(get(key) for key in _USAGE_KEYS)
-    for key, value in zip(_USAGE_KEYS, counts, strict=True):
+    prompt = get("promptTokenCount")
+    candidates = get("candidatesTokenCount")
+    thoughts = get("thoughtsTokenCount")
+    cached = get("cachedContentTokenCount")
+    for value in (prompt, candidates, thoughts, cached):
         if value is not None and (type(value) is not int or value < 0):
-            _count(raw, key, f"{parent}.usageMetadata")  # raises, naming it
+            for key in _USAGE_KEYS:
+                _count(raw, key, f"{parent}.usageMetadata")  # raises at the first bad one
     try:
-        return Usage(prompt or 0, (candidates or 0) + (thoughts or 0), thoughts, cached)
+        return make_usage(prompt or 0, (candidates or 0) + (thoughts or 0), thoughts, cached)
     except ScopeError as exc:
         raise InvalidResponseError(f"{parent}.usageMetadata: {exc}") from exc
 
@@ -601,7 +606,7 @@ class ChunkMapper:
             if type(raw_model) is str and raw_model.strip() == raw_model
             else _meta_text(f"{where}.modelVersion", _str(body, "modelVersion", where))
         )
-        metadata = ResponseMetadata(response_id, model, usage, extra)
+        metadata = response_metadata(response_id, model, usage, extra)
         self._raw = raw
         return metadata
 
