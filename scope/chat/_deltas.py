@@ -11,7 +11,8 @@ the values are assembled through each slot's member descriptor (``object.__new__
 what ``object.__setattr__`` ends up calling, as the codec's generated structurers do).
 Anything the fast checks do not accept takes the checked constructors, so an invalid
 value never exists and every error is the one the constructors raise.
-``usage`` and ``response_metadata`` write the slots the same way and then call
+``usage`` accepts the counts ``Usage.validate``'s fast path accepts and otherwise takes
+the constructor, the same way; ``response_metadata`` writes the slots and then calls
 ``validate()``: that is what ``__init__`` does (it runs the converters, which are no-ops
 on a ``Usage`` and a ``Metadata``, then ``__attrs_post_init__``, which is ``validate()``),
 without the per-field ``object.__setattr__`` lookups. tests/test_deltas.py proves with
@@ -26,6 +27,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from scope._json import check_str
+from scope._validate import MAX_INT
 from scope.chat._message import Message, Part
 from scope.chat._response import Output, Response, ResponseMetadata, Usage
 from scope.chat._types import PartKind, Role
@@ -98,6 +100,22 @@ def usage(
 ) -> Usage:
     """``Usage(...)`` of the same arguments: equal, or the same ``InvalidUsageError``
     (``Usage`` has no converters: ``__init__`` writes the slots and validates)."""
+    reasoning = reasoning_tokens
+    cache_read = cache_read_input_tokens
+    cache_write = cache_write_input_tokens
+    if not (
+        # ``Usage.validate``'s fast path, inlined: the counts it accepts need no other
+        # check (tests/test_deltas.py); anything else takes the constructor.
+        type(input_tokens) is int
+        and type(output_tokens) is int
+        and input_tokens >= 0
+        and output_tokens >= 0
+        and input_tokens + output_tokens <= MAX_INT
+        and (reasoning is None or (type(reasoning) is int and 0 <= reasoning <= output_tokens))
+        and (cache_read is None or (type(cache_read) is int and 0 <= cache_read <= input_tokens))
+        and (cache_write is None or (type(cache_write) is int and 0 <= cache_write <= input_tokens))
+    ):
+        return Usage(input_tokens, output_tokens, reasoning, cache_read, cache_write)
     value = _new(Usage)
     set_input, set_output, set_reasoning, set_read, set_write = _usage_setters
     set_input(value, input_tokens)
@@ -105,7 +123,6 @@ def usage(
     set_reasoning(value, reasoning_tokens)
     set_read(value, cache_read_input_tokens)
     set_write(value, cache_write_input_tokens)
-    value.validate()
     return value
 
 

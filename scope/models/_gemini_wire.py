@@ -540,7 +540,13 @@ class ChunkMapper:
         del event
         if self.finish_reason_seen:
             raise InvalidResponseError("stream event after the finishReason")
-        return self.chunk(_load(data, "stream event"), "stream event")
+        try:
+            body = orjson.loads(data)  # _load, inlined: this runs for every chunk
+        except orjson.JSONDecodeError:
+            body = None
+        if type(body) is not dict:
+            body = _load(data, "stream event")  # raises, saying what is wrong
+        return self.chunk(body, "stream event")
 
     def chunk(self, body: dict[str, Any], where: str) -> Response:
         """The delta for one decoded ``GenerateContentResponse``."""
