@@ -11,12 +11,11 @@ the values are assembled through each slot's member descriptor (``object.__new__
 what ``object.__setattr__`` ends up calling, as the codec's generated structurers do).
 Anything the fast checks do not accept takes the checked constructors, so an invalid
 value never exists and every error is the one the constructors raise.
-``usage`` accepts the counts ``Usage.validate``'s fast path accepts and otherwise takes
-the constructor, the same way; ``response_metadata`` writes the slots and then calls
-``validate()``: that is what ``__init__`` does (it runs the converters, which are no-ops
-on a ``Usage`` and a ``Metadata``, then ``__attrs_post_init__``, which is ``validate()``),
-without the per-field ``object.__setattr__`` lookups. tests/test_deltas.py proves with
-hypothesis that each function and its constructors agree on every input.
+``usage`` and ``response_metadata`` accept what the fast paths of ``Usage.validate`` and
+``ResponseMetadata.validate`` accept (inlined) and otherwise take the constructor, the
+same way; their converters are no-ops on what they accept (a ``Usage``, a ``Metadata``).
+tests/test_deltas.py proves with hypothesis that each function and its constructors agree
+on every input.
 
 Private to scope: the provider adapters (``scope.models``) import it (pyproject's
 import-linter contract names them).
@@ -133,16 +132,26 @@ def response_metadata(
     extra: Metadata = EMPTY_METADATA,
 ) -> ResponseMetadata:
     """``ResponseMetadata(id, model, usage, extra)``: equal, or the same error. With a
-    ``Usage`` and a ``Metadata`` (on which its converters are no-ops) the slots are
-    written directly and validated; anything else takes the constructor."""
-    if type(usage) is not Usage or type(extra) is not Metadata:
+    ``Usage`` and a ``Metadata`` (on which its converters are no-ops) and what
+    ``ResponseMetadata.validate``'s fast path accepts (ASCII id and model without
+    surrounding whitespace) the slots are written directly; anything else takes the
+    constructor."""
+    if not (
+        type(usage) is Usage
+        and type(extra) is Metadata
+        and type(id) is str
+        and type(model) is str
+        and id.isascii()
+        and model.isascii()
+        and id.strip() == id
+        and model.strip() == model
+    ):
         return ResponseMetadata(id, model, usage, extra)
     value = _new(ResponseMetadata)
     _meta_id(value, id)
     _meta_model(value, model)
     _meta_usage(value, usage)
     _meta_extra(value, extra)
-    value.validate()
     return value
 
 

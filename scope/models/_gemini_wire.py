@@ -485,10 +485,14 @@ def _usage(raw: object, parent: str) -> Usage:
     candidates = get("candidatesTokenCount")
     thoughts = get("thoughtsTokenCount")
     cached = get("cachedContentTokenCount")
-    for value in (prompt, candidates, thoughts, cached):
-        if value is not None and (type(value) is not int or value < 0):
-            for key in _USAGE_KEYS:
-                _count(raw, key, f"{parent}.usageMetadata")  # raises at the first bad one
+    if not (
+        (prompt is None or (type(prompt) is int and prompt >= 0))
+        and (candidates is None or (type(candidates) is int and candidates >= 0))
+        and (thoughts is None or (type(thoughts) is int and thoughts >= 0))
+        and (cached is None or (type(cached) is int and cached >= 0))
+    ):
+        for key in _USAGE_KEYS:
+            _count(raw, key, f"{parent}.usageMetadata")  # raises at the first bad one
     try:
         return make_usage(prompt or 0, (candidates or 0) + (thoughts or 0), thoughts, cached)
     except ScopeError as exc:
