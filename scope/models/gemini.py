@@ -87,7 +87,9 @@ spelled is output metadata ``gemini/finish_reason``. A blocked prompt
 valid ``ResponseAccumulator`` delta (``call`` merges its one body the same way, so both
 modes give the same ``Response``); there is no end marker: the stream ends after the
 chunk with a ``finishReason``, and one that ends before it raises
-``ProviderConnectionError``.
+``ProviderConnectionError``. Gemini repeats ``responseId``, ``modelVersion`` and
+``usageMetadata`` on every chunk; a delta carries its response metadata only on the first
+chunk and when one of them changed (the merged response is the same).
 
 **Errors and retries** are those of ``OpenAIChatModel`` (shared code), read from the
 ``{"error": {code, message, status, details}}`` body: 401/403 ``AuthenticationError``,
