@@ -19,6 +19,17 @@ One object is both a ``chat.Model`` (``await model.call(request)``) and a
 constructor's ``model`` (a leading ``models/`` is accepted). Importing ``scope`` never
 imports this module; importing it imports httpx.
 
+**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+``scope/provider`` (``gcp.gemini``), ``scope/model`` (the model that answered, else the
+one asked for) and ``scope/api`` (``gemini.generate_content``). Thought signatures (and
+signed thoughts) go back only from the adapter's own messages: same API, provider and
+model (or a dated snapshot of it); a message without provenance is foreign. A foreign
+function call of the current turn (after the last user message) carries Google's
+documented placeholder ``skip_thought_signature_validator`` on the first call of its
+step, as Gemini 3 requires. The parts left out are counted in the response's
+``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and named in a
+DEBUG record of the ``scope.models`` logger.
+
 **Request mapping.** System messages become ``systemInstruction`` (one text part each).
 User messages are ``user`` contents: text parts, media as ``inlineData`` (bytes, base64)
 or ``fileData`` (a URI; a Files API file's URI too). Assistant messages are ``model``

@@ -88,6 +88,16 @@ only the ``index``); a call with no id by the finish reason or ``[DONE]`` gets
 its end, so the connection can be reused); a stream that ends without ``[DONE]`` is
 accepted only after a finish reason.
 
+**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+``scope/provider`` (``provider_name``), ``scope/model`` (the model that answered, else
+the one asked for) and ``scope/api`` (``openai.chat`` here, ``openai.responses`` for
+``OpenAIResponsesModel``). Provider state (``extra_content``, ``reasoning_details``,
+``reasoning_content``; the Responses API's reasoning items and item ids) goes back only
+from the adapter's own messages: same API, provider and model (or a dated snapshot of
+it); a message without provenance is foreign. The parts left out are counted in the
+response's ``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and
+named in a DEBUG record of the ``scope.models`` logger.
+
 **Errors.** HTTP failures become ``scope.errors`` provider errors, with ``status_code``,
 the decoded ``body`` and ``request_id`` (the ``x-request-id`` header): 401/403
 ``AuthenticationError``; 429 ``RateLimitError`` (``retry_after`` from ``Retry-After``);
