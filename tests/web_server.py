@@ -73,7 +73,7 @@ SCENARIOS: dict[str, tuple[list[Response], Exception | None]] = {
         [
             chunk(_delta("call_a", "lookup", '{"q": ')),
             chunk(_delta("call_b", "search", '{"term"')),
-            chunk(_delta("call_a", "lookup", '"α"}')),
+            chunk(_delta("call_a", "lookup", '"ä"}')),
             chunk(_delta("call_b", "search", ': "β", "n": 2}'), finish=FinishReason.TOOL_CALLS),
         ],
         None,

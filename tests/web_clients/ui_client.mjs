@@ -7,7 +7,9 @@ import { DefaultChatTransport, readUIMessageStream } from "ai";
 const [base, path, mode, chatId, releasePath] = process.argv.slice(2);
 const transport = new DefaultChatTransport({ api: `${base}${path}` });
 const errors = [];
-const user = { id: "u1", role: "user", parts: [{ type: "text", text: "Hi there" }] };
+// In resume mode the question names the chat (the test's model waits on it).
+const text = mode === "resume" ? chatId : "Hi there";
+const user = { id: "u1", role: "user", parts: [{ type: "text", text }] };
 
 async function read(stream, limit = Infinity) {
   let last = null;
