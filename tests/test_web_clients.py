@@ -15,7 +15,6 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -25,9 +24,7 @@ import pytest
 
 from scope.chat import FinishReason, Request, Response, Streamer, StreamerFunc
 from scope.history.inmemory import InMemoryStore
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from web_server import SCENARIOS, chunk, live_server, scenario_app  # noqa: E402
+from tests.web_server import SCENARIOS, chunk, live_server, scenario_app
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CLIENTS = ROOT / "tests" / "web_clients"

@@ -9,6 +9,7 @@ once whatever the clients do.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -351,9 +352,11 @@ class ResumableTurns:
         when the log cannot serve them. With ``cancel_on_disconnect``, closing this
         before the end cancels the turn."""
         finished = False
+        events = self.log.events(turn_id, last_event_id)
         try:
-            async for event_id, data in self.log.events(turn_id, last_event_id):
-                yield _with_id(data, event_id)
+            async with contextlib.aclosing(events):  # type: ignore[type-var]
+                async for event_id, data in events:
+                    yield _with_id(data, event_id)
             finished = True
         finally:
             if not finished and self._cancel_on_disconnect:
