@@ -173,12 +173,14 @@ class RedisTurnLog:
       (``decode_responses=False``); the caller owns and closes it.
     - ``prefix``: key prefix (default ``"scope:turn"``); one stream per turn,
       ``{prefix}:{turn_id}`` (the turn id is the hash tag, for Redis Cluster).
-    - ``max_events``: events kept per turn (``XADD MAXLEN``, default 10,000).
+    - ``max_events``: events kept per turn (``XADD MAXLEN``, default 10,000); a client
+      who missed trimmed events gets ``TurnLogError``.
     - ``keep_seconds``: the stream's expiry after its last write (default 300 s).
     - ``block_ms``: how long one ``XREAD`` waits before it looks again (default 5,000).
 
-    Event ids are Redis stream ids. The first entry marks the turn open and the last
-    one marks its end; readers skip both.
+    Event ids are the stream ids ``0-1``, ``0-2``, ... (Redis 7's ``XADD key 0-*``:
+    consecutive, so a gap left by trimming shows). The first entry marks the turn open
+    and the last one its end; readers skip both.
     """
 
     def __init__(
@@ -205,7 +207,7 @@ class RedisTurnLog:
     async def _add(self, turn_id: str, fields: dict[str, bytes]) -> str:
         key = self._key(turn_id)
         pipe = self._client.pipeline(transaction=True)
-        pipe.xadd(key, fields, maxlen=self._max + 2, approximate=False)
+        pipe.xadd(key, fields, id="0-*", maxlen=self._max + 1, approximate=False)
         pipe.pexpire(key, self._keep_ms)
         entry_id, _ = await pipe.execute()
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
@@ -241,8 +243,8 @@ class RedisTurnLog:
                 wanted = _stream_id(after)
             except ValueError:
                 raise TurnLogError(f"turn {turn_id!r}: {after!r} is not an event id") from None
-            first_id = first[0][0].decode()
-            if b"o" not in first[0][1] and _stream_id(first_id) > wanted:
+            first_id = _stream_id(first[0][0].decode())
+            if first_id[1] > wanted[1] + 1:  # ids are 0-1, 0-2, ...: no gaps but trimmed ones
                 raise TurnLogError(
                     f"turn {turn_id!r}: the events after {after} were dropped "
                     f"(the log keeps {self._max})"
