@@ -4,6 +4,7 @@ the turn logs (in memory and Redis) and ResumableTurns' disconnect semantics."""
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -592,21 +593,25 @@ async def test_start_needs_async_with() -> None:
         await ResumableTurns().start("t", ui_message_stream(scripted("text")))
 
 
-async def test_a_turn_runs_on_after_its_reader_leaves_and_is_stored_once() -> None:
+async def test_a_turn_runs_on_after_its_reader_leaves_and_is_stored_once(log: TurnLog) -> None:
     gate = anyio.Event()
     store = InMemoryStore()
     conversation = Conversation(_gated_model(gate), store, "c")
     with anyio.fail_after(10):
-        async with ResumableTurns() as turns:
+        async with ResumableTurns(log) as turns:
             await turns.start("c", ui_message_stream(conversation.stream("hi")))
             reader = turns.stream("c")
             first = await anext(reader)
             await reader.aclose()  # the client disconnects mid-turn
-            assert first.startswith(b"data: ") and b"\nid: 1\n" in first
+            assert first.startswith(b"data: ")
+            found = re.search(rb"\nid: (\S+)\n", first)
+            assert found is not None
             gate.set()
-            rest = b"".join([data async for data in turns.stream("c", "1")])
+            rest = b"".join([data async for data in turns.stream("c", found[1].decode())])
+            again = b"".join([data async for data in turns.stream("c")])  # from the start
     assert rest.endswith(b"data: [DONE]\n\n")
     assert b'"delta":"second"' in rest and b'"delta":"first "' not in rest
+    assert again.startswith(first) and again.endswith(rest)
     stored = await store.read("c")
     assert [m.text for m in stored] == ["hi", "first second"]
 
