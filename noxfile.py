@@ -20,6 +20,7 @@ BENCHMARKS = [
     "benchmarks/bench_anthropic.py",
     "benchmarks/bench_openai_responses.py",
     "benchmarks/bench_redis_listing.py",
+    "benchmarks/bench_web.py",
 ]
 
 

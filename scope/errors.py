@@ -22,6 +22,7 @@
     ├── InvalidViewError                (also ValueError)
     ├── UnsupportedOptionError          (also ValueError)
     ├── MaxStepsError                   a Conversation turn used up its model calls
+    ├── TurnLogError                    (also LookupError) scope.web: no events to resume
     ├── HistoryError
     │   ├── AppendConflictError
     │   ├── ConversationClosedError
@@ -111,6 +112,7 @@ __all__ = [
     "StoreError",
     "TurnInProgressError",
     "TurnInterruptedError",
+    "TurnLogError",
     "UnsupportedOptionError",
     "WindowTooSmallError",
 ]
@@ -351,6 +353,12 @@ def _rebuild_interrupted(message: str, conversation_id: str) -> TurnInterruptedE
 class MaxStepsError(ScopeError):
     """A ``scope.conversation.Conversation`` turn made ``max_steps`` model calls and the
     last answer still asked for tools. Nothing of the turn was stored."""
+
+
+class TurnLogError(ScopeError, LookupError):
+    """A resumable turn's events cannot be served (``scope.web``): the turn is unknown
+    or expired, or the events after the client's last event id were dropped (the
+    per-turn log is bounded). The message names the turn and what is missing."""
 
 
 class ProviderError(ScopeError):

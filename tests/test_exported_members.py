@@ -52,6 +52,7 @@ EXPECTED: dict[str, list[str]] = {
         "StoreError",
         "TurnInProgressError",
         "TurnInterruptedError",
+        "TurnLogError",
         "UnsupportedOptionError",
         "WindowTooSmallError",
     ],
@@ -184,6 +185,20 @@ EXPECTED: dict[str, list[str]] = {
         "REASONING_LEVELS",
     ],
     "scope.otel": ["SEMCONV_VERSION", "Tracing", "tracing"],
+    "scope.web": [
+        "AGUI_HEADERS",
+        "InMemoryTurnLog",
+        "RedisTurnLog",
+        "ResumableTurns",
+        "TurnLog",
+        "TurnLogError",
+        "UI_MESSAGE_STREAM_HEADERS",
+        "agui_events",
+        "default_error_text",
+        "ui_message_stream",
+        "user_message_from_agui",
+        "user_message_from_ui",
+    ],
     "scope.tools": ["Tool", "to_output", "tool"],
     "scope.conversation": [
         "Conversation",
@@ -232,6 +247,7 @@ def test_exported_members(module_name: str) -> None:
         "scope.media",
         "scope.metadata",
         "scope.tools",
+        "scope.web",
     ],
 )
 def test_public_classes_show_their_public_module(module_name: str) -> None:
