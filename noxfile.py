@@ -19,6 +19,8 @@ BENCHMARKS = [
     "benchmarks/bench_otel.py",
     "benchmarks/bench_anthropic.py",
     "benchmarks/bench_openai_responses.py",
+    "benchmarks/bench_gemini.py",
+    "benchmarks/bench_window.py",
     "benchmarks/bench_redis_listing.py",
     "benchmarks/bench_web.py",
 ]
@@ -27,7 +29,7 @@ BENCHMARKS = [
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The test suite (server tests skip unless SCOPE_TEST_* servers are reachable)."""
-    session.install("-e", ".[test,postgres,redis,openai,anthropic]")
+    session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
 
 
@@ -62,13 +64,15 @@ def bench(session: nox.Session) -> None:
     """Every benchmark, competitors included (they are never runtime dependencies)."""
     session.install(
         "-e",
-        ".[postgres,redis,openai,otel,anthropic]",
+        ".[postgres,redis,openai,otel,anthropic,gemini]",
         "opentelemetry-sdk",
         "langchain-core",
         "pydantic-ai-slim",
         "openai",
         "openai-agents",
         "anthropic",
+        "google-genai",
+        "rfc8785",
     )
     for script in session.posargs or BENCHMARKS:
         session.run("python", script)
