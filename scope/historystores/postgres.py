@@ -231,7 +231,8 @@ class PostgresStore(RecordScanning, RecordStore):
         ``postgresql://user:password@host:5432/db``) and create the tables when missing.
 
         ``create=True`` creates the schema when missing and upgrades an older one in
-        place (needs the rights to create tables and functions); ``create=False`` runs
+        place (needs the rights to create tables and functions only then: on a schema
+        already at this version it runs no DDL); ``create=False`` runs
         no DDL and only checks that the schema exists at the current version
         (``StoreError`` naming ``scope history migrate`` if not).
 
@@ -417,6 +418,11 @@ class PostgresStore(RecordScanning, RecordStore):
             )
 
     async def _create_schema(self, conn: Any) -> None:
+        # A schema already at this version needs no DDL: a role holding only DML rights
+        # opens it with the default create=True (CREATE ... IF NOT EXISTS would still
+        # need the right to create in the schema).
+        if await self._schema_version(conn) == SCHEMA_VERSION:
+            return
         async with conn.transaction():
             await conn.execute(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
             version = await self._schema_version(conn)

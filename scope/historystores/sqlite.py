@@ -530,7 +530,7 @@ def _open_schema(pool: _Pool, create: bool) -> None:
     except sqlite3.Error as exc:
         raise _DRIVER.failed(exc, f"open of {pool.path!r}") from exc
     try:
-        if create:
+        if create and _schema_version(conn, t) != SCHEMA_VERSION:
             # WAL is a property of the file: set once, kept by every later connection.
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
             if mode is None or str(mode[0]).lower() != "wal":
@@ -538,7 +538,7 @@ def _open_schema(pool: _Pool, create: bool) -> None:
                     f"SQLite database {pool.path!r} cannot use WAL mode (got {mode!r})"
                 )
             _transaction(conn, lambda: _create_schema(conn, t))
-        else:
+        elif not create:
             version = _schema_version(conn, t)
             if version != SCHEMA_VERSION:
                 raise schema_mismatch(f"SQLite database {pool.path!r}", t.schema, version)
