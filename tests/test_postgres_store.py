@@ -161,7 +161,7 @@ async def test_retry_after_connection_killed_after_commit_lands_once(
     killed: list[int] = []
 
     async def lose_the_reply(
-        self: PostgresStore, fn: Callable[[Any], Awaitable[Any]], what: str
+        self: PostgresStore, fn: Callable[[Any], Awaitable[Any]], what: str, **options: Any
     ) -> Any:
         async def commit_then_die(conn: Any) -> Any:
             result = await fn(conn)  # committed
@@ -170,7 +170,7 @@ async def test_retry_after_connection_killed_after_commit_lands_once(
                 await conn.fetchval("SELECT 1")  # the dead session: a real driver error
             return result
 
-        return await original(self, commit_then_die, what)
+        return await original(self, commit_then_die, what, **options)
 
     async with await PostgresStore.open(
         dsn, table_prefix=prefix, application_name=app_name
@@ -323,29 +323,56 @@ async def test_statement_cancelled_by_an_operator_is_reported_not_retried(
         assert await store.append(second) == second.receipt()
 
 
-async def test_cancelled_call_returns_at_once_and_its_statement_finishes(
+async def test_cancelled_append_returns_once_its_outcome_is_settled(
     dsn: str, prefix: str, app_name: str
 ) -> None:
-    """A call cancelled while its statement waits for a lock raises at once; the statement
-    goes on in the background, lands when the lock goes, and aclose() waits for it."""
-    store = await PostgresStore.open(dsn, table_prefix=prefix, application_name=app_name)
-    try:
+    """A cancelled append waits for its statement before it raises: when the cancelled
+    call returns, the batch has landed (here: the lock went and it committed), so the
+    same task's next read sees it and its next fence counts it."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name
+    ) as store:
         await store.append(batch("c", "a1"))
         second = batch("c", "a2", "second")
         lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
-        async with held(dsn, lock):
+        conn = await asyncpg.connect(dsn)
+        try:
+            tr = conn.transaction()
+            await tr.start()
+            await conn.execute(lock)
             task = asyncio.ensure_future(store.append(second))
+            await until_waiting_for_a_lock(dsn, app_name)
+            task.cancel()
+            await asyncio.sleep(0.3)
+            assert not task.done()  # still settling: the statement waits for the lock
+            await tr.rollback()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # Settled: committed before the cancellation was delivered.
+            assert await store.read_batches("c") == [batch("c", "a1"), second]
+        finally:
+            await conn.close()
+
+
+async def test_cancelled_append_that_cannot_land_is_settled_within_the_timeout(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """A cancelled append whose statement the server times out returns after about
+    ``command_timeout``, and its batch never lands."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name, command_timeout=2.0
+    ) as store:
+        await store.append(batch("c", "a1"))
+        lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        async with held(dsn, lock):
+            task = asyncio.ensure_future(store.append(batch("c", "a2", "second")))
             await until_waiting_for_a_lock(dsn, app_name)
             start = time.monotonic()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert time.monotonic() - start < 0.2
-        # The lock is gone: the statement of the cancelled call commits; aclose waits.
-    finally:
-        await store.aclose()
-    async with await PostgresStore.open(dsn, table_prefix=prefix) as again:
-        assert await again.read_batches("c") == [batch("c", "a1"), second]
+            assert time.monotonic() - start < 2.0 + 1.0
+        assert await store.read_batches("c") == [batch("c", "a1")]
 
 
 async def test_every_operation_behind_a_held_table_lock_times_out(dsn: str, prefix: str) -> None:

@@ -1,7 +1,7 @@
 """Stores remember what they append: a read after this handle's own append (or a
 deduplicated retry) decodes nothing; a cold handle decodes every record once, strictly.
 
-Decoding is counted at ``scope.historystores._common.parse_exact_fast`` (every strict decode of a
+Decoding is counted at ``scope.historystores._records.parse_exact_fast`` (every strict decode of a
 record starts there)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from scope.history import Batch
-from scope.historystores import _common
+from scope.historystores import _records
 from tests.helpers import turn
 from tests.servers import BACKENDS, fresh_backend
 
@@ -37,13 +37,13 @@ async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 @pytest.fixture
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     count = [0]
-    real = _common.parse_exact_fast
+    real = _records.parse_exact_fast
 
     def counting(data: Any) -> Any:
         count[0] += 1
         return real(data)
 
-    monkeypatch.setattr(_common, "parse_exact_fast", counting)
+    monkeypatch.setattr(_records, "parse_exact_fast", counting)
     return count
 
 

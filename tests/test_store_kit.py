@@ -1,5 +1,5 @@
-"""The backend kit every persistent store shares (``scope.historystores._common``): what
-a server-side append's outcome means, the retry-once wrapper, the driver error mapping and
+"""The backend kit every persistent store shares (``scope.historystores._driver``,
+``_store`` and ``_records``): what a server-side append's outcome means, the retry-once wrapper, the driver error mapping and
 the decoding of stored conversation ids, each in one place."""
 
 from __future__ import annotations
@@ -18,13 +18,17 @@ from scope.errors import (
     StoreError,
 )
 from scope.history import Batch, ConversationID
-from scope.historystores._common import (
+from scope.historystores._driver import (
     Driver,
-    ListedIDs,
-    check_outcome,
     retry_once,
     store_closed,
+)
+from scope.historystores._records import (
+    ListedIDs,
     stored_id,
+)
+from scope.historystores._store import (
+    check_outcome,
 )
 
 BATCH = Batch("c", "a1", [user_message("q"), assistant_message("a")], expected_length=4)

@@ -18,7 +18,7 @@ import pytest
 from scope.cli import main
 from scope.errors import HistoryChangedError, StoreError
 from scope.history import Batch, HistoryView
-from scope.historystores._common import SCHEMA_VERSION
+from scope.historystores._schema import SCHEMA_VERSION
 from scope.historystores.sqlite import SQLiteStore
 from tests.helpers import turn
 from tests.servers import (

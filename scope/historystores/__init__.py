@@ -30,8 +30,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from scope._validate import publish as _publish
 from scope.history import Clearer, Lister, Reader, Writer
-from scope.historystores._common import SCHEMA_VERSION
-from scope.historystores._records import RecordScanner, StoredRecord
+from scope.historystores._scan import RecordScanner, StoredRecord
+from scope.historystores._schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from scope.historystores.sqlite import Synchronous

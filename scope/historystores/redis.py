@@ -37,28 +37,32 @@ from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_lease
 from scope.errors import ScopeWarning, StoreError
-from scope.history import Batch, ConversationID, HistoryView, Receipt
-from scope.historystores._common import (
-    DecodedCache,
-    Decoder,
+from scope.history import Batch, ConversationID, HistoryView
+from scope.historystores._driver import (
     Driver,
-    ListedIDs,
-    RecordStore,
     cancellation_mark,
-    check_batch,
-    check_outcome,
-    corrupt,
-    decode_records,
     deliver_cancellation,
     require_asyncio,
     retry_once,
-    shown_id,
     store_closed,
+)
+from scope.historystores._records import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_CACHE_MESSAGES,
+    DecodedCache,
+    Decoder,
+    ListedIDs,
+    corrupt,
+    decode_records,
+    shown_id,
     stored_id,
     validate_cache_size,
     view_of,
 )
-from scope.historystores._records import RecordScanning
+from scope.historystores._scan import RecordScanning
+from scope.historystores._store import (
+    RecordStore,
+)
 
 __all__ = ["RedisStore"]
 
@@ -235,6 +239,7 @@ class RedisStore(RecordScanning, RecordStore):
         "_listed",
         "_listing",
         "_listing_checked",
+        "_outcome_source",
         "_socket_timeout",
         "cluster",
         "prefix",
@@ -259,6 +264,7 @@ class RedisStore(RecordScanning, RecordStore):
         self.prefix: Final = prefix
         self.cluster: Final = cluster
         self._listed = ListedIDs(repr(self))
+        self._outcome_source = "Redis append script"
 
     @classmethod
     async def open(
@@ -269,7 +275,8 @@ class RedisStore(RecordScanning, RecordStore):
         max_connections: int | None = None,
         client_name: str | None = None,
         socket_timeout: float | None = 10.0,
-        decoded_cache_messages: int = 10_000,
+        decoded_cache_messages: int = DEFAULT_CACHE_MESSAGES,
+        decoded_cache_bytes: int = DEFAULT_CACHE_BYTES,
         check_persistence: bool = True,
         require_durable: bool = False,
         cluster: bool = False,
@@ -281,7 +288,9 @@ class RedisStore(RecordScanning, RecordStore):
         prefixes share one database independently.
         ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
         re-reading a conversation skips decoding (each record is still checked against its
-        digest on every read); 0 disables the cache.
+        digest on every read); 0 disables the cache. ``decoded_cache_bytes`` (default
+        64 MiB) bounds the same cache by the encoded size of the batches it holds, media
+        included; a cleared conversation leaves it.
         ``socket_timeout`` (seconds, default 10; None: no bound) bounds connecting and
         each command's round trip; a timeout raises ``StoreError`` and is not retried.
 
@@ -311,7 +320,10 @@ class RedisStore(RecordScanning, RecordStore):
         if type(cluster) is not bool:
             raise ValueError(f"cluster must be a bool, got {cluster!r}")
         prefix = validate_prefix(prefix)
-        cache = DecodedCache(validate_cache_size(decoded_cache_messages))
+        cache = DecodedCache(
+            validate_cache_size(decoded_cache_messages),
+            validate_cache_size(decoded_cache_bytes, "decoded_cache_bytes"),
+        )
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
         require_asyncio("RedisStore", "redis-py")
@@ -428,14 +440,14 @@ class RedisStore(RecordScanning, RecordStore):
             "cleared there open again"
         )
 
-    async def _listing_page(self, after: bytes | None, what: str) -> list[bytes]:
-        """Up to ``_PAGE`` listed ids after ``after`` (from the start when None), in
+    async def _listing_page(self, after: bytes | None, what: str, size: int = _PAGE) -> list[bytes]:
+        """Up to ``size`` listed ids after ``after`` (from the start when None), in
         byte order: one round trip."""
         client = self._client
         start = b"-" if after is None else b"(" + after
 
         async def page() -> list[bytes]:
-            found = await client.zrange(self._listing, start, b"+", bylex=True, offset=0, num=_PAGE)
+            found = await client.zrange(self._listing, start, b"+", bylex=True, offset=0, num=size)
             return [bytes(member) for member in found]
 
         return await self._call(page, what)
@@ -588,12 +600,7 @@ class RedisStore(RecordScanning, RecordStore):
         )
         return [(start + offset, *_fields(item)) for offset, item in enumerate(items)]
 
-    async def append(self, batch: Batch) -> Receipt:
-        """Append ``batch`` atomically and return its receipt. Raises
-        ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
-        fenced batch at another length), ``InvalidBatchError`` (not a Batch, before any
-        I/O) or ``StoreError``."""
-        batch = check_batch(batch)
+    async def _write(self, batch: Batch) -> Any:
         cid = batch.conversation_id
         aid = str(batch.id).encode("utf-8")
         digest = batch.digest.encode("ascii")
@@ -604,7 +611,6 @@ class RedisStore(RecordScanning, RecordStore):
         listing = self._listing
         count = len(batch.messages)
         expected = "" if batch.expected_length is None else str(batch.expected_length)
-
         cluster = self.cluster
 
         async def append() -> Any:
@@ -614,23 +620,25 @@ class RedisStore(RecordScanning, RecordStore):
                 )
             return await client.eval(_APPEND, 4, *keys, aid, digest, record, count, expected)
 
-        outcome = await self._call(append, f"append to conversation {str(cid)!r}")
-        check_outcome(batch, outcome, "Redis append script")
-        if cluster:
-            # The listing is in another hash slot: listed after the batch landed (and
-            # again on a retry), before the receipt, so every acknowledged id is listed.
-            await self._call(lambda: client.zadd(listing, {member: 0}), f"listing of {str(cid)!r}")
-        return self._landed(batch)
+        return await self._call(append, f"append to conversation {str(cid)!r}")
 
-    async def clear(self, conversation_id: str) -> None:
-        """Close the conversation for ever and delete its batches (one script), then drop
-        it from the listing. Idempotent; an id never written is closed too."""
-        cid = ConversationID(conversation_id)
+    async def _after_append(self, batch: Batch) -> None:
+        if not self.cluster:
+            return
+        # The listing is in another hash slot: listed after the batch landed (and again
+        # on a retry), before the receipt, so every acknowledged id is listed.
+        cid = batch.conversation_id
+        client = self._client
+        member = cid.encode("utf-8")
+        await self._call(
+            lambda: client.zadd(self._listing, {member: 0}), f"listing of {str(cid)!r}"
+        )
+
+    async def _clear(self, cid: ConversationID) -> None:
         keys = self._keys(cid)
         client = self._client
         listing = self._listing
         member = cid.encode("utf-8")
-
         cluster = self.cluster
 
         async def clear() -> None:
@@ -674,38 +682,51 @@ class RedisStore(RecordScanning, RecordStore):
 
         return bool(await self._call(release, f"lease release of conversation {str(cid)!r}"))
 
-    async def conversations(self) -> list[ConversationID]:
-        """Open conversations holding at least one batch, in code point order (the
-        sorted set orders members by their UTF-8 bytes), one round trip per 1,000 ids.
-        A stored id that is not valid is skipped (see ``invalid_conversation_ids``).
+    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+        """One round trip per 1,000 listed ids (``limit`` or all), in code point order
+        (the sorted set orders members by their UTF-8 bytes).
 
-        On one Redis the listing holds exactly those ids (the append and clear scripts
-        keep it). On a Cluster it is kept beside the scripts, so each listed id's closure
-        is checked too (one ``EXISTS`` per id, pipelined), and a closed one is dropped."""
-        client = self._client
-        listing = self._listing
+        On one Redis the listing holds exactly the open conversations that hold a batch
+        (the append and clear scripts keep it). On a Cluster it is kept beside the
+        scripts, so each listed id's closure is checked too (one ``EXISTS`` per id,
+        pipelined), and a closed one is dropped from the listing."""
         if not self._listing_checked:
             await self._upgrade_listing()
-        raw_ids: list[bytes] = []
-        after: bytes | None = None
-        while True:
-            page = await self._listing_page(after, "listing of conversations")
-            raw_ids += page
-            if len(page) < _PAGE:
+        out: list[bytes] = []
+        cursor = None if after is None else after.encode("utf-8")
+        while limit is None or len(out) < limit:
+            want = _PAGE if limit is None else min(_PAGE, limit - len(out))
+            page = await self._listing_page(cursor, "listing of conversations", want)
+            if not page:
                 break
-            after = page[-1]
-        ids = self._listed.valid(raw_ids)  # an invalid member is skipped, never deleted
-        if not self.cluster or not ids:
-            return ids
+            cursor = page[-1]
+            fetched = len(page)
+            if self.cluster:
+                page = await self._open_only(page)
+            out += page
+            if fetched < want:
+                break
+        return out
 
-        closed_keys = [self._keys(cid)[0] for cid in ids]
-        flags = await self._call(
-            lambda: _exists_each(client, closed_keys), "listing of conversations"
-        )
-        gone = [cid.encode("utf-8") for cid, closed in zip(ids, flags, strict=True) if closed]
-        if gone:  # a clear whose listing update did not happen: closed for ever, forget it
-            await self._call(lambda: client.zrem(listing, *gone), "listing cleanup")
-        return [cid for cid, closed in zip(ids, flags, strict=True) if not closed]
+    async def _open_only(self, page: list[bytes]) -> list[bytes]:
+        """The ids of ``page`` whose conversation is not closed (Cluster: a clear whose
+        listing update did not happen is finished here, the id forgotten)."""
+        valid: list[bytes] = []
+        keys: list[str] = []
+        for raw in page:
+            try:
+                keys.append(self._keys(stored_id(raw))[0])
+            except ValueError:
+                continue  # left for the listing to report, never deleted
+            valid.append(raw)
+        if not keys:
+            return page
+        client = self._client
+        flags = await self._call(lambda: _exists_each(client, keys), "listing of conversations")
+        closed = {raw for raw, flag in zip(valid, flags, strict=True) if flag}
+        if closed:
+            await self._call(lambda: client.zrem(self._listing, *closed), "listing cleanup")
+        return [raw for raw in page if raw not in closed]
 
 
 async def _exists_each(client: Any, keys: list[str]) -> list[Any]:
