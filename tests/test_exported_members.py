@@ -128,6 +128,7 @@ EXPECTED: dict[str, list[str]] = {
         "Writer",
     ],
     "scope.historystores": [
+        "OpeningStore",
         "PersistentStore",
         "RecordScanner",
         "SCHEMA_VERSION",

@@ -413,6 +413,23 @@ async def test_persistence_warning_and_refusal(config: dict[str, str], consequen
             await RedisStore.open(fake.url, require_durable=True)
 
 
+async def test_open_store_warns_at_its_caller_and_passes_require_durable() -> None:
+    from scope.historystores import open_store
+
+    async with FakeRedis({"appendonly": "no", "save": ""}) as fake:
+        with pytest.warns(ScopeWarning, match="does not persist data") as caught:
+            store = await open_store(fake.url)
+        await store.aclose()
+        assert caught[0].filename == __file__  # not scope/historystores/__init__.py
+        with pytest.warns(ScopeWarning, match="does not persist data") as caught:
+            async with open_store(fake.url) as store:
+                assert not store.closed
+        assert caught[0].filename == __file__
+        assert store.closed  # the block closed it
+        with pytest.raises(StoreError, match="refused \\(require_durable=True\\)"):
+            await open_store(fake.url, require_durable=True)
+
+
 async def test_persistence_unknown_when_config_is_not_permitted() -> None:
     error = "NOPERM this user has no permissions to run the 'config|get' command"
     async with FakeRedis(None, config_error=error) as fake:

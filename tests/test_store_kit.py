@@ -1,6 +1,7 @@
 """The backend kit every persistent store shares (``scope.historystores._driver``,
-``_store`` and ``_records``): what a server-side append's outcome means, the retry-once wrapper, the driver error mapping and
-the decoding of stored conversation ids, each in one place."""
+``_store`` and ``_records``): what a server-side append's outcome means, the retry-once
+wrapper, the driver error mapping and the decoding of stored conversation ids, each in
+one place."""
 
 from __future__ import annotations
 

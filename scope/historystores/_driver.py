@@ -8,6 +8,9 @@ caller (``warn_caller``).
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol, TypeVar, final
 
@@ -16,6 +19,7 @@ import anyio.lowlevel
 from scope.errors import StoreError
 
 __all__ = [
+    "warn_caller",
     "cancellation_mark",
     "deliver_cancellation",
     "require_asyncio",
@@ -191,3 +195,18 @@ async def retry_once(
             await settle(None)
         return result
     raise AssertionError("unreachable: the second attempt returns or raises")
+
+
+#: This package's directory: ``warn_caller`` skips the frames inside it.
+_PACKAGE: Final = os.path.dirname(__file__) + os.sep
+
+
+def warn_caller(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` pointing at the first frame outside ``scope.historystores``:
+    the code that opened the store, through ``open_store`` or a store's ``open``."""
+    frame = sys._getframe(1)
+    level = 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)

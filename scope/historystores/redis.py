@@ -31,7 +31,6 @@ import contextlib
 import functools
 import math
 import re
-import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
@@ -45,6 +44,7 @@ from scope.historystores._driver import (
     require_asyncio,
     retry_once,
     store_closed,
+    warn_caller,
 )
 from scope.historystores._records import (
     DEFAULT_CACHE_BYTES,
@@ -357,11 +357,10 @@ class RedisStore(RecordScanning, RecordStore):
                 if problem is not None:
                     if require_durable:
                         raise StoreError(f"{problem}; refused (require_durable=True)")
-                    warnings.warn(
+                    warn_caller(
                         f"{problem}. Configure appendonly yes (appendfsync everysec or "
                         "always), or pass require_durable=True to refuse such a server",
                         ScopeWarning,
-                        stacklevel=2,
                     )
         except BaseException:
             await client.aclose()
