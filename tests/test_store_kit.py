@@ -5,6 +5,7 @@ one place."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -221,3 +222,36 @@ def test_listed_ids_skip_and_remember_what_stored_id_refuses() -> None:
     listed = ListedIDs("FakeStore")
     assert listed.valid([b"a", "b", b"\xff", 7, " c", b"a"]) == ["a", "b", "a"]
     assert listed.invalid == (" c", "7", "\\xff")
+
+
+@pytest.mark.anyio
+async def test_an_odd_exception_from_inside_the_driver_package_is_retried_then_mapped() -> None:
+    # The driver package here is json: an exception its code raises that the driver
+    # table does not list (as redis-py raises AttributeError from a torn-down
+    # connection) is the driver's failure.
+    driver = Driver("Fake", errors=(Refused,), package="json")
+    store = FakeStore()
+    calls: list[int] = []
+
+    async def attempt() -> str:
+        calls.append(1)
+        return str(json.loads("{"))
+
+    with pytest.raises(
+        StoreError, match=r"retried on a fresh connection\) failed: JSONDecodeError"
+    ):
+        await retry_once(store, driver, attempt, "append")
+    assert (len(calls), store.reconnects) == (2, 1)
+
+
+@pytest.mark.anyio
+async def test_an_odd_exception_from_scope_code_is_not_the_drivers() -> None:
+    driver = Driver("Fake", errors=(Refused,), package="json")
+    store = FakeStore()
+
+    async def attempt() -> str:
+        raise AttributeError("a bug of ours")
+
+    with pytest.raises(AttributeError, match="a bug of ours"):
+        await retry_once(store, driver, attempt, "append")
+    assert store.reconnects == 0

@@ -106,9 +106,15 @@ class Driver:
     driver raises (each becomes ``StoreError``); ``retryable`` the failures after which
     the same operation may succeed on a fresh connection (the connection or its session
     dropped); ``timeouts`` the ones that are never retried (see ``retry_once``).
+
+    ``package`` is the driver's top-level package (``"redis"``): any other exception
+    raised from inside its code (redis-py's cluster client raises ``AttributeError``
+    when a node's connection was torn down under a command: its writer is gone) is a
+    failure of the driver's connection state too, so it counts as ``retryable``. An
+    exception raised by scope's own code keeps propagating as the bug it is.
     """
 
-    __slots__ = ("errors", "name", "retryable", "timeouts")
+    __slots__ = ("errors", "name", "package", "retryable", "timeouts")
 
     def __init__(
         self,
@@ -117,11 +123,38 @@ class Driver:
         errors: tuple[type[BaseException], ...],
         retryable: tuple[type[BaseException], ...] = (),
         timeouts: tuple[type[BaseException], ...] = (),
+        package: str | None = None,
     ) -> None:
         self.name: Final = name
         self.errors: Final = errors
         self.retryable: Final = retryable
         self.timeouts: Final = timeouts
+        self.package: Final = package
+
+    def kind(self, exc: Exception) -> str | None:
+        """What ``retry_once`` does with ``exc``: ``"timeout"``, ``"retry"``,
+        ``"error"`` (mapped, not retried) or None (not the driver's: let it through)."""
+        if isinstance(exc, self.timeouts):  # first: TimeoutError is an OSError
+            return "timeout"
+        if isinstance(exc, self.retryable) or self._raised_inside(exc):
+            return "retry"
+        if isinstance(exc, self.errors):
+            return "error"
+        return None
+
+    def _raised_inside(self, exc: BaseException) -> bool:
+        """Whether ``exc`` was raised by code of the driver's package."""
+        if self.package is None:
+            return False
+        tb = exc.__traceback__
+        if tb is None:
+            return False
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        return isinstance(module, str) and (
+            module == self.package or module.startswith(self.package + ".")
+        )
 
     def failed(self, exc: BaseException, what: str) -> StoreError:
         """The ``StoreError`` of a driver failure (callers chain ``exc``)."""
@@ -163,7 +196,9 @@ async def retry_once(
     ``store._timed_out(exc, what)`` and never retried: whatever held the call (a lock,
     a full pool, load, a dead network) most likely still holds it, and a retry would
     double the caller's wait; the caller may repeat the call. Any other
-    ``driver.errors`` failure is ``driver.failed(exc, what)``.
+    ``driver.errors`` failure is ``driver.failed(exc, what)``. An exception raised
+    inside the driver's package that is none of these counts as retryable (see
+    ``Driver``).
 
     ``settle`` runs after each attempt, before anything else, with its error or None:
     Redis passes ``deliver_cancellation`` there, so a cancellation the driver swallowed
@@ -174,23 +209,20 @@ async def retry_once(
             what = f"{what} (retried on a fresh connection)"
         try:
             result = await attempt()
-        except driver.timeouts as exc:  # first: TimeoutError is an OSError
+        except Exception as exc:
+            kind = driver.kind(exc)
+            if kind is None:
+                raise  # not a driver failure: scope's own error or a bug
             if settle is not None:
                 await settle(exc)
-            raise store._timed_out(exc, what) from exc
-        except driver.retryable as exc:
-            if settle is not None:
-                await settle(exc)
-            if retry:
+            if kind == "timeout":
+                raise store._timed_out(exc, what) from exc
+            if kind == "error" or retry:
                 raise driver.failed(exc, what) from exc
             if store.closed:
                 raise store_closed(type(store).__name__) from None
             await store._reconnect()
             continue
-        except driver.errors as exc:
-            if settle is not None:
-                await settle(exc)
-            raise driver.failed(exc, what) from exc
         if settle is not None:
             await settle(None)
         return result

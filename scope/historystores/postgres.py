@@ -114,6 +114,7 @@ def _driver(asyncpg: Any) -> Driver:
             exc.TransactionRollbackError,  # class 40: serialization failure, deadlock
         ),
         timeouts=(_AcquireTimeout, TimeoutError, exc.QueryCanceledError),
+        package="asyncpg",
     )
 
 

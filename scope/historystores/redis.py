@@ -178,6 +178,7 @@ def _driver() -> Driver:
             OSError,
         ),
         timeouts=(redis.exceptions.TimeoutError, TimeoutError),
+        package="redis",
     )
 
 
