@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import pytest
@@ -22,7 +23,13 @@ from scope.errors import StoreError
 from scope.history.storetest import StoreConformance
 from scope.historystores.postgres import PostgresStore
 from tests.helpers import batch, texts
-from tests.servers import drop_tables, import_driver, postgres_dsn_or_skip, unique_table_prefix
+from tests.servers import (
+    StallingProxy,
+    drop_tables,
+    import_driver,
+    postgres_dsn_or_skip,
+    unique_table_prefix,
+)
 
 asyncpg = import_driver("asyncpg")
 
@@ -434,6 +441,28 @@ async def test_a_server_that_does_not_answer_is_bounded_client_side(dsn: str, pr
         assert 1.2 <= elapsed < 2.5, elapsed
         await store.append(batch("c", "a1"))
         assert texts(await store.read("c")) == ["hello", "hello!"]
+
+
+async def test_a_stalled_server_is_bounded_by_command_timeout_plus_one_second(
+    dsn: str, prefix: str
+) -> None:
+    """Behind a proxy that stops passing the server's replies (a stopped server, a dead
+    network), an append raises ``StoreError`` after command_timeout + 1 s, the bound the
+    docs give, not later."""
+    parts = urlsplit(dsn)
+    async with StallingProxy(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
+        netloc = parts.netloc.rsplit("@", 1)
+        host = f"127.0.0.1:{proxy.port}"
+        proxied = parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host)
+        async with await PostgresStore.open(
+            urlunsplit(proxied), table_prefix=prefix, command_timeout=1.0
+        ) as store:
+            await store.append(batch("c", "a1"))
+            proxy.hold_replies()
+            error, elapsed = await timed(store.append(batch("c", "a2", "second")))
+            assert error is not None and "waiting for the server's answer" in str(error)
+            assert 1.9 <= elapsed < 2.3, elapsed
+            proxy.release_replies()
 
 
 # -- corruption -------------------------------------------------------------------------

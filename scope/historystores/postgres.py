@@ -404,6 +404,12 @@ class PostgresStore(RecordScanning, RecordStore):
             raise _AcquireTimeout(f"{type(exc).__name__}: {exc}") from exc
         try:
             return await fn(conn)
+        except TimeoutError:
+            # The client's own bound ran out: the server did not answer. A graceful
+            # release would wait for it again (asyncpg resets the connection), so the
+            # connection is dropped at once; the pool opens a fresh one when needed.
+            conn.terminate()
+            raise
         finally:
             await self._pool.release(conn)
 
