@@ -367,7 +367,7 @@ async def test_cancelled_append_that_cannot_land_is_settled_within_the_timeout(
     """A cancelled append whose statement the server times out returns after about
     ``command_timeout``, and its batch never lands."""
     async with await PostgresStore.open(
-        dsn, table_prefix=prefix, application_name=app_name, command_timeout=2.0
+        dsn, table_prefix=prefix, application_name=app_name, command_timeout=3.0
     ) as store:
         await store.append(batch("c", "a1"))
         lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
@@ -378,7 +378,7 @@ async def test_cancelled_append_that_cannot_land_is_settled_within_the_timeout(
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert time.monotonic() - start < 2.0 + 1.0
+            assert time.monotonic() - start < 3.0 + 1.0
         assert await store.read_batches("c") == [batch("c", "a1")]
 
 
@@ -461,7 +461,7 @@ async def test_a_stalled_server_is_bounded_by_command_timeout_plus_one_second(
             proxy.hold_replies()
             error, elapsed = await timed(store.append(batch("c", "a2", "second")))
             assert error is not None and "waiting for the server's answer" in str(error)
-            assert 1.9 <= elapsed < 2.3, elapsed
+            assert 1.9 <= elapsed < 2.7, elapsed  # it was 3 s (and 4 s here) before
             proxy.release_replies()
 
 
