@@ -336,6 +336,10 @@ class ListedIDs:
 
     def valid(self, raw_ids: Iterable[object]) -> list[ConversationID]:
         """The valid ids of ``raw_ids``, in their order; the others are skipped."""
+        raw_ids = list(raw_ids)
+        fast = ConversationID._all(raw_ids)  # one check for the whole page, when it passes
+        if fast is not None:
+            return fast
         out: list[ConversationID] = []
         for raw in raw_ids:
             try:

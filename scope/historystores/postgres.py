@@ -118,6 +118,10 @@ def _driver(asyncpg: Any) -> Driver:
     )
 
 
+async def _keep_session(conn: Any) -> None:
+    """The pool's reset of a released connection: nothing (see ``open``)."""
+
+
 class _AcquireTimeout(Exception):
     """Internal: no pool connection came free within ``acquire_timeout``."""
 
@@ -306,6 +310,10 @@ class PostgresStore(RecordScanning, RecordStore):
                 if command_timeout is None
                 else command_timeout + _CLIENT_GRACE,
                 server_settings=server_settings,
+                # Released connections are not reset (RESET ALL, UNLISTEN, ...: one round
+                # trip per call): the store's statements change no session state, and an
+                # open transaction is still rolled back by the pool.
+                reset=_keep_session,
             )
         except ValueError as exc:  # includes asyncpg's ClientConfigurationError
             raise ValueError(f"invalid PostgreSQL DSN: {exc}") from exc
