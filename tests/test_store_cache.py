@@ -109,7 +109,8 @@ async def test_the_decoded_cache_is_bounded_by_bytes_and_forgets_a_cleared_conve
     opener: Opener, decodes: list[int]
 ) -> None:
     big = [Batch("c", f"a{i}", turn("x" * 4000 + str(i))) for i in range(4)]
-    bound = 2 * len(big[0].encoded_messages) + 100  # two batches fit, not three
+    # A batch counts twice its encoded size: two batches fit, not three.
+    bound = 2 * 2 * len(big[0].encoded_messages) + 100
     store = await opener(decoded_cache_bytes=bound)
     try:
         for batch in big:
@@ -120,7 +121,7 @@ async def test_the_decoded_cache_is_bounded_by_bytes_and_forgets_a_cleared_conve
         assert decodes == [4]  # a history over the bound is decoded on every read (LRU)
         await store.append(Batch("d", "a1", turn("d")))
         await store.clear("c")
-        assert store._cache.size == (2, len(Batch("d", "a1", turn("d")).encoded_messages))
+        assert store._cache.size == (2, 2 * len(Batch("d", "a1", turn("d")).encoded_messages))
     finally:
         await store.aclose()
 
@@ -136,7 +137,7 @@ def test_the_replay_cache_is_bounded_by_bytes_and_forgets_a_cleared_conversation
     from scope.history.inmemory import InMemoryStore
 
     one = Batch("c", "a1", turn("x" * 4000)).messages
-    size = len(Batch("c", "a1", list(one)).encoded_messages)
+    size = 2 * len(Batch("c", "a1", list(one)).encoded_messages)  # counted twice
     replays = Replays(max_conversations=100, max_bytes=2 * size + 50)
     for cid in ("a", "b", "c"):
         replays.replay(ConversationID(cid), one)

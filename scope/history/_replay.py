@@ -64,8 +64,8 @@ class _Entry:
         self.restart = max(restart, 0)
 
 
-#: The replay cache's default bounds: conversations, and bytes of their messages'
-#: canonical encoding (media included).
+#: The replay cache's default bounds: conversations, and bytes of memory their messages
+#: take (twice their canonical encoding, media included).
 DEFAULT_MAX_CONVERSATIONS: Final = 1024
 DEFAULT_MAX_BYTES: Final = 128 * 1024 * 1024
 
@@ -73,8 +73,9 @@ DEFAULT_MAX_BYTES: Final = 128 * 1024 * 1024
 @final
 class Replays:
     """Checked replays of recently used conversations: an LRU bounded by
-    ``max_conversations`` and by ``max_bytes`` of the held messages' canonical encoding
-    (media included; a history larger than ``max_bytes`` alone is checked, not kept).
+    ``max_conversations`` and by ``max_bytes`` of memory the held messages take,
+    estimated as twice their canonical encoded size, media included (see ``_size``; a
+    history larger than ``max_bytes`` alone is checked, not kept).
     A cleared conversation leaves it (the stores report each clear).
 
     Thread-safe; the values are immutable tuples, replaced whole."""
@@ -145,9 +146,11 @@ class Replays:
 
 
 def _size(messages: Sequence[object]) -> int:
-    """The canonical encoded size of ``messages`` (checked Messages: their encoding is
-    cached, so this costs a join)."""
-    return len(encode_messages([m for m in messages if isinstance(m, Message)]))
+    """What ``messages`` hold in memory, estimated as twice their canonical encoded
+    size: the encoding each message keeps for re-encoding, and the decoded values (text,
+    media bytes) themselves. Checked Messages have their encoding cached, so this costs
+    a join."""
+    return 2 * len(encode_messages([m for m in messages if isinstance(m, Message)]))
 
 
 def _non_system(cid: ConversationID, stored: tuple[object, ...], start: int) -> tuple[Message, ...]:

@@ -90,8 +90,9 @@ class DecodedCache:
     read again on every turn. A record's digest is checked against its bytes on every
     read, and equal digests mean equal bytes, so the cached messages (immutable values)
     are exactly what decoding would give. Bounded twice: at most ``max_messages``
-    messages and ``max_bytes`` bytes of their canonical encoding (media included), the
-    least recently used batches leaving first; a batch over either bound alone is not
+    messages and ``max_bytes`` bytes, the least recently used batches leaving first. A
+    batch counts twice its encoded size (media included): the canonical bytes each
+    message keeps for re-encoding, and the decoded values themselves; a batch over either bound alone is not
     kept. ``forget(conversation_id)`` drops a cleared conversation's batches.
     Thread-safe: SQLite reads decode on worker threads. Either bound 0 disables it.
     """
@@ -142,6 +143,7 @@ class DecodedCache:
         self, conversation_id: str, digest: str, messages: tuple[Message, ...], size: int
     ) -> None:
         """Cache a batch's decoded ``messages`` (``size``: its encoded bytes)."""
+        size *= 2  # the encoding the messages keep, and the values (see the class)
         if len(messages) > self.max_messages or size > self.max_bytes:
             return
         key = (conversation_id, digest)

@@ -255,8 +255,8 @@ class PostgresStore(RecordScanning, RecordStore):
         ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
         re-reading a conversation skips decoding (each record is still checked against its
         digest on every read); 0 disables the cache. ``decoded_cache_bytes`` (default
-        64 MiB) bounds the same cache by the encoded size of the batches it holds, media
-        included; a cleared conversation leaves it.
+        64 MiB) bounds the same cache by memory: a batch counts twice its encoded size,
+        media included; a cleared conversation leaves it.
         ``command_timeout`` (seconds, default 10; None: the server's own setting) bounds
         every statement on the server (``statement_timeout``, lock waits included);
         ``acquire_timeout`` (seconds, default 10; None: no bound) bounds the wait for a

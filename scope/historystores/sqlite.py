@@ -277,8 +277,8 @@ class SQLiteStore(RecordScanning, RecordStore):
         ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
         re-reading a conversation skips decoding (each record is still checked against its
         digest on every read); 0 disables the cache. ``decoded_cache_bytes`` (default
-        64 MiB) bounds the same cache by the encoded size of the batches it holds, media
-        included; a cleared conversation leaves it.
+        64 MiB) bounds the same cache by memory: a batch counts twice its encoded size,
+        media included; a cleared conversation leaves it.
         Bad arguments raise
         ``ValueError`` (before any I/O); a file that cannot be opened as a database
         raises ``StoreError``.
