@@ -100,9 +100,7 @@ async def sqlite_rows(tmp: str) -> None:
         sql = "SELECT id FROM scope_history_conversations WHERE closed = 0 ORDER BY id"
 
         async def raw() -> list[str]:
-            return await anyio.to_thread.run_sync(
-                lambda: [row[0] for row in conn.execute(sql)]
-            )
+            return await anyio.to_thread.run_sync(lambda: [row[0] for row in conn.execute(sql)])
 
         try:
             await compare("SQLite", store, raw)

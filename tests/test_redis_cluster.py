@@ -99,6 +99,34 @@ async def test_a_closed_id_left_in_the_listing_is_dropped(
         assert await admin.zrange(f"{prefix}:conversations", 0, -1) == [b"kept"]
 
 
+async def test_listing_checks_the_closure_of_cleared_ids_only(
+    url: str, prefix: str, admin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing page comes with one script; the closure of an id is only checked when a
+    clear started on it (in the cleared set beside the listing), not per listed id."""
+    import scope.historystores.redis as module
+
+    checked: list[list[str]] = []
+    real = module._exists_each
+
+    async def counting(client: Any, keys: list[str]) -> list[Any]:
+        checked.append(keys)
+        return await real(client, keys)
+
+    monkeypatch.setattr(module, "_exists_each", counting)
+    async with await open_cluster(url, prefix) as store:
+        assert await store.conversations() == []  # the handle's one-time listing check
+        for cid in ("a", "b", "c"):
+            await store.append(Batch(cid, "a1", turn(cid)))
+        await store.clear("b")
+        assert await store.conversations() == ["a", "c"]
+        assert checked == []  # nothing listed was ever cleared
+        # A clear that died before unlisting: its id is in the cleared set, so checked.
+        await admin.zadd(f"{prefix}:conversations", {"b": 0})
+        assert await store.conversations() == ["a", "c"]
+        assert checked == [[store._keys("b")[0]]]
+
+
 async def test_persistence_is_checked_on_every_master(url: str, prefix: str) -> None:
     from scope.errors import ScopeWarning, StoreError
 

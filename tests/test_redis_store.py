@@ -165,7 +165,7 @@ async def test_listing_written_by_0_1_is_cleaned_once(url: str, prefix: str, adm
     async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
         assert await store.conversations() == ["kept"]
         assert await admin.zrange(listing, 0, -1) == [b"kept"]
-        assert await admin.get(f"{prefix}:schema") == b"2"
+        assert await admin.get(f"{prefix}:schema") == b"3"
         await store.append(batch("never appended", "a1"))
         assert await store.conversations() == ["kept", "never appended"]
 

@@ -92,8 +92,9 @@ class DecodedCache:
     are exactly what decoding would give. Bounded twice: at most ``max_messages``
     messages and ``max_bytes`` bytes, the least recently used batches leaving first. A
     batch counts twice its encoded size (media included): the canonical bytes each
-    message keeps for re-encoding, and the decoded values themselves; a batch over either bound alone is not
-    kept. ``forget(conversation_id)`` drops a cleared conversation's batches.
+    message keeps for re-encoding, and the decoded values themselves; a batch over
+    either bound alone is not kept. ``forget(conversation_id)`` drops a cleared
+    conversation's batches.
     Thread-safe: SQLite reads decode on worker threads. Either bound 0 disables it.
     """
 

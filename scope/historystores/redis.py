@@ -11,7 +11,9 @@ conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
     {P}:{{H}}:closed    STRING  closure evidence; never expires
     {P}:{{H}}:length    STRING  how many messages the conversation holds (the fence's count)
     {P}:{{H}}:lease     STRING  the turn lease's holder token, expiring (PX) by the server
-    {P}:conversations   ZSET    every conversation ever appended to, score 0 (lexical order)
+    {P}:conversations   ZSET    the open conversations holding a batch, score 0 (lexical order)
+    {{P}:conversations}:cleared  SET  Cluster only: every id a clear started on, in the
+                                listing's hash slot (the listing checks only these ids' closure)
 
 One conversation's keys share a hash slot, so its scripts also run on Redis Cluster. The
 append and clear are each one Lua script (atomic in Redis); ``read_view`` is one
@@ -138,8 +140,22 @@ _PAGE: Final = 1000
 
 #: The listing layout this version keeps: the key ``{prefix}:schema`` holds it. 2: the
 #: listing holds exactly the open conversations that hold a batch (scope 0.1 also
-#: listed closed and never-written ids and filtered them on every listing).
-_LISTING_VERSION: Final = b"2"
+#: listed closed and never-written ids and filtered them on every listing). 3: on a
+#: Cluster every id a clear started on is in the cleared set beside the listing (see
+#: ``RedisStore._list``); the upgrade checks every listed id once more.
+_LISTING_VERSION: Final = b"3"
+
+# Cluster listing page. KEYS: listing, cleared set (one slot). ARGV: start (ZRANGEBYLEX
+# syntax), page size. Returns member, flag, member, flag, ...: flag 1 when a clear
+# started on the id (then its closure is checked across slots).
+_LIST_PAGE: Final = """
+local out = {}
+for _, member in ipairs(redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, ARGV[2])) do
+  out[#out + 1] = member
+  out[#out + 1] = redis.call('SISMEMBER', KEYS[2], member)
+end
+return out
+"""
 
 
 def _redis() -> Any:
@@ -234,6 +250,7 @@ class RedisStore(RecordScanning, RecordStore):
 
     __slots__ = (
         "_cache",
+        "_cleared",
         "_client",
         "_closed",
         "_driver",
@@ -261,6 +278,9 @@ class RedisStore(RecordScanning, RecordStore):
         self._closed = False
         self._driver = _driver()
         self._listing = f"{prefix}:conversations"
+        # Cluster: the ids a clear started on, in the listing's hash slot (the hash tag
+        # is the listing's whole name, which is what the listing key hashes by).
+        self._cleared = f"{{{self._listing}}}:cleared"
         self._listing_checked = False
         self.prefix: Final = prefix
         self.cluster: Final = cluster
@@ -645,8 +665,12 @@ class RedisStore(RecordScanning, RecordStore):
             if not cluster:
                 await client.eval(_CLEAR, 4, *keys[:3], listing, member)
                 return
+            # Another slot: first marked in the listing's slot, so a listing checks this
+            # id's closure until it left the listing (see _list), then closed, then
+            # unlisted.
+            await client.sadd(self._cleared, member)
             await client.eval(_CLEAR, 3, *keys[:3])
-            await client.zrem(listing, member)  # another slot: after the closure
+            await client.zrem(listing, member)
 
         await self._call(clear, f"clear of conversation {str(cid)!r}")
 
@@ -688,45 +712,60 @@ class RedisStore(RecordScanning, RecordStore):
 
         On one Redis the listing holds exactly the open conversations that hold a batch
         (the append and clear scripts keep it). On a Cluster it is kept beside the
-        scripts, so each listed id's closure is checked too (one ``EXISTS`` per id,
-        pipelined), and a closed one is dropped from the listing."""
+        scripts (another hash slot): a clear first adds the id to a cleared set in the
+        listing's slot, then closes the conversation, then unlists it; an append lists
+        its id after its script. So a listed id can only be closed when it is in the
+        cleared set (a clear that died before unlisting it, or an append's listing that
+        came after a clear): each page comes with those flags from one script, and only
+        the flagged ids' closure is checked (normally none); a closed one is unlisted."""
         if not self._listing_checked:
             await self._upgrade_listing()
         out: list[bytes] = []
         cursor = None if after is None else after.encode("utf-8")
         while limit is None or len(out) < limit:
             want = _PAGE if limit is None else min(_PAGE, limit - len(out))
-            page = await self._listing_page(cursor, "listing of conversations", want)
+            if self.cluster:
+                page, listed = await self._cluster_page(cursor, want)
+            else:
+                page = listed = await self._listing_page(cursor, "listing of conversations", want)
             if not page:
                 break
             cursor = page[-1]
-            fetched = len(page)
-            if self.cluster:
-                page = await self._open_only(page)
-            out += page
-            if fetched < want:
+            out += listed
+            if len(page) < want:
                 break
         return out
 
-    async def _open_only(self, page: list[bytes]) -> list[bytes]:
-        """The ids of ``page`` whose conversation is not closed (Cluster: a clear whose
-        listing update did not happen is finished here, the id forgotten)."""
-        valid: list[bytes] = []
-        keys: list[str] = []
-        for raw in page:
+    async def _cluster_page(
+        self, after: bytes | None, size: int
+    ) -> tuple[list[bytes], list[bytes]]:
+        """One Cluster listing page (``_LIST_PAGE``): the ids fetched, and those of them
+        not found closed (the closed ones are unlisted)."""
+        client = self._client
+        start = b"-" if after is None else b"(" + after
+        keys = (self._listing, self._cleared)
+        flat = await self._call(
+            lambda: client.eval(_LIST_PAGE, 2, *keys, start, size), "listing of conversations"
+        )
+        page = [bytes(member) for member in flat[0::2]]
+        flagged = [index for index, flag in enumerate(flat[1::2]) if flag]
+        suspects: list[int] = []
+        closed_keys: list[str] = []
+        for index in flagged:
             try:
-                keys.append(self._keys(stored_id(raw))[0])
+                closed_keys.append(self._keys(stored_id(page[index]))[0])
             except ValueError:
                 continue  # left for the listing to report, never deleted
-            valid.append(raw)
-        if not keys:
-            return page
-        client = self._client
-        flags = await self._call(lambda: _exists_each(client, keys), "listing of conversations")
-        closed = {raw for raw, flag in zip(valid, flags, strict=True) if flag}
-        if closed:
-            await self._call(lambda: client.zrem(self._listing, *closed), "listing cleanup")
-        return [raw for raw in page if raw not in closed]
+            suspects.append(index)
+        if not closed_keys:
+            return page, page
+        flags = await self._call(
+            lambda: _exists_each(client, closed_keys), "listing of conversations"
+        )
+        gone = {page[index] for index, flag in zip(suspects, flags, strict=True) if flag}
+        if gone:  # closed for ever: forget them
+            await self._call(lambda: client.zrem(self._listing, *gone), "listing cleanup")
+        return page, [raw for raw in page if raw not in gone]
 
 
 async def _exists_each(client: Any, keys: list[str]) -> list[Any]:
