@@ -31,33 +31,14 @@ from typing import Any
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scope.chat import assistant_message, user_message
-from scope.history import Batch
+from _listing import best_of, fill
+
 from scope.historystores._schema import SCHEMA_VERSION
 from tests.servers import drop_keys, drop_tables
 
-COUNT, PAGE, TASKS = 10_000, 1000, 32
-TURN = [user_message("hello"), assistant_message("hi")]
-
-
-async def best_of(repeats: int, fn: Callable[[], Awaitable[Any]]) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        await fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-async def fill(store: Any, ids: list[str]) -> None:
-    async def worker(chunk: list[str]) -> None:
-        for cid in chunk:
-            await store.append(Batch(cid, "a1", TURN))
-
-    async with anyio.create_task_group() as tg:
-        for i in range(TASKS):
-            tg.start_soon(worker, ids[i::TASKS])
+COUNT, PAGE = 10_000, 1000
 
 
 async def paged(store: Any) -> int:

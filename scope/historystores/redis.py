@@ -146,15 +146,15 @@ _PAGE: Final = 1000
 _LISTING_VERSION: Final = b"3"
 
 # Cluster listing page. KEYS: listing, cleared set (one slot). ARGV: start (ZRANGEBYLEX
-# syntax), page size. Returns member, flag, member, flag, ...: flag 1 when a clear
-# started on the id (then its closure is checked across slots).
+# syntax), page size. Returns {members, flagged}: the page, and the 0-based indices of
+# its ids a clear started on (then their closure is checked across slots).
 _LIST_PAGE: Final = """
-local out = {}
-for _, member in ipairs(redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, ARGV[2])) do
-  out[#out + 1] = member
-  out[#out + 1] = redis.call('SISMEMBER', KEYS[2], member)
+local members = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, ARGV[2])
+local flagged = {}
+for index, member in ipairs(members) do
+  if redis.call('SISMEMBER', KEYS[2], member) == 1 then flagged[#flagged + 1] = index - 1 end
 end
-return out
+return {members, flagged}
 """
 
 
@@ -744,11 +744,10 @@ class RedisStore(RecordScanning, RecordStore):
         client = self._client
         start = b"-" if after is None else b"(" + after
         keys = (self._listing, self._cleared)
-        flat = await self._call(
+        members, flagged = await self._call(
             lambda: client.eval(_LIST_PAGE, 2, *keys, start, size), "listing of conversations"
         )
-        page = [bytes(member) for member in flat[0::2]]
-        flagged = [index for index, flag in enumerate(flat[1::2]) if flag]
+        page = [bytes(member) for member in members]
         suspects: list[int] = []
         closed_keys: list[str] = []
         for index in flagged:
