@@ -108,10 +108,11 @@ class Driver:
     dropped); ``timeouts`` the ones that are never retried (see ``retry_once``).
 
     ``package`` is the driver's top-level package (``"redis"``): any other exception
-    raised from inside its code (redis-py's cluster client raises ``AttributeError``
-    when a node's connection was torn down under a command: its writer is gone) is a
-    failure of the driver's connection state too, so it counts as ``retryable``. An
-    exception raised by scope's own code keeps propagating as the bug it is.
+    raised inside a call into its code (redis-py's cluster client raises
+    ``AttributeError`` when a node's connection was torn down under a command: its
+    writer is gone) is a failure of the driver's connection state too, so it counts as
+    ``retryable``. An exception raised by scope's own code keeps propagating as the bug
+    it is.
     """
 
     __slots__ = ("errors", "name", "package", "retryable", "timeouts")
@@ -143,18 +144,23 @@ class Driver:
         return None
 
     def _raised_inside(self, exc: BaseException) -> bool:
-        """Whether ``exc`` was raised by code of the driver's package."""
+        """Whether ``exc`` was raised inside a call into the driver's package: a frame of
+        the package comes after scope's last frame (the innermost frame itself may be
+        the standard library's, e.g. asyncio's streams under the driver)."""
         if self.package is None:
             return False
+        inside = False
         tb = exc.__traceback__
-        if tb is None:
-            return False
-        while tb.tb_next is not None:
+        while tb is not None:
+            module = tb.tb_frame.f_globals.get("__name__", "")
+            if not isinstance(module, str):
+                module = ""
+            if module == self.package or module.startswith(self.package + "."):
+                inside = True
+            elif module == "scope" or module.startswith("scope."):
+                inside = False
             tb = tb.tb_next
-        module = tb.tb_frame.f_globals.get("__name__", "")
-        return isinstance(module, str) and (
-            module == self.package or module.startswith(self.package + ".")
-        )
+        return inside
 
     def failed(self, exc: BaseException, what: str) -> StoreError:
         """The ``StoreError`` of a driver failure (callers chain ``exc``)."""
