@@ -13,12 +13,14 @@ BENCHMARKS = [
     "benchmarks/bench_accumulator.py",
     "benchmarks/bench_history.py",
     "benchmarks/bench_middleware.py",
+    "benchmarks/bench_conversation.py",
     "benchmarks/bench_stores.py",
     "benchmarks/bench_openai.py",
     "benchmarks/bench_otel.py",
     "benchmarks/bench_anthropic.py",
     "benchmarks/bench_openai_responses.py",
     "benchmarks/bench_redis_listing.py",
+    "benchmarks/bench_web.py",
 ]
 
 

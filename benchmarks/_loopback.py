@@ -113,10 +113,16 @@ def server_process(serve: Callable[..., None], *args: Any) -> Iterator[str]:
         process.join(10)
 
 
+#: The acceptance bar of issues 21 and 27: per streamed chunk, an adapter's ``stream``
+#: costs at most this many times the hand-written httpx + SSE + orjson client.
+BAR = 1.5
+
+
 def print_table(rows: list[tuple[str, float | None]], events: int, missing: str) -> None:
     """The loopback table: best ms, µs per event, the ratio to the first row (the
     floor) and µs per event over it; a None row is ``skipped (<missing> not
-    installed)``."""
+    installed)``. Then the ratio the acceptance bar is about: ``scope stream`` over
+    ``httpx + SSE + orjson`` (both measured in this run)."""
     floor = rows[0][1]
     assert floor is not None
     print(f"{'contender':<28}{'best ms':>10}{'us/chunk':>10}{'x floor':>9}{'+us/chunk':>11}")
@@ -127,3 +133,7 @@ def print_table(rows: list[tuple[str, float | None]], events: int, missing: str)
         per = seconds / events * 1e6
         extra = (seconds - floor) / events * 1e6
         print(f"{name:<28}{seconds * 1e3:>10.2f}{per:>10.2f}{seconds / floor:>9.2f}{extra:>11.2f}")
+    times = dict(rows)
+    sse, scope = times["httpx + SSE + orjson"], times["scope stream"]
+    assert sse is not None and scope is not None
+    print(f"\nscope stream / (httpx + SSE + orjson) = {scope / sse:.2f} (bar: {BAR})")

@@ -15,6 +15,12 @@ reader), with a breakdown: parsing alone, building and validating the values fro
 tree alone, and the same turn with every number in orjson's spelling (where the orjson
 fast path of the exact reader applies). Decoding always validates every value.
 
+Beside the generated structurers, the reason they exist, measured: the same parsed tree
+structured by a strict ``cattrs.gen`` converter (``make_dict_structure_fn`` per class with
+``forbid_extra_keys`` and detailed validation, the codec's own strict leaf hooks, the
+same field names; each value built through its ``__init__``, so validated). It must
+decode to the same turn.
+
 The last row is a lower bound for any decoder that builds scope's values (frozen, slotted
 attrs classes, as DESIGN §2 requires): ``orjson.loads`` of the bytes, the base64 decode of
 the image and signature, and allocating every value and filling each of its slots with
@@ -26,18 +32,23 @@ from __future__ import annotations
 import base64
 import sys
 import time
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
+import cattrs
 import orjson
+from cattrs.gen import make_dict_structure_fn, override
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _turn import standard_turn
 
+from scope._codec._errors import VALUE_ERRORS, Fail
+from scope._codec._structure import WIRE_NAMES, structurer_for
 from scope._json import parse_exact, parse_exact_fast
 from scope.chat import Message
 from scope.codec import from_builtins, from_json, to_builtins, to_json
@@ -57,6 +68,21 @@ def best(fn: Callable[[], Any], number: int = NUMBER, rounds: int = ROUNDS) -> f
             fn()
         result = min(result, (time.perf_counter() - start) / number)
     return result
+
+
+def best_alternating(
+    *fns: Callable[[], Any], number: int = NUMBER, rounds: int = 3 * ROUNDS
+) -> list[float]:
+    """``best`` of each function, their rounds taken in turn, so a busy spell of the
+    machine weighs on all of them alike (for rows compared with each other)."""
+    results = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for index, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            results[index] = min(results[index], (time.perf_counter() - start) / number)
+    return results
 
 
 def best_fresh(make: Callable[[], Any], fn: Callable[[Any], Any]) -> float:
@@ -157,6 +183,41 @@ def _base64_strings(tree: Any) -> list[str]:
     return found
 
 
+def strict_cattrs_converter() -> cattrs.Converter:
+    """A strict ``cattrs.gen`` converter of the protocol value classes: ``forbid_extra_keys``
+    and detailed validation per class, the codec's leaf hooks (no coercion) for every
+    other field type, the codec's JSON names. Fields left out take their defaults."""
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    leaves: set[Any] = set()
+    for cls in VALUE_ERRORS:
+        for field in attrs.fields(cls):
+            hint = field.type
+            if not attrs.has(hint):
+                leaves.add(hint)
+    for hint in leaves:
+        if any(attrs.has(arg) for arg in typing.get_args(hint)):
+            continue  # tuple[Part, ...], Message | None: cattrs composes these itself
+        leaf = structurer_for(hint, ValueError)
+        conv.register_structure_hook(hint, lambda value, _type, leaf=leaf: _leaf(leaf, value))
+    for cls in VALUE_ERRORS:
+        renames = {
+            field.name: override(rename=WIRE_NAMES[(cls, field.name)])
+            for field in attrs.fields(cls)
+            if (cls, field.name) in WIRE_NAMES
+        }
+        conv.register_structure_hook(
+            cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **renames)
+        )
+    return conv
+
+
+def _leaf(structure: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return structure(value)
+    except Fail as fail:
+        raise ValueError(str(fail)) from None
+
+
 def main() -> None:
     turn = standard_turn()
     data = to_json(turn)
@@ -181,7 +242,12 @@ def main() -> None:
     dec_messy = best(lambda: from_json(messy, list[Message]))
     tree = parse_exact_fast(data)
     dec_parse = best(lambda: parse_exact_fast(data))
-    dec_build = best(lambda: from_builtins(tree, list[Message]))
+    strict = strict_cattrs_converter()
+    assert strict.structure(tree, list[Message]) == turn
+    dec_build, dec_cattrs = best_alternating(
+        lambda: from_builtins(tree, list[Message]),
+        lambda: strict.structure(tree, list[Message]),
+    )
     plain_data = orjson.dumps(plain, option=orjson.OPT_SORT_KEYS)
     dec_plain = best(lambda: from_json(plain_data, list[Message]))
     plan = _plan(tuple(turn))
@@ -208,6 +274,7 @@ def main() -> None:
         (f"from_json, indented input ({len(messy)} B)", dec_messy, dec_floor),
         ("  of which parse (exact reader)", dec_parse, dec_floor),
         ("  of which building + validating values", dec_build, dec_floor),
+        ("  the same with a strict cattrs.gen converter", dec_cattrs, dec_floor),
         ("from_json, all numbers orjson-spelled", dec_plain, dec_floor),
         (f"lower bound: loads+base64+{_count(plan)} bare values", dec_bound, dec_floor),
     ]

@@ -234,10 +234,6 @@ def main() -> None:
     mode = "paced: one event per send" if args.paced else "burst: whole body in one send"
     print(f"{args.chunks} text deltas ({events} events), best of {args.runs}, asyncio, {mode}\n")
     print_table(rows, events, "openai")
-    times = dict(rows)
-    sse, scope = times["httpx + SSE + orjson"], times["scope stream"]
-    assert sse is not None and scope is not None
-    print(f"\nscope stream / (httpx + SSE + orjson) = {scope / sse:.2f} (bar: 1.5)")
 
 
 if __name__ == "__main__":

@@ -17,13 +17,16 @@ Measured (best of N, time.perf_counter, asyncio):
   ``"reject"`` (DESIGN §6e: the lease is taken before and released after the model
   call, two more store steps per turn): 100 sequential turns each (one user message, a
   model that answers at once), rounds interleaved, best of 5; the ratio is reject /
-  fence.
+  fence. Every bundled store but PostgresStore is a ``FoldedTurnLeaser``, so its
+  ``reject`` turn makes two store steps too (lease + read, append + release).
 
 The persistent scope stores run with their decoded-batch cache off, so every read decodes
 and validates every message; one extra row shows SQLiteStore with its default cache
 (repeated reads of a conversation skip decoding). Each column's ratio is to the fastest
 store in it (the floor).
-Run: ``python benchmarks/bench_stores.py``
+Run: ``python benchmarks/bench_stores.py``; ``python benchmarks/bench_stores.py --overlap
+[RUNS]`` measures only the overlap rows, RUNS times per store (default 5), and reports
+each store's ratio as min / median / max over the runs (the spread on a shared box).
 """
 
 from __future__ import annotations
@@ -294,5 +297,30 @@ async def main() -> None:
         )
 
 
+async def overlap_only(runs: int) -> None:
+    """The overlap rows alone, ``runs`` times per store: best fence and reject turn over
+    all runs, and the spread of the per-run ratio."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with stores(Path(tmp)) as candidates:
+            width = max(len(name) for name, _ in candidates) + 2
+            print(f"a Middleware turn, on_overlap fence vs reject (us/turn), {runs} runs")
+            for name, adapter in candidates:
+                if isinstance(adapter, str) or adapter.store is None:
+                    print(name.ljust(width) + ("skipped" if adapter is None else str(adapter)))
+                    continue
+                results = [await measure_overlap(adapter.store) for _ in range(runs)]
+                ratios = sorted(reject / fence for fence, reject in results)
+                fence = min(f for f, _ in results)
+                reject = min(r for _, r in results)
+                print(
+                    f"{name.ljust(width)}fence {fence:>9.1f}   reject {reject:>9.1f}   "
+                    f"reject/fence min {ratios[0]:.2f}x  median "
+                    f"{ratios[len(ratios) // 2]:.2f}x  max {ratios[-1]:.2f}x"
+                )
+
+
 if __name__ == "__main__":
-    anyio.run(main)
+    if sys.argv[1:2] == ["--overlap"]:
+        anyio.run(overlap_only, int(sys.argv[2]) if len(sys.argv) > 2 else 5)
+    else:
+        anyio.run(main)

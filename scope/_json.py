@@ -97,9 +97,8 @@ def parse_exact(data: str | bytes | bytearray | memoryview) -> Any:
     except (_Duplicate, _Constant) as exc:
         raise ValueError(str(exc)) from None
     except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+        # Callers say it is JSON that failed ("invalid JSON: ..."); the reason alone here.
+        raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise ValueError(f"nesting deeper than {MAX_DEPTH} levels") from None
 

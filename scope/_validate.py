@@ -16,13 +16,16 @@ from typing import Any, Final, TypeGuard, TypeVar
 import attrs
 
 from scope._json import check_str
-from scope.errors import ScopeError
+from scope.errors import InvalidOptionsError, ScopeError
 
 __all__ = [
     "check_limit",
     "MAX_INT",
     "check_int",
     "check_lease",
+    "check_name",
+    "check_seconds",
+    "check_type",
     "check_text",
     "nested",
     "publish",
@@ -82,6 +85,45 @@ def finite_number(value: object, *, positive: bool = False) -> TypeGuard[int | f
     except OverflowError:
         return False
     return math.isfinite(number) and (number > 0 if positive else number >= 0)
+
+
+def check_type(value: object, types: type | tuple[type, ...], what: str, expected: str) -> None:
+    """The argument policy's type half (see ``scope.errors``): ``TypeError`` naming
+    ``what`` and ``expected`` unless ``value`` is an instance of ``types``. A bool is
+    never taken for an int."""
+    if not isinstance(value, types) or (isinstance(value, bool) and not _admits_bool(types)):
+        raise TypeError(f"{what} must be {expected}, got {type(value).__name__}")
+
+
+def _admits_bool(types: type | tuple[type, ...]) -> bool:
+    return bool in (types if isinstance(types, tuple) else (types,))
+
+
+def check_name(value: object, what: str) -> str:
+    """A name argument (``provider_name`` ...): a string (``TypeError`` otherwise) that
+    is not empty or blank (``InvalidOptionsError`` otherwise)."""
+    check_type(value, str, what, "a string")
+    assert isinstance(value, str)
+    if not value.strip():
+        raise InvalidOptionsError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def check_seconds(
+    value: object,
+    what: str,
+    *,
+    positive: bool = False,
+    error: type[ValueError] = ValueError,
+) -> float:
+    """A duration argument: an int or float (``TypeError`` otherwise, a bool included),
+    finite and ``>= 0`` (``> 0`` with ``positive``; ``error``, a ``ValueError``,
+    otherwise). Returns it as a float."""
+    check_type(value, (int, float), what, "a number of seconds")
+    if not finite_number(value, positive=positive):
+        bound = "> 0" if positive else ">= 0"
+        raise error(f"{what} must be a finite number of seconds {bound}, got {value!r}")
+    return float(value)
 
 
 def check_lease(holder: object, ttl: object) -> tuple[str, float]:

@@ -1,7 +1,5 @@
 """The exception hierarchy of scope.
 
-::
-
     ScopeError
     ├── InvalidJSONError                (also ValueError)
     ├── InvalidMetadataError            (also ValueError)
@@ -23,6 +21,8 @@
     ├── InvalidWindowError              (also ValueError)
     ├── InvalidViewError                (also ValueError)
     ├── UnsupportedOptionError          (also ValueError)
+    ├── MaxStepsError                   a Conversation turn used up its model calls
+    ├── TurnLogError                    (also LookupError) scope.web: no events to resume
     ├── HistoryError
     │   ├── AppendConflictError
     │   ├── ConversationClosedError
@@ -40,7 +40,7 @@
         ├── ProviderConnectionError
         └── ProviderTimeoutError
 
-Warnings (``warnings.warn``; filter them by category)::
+Warnings (``warnings.warn``; filter them by category):
 
     UserWarning
     └── ScopeWarning                    a setting that works but risks data (e.g. a
@@ -48,6 +48,22 @@ Warnings (``warnings.warn``; filter them by category)::
 
 An error raised because a nested value is invalid is of the outer type, names the
 path of the bad value in its message and chains the inner error as ``__cause__``.
+
+**Bad arguments** (one policy for every public constructor and opener: the model
+adapters, the stores' ``open()``, ``Middleware``, ``WindowReader``, ``fallback``,
+``tracing``):
+
+    an argument of the wrong type       TypeError  (a bool is not a number; never a ValueError)
+    an argument of the wrong value      ValueError, or the matching ScopeError that is one:
+    ├── adapter and tracing settings    InvalidOptionsError
+    ├── a window limit                  InvalidWindowError
+    └── anything else                   ValueError (a choice among named values included)
+
+Each message names the argument (an adapter's also its class), what it must be and what
+it got, and is raised at construction, before any I/O. Values themselves (messages,
+ids, batches, receipts: what a constructor of ``scope.chat`` or ``scope.history``
+values or the codec checks) are the exception: whatever is wrong with one, its own
+``Invalid…Error`` is raised, so one ``except ValueError`` covers decoding untrusted data.
 """
 
 from __future__ import annotations
@@ -85,6 +101,7 @@ __all__ = [
     "InvalidUsageError",
     "InvalidViewError",
     "InvalidWindowError",
+    "MaxStepsError",
     "ProviderConnectionError",
     "ProviderError",
     "ProviderServerError",
@@ -95,6 +112,7 @@ __all__ = [
     "StoreError",
     "TurnInProgressError",
     "TurnInterruptedError",
+    "TurnLogError",
     "UnsupportedOptionError",
     "WindowTooSmallError",
 ]
@@ -251,7 +269,10 @@ class CommitError(HistoryError):
     turn was stored first: run the turn again on the current history),
     ``ConversationClosedError`` (nothing to do: the conversation is closed) or
     ``AppendConflictError`` (the append id was used for another batch); appending the
-    same batch again cannot succeed. The message names the recovery.
+    same batch again cannot succeed. Also False when the writer is broken (its
+    ``append`` returned something other than a ``Receipt``: an ``InvalidReceiptError``
+    cause whose message says so): retrying through it proves nothing. The message names
+    the recovery.
     """
 
     def __init__(
@@ -327,6 +348,17 @@ def _rebuild_in_progress(
 
 def _rebuild_interrupted(message: str, conversation_id: str) -> TurnInterruptedError:
     return TurnInterruptedError(message, conversation_id=conversation_id)
+
+
+class MaxStepsError(ScopeError):
+    """A ``scope.conversation.Conversation`` turn made ``max_steps`` model calls and the
+    last answer still asked for tools. Nothing of the turn was stored."""
+
+
+class TurnLogError(ScopeError, LookupError):
+    """A resumable turn's events cannot be served (``scope.web``): the turn is unknown
+    or expired, or the events after the client's last event id were dropped (the
+    per-turn log is bounded). The message names the turn and what is missing."""
 
 
 class ProviderError(ScopeError):

@@ -3,7 +3,7 @@
 ``ScriptedModel`` is both a ``chat.Model`` and a ``chat.Streamer``. It answers each
 request with the next scripted turn, records what it received and how every stream
 ended, and checks requests as a real provider would, so a test of your own middleware,
-agent loop or UI can run without a network under asyncio or trio::
+agent loop or UI can run without a network under asyncio or trio:
 
     model = ScriptedModel(
         Response(Output(assistant_message("Hi!"), FinishReason.STOP)),   # a complete answer

@@ -438,7 +438,7 @@ GOOD = ConversationLine("fresh", [user_message("hi"), assistant_message("hello")
 @pytest.mark.parametrize(
     ("second", "problem"),
     [
-        (b'{"conversation_id": "x", "messages": [', "invalid JSON: "),
+        (b'{"conversation_id": "x", "messages": [', "invalid JSON: Expecting value at line 1"),
         (b"[1, 2]", "expected a JSON object"),
         (b'{"conversation_id": "x"}', "expected the keys conversation_id and messages"),
         (b'{"conversation_id": 7, "messages": []}', "conversation_id: expected a string"),
@@ -467,7 +467,7 @@ def test_malformed_line_aborts_before_anything_is_appended(
     assert str(info.value).startswith(f"{path}:3: {problem}")
     target = tmp_path / "target.sqlite3"
     args = ("history", "import", "--store", sqlite_url(target), str(path))
-    if problem in ("invalid JSON: ", "messages[0]: parts[0].kind: "):
+    if problem.startswith("invalid JSON: Expecting") or problem == "messages[0]: parts[0].kind: ":
         # The cases the issue names run as a user runs them; the rest in-process (fast).
         line = assert_one_line_error(scope(tmp_path, *args))
     else:
@@ -809,6 +809,9 @@ def test_help_and_version(tmp_path: pathlib.Path) -> None:
         show.stdout.decode().split()
     )
     assert scope(tmp_path, "--version").stdout.decode().startswith("scope ")
+    chat_help = " ".join(scope(tmp_path, "chat", "--help").stdout.decode().split())
+    assert "else sqlite:///$XDG_DATA_HOME/scope/chat.sqlite3, i.e." in chat_help
+    assert "sqlite:// " not in chat_help
 
 
 def test_console_script(tmp_path: pathlib.Path) -> None:

@@ -125,7 +125,10 @@ def test_chat_resumes_a_conversation(tmp_path: pathlib.Path) -> None:
             tmp_path, server, "--store", url, "--conversation", "trip", input="first\n/exit\nx\n"
         )
         assert first.returncode == 0, first.stderr
-        assert first.stderr.splitlines()[0] == "conversation: trip (resumed, 0 stored messages)"
+        assert (
+            first.stderr.splitlines()[0]
+            == "conversation: trip (new: nothing is stored under this id yet)"
+        )
         second = chat(
             tmp_path,
             server,
@@ -673,3 +676,41 @@ def test_chat_with_the_openai_responses_provider(tmp_path: pathlib.Path) -> None
         ("user", None),
     ]
     server.check_requests()
+
+
+def test_chat_answers_a_tool_call_with_an_error_result_and_saves_the_answer(
+    tmp_path: pathlib.Path,
+) -> None:
+    """scope chat has no tools: a model that calls one is told so (an error result) and
+    its next answer completes the turn, stored once with the call and the result."""
+    import io
+
+    from scope.chat import FinishReason, Output, Response, assistant_message, tool_call_part
+    from scope.cli._chat import _Session
+    from scope.history import ConversationID
+    from scope.testing import ScriptedModel
+
+    async def run() -> None:
+        async with await SQLiteStore.open(tmp_path / "s.db") as store:
+            call = tool_call_part("c1", "search", '{"q": "x"}')
+            model: Any = ScriptedModel(
+                Response(Output(assistant_message(call), FinishReason.TOOL_CALLS)),
+                Response(Output(assistant_message("no tools, then"), FinishReason.STOP)),
+            )
+            out, err = io.StringIO(), io.StringIO()
+            session = _Session(store, model, ConversationID("c"), None, out, err)
+            await session.turn("find x")
+            assert out.getvalue() == "no tools, then\n"
+            assert session.answered == 1
+            stored = await store.read("c")
+            assert [m.role for m in stored] == [
+                Role.USER,
+                Role.ASSISTANT,
+                Role.TOOL,
+                Role.ASSISTANT,
+            ]
+            result = stored[2].tool_results[0]
+            assert result.is_error
+            assert result.output.text() == "there is no tool named 'search' (the tools: none)"
+
+    asyncio.run(run())

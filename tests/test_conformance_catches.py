@@ -151,6 +151,42 @@ _BROKEN_STORE = textwrap.dedent(
             del self.state["leases"][cid]
             return "lease-forever" in self.broken or current[1] > time.monotonic()
 
+        async def acquire_turn_view(self, conversation_id, holder, ttl):
+            cid = ConversationID(conversation_id)
+            holder, ttl = check_lease(holder, ttl)
+            if "fold-stale-read" in self.broken:
+                # Reads first, then takes the lease after a scheduling point.
+                view = await self.read_view(cid)
+                await anyio.lowlevel.checkpoint()
+                return view if await self.acquire_turn(cid, holder, ttl) else None
+            if "fold-ignore-lease" in self.broken:
+                await self.acquire_turn(cid, holder, ttl)
+                return await self.read_view(cid)
+            if not await self.acquire_turn(cid, holder, ttl):
+                return None
+            return await self.read_view(cid)
+
+        async def append_release_turn(self, batch, holder):
+            if not isinstance(batch, Batch):
+                raise InvalidBatchError("not a batch")
+            holder, _ = check_lease(holder, 1.0)
+            cid = batch.conversation_id
+            leases = self.state["leases"]
+            if "fold-release-first" in self.broken:
+                # Releases, then appends after a scheduling point.
+                await self.release_turn(cid, holder)
+                await anyio.lowlevel.checkpoint()
+                return await self.append(batch)
+            if "fold-release-on-refusal" in self.broken:
+                await self.release_turn(cid, holder)
+                return await self.append(batch)
+            receipt = await self.append(batch)
+            if "fold-release-any" in self.broken:
+                leases.pop(cid, None)
+            elif "fold-keep-lease" not in self.broken:
+                await self.release_turn(cid, holder)
+            return receipt
+
         async def conversations(self, *, after=None, limit=None):
             if limit is not None and (type(limit) is not int or limit < 1):
                 raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
@@ -310,6 +346,51 @@ CASES = [
         {
             "test_concurrent_lease_acquires_exactly_one_wins",
             "test_lease_is_exclusive_across_two_handles",
+        },
+    ),
+    (
+        "fold-stale-read",
+        "folded",
+        {
+            "test_folded_turns_hand_over_without_a_stale_view",
+            "test_folded_turns_hand_over_across_two_handles",
+        },
+    ),
+    (
+        "fold-ignore-lease",
+        "folded",
+        {
+            "test_folded_acquire_under_another_holders_lease_reads_nothing",
+            "test_folded_acquire_takes_an_expired_lease",
+            "test_concurrent_folded_acquires_exactly_one_reads",
+        },
+    ),
+    (
+        "fold-release-first",
+        "folded",
+        {
+            "test_folded_turns_hand_over_without_a_stale_view",
+            "test_folded_turns_hand_over_across_two_handles",
+            "test_folded_append_refused_keeps_the_lease_and_appends_nothing",
+        },
+    ),
+    (
+        "fold-release-on-refusal",
+        "folded",
+        {"test_folded_append_refused_keeps_the_lease_and_appends_nothing"},
+    ),
+    (
+        "fold-release-any",
+        "folded",
+        {"test_folded_append_leaves_another_holders_lease"},
+    ),
+    (
+        # Not the hand-over tests: without releases they wait for their time limit.
+        "fold-keep-lease",
+        "folded_append",
+        {
+            "test_folded_append_lands_and_releases_the_lease",
+            "test_folded_append_retry_returns_the_receipt_and_releases",
         },
     ),
 ]

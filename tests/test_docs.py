@@ -3,6 +3,7 @@ fragment, and the README's set-up commands are the ones CI runs."""
 
 from __future__ import annotations
 
+import html as htmllib
 import os
 import pathlib
 import re
@@ -120,3 +121,108 @@ def test_every_docs_page_is_in_the_site_navigation() -> None:
     mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     nav = set(re.findall(r":\s*([a-z]+\.md)\s*$", mkdocs, re.M))
     assert nav == {page.name for page in PAGES if page != README}
+
+
+# ---------------------------------------------------------------------- the built site
+
+_LIST_ITEM = re.compile(r"^(- |\* |\d+\. )")
+_LIST_OR_CONTINUATION = re.compile(r"^(\s*- |\s*\* |\s*\d+\. |\s+\S)")
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=_name)
+def test_every_list_starts_after_a_blank_line(page: pathlib.Path) -> None:
+    # Markdown (unlike GitHub's renderer) reads a list right under a paragraph line as
+    # more of the paragraph: the items run on.
+    lines = _text(page).splitlines()
+    inside = False
+    run_on = []
+    for number, line in enumerate(lines, 1):
+        if line.startswith("```"):
+            inside = not inside
+            continue
+        previous = lines[number - 2] if number > 1 else ""
+        if (
+            not inside
+            and _LIST_ITEM.match(line)
+            and previous.strip()
+            and not _LIST_OR_CONTINUATION.match(previous)
+        ):
+            run_on.append(f"{_name(page)}:{number}")
+    assert run_on == []
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=_name)
+def test_no_page_names_a_release_that_never_was(page: pathlib.Path) -> None:
+    # The package is 0.1.0.dev0 and the CHANGELOG has only Unreleased.
+    assert re.findall(r"\bv0\.1\b|\bscope 0\.1\b|\bby 0\.1\b", _text(page)) == []
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    pytest.importorskip("mkdocs", reason="the docs extra (.[docs]) is not installed")
+    pytest.importorskip("mkdocstrings_handlers.python", reason="mkdocstrings[python] missing")
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _html(site: pathlib.Path, page: str) -> str:
+    return (site / page / "index.html").read_text(encoding="utf-8")
+
+
+def _visible(html: str) -> str:
+    return re.sub(r"\s+", " ", htmllib.unescape(re.sub(r"<[^>]+>", "", html)))
+
+
+def test_the_api_reference_hides_private_bases(site: pathlib.Path) -> None:
+    bases = {_visible(m) for m in re.findall(r"Bases: (.*?)</p>", _html(site, "api"), flags=re.S)}
+    shown = {name.strip() for listed in bases for name in listed.split(",")}
+    assert "HTTPAdapter" not in shown and "RecordStore" not in shown
+    assert not any(name.startswith("_") for name in shown), shown
+    assert {"ScopeError", "ValueError", "Protocol"} <= shown  # public bases stay
+
+
+def test_the_api_reference_shows_typed_constructor_signatures(site: pathlib.Path) -> None:
+    html = _html(site, "api")
+    signatures = [_visible(s) for s in re.findall(r'class="doc-signature.*?</code>', html, re.S)]
+    chat_model = next(s for s in signatures if "OpenAIChatModel(" in s)
+    assert "timeout: float | Timeout | None" in chat_model
+    assert (
+        'provider_name: str = "openai"' in chat_model
+        or "provider_name: str = 'openai'" in chat_model
+    )
+    assert any("-> Tracing" in s for s in signatures)  # return types too
+    # What a private base provides is still documented on the public class.
+    assert 'id="scope.models.openai.OpenAIChatModel.aclose"' in html
+
+
+def test_the_api_reference_has_no_stray_rst_markers(site: pathlib.Path) -> None:
+    text = _visible(_html(site, "api"))
+    assert re.findall(r".{30}(?<![:\w])::(?![:\w]).{10}", text) == []
+
+
+@pytest.mark.parametrize(
+    ("page", "lead"),
+    [
+        ("stores", "Validation, before any I/O"),
+        ("stores", "Durability per backend."),
+        ("history", "Choices worth knowing:"),
+    ],
+)
+def test_lists_render_as_lists(site: pathlib.Path, page: str, lead: str) -> None:
+    html = _html(site, page)
+    at = html.index(lead)
+    after = html[at : at + 400]
+    assert re.search(r"</(p|strong)>\s*(</p>\s*)?<ul>", after), after
+
+
+def test_the_site_links_its_repository(site: pathlib.Path) -> None:
+    assert 'href="https://github.com/Tangerg/scope"' in _html(site, "")

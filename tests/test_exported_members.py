@@ -41,6 +41,7 @@ EXPECTED: dict[str, list[str]] = {
         "InvalidUsageError",
         "InvalidViewError",
         "InvalidWindowError",
+        "MaxStepsError",
         "ProviderConnectionError",
         "ProviderError",
         "ProviderServerError",
@@ -51,6 +52,7 @@ EXPECTED: dict[str, list[str]] = {
         "StoreError",
         "TurnInProgressError",
         "TurnInterruptedError",
+        "TurnLogError",
         "UnsupportedOptionError",
         "WindowTooSmallError",
     ],
@@ -107,6 +109,8 @@ EXPECTED: dict[str, list[str]] = {
         "CommitError",
         "ConversationClosedError",
         "ConversationID",
+        "DefaultTokenCounter",
+        "FoldedTurnLeaser",
         "HistoryChangedError",
         "HistoryError",
         "HistoryView",
@@ -119,6 +123,7 @@ EXPECTED: dict[str, list[str]] = {
         "Receipt",
         "Store",
         "StoreError",
+        "TokenCounter",
         "TurnInProgressError",
         "TurnInterruptedError",
         "TurnLeaser",
@@ -126,6 +131,7 @@ EXPECTED: dict[str, list[str]] = {
         "WindowReader",
         "WindowTooSmallError",
         "Writer",
+        "compact",
     ],
     "scope.historystores": [
         "OpeningStore",
@@ -180,6 +186,28 @@ EXPECTED: dict[str, list[str]] = {
         "REASONING_LEVELS",
     ],
     "scope.otel": ["SEMCONV_VERSION", "Tracing", "tracing"],
+    "scope.web": [
+        "AGUI_HEADERS",
+        "InMemoryTurnLog",
+        "RedisTurnLog",
+        "ResumableTurns",
+        "TurnLog",
+        "TurnLogError",
+        "UI_MESSAGE_STREAM_HEADERS",
+        "agui_events",
+        "default_error_text",
+        "ui_message_stream",
+        "user_message_from_agui",
+        "user_message_from_ui",
+    ],
+    "scope.tools": ["Tool", "to_output", "tool"],
+    "scope.conversation": [
+        "Conversation",
+        "ModelMiddleware",
+        "TurnEvent",
+        "TurnEventKind",
+        "TurnResult",
+    ],
     "scope.codec": [
         "converter",
         "decode_error_for",
@@ -212,7 +240,16 @@ def test_exported_members(module_name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "module_name", ["scope.chat", "scope.history", "scope.media", "scope.metadata"]
+    "module_name",
+    [
+        "scope.chat",
+        "scope.conversation",
+        "scope.history",
+        "scope.media",
+        "scope.metadata",
+        "scope.tools",
+        "scope.web",
+    ],
 )
 def test_public_classes_show_their_public_module(module_name: str) -> None:
     module = importlib.import_module(module_name)

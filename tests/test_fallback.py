@@ -103,7 +103,6 @@ def test_mixing_call_only_and_stream_only_models_is_refused() -> None:
     [
         ([ProviderServerError], "must be a tuple of exception classes, got list"),
         (ProviderServerError, "must be a tuple of exception classes, got type"),
-        ((), "at least one exception class"),
         ((ProviderServerError, "RateLimitError"), r"on\[1\] must be a subclass of Exception"),
         ((BaseException,), r"on\[0\] .*never cause a fallback"),
         ((KeyboardInterrupt,), r"on\[0\] .*never cause a fallback"),
@@ -112,6 +111,11 @@ def test_mixing_call_only_and_stream_only_models_is_refused() -> None:
 def test_on_is_validated(on: object, message: str) -> None:
     with pytest.raises(TypeError, match=message):
         fallback(ScriptedModel(), on=on)  # type: ignore[arg-type]
+
+
+def test_an_empty_on_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="at least one exception class, got \\(\\)"):
+        fallback(ScriptedModel(), on=())
 
 
 def test_cancellation_classes_cannot_be_listed() -> None:

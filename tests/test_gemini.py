@@ -13,17 +13,23 @@ from typing import Any
 import attrs
 import orjson
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from scope.chat import (
     FinishReason,
     Options,
+    Output,
     OutputFormat,
     PartKind,
     Request,
     Response,
+    ResponseAccumulator,
+    ResponseMetadata,
     ToolCall,
     ToolOutput,
     ToolResult,
+    Usage,
     assistant_message,
     collect,
     media_part,
@@ -54,6 +60,7 @@ from scope.models._gemini_wire import (
     SIGNATURE_KEY,
     SIGNATURE_ONLY_KEY,
     SYNTHETIC_ID_KEY,
+    ChunkMapper,
     parse_response,
 )
 from tests.gemini_server import GeminiServer, check_request_body, check_response, load_transcript
@@ -685,3 +692,102 @@ def test_adjacent_signed_thoughts_stay_apart() -> None:
     own = GEMINI.own(response.output.message)
     sent = body_of(GEMINI, Request([user_message("Hi"), own, user_message("More")]))
     assert sent["contents"][1]["parts"] == body["candidates"][0]["content"]["parts"][:2]
+
+
+# ------------------------------------------------------------------ stream hot path
+
+
+def _sse_chunk(parts: list[dict[str, Any]], **members: Any) -> dict[str, Any]:
+    return {"candidates": [{"content": {"parts": parts, "role": "model"}, "index": 0}], **members}
+
+
+def test_a_stream_sends_its_metadata_only_when_it_changes() -> None:
+    usage_1 = {"promptTokenCount": 5, "candidatesTokenCount": 1}
+    usage_2 = {"promptTokenCount": 5, "candidatesTokenCount": 2}
+    meta = {"responseId": "r1", "modelVersion": "gemini-2.5-flash"}
+    events = [
+        _sse_chunk([{"text": "a"}], usageMetadata=usage_1, **meta),
+        _sse_chunk([{"text": "b"}], usageMetadata=usage_1, **meta),  # repeated: none
+        _sse_chunk([{"text": "c"}], usageMetadata=usage_2, **meta),  # usage changed
+        _sse_chunk([{"text": "d"}], usageMetadata=usage_2, **meta),
+    ]
+    final = _sse_chunk([{"text": "e"}], usageMetadata=usage_2, **meta)
+    final["candidates"][0]["finishReason"] = "STOP"
+    mapper = ChunkMapper()
+    chunks = [mapper.map("message", orjson.dumps(event)) for event in [*events, final]]
+    assert [chunk is not None and chunk.metadata is not None for chunk in chunks] == [
+        True,
+        False,
+        True,
+        False,
+        False,
+    ]
+    assert chunks[1] == Response(Output(assistant_message("b")))
+    assert chunks[2] is not None and chunks[2].metadata == ResponseMetadata(
+        "r1", "gemini-2.5-flash", Usage(5, 2)
+    )
+    merged = ResponseAccumulator()
+    for chunk in chunks:
+        assert chunk is not None
+        merged.add(chunk)
+    # The merge is what one body with the last chunk's metadata gives.
+    assert merged.response() == parse_response(orjson.dumps(_equivalent([*events, final])))
+
+
+def test_a_changed_usage_is_still_checked() -> None:
+    mapper = ChunkMapper()
+    mapper.map("message", orjson.dumps(_sse_chunk([{"text": "a"}], usageMetadata={})))
+    bad = _sse_chunk([{"text": "b"}], usageMetadata={"candidatesTokenCount": -1})
+    with pytest.raises(
+        InvalidResponseError,
+        match=r"^stream event\.usageMetadata\.candidatesTokenCount must be a non-negative",
+    ):
+        mapper.map("message", orjson.dumps(bad))
+    huge = _sse_chunk(
+        [{"text": "b"}], usageMetadata={"promptTokenCount": 2**63 - 1, "candidatesTokenCount": 1}
+    )
+    with pytest.raises(
+        InvalidResponseError,
+        match=r"^stream event\.usageMetadata: input_tokens \+ output_tokens must be below",
+    ):
+        mapper.map("message", orjson.dumps(huge))
+    with pytest.raises(
+        InvalidResponseError, match=r"^stream event\.modelVersion must be a string, got a number"
+    ):
+        mapper.map("message", orjson.dumps(_sse_chunk([{"text": "b"}], modelVersion=1)))
+
+
+_SIGNATURE = base64.b64encode(b"sig").decode()
+_WIRE_PARTS = [
+    {"text": "plain"},
+    {"text": "signed", "thoughtSignature": _SIGNATURE},
+    {"text": "thought", "thought": True},
+    {"text": "signed thought", "thought": True, "thoughtSignature": _SIGNATURE},
+    {"text": "", "thoughtSignature": _SIGNATURE},
+    {"functionCall": {"name": "f", "args": {"x": 1}}},
+    {"text": ""},
+]
+
+
+@settings(max_examples=500)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(_WIRE_PARTS), min_size=0, max_size=2),
+            st.sampled_from([None, {"promptTokenCount": 1}, {"promptTokenCount": 2}]),
+            st.sampled_from([None, "r1", "r2"]),
+        ),
+        max_size=8,
+    )
+)
+@example(  # a plain text part counts as a wire part: the next signed thoughts' index
+    [([_WIRE_PARTS[0]], None, None), ([_WIRE_PARTS[3]], None, None), ([_WIRE_PARTS[2]], None, None)]
+)
+def test_the_text_hot_path_maps_exactly_like_the_general_path(
+    events: list[tuple[list[dict[str, Any]], Any, Any]],
+) -> None:
+    fast, general = ChunkMapper(), ChunkMapper()
+    for parts, usage, response_id in events:
+        body = _sse_chunk(parts, usageMetadata=usage, responseId=response_id)
+        # chunk() takes the hot path when it can; _chunk() is the general path.
+        assert fast.chunk(body, "stream event") == general._chunk(body, "stream event")

@@ -195,6 +195,64 @@ def test_the_middleware_itself_passed_to_wrap_says_to_pass_call_or_stream() -> N
     assert wrap(model, mw.call) is not model
 
 
+class StreamOnly:
+    """Only a Streamer: no ``call``."""
+
+    def stream(self, request: Request) -> AsyncIterator[Response]:
+        return FakeModel(answer("x")).stream(request)
+
+
+class CallOnly:
+    """Only a Model: no ``stream``."""
+
+    async def call(self, request: Request) -> Response:
+        return answer("x")
+
+
+def test_wrapping_a_streamer_with_call_fails_at_construction() -> None:
+    mw, _, _ = make()
+    with pytest.raises(
+        TypeError,
+        match=r"Middleware\.call wraps a scope\.chat\.Model .* got StreamOnly, which is only a "
+        r"Streamer: use chat\.wrap_stream\(streamer, mw\.stream\)",
+    ):
+        wrap(StreamOnly(), mw.call)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError,
+        match=r"Middleware\.stream wraps a scope\.chat\.Streamer .* got CallOnly, which is only "
+        r"a Model: use chat\.wrap\(model, mw\.call\)",
+    ):
+        wrap_stream(CallOnly(), mw.stream)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"got object$"):
+        wrap(object(), mw.call)  # type: ignore[arg-type]
+
+
+class SyncRead:
+    def read(self, conversation_id: str) -> list[Message]:
+        return []
+
+
+class SyncAppend:
+    def append(self, batch: Batch) -> Receipt:
+        return batch.receipt()
+
+
+def test_a_reader_or_writer_that_is_not_async_is_refused_at_construction() -> None:
+    store = InMemoryStore()
+    with pytest.raises(
+        TypeError,
+        match=r"Middleware reader SyncRead\.read must be a coroutine function "
+        r"\(async def read\(conversation_id\)\), got method",
+    ):
+        Middleware(SyncRead(), store, "c")
+    with pytest.raises(
+        TypeError,
+        match=r"Middleware writer SyncAppend\.append must be a coroutine function "
+        r"\(async def append\(batch\)\), got method",
+    ):
+        Middleware(store, SyncAppend(), "c")
+
+
 # ---------------------------------------------------------------- replay and commit
 
 

@@ -37,6 +37,7 @@ from scope.errors import (
     ConversationClosedError,
     HistoryChangedError,
     HistoryError,
+    InvalidReceiptError,
     StoreError,
     TurnInProgressError,
     TurnInterruptedError,
@@ -319,6 +320,25 @@ async def test_mismatched_receipt_is_retryable(store: Any) -> None:
     assert caught.value.retryable is True
     assert caught.value.receipt is None
     assert await store.append(caught.value.batch) == caught.value.batch.receipt()
+
+
+@pytest.mark.parametrize("answer", [None, "sha256:ok", {"receipt": 1}], ids=repr)
+async def test_a_writer_that_returns_no_receipt_is_broken_not_retryable(
+    store: Any, answer: object
+) -> None:
+    class NoReceipt:
+        async def append(self, batch: Batch) -> Any:
+            await store.append(batch)
+            return answer
+
+    with pytest.raises(CommitError) as caught:
+        await Middleware(store, NoReceipt(), "c").call(Gate(1)).call(Request([user_message("q")]))
+    err = caught.value
+    assert err.retryable is False
+    assert err.receipt is None
+    assert isinstance(err.__cause__, InvalidReceiptError)
+    assert f"the writer is broken: NoReceipt.append returned {type(answer).__name__}" in str(err)
+    assert "appending this batch again cannot succeed" in str(err)
 
 
 async def test_append_conflict_is_not_retryable(store: Any) -> None:
@@ -844,12 +864,17 @@ def test_strategies_are_checked_at_construction() -> None:
     for bad in ("", "Reject", "lock", None, 1):
         with pytest.raises(ValueError, match="on_overlap must be one of"):
             Middleware(store, store, "c", on_overlap=bad)  # type: ignore[arg-type]
-    for bad_timeout in (-1, float("nan"), float("inf"), "1", True, None):
+    for bad_timeout in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="overlap_timeout must be a finite number"):
-            Middleware(store, store, "c", on_overlap="wait", overlap_timeout=bad_timeout)  # type: ignore[arg-type]
-    for bad_ttl in (0, -1, float("nan"), float("inf"), "1", True, None):
+            Middleware(store, store, "c", on_overlap="wait", overlap_timeout=bad_timeout)
+    for bad_ttl in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="lease_ttl must be a finite number"):
-            Middleware(store, store, "c", on_overlap="reject", lease_ttl=bad_ttl)  # type: ignore[arg-type]
+            Middleware(store, store, "c", on_overlap="reject", lease_ttl=bad_ttl)
+    for wrong_type in ("1", True, None):  # the argument policy: a wrong type is TypeError
+        with pytest.raises(TypeError, match="overlap_timeout must be a number of seconds"):
+            Middleware(store, store, "c", on_overlap="wait", overlap_timeout=wrong_type)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="lease_ttl must be a number of seconds"):
+            Middleware(store, store, "c", on_overlap="reject", lease_ttl=wrong_type)  # type: ignore[arg-type]
 
 
 def test_overlap_errors_are_history_errors_and_pickle() -> None:
@@ -922,3 +947,230 @@ def test_a_killed_holder_blocks_no_longer_than_the_lease_ttl(tmp_path: Path) -> 
 async def _open_and_close(path: Path) -> None:
     async with await SQLiteStore.open(path):
         pass
+
+
+# ---------------------------------------------------------------- folded lease steps
+
+
+class Steps:
+    """A ``TurnLeaser`` (and ``ViewReader``/``Writer``) over an ``InMemoryStore`` that
+    records the store steps it is asked for; ``FoldedSteps`` adds the folded ones."""
+
+    def __init__(self, store: InMemoryStore | None = None) -> None:
+        self.store = store or InMemoryStore()
+        self.steps: list[str] = []
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        self.steps.append("read")
+        return await self.store.read(conversation_id)
+
+    async def read_view(self, conversation_id: str) -> Any:
+        self.steps.append("read_view")
+        return await self.store.read_view(conversation_id)
+
+    async def append(self, batch: Batch) -> Receipt:
+        self.steps.append("append")
+        return await self.store.append(batch)
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        self.steps.append("acquire_turn")
+        return await self.store.acquire_turn(conversation_id, holder, ttl)
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        self.steps.append("release_turn")
+        return await self.store.release_turn(conversation_id, holder)
+
+
+class FoldedSteps(Steps):
+    async def acquire_turn_view(self, conversation_id: str, holder: str, ttl: float) -> Any:
+        self.steps.append("acquire_turn_view")
+        return await self.store.acquire_turn_view(conversation_id, holder, ttl)
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        self.steps.append("append_release_turn")
+        return await self.store.append_release_turn(batch, holder)
+
+
+async def _one_turn(mw: Middleware, streaming: bool, model: Any = None) -> None:
+    model = model or Gate(1)
+    request = Request([user_message("q")])
+    if streaming:
+        await collect(mw.stream(_Streaming(model)).stream(request))
+    else:
+        await mw.call(model).call(request)
+
+
+class _Streaming:
+    """A one-chunk Streamer over a Model."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    async def stream(self, request: Request) -> AsyncIterator[Response]:
+        yield await self.model.call(request)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["call", "stream"])
+async def test_a_reject_turn_makes_as_many_store_steps_as_a_fence_turn(streaming: bool) -> None:
+    folded = FoldedSteps()
+    await _one_turn(Middleware(folded, folded, "c"), streaming)
+    assert folded.steps == ["read_view", "append"]
+    folded.steps.clear()
+    await _one_turn(Middleware(folded, folded, "c", on_overlap="reject"), streaming)
+    assert folded.steps == ["acquire_turn_view", "append_release_turn"]
+    assert await folded.store.acquire_turn("c", "probe", 30) is True  # released
+    assert len(await folded.store.read("c")) == 4
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["call", "stream"])
+async def test_a_store_without_folded_steps_takes_the_separate_steps(streaming: bool) -> None:
+    plain = Steps()
+    await _one_turn(Middleware(plain, plain, "c", on_overlap="reject"), streaming)
+    assert plain.steps == ["acquire_turn", "read_view", "append", "release_turn"]
+    # A reader that is not the leaser (a WindowReader) reads on its own; the writer
+    # still folds the release into the commit.
+    folded = FoldedSteps()
+    window = WindowReader(folded, 10)
+    await _one_turn(Middleware(window, folded, "c", on_overlap="reject"), streaming)
+    assert folded.steps == ["acquire_turn", "read_view", "append_release_turn"]
+    # A writer that leases without folding is the leaser (the writer comes first): no
+    # step folds, whatever the reader can do.
+    folded, writer = FoldedSteps(), Steps()
+    writer.store = folded.store
+    await _one_turn(Middleware(folded, writer, "c", on_overlap="reject"), streaming)
+    assert folded.steps == ["read_view"]
+    assert writer.steps == ["acquire_turn", "append", "release_turn"]
+    assert await folded.store.acquire_turn("c", "probe", 30) is True
+
+
+async def test_a_refused_folded_commit_releases_the_lease_separately() -> None:
+    folded = FoldedSteps()
+
+    class Intruder:
+        """A model during whose call another writer lands a batch: the fence refuses."""
+
+        async def call(self, request: Request) -> Response:
+            await folded.store.append(Batch("c", "intruder", [user_message("x")]))
+            return Response(Output(assistant_message("late"), FinishReason.STOP))
+
+    with pytest.raises(CommitError) as caught:
+        await (
+            Middleware(folded, folded, "c", on_overlap="reject")
+            .call(Intruder())
+            .call(Request([user_message("q")]))
+        )
+    assert isinstance(caught.value.__cause__, HistoryChangedError)
+    assert caught.value.retryable is False
+    assert folded.steps == ["acquire_turn_view", "append_release_turn", "release_turn"]
+    assert await folded.store.acquire_turn("c", "probe", 30) is True
+
+
+async def test_a_cancelled_folded_commit_releases_the_lease_and_reports_the_batch() -> None:
+    class Hanging(FoldedSteps):
+        async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+            self.steps.append("append_release_turn")
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    hanging = Hanging()
+    reports = Reports()
+    mw = Middleware(hanging, hanging, "c", on_incomplete=reports, on_overlap="reject")
+    with anyio.move_on_after(0.05) as scope:
+        await mw.call(Gate(1)).call(Request([user_message("q")]))
+    assert scope.cancelled_caught
+    assert hanging.steps == ["acquire_turn_view", "append_release_turn", "release_turn"]
+    assert [r.reason for r in reports] == [IncompleteReason.CANCELLED]
+    assert reports[0].batch is not None
+    assert await hanging.store.acquire_turn("c", "probe", 30) is True
+
+
+async def test_a_folded_acquire_that_returns_no_history_view_is_a_store_error() -> None:
+    class Broken(FoldedSteps):
+        async def acquire_turn_view(self, conversation_id: str, holder: str, ttl: float) -> Any:
+            await self.store.acquire_turn(conversation_id, holder, ttl)
+            return ["not", "a", "view"]
+
+    broken = Broken()
+    model = CountingModel()
+    with pytest.raises(StoreError, match="not a HistoryView"):
+        await (
+            Middleware(broken, broken, "c", on_overlap="reject")
+            .call(model)
+            .call(Request([user_message("q")]))
+        )
+    assert model.calls == 0
+    assert await broken.store.acquire_turn("c", "probe", 30) is True  # released
+
+
+class Instant:
+    """A model that answers (or fails) without ever suspending, and a stream whose
+    chunks are all there at once."""
+
+    def __init__(self, fail: bool = False, suspend: bool = False) -> None:
+        self.fail = fail
+        self.suspend = suspend
+
+    async def call(self, request: Request) -> Response:
+        if self.suspend:
+            # A cancel scope entered before the first suspension (as httpx's timeouts
+            # do) must nest inside the Middleware's own scopes.
+            with anyio.fail_after(5):
+                await anyio.sleep(0.001)
+        if self.fail:
+            raise RuntimeError("model down")
+        return Response(Output(assistant_message("at once"), FinishReason.STOP))
+
+    async def stream(self, request: Request) -> AsyncIterator[Response]:
+        yield Response(Output(assistant_message("at ")))
+        if self.suspend:
+            with anyio.fail_after(5):
+                await anyio.sleep(0.001)
+        if self.fail:
+            raise RuntimeError("model down")
+        yield Response(Output(assistant_message("once"), FinishReason.STOP))
+
+
+@pytest.mark.parametrize("suspend", [False, True], ids=["at-once", "suspending"])
+@pytest.mark.parametrize("streaming", [False, True], ids=["call", "stream"])
+async def test_a_leased_turn_whether_or_not_the_model_suspends(
+    streaming: bool, suspend: bool
+) -> None:
+    # Lease.call starts its renewal task only when the model suspends; either way the
+    # answer, the error and the release are the same.
+    store = InMemoryStore()
+    mw = Middleware(store, store, "c", on_overlap="reject")
+    request = Request([user_message("q")])
+
+    async def turn(model: Instant) -> Response:
+        if streaming:
+            return await collect(mw.stream(model).stream(request))
+        return await mw.call(model).call(request)
+
+    assert (await turn(Instant(suspend=suspend))).text == "at once"
+    with pytest.raises(RuntimeError, match="model down"):
+        await turn(Instant(fail=True, suspend=suspend))
+    assert [m.text for m in await store.read("c")] == ["q", "at once"]
+    assert await store.acquire_turn("c", "probe", 30) is True
+
+
+async def test_a_suspended_model_is_cancelled_through_the_resumed_await() -> None:
+    # The cancellation reaches the model's own await (it sees it and cleans up) and
+    # propagates unchanged; the lease is released.
+    store = InMemoryStore()
+    seen: list[str] = []
+
+    class Slow:
+        async def call(self, request: Request) -> Response:
+            try:
+                await anyio.sleep_forever()
+            except BaseException as exc:
+                seen.append(type(exc).__name__)
+                raise
+            raise AssertionError("unreachable")
+
+    mw = Middleware(store, store, "c", on_overlap="reject")
+    with anyio.move_on_after(0.05) as scope:
+        await mw.call(Slow()).call(Request([user_message("q")]))
+    assert scope.cancelled_caught
+    assert seen == [anyio.get_cancelled_exc_class().__name__]
+    assert await store.acquire_turn("c", "probe", 30) is True

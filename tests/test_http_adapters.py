@@ -79,26 +79,55 @@ def test_the_model_is_a_model_and_a_streamer(provider: Provider) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"model": " gpt"}, "model must be a string without surrounding whitespace"),
-        ({"max_retries": -1}, "max_retries must be a non-negative integer"),
-        ({"max_retries": True}, "max_retries"),
+        ({"model": " gpt"}, "model must not have surrounding whitespace"),
+        ({"max_retries": -1}, "max_retries must be >= 0"),
         ({"retry_backoff": float("nan")}, "retry_backoff must be a finite number"),
         ({"retry_max_delay": -1}, "retry_max_delay must be a finite number"),
         ({"retry_backoff": 10**400}, "retry_backoff must be a finite number"),
-        ({"default_options": {"temperature": 1}}, "default_options must be Options"),
-        ({"http_client": object()}, "http_client must be an httpx.AsyncClient"),
+        ({"timeout": -1}, "timeout must be a finite number of seconds > 0"),
+        ({"timeout": float("inf")}, "timeout must be a finite number of seconds > 0"),
         ({"base_url": "ftp://example.com/v1"}, "base_url must be an http\\(s\\) URL"),
         ({"base_url": "not a url"}, "base_url"),
         ({"base_url": "http://[::1"}, "is not a URL"),
     ],
 )
-def test_constructor_arguments_are_checked(
+def test_constructor_values_are_checked(
     provider: Provider, kwargs: dict[str, Any], match: str
 ) -> None:
     kwargs = dict(kwargs)  # the parameter is shared by both providers' runs
     model = kwargs.pop("model", provider.model)
     with pytest.raises(InvalidOptionsError, match=match):
         provider.model_class(model, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"model": 5}, "model must be a string, got int"),
+        ({"max_retries": True}, "max_retries must be an integer, got bool"),
+        ({"max_retries": 2.0}, "max_retries must be an integer, got float"),
+        ({"retry_backoff": "1"}, "retry_backoff must be a number of seconds, got str"),
+        ({"timeout": "x"}, "timeout must be a number of seconds, got str"),
+        ({"timeout": True}, "timeout must be a number of seconds, got bool"),
+        ({"default_options": {"temperature": 1}}, "default_options must be scope.chat.Options"),
+        ({"http_client": object()}, "http_client must be an httpx.AsyncClient, got object"),
+    ],
+)
+def test_constructor_argument_types_are_checked(
+    provider: Provider, kwargs: dict[str, Any], match: str
+) -> None:
+    kwargs = dict(kwargs)
+    model = kwargs.pop("model", provider.model)
+    with pytest.raises(TypeError, match=f"{provider.model_class.__name__} {match}") as info:
+        provider.model_class(model, **kwargs)
+    assert not isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("timeout", [None, 3, 2.5, httpx.Timeout(5.0, connect=1.0)])
+def test_timeout_accepts_seconds_none_or_an_httpx_timeout(
+    provider: Provider, timeout: object
+) -> None:
+    provider.model_class(provider.model, timeout=timeout)
 
 
 def test_no_model_anywhere_is_an_invalid_request(provider: Provider) -> None:

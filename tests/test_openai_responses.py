@@ -773,7 +773,7 @@ def test_constructor_switches() -> None:
     model = OpenAIResponsesModel("gpt-5-mini", api_key="k")
     assert model.encrypted_reasoning is True and model.provider_name == "openai"
     assert OpenAIResponsesModel(encrypted_reasoning=False).encrypted_reasoning is False
-    with pytest.raises(InvalidOptionsError, match="encrypted_reasoning must be a bool, got 1"):
+    with pytest.raises(TypeError, match="encrypted_reasoning must be a bool, got int"):
         OpenAIResponsesModel(encrypted_reasoning=1)  # type: ignore[arg-type]
     with pytest.raises(InvalidOptionsError, match="provider_name must be a non-empty string"):
         OpenAIResponsesModel(provider_name=" ")

@@ -6,6 +6,7 @@ metric reader. Every async test runs under asyncio and trio.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -317,6 +318,36 @@ async def test_call_cancellation_is_not_an_error(tel: Telemetry) -> None:
     assert "error.type" not in attrs(span)
     assert span.events == ()
     assert tel.points("gen_ai.client.operation.duration") == []
+
+
+class Raising:
+    """A model whose call raises ``exc`` (any BaseException, groups included)."""
+
+    provider_name = "test"
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    async def call(self, request: Request) -> Response:
+        raise self.exc
+
+
+@pytest.mark.anyio
+async def test_a_group_of_cancellations_is_cancelled_and_a_mixed_group_failed(
+    tel: Telemetry,
+) -> None:
+    cancelled = asyncio.CancelledError  # classified by class, under either backend
+    only_cancel = BaseExceptionGroup("all cancelled", [cancelled(), cancelled()])
+    mixed = BaseExceptionGroup("mixed", [cancelled(), ValueError("the real failure")])
+    t = tel.tracing()
+    for exc in (only_cancel, mixed):
+        with pytest.raises(BaseExceptionGroup):
+            await wrap(Raising(exc), t.call).call(REQUEST)
+    cancel_span, failed_span = tel.spans()
+    assert attrs(cancel_span)["scope.chat.outcome"] == "cancelled"
+    assert cancel_span.status.status_code is StatusCode.UNSET
+    assert attrs(failed_span)["scope.chat.outcome"] == "failed"
+    assert attrs(failed_span)["error.type"] == "BaseExceptionGroup"
 
 
 @pytest.mark.anyio
@@ -875,6 +906,25 @@ async def test_history_commit_cancelled(history_spans: InMemorySpanExporter) -> 
     assert attrs(got)["scope.history.outcome"] == "cancelled"
     assert got.status.status_code is StatusCode.UNSET
     assert "error.type" not in attrs(got) and got.events == ()
+
+
+@pytest.mark.parametrize(
+    ("raised", "outcome"),
+    [
+        (BaseExceptionGroup("interrupt", [KeyboardInterrupt()]), "failed"),
+        (BaseExceptionGroup("g", [asyncio.CancelledError(), OSError("disk")]), "failed"),
+        (
+            BaseExceptionGroup("g", [BaseExceptionGroup("n", [asyncio.CancelledError()])]),
+            "cancelled",
+        ),
+    ],
+)
+def test_history_commit_groups_are_classified_like_the_middleware_does(
+    history_spans: InMemorySpanExporter, raised: BaseException, outcome: str
+) -> None:
+    with pytest.raises(BaseExceptionGroup), history_trace.commit_span("conv-1"):
+        raise raised
+    assert attrs(only(history_spans))["scope.history.outcome"] == outcome
 
 
 def test_annotate_conversation(history_spans: InMemorySpanExporter) -> None:

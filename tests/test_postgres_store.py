@@ -112,11 +112,16 @@ def app_name() -> str:
         ({"min_size": -1}, "min_size"),
         ({"max_size": 0}, "max_size"),
         ({"min_size": 5, "max_size": 2}, "min_size"),
-        ({"max_size": True}, "max_size"),
     ],
 )
 async def test_invalid_pool_sizes_are_value_errors(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
+        await PostgresStore.open("postgresql://nowhere.invalid/db", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"max_size": True}, {"min_size": "1"}])
+async def test_pool_sizes_of_the_wrong_type_are_type_errors(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(TypeError, match=r"(max|min)_size must be an integer"):
         await PostgresStore.open("postgresql://nowhere.invalid/db", **kwargs)
 
 
@@ -247,10 +252,17 @@ async def test_connection_killed_while_append_waits_for_the_row_lock(
 
 @pytest.mark.parametrize("name", ["command_timeout", "acquire_timeout"])
 @pytest.mark.parametrize(
-    "bad", [0, -1, float("nan"), float("inf"), True, "1", pytest.param(10**400, id="10**400")]
+    "bad", [0, -1, float("nan"), float("inf"), pytest.param(10**400, id="10**400")]
 )
 async def test_invalid_timeouts_are_value_errors(name: str, bad: Any) -> None:
     with pytest.raises(ValueError, match=name):
+        await PostgresStore.open("postgresql://nowhere.invalid/db", **{name: bad})
+
+
+@pytest.mark.parametrize("name", ["command_timeout", "acquire_timeout", "connect_timeout"])
+@pytest.mark.parametrize("bad", [True, "1"])
+async def test_timeouts_of_the_wrong_type_are_type_errors(name: str, bad: Any) -> None:
+    with pytest.raises(TypeError, match=f"{name} must be a number of seconds"):
         await PostgresStore.open("postgresql://nowhere.invalid/db", **{name: bad})
 
 

@@ -93,10 +93,15 @@ def client_name() -> str:
 # -- validation ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["", "http://host", "localhost:6379", 42])
+@pytest.mark.parametrize("bad", ["", "http://host", "localhost:6379"])
 async def test_invalid_url_is_a_value_error(bad: Any) -> None:
     with pytest.raises(ValueError, match="url"):
         await RedisStore.open(bad)
+
+
+async def test_a_url_that_is_no_string_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="url must be a string, got int"):
+        await RedisStore.open(42)  # type: ignore[arg-type]
 
 
 # -- key layout ---------------------------------------------------------------------------

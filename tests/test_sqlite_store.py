@@ -90,17 +90,32 @@ async def test_synchronous_setting_is_applied(tmp_path: Path, synchronous: Any, 
         ({"synchronous": "normal"}, "synchronous"),
         ({"busy_timeout": -1}, "busy_timeout"),
         ({"busy_timeout": float("nan")}, "busy_timeout"),
-        ({"busy_timeout": True}, "busy_timeout"),
         ({"busy_timeout": 10**400}, "busy_timeout"),  # beyond a float: not OverflowError
         ({"max_idle_connections": 0}, "max_idle_connections"),
         ({"decoded_cache_messages": -1}, "decoded_cache_messages"),
-        ({"decoded_cache_messages": 1.5}, "decoded_cache_messages"),
     ],
 )
 async def test_invalid_options_are_value_errors(
     tmp_path: Path, kwargs: dict[str, Any], match: str
 ) -> None:
     with pytest.raises(ValueError, match=match):
+        await SQLiteStore.open(tmp_path / "o.db", **kwargs)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"busy_timeout": True}, "busy_timeout must be a number of seconds, got bool"),
+        ({"decoded_cache_messages": 1.5}, "decoded_cache_messages must be an integer, got float"),
+        ({"max_idle_connections": "4"}, "max_idle_connections must be an integer, got str"),
+        ({"create": 1}, "create must be a bool, got int"),
+    ],
+)
+async def test_options_of_the_wrong_type_are_type_errors(
+    tmp_path: Path, kwargs: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(TypeError, match=match):
         await SQLiteStore.open(tmp_path / "o.db", **kwargs)
 
 

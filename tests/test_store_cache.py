@@ -127,9 +127,12 @@ async def test_the_decoded_cache_is_bounded_by_bytes_and_forgets_a_cleared_conve
 
 
 async def test_the_decoded_cache_bytes_bound_is_validated(opener: Opener) -> None:
-    for bad in (-1, True, 1.5):
-        with pytest.raises(ValueError, match="decoded_cache_bytes must be an integer >= 0"):
-            await opener(decoded_cache_bytes=bad)
+    # The argument policy: a wrong type is a TypeError, a wrong value a ValueError.
+    for wrong_type in (True, 1.5, "64"):
+        with pytest.raises(TypeError, match="decoded_cache_bytes must be an integer"):
+            await opener(decoded_cache_bytes=wrong_type)
+    with pytest.raises(ValueError, match="decoded_cache_bytes must be an integer >= 0"):
+        await opener(decoded_cache_bytes=-1)
 
 
 def test_the_replay_cache_is_bounded_by_bytes_and_forgets_a_cleared_conversation() -> None:

@@ -85,7 +85,7 @@ async def test_sqlite_create_false_needs_the_current_schema(tmp_path: Path) -> N
     async with await SQLiteStore.open(path, create=False) as store:
         await store.append(Batch("c", "a1", turn("t")))
         assert len(await store.read("c")) == 2
-    with pytest.raises(ValueError, match="create must be a bool"):
+    with pytest.raises(TypeError, match="create must be a bool"):
         await SQLiteStore.open(path, create="no")  # type: ignore[arg-type]
 
 
@@ -287,9 +287,9 @@ async def test_open_flags_must_be_bools_before_any_io() -> None:
     from scope.historystores.postgres import PostgresStore
     from scope.historystores.redis import RedisStore
 
-    with pytest.raises(ValueError, match="create must be a bool"):
+    with pytest.raises(TypeError, match="create must be a bool"):
         await PostgresStore.open("postgresql://nobody@127.0.0.1:1/none", create=1)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="cluster must be a bool"):
+    with pytest.raises(TypeError, match="cluster must be a bool"):
         await RedisStore.open("redis://127.0.0.1:1/0", cluster="yes")  # type: ignore[arg-type]
 
 

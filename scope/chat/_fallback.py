@@ -39,7 +39,7 @@ def _check_on(on: object) -> tuple[type[Exception], ...]:
             f"fallback on= must be a tuple of exception classes, got {type(on).__name__}"
         )
     if not on:
-        raise TypeError("fallback on= must name at least one exception class, got ()")
+        raise ValueError("fallback on= must name at least one exception class, got ()")
     for index, cls in enumerate(on):
         if not (isinstance(cls, type) and issubclass(cls, Exception)):
             # Cancellation (asyncio.CancelledError, trio.Cancelled) is a BaseException:
@@ -221,7 +221,8 @@ def fallback(
       that could do neither together (a mix of call-only and stream-only models) are a
       ``TypeError`` at construction, and the missing half a ``TypeError`` when used.
     - ``on``: the exception classes after which the next model is tried, a non-empty
-      tuple of ``Exception`` subclasses (``TypeError`` otherwise). Default
+      tuple of ``Exception`` subclasses (``TypeError`` otherwise; ``ValueError`` for
+      an empty one). Default
       ``DEFAULT_FALLBACK_ERRORS``: ``ProviderServerError``, ``RateLimitError``,
       ``ProviderConnectionError``, ``ProviderTimeoutError``.
 

@@ -44,6 +44,31 @@ class Usage:
 
     def validate(self) -> None:
         """Check the counts (construction already did)."""
+        # Fast path (every chunk of a stream may carry usage): exactly the conditions
+        # ``_check`` tests, all true; anything else takes it, to raise the right error.
+        # (Two non-negative counts whose sum fits 64 bits each fit 64 bits.)
+        inputs = self.input_tokens
+        outputs = self.output_tokens
+        reasoning = self.reasoning_tokens
+        cache_read = self.cache_read_input_tokens
+        cache_write = self.cache_write_input_tokens
+        if (
+            type(inputs) is int
+            and type(outputs) is int
+            and inputs >= 0
+            and outputs >= 0
+            and inputs + outputs <= MAX_INT
+            and (reasoning is None or (type(reasoning) is int and 0 <= reasoning <= outputs))
+            and (cache_read is None or (type(cache_read) is int and 0 <= cache_read <= inputs))
+            and (cache_write is None or (type(cache_write) is int and 0 <= cache_write <= inputs))
+        ):
+            return
+        self._check()
+
+    def _check(self) -> None:
+        """The checks ``validate`` runs when its fast path does not accept the counts:
+        they raise the error naming what is wrong (tests/test_deltas.py proves that the
+        fast path accepts exactly what they accept)."""
         check_int(self.input_tokens, "input_tokens", InvalidUsageError)
         check_int(self.output_tokens, "output_tokens", InvalidUsageError)
         if self.input_tokens + self.output_tokens > MAX_INT:
@@ -84,6 +109,8 @@ def _usage(value: Usage | None) -> Usage:
 
 
 def _to_response_extra(value: Mapping[str, Any]) -> Metadata:
+    if type(value) is Metadata:
+        return value
     return nested(Metadata.coerce, value, InvalidResponseError, "response metadata extra")
 
 
@@ -102,6 +129,25 @@ class ResponseMetadata:
 
     def validate(self) -> None:
         """Check the metadata (construction already did)."""
+        # Fast path: ASCII id and model without surrounding whitespace (what check_text
+        # accepts without looking further) and a Usage; anything else takes the checks.
+        response_id = self.id
+        model = self.model
+        if (
+            type(response_id) is str
+            and type(model) is str
+            and response_id.isascii()
+            and model.isascii()
+            and response_id.strip() == response_id
+            and model.strip() == model
+            and type(self.usage) is Usage
+        ):
+            return
+        self._check()
+
+    def _check(self) -> None:
+        """The checks ``validate`` runs when its fast path does not accept the values
+        (tests/test_deltas.py proves that it accepts only what they accept)."""
         check_text(self.id, "response id", InvalidResponseError, strip=True)
         check_text(self.model, "response model", InvalidResponseError, strip=True)
         if not isinstance(self.usage, Usage):
@@ -109,6 +155,8 @@ class ResponseMetadata:
 
 
 def _to_output_extra(value: Mapping[str, Any]) -> Metadata:
+    if type(value) is Metadata:
+        return value
     return nested(Metadata.coerce, value, InvalidResponseError, "output metadata extra")
 
 

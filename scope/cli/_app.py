@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--store",
         metavar="URL",
         help="history store URL (default: $SCOPE_STORE, else "
-        "sqlite:// $XDG_DATA_HOME/scope/chat.sqlite3, i.e. ~/.local/share/scope/chat.sqlite3)",
+        "sqlite:///$XDG_DATA_HOME/scope/chat.sqlite3, i.e. ~/.local/share/scope/chat.sqlite3)",
     )
     chat.add_argument(
         "--conversation",
@@ -211,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = commands.add_parser(
         "history",
-        help="list, show, export, import, clear, verify stored conversations, or migrate a store",
+        help="list, show, export, import, clear, verify, compact stored conversations, or migrate "
+        "a store",
         description="Inspect and move stored conversations.",
     )
     store_parent = _Parser(add_help=False)
@@ -291,6 +292,40 @@ def build_parser() -> argparse.ArgumentParser:
         "anything (a role that may only SELECT runs it), and records are streamed in pages.",
     )
     verify.add_argument("conversation", metavar="CONVERSATION", nargs="*", type=_conversation_id)
+    compact = actions.add_parser(
+        "compact",
+        parents=[store_parent],
+        help="summarise the older turns of a conversation with a model",
+        description="Ask a model for a summary of everything before the last "
+        "--keep-turns turns (the previous summary included) and append it as one system "
+        "message marked scope/compaction. Nothing is rewritten or deleted: export and "
+        "show keep every message; windows (WindowReader) replay the summary instead of "
+        "what it covers. Appending is fenced and idempotent: a turn landing meanwhile "
+        "makes it start over, and running it twice compacts once. The API key is read "
+        "as for scope chat.",
+    )
+    compact.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
+    compact.add_argument(
+        "--provider",
+        choices=["openai", "anthropic", "gemini", "openai-responses"],
+        default="openai",
+        help="the summarizer's API, as for scope chat (default: openai)",
+    )
+    compact.add_argument(
+        "--model",
+        metavar="NAME",
+        default=os.environ.get("SCOPE_MODEL") or None,
+        help="the summarizer model (default: $SCOPE_MODEL, else scope chat's default for "
+        "the provider)",
+    )
+    compact.add_argument("--base-url", metavar="URL", help="API base URL, as for scope chat")
+    compact.add_argument(
+        "--keep-turns",
+        metavar="N",
+        type=_count(0),
+        default=2,
+        help="whole turns kept verbatim after the summary (default: 2)",
+    )
     actions.add_parser(
         "migrate",
         parents=[store_parent],
@@ -347,6 +382,8 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return asyncio.run(
             verify_store(url, args.conversation, stdout=sys.stdout, stderr=sys.stderr)
         )
+    if action == "compact":
+        return _compact(args, url)
     if action == "migrate":
         return asyncio.run(h.migrate_store(url, sys.stdout))
     if action == "import":
@@ -364,6 +401,21 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             stderr=sys.stderr,
         )
     )
+
+
+def _compact(args: argparse.Namespace, url: str) -> int:
+    from scope.cli import _history as h
+    from scope.cli._chat import DEFAULT_MODELS, make_model
+
+    model = make_model(args.provider, args.model or DEFAULT_MODELS[args.provider], args.base_url)
+
+    async def run() -> int:
+        async with model:
+            return await h.compact_conversation(
+                url, args.conversation, model, keep_turns=args.keep_turns, out=sys.stdout
+            )
+
+    return asyncio.run(run())
 
 
 def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

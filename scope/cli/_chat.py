@@ -2,17 +2,19 @@
 Anthropic Messages API with ``--provider anthropic``, the Gemini API with ``--provider
 gemini`` or the OpenAI Responses API with ``--provider openai-responses``.
 
-Lines are read from stdin (``/exit`` or end of input quits). Each line is one turn sent
-through the history ``Middleware``, so the conversation is replayed from the store and
-every completed turn is appended once. Answers stream to stdout as they arrive;
-everything else (the conversation id, hints, errors) goes to stderr, so stdout holds
-only the answers.
+Lines are read from stdin (``/exit`` or end of input quits). Each line is one turn of a
+``scope.conversation.Conversation`` (through the history ``Middleware``), so the
+conversation is replayed from the store and every completed turn is appended once.
+Answers stream to stdout as they arrive; everything else (the conversation id, hints,
+errors) goes to stderr, so stdout holds only the answers. The chat has no tools: a model
+that calls one gets an error result saying so and answers on.
 
 Failures keep the session alive: a ``ProviderError`` or an invalid response is one line
 on stderr and nothing is stored (send the message again). A ``CommitError`` (the model
-answered, the store did not take the turn) is retried at once with
-``writer.append(err.batch)``; if that fails too, the turn is kept and retried before the
-next message is sent, so the replayed history never skips it. Ctrl-C during an answer
+answered, the store did not take the turn) is retried at once by the ``Conversation``
+(``append_retries=1``: ``writer.append(err.batch)``, never the model); if that fails too,
+the turn is kept and retried before the next message is sent, so the replayed history
+never skips it. Ctrl-C during an answer
 abandons that answer (nothing stored); a message sent while another session's turn runs
 on the same conversation is refused before the model is called (``on_overlap="reject"``)
 and says so; at the prompt it quits with exit status 130. A
@@ -23,35 +25,32 @@ script piping messages in sees the failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from typing import TYPE_CHECKING, Final, TextIO, final
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any, Final, TextIO, final
 
-from scope.chat import (
-    Request,
-    Streamer,
-    system_message,
-    user_message,
-    wrap_stream,
-)
 from scope.cli._errors import CLIError
-from scope.cli._render import print_stream
+from scope.cli._render import safe
 from scope.cli._stores import CLIStore, open_cli_store, prepare_sqlite_parent
+from scope.conversation import Conversation, TurnEvent
 from scope.errors import (
     CommitError,
     ConversationClosedError,
     InvalidResponseError,
+    MaxStepsError,
     ProviderError,
     StoreError,
     TurnInProgressError,
 )
-from scope.history import Batch, ConversationID, Middleware, TurnLeaser, ViewReader
+from scope.history import Batch, ConversationID, TurnLeaser, ViewReader
 
 if TYPE_CHECKING:
     from scope.models.anthropic import AnthropicModel
     from scope.models.gemini import GeminiModel
     from scope.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
-__all__ = ["DEFAULT_MODEL", "DEFAULT_MODELS", "PROVIDERS", "run_chat"]
+__all__ = ["DEFAULT_MODEL", "DEFAULT_MODELS", "PROVIDERS", "make_model", "run_chat"]
 
 #: The providers ``scope chat --provider`` knows.
 PROVIDERS: Final = ("openai", "anthropic", "gemini", "openai-responses")
@@ -111,11 +110,15 @@ class _Session:
         # Every bundled store leases turns: a message sent while another session's turn
         # runs on this conversation is refused before the model is called.
         leases = isinstance(store, TurnLeaser)
-        self.middleware = Middleware(
-            store, store, conversation_id, on_overlap="reject" if leases else "fence"
+        self.conversation = Conversation(
+            model,
+            store,
+            conversation_id,
+            on_overlap="reject" if leases else "fence",
+            system=system or None,
+            append_retries=1,
         )
-        self.streamer: Streamer = wrap_stream(model, self.middleware.stream)
-        self.system = () if not system else (system_message(system),)
+        self.middleware = self.conversation.middleware
         self.out = out
         self.err = err
         self.pending: Batch | None = None  # a committed-by-the-model turn not yet stored
@@ -153,10 +156,9 @@ class _Session:
         if not await self.save_pending():
             self.note("(message not sent: the previous answer must be saved first)")
             return
-        request = Request((*self.system, user_message(text)))
         try:
-            response = await print_stream(
-                self.streamer.stream(request),
+            await _print_turn(
+                self.conversation.stream(text),
                 self.out,
                 "assistant> " if _isatty(self.out) else "",
             )
@@ -186,11 +188,17 @@ class _Session:
                 )
                 return
             self.note(
-                f"scope: warning: the answer was not saved ({_one_line(exc.__cause__)}); retrying"
+                f"scope: warning: the answer is not saved ({_one_line(exc.__cause__)}); it "
+                "will be retried before your next message; /exit now loses it"
             )
             self.answered += 1  # answered, and kept until the store takes it
             self.pending = exc.batch
-            await self.save_pending()
+            return
+        except MaxStepsError:
+            self.note(
+                "scope: error: the model kept asking for tools and scope chat has none "
+                "(message not saved; send it again)"
+            )
             return
         except ProviderError as exc:
             self.note(
@@ -207,10 +215,6 @@ class _Session:
             self.note(f"scope: error: cannot read the history: {_one_line(exc)} (message not sent)")
             return
         self.answered += 1
-        if response is not None and response.output is not None:
-            message = response.output.message
-            if message is not None and message.tool_calls:
-                self.note("(the model asked for tools; scope chat has none, so nothing was saved)")
 
     def _hint(self, exc: ProviderError) -> str:
         """For a 404, a base URL that most likely lacks (or has an extra) ``/v1``."""
@@ -224,6 +228,31 @@ class _Session:
         return ""
 
 
+async def _print_turn(
+    events: AsyncGenerator[TurnEvent[Any], None], out: TextIO, prefix: str
+) -> None:
+    """Write the text of a turn's answer chunks to ``out`` as they arrive (control
+    characters escaped: model text is untrusted), after ``prefix`` and ending with a
+    newline once any text came. The events are closed on every path before this
+    returns. (Not ``print_stream``: a turn with tool calls is several answers, which
+    one accumulator cannot merge.)"""
+    started = False
+    try:
+        async with contextlib.aclosing(events):
+            async for event in events:
+                text = event.chunk.text if event.chunk is not None else ""
+                if text:
+                    if not started:
+                        out.write(prefix)
+                        started = True
+                    out.write(safe(text))
+                    out.flush()
+    finally:
+        if started:
+            out.write("\n")
+            out.flush()
+
+
 def _provider_line(exc: ProviderError) -> str:
     status = f" (HTTP {exc.status_code})" if exc.status_code is not None else ""
     return f"{type(exc).__name__}{status}: {_one_line(exc)}"
@@ -235,7 +264,7 @@ def _one_line(exc: BaseException | None) -> str:
     return " ".join(str(exc).split())
 
 
-def _model(
+def make_model(
     provider: str, model_name: str, base_url: str | None
 ) -> OpenAIChatModel | OpenAIResponsesModel | AnthropicModel | GeminiModel:
     """The adapter for ``provider``; its API key comes from ``$OPENAI_API_KEY`` or
@@ -285,7 +314,7 @@ def run_chat(
     if provider not in PROVIDERS:
         raise CLIError(f"unknown provider {provider!r} (known: {', '.join(PROVIDERS)})", 2)
     cid = ConversationID(conversation_id or f"chat-{uuid.uuid4().hex[:12]}")
-    model = _model(provider, model_name, base_url)
+    model = make_model(provider, model_name, base_url)
     prepare_sqlite_parent(store_url)
     with asyncio.Runner() as runner:
         store = runner.run(open_cli_store(store_url))
@@ -305,7 +334,11 @@ def run_chat(
                 session.note(f"new conversation: {cid}")
             else:
                 count = len(stored)
-                state = f"resumed, {count} stored message{'s' if count != 1 else ''}"
+                state = (
+                    "new: nothing is stored under this id yet"
+                    if count == 0
+                    else f"resumed, {count} stored message{'s' if count != 1 else ''}"
+                )
                 session.note(f"conversation: {cid} ({state})")
             session.note(f"model: {model.model} at {model.base_url}; store: {store_url}")
             session.note("type a message; /exit or end of input quits")

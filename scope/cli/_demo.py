@@ -247,6 +247,22 @@ class _Demo:
         return Response() if response is None else response
 
 
+#: What the history Middleware adds to the answer it commits (DESIGN §6d).
+_COMMIT_STAMPS: Final = ("scope/usage", "scope/response_id")
+
+
+def _unstamped(messages: list[Message]) -> list[Message]:
+    """Stored messages without the Middleware's commit stamps, to compare with answers."""
+    return [
+        Message(
+            m.role,
+            m.parts,
+            {k: v for k, v in m.metadata.items() if k not in _COMMIT_STAMPS},
+        )
+        for m in messages
+    ]
+
+
 def _message(response: Response) -> Message:
     """The response's assistant message (a demo check fails without one)."""
     output = response.output
@@ -314,7 +330,7 @@ async def run_demo(url: str | None, out: TextIO) -> int:
             final = _message(await turn(*tool_turn))
             stored = await store.read(cid)
             demo.check(
-                stored == [*tool_turn, final] and len(writer.accepted) == 1,
+                _unstamped(stored) == [*tool_turn, final] and len(writer.accepted) == 1,
                 "the completed turn is stored as one batch of 4 messages",
                 f"stored {len(stored)} messages in {len(writer.accepted)} batches",
             )
@@ -332,7 +348,7 @@ async def run_demo(url: str | None, out: TextIO) -> int:
             )
             stored = await store.read(cid)
             demo.check(
-                stored == [*before, user2, second],
+                _unstamped(stored) == [*_unstamped(before), user2, second],
                 "turn 2 is appended after turn 1 (6 messages)",
             )
 
@@ -373,7 +389,8 @@ async def run_demo(url: str | None, out: TextIO) -> int:
                 "the retry did not call the model again (4 model requests in all)",
             )
             demo.check(
-                await store.read(cid) == [*stored, user3, _message(error.response)],
+                _unstamped(await store.read(cid))
+                == [*_unstamped(stored), user3, _message(error.response)],
                 "turn 3 is stored once, after the retry (8 messages)",
             )
     demo.say()

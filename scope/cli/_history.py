@@ -15,7 +15,7 @@ import orjson
 
 from scope import codec
 from scope._documents import check_messages, decode_messages
-from scope.chat import Message
+from scope.chat import Message, Model
 from scope.cli._errors import CLIError
 from scope.cli._render import Progress, render_batches, render_conversation
 from scope.cli._stores import CLIStore, opened_store, redact_url
@@ -27,13 +27,15 @@ from scope.errors import (
     InvalidConversationIDError,
     StoreError,
 )
-from scope.history import AppendID, Batch, BatchReader, ConversationID, ViewReader
+from scope.history import AppendID, Batch, BatchReader, ConversationID, ViewReader, compact
+from scope.history._turns import COMPACTION_KEY
 from scope.historystores import SCHEMA_VERSION
 
 __all__ = [
     "ConversationLine",
     "ImportLine",
     "clear_conversation",
+    "compact_conversation",
     "export_conversations",
     "import_append_id",
     "import_conversations",
@@ -411,4 +413,33 @@ async def clear_conversation(
         await store.clear(cid)
     stdout.write(f"cleared conversation {cid}\n")
     stdout.flush()
+    return 0
+
+
+async def compact_conversation(
+    url: str, conversation_id: str, summarizer: Model, *, keep_turns: int, out: TextIO
+) -> int:
+    """``scope history compact``: ``scope.history.compact`` on a stored conversation."""
+    cid = ConversationID(conversation_id)
+    async with opened_store(url) as store:
+        try:
+            receipt = await compact(store, cid, summarizer, keep_turns=keep_turns)
+        except ConversationClosedError as exc:
+            raise CLIError(str(exc)) from None
+        if receipt is None:
+            out.write(
+                f"nothing to compact in conversation {cid}: it has at most {keep_turns} "
+                f"turn{'s' if keep_turns != 1 else ''} since its last compaction\n"
+            )
+        else:
+            covers = next(
+                m.metadata.decode(COMPACTION_KEY)["covers"]
+                for m in reversed(await store.read(cid))
+                if COMPACTION_KEY in m.metadata
+            )
+            out.write(
+                f"compacted conversation {cid}: a summary of its first {covers} messages "
+                f"was appended (batch {receipt.id}); the transcript is unchanged\n"
+            )
+    out.flush()
     return 0

@@ -11,6 +11,7 @@ from scope.errors import TurnInterruptedError as TurnInterruptedError
 from scope.errors import WindowTooSmallError as WindowTooSmallError
 from scope.history._batch import Batch as Batch
 from scope.history._batch import Receipt as Receipt
+from scope.history._compact import compact as compact
 from scope.history._ids import AppendID as AppendID
 from scope.history._ids import ConversationID as ConversationID
 from scope.history._middleware import IncompleteReason as IncompleteReason
@@ -18,6 +19,7 @@ from scope.history._middleware import IncompleteTurn as IncompleteTurn
 from scope.history._middleware import Middleware as Middleware
 from scope.history._protocols import BatchReader as BatchReader
 from scope.history._protocols import Clearer as Clearer
+from scope.history._protocols import FoldedTurnLeaser as FoldedTurnLeaser
 from scope.history._protocols import Lister as Lister
 from scope.history._protocols import Reader as Reader
 from scope.history._protocols import ReadWriter as ReadWriter
@@ -25,6 +27,8 @@ from scope.history._protocols import Store as Store
 from scope.history._protocols import TurnLeaser as TurnLeaser
 from scope.history._protocols import ViewReader as ViewReader
 from scope.history._protocols import Writer as Writer
+from scope.history._tokens import DefaultTokenCounter as DefaultTokenCounter
+from scope.history._tokens import TokenCounter as TokenCounter
 from scope.history._view import HistoryView as HistoryView
 from scope.history._window import WindowReader as WindowReader
 
@@ -37,6 +41,8 @@ __all__ = [
     "CommitError",
     "ConversationClosedError",
     "ConversationID",
+    "DefaultTokenCounter",
+    "FoldedTurnLeaser",
     "HistoryChangedError",
     "HistoryError",
     "HistoryView",
@@ -49,6 +55,7 @@ __all__ = [
     "Receipt",
     "Store",
     "StoreError",
+    "TokenCounter",
     "TurnInProgressError",
     "TurnInterruptedError",
     "TurnLeaser",
@@ -56,6 +63,7 @@ __all__ = [
     "WindowReader",
     "WindowTooSmallError",
     "Writer",
+    "compact",
 ]
 
 from scope._validate import publish as _publish

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import inspect
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Callable
@@ -10,6 +11,7 @@ from typing import Any, Final, Never, NoReturn, final
 
 import attrs
 
+from scope._context import is_cancellation
 from scope.chat import (
     Message,
     Model,
@@ -37,6 +39,7 @@ from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, ViewReader, Writer, implements
 from scope.history._replay import replays
+from scope.history._turns import COMPACTION_KEY
 from scope.history._view import HistoryView
 
 __all__ = ["IncompleteReason", "IncompleteTurn", "Middleware"]
@@ -85,14 +88,6 @@ class IncompleteTurn:
 
 def _new_append_id() -> str:
     return uuid.uuid4().hex
-
-
-def _is_cancellation(exc: BaseException) -> bool:
-    """asyncio.CancelledError and trio.Cancelled (both BaseException, not Exception), or
-    a group made only of them; GeneratorExit, KeyboardInterrupt and SystemExit are not."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_is_cancellation(inner) for inner in exc.exceptions)
-    return not isinstance(exc, Exception | GeneratorExit | KeyboardInterrupt | SystemExit)
 
 
 #: Causes after which appending the same batch again cannot succeed.
@@ -157,7 +152,7 @@ def _failure_reason(exc: BaseException) -> IncompleteReason | None:
     its batch instead of being reported)."""
     if isinstance(exc, CommitError):
         return None
-    if _is_cancellation(exc):
+    if is_cancellation(exc):
         return IncompleteReason.CANCELLED
     if isinstance(exc, InvalidResponseError):
         return IncompleteReason.INVALID_RESPONSE
@@ -201,8 +196,10 @@ class Middleware:
     must be a system prefix plus one open turn (one user message, then optionally
     assistant tool-call messages each followed by their tool results); it is checked
     before any I/O (``InvalidRequestError``: neither the reader nor the model is called).
-    ``reader`` must be a ``Reader`` and ``writer`` a ``Writer`` (``TypeError`` at
-    construction).
+    ``reader`` must be a ``Reader`` and ``writer`` a ``Writer`` whose ``read`` and
+    ``append`` are coroutine functions (``async def``); anything else is a ``TypeError``
+    at construction, not at the first turn. A writer whose ``append`` returns something
+    other than a ``Receipt`` is broken: the turn's ``CommitError`` is not retryable.
 
     Replay: ``system prefix + stored non-system messages + open turn`` goes downstream.
     When the reader is a ``ViewReader`` (every bundled store and ``WindowReader`` are),
@@ -278,7 +275,12 @@ class Middleware:
     renewal across processes. The lease (``lease_ttl`` seconds, renewed every third of
     it while the model runs) is released on every path: commit, error, cancellation,
     early stop. These three need a writer or reader that is a ``TurnLeaser``
-    (``TypeError``) and ``exclusive_turns=True`` (``ValueError``).
+    (``TypeError``) and ``exclusive_turns=True`` (``ValueError``). When the leaser is
+    also a ``FoldedTurnLeaser`` (every bundled store but ``PostgresStore``), the lease is
+    taken with the history read when it is the reader (``acquire_turn_view``, one store
+    step) and released with the commit when it is the writer (``append_release_turn``,
+    one store step; when that raises, ``release_turn`` still releases it), so a leased
+    turn makes as many store steps as a fenced one.
 
     ``on_incomplete`` (synchronous, must not block) receives an ``IncompleteTurn`` once
     whenever a bound call or stream ends without committing — except the tool-call pause
@@ -321,6 +323,8 @@ class Middleware:
                 f"Middleware writer must be a scope.history.Writer (an object with an async "
                 f"append(batch)), got {type(writer).__name__}"
             )
+        _check_coroutine_method(reader, "reader", "read", "read(conversation_id)")
+        _check_coroutine_method(writer, "writer", "append", "append(batch)")
         if not callable(new_append_id):
             raise TypeError(f"new_append_id must be callable, got {type(new_append_id).__name__}")
         if on_incomplete is not None and not callable(on_incomplete):
@@ -374,11 +378,19 @@ class Middleware:
         )
 
     def call(self, next: Model) -> Model:
-        """A call middleware: wrap ``next`` (use with ``chat.wrap``)."""
+        """A call middleware: wrap ``next`` (use with ``chat.wrap``).
+
+        ``next`` must be a ``Model`` (``TypeError`` otherwise: a Streamer-only object
+        goes through ``stream`` with ``chat.wrap_stream``)."""
+        _check_next(next, "call", Model, "an async call(request)")
         return _HistoryModel(self, next)
 
     def stream(self, next: Streamer) -> Streamer:
-        """A stream middleware: wrap ``next`` (use with ``chat.wrap_stream``)."""
+        """A stream middleware: wrap ``next`` (use with ``chat.wrap_stream``).
+
+        ``next`` must be a ``Streamer`` (``TypeError`` otherwise: a Model-only object
+        goes through ``call`` with ``chat.wrap``)."""
+        _check_next(next, "stream", Streamer, "a stream(request)")
         return _HistoryStreamer(self, next)
 
     # ------------------------------------------------------------------ internals
@@ -463,16 +475,26 @@ class Middleware:
         return await self._keep(turn, partial, str(reason), expected_length)
 
     async def _downstream(
-        self, request: Request, prefix: tuple[Message, ...], turn: tuple[Message, ...]
+        self,
+        request: Request,
+        prefix: tuple[Message, ...],
+        turn: tuple[Message, ...],
+        lease: _overlap.Lease | None,
     ) -> tuple[Request, int | None]:
-        """The request to send downstream and the fence for the commit (None: none)."""
+        """The request to send downstream and the fence for the commit (None: none).
+        A lease that read the history with the lease (a ``FoldedTurnLeaser`` reader)
+        hands its view over instead of a second read."""
         reader = self._reader
         cid = self._conversation_id
         expected: int | None = None
         stored: Any
         with _trace.read_span(cid) as span:
-            if implements(reader, ViewReader):
-                view: object = await reader.read_view(cid)  # type: ignore[attr-defined]
+            view: object = None if lease is None else lease.view
+            viewed = view is not None
+            if not viewed and implements(reader, ViewReader):
+                view = await reader.read_view(cid)  # type: ignore[attr-defined]
+                viewed = True
+            if viewed:
                 if not isinstance(view, HistoryView):
                     raise StoreError(
                         f"read_view of conversation {str(cid)!r} returned "
@@ -494,6 +516,11 @@ class Middleware:
         # The replay is checked once per stored message, not once per call (_replay.py);
         # the prefix and the open turn are the caller's already-validated request.
         replay = replays.replay(cid, stored)
+        # A WindowReader's merged system message holding a compaction summary (§6d) is
+        # history the model needs, not a stored system prompt: it follows the prefix.
+        first = stored[0] if stored else None
+        if first is not None and first.role is Role.SYSTEM and COMPACTION_KEY in first.metadata:
+            prefix = (*prefix, first)
         return request._with_checked_messages((*prefix, *replay, *turn)), expected
 
     def _completed(
@@ -513,7 +540,7 @@ class Middleware:
         return Batch(
             self._conversation_id,
             self._new_append_id(),
-            (*turn, output.message),
+            (*turn, _with_usage(output.message, response)),
             expected_length,
         )
 
@@ -523,10 +550,12 @@ class Middleware:
         response: Response,
         expected_length: int | None,
         pending: list[Batch],
+        lease: _overlap.Lease | None = None,
     ) -> None:
         """Complete the turn (``_completed``) and append its batch (``_append``), in a
         ``scope.history.commit`` trace span; the batch goes into ``pending`` before the
-        append, so a cancellation during it can be reported with the batch."""
+        append, so a cancellation during it can be reported with the batch. With a
+        lease that folds the commit, the append releases the lease in the same step."""
         with _trace.commit_span(self._conversation_id) as span:
             batch = self._completed(turn, response, expected_length)
             if batch is None:
@@ -534,22 +563,31 @@ class Middleware:
                 return
             pending.append(batch)
             span.batch(batch)
-            await self._append(batch, response)
+            await self._append(batch, response, lease)
 
-    async def _append(self, batch: Batch, response: Response) -> None:
+    async def _append(
+        self, batch: Batch, response: Response, lease: _overlap.Lease | None = None
+    ) -> None:
         """Append the batch and check its receipt; failures become ``CommitError``.
         Cancellation (and KeyboardInterrupt, SystemExit, GeneratorExit) pass unchanged."""
         receipt: Any = None
+        broken = False  # the writer answered with something that is not a Receipt
         try:
-            receipt = await self._writer.append(batch)
+            if lease is not None and lease.folds_commit:
+                receipt = await lease.append_and_release(batch)
+            else:
+                receipt = await self._writer.append(batch)
             if not isinstance(receipt, Receipt):
+                broken = True
                 raise InvalidReceiptError(
-                    f"the writer returned {type(receipt).__name__}, not a Receipt"
+                    f"the writer is broken: {type(self._writer).__name__}.append returned "
+                    f"{type(receipt).__name__}, not a Receipt; whether it stored the batch "
+                    "is unknown"
                 )
             receipt.validate_for(batch)
         except Exception as exc:
             checked = receipt if isinstance(receipt, Receipt) and _matches(receipt, batch) else None
-            retryable = not isinstance(exc, _FINAL_CAUSES)
+            retryable = not broken and not isinstance(exc, _FINAL_CAUSES)
             raise CommitError(
                 _commit_message(self._conversation_id, exc, retryable),
                 batch=batch,
@@ -557,6 +595,57 @@ class Middleware:
                 response=response,
                 retryable=retryable,
             ) from exc
+
+
+def _with_usage(message: Message, response: Response) -> Message:
+    """The answer as committed: with the response's usage (``scope/usage``, the input
+    and output token counts) and id (``scope/response_id``) in its metadata (DESIGN
+    §6d), when the response reported them (a zero usage is no report)."""
+    meta = response.metadata
+    if meta is None:
+        return message
+    stamps: dict[str, object] = {}
+    usage = meta.usage
+    if usage.input_tokens or usage.output_tokens:
+        stamps["scope/usage"] = {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+        }
+    if meta.id:
+        stamps["scope/response_id"] = meta.id
+    if not stamps:
+        return message
+    return Message(message.role, message.parts, message.metadata.merge(stamps))
+
+
+def _check_next(next: object, method: str, wanted: type, shape: str) -> None:
+    """``TypeError`` unless ``next`` is what ``Middleware.<method>`` wraps; an object
+    that is only the other protocol is told which composition to use instead."""
+    if implements(next, wanted):
+        return
+    other, other_usage = (
+        (Streamer, "chat.wrap_stream(streamer, mw.stream)")
+        if wanted is Model
+        else (Model, "chat.wrap(model, mw.call)")
+    )
+    hint = ""
+    if implements(next, other):
+        hint = f", which is only a {other.__name__}: use {other_usage}"
+    raise TypeError(
+        f"Middleware.{method} wraps a scope.chat.{wanted.__name__} (an object with "
+        f"{shape}), got {type(next).__name__}{hint}"
+    )
+
+
+def _check_coroutine_method(obj: object, role: str, name: str, signature: str) -> None:
+    """``TypeError`` unless ``obj.<name>`` is a coroutine function (an ``async def``):
+    a plain one would fail only when the first turn runs."""
+    method = getattr(obj, name)
+    if not inspect.iscoroutinefunction(method):
+        raise TypeError(
+            f"Middleware {role} {type(obj).__name__}.{name} must be a coroutine function "
+            f"(async def {signature}), got {type(method).__name__} {method!r}"
+        )
 
 
 def _commit_message(cid: ConversationID, exc: Exception, retryable: bool) -> str:
@@ -609,7 +698,7 @@ class _HistoryModel:
         lease: _overlap.Lease | None = None
         try:
             lease = await mw._overlap.begin(cid)
-            downstream, expected = await mw._downstream(request, prefix, turn)
+            downstream, expected = await mw._downstream(request, prefix, turn, lease)
             called = True
             with _trace.conversation(cid):
                 if lease is None:
@@ -622,7 +711,7 @@ class _HistoryModel:
                     f"the model returned {type(returned).__name__}, not a Response"
                 )
             response = returned
-            await mw._commit(turn, response, expected, pending)
+            await mw._commit(turn, response, expected, pending, lease)
         except BaseException as exc:
             kept = await mw._keep_failure(turn, None, exc, expected) if called else None
             mw._report_failure(turn, response, exc, pending[0] if pending else None, kept)
@@ -655,7 +744,7 @@ class _HistoryStreamer:
         lease: _overlap.Lease | None = None
         try:
             lease = await mw._overlap.begin(cid)
-            downstream, expected = await mw._downstream(request, prefix, turn)
+            downstream, expected = await mw._downstream(request, prefix, turn, lease)
             with _trace.conversation(cid):  # a synchronous call: never held across a yield
                 inner = self.next.stream(downstream)
             streaming = True
@@ -674,7 +763,7 @@ class _HistoryStreamer:
             response = accumulator.response()
             if response is None:
                 raise InvalidResponseError("the stream ended without any chunk")
-            await mw._commit(turn, response, expected, pending)
+            await mw._commit(turn, response, expected, pending, lease)
         except GeneratorExit:
             partial = accumulator.response()
             kept = None

@@ -7,6 +7,16 @@ the model runs (``Lease.call`` / ``Lease.chunks``: a renewal task beside each aw
 the model, every ``ttl / 3`` seconds) and releases it on every path (``Lease.release``:
 shielded from cancellation, bounded by ``RELEASE_TIMEOUT``). The fence (§6b) stays on.
 
+Folded steps (``FoldedTurnLeaser``): when the Middleware's reader is the leaser and
+folds, the lease is taken and the history read in one store step
+(``acquire_turn_view``; the view travels on the ``Lease``); when its writer is the
+leaser and folds, the commit appends and releases in one store step
+(``append_release_turn``; ``Lease.release`` then has no store step left, only the
+registry entry). A folded commit that raises leaves the lease held, and
+``Lease.release`` releases it with ``release_turn`` as before. So a turn makes as many
+store steps under ``"reject"`` as under ``"fence"`` (two), and a turn that takes the
+lease sees every batch its predecessor committed.
+
 How a turn learns that it must stop (``TurnInterruptedError``):
 
 - **In one process**, a newer ``"interrupt"`` turn finds the running turn in a
@@ -30,15 +40,17 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator
 from typing import Any, Final, Literal, TypeVar, final
 
 import anyio
 
-from scope._validate import finite_number
+from scope._validate import check_seconds
 from scope.errors import TurnInProgressError, TurnInterruptedError
+from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
-from scope.history._protocols import TurnLeaser, implements
+from scope.history._protocols import FoldedTurnLeaser, TurnLeaser, implements
+from scope.history._view import HistoryView
 
 __all__ = ["RELEASE_TIMEOUT", "STRATEGIES", "Lease", "OnOverlap", "Overlap"]
 
@@ -72,7 +84,7 @@ def marker_id(conversation_id: ConversationID) -> ConversationID:
 class Overlap:
     """A Middleware's overlap strategy, checked at construction."""
 
-    __slots__ = ("leaser", "strategy", "timeout", "ttl")
+    __slots__ = ("fold_commit", "fold_read", "leaser", "strategy", "timeout", "ttl")
 
     def __init__(
         self,
@@ -87,16 +99,14 @@ class Overlap:
             raise ValueError(
                 f"on_overlap must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}"
             )
-        if not finite_number(timeout):
-            raise ValueError(
-                f"overlap_timeout must be a finite number of seconds >= 0, got {timeout!r}"
-            )
-        if not finite_number(ttl, positive=True):
-            raise ValueError(f"lease_ttl must be a finite number of seconds > 0, got {ttl!r}")
         self.strategy: Final = strategy
-        self.timeout: Final = float(timeout)
-        self.ttl: Final = float(ttl)
+        self.timeout: Final = check_seconds(timeout, "overlap_timeout")
+        self.ttl: Final = check_seconds(ttl, "lease_ttl", positive=True)
         self.leaser: TurnLeaser | None = None
+        # Whether the lease steps fold into the read (reader is the leaser) and into the
+        # commit (writer is the leaser): see the module docstring.
+        self.fold_read = False
+        self.fold_commit = False
         if strategy == "fence":
             return
         if not exclusive_turns:
@@ -107,6 +117,9 @@ class Overlap:
         for candidate in (writer, reader):
             if implements(candidate, TurnLeaser):
                 self.leaser = candidate  # type: ignore[assignment]
+                folds = implements(candidate, FoldedTurnLeaser)
+                self.fold_read = folds and candidate is reader
+                self.fold_commit = folds and candidate is writer
                 return
         raise TypeError(
             f"on_overlap={strategy!r} needs a writer or reader that is a "
@@ -130,7 +143,9 @@ class Lease:
     __slots__ = (
         "_key",
         "_marker_held",
+        "_released",
         "_renewed",
+        "_renewing",
         "_scope",
         "conversation_id",
         "holder",
@@ -138,6 +153,7 @@ class Lease:
         "overlap",
         "started_at",
         "stopped",
+        "view",
     )
 
     def __init__(
@@ -152,15 +168,19 @@ class Lease:
         self._key = (id(leaser), conversation_id)
         self._scope: anyio.CancelScope | None = None
         self._renewed = 0.0
+        self._renewing = False
         self._marker_held = False
+        self._released = False  # a folded commit gave the lease back already
+        #: The history read in the same store step as the lease (``fold_read``), else None.
+        self.view: HistoryView | None = None
 
     # -- taking the lease ---------------------------------------------------------
 
     async def acquire(self) -> None:
         """Take the lease, or raise ``TurnInProgressError`` as the strategy says."""
-        overlap, leaser, cid = self.overlap, self.leaser, self.conversation_id
+        overlap, cid = self.overlap, self.conversation_id
         start = anyio.current_time()
-        if await leaser.acquire_turn(cid, self.holder, overlap.ttl):
+        if await self._try_acquire():
             self._took(start)
             return
         if overlap.strategy == "reject":
@@ -176,13 +196,27 @@ class Lease:
                     raise self._in_progress(now - start)
                 await anyio.sleep(min(delay, deadline - now))
                 delay = min(delay * 2, MAX_POLL)
-                if await leaser.acquire_turn(cid, self.holder, overlap.ttl):
+                if await self._try_acquire():
                     self._took(start)
                     return
         finally:
             if self._marker_held:
                 self._marker_held = False
                 await self._release(marker_id(cid))
+
+    async def _try_acquire(self) -> bool:
+        """One attempt at the lease; with ``fold_read`` it reads the view too."""
+        overlap = self.overlap
+        if not overlap.fold_read:
+            return bool(
+                await self.leaser.acquire_turn(self.conversation_id, self.holder, overlap.ttl)
+            )
+        folded: FoldedTurnLeaser = self.leaser  # type: ignore[assignment]
+        view = await folded.acquire_turn_view(self.conversation_id, self.holder, overlap.ttl)
+        if view is None:
+            return False
+        self.view = view
+        return True
 
     def _took(self, start: float) -> None:
         self._renewed = anyio.current_time()
@@ -255,20 +289,44 @@ class Lease:
 
     async def call(self, fn: Callable[[T], Awaitable[Any]], arg: T) -> Any:
         """``await fn(arg)``, renewing the lease meanwhile; a stop request cancels it
-        and raises ``TurnInterruptedError``. Errors of ``fn`` pass unchanged."""
+        and raises ``TurnInterruptedError``. Errors of ``fn`` pass unchanged.
+
+        The renewal task starts only when ``fn`` suspends: its first step runs here
+        (inside the task group, so every cancel scope it enters nests in the group's),
+        and an await that finishes without suspending (a model answering from memory,
+        a stream chunk already buffered) never gave the event loop, or a renewal, a
+        chance to run. An await that suspends goes on from that suspension
+        (``_Resumed``) beside the renewal task."""
         self.check()
         error: Exception | None = None
         result: Any = None
+        done: anyio.Event | None = None
         async with anyio.create_task_group() as group:
             self._scope = group.cancel_scope
-            group.start_soon(self._renew_while_running)
+            resumed: _Resumed | None = None
             try:
-                result = await fn(arg)
+                steps = fn(arg).__await__()
+                try:
+                    first = steps.send(None)
+                except StopIteration as finished:
+                    result = finished.value
+                else:
+                    resumed = _Resumed(steps, first)
+                    done = anyio.Event()
+                    group.start_soon(self._renew_while_running, done)
+                    result = await resumed
             except Exception as exc:  # re-raised below, outside the task group
                 error = exc
             finally:
+                if resumed is not None:
+                    resumed.close()
                 self._scope = None
-                group.cancel_scope.cancel()
+                # Waking the renewal task costs less than cancelling it (one scheduling
+                # round instead of a cancellation); a renewal under way is cancelled.
+                if done is not None:
+                    done.set()
+                if self._renewing:
+                    group.cancel_scope.cancel()
         self.check()
         if error is not None:
             raise error
@@ -284,11 +342,17 @@ class Lease:
                 return
             yield chunk
 
-    async def _renew_while_running(self) -> None:
+    async def _renew_while_running(self, done: anyio.Event) -> None:
         interval = self.overlap.ttl / 3
-        while True:
-            await anyio.sleep(max(0.0, self._renewed + interval - anyio.current_time()))
-            await self._renew()
+        while not done.is_set():  # a model that answered before this task began: done
+            with anyio.move_on_after(max(0.0, self._renewed + interval - anyio.current_time())):
+                await done.wait()
+                return
+            self._renewing = True
+            try:
+                await self._renew()
+            finally:
+                self._renewing = False
 
     async def _renew(self) -> None:
         """One renewal; a lost lease or a held interrupt marker stops the turn. A store
@@ -311,13 +375,29 @@ class Lease:
 
     # -- giving it back -----------------------------------------------------------
 
+    @property
+    def folds_commit(self) -> bool:
+        """Whether the commit appends through ``append_and_release``."""
+        return self.overlap.fold_commit
+
+    async def append_and_release(self, batch: Batch) -> Receipt:
+        """Append the turn's batch and release the lease in one store step
+        (``append_release_turn``; only when ``folds_commit``). When it raises, the lease
+        is still held and ``release`` gives it back."""
+        folded: FoldedTurnLeaser = self.leaser  # type: ignore[assignment]
+        receipt = await folded.append_release_turn(batch, self.holder)
+        self._released = True
+        return receipt
+
     async def release(self) -> None:
         """Release the lease: shielded from cancellation, bounded by
-        ``RELEASE_TIMEOUT``; a failure is logged and the lease expires by itself."""
+        ``RELEASE_TIMEOUT``; a failure is logged and the lease expires by itself. No
+        store step after a folded commit returned (it released the lease)."""
         with _running_lock:
             if _running.get(self._key) is self:
                 del _running[self._key]
-        await self._release(self.conversation_id)
+        if not self._released:
+            await self._release(self.conversation_id)
 
     async def _release(self, conversation_id: ConversationID) -> None:
         with anyio.move_on_after(RELEASE_TIMEOUT, shield=True):
@@ -332,6 +412,44 @@ class Lease:
 
 
 _END: Final = object()
+
+
+@final
+class _Resumed:
+    """An await that already made its first step (``first``: what it yielded to the
+    event loop) and goes on from there: ``await _Resumed(steps, first)`` is the rest of
+    ``yield from steps`` (PEP 380), whatever the event loop (asyncio futures, trio
+    traps): each value goes up to the loop unchanged, each answer or thrown exception
+    (a cancellation) comes back down unchanged. ``close()`` closes ``steps`` if it did
+    not finish (an await abandoned before it was resumed)."""
+
+    __slots__ = ("_first", "_steps")
+
+    def __init__(self, steps: Generator[Any, Any, Any], first: Any) -> None:
+        self._steps = steps
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps, value = self._steps, self._first
+        while True:
+            try:
+                answer = yield value
+            except GeneratorExit:
+                steps.close()
+                raise
+            except BaseException as exc:  # a cancellation, thrown back down unchanged
+                try:
+                    value = steps.throw(exc)
+                except StopIteration as finished:
+                    return finished.value
+            else:
+                try:
+                    value = steps.send(answer)
+                except StopIteration as finished:
+                    return finished.value
+
+    def close(self) -> None:
+        self._steps.close()
 
 
 async def _next_or(args: tuple[AsyncIterator[T], Any]) -> Any:

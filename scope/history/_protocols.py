@@ -12,6 +12,7 @@ from scope.history._view import HistoryView
 __all__ = [
     "BatchReader",
     "Clearer",
+    "FoldedTurnLeaser",
     "Lister",
     "ReadWriter",
     "Reader",
@@ -130,6 +131,50 @@ class TurnLeaser(Protocol):
     async def release_turn(self, conversation_id: str, holder: str) -> bool:
         """Release ``holder``'s lease: True when ``holder`` held it (live), False
         otherwise (another holder's lease, or none, stays as it is)."""
+        ...
+
+
+@runtime_checkable
+class FoldedTurnLeaser(TurnLeaser, ViewReader, Writer, Protocol):
+    """A ``TurnLeaser`` whose lease steps fold into a turn's read and commit.
+
+    Optional: not part of ``Store`` or ``TurnLeaser``. A turn under
+    ``on_overlap="reject"``, ``"wait"`` or ``"interrupt"`` makes four store steps with a
+    plain ``TurnLeaser`` (acquire, read the view, append, release) where a ``"fence"``
+    turn makes two; with a store that is also a ``FoldedTurnLeaser`` (every bundled store
+    but ``PostgresStore``), used as the Middleware's reader and writer, it makes two as
+    well: ``acquire_turn_view`` takes the lease and reads the history in one atomic step,
+    ``append_release_turn`` appends the answer and gives the lease back in one atomic
+    step. The Middleware falls back to the separate steps for any other store (and
+    releases with ``release_turn`` whenever ``append_release_turn`` raises).
+
+    Handing over a conversation is then exact: a turn that takes the lease from
+    ``acquire_turn_view`` sees every batch its previous holder appended with
+    ``append_release_turn``, because the previous append and release were one step and
+    the new acquire and read are one step.
+    """
+
+    async def acquire_turn_view(
+        self, conversation_id: str, holder: str, ttl: float
+    ) -> HistoryView | None:
+        """``acquire_turn`` and, when the lease is now ``holder``'s, ``read_view``, in one
+        atomic step (no append, clear or lease step lands between them): the view, or
+        None when another holder's live lease has the conversation (nothing read, that
+        lease untouched). A closed conversation is no exception: the lease is taken and
+        its closed view returned. Invalid arguments raise before any I/O, as
+        ``acquire_turn`` and ``read_view`` say."""
+        ...
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        """``append(batch)`` and, when it returns a receipt (the batch landed, or it is a
+        retry of an accepted batch), ``release_turn(batch.conversation_id, holder)``, in
+        one atomic step. The append keeps every rule of ``Writer.append`` (the lease
+        does not gate it: the ``expected_length`` fence does); the release is the same
+        compare-and-delete (another holder's lease stays). When the append raises
+        (``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError``, a
+        store error, a cancellation), the lease is left as it was, so the caller still
+        releases it with ``release_turn``. Invalid arguments (``InvalidBatchError``, a
+        bad holder: ``ValueError``) raise before any I/O."""
         ...
 
 

@@ -26,8 +26,9 @@ span would be lost), and a store's own instrumented driver calls nest under them
   (and record the exception when there is one); ``cancelled`` leaves the status unset.
 - ``annotate_conversation(conversation_id)``: set ``gen_ai.conversation.id`` on the
   current span, when it is recording.
-- ``conversation(conversation_id)``: a context manager that makes the id known to
-  ``scope.otel`` chat spans (``current_conversation()``): hold it around
+- ``conversation(conversation_id)`` (from ``scope._context``, re-exported): a context
+  manager that makes the id known to ``scope.otel`` chat spans
+  (``current_conversation()``): hold it around
   ``await next.call(downstream)``, and around ``next.stream(downstream)`` (the synchronous
   call that makes the stream: ``scope.otel`` reads the id there, so nothing needs to be
   held while the stream is iterated).
@@ -38,13 +39,13 @@ only around awaits, **never across a ``yield``** of an async generator.
 
 from __future__ import annotations
 
-import contextvars
 import enum
 import os
 from types import TracebackType
 from typing import Any, Final, final
 
 from scope import errors
+from scope._context import conversation, current_conversation, is_cancellation
 
 __all__ = [
     "CommitOutcome",
@@ -70,10 +71,6 @@ class CommitOutcome(enum.StrEnum):
 
 _ERROR_OUTCOMES: Final = frozenset(
     {CommitOutcome.HISTORY_CHANGED, CommitOutcome.CLOSED, CommitOutcome.FAILED}
-)
-
-_conversation: Final[contextvars.ContextVar[str | None]] = contextvars.ContextVar(
-    "scope_history_conversation", default=None
 )
 
 _UNLOADED: Final[Any] = object()
@@ -129,38 +126,6 @@ class _Api:
         self.idle = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
-def current_conversation() -> str | None:
-    """The conversation id set by an enclosing ``conversation()`` block, or None."""
-    return _conversation.get()
-
-
-@final
-class _Conversation:
-    __slots__ = ("_id", "_token")
-
-    def __init__(self, conversation_id: str) -> None:
-        self._id = str(conversation_id)
-        self._token: contextvars.Token[str | None] | None = None
-
-    def __enter__(self) -> None:
-        self._token = _conversation.set(self._id)
-
-    def __exit__(self, *exc: object) -> None:
-        token = self._token
-        if token is not None:
-            self._token = None
-            _conversation.reset(token)
-
-
-def conversation(conversation_id: str) -> _Conversation:
-    """Make ``conversation_id`` current for chat spans started inside the block.
-
-    ``scope.otel`` reads it when it starts a span and sets ``gen_ai.conversation.id``.
-    Costs a context-variable set and reset, whether or not OpenTelemetry is installed.
-    """
-    return _Conversation(conversation_id)
-
-
 def annotate_conversation(conversation_id: str) -> None:
     """Set ``gen_ai.conversation.id`` on the current span if one is recording."""
     api = _otel()
@@ -176,7 +141,7 @@ def _classify(exc: BaseException) -> CommitOutcome:
     seen: BaseException | None = exc
     depth = 0
     while seen is not None and depth < 8:
-        if not isinstance(seen, Exception | GeneratorExit | KeyboardInterrupt | SystemExit):
+        if is_cancellation(seen):
             return CommitOutcome.CANCELLED
         if isinstance(seen, errors.ConversationClosedError):
             return CommitOutcome.CLOSED

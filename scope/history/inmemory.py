@@ -39,8 +39,8 @@ T = TypeVar("T")
 @final
 @attrs.define(eq=False)
 class InMemoryStore:
-    """An in-memory ``Store``, ``Lister``, ``ViewReader``, ``BatchReader`` and
-    ``TurnLeaser``.
+    """An in-memory ``Store``, ``Lister``, ``ViewReader``, ``BatchReader``,
+    ``TurnLeaser`` and ``FoldedTurnLeaser``.
 
     Guarantees, beyond the store rules every backend keeps (see ``scope.history``):
 
@@ -48,8 +48,9 @@ class InMemoryStore:
       it cannot be interrupted half-way: the closed check, the dedupe record, the
       ``expected_length`` fence and the message insert of an ``append`` happen together
       or not at all, and a ``read_view`` sees one state. A lease step
-      (``acquire_turn``/``release_turn``) is one locked step too; leases expire by
-      ``time.monotonic()``.
+      (``acquire_turn``/``release_turn``) is one locked step too, and so are the folded
+      ones (``acquire_turn_view``: the lease and the view; ``append_release_turn``: the
+      append and the release); leases expire by ``time.monotonic()``.
     - **Cancellation.** No method has a checkpoint: a call that starts finishes. A task
       cancelled before the call starts leaves the store untouched.
     - **Sharing.** Batches and messages are immutable values, so reads hand out the stored
@@ -98,10 +99,13 @@ class InMemoryStore:
         """
         cid = ConversationID(conversation_id)
         with self._lock:
-            length = self._lengths.get(cid, 0)
-            if cid in self._closed:
-                return HistoryView((), length, True)
-            return HistoryView(tuple(self._messages.get(cid, ())), length)
+            return self._view_locked(cid)
+
+    def _view_locked(self, cid: ConversationID) -> HistoryView:
+        length = self._lengths.get(cid, 0)
+        if cid in self._closed:
+            return HistoryView((), length, True)
+        return HistoryView(tuple(self._messages.get(cid, ())), length)
 
     async def read_batches(self, conversation_id: str) -> list[Batch]:
         """A new list of the conversation's accepted batches in append order: the
@@ -133,28 +137,32 @@ class InMemoryStore:
         """
         if not isinstance(batch, Batch):
             raise InvalidBatchError(f"append needs a Batch, got {type(batch).__name__}")
-        cid = batch.conversation_id
         with self._lock:
-            if cid in self._closed:
-                raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
-            accepted = self._accepted.get(cid)
-            digest = None if accepted is None else accepted.get(batch.id)
-            if digest is not None:
-                if digest != batch.digest:
-                    raise AppendConflictError(
-                        f"append id {str(batch.id)!r} of conversation {str(cid)!r} was "
-                        f"accepted with digest {digest}, this batch has {batch.digest}"
-                    )
-                return batch.receipt()  # a retry of an accepted batch: nothing to write
-            length = self._lengths.get(cid, 0)
-            expected = batch.expected_length
-            if expected is not None and expected != length:
-                raise HistoryChangedError(expected, length, cid)
-            self._accepted.setdefault(cid, {})[batch.id] = batch.digest
-            self._batches.setdefault(cid, []).append(batch)
-            self._messages.setdefault(cid, []).extend(batch.messages)
-            self._lengths[cid] = length + len(batch.messages)
+            self._append_locked(batch)
         return batch.receipt()
+
+    def _append_locked(self, batch: Batch) -> None:
+        """``append``'s checks and writes; the caller holds the lock."""
+        cid = batch.conversation_id
+        if cid in self._closed:
+            raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
+        accepted = self._accepted.get(cid)
+        digest = None if accepted is None else accepted.get(batch.id)
+        if digest is not None:
+            if digest != batch.digest:
+                raise AppendConflictError(
+                    f"append id {str(batch.id)!r} of conversation {str(cid)!r} was "
+                    f"accepted with digest {digest}, this batch has {batch.digest}"
+                )
+            return  # a retry of an accepted batch: nothing to write
+        length = self._lengths.get(cid, 0)
+        expected = batch.expected_length
+        if expected is not None and expected != length:
+            raise HistoryChangedError(expected, length, cid)
+        self._accepted.setdefault(cid, {})[batch.id] = batch.digest
+        self._batches.setdefault(cid, []).append(batch)
+        self._messages.setdefault(cid, []).extend(batch.messages)
+        self._lengths[cid] = length + len(batch.messages)
 
     async def clear(self, conversation_id: str) -> None:
         """Close the conversation for ever: its batches are dropped, it reads as ``[]``,
@@ -177,23 +185,53 @@ class InMemoryStore:
         cid = ConversationID(conversation_id)
         holder, ttl = check_lease(holder, ttl)
         with self._lock:
-            now = time.monotonic()
-            current = self._leases.get(cid)
-            if current is not None and current[0] != holder and current[1] > now:
-                return False
-            self._leases[cid] = (holder, now + ttl)
-            return True
+            return self._acquire_locked(cid, holder, ttl)
 
     async def release_turn(self, conversation_id: str, holder: str) -> bool:
         """Release ``holder``'s live lease: True when it held it."""
         cid = ConversationID(conversation_id)
         holder, _ = check_lease(holder, 1.0)
         with self._lock:
-            current = self._leases.get(cid)
-            if current is None or current[0] != holder:
-                return False
-            del self._leases[cid]
-            return current[1] > time.monotonic()
+            return self._release_locked(cid, holder)
+
+    async def acquire_turn_view(
+        self, conversation_id: str, holder: str, ttl: float
+    ) -> HistoryView | None:
+        """``acquire_turn`` and ``read_view`` under one lock (see
+        ``scope.history.FoldedTurnLeaser``): the view when the lease is now ``holder``'s,
+        None when another holder's live lease has it."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        with self._lock:
+            if not self._acquire_locked(cid, holder, ttl):
+                return None
+            return self._view_locked(cid)
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        """``append`` and, when it returns, ``release_turn`` under one lock (see
+        ``scope.history.FoldedTurnLeaser``); when the append raises, the lease stays."""
+        if not isinstance(batch, Batch):
+            raise InvalidBatchError(f"append needs a Batch, got {type(batch).__name__}")
+        holder, _ = check_lease(holder, 1.0)
+        with self._lock:
+            self._append_locked(batch)
+            self._release_locked(batch.conversation_id, holder)
+        return batch.receipt()
+
+    def _acquire_locked(self, cid: ConversationID, holder: str, ttl: float) -> bool:
+        now = time.monotonic()
+        current = self._leases.get(cid)
+        if current is not None and current[0] != holder and current[1] > now:
+            return False
+        self._leases[cid] = (holder, now + ttl)
+        return True
+
+    def _release_locked(self, cid: ConversationID, holder: str) -> bool:
+        current = self._leases.get(cid)
+        if current is None or current[0] != holder:
+            return False
+        del self._leases[cid]
+        return current[1] > time.monotonic()
 
     async def conversations(
         self, *, after: str | None = None, limit: int | None = None

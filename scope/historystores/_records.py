@@ -21,6 +21,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 
 from scope._documents import DIGEST_PREFIX, decode_messages, digest_of
 from scope._json import parse_exact_fast
+from scope._validate import check_type
 from scope.chat import Message
 from scope.codec import encode_messages
 from scope.errors import InvalidAppendIDError, StoreError
@@ -177,8 +178,11 @@ class DecodedCache:
 
 
 def validate_cache_size(value: object, name: str = "decoded_cache_messages") -> int:
-    """A decoded cache bound: an int >= 0, else ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    """A decoded cache bound: an int (else ``TypeError``) >= 0 (else ``ValueError``),
+    naming ``name``."""
+    check_type(value, int, name, "an integer")
+    assert isinstance(value, int)
+    if value < 0:
         raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
     return value
 

@@ -33,9 +33,9 @@ MAX_TABLE_PREFIX: Final = 63 - len("_conversations")
 def validate_table_prefix(prefix: object) -> str:
     """A table prefix: 1-49 characters of lowercase ASCII letters, digits and ``_``, not
     starting with a digit (so it is the same identifier quoted or not, in SQLite and
-    PostgreSQL). Anything else raises ``ValueError``."""
+    PostgreSQL). Not a string: ``TypeError``; any other string: ``ValueError``."""
     if not isinstance(prefix, str):
-        raise ValueError(f"table_prefix must be a string, got {type(prefix).__name__}")
+        raise TypeError(f"table_prefix must be a string, got {type(prefix).__name__}")
     if not _TABLE_PREFIX.match(prefix) or len(prefix) > MAX_TABLE_PREFIX:
         raise ValueError(
             f"table_prefix must be 1-{MAX_TABLE_PREFIX} characters of a-z, 0-9 and _, "

@@ -32,6 +32,7 @@ __all__ = [
     "check_outcome",
     "closed_error",
     "conflict_error",
+    "releases",
     "AsyncClosing",
     "RecordStore",
 ]
@@ -84,6 +85,13 @@ def check_outcome(batch: Batch, answer: object, where: str) -> None:
     raise StoreError(f"{where} returned {outcome!r}")
 
 
+def releases(batch: Batch, outcome: str) -> bool:
+    """Whether ``append_release_turn``'s release goes with this outcome of its append:
+    the batch landed, or it is a retry of the same batch (its dedupe record holds this
+    digest). Any refusal (closed, a conflict, the fence) leaves the lease."""
+    return outcome == "inserted" or outcome == f"accepted:{batch.digest}"
+
+
 class _Closable(Protocol):
     async def aclose(self) -> None: ...
 
@@ -117,7 +125,9 @@ class RecordStore(AsyncClosing):
     (``check_batch``), written by one atomic backend step (``_write``) that answers an
     outcome, the outcome raised as its error (``check_outcome``), the backend's
     follow-up run (``_after_append``), and the receipt returned with the batch's
-    messages cached (the next read decodes nothing this handle wrote).
+    messages cached (the next read decodes nothing this handle wrote). A store that
+    implements ``FoldedTurnLeaser`` runs the same sequence for ``append_release_turn``
+    (``_append`` with the holder), its ``_write`` releasing the lease in the same step.
 
     A subclass sets ``_cache``, ``_listed`` and ``_outcome_source``, implements
     ``_write``, ``_clear``, ``_list``, ``_read`` and ``closed``.
@@ -147,8 +157,14 @@ class RecordStore(AsyncClosing):
         ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
         fenced batch at another length), ``InvalidBatchError`` (not a Batch, before any
         I/O) or ``StoreError``."""
-        batch = check_batch(batch)
-        outcome = await self._write(batch)
+        return await self._append(check_batch(batch), None)
+
+    async def _append(self, batch: Batch, holder: str | None) -> Receipt:
+        """The append sequence for a checked ``batch``. With a ``holder`` (a
+        ``FoldedTurnLeaser``'s ``append_release_turn``) ``_write`` also releases that
+        holder's lease in its one atomic step when the batch landed or was a retry of
+        the same batch (``releases``); a refused append leaves the lease."""
+        outcome = await self._write(batch, holder)
         check_outcome(batch, outcome, self._outcome_source)
         await self._after_append(batch)
         self._cache.remember(batch)
@@ -197,11 +213,13 @@ class RecordStore(AsyncClosing):
         ``StoreError`` naming the conversation."""
         return await self._read(ConversationID(conversation_id), decode_batches)
 
-    async def _write(self, batch: Batch) -> object:
+    async def _write(self, batch: Batch, holder: str | None) -> object:
         """Append ``batch`` in one atomic step: the closed check, the dedupe record and
         the fence (DESIGN §6b's order), then the insert. Answers the outcome
         ``check_outcome`` reads (``inserted``, ``closed``, ``accepted:<digest>``,
-        ``changed:<length>``)."""
+        ``changed:<length>``). With a ``holder`` (only on a store that implements
+        ``FoldedTurnLeaser``), the same step releases ``holder``'s lease when
+        ``releases(batch, outcome)``."""
         raise NotImplementedError
 
     async def _after_append(self, batch: Batch) -> None:

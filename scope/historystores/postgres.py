@@ -5,7 +5,7 @@ asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore`` th
 
 Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
 upgraded by ``open(create=True)`` under a transaction-level advisory lock so processes
-opening at once do not race)::
+opening at once do not race):
 
     {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN, length BIGINT)
     {prefix}_batches(conversation_id TEXT COLLATE "C", seq BIGINT, append_id TEXT,
@@ -35,7 +35,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
-from scope._validate import check_lease, finite_number
+from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryView
 from scope.historystores._driver import (
@@ -130,9 +130,7 @@ def _check_timeout(name: str, value: object) -> float | None:
     """A timeout argument: None (no bound) or a finite number of seconds > 0."""
     if value is None:
         return None
-    if not finite_number(value, positive=True):
-        raise ValueError(f"{name} must be a finite number of seconds > 0 or None, got {value!r}")
-    return float(value)
+    return check_seconds(value, name, positive=True)
 
 
 #: How much longer than ``command_timeout`` the client waits for the server's answer
@@ -270,16 +268,18 @@ class PostgresStore(RecordScanning, RecordStore):
         prefix = validate_table_prefix(table_prefix)
         command_timeout = _check_timeout("command_timeout", command_timeout)
         acquire_timeout = _check_timeout("acquire_timeout", acquire_timeout)
+        connect_timeout = check_seconds(connect_timeout, "connect_timeout", positive=True)
         cache = DecodedCache(
             validate_cache_size(decoded_cache_messages),
             validate_cache_size(decoded_cache_bytes, "decoded_cache_bytes"),
         )
-        if type(create) is not bool:
-            raise ValueError(f"create must be a bool, got {create!r}")
-        if not isinstance(dsn, str) or not dsn:
+        check_type(create, bool, "create", "a bool")
+        check_type(dsn, str, "dsn", "a string")
+        if not dsn:
             raise ValueError(f"dsn must be a non-empty string, got {dsn!r}")
         for name, value in (("min_size", min_size), ("max_size", max_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            check_type(value, int, name, "an integer")
+            if value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if max_size < 1 or min_size > max_size:
             raise ValueError(
@@ -542,7 +542,9 @@ class PostgresStore(RecordScanning, RecordStore):
         rows = await self._with_connection(page, f"scan of conversation {raw_id!r}")
         return [(r[0], r[1], r[2], r[3], "") for r in rows]
 
-    async def _write(self, batch: Batch) -> str:
+    async def _write(self, batch: Batch, holder: str | None) -> str:
+        # Never given a holder: this store is not a FoldedTurnLeaser.
+        assert holder is None
         sql = self._sql.append
         args = (
             str(batch.conversation_id),

@@ -4,7 +4,7 @@ redis-py is imported when a store is opened, not when this module is imported. T
 client is asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore``).
 
 Keys (``{P}`` is ``prefix``, default ``scope:history``; ``{H}`` is the hex of the
-conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag)::
+conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
 
     {P}:{{H}}:batches   LIST    one element per batch: digest, "\\n", append id, "\\n", messages
     {P}:{{H}}:ids       HASH    append id -> digest (the dedupe record)
@@ -36,9 +36,9 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
-from scope._validate import check_lease
+from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import ScopeWarning, StoreError
-from scope.history import Batch, ConversationID, HistoryView
+from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -64,6 +64,7 @@ from scope.historystores._records import (
 from scope.historystores._scan import RecordScanning
 from scope.historystores._store import (
     RecordStore,
+    check_batch,
 )
 
 __all__ = ["RedisStore"]
@@ -133,6 +134,39 @@ return 0
 _RELEASE: Final = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+
+# The folded lease steps (FoldedTurnLeaser) reuse the scripts above as Lua functions
+# whose KEYS and ARGV parameters shadow the globals, so each rule stays written once.
+# KEYS: lease, closed, length, batches. ARGV: holder, ttl in ms. 0 when another
+# holder's live lease has it, else read_view's answer, in the same atomic step.
+_ACQUIRE_VIEW: Final = f"""
+local function acquire(KEYS, ARGV)
+{_ACQUIRE}
+end
+local function view(KEYS, ARGV)
+{_VIEW}
+end
+if acquire({{KEYS[1]}}, {{ARGV[1], ARGV[2]}}) == 0 then return 0 end
+return view({{KEYS[2], KEYS[3], KEYS[4]}}, {{}})
+"""
+
+# KEYS: lease, then _APPEND's keys. ARGV: holder, then _APPEND's arguments. The append,
+# and when it landed or was a retry of the same batch (its digest is ARGV[3]), the
+# release (compare and delete), in one atomic step; a refused append leaves the lease.
+_APPEND_RELEASE: Final = f"""
+local function append(KEYS, ARGV)
+{_APPEND}
+end
+local function release(KEYS, ARGV)
+{_RELEASE}
+end
+local outcome = append({{KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}},
+                       {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]}})
+if outcome == 'inserted' or outcome == 'accepted:' .. ARGV[3] then
+  release({{KEYS[1]}}, {{ARGV[1]}})
+end
+return outcome
 """
 
 #: How many listed ids one ``conversations()`` round trip fetches.
@@ -205,7 +239,7 @@ def validate_prefix(prefix: object) -> str:
     key; glob characters because the prefix must be usable in ``SCAN MATCH``. Anything
     else raises ``ValueError``."""
     if not isinstance(prefix, str):
-        raise ValueError(f"prefix must be a string, got {type(prefix).__name__}")
+        raise TypeError(f"prefix must be a string, got {type(prefix).__name__}")
     if not _PREFIX.match(prefix):
         raise ValueError(
             "prefix must be 1-100 characters of ASCII letters, digits, '_', '.', ':' "
@@ -216,7 +250,8 @@ def validate_prefix(prefix: object) -> str:
 
 @final
 class RedisStore(RecordScanning, RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser`` and ``RecordScanner`` in Redis.
+    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser``, ``FoldedTurnLeaser`` and
+    ``RecordScanner`` in Redis.
 
     Open with ``await RedisStore.open(url)``; use as an async context manager or call
     ``aclose()`` (closes the client and its connections).
@@ -226,7 +261,10 @@ class RedisStore(RecordScanning, RecordStore):
     - **Atomicity.** ``append`` is one Lua script: closed check, dedupe record and push of
       the batch (one list element) run as a unit; ``clear`` is one script that records the
       closure and deletes the batches and dedupe records. Both are linearizable across
-      clients and hosts.
+      clients and hosts. The turn lease (``acquire_turn``/``release_turn``) is one script
+      per step, and so are the folded steps (``FoldedTurnLeaser``): ``acquire_turn_view``
+      takes the lease and reads the view, ``append_release_turn`` runs the append script
+      and then the compare-and-delete of the lease, in the conversation's hash slot.
     - **Reconnects.** When a connection drops (``CLIENT KILL``, restart, network) the
       operation is retried once on a fresh connection; every operation is idempotent, so a
       batch lands exactly once. If the retry fails too, ``StoreError`` is raised with the
@@ -338,14 +376,20 @@ class RedisStore(RecordScanning, RecordStore):
         """
         if require_durable and not check_persistence:
             raise ValueError("require_durable=True needs check_persistence=True")
-        if type(cluster) is not bool:
-            raise ValueError(f"cluster must be a bool, got {cluster!r}")
+        check_type(cluster, bool, "cluster", "a bool")
+        if socket_timeout is not None:
+            socket_timeout = check_seconds(socket_timeout, "socket_timeout", positive=True)
+        if max_connections is not None:
+            check_type(max_connections, int, "max_connections", "an integer or None")
+            if max_connections < 1:
+                raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         prefix = validate_prefix(prefix)
         cache = DecodedCache(
             validate_cache_size(decoded_cache_messages),
             validate_cache_size(decoded_cache_bytes, "decoded_cache_bytes"),
         )
-        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        check_type(url, str, "url", "a string")
+        if not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
         require_asyncio("RedisStore", "redis-py")
         aioredis = _redis()
@@ -571,7 +615,13 @@ class RedisStore(RecordScanning, RecordStore):
         async def read() -> list[Any]:
             return list(await client.eval(_VIEW, 3, closed_key, length_key, batches_key))
 
-        closed, raw_length, items = await self._call(read, f"read of conversation {str(cid)!r}")
+        answer = await self._call(read, f"read of conversation {str(cid)!r}")
+        return self._view(cid, answer)
+
+    def _view(self, cid: ConversationID, answer: list[Any]) -> HistoryView:
+        """The ``HistoryView`` of the view script's answer (closed flag, length or '',
+        records)."""
+        closed, raw_length, items = answer
         records = [_split(cid, item) for item in items]
         if not raw_length:
             if closed:
@@ -620,7 +670,9 @@ class RedisStore(RecordScanning, RecordStore):
         )
         return [(start + offset, *_fields(item)) for offset, item in enumerate(items)]
 
-    async def _write(self, batch: Batch) -> Any:
+    async def _write(self, batch: Batch, holder: str | None) -> Any:
+        # One script; with a holder (append_release_turn) the folded script, which also
+        # releases the holder's lease when the append landed or was a retry.
         cid = batch.conversation_id
         aid = str(batch.id).encode("utf-8")
         digest = batch.digest.encode("ascii")
@@ -632,13 +684,23 @@ class RedisStore(RecordScanning, RecordStore):
         count = len(batch.messages)
         expected = "" if batch.expected_length is None else str(batch.expected_length)
         cluster = self.cluster
+        # With a holder: the folded script, the lease key first and the holder first.
+        script, lease, token = (
+            (_APPEND, (), ())
+            if holder is None
+            else (_APPEND_RELEASE, (self._lease_key(cid),), (holder,))
+        )
+        n = len(lease)
 
         async def append() -> Any:
             if not cluster:  # one script: the listing changes in the same atomic step
                 return await client.eval(
-                    _APPEND, 5, *keys, listing, aid, digest, record, count, expected, member
-                )
-            return await client.eval(_APPEND, 4, *keys, aid, digest, record, count, expected)
+                    script, n + 5, *lease, *keys, listing,
+                    *token, aid, digest, record, count, expected, member,
+                )  # fmt: skip
+            return await client.eval(
+                script, n + 4, *lease, *keys, *token, aid, digest, record, count, expected
+            )
 
         return await self._call(append, f"append to conversation {str(cid)!r}")
 
@@ -705,6 +767,35 @@ class RedisStore(RecordScanning, RecordStore):
             return await client.eval(_RELEASE, 1, key, holder)
 
         return bool(await self._call(release, f"lease release of conversation {str(cid)!r}"))
+
+    async def acquire_turn_view(
+        self, conversation_id: str, holder: str, ttl: float
+    ) -> HistoryView | None:
+        """``acquire_turn`` and ``read_view`` in one script (see
+        ``scope.history.FoldedTurnLeaser``): the view when the lease is now ``holder``'s,
+        None (nothing read) when another holder's live lease has it."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        closed_key, _, batches_key, length_key = self._keys(cid)
+        keys = (self._lease_key(cid), closed_key, length_key, batches_key)
+        millis = max(1, math.ceil(ttl * 1000))
+        client = self._client
+
+        async def acquire_view() -> Any:
+            return await client.eval(_ACQUIRE_VIEW, 4, *keys, holder, millis)
+
+        answer = await self._call(acquire_view, f"lease and read of conversation {str(cid)!r}")
+        if answer == 0:
+            return None
+        return self._view(cid, list(answer))
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        """``append`` and ``release_turn`` in one script (see
+        ``scope.history.FoldedTurnLeaser``); a refused append leaves the lease. On Redis
+        Cluster the listing is updated after the script, as for ``append``."""
+        batch = check_batch(batch)
+        holder, _ = check_lease(holder, 1.0)
+        return await self._append(batch, holder)
 
     async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
         """One round trip per 1,000 listed ids (``limit`` or all), in code point order

@@ -6,7 +6,7 @@ busy timeout). Every database call runs on a worker thread through
 ``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
 under asyncio and trio.
 
-Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``)::
+Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
 
     {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER)
     {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB)
@@ -42,9 +42,9 @@ from typing import Any, Final, Literal, TypeVar, final
 
 import anyio.to_thread
 
-from scope._validate import check_lease, finite_number
+from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryView
+from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -69,6 +69,8 @@ from scope.historystores._schema import (
 )
 from scope.historystores._store import (
     RecordStore,
+    check_batch,
+    releases,
 )
 
 __all__ = ["SQLiteStore"]
@@ -198,8 +200,8 @@ def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
 
 @final
 class SQLiteStore(RecordScanning, RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser`` and ``RecordScanner``
-    in one SQLite file.
+    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser``, ``FoldedTurnLeaser``
+    and ``RecordScanner`` in one SQLite file.
 
     Open with ``await SQLiteStore.open(path)``; use as an async context manager or call
     ``aclose()``.
@@ -211,7 +213,9 @@ class SQLiteStore(RecordScanning, RecordStore):
       batches in one transaction. Two handles or two processes on one file are
       linearizable: a clear and an append never interleave. ``acquire_turn`` and
       ``release_turn`` are one statement each in a ``BEGIN IMMEDIATE`` transaction, so
-      two handles or processes never both hold a conversation's lease.
+      two handles or processes never both hold a conversation's lease; the folded steps
+      (``FoldedTurnLeaser``) are one transaction each: ``acquire_turn_view`` the upsert
+      and the read, ``append_release_turn`` the append and the expiry of the holder's lease.
     - **Cancellation.** The work of a call runs to completion on its worker thread even if
       the awaiting task is cancelled. A cancelled call always ends cancelled: under trio
       or an anyio cancel scope the cancellation is raised as soon as the thread is done,
@@ -292,18 +296,14 @@ class SQLiteStore(RecordScanning, RecordStore):
             raise ValueError(
                 f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}"
             )
-        if not finite_number(busy_timeout):
-            raise ValueError(f"busy_timeout must be a finite number >= 0, got {busy_timeout!r}")
-        if (
-            isinstance(max_idle_connections, bool)
-            or not isinstance(max_idle_connections, int)
-            or max_idle_connections < 1
-        ):
+        check_seconds(busy_timeout, "busy_timeout")
+        check_type(max_idle_connections, int, "max_idle_connections", "an integer")
+        if max_idle_connections < 1:
             raise ValueError(
                 f"max_idle_connections must be an integer >= 1, got {max_idle_connections!r}"
             )
-        if type(create) is not bool:
-            raise ValueError(f"create must be a bool, got {create!r}")
+        check_type(create, bool, "create", "a bool")
+        check_type(path, (str, os.PathLike), "path", "a str or os.PathLike")
         fspath = os.fspath(path)
         if not isinstance(fspath, str) or not fspath or fspath == ":memory:":
             raise ValueError(f"path must name a database file, got {path!r}")
@@ -350,23 +350,22 @@ class SQLiteStore(RecordScanning, RecordStore):
         """The conversation's messages, length and closure from one statement (a
         consistent snapshot). A corrupt stored record raises ``StoreError``."""
         cid = ConversationID(conversation_id)
+        sql = self._view_sql()
+        cache = self._cache
+
+        def read(conn: sqlite3.Connection) -> HistoryView:
+            return _view(cid, conn.execute(sql, (cid,)).fetchall(), cache)
+
+        return await self._run(read, f"read of conversation {str(cid)!r}")
+
+    def _view_sql(self) -> str:
+        """``read_view``'s one statement (parameter: the conversation id)."""
         t = self._tables
-        sql = (
+        return (
             f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
             f"FROM {t.conversations} c LEFT JOIN {t.batches} b "
             "ON b.conversation_id = c.id AND c.closed = 0 WHERE c.id = ? ORDER BY b.seq"
         )
-        cache = self._cache
-
-        def read(conn: sqlite3.Connection) -> HistoryView:
-            rows = conn.execute(sql, (cid,)).fetchall()
-            if not rows:
-                return HistoryView((), 0)
-            closed, length = bool(rows[0][0]), rows[0][1]
-            records = [(r[2], r[3], r[4]) for r in rows if r[2] is not None]
-            return view_of(cid, closed, length, records, cache)
-
-        return await self._run(read, f"read of conversation {str(cid)!r}")
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
         """One statement (a consistent snapshot) fetching the conversation's records in
@@ -412,8 +411,9 @@ class SQLiteStore(RecordScanning, RecordStore):
 
         return await self._run(page, f"scan of conversation {raw_id!r}")
 
-    async def _write(self, batch: Batch) -> str:
-        # One write transaction (see the class docstring for cancellation).
+    async def _write(self, batch: Batch, holder: str | None) -> str:
+        # One write transaction (see the class docstring for cancellation); with a
+        # holder (append_release_turn) the release is in the same transaction.
         cid = batch.conversation_id
         aid = batch.id
         digest = batch.digest
@@ -456,9 +456,21 @@ class SQLiteStore(RecordScanning, RecordStore):
             )
             return "inserted"
 
+        # The release of append_release_turn expires the holder's row in place rather
+        # than deleting it: an expired row is a free lease to acquire_turn and "not held"
+        # to release_turn, and an update that keeps the key writes one page where a
+        # delete (and the next turn's insert) touch the table and its key index both.
+        release = f"UPDATE {t.leases} SET expires = 0 WHERE conversation_id = ? AND holder = ?"
+
+        def body_and_release(conn: sqlite3.Connection) -> str:
+            outcome = body(conn)
+            if holder is not None and releases(batch, outcome):
+                conn.execute(release, (cid, holder))
+            return outcome
+
         def append(conn: sqlite3.Connection) -> str:
             with pool.write_lock:
-                return _transaction(conn, lambda: body(conn))
+                return _transaction(conn, lambda: body_and_release(conn))
 
         return await self._run(append, f"append to conversation {str(cid)!r}")
 
@@ -486,15 +498,8 @@ class SQLiteStore(RecordScanning, RecordStore):
         lease is now ``holder``'s."""
         cid = ConversationID(conversation_id)
         holder, ttl = check_lease(holder, ttl)
-        t = self._tables
         pool = self._pool
-        sql = (
-            f"INSERT INTO {t.leases} AS l (conversation_id, holder, expires) "
-            f"VALUES (?1, ?2, {_NOW} + ?3) "
-            "ON CONFLICT (conversation_id) DO UPDATE SET "
-            "holder = excluded.holder, expires = excluded.expires "
-            f"WHERE l.holder = excluded.holder OR l.expires <= {_NOW}"
-        )
+        sql = self._acquire_sql()
 
         def acquire(conn: sqlite3.Connection) -> bool:
             with pool.write_lock:
@@ -502,6 +507,51 @@ class SQLiteStore(RecordScanning, RecordStore):
             return changed == 1
 
         return bool(await self._run(acquire, f"lease of conversation {str(cid)!r}"))
+
+    def _acquire_sql(self) -> str:
+        """``acquire_turn``'s upsert (parameters: id, holder, ttl): one row changed when
+        the lease is now the holder's."""
+        t = self._tables
+        return (
+            f"INSERT INTO {t.leases} AS l (conversation_id, holder, expires) "
+            f"VALUES (?1, ?2, {_NOW} + ?3) "
+            "ON CONFLICT (conversation_id) DO UPDATE SET "
+            "holder = excluded.holder, expires = excluded.expires "
+            f"WHERE l.holder = excluded.holder OR l.expires <= {_NOW}"
+        )
+
+    async def acquire_turn_view(
+        self, conversation_id: str, holder: str, ttl: float
+    ) -> HistoryView | None:
+        """``acquire_turn`` and ``read_view`` in one ``BEGIN IMMEDIATE`` transaction (see
+        ``scope.history.FoldedTurnLeaser``): the view when the lease is now ``holder``'s,
+        None (nothing read) when another holder's live lease has it."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        pool = self._pool
+        acquire, read = self._acquire_sql(), self._view_sql()
+        cache = self._cache
+
+        def body(conn: sqlite3.Connection) -> list[Any] | None:
+            if conn.execute(acquire, (cid, holder, ttl)).rowcount != 1:
+                return None
+            return conn.execute(read, (cid,)).fetchall()
+
+        def acquire_view(conn: sqlite3.Connection) -> HistoryView | None:
+            with pool.write_lock:
+                rows = _transaction(conn, lambda: body(conn))
+            return None if rows is None else _view(cid, rows, cache)
+
+        return await self._run(acquire_view, f"lease and read of conversation {str(cid)!r}")
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        """``append`` and ``release_turn`` in one ``BEGIN IMMEDIATE`` transaction (see
+        ``scope.history.FoldedTurnLeaser``): the lease is expired in the append's
+        transaction when the batch landed or was a retry of the same batch; a refused
+        append (it raises) wrote nothing and leaves the lease."""
+        batch = check_batch(batch)
+        holder, _ = check_lease(holder, 1.0)
+        return await self._append(batch, holder)
 
     async def release_turn(self, conversation_id: str, holder: str) -> bool:
         """Release ``holder``'s live lease (one delete in one transaction): True when it
@@ -533,6 +583,16 @@ class SQLiteStore(RecordScanning, RecordStore):
             return [row[0] for row in conn.execute(sql, args)]
 
         return await self._run(conversations, "listing of conversations")
+
+
+def _view(cid: ConversationID, rows: list[Any], cache: DecodedCache) -> HistoryView:
+    """The ``HistoryView`` of ``read_view``'s rows (closed, length, then one record per
+    row; none for an unknown conversation)."""
+    if not rows:
+        return HistoryView((), 0)
+    closed, length = bool(rows[0][0]), rows[0][1]
+    records = [(r[2], r[3], r[4]) for r in rows if r[2] is not None]
+    return view_of(cid, closed, length, records, cache)
 
 
 def _open_schema(pool: _Pool, create: bool) -> None:

@@ -30,14 +30,16 @@ from scope.chat import (
     ToolCallDelta,
     Usage,
 )
+from scope.chat._deltas import text_delta
 from scope.errors import (
     InvalidJSONError,
     InvalidResponseError,
+    ScopeError,
     UnsupportedOptionError,
 )
 from scope.jsonvalue import RawJSON
 from scope.media import Media, SourceKind
-from scope.metadata import Metadata
+from scope.metadata import EMPTY_METADATA, Metadata
 from scope.models._errors import embedded_error, error_message
 from scope.models._json_shape import bare_mime as _bare_mime
 from scope.models._json_shape import count as _count
@@ -572,14 +574,29 @@ class EventMapper:
                 payload,
                 payload.get("error"),
             )
-        with as_invalid_response(f"stream event {kind}"):
+        # What ``as_invalid_response(f"stream event {kind}")`` does, without building the
+        # message and a context manager per event (a try costs nothing until it raises).
+        try:
             return self._map(kind, payload)
+        except InvalidResponseError:
+            raise
+        except ScopeError as exc:
+            raise InvalidResponseError(f"stream event {kind}: {exc}") from exc
 
     def _parts(self, parts: list[Part]) -> Response:
         if self.finish_reason_seen:
             raise InvalidResponseError("stream event carries content after the stop_reason")
         self._last = parts[-1]
         return Response(Output(Message(Role.ASSISTANT, parts)))
+
+    def _text(self, kind: PartKind, text: str, metadata: Metadata) -> Response:
+        """``_parts([Part(kind, text=text, metadata=metadata)])``, built by ``text_delta``
+        (the hot path: one text or thinking fragment)."""
+        if self.finish_reason_seen:
+            raise InvalidResponseError("stream event carries content after the stop_reason")
+        chunk = text_delta(kind, text, metadata)
+        self._last = chunk.message.parts[0]
+        return chunk
 
     def _map(self, kind: object, payload: dict[str, Any]) -> Response | None:
         if kind == "content_block_delta":
@@ -685,18 +702,18 @@ class EventMapper:
     def _delta(self, payload: dict[str, Any]) -> Response | None:
         where = "content_block_delta"
         _, state = self._started(payload, where)
-        delta = _obj(payload.get("delta"), f"{where}.delta")
-        here = f"{where}.delta"
+        here = "content_block_delta.delta"
+        delta = _obj(payload.get("delta"), here)
         kind = delta.get("type")
         block_type = state[0]
         if kind == "text_delta" and block_type == "text":
             text = _str(delta, "text", here)
-            return self._parts([Part(PartKind.TEXT, text=text)]) if text else None
+            return self._text(PartKind.TEXT, text, EMPTY_METADATA) if text else None
         if kind == "thinking_delta" and block_type == "thinking":
             text = _str(delta, "thinking", here)
             if not text:
                 return None
-            return self._parts([Part(PartKind.REASONING, text=text, metadata=state[5])])
+            return self._text(PartKind.REASONING, text, state[5])
         if kind == "signature_delta" and block_type == "thinking":
             state[4].append(_str(delta, "signature", here))
             return None

@@ -36,17 +36,20 @@ from scope.chat import (
     ToolCall,
     Usage,
 )
+from scope.chat._deltas import response_metadata, text_delta
+from scope.chat._deltas import usage as make_usage
 from scope.errors import (
     AuthenticationError,
     InvalidJSONError,
     InvalidResponseError,
     ProviderError,
     RateLimitError,
+    ScopeError,
     UnsupportedOptionError,
 )
 from scope.jsonvalue import RawJSON
 from scope.media import Media, SourceKind
-from scope.metadata import Metadata
+from scope.metadata import EMPTY_METADATA, Metadata
 from scope.models._errors import embedded_error, error_message
 from scope.models._json_shape import count as _count
 from scope.models._json_shape import kind as _kind
@@ -148,6 +151,9 @@ _B64_URL: Final = re.compile(r"[A-Za-z0-9_-]*={0,2}\Z")
 _EMPTY_META: Final = Metadata()
 _NO_USAGE: Final = Usage()
 _TRUE: Final = RawJSON.parse("true")
+_TEXT: Final = PartKind.TEXT
+#: ``ChunkMapper._last`` after a text part without a signature (metadata empty).
+_PLAIN_TEXT: Final = (PartKind.TEXT, _EMPTY_META, _EMPTY_META, False)
 
 
 def route(model: str, stream: bool) -> str:
@@ -461,14 +467,36 @@ def _decode_signature(text: str, where: str) -> bytes:
         raise InvalidResponseError(f"{where} is not base64: {exc}") from exc
 
 
-def _usage(raw: object, where: str) -> Usage:
-    source = _obj(raw, where)
-    prompt = _count(source, "promptTokenCount", where) or 0
-    candidates = _count(source, "candidatesTokenCount", where) or 0
-    thoughts = _count(source, "thoughtsTokenCount", where)
-    cached = _count(source, "cachedContentTokenCount", where)
-    with as_invalid_response(where):
-        return Usage(prompt, candidates + (thoughts or 0), thoughts, cached)
+_USAGE_KEYS: Final = (
+    "promptTokenCount",
+    "candidatesTokenCount",
+    "thoughtsTokenCount",
+    "cachedContentTokenCount",
+)
+
+
+def _usage(raw: object, parent: str) -> Usage:
+    """The ``Usage`` of ``<parent>.usageMetadata`` (it may come with every chunk: the
+    messages naming it are made only for an error)."""
+    if type(raw) is not dict:
+        raise InvalidResponseError(f"{parent}.usageMetadata must be an object, got {_kind(raw)}")
+    get = raw.get
+    prompt = get("promptTokenCount")
+    candidates = get("candidatesTokenCount")
+    thoughts = get("thoughtsTokenCount")
+    cached = get("cachedContentTokenCount")
+    if not (
+        (prompt is None or (type(prompt) is int and prompt >= 0))
+        and (candidates is None or (type(candidates) is int and candidates >= 0))
+        and (thoughts is None or (type(thoughts) is int and thoughts >= 0))
+        and (cached is None or (type(cached) is int and cached >= 0))
+    ):
+        for key in _USAGE_KEYS:
+            _count(raw, key, f"{parent}.usageMetadata")  # raises at the first bad one
+    try:
+        return make_usage(prompt or 0, (candidates or 0) + (thoughts or 0), thoughts, cached)
+    except ScopeError as exc:
+        raise InvalidResponseError(f"{parent}.usageMetadata: {exc}") from exc
 
 
 @final
@@ -488,9 +516,16 @@ class ChunkMapper:
     index) so the two stay apart. Other parts (code execution, ...) are not carried.
     ``finish_reason_seen`` is true once a ``finishReason`` (or a prompt block) arrived;
     Gemini streams have no end marker.
+
+    Every chunk of a Gemini stream repeats ``responseId``, ``modelVersion`` and
+    ``usageMetadata``: a delta carries its ``ResponseMetadata`` only on the first chunk,
+    when one of the three differs from the previous chunk's, or with a prompt block's
+    reason. Repeating an unchanged one would merge to the same response (the
+    accumulator keeps the latest non-empty id and model and the latest non-zero usage),
+    so the merged response is the same, and most deltas are one text part.
     """
 
-    __slots__ = ("_calls", "_index", "_last", "end_marker_seen", "finish_reason_seen")
+    __slots__ = ("_calls", "_index", "_last", "_raw", "end_marker_seen", "finish_reason_seen")
 
     def __init__(self) -> None:
         self._calls = 0  # function calls seen (for made-up ids)
@@ -498,6 +533,9 @@ class ChunkMapper:
         # The last part handed out: kind, metadata without BLOCK_KEY, metadata, and
         # whether it (merged with what it continues) carries a signature.
         self._last: tuple[PartKind, Metadata, Metadata, bool] | None = None
+        # The last chunk's responseId, modelVersion and usageMetadata as received (None
+        # before the first chunk, whose metadata is always sent).
+        self._raw: tuple[object, object, object] | None = None
         self.end_marker_seen = False
         self.finish_reason_seen = False
 
@@ -506,17 +544,81 @@ class ChunkMapper:
         del event
         if self.finish_reason_seen:
             raise InvalidResponseError("stream event after the finishReason")
-        return self.chunk(_load(data, "stream event"), "stream event")
+        try:
+            body = orjson.loads(data)  # _load, inlined: this runs for every chunk
+        except orjson.JSONDecodeError:
+            body = None
+        if type(body) is not dict:
+            body = _load(data, "stream event")  # raises, saying what is wrong
+        return self.chunk(body, "stream event")
 
     def chunk(self, body: dict[str, Any], where: str) -> Response:
         """The delta for one decoded ``GenerateContentResponse``."""
-        error = body.get("error")
+        get = body.get
+        error = get("error")
         if error is not None:
             raise embedded_error(
                 f"the server answered with an error: {error_message(error)}", body, error
             )
-        with as_invalid_response(where):
+        # What ``as_invalid_response(where)`` does, without a context manager per chunk
+        # (a try costs nothing in CPython 3.11 until something raises).
+        try:
+            # The hot path: one candidate (index 0) with one plain text part, no finish
+            # reason, no prompt feedback (almost every chunk of an answer). Exactly the
+            # chunks for which ``_chunk`` would make one text part with empty metadata
+            # and no output metadata: no thought, signature, call or media member, so
+            # ``_part`` reads only ``text``; the bookkeeping ``_parts`` does for such a
+            # part is the two assignments below.
+            candidates = get("candidates")
+            if type(candidates) is list and len(candidates) == 1 and get("promptFeedback") is None:
+                candidate = candidates[0]
+                if (
+                    type(candidate) is dict
+                    and candidate.get("finishReason") is None
+                    and candidate.get("index", 0) == 0
+                ):
+                    content = candidate.get("content")
+                    parts = content.get("parts") if type(content) is dict else None
+                    if type(parts) is list and len(parts) == 1:
+                        wire = parts[0]
+                        text = wire.get("text") if type(wire) is dict and len(wire) == 1 else None
+                        if type(text) is str and text:
+                            metadata = self._metadata(body, _EMPTY_META, where)
+                            self._index += 1
+                            self._last = _PLAIN_TEXT
+                            return text_delta(_TEXT, text, EMPTY_METADATA, metadata)
             return self._chunk(body, where)
+        except InvalidResponseError:
+            raise
+        except ScopeError as exc:
+            raise InvalidResponseError(f"{where}: {exc}") from exc
+
+    def _metadata(
+        self, body: dict[str, Any], extra: Metadata, where: str
+    ) -> ResponseMetadata | None:
+        """The chunk's ``ResponseMetadata``, or None when its id, model version and usage
+        are the previous chunk's and it has no ``extra`` (see the class docstring)."""
+        get = body.get
+        raw = (get("responseId"), get("modelVersion"), get("usageMetadata"))
+        if raw == self._raw and not extra:
+            return None
+        raw_id, raw_model, raw_usage = raw
+        # A string without surrounding whitespace is taken as it is; the checks that name
+        # what is wrong run (and raise) for anything else but null.
+        response_id = (
+            raw_id
+            if type(raw_id) is str and raw_id.strip() == raw_id
+            else _meta_text(f"{where}.responseId", _str(body, "responseId", where))
+        )
+        usage = _NO_USAGE if raw_usage is None else _usage(raw_usage, where)
+        model = (
+            raw_model
+            if type(raw_model) is str and raw_model.strip() == raw_model
+            else _meta_text(f"{where}.modelVersion", _str(body, "modelVersion", where))
+        )
+        metadata = response_metadata(response_id, model, usage, extra)
+        self._raw = raw
+        return metadata
 
     def _chunk(self, body: dict[str, Any], where: str) -> Response:
         extra = _EMPTY_META
@@ -551,14 +653,7 @@ class ChunkMapper:
             if reason is FinishReason.STOP and self._calls:
                 reason = FinishReason.TOOL_CALLS
             break
-        raw_usage = body.get("usageMetadata")
-        usage = _NO_USAGE if raw_usage is None else _usage(raw_usage, f"{where}.usageMetadata")
-        metadata = ResponseMetadata(
-            response_id,
-            _meta_text(f"{where}.modelVersion", _str(body, "modelVersion", where)),
-            usage,
-            extra,
-        )
+        metadata = self._metadata(body, extra, where)
         output = None
         if parts or reason is not None:
             output_meta = None

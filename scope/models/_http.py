@@ -36,7 +36,7 @@ import httpx
 import orjson
 
 from scope import __version__
-from scope._validate import finite_number
+from scope._validate import check_seconds, check_type
 from scope.chat import Options, Request, Response
 from scope.errors import (
     InvalidOptionsError,
@@ -151,21 +151,25 @@ class HTTPAdapter:
         retry_max_delay: float = 60.0,
     ) -> None:
         """Validate and keep the settings every adapter takes (see the adapter's class
-        docstring); ``InvalidOptionsError`` for a bad one. Nothing is created yet."""
+        docstring): ``TypeError`` for an argument of the wrong type,
+        ``InvalidOptionsError`` for a bad value (the policy of ``scope.errors``). Nothing
+        is created yet."""
         wire = self._WIRE
-        if not isinstance(model, str) or model != model.strip():
+        where = wire.name
+        check_type(model, str, f"{where} model", "a string")
+        if model != model.strip():
             raise InvalidOptionsError(
-                f"model must be a string without surrounding whitespace, got {model!r}"
+                f"{where} model must not have surrounding whitespace, got {model!r}"
             )
-        _check_retries(max_retries, retry_backoff, retry_max_delay)
-        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
-            raise InvalidOptionsError(
-                f"http_client must be an httpx.AsyncClient, got {type(http_client).__name__}"
+        _check_retries(where, max_retries, retry_backoff, retry_max_delay)
+        if timeout is not UNSET and timeout is not None and not isinstance(timeout, httpx.Timeout):
+            check_seconds(timeout, f"{where} timeout", positive=True, error=InvalidOptionsError)
+        if http_client is not None:
+            check_type(
+                http_client, httpx.AsyncClient, f"{where} http_client", "an httpx.AsyncClient"
             )
-        if default_options is not None and not isinstance(default_options, Options):
-            raise InvalidOptionsError(
-                f"default_options must be Options, got {type(default_options).__name__}"
-            )
+        if default_options is not None:
+            check_type(default_options, Options, f"{where} default_options", "scope.chat.Options")
         base = base_url if base_url is not None else os.environ.get(f"{wire.env}_BASE_URL") or ""
         base = (base or wire.default_base_url).rstrip("/")
         url = _parse_url(base, wire.path)
@@ -581,14 +585,15 @@ def fill_origin(exc: ProviderError, response: httpx.Response, request_id: str | 
         exc.request_id = request_id
 
 
-def _check_retries(max_retries: object, retry_backoff: object, retry_max_delay: object) -> None:
-    if type(max_retries) is not int or max_retries < 0:
-        raise InvalidOptionsError(
-            f"max_retries must be a non-negative integer, got {max_retries!r}"
-        )
-    for name, value in (("retry_backoff", retry_backoff), ("retry_max_delay", retry_max_delay)):
-        if not finite_number(value):
-            raise InvalidOptionsError(f"{name} must be a finite number >= 0, got {value!r}")
+def _check_retries(
+    where: str, max_retries: object, retry_backoff: object, retry_max_delay: object
+) -> None:
+    check_type(max_retries, int, f"{where} max_retries", "an integer")
+    assert isinstance(max_retries, int)
+    if max_retries < 0:
+        raise InvalidOptionsError(f"{where} max_retries must be >= 0, got {max_retries!r}")
+    check_seconds(retry_backoff, f"{where} retry_backoff", error=InvalidOptionsError)
+    check_seconds(retry_max_delay, f"{where} retry_max_delay", error=InvalidOptionsError)
 
 
 def _parse_url(base: str, path: str) -> httpx.URL:

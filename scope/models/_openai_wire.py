@@ -31,13 +31,15 @@ from scope.chat import (
     ToolDefinition,
     Usage,
 )
+from scope.chat._deltas import text_delta
 from scope.errors import (
     InvalidResponseError,
+    ScopeError,
     UnsupportedOptionError,
 )
 from scope.jsonvalue import RawJSON
 from scope.media import Media, SourceKind
-from scope.metadata import Metadata
+from scope.metadata import EMPTY_METADATA, Metadata
 from scope.models._errors import embedded_error, error_message
 from scope.models._json_shape import bare_mime as _bare_mime
 from scope.models._json_shape import count as _count
@@ -93,6 +95,7 @@ RESERVED_FIELDS: Final = frozenset({"messages", "model", "stream", "stream_optio
 
 _REFUSAL_META: Final = Metadata({REFUSAL_KEY: True})
 _EMPTY_META: Final = Metadata()
+_TEXT: Final = PartKind.TEXT
 
 _FINISH: Final[dict[str, FinishReason]] = {
     "stop": FinishReason.STOP,
@@ -651,8 +654,14 @@ class ChunkMapper:
                 chunk,
                 error,
             )
-        with as_invalid_response("stream event"):
+        # What ``as_invalid_response("stream event")`` does, without a context manager
+        # per event (a try costs nothing in CPython 3.11 until something raises).
+        try:
             return self._map(chunk)
+        except InvalidResponseError:
+            raise
+        except ScopeError as exc:
+            raise InvalidResponseError(f"stream event: {exc}") from exc
 
     def _map(self, chunk: dict[str, Any]) -> Response | None:
         get = chunk.get
@@ -670,6 +679,33 @@ class ChunkMapper:
                 raise InvalidResponseError(
                     f"chunk.choices must be an array or null, got {_kind(choices)}"
                 )
+            # The hot path: choice 0 whose delta is only content text (almost every
+            # chunk of an answer). Exactly the chunks for which ``_choice`` would return
+            # ``Output(Message(ASSISTANT, [Part(TEXT, text=content)]))``: no other member
+            # carries anything (falsy values carry nothing, as there), no finish reason,
+            # no content after one, no reasoning details waiting for the message.
+            choice = choices[0]
+            if (
+                type(choice) is dict
+                and choice.get("finish_reason") is None
+                and choice.get("index", 0) == 0
+                and not self.finish_reason_seen
+                and not self._details_dirty
+            ):
+                delta = choice.get("delta")
+                if type(delta) is dict:
+                    content = delta.get("content")
+                    if (
+                        type(content) is str
+                        and content
+                        and not delta.get("reasoning_content")
+                        and not delta.get("reasoning")
+                        and not delta.get("reasoning_details")
+                        and not delta.get("refusal")
+                        and not delta.get("tool_calls")
+                        and delta.get("function_call") is None
+                    ):
+                        return text_delta(_TEXT, content, EMPTY_METADATA, metadata)
             output = self._choice(choices)
         if output is None and metadata is None:
             return None

@@ -32,6 +32,7 @@ from scope.chat import (
     ToolResult,
     Usage,
 )
+from scope.chat._deltas import text_delta
 from scope.errors import InvalidResponseError, ProviderError, UnsupportedOptionError
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
@@ -611,7 +612,7 @@ class EventMapper:
                 return self._text(body, False)
             if not delta:
                 return None
-            return Response(Output(Message(_ASSISTANT, (Part(_TEXT, text=delta, metadata=meta),))))
+            return text_delta(_TEXT, delta, meta)
         if event_type == "error" or event == "error":
             # Recorded traffic nests the fields under "error"; the SDK's model has them
             # at the top level: read either.

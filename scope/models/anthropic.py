@@ -2,7 +2,7 @@
 
 One object is both a ``chat.Model`` (``await model.call(request)``) and a
 ``chat.Streamer`` (``model.stream(request)``) over ``POST {base_url}/v1/messages``; it
-speaks the wire protocol itself with httpx (the ``anthropic`` SDK is not needed)::
+speaks the wire protocol itself with httpx (the ``anthropic`` SDK is not needed):
 
     from scope.chat import Request, user_message
     from scope.models.anthropic import AnthropicModel
@@ -28,6 +28,15 @@ Assistant messages become ``text``, ``thinking``, ``redacted_thinking`` and
 ``tool_use`` blocks; a tool call's arguments must be a JSON object (``""`` is sent as
 ``{}``), sent with their numbers as spelled. Tools become ``tools`` entries with
 ``input_schema`` verbatim.
+
+**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+``scope/provider`` (``provider_name``), ``scope/model`` (the model that answered, else
+the one asked for) and ``scope/api`` (``anthropic.messages``). Provider state (thinking
+and redacted thinking) goes back only from the adapter's own messages: same API,
+provider and model (or a dated snapshot of it); a message without provenance is foreign.
+The parts left out are counted in the response's
+``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and named in a
+DEBUG record of the ``scope.models`` logger.
 
 **Reasoning.** A ``thinking`` block is a reasoning part whose signature bytes are the
 base64-decoded ``signature`` (a signature that is not canonical base64 is refused, as

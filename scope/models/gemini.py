@@ -5,7 +5,7 @@ One object is both a ``chat.Model`` (``await model.call(request)``) and a
 ``chat.Streamer`` (``model.stream(request)``) over
 ``POST {base_url}/v1beta/models/{model}:generateContent`` and
 ``:streamGenerateContent?alt=sse``; it speaks the wire protocol itself with httpx (the
-``google-genai`` SDK is never imported)::
+``google-genai`` SDK is never imported):
 
     from scope.chat import Request, user_message
     from scope.models.gemini import GeminiModel
@@ -18,6 +18,17 @@ One object is both a ``chat.Model`` (``await model.call(request)``) and a
 ``x-goog-api-key``. The model is part of the URL: ``options.model`` or the
 constructor's ``model`` (a leading ``models/`` is accepted). Importing ``scope`` never
 imports this module; importing it imports httpx.
+
+**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+``scope/provider`` (``gcp.gemini``), ``scope/model`` (the model that answered, else the
+one asked for) and ``scope/api`` (``gemini.generate_content``). Thought signatures (and
+signed thoughts) go back only from the adapter's own messages: same API, provider and
+model (or a dated snapshot of it); a message without provenance is foreign. A foreign
+function call of the current turn (after the last user message) carries Google's
+documented placeholder ``skip_thought_signature_validator`` on the first call of its
+step, as Gemini 3 requires. The parts left out are counted in the response's
+``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and named in a
+DEBUG record of the ``scope.models`` logger.
 
 **Request mapping.** System messages become ``systemInstruction`` (one text part each).
 User messages are ``user`` contents: text parts, media as ``inlineData`` (bytes, base64)
@@ -87,7 +98,9 @@ spelled is output metadata ``gemini/finish_reason``. A blocked prompt
 valid ``ResponseAccumulator`` delta (``call`` merges its one body the same way, so both
 modes give the same ``Response``); there is no end marker: the stream ends after the
 chunk with a ``finishReason``, and one that ends before it raises
-``ProviderConnectionError``.
+``ProviderConnectionError``. Gemini repeats ``responseId``, ``modelVersion`` and
+``usageMetadata`` on every chunk; a delta carries its response metadata only on the first
+chunk and when one of them changed (the merged response is the same).
 
 **Errors and retries** are those of ``OpenAIChatModel`` (shared code), read from the
 ``{"error": {code, message, status, details}}`` body: 401/403 ``AuthenticationError``,

@@ -4,7 +4,7 @@
 One object is both a ``chat.Model`` (``await model.call(request)``) and a
 ``chat.Streamer`` (``model.stream(request)``) over ``POST {base_url}/chat/completions``,
 so it reaches OpenAI and every server that speaks the same protocol (vLLM, Ollama,
-llama.cpp, DeepSeek, Groq, OpenRouter, ...)::
+llama.cpp, DeepSeek, Groq, OpenRouter, ...):
 
     from scope.chat import Request, user_message
     from scope.models.openai import OpenAIChatModel
@@ -88,6 +88,16 @@ only the ``index``); a call with no id by the finish reason or ``[DONE]`` gets
 its end, so the connection can be reused); a stream that ends without ``[DONE]`` is
 accepted only after a finish reason.
 
+**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+``scope/provider`` (``provider_name``), ``scope/model`` (the model that answered, else
+the one asked for) and ``scope/api`` (``openai.chat`` here, ``openai.responses`` for
+``OpenAIResponsesModel``). Provider state (``extra_content``, ``reasoning_details``,
+``reasoning_content``; the Responses API's reasoning items and item ids) goes back only
+from the adapter's own messages: same API, provider and model (or a dated snapshot of
+it); a message without provenance is foreign. The parts left out are counted in the
+response's ``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and
+named in a DEBUG record of the ``scope.models`` logger.
+
 **Errors.** HTTP failures become ``scope.errors`` provider errors, with ``status_code``,
 the decoded ``body`` and ``request_id`` (the ``x-request-id`` header): 401/403
 ``AuthenticationError``; 429 ``RateLimitError`` (``retry_after`` from ``Retry-After``);
@@ -131,8 +141,8 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.openai needs httpx: install the extra, pip install 'scope-chat[openai]'"
     ) from exc
 
+from scope._validate import check_name, check_type
 from scope.chat import Options, Request, Response
-from scope.errors import InvalidOptionsError
 from scope.models._http import UNSET, HTTPAdapter, Wire
 from scope.models._openai_wire import API, PROVIDER, ChunkMapper, build_body, parse_completion
 from scope.models._responses_wire import API as RESPONSES_API
@@ -212,10 +222,7 @@ class OpenAIChatModel(HTTPAdapter):
         retry_max_delay: float = 60.0,
         provider_name: str = "openai",
     ) -> None:
-        if not isinstance(provider_name, str) or not provider_name.strip():
-            raise InvalidOptionsError(
-                f"provider_name must be a non-empty string, got {provider_name!r}"
-            )
+        check_name(provider_name, f"{type(self).__name__} provider_name")
         super().__init__(
             model,
             api_key=api_key,
@@ -383,14 +390,8 @@ class OpenAIResponsesModel(HTTPAdapter):
         provider_name: str = "openai",
         encrypted_reasoning: bool = True,
     ) -> None:
-        if not isinstance(provider_name, str) or not provider_name.strip():
-            raise InvalidOptionsError(
-                f"provider_name must be a non-empty string, got {provider_name!r}"
-            )
-        if type(encrypted_reasoning) is not bool:
-            raise InvalidOptionsError(
-                f"encrypted_reasoning must be a bool, got {encrypted_reasoning!r}"
-            )
+        check_name(provider_name, f"{type(self).__name__} provider_name")
+        check_type(encrypted_reasoning, bool, "OpenAIResponsesModel encrypted_reasoning", "a bool")
         super().__init__(
             model,
             api_key=api_key,

@@ -1,105 +1,22 @@
-"""OpenTelemetry GenAI spans and metrics for scope models, as middleware (``scope-chat[otel]``).
-
-::
-
-    from scope import chat, otel
-
-    t = otel.tracing()                       # the global tracer and meter providers
-    model = chat.wrap(OpenAIChatModel("gpt-4o-mini"), t.call)
-    streamer = chat.wrap_stream(OpenAIChatModel("gpt-4o-mini"), t.stream)
-
-Importing ``scope`` never imports this module; importing it imports ``opentelemetry-api``
-(nothing else: the SDK and exporters are the application's choice).
-
-**Conventions.** Spans and metrics follow the GenAI semantic conventions of OpenTelemetry
-semantic conventions **v1.41.0** (status: development). As those conventions ask of
-instrumentations, the environment variable ``OTEL_SEMCONV_STABILITY_OPT_IN`` (a
-comma-separated list, read when ``tracing()`` is called) chooses the version:
-
-- it contains ``gen_ai_latest_experimental``: the v1.41.0 conventions, all of them;
-- otherwise (the default) the attribute names of v1.36.0, the last version before the
-  breaking renames: ``gen_ai.system`` instead of ``gen_ai.provider.name`` (on spans and
-  metrics), and no message content (v1.36.0 recorded content as log events, which this
-  module does not emit: ``capture_content=True`` then warns and records nothing).
-
-**One span per operation**: name ``chat {gen_ai.request.model}`` (``chat`` when the model
-is unknown), kind ``CLIENT``, current while the inner model runs (so an instrumented HTTP
-client's span is its child). A stream's span starts at the stream's first iteration and
-ends when the stream ends, fails, is closed early or is cancelled; it is current while
-the inner stream produces each chunk (never while the consumer holds a chunk).
-
-Attributes: ``gen_ai.operation.name`` (``chat``), ``gen_ai.provider.name`` (the inner
-model's ``provider_name`` attribute when it has one, else the ``provider_name`` argument),
-``gen_ai.request.model`` (the request's ``options.model``, else the inner model's
-``model`` attribute), ``server.address``/``server.port`` (from the inner model's
-``base_url`` attribute when it has one), ``gen_ai.output.type`` and the request options
-that are set (``gen_ai.request.temperature``, ``top_p``, ``top_k``, ``max_tokens``,
-``stop_sequences``, ``frequency_penalty``, ``presence_penalty``); from the response
-``gen_ai.response.id``, ``gen_ai.response.model``, ``gen_ai.response.finish_reasons``,
-``gen_ai.usage.input_tokens`` / ``output_tokens`` (``input_tokens`` includes cached
-tokens, as both scope and the conventions count them) and, when reported,
-``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.usage.cache_creation.input_tokens``
-and ``gen_ai.usage.reasoning.output_tokens``; ``gen_ai.conversation.id`` when a
-``scope.history.Middleware`` outside this one says which conversation the call belongs to
-(``scope.history._trace.conversation(id)`` current when ``call`` or ``stream`` is called).
-Streams add ``gen_ai.response.time_to_first_chunk`` (seconds from the first iteration to
-the first chunk, an attribute) and ``scope.chat.chunks`` (chunks forwarded).
-``scope.replay.dropped_parts``: how many parts of the request the adapter left out
-(another model's reasoning, say: DESIGN §6c), when the response says so.
-
-How an operation ended, ``scope.chat.outcome``: ``completed``; ``failed`` (status ERROR,
-``error.type`` = the exception's class name, the exception recorded as an event);
-``stopped`` (the consumer closed the stream early: status unset); ``cancelled``
-(``asyncio.CancelledError`` or trio's ``Cancelled``: not an error, status unset). Errors
-and cancellations propagate untouched.
-
-**Content** (``capture_content=True``, off by default, needs the latest conventions):
-``gen_ai.input.messages`` and ``gen_ai.output.messages`` as the conventions' JSON (role and
-typed parts: ``text``, ``reasoning``, ``tool_call``, ``tool_call_response``, ``uri``,
-``file``). Media bytes are never recorded: a media part given as bytes (or as a ``data:``
-URI) becomes ``{"type": "media", "mime_type", "modality", "size"}``, a URI a ``uri`` part,
-a provider file reference a ``file`` part. Reasoning signatures are never recorded.
-
-**Metrics**: ``gen_ai.client.operation.duration`` (s), ``gen_ai.client.token.usage``
-({token}, one record per token type, when usage was reported) and, for streams,
-``gen_ai.client.operation.time_to_first_chunk`` (s); histograms with the conventions'
-bucket advice and attributes (operation, provider, request and response model, server
-address and port, ``error.type`` on failures). They are recorded for completed and failed
-operations; a stopped or cancelled one shows on its span only.
-
-Everything works under asyncio and trio alike: no event-loop API is used, and context is
-attached and detached within one step of a stream, never across a ``yield``.
-"""
+"""The tracing middlewares: one span per model call or stream, and its metrics."""
 
 from __future__ import annotations
 
-import os
 import time
-import urllib.parse
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from typing import Any, Final, final
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, final
 
-import orjson
-
-try:
-    from opentelemetry import context as otel_context
-    from opentelemetry import metrics, trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "scope.otel needs the OpenTelemetry API: pip install 'scope-chat[otel]' "
-        "(or opentelemetry-api)"
-    ) from exc
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from scope import __version__
+from scope._context import current_conversation, is_cancellation
+from scope._validate import check_name
 from scope.chat import (
     FinishReason,
-    Message,
     Model,
-    OutputFormatType,
-    Part,
-    PartKind,
     Request,
     Response,
     ResponseAccumulator,
@@ -107,88 +24,11 @@ from scope.chat import (
     Usage,
 )
 from scope.errors import InvalidResponseError
-from scope.history._trace import current_conversation
-from scope.media import Media, SourceKind
+from scope.otel import _conventions as conv
+from scope.otel._conventions import CANCELLED, COMPLETED, FAILED, STOPPED
+from scope.otel._metrics import Instruments
 
-__all__ = ["SEMCONV_VERSION", "Tracing", "tracing"]
-
-#: The version of the OpenTelemetry semantic conventions emitted with
-#: ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``.
-SEMCONV_VERSION: Final = "1.41.0"
-_LEGACY_VERSION: Final = "1.36.0"
-_OPT_IN: Final = "gen_ai_latest_experimental"
-
-# Bucket advice of the conventions.
-_DURATION_BUCKETS: Final = (
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
-)  # fmt: skip
-_TOKEN_BUCKETS: Final = (
-    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
-)  # fmt: skip
-
-# Request options recorded as they are: (option, span attribute), in this order. top_k
-# is there for its place; it is written again as a double.
-_REQUEST_ATTRIBUTES: Final = (
-    ("temperature", "gen_ai.request.temperature"),
-    ("top_p", "gen_ai.request.top_p"),
-    ("top_k", "gen_ai.request.top_k"),
-    ("max_tokens", "gen_ai.request.max_tokens"),
-    ("stop", "gen_ai.request.stop_sequences"),
-    ("frequency_penalty", "gen_ai.request.frequency_penalty"),
-    ("presence_penalty", "gen_ai.request.presence_penalty"),
-)
-_OUTPUT_TYPES: Final = {
-    OutputFormatType.TEXT: "text",
-    OutputFormatType.JSON: "json",
-    OutputFormatType.JSON_SCHEMA: "json",
-}
-# Output message finish reasons as the conventions spell them.
-_MESSAGE_FINISH: Final = {
-    FinishReason.STOP: "stop",
-    FinishReason.LENGTH: "length",
-    FinishReason.TOOL_CALLS: "tool_call",
-    FinishReason.CONTENT_FILTER: "content_filter",
-    FinishReason.OTHER: "other",
-}
-
-#: Response extra metadata an adapter sets to the number of request parts it left out
-#: (DESIGN §6c; scope.models._provenance.DROPPED_KEY, a layer this one cannot import).
-_DROPPED_KEY: Final = "scope/dropped_parts"
-
-COMPLETED: Final = "completed"
-FAILED: Final = "failed"
-STOPPED: Final = "stopped"
-CANCELLED: Final = "cancelled"
-
-
-def _latest_requested() -> bool:
-    raw = os.environ.get("OTEL_SEMCONV_STABILITY_OPT_IN", "")
-    return _OPT_IN in (item.strip() for item in raw.split(","))
-
-
-def _is_cancellation(exc: BaseException) -> bool:
-    # asyncio.CancelledError and trio.Cancelled are BaseException but not Exception;
-    # GeneratorExit, KeyboardInterrupt and SystemExit are not cancellations.
-    return not isinstance(exc, Exception | GeneratorExit | KeyboardInterrupt | SystemExit)
-
-
-def _server(inner: object) -> dict[str, Any]:
-    base_url = getattr(inner, "base_url", None)
-    if not isinstance(base_url, str) or not base_url:
-        return {}
-    try:
-        parsed = urllib.parse.urlsplit(base_url)
-        port = parsed.port
-    except ValueError:
-        return {}
-    if not parsed.hostname:
-        return {}
-    if port is None:
-        port = {"http": 80, "https": 443}.get(parsed.scheme)
-    out: dict[str, Any] = {"server.address": parsed.hostname}
-    if port is not None:
-        out["server.port"] = port
-    return out
+__all__ = ["Tracing", "tracing"]
 
 
 @final
@@ -207,13 +47,11 @@ class Tracing:
 
     __slots__ = (
         "_capture",
-        "_duration",
+        "_instruments",
         "_latest",
         "_provider_key",
         "_provider_name",
-        "_token_usage",
         "_tracer",
-        "_ttfc",
     )
 
     def __init__(
@@ -223,18 +61,18 @@ class Tracing:
         capture_content: bool = False,
         provider_name: str | None = None,
     ) -> None:
-        if provider_name is not None and (not isinstance(provider_name, str) or not provider_name):
-            raise ValueError(f"provider_name must be a non-empty string, got {provider_name!r}")
-        latest = _latest_requested()
+        if provider_name is not None:
+            check_name(provider_name, "tracing provider_name")
+        latest = conv.latest_requested()
         if capture_content and not latest:
             warnings.warn(
                 "scope.otel: capture_content=True records message content only with the "
-                f"latest GenAI conventions; set OTEL_SEMCONV_STABILITY_OPT_IN={_OPT_IN} "
+                f"latest GenAI conventions; set OTEL_SEMCONV_STABILITY_OPT_IN={conv.OPT_IN} "
                 "(nothing is captured with the v1.36.0 conventions)",
                 RuntimeWarning,
                 stacklevel=3,
             )
-        version = SEMCONV_VERSION if latest else _LEGACY_VERSION
+        version = conv.SEMCONV_VERSION if latest else conv.LEGACY_VERSION
         schema_url = f"https://opentelemetry.io/schemas/{version}"
         if tracer_provider is None:
             tracer = trace.get_tracer("scope.otel", __version__, schema_url=schema_url)
@@ -249,24 +87,7 @@ class Tracing:
         self._capture = bool(capture_content) and latest
         self._provider_name = provider_name
         self._provider_key = "gen_ai.provider.name" if latest else "gen_ai.system"
-        self._duration = meter.create_histogram(
-            "gen_ai.client.operation.duration",
-            unit="s",
-            description="GenAI operation duration.",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
-        )
-        self._token_usage = meter.create_histogram(
-            "gen_ai.client.token.usage",
-            unit="{token}",
-            description="Number of input and output tokens used.",
-            explicit_bucket_boundaries_advisory=list(_TOKEN_BUCKETS),
-        )
-        self._ttfc = meter.create_histogram(
-            "gen_ai.client.operation.time_to_first_chunk",
-            unit="s",
-            description="Time to receive the first chunk of a streamed response.",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
-        )
+        self._instruments = Instruments(meter)
 
     @property
     def capture_content(self) -> bool:
@@ -302,7 +123,7 @@ class Tracing:
         if not isinstance(default_model, str):
             default_model = ""
         common: dict[str, Any] = {"gen_ai.operation.name": "chat", self._provider_key: provider}
-        common.update(_server(inner))
+        common.update(conv.server(inner))
         return _Base(common, default_model)
 
     def _start(
@@ -314,14 +135,14 @@ class Tracing:
         if model:
             metric_attrs["gen_ai.request.model"] = model
         attrs = dict(metric_attrs)
-        for option, key in _REQUEST_ATTRIBUTES:
+        for option, key in conv.REQUEST_ATTRIBUTES:
             value = getattr(options, option)
             if value is not None:
                 attrs[key] = value
         if options.top_k is not None:
             attrs["gen_ai.request.top_k"] = float(options.top_k)  # a double in the conventions
         if options.output_format is not None:
-            attrs["gen_ai.output.type"] = _OUTPUT_TYPES[options.output_format.type]
+            attrs["gen_ai.output.type"] = conv.OUTPUT_TYPES[options.output_format.type]
         if conversation is not None:
             attrs["gen_ai.conversation.id"] = conversation
         span = self._tracer.start_span(
@@ -329,7 +150,9 @@ class Tracing:
         )
         capture = self._capture and span.is_recording()
         if capture:
-            _set_json(span, "gen_ai.input.messages", [_message(m) for m in request.messages])
+            conv.set_json(
+                span, "gen_ai.input.messages", [conv.message(m) for m in request.messages]
+            )
         return _Operation(self, span, metric_attrs, capture, stream)
 
 
@@ -404,7 +227,7 @@ class _Operation:
                 self.usage = usage
             extra = meta.extra
             if extra:
-                dropped = extra.get(_DROPPED_KEY)
+                dropped = extra.get(conv.DROPPED_KEY)
                 if dropped is not None:
                     value = dropped.value()
                     if type(value) is int:
@@ -468,9 +291,9 @@ class _Operation:
                 if self.accumulator is not None:
                     final = self.accumulator.response()
                 if final is not None:
-                    output = _output(final)
+                    output = conv.output(final)
                     if output is not None:
-                        _set_json(span, "gen_ai.output.messages", [output])
+                        conv.set_json(span, "gen_ai.output.messages", [output])
             if error_type is not None:
                 assert error is not None
                 span.record_exception(error, escaped=True)
@@ -479,18 +302,11 @@ class _Operation:
         if outcome in (COMPLETED, FAILED):
             if error_type is not None:
                 metric_attrs["error.type"] = error_type
-            tracing._duration.record(duration, metric_attrs)
-            if self.first_chunk is not None:
-                tracing._ttfc.record(self.first_chunk, metric_attrs)
-            usage = self.usage
-            if usage is not None:
-                record = tracing._token_usage.record
-                record(usage.input_tokens, {**metric_attrs, "gen_ai.token.type": "input"})
-                record(usage.output_tokens, {**metric_attrs, "gen_ai.token.type": "output"})
+            tracing._instruments.record(duration, self.first_chunk, self.usage, metric_attrs)
 
 
 def _outcome(exc: BaseException) -> str:
-    return CANCELLED if _is_cancellation(exc) else FAILED
+    return CANCELLED if is_cancellation(exc) else FAILED
 
 
 @final
@@ -604,96 +420,6 @@ class _TracedStreamer:
                         otel_context.detach(token)
             finally:
                 operation.end(outcome, error, None)
-
-
-# -- content -------------------------------------------------------------------------------
-
-
-def _set_json(span: trace.Span, key: str, value: Any) -> None:
-    span.set_attribute(key, orjson.dumps(value).decode())
-
-
-def _modality(mime: str) -> str:
-    return mime.split("/", 1)[0].strip().lower()
-
-
-def _media(media: Media) -> dict[str, Any]:
-    source = media.source
-    mime = media.mime
-    out: dict[str, Any]
-    if source.kind is SourceKind.URI and not source.uri.lower().startswith("data:"):
-        out = {"type": "uri", "modality": _modality(mime), "mime_type": mime, "uri": source.uri}
-    elif source.kind is SourceKind.REFERENCE:
-        out = {"type": "file", "modality": _modality(mime), "mime_type": mime}
-        out["file_id"] = source.ref
-    else:
-        # Bytes (or a data: URI, bytes in disguise) are never recorded: their size is.
-        size = len(source.data) if source.kind is SourceKind.BYTES else len(source.uri)
-        out = {"type": "media", "modality": _modality(mime), "mime_type": mime, "size": size}
-    if media.id:
-        out["id"] = media.id
-    if media.name:
-        out["name"] = media.name
-    return out
-
-
-def _arguments(text: str) -> Any:
-    try:
-        return orjson.loads(text) if text else {}
-    except orjson.JSONDecodeError:
-        return text  # malformed arguments are recorded as the model wrote them
-
-
-def _part(part: Part) -> dict[str, Any] | None:
-    kind = part.kind
-    if kind is PartKind.TEXT:
-        return {"type": "text", "content": part.text}
-    if kind is PartKind.REASONING:
-        return {"type": "reasoning", "content": part.text}  # the signature never
-    if kind is PartKind.MEDIA:
-        assert part.media is not None
-        return _media(part.media)
-    if kind is PartKind.TOOL_CALL:
-        call = part.tool_call
-        assert call is not None
-        return {
-            "type": "tool_call",
-            "id": call.id,
-            "name": call.name,
-            "arguments": _arguments(call.arguments),
-        }
-    if kind is PartKind.TOOL_RESULT:
-        result = part.tool_result
-        assert result is not None
-        text = result.output.text()
-        response: Any = text
-        if text is None:
-            response = [p for p in map(_part, result.output.content) if p is not None]
-        out = {"type": "tool_call_response", "id": result.id, "response": response}
-        if result.is_error:
-            out["is_error"] = True
-        return out
-    return None  # tool_call_delta: never in a request, merged away in a response
-
-
-def _parts(parts: Sequence[Part]) -> list[dict[str, Any]]:
-    return [p for p in map(_part, parts) if p is not None]
-
-
-def _message(message: Message) -> Mapping[str, Any]:
-    return {"role": message.role.value, "parts": _parts(message.parts)}
-
-
-def _output(response: Response) -> dict[str, Any] | None:
-    output = response.output
-    if output is None or output.finish_reason is None:
-        return None  # unfinished: the conventions need a finish reason
-    parts = [] if output.message is None else _parts(output.message.parts)
-    return {
-        "role": "assistant",
-        "parts": parts,
-        "finish_reason": _MESSAGE_FINISH[output.finish_reason],
-    }
 
 
 def tracing(

@@ -1,0 +1,494 @@
+"""``Conversation``: the turn loop a service runs, owned by the library (DESIGN §6f):
+
+    conversation = Conversation(model, store, "user-42", tools=[get_weather])
+    result = await conversation.ask("Weather in Lisbon?")
+    print(result.output)                        # the answer's text
+
+    async with contextlib.aclosing(conversation.stream("And in Porto?")) as events:
+        async for event in events:               # chunk, tool_call, tool_result, done
+            if event.kind == "chunk":
+                print(event.chunk.text, end="")
+
+One turn: the user's message goes through the history ``Middleware`` (the stored turns
+are replayed, the finished turn is appended once); while the answer asks for tools, the
+tools run and the turn is resubmitted with their results; the final answer completes it.
+The store then holds ``user, assistant(calls), tool(results), ..., assistant(answer)``
+as one batch.
+
+Guarantees a caller relies on:
+
+- **Tools**: the calls of one response run concurrently (an anyio task group: asyncio
+  or trio), their results kept in call order. A call to an unknown tool, invalid
+  arguments and a failing tool are error results the model sees and can correct
+  (``scope.tools``), never an exception of the turn.
+- **Steps**: at most ``max_steps`` model calls per turn; when the last one still asks
+  for tools, ``MaxStepsError`` (nothing of the turn is stored: the Middleware stores a
+  turn only with its final answer).
+- **Storing**: a retryable ``CommitError`` (the model answered, the store failed) is
+  retried by appending ``err.batch`` again, up to ``append_retries`` times (10 ms,
+  doubling, between retries), never by calling the model again; appending the same
+  batch lands it exactly once. When every retry fails, a ``CommitError`` (retryable,
+  same batch, the last failure as its cause) is raised: the host may append the batch
+  later. A non-retryable ``CommitError`` (another turn was stored first, the
+  conversation was cleared) is raised as is. Every other error (provider errors, an
+  invalid response, ``TurnInProgressError`` with ``on_overlap="reject"``) propagates
+  unchanged, nothing stored.
+- **Cancellation** propagates unchanged, at any point: the Middleware stores nothing for
+  a cancelled turn (or the interrupted turn with ``keep_interrupted=True``), running
+  tools are cancelled with it (a sync tool's thread is waited for).
+- **Structured answers**: ``output=<a type>`` (any type ``scope.tools`` supports: an
+  attrs class, a dataclass, a ``TypedDict``, ``list[int]``, ...) sends the type's JSON
+  Schema as the request's ``OutputFormat.json_schema`` and decodes the answer's text (a
+  JSON document) into the type with the same strict decoder as tool arguments. An answer
+  that does not decode raises ``InvalidResponseError`` — the turn is already stored.
+
+The ``middlewares`` (objects with ``call(next)`` and ``stream(next)``, like
+``scope.otel.Tracing``) wrap the model inside the history Middleware, first outermost: a
+tracing span per model call, with the conversation id on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import re
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from typing import (
+    Any,
+    Final,
+    Generic,
+    Literal,
+    Protocol,
+    TypeVar,
+    cast,
+    final,
+    overload,
+    runtime_checkable,
+)
+
+import anyio
+import attrs
+import orjson
+
+from scope import _argschema
+from scope.chat import (
+    Message,
+    Model,
+    Options,
+    OutputFormat,
+    Request,
+    Response,
+    ResponseAccumulator,
+    Streamer,
+    ToolCall,
+    ToolDefinition,
+    ToolOutput,
+    ToolResult,
+    system_message,
+    tool_message,
+    user_message,
+    wrap,
+    wrap_stream,
+)
+from scope.errors import (
+    AppendConflictError,
+    CommitError,
+    ConversationClosedError,
+    HistoryChangedError,
+    InvalidBatchError,
+    InvalidResponseError,
+    MaxStepsError,
+)
+from scope.history import ConversationID, IncompleteTurn, Middleware, ReadWriter
+from scope.tools import Tool
+
+__all__ = ["Conversation", "ModelMiddleware", "TurnEvent", "TurnEventKind", "TurnResult"]
+
+T = TypeVar("T")
+
+#: Append failures after which the same batch can never land.
+_FINAL: Final = (
+    HistoryChangedError,
+    ConversationClosedError,
+    AppendConflictError,
+    InvalidBatchError,
+)
+
+
+#: The options of a conversation made without any (one shared, immutable value).
+_NO_OPTIONS: Final = Options()
+
+
+@runtime_checkable
+class ModelMiddleware(Protocol):
+    """A middleware for both paths, as ``scope.otel.Tracing`` is: ``call`` wraps a
+    ``Model``, ``stream`` wraps a ``Streamer``."""
+
+    def call(self, next: Model) -> Model:
+        """Wrap a model's ``call``."""
+        ...
+
+    def stream(self, next: Streamer) -> Streamer:
+        """Wrap a streamer's ``stream``."""
+        ...
+
+
+class TurnEventKind(enum.StrEnum):
+    """What a ``TurnEvent`` carries."""
+
+    CHUNK = "chunk"  # .chunk: a Response delta of the model's answer
+    TOOL_CALL = "tool_call"  # .tool_call: a call the model made (before the tools run)
+    TOOL_RESULT = "tool_result"  # .tool_result: its result (in call order)
+    DONE = "done"  # .result: the TurnResult; the turn is stored
+
+
+@final
+@attrs.frozen
+class TurnResult(Generic[T]):
+    """A finished, stored turn.
+
+    - ``response``: the final answer (the model's last response).
+    - ``output``: its text, or the decoded value when ``ask``/``stream`` had ``output=``.
+    - ``steps``: the model calls the turn made (1 without tools).
+    - ``messages``: the turn as stored: the user message, each tool-call message with
+      its results, the answer.
+    """
+
+    response: Response
+    output: T
+    steps: int
+    messages: tuple[Message, ...]
+
+
+@final
+@attrs.frozen
+class TurnEvent(Generic[T]):
+    """One event of ``Conversation.stream``: ``kind`` says which attribute is set."""
+
+    kind: TurnEventKind
+    chunk: Response | None = None
+    tool_call: ToolCall | None = None
+    tool_result: ToolResult | None = None
+    result: TurnResult[T] | None = None
+
+
+@final
+class Conversation:
+    """One conversation's turns: the model, the store and the tools, with the loop.
+
+    - ``model``: a ``Model`` and/or a ``Streamer`` (every bundled adapter is both).
+    - ``store``: the history store (a ``Reader`` and ``Writer``; every bundled store).
+    - ``conversation_id``: the conversation (a ``ConversationID`` or ``str``).
+    - ``tools``: ``Tool`` objects (``@scope.tools.tool``); names must be unique.
+    - ``max_steps``: model calls per turn at most (default 8): ``MaxStepsError``.
+    - ``on_overlap``, ``keep_interrupted``, ``on_incomplete``: passed to the history
+      ``Middleware`` (DESIGN §6e, §6c; defaults ``"fence"``, False, None).
+    - ``middlewares``: ``ModelMiddleware`` objects applied around the model, inside
+      the history Middleware (first outermost), e.g. ``scope.otel.tracing()``.
+    - ``system``: a system prompt sent before the history with every request (not
+      stored), default none.
+    - ``options``: request ``Options`` (model, temperature, ...), default none.
+    - ``append_retries``: how many times a retryable ``CommitError``'s batch is
+      appended again (default 3; 0: raised at once).
+
+    ``ask`` returns the finished turn; ``stream`` gives its events as they happen. Both
+    work under asyncio and trio; one ``Conversation`` may run overlapping turns (the
+    ``on_overlap`` strategy decides what they do). See the module docstring for the
+    guarantees. Raises ``TypeError``/``ValueError`` for invalid arguments, naming them.
+    """
+
+    __slots__ = (
+        "_append_retries",
+        "_caller",
+        "_definitions",
+        "_formats",
+        "_max_steps",
+        "_middleware",
+        "_options",
+        "_store",
+        "_streamer",
+        "_system",
+        "_tools",
+    )
+
+    def __init__(
+        self,
+        model: Model | Streamer,
+        store: ReadWriter,
+        conversation_id: str,
+        *,
+        tools: Iterable[Tool[..., Any]] = (),
+        max_steps: int = 8,
+        on_overlap: Literal["fence", "reject", "wait", "interrupt"] = "fence",
+        keep_interrupted: bool = False,
+        on_incomplete: Callable[[IncompleteTurn], None] | None = None,
+        middlewares: Sequence[ModelMiddleware] = (),
+        system: str | None = None,
+        options: Options | None = None,
+        append_retries: int = 3,
+    ) -> None:
+        calls = callable(getattr(model, "call", None))
+        streams = callable(getattr(model, "stream", None))
+        if not (calls or streams):
+            raise TypeError(
+                f"model must be a scope.chat Model (async call) or Streamer (stream), got "
+                f"{type(model).__name__}"
+            )
+        if type(max_steps) is not int or max_steps < 1:
+            raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
+        if type(append_retries) is not int or append_retries < 0:
+            raise ValueError(f"append_retries must be an int >= 0, got {append_retries!r}")
+        if system is not None and not isinstance(system, str):
+            raise TypeError(f"system must be a str or None, got {type(system).__name__}")
+        if options is not None and not isinstance(options, Options):
+            raise TypeError(f"options must be a scope.chat.Options, got {type(options).__name__}")
+        self._tools: dict[str, Tool[..., Any]] = {}
+        for index, item in enumerate(tools):
+            if not isinstance(item, Tool):
+                raise TypeError(
+                    f"tools[{index}] must be a scope.tools.Tool (decorate the function with "
+                    f"@scope.tools.tool), got {type(item).__name__}"
+                )
+            if item.name in self._tools:
+                raise ValueError(f"tools[{index}]: a second tool named {item.name!r}")
+            self._tools[item.name] = item
+        layers = list(middlewares)
+        for index, layer in enumerate(layers):
+            if not isinstance(layer, ModelMiddleware):
+                raise TypeError(
+                    f"middlewares[{index}] must have call(next) and stream(next) methods (like "
+                    f"scope.otel.Tracing), got {type(layer).__name__}"
+                )
+        self._middleware = Middleware(
+            store,
+            store,
+            conversation_id,
+            on_incomplete=on_incomplete,
+            on_overlap=on_overlap,
+            keep_interrupted=keep_interrupted,
+        )
+        history = self._middleware
+        self._caller: Model | None = (
+            wrap(cast(Model, model), history.call, *(layer.call for layer in layers))
+            if calls
+            else None
+        )
+        self._streamer: Streamer | None = (
+            wrap_stream(cast(Streamer, model), history.stream, *(layer.stream for layer in layers))
+            if streams
+            else None
+        )
+        self._store = store
+        self._max_steps = max_steps
+        self._append_retries = append_retries
+        self._system: tuple[Message, ...] = () if not system else (system_message(system),)
+        self._options = _NO_OPTIONS if options is None else options
+        self._definitions: tuple[ToolDefinition, ...] = tuple(
+            item.definition for item in self._tools.values()
+        )
+        self._formats: dict[Any, tuple[Options, Callable[[Response], Any]]] = {}
+
+    @property
+    def conversation_id(self) -> ConversationID:
+        """The conversation this object runs."""
+        return self._middleware.conversation_id
+
+    @property
+    def middleware(self) -> Middleware:
+        """The history ``Middleware`` the turns go through."""
+        return self._middleware
+
+    @property
+    def tools(self) -> tuple[Tool[..., Any], ...]:
+        """The tools, in the order given."""
+        return tuple(self._tools.values())
+
+    @property
+    def max_steps(self) -> int:
+        """Model calls per turn at most."""
+        return self._max_steps
+
+    @overload
+    async def ask(self, message: Message | str, *, output: None = None) -> TurnResult[str]: ...
+
+    @overload
+    async def ask(self, message: Message | str, *, output: type[T]) -> TurnResult[T]: ...
+
+    @overload
+    async def ask(self, message: Message | str, *, output: object) -> TurnResult[Any]: ...
+
+    async def ask(self, message: Message | str, *, output: object = None) -> TurnResult[Any]:
+        """Run one turn: send ``message`` (a user ``Message`` or its text), run the tools
+        the model asks for, and return the stored turn. See the class docstring."""
+        result: TurnResult[Any] | None = None
+        events = self._turn(_user(message), output, streaming=self._caller is None)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if event.result is not None:
+                    result = event.result
+        if result is None:  # pragma: no cover - _turn ends with a result or raises
+            raise AssertionError("the turn ended without a result")
+        return result
+
+    def stream(
+        self, message: Message | str, *, output: object = None
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """Run one turn as ``ask`` does, yielding its events: the answer's ``chunk``s as
+        they arrive (a model that only has ``call`` gives each answer as one chunk), each
+        ``tool_call`` before the tools run, each ``tool_result`` (call order), then
+        ``done`` with the ``TurnResult`` once the turn is stored.
+
+        Nothing happens until the first iteration. Stopping early (``aclose()``, a
+        ``break`` inside ``contextlib.aclosing``) ends the turn unstored (or stored as
+        interrupted with ``keep_interrupted=True``).
+        """
+        return self._turn(_user(message), output, streaming=True)
+
+    # ------------------------------------------------------------------ internals
+
+    async def _turn(
+        self, user: Message, output: object, *, streaming: bool
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        options, decode = self._format(output)
+        turn: list[Message] = [user]
+        for step in range(1, self._max_steps + 1):
+            request = Request((*self._system, *turn), tools=self._definitions, options=options)
+            response: Response | None = None
+            try:
+                if streaming and self._streamer is not None:
+                    accumulator = ResponseAccumulator()
+                    async with contextlib.aclosing(self._streamer.stream(request)) as chunks:
+                        async for chunk in chunks:
+                            accumulator.add(chunk)
+                            yield TurnEvent(TurnEventKind.CHUNK, chunk=chunk)
+                    response = accumulator.response()
+                else:
+                    assert self._caller is not None  # a model has call, stream or both
+                    response = await self._caller.call(request)
+                    if streaming:
+                        yield TurnEvent(TurnEventKind.CHUNK, chunk=response)
+            except CommitError as err:
+                if not err.retryable:
+                    raise
+                response = await self._land(err)
+            if response is None or response.message is None:  # the Middleware refuses these
+                raise InvalidResponseError("the model's answer has no message")
+            calls = response.tool_calls
+            if not calls:
+                result = TurnResult(response, decode(response), step, (*turn, response.message))
+                yield TurnEvent(TurnEventKind.DONE, result=result)
+                return
+            if step == self._max_steps:
+                raise MaxStepsError(
+                    f"conversation {str(self.conversation_id)!r}: the model still asked for "
+                    f"tools ({', '.join(sorted({c.name for c in calls}))}) after "
+                    f"{self._max_steps} model calls (max_steps); nothing of the turn was stored"
+                )
+            if streaming:  # ask() only wants the result: no events to make
+                for call in calls:
+                    yield TurnEvent(TurnEventKind.TOOL_CALL, tool_call=call)
+            results = await self._run_tools(calls)
+            if streaming:
+                for tool_result in results:
+                    yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=tool_result)
+            turn += (response.message, tool_message(*results))
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    async def _land(self, err: CommitError) -> Response:
+        """Append a retryable ``CommitError``'s batch again (never the model)."""
+        if self._append_retries == 0:
+            raise err
+        last: Exception | None = None
+        for attempt in range(self._append_retries):
+            if attempt:
+                await anyio.sleep(0.01 * 2 ** (attempt - 1))
+            try:
+                receipt = await self._store.append(err.batch)
+                receipt.validate_for(err.batch)
+            except _FINAL as exc:
+                raise CommitError(
+                    f"conversation {str(self.conversation_id)!r}: retrying the append of "
+                    f"the answered turn failed for good ({type(exc).__name__}: {exc})",
+                    batch=err.batch,
+                    response=err.response,
+                    retryable=False,
+                ) from exc
+            except Exception as exc:  # a store failure: try again, then report it
+                last = exc
+                continue
+            return err.response
+        raise CommitError(
+            f"conversation {str(self.conversation_id)!r}: the answered turn is not stored "
+            f"after {self._append_retries} more append(s) ({type(last).__name__}: {last}); "
+            "append err.batch again later (it lands once), never call the model again",
+            batch=err.batch,
+            response=err.response,
+            retryable=True,
+        ) from last
+
+    async def _run_tools(self, calls: tuple[ToolCall, ...]) -> list[ToolResult]:
+        """Answer every call, concurrently, results in call order."""
+        if len(calls) == 1:
+            return [await self._answer(calls[0])]
+        results: list[ToolResult | None] = [None] * len(calls)
+
+        async def answer(index: int, call: ToolCall) -> None:
+            results[index] = await self._answer(call)
+
+        async with anyio.create_task_group() as group:
+            for index, call in enumerate(calls):
+                group.start_soon(answer, index, call)
+        return [result for result in results if result is not None]
+
+    async def _answer(self, call: ToolCall) -> ToolResult:
+        found = self._tools.get(call.name)
+        if found is None:
+            known = ", ".join(self._tools) if self._tools else "none"
+            text = f"there is no tool named {call.name!r} (the tools: {known})"
+            return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
+        return await found.run(call)
+
+    def _format(self, output: object) -> tuple[Options, Callable[[Response], Any]]:
+        """The request options and the answer decoder for ``output`` (cached per type)."""
+        if output is None:
+            return self._options, _text
+        cached = self._formats.get(output)
+        if cached is not None:
+            return cached
+        try:
+            schema = _argschema.schema_for(output)
+        except TypeError as exc:
+            raise TypeError(f"output: {exc}") from None
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", getattr(output, "__name__", "") or "output")
+        fmt = OutputFormat.json_schema(name[:64] or "output", schema)
+        options = self._options.resolve(Options(output_format=fmt))
+        expected = _argschema.describe(output)
+
+        def decode(response: Response) -> Any:
+            try:
+                value = orjson.loads(response.text)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidResponseError(
+                    f"the answer is not JSON ({exc}), expected {expected}; the turn is stored"
+                ) from None
+            try:
+                return _argschema.structure(value, output)
+            except _argschema.ArgumentError as exc:
+                raise InvalidResponseError(
+                    f"the answer does not decode into {expected}: {exc}; the turn is stored"
+                ) from None
+
+        self._formats[output] = (options, decode)
+        return options, decode
+
+
+def _text(response: Response) -> str:
+    return response.text
+
+
+def _user(message: Message | str) -> Message:
+    if isinstance(message, str):
+        return user_message(message)
+    if isinstance(message, Message):
+        return message
+    raise TypeError(f"message must be a user Message or its text, got {type(message).__name__}")

@@ -1,0 +1,202 @@
+"""``compact``: summarise the older part of a conversation as one fenced append (DESIGN §6d)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Final
+
+from scope.chat import (
+    Message,
+    Model,
+    PartKind,
+    Request,
+    Response,
+    Role,
+    system_message,
+    text_part,
+    user_message,
+)
+from scope.errors import (
+    AppendConflictError,
+    ConversationClosedError,
+    HistoryChangedError,
+    InvalidResponseError,
+)
+from scope.history._batch import Batch, Receipt
+from scope.history._ids import AppendID, ConversationID
+from scope.history._protocols import ViewReader, Writer, implements
+from scope.history._turns import COMPACTION_KEY, Projections
+from scope.history._view import HistoryView
+
+__all__ = ["DEFAULT_INSTRUCTIONS", "compact", "compaction_append_id"]
+
+#: How many times ``compact`` re-reads and retries when the conversation changed under it.
+ATTEMPTS: Final = 5
+
+#: What the summarizer is told when ``instructions`` is None.
+DEFAULT_INSTRUCTIONS: Final = (
+    "You condense conversations so that they can continue without their full text. "
+    "The user sends the transcript of the earlier part of a conversation (it may start "
+    "with the summary of an even earlier part). Write one summary of all of it, in the "
+    "language of the conversation: the facts, names, numbers, decisions and preferences "
+    "stated, what the tools returned that still matters, and what is open or was "
+    "promised. Write only the summary, in plain prose or short lists, without a preamble."
+)
+
+
+def compaction_append_id(conversation_id: str, boundary: int) -> AppendID:
+    """The append id of the compaction of ``conversation_id`` at ``boundary`` (the
+    number of stored messages it covers): derived from both, so a retry lands once and
+    concurrent compactions of one boundary land one message."""
+    digest = hashlib.sha256(f"{conversation_id}\x00{boundary}".encode()).hexdigest()[:32]
+    return AppendID(f"compact-v1:{digest}")
+
+
+async def compact(
+    store: object,
+    conversation_id: str,
+    summarizer: Model,
+    *,
+    keep_turns: int = 2,
+    instructions: str | None = None,
+) -> Receipt | None:
+    """Summarise everything before the last ``keep_turns`` turns as one appended message.
+
+    - ``store``: a store that is a ``ViewReader`` and a ``Writer`` (every bundled store).
+    - ``conversation_id``: the conversation.
+    - ``summarizer``: any ``Model``; it receives ``instructions`` as a system message
+      and the transcript to summarise as one user message (text; reasoning left out,
+      media named by type), never the provider state of the stored turns.
+    - ``keep_turns``: whole turns kept verbatim after the boundary (an int >= 0),
+      default 2.
+    - ``instructions``: the summarizer's system prompt, default
+      ``DEFAULT_INSTRUCTIONS``.
+
+    It reads a view of the conversation, puts the boundary at the start of the
+    ``keep_turns``-th newest turn after the newest compaction, and asks ``summarizer``
+    for a summary of the merged system message (the previous summary included) and the
+    turns before the boundary. Then it appends one fenced batch
+    (``expected_length`` = the view's length; append id ``compaction_append_id``)
+    holding one system message with the summary text and the metadata
+    ``scope/compaction`` = ``{"covers": <boundary>}``. Nothing is rewritten: ``read()``
+    still returns every stored message; ``WindowReader`` replays the summary in place
+    of what it covers.
+
+    Returns the receipt, or None when there is nothing to compact (fewer than
+    ``keep_turns + 1`` turns since the newest compaction). When a turn lands during
+    the summarizer call (``HistoryChangedError``) or a concurrent compaction of the same
+    boundary landed a different summary (``AppendConflictError``), it reads the view
+    again and starts over: the boundary is recomputed (and a concurrent compaction's
+    summary counts as done), at most 5 times; then the last of those errors is raised.
+    A closed conversation raises ``ConversationClosedError`` before the summarizer is
+    called; the summarizer's errors propagate, and an answer without text raises
+    ``InvalidResponseError``, nothing appended. Invalid arguments raise ``TypeError``
+    (``store``, ``summarizer``) or ``ValueError`` (``keep_turns``, ``instructions``;
+    ``InvalidConversationIDError`` for the id) before any I/O. Cancellation propagates
+    unchanged; a cancelled append lands all or nothing, and calling ``compact`` again
+    settles it.
+    """
+    if not implements(store, ViewReader) or not implements(store, Writer):
+        raise TypeError(
+            "compact needs a store that is a scope.history.ViewReader and Writer (every "
+            f"bundled store is), got {type(store).__name__}"
+        )
+    if not callable(getattr(summarizer, "call", None)):
+        raise TypeError(
+            f"compact's summarizer must be a scope.chat.Model (an object with an async "
+            f"call(request)), got {type(summarizer).__name__}"
+        )
+    if type(keep_turns) is not int or keep_turns < 0:
+        raise ValueError(f"compact's keep_turns must be an int >= 0, got {keep_turns!r}")
+    if instructions is not None and (type(instructions) is not str or not instructions.strip()):
+        raise ValueError(
+            f"compact's instructions must be None or a non-blank str, got {instructions!r}"
+        )
+    cid = ConversationID(conversation_id)
+    prompt = DEFAULT_INSTRUCTIONS if instructions is None else instructions
+    failure: HistoryChangedError | AppendConflictError | None = None
+    for _ in range(ATTEMPTS):
+        view = await store.read_view(cid)  # type: ignore[attr-defined]
+        if not isinstance(view, HistoryView):
+            raise TypeError(f"read_view returned {type(view).__name__}, not a HistoryView")
+        if view.closed:
+            raise ConversationClosedError(
+                f"conversation {str(cid)!r} is closed (cleared): nothing to compact"
+            )
+        projection = Projections(1).project(cid, view.messages)
+        turns = projection.turns
+        if len(turns) <= keep_turns:
+            return None
+        cut = len(turns) - keep_turns
+        boundary = projection.starts[cut] if keep_turns else len(view.messages)
+        older: list[Message] = [] if projection.system is None else [projection.system]
+        for turn in turns[:cut]:
+            older.extend(turn)
+        summary = await _summarise(summarizer, prompt, older)
+        batch = Batch(
+            cid,
+            compaction_append_id(cid, boundary),
+            [
+                Message(
+                    Role.SYSTEM,
+                    [text_part(summary)],
+                    {COMPACTION_KEY: {"covers": boundary}},
+                )
+            ],
+            expected_length=view.length,
+        )
+        try:
+            receipt = await store.append(batch)  # type: ignore[attr-defined]
+        except (HistoryChangedError, AppendConflictError) as exc:
+            failure = exc
+            continue
+        if not isinstance(receipt, Receipt):
+            raise TypeError(f"append returned {type(receipt).__name__}, not a Receipt")
+        receipt.validate_for(batch)
+        return receipt
+    assert failure is not None
+    raise failure
+
+
+async def _summarise(summarizer: Model, prompt: str, messages: Sequence[Message]) -> str:
+    request = Request([system_message(prompt), user_message(transcript(messages))])
+    response = await summarizer.call(request)
+    if not isinstance(response, Response):
+        raise InvalidResponseError(
+            f"the summarizer returned {type(response).__name__}, not a Response"
+        )
+    text = response.text.strip()
+    if not text:
+        raise InvalidResponseError("the summarizer's answer has no text: nothing to store")
+    return text
+
+
+def transcript(messages: Sequence[Message]) -> str:
+    """The messages as plain text for a summarizer: one block per message headed by its
+    role; tool calls and results spelled out, media named by type, reasoning left out
+    (it is provider state, and not part of what was said)."""
+    blocks: list[str] = []
+    for message in messages:
+        lines: list[str] = []
+        for part in message.parts:
+            kind = part.kind
+            if kind is PartKind.TEXT:
+                lines.append(part.text)
+            elif kind is PartKind.MEDIA:
+                assert part.media is not None
+                lines.append(f"[media: {part.media.mime}]")
+            elif kind is PartKind.TOOL_CALL:
+                call = part.tool_call
+                assert call is not None
+                lines.append(f"[tool call {call.name} (id {call.id})] {call.arguments}")
+            elif kind is PartKind.TOOL_RESULT:
+                result = part.tool_result
+                assert result is not None
+                error = " error" if result.is_error else ""
+                output = result.output.text()
+                body = output if output is not None else "[media]"
+                lines.append(f"[tool{error} result {result.name} (id {result.id})] {body}")
+        if lines:
+            blocks.append(f"{message.role}:\n" + "\n".join(lines))
+    return "\n\n".join(blocks) if blocks else "(empty)"

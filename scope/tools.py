@@ -1,0 +1,350 @@
+"""Typed tools from Python functions: ``@tool`` gives a ``Tool`` whose JSON Schema comes
+from the signature and whose arguments arrive decoded and validated:
+
+    from scope.tools import tool
+
+    @tool
+    async def get_weather(city: str, unit: Literal["C", "F"] = "C") -> str:
+        \"\"\"The current weather in a city.
+
+        :param city: the city's name, e.g. Lisbon
+        :param unit: the temperature unit
+        \"\"\"
+        return f"21 °{unit}"
+
+    get_weather.definition     # a chat.ToolDefinition: name, description, input_schema
+    await get_weather.run(call)   # a chat.ToolResult answering a chat.ToolCall
+    await get_weather("Lisbon")   # still the function
+
+**Types** (parameters, and the fields of the classes they use, at any depth): ``str``,
+``int``, ``float``, ``bool``, ``None``, ``Literal[...]`` (str, int, bool or None values),
+``Enum`` subclasses (str or int values; the model sends the value), ``list[T]``,
+``tuple[T, ...]`` and fixed ``tuple[A, B]``, ``dict[str, T]``, unions and optionals (``T |
+None``), attrs classes, dataclasses, ``TypedDict`` (required and ``NotRequired`` keys),
+``Any``, and ``Annotated[T, "description"]``. A parameter without a default is required.
+Class-like types are closed objects (``additionalProperties: false``). Anything else
+(``bytes``, ``datetime``, a bare ``list``, ``dict[int, T]``, a recursive class, ``*args``)
+raises ``TypeError`` when the tool is made, naming the parameter.
+
+**Descriptions** come from the docstring: its first paragraph describes the tool, and
+``:param name: text`` lines (or a Google-style ``Args:`` section) describe the
+parameters. ``tool(name=..., description=...)`` overrides the name and description.
+
+**Decoding** is strict and agrees with the schema exactly (it runs on a dedicated
+``cattrs`` converter): a JSON string is never an ``int``, a number never a ``str``; an
+``int`` parameter accepts ``2.0`` (JSON Schema's integers are numbers without a
+fraction), a ``float`` accepts ``2``; unknown argument names are refused. Empty
+arguments (``""``, as some providers send for a tool without parameters) are ``{}``.
+
+**Errors the model can fix.** ``Tool.run(call)`` never raises for a bad call: invalid
+JSON, arguments that do not match the schema (every problem listed with its path,
+``$.unit: expected one of 'C', 'F', got the string 'K'``) and any ``Exception`` the
+function raises become a ``ToolResult`` with ``is_error=True`` whose text says what went
+wrong, so the model can correct its call. Cancellation is never caught.
+
+**Return values** become the tool output: ``str`` -> text, ``ToolOutput`` as is,
+``Media`` -> a media part, ``None`` -> empty output, ``RawJSON`` and anything JSON-shaped
+(dicts, lists, numbers, booleans, attrs classes, dataclasses, enums) -> JSON details.
+
+**Sync functions run in a worker thread** (``anyio.to_thread.run_sync``) so a blocking
+tool (a database driver, ``requests``) never stalls the event loop or the other tools of
+the same response; a cancelled turn waits for a running thread to finish (threads cannot
+be interrupted). ``tool(thread=False)`` runs a quick, non-blocking sync function on the
+event loop instead. Async functions run on the event loop (asyncio or trio).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import re
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Generic, ParamSpec, TypeVar, final, overload
+
+import anyio.to_thread
+import orjson
+
+from scope import _argschema
+from scope.chat import ToolCall, ToolDefinition, ToolOutput, ToolResult, media_part
+from scope.errors import InvalidJSONError, InvalidToolCallError
+from scope.jsonvalue import RawJSON
+from scope.media import Media
+
+__all__ = ["Tool", "to_output", "tool"]
+
+_log: Final = logging.getLogger("scope.tools")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@final
+class Tool(Generic[P, R]):
+    """A Python function the model can call: its ``definition`` for the request, and
+    ``run(call)`` to answer a call. Made with ``@tool`` (see the module docstring).
+
+    Calling the ``Tool`` calls the function unchanged (``await get_weather("Lisbon")``).
+
+    - ``function``: the function (sync or async).
+    - ``name``: the tool's name; default the function's ``__name__``.
+    - ``description``: default the docstring's first paragraph.
+    - ``thread``: run a sync function in a worker thread (default True); ignored for
+      async functions.
+
+    Raises ``TypeError`` when a parameter's type has no JSON form, a parameter has no
+    annotation or cannot be passed by keyword; ``InvalidToolDefinitionError`` when the
+    name is not a valid tool name.
+    """
+
+    __slots__ = ("_arguments", "_definition", "_function", "_is_async", "_thread")
+
+    def __init__(
+        self,
+        function: Callable[P, R],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        thread: bool = True,
+    ) -> None:
+        if not callable(function):
+            raise TypeError(f"tool needs a function, got {type(function).__name__}")
+        if type(thread) is not bool:
+            raise TypeError(f"thread must be a bool, got {type(thread).__name__}")
+        tool_name = name if name is not None else getattr(function, "__name__", "")
+        summary, notes = _docstring(inspect.getdoc(function) or "")
+        fields = _parameters(function, tool_name)
+        try:
+            schema = _argschema.object_schema(fields, notes)
+        except TypeError as exc:
+            raise TypeError(f"tool {tool_name!r}, parameter {exc}") from None
+        self._function = function
+        self._is_async = inspect.iscoroutinefunction(function)
+        self._thread = thread
+        self._definition = ToolDefinition(
+            tool_name, RawJSON.from_value(schema), summary if description is None else description
+        )
+        # The arguments object as a TypedDict made at run time: the decoder reads it as
+        # any TypedDict (required and optional keys, no unknown keys).
+        make_typeddict: Any = typing.TypedDict
+        self._arguments: Any = make_typeddict(
+            f"{tool_name}_arguments",
+            {
+                field: (typing.Required if required else typing.NotRequired)[tp]
+                for field, tp, required in fields
+            },
+        )
+
+    @property
+    def name(self) -> str:
+        """The tool's name, as the model calls it."""
+        return self._definition.name
+
+    @property
+    def definition(self) -> ToolDefinition:
+        """The ``ToolDefinition`` to put in a request (name, description, schema)."""
+        return self._definition
+
+    @property
+    def function(self) -> Callable[P, R]:
+        """The wrapped function."""
+        return self._function
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Tool {self.name!r}>"
+
+    def decode(self, arguments: str) -> dict[str, Any]:
+        """The keyword arguments a call's ``arguments`` text decodes to.
+
+        Raises ``InvalidToolCallError`` naming every problem with its path (invalid JSON,
+        not an object, a missing or unknown argument, a value of the wrong type).
+        """
+        if not arguments.strip():
+            value: Any = {}
+        else:
+            try:
+                value = orjson.loads(arguments)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidToolCallError(
+                    f"the arguments of {self.name} are not valid JSON ({exc}); send one JSON "
+                    "object matching the tool's schema"
+                ) from None
+        if type(value) is not dict:
+            got = _argschema.kind_of(value)
+            raise InvalidToolCallError(
+                f"the arguments of {self.name} must be a JSON object, got {got}"
+            )
+        try:
+            decoded: dict[str, Any] = _argschema.structure(value, self._arguments)
+        except _argschema.ArgumentError as exc:
+            raise InvalidToolCallError(f"invalid arguments for {self.name}: {exc}") from None
+        return decoded
+
+    async def run(self, call: ToolCall) -> ToolResult:
+        """Answer ``call``: decode its arguments, run the function, wrap what it returned.
+
+        Never raises for a bad call or a failing function: both become an error result
+        (``is_error=True``) telling the model what to fix. Cancellation propagates.
+        Raises ``ValueError`` when the call names another tool.
+        """
+        if call.name != self.name:
+            raise ValueError(f"tool {self.name!r} cannot answer a call to {call.name!r}")
+        try:
+            kwargs = self.decode(call.arguments)
+        except InvalidToolCallError as exc:
+            text = f"{exc}. Call {self.name} again with corrected arguments."
+            return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
+        try:
+            value = await self._invoke(kwargs)
+        except Exception as exc:  # the tool's own failure: the model decides what to do
+            _log.debug("tool %s failed", self.name, exc_info=True)
+            text = f"{self.name} failed: {type(exc).__name__}: {exc}"
+            return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
+        try:
+            output = to_output(value)
+        except TypeError as exc:
+            _log.warning("tool %s returned a value with no JSON form: %s", self.name, exc)
+            text = f"{self.name} returned a value that cannot be sent ({exc})"
+            return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
+        return ToolResult(call.id, call.name, output)
+
+    async def _invoke(self, kwargs: dict[str, Any]) -> Any:
+        function: Callable[..., Any] = self._function
+        if self._is_async:
+            return await function(**kwargs)
+        if self._thread:
+            return await anyio.to_thread.run_sync(functools.partial(function, **kwargs))
+        result = function(**kwargs)
+        if inspect.isawaitable(result):  # a sync callable returning an awaitable
+            return await result
+        return result
+
+
+def to_output(value: object) -> ToolOutput:
+    """A tool's return value as a ``ToolOutput`` (see the module docstring).
+
+    Raises ``TypeError`` when the value has no JSON form.
+    """
+    if isinstance(value, ToolOutput):
+        return value
+    if isinstance(value, str):
+        return ToolOutput.of_text(value)
+    if value is None:
+        return ToolOutput()
+    if isinstance(value, Media):
+        return ToolOutput((media_part(value),))
+    if isinstance(value, RawJSON):
+        return ToolOutput.of_json(value)
+    try:
+        return ToolOutput.of_json(RawJSON.from_value(_argschema.unstructure(value)))
+    except (InvalidJSONError, TypeError, ValueError) as exc:
+        raise TypeError(f"{type(value).__name__} has no JSON form: {exc}") from None
+
+
+@overload
+def tool(function: Callable[P, R], /) -> Tool[P, R]: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, thread: bool = True
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+
+
+def tool(
+    function: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    thread: bool = True,
+) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
+    """Make a ``Tool`` of a function: ``@tool`` or ``@tool(name=..., description=...,
+    thread=...)`` (the arguments of ``Tool``)."""
+    if function is not None:
+        return Tool(function, name=name, description=description, thread=thread)
+
+    def decorate(function: Callable[P, R]) -> Tool[P, R]:
+        return Tool(function, name=name, description=description, thread=thread)
+
+    return decorate
+
+
+def _parameters(function: Callable[..., Any], name: str) -> list[tuple[str, Any, bool]]:
+    """``(name, type, required)`` of each parameter, in order."""
+    try:
+        signature = inspect.signature(function)
+        hints = typing.get_type_hints(function, include_extras=True)
+    except (TypeError, ValueError, NameError) as exc:
+        raise TypeError(f"tool {name!r}: cannot read its signature ({exc})") from None
+    fields = []
+    for parameter in signature.parameters.values():
+        if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+            raise TypeError(
+                f"tool {name!r}, parameter {parameter.name}: tool parameters are passed by "
+                f"keyword ({parameter.kind.description} is not supported)"
+            )
+        if parameter.name not in hints:
+            raise TypeError(
+                f"tool {name!r}, parameter {parameter.name}: needs a type annotation (it "
+                "makes the schema)"
+            )
+        required = parameter.default is inspect.Parameter.empty
+        fields.append((parameter.name, hints[parameter.name], required))
+    return fields
+
+
+_SPHINX: Final = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+):\s*(.*)$")
+_GOOGLE: Final = re.compile(r"^(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_SECTION: Final = re.compile(r"^(Args|Arguments|Parameters|Returns?|Raises|Yields|Examples?):$")
+_ARGS: Final = ("Args", "Arguments", "Parameters")
+
+
+def _docstring(doc: str) -> tuple[str, Mapping[str, str]]:
+    """The first paragraph (as one line) and the parameter descriptions of a docstring
+    (``inspect.getdoc``: dedented): sphinx ``:param name: text`` fields, or the entries
+    of a Google-style ``Args:`` section; indented lines continue an entry."""
+    lines = doc.splitlines()
+    summary: list[str] = []
+    for line in lines:
+        stripped = line.strip()
+        if not stripped or stripped.startswith(":") or _SECTION.match(stripped):
+            break
+        summary.append(stripped)
+    notes: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    args_indent: int | None = None  # inside an Args: section: its entries' indent (-1: unknown)
+    for line in lines:
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        section = _SECTION.match(stripped)
+        if section:
+            args_indent = -1 if section.group(1) in _ARGS else None
+            current = None
+            continue
+        if not stripped:
+            current = None
+            continue
+        sphinx = _SPHINX.match(stripped)
+        if sphinx:
+            current = notes.setdefault(sphinx.group(1), [sphinx.group(2)])
+            continue
+        if args_indent is not None:
+            if args_indent == -1:
+                args_indent = indent
+            google = _GOOGLE.match(stripped)
+            if indent == args_indent and google:
+                current = notes.setdefault(google.group(1), [google.group(2)])
+                continue
+            if indent < args_indent:
+                args_indent = None
+                current = None
+        if current is not None and indent > (args_indent or 0):
+            current.append(stripped)
+        else:
+            current = None
+    return " ".join(summary), {key: " ".join(" ".join(v).split()) for key, v in notes.items()}

@@ -1,0 +1,39 @@
+"""Serving scope streams to browsers (DESIGN §9): the Vercel AI SDK's UI message
+stream and AG-UI 1.0 events, their request readers, and resumable turns.
+
+Framework-neutral: the encoders yield SSE bytes and the headers are plain mappings,
+so any ASGI app (Starlette, FastAPI, Quart, ...) can return them. The server's store
+owns the history: the readers take only the new user message from a request.
+"""
+
+from scope.errors import TurnLogError as TurnLogError
+from scope.web._agui import AGUI_HEADERS as AGUI_HEADERS
+from scope.web._agui import agui_events as agui_events
+from scope.web._agui import user_message_from_agui as user_message_from_agui
+from scope.web._core import default_error_text as default_error_text
+from scope.web._resume import InMemoryTurnLog as InMemoryTurnLog
+from scope.web._resume import RedisTurnLog as RedisTurnLog
+from scope.web._resume import ResumableTurns as ResumableTurns
+from scope.web._resume import TurnLog as TurnLog
+from scope.web._ui import UI_MESSAGE_STREAM_HEADERS as UI_MESSAGE_STREAM_HEADERS
+from scope.web._ui import ui_message_stream as ui_message_stream
+from scope.web._ui import user_message_from_ui as user_message_from_ui
+
+__all__ = [
+    "AGUI_HEADERS",
+    "InMemoryTurnLog",
+    "RedisTurnLog",
+    "ResumableTurns",
+    "TurnLog",
+    "TurnLogError",
+    "UI_MESSAGE_STREAM_HEADERS",
+    "agui_events",
+    "default_error_text",
+    "ui_message_stream",
+    "user_message_from_agui",
+    "user_message_from_ui",
+]
+
+from scope._validate import publish as _publish
+
+_publish(__name__, [n for n in __all__ if not n.endswith("Error") and not n.isupper()], globals())

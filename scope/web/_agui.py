@@ -1,0 +1,211 @@
+"""AG-UI 1.0 events over SSE: encoder and ``RunAgentInput`` reader."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncIterator, Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+import orjson
+
+from scope.chat import (
+    FinishReason,
+    Message,
+    Part,
+    ToolCall,
+    ToolResult,
+    Usage,
+    text_part,
+    user_message,
+)
+from scope.chat import media_part as _media_part
+from scope.errors import InvalidRequestError, ScopeError
+from scope.media import Media
+from scope.web._core import Driver, ErrorText, StreamItem, default_error_text, drive
+from scope.web._request import decode_body, last_user_message
+
+__all__ = ["AGUI_HEADERS", "agui_events", "user_message_from_agui"]
+
+#: The response headers of an AG-UI event stream (SSE).
+AGUI_HEADERS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "content-type": "text/event-stream",
+        "cache-control": "no-cache",
+        "x-accel-buffering": "no",
+    }
+)
+
+_dumps = orjson.dumps
+
+
+class _AGUISink:
+    """Writes AG-UI events (``data: {json}\\n\\n``) to ``out``."""
+
+    __slots__ = ("out", "run_id", "steps", "thread_id")
+
+    def __init__(self, out: list[bytes], thread_id: str, run_id: str) -> None:
+        self.out = out
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.steps = 0
+
+    def _event(self, event: dict[str, Any]) -> None:
+        self.out.append(b"data: " + _dumps(event) + b"\n\n")
+
+    def start(self) -> None:
+        self._event({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id})
+
+    def step_start(self) -> None:
+        self.steps += 1
+        self._event({"type": "STEP_STARTED", "stepName": f"model-call-{self.steps}"})
+
+    def step_end(self) -> None:
+        self._event({"type": "STEP_FINISHED", "stepName": f"model-call-{self.steps}"})
+
+    def text_start(self, block: str) -> None:
+        self._event({"type": "TEXT_MESSAGE_START", "messageId": block, "role": "assistant"})
+
+    def text_delta(self, block: str, text: str) -> None:
+        self.out.append(
+            b"data: "
+            + _dumps({"type": "TEXT_MESSAGE_CONTENT", "messageId": block, "delta": text})
+            + b"\n\n"
+        )
+
+    def text_end(self, block: str) -> None:
+        self._event({"type": "TEXT_MESSAGE_END", "messageId": block})
+
+    def reasoning_start(self, block: str) -> None:
+        self._event({"type": "REASONING_START", "messageId": block})
+        self._event({"type": "REASONING_MESSAGE_START", "messageId": block, "role": "reasoning"})
+
+    def reasoning_delta(self, block: str, text: str) -> None:
+        self._event({"type": "REASONING_MESSAGE_CONTENT", "messageId": block, "delta": text})
+
+    def reasoning_end(self, block: str) -> None:
+        self._event({"type": "REASONING_MESSAGE_END", "messageId": block})
+        self._event({"type": "REASONING_END", "messageId": block})
+
+    def tool_start(self, call_id: str, name: str) -> None:
+        self._event({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": name})
+
+    def tool_delta(self, call_id: str, arguments: str) -> None:
+        self._event({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments})
+
+    def tool_end(self, call: ToolCall) -> None:
+        self._event({"type": "TOOL_CALL_END", "toolCallId": call.id})
+
+    def tool_result(self, result: ToolResult) -> None:
+        self._event(
+            {
+                "type": "TOOL_CALL_RESULT",
+                "messageId": f"{self.run_id}:result:{result.id}",
+                "toolCallId": result.id,
+                "content": result.output.text() or "",
+                "role": "tool",
+            }
+        )
+
+    def media(self, media: Media) -> None:
+        pass  # AG-UI streams no assistant media
+
+    def finish(self, reason: FinishReason | None, usage: Usage | None) -> None:
+        self._event({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id})
+
+    def error(self, text: str) -> None:
+        self._event({"type": "RUN_ERROR", "message": text})
+
+
+def agui_events(
+    stream: AsyncIterator[StreamItem],
+    *,
+    thread_id: str,
+    run_id: str,
+    on_error: ErrorText = default_error_text,
+) -> AsyncIterator[bytes]:
+    """Encode a scope stream as AG-UI 1.0 events over SSE.
+
+    - ``stream``: a model's ``AsyncIterator[Response]``, or ``Conversation.stream(...)``'s
+      events (then tool results and steps are sent too).
+    - ``thread_id``, ``run_id``: the run's ids, as the client sent them in
+      ``RunAgentInput``.
+    - ``on_error``: the message of ``RUN_ERROR`` for a failure (default: the
+      exception's type only).
+
+    Events: ``RUN_STARTED``; per model call ``STEP_STARTED``/``STEP_FINISHED``; one
+    ``TEXT_MESSAGE_START``/``_CONTENT``/``_END`` per text part of the accumulated answer;
+    reasoning as ``REASONING_START``, ``REASONING_MESSAGE_*``, ``REASONING_END``; tool
+    calls as ``TOOL_CALL_START``/``_ARGS``/``_END``; tool results as
+    ``TOOL_CALL_RESULT``; then ``RUN_FINISHED``, or ``RUN_ERROR`` when the stream fails
+    (the encoded stream still ends normally; cancellation propagates). Serve it with
+    ``AGUI_HEADERS``.
+    """
+    for name, value in (("thread_id", thread_id), ("run_id", run_id)):
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"{name} must be a non-empty str, got {value!r}")
+    out: list[bytes] = []
+    return drive(stream, Driver(_AGUISink(out, thread_id, run_id), f"{run_id}:"), out, on_error)
+
+
+def _agui_part(part: object, path: str) -> Part | None:
+    if not isinstance(part, Mapping):
+        raise InvalidRequestError(f"{path} must be an object, got {type(part).__name__}")
+    kind = part.get("type")
+    if kind == "text":
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise InvalidRequestError(f"{path}.text must be a string")
+        return text_part(text) if text else None
+    if kind in ("image", "audio", "video", "document"):
+        source = part.get("source")
+        if not isinstance(source, Mapping):
+            raise InvalidRequestError(f"{path}.source must be an object")
+        value, mime = source.get("value"), source.get("mimeType")
+        if not isinstance(value, str) or not isinstance(mime, str):
+            raise InvalidRequestError(f"{path}.source needs string value and mimeType")
+        try:
+            if source.get("type") == "data":
+                try:
+                    data = base64.b64decode(value, validate=True)
+                except binascii.Error as exc:
+                    raise InvalidRequestError(
+                        f"{path}.source.value: invalid base64: {exc}"
+                    ) from None
+                return _media_part(Media.from_bytes(mime, data))
+            if source.get("type") == "url":
+                return _media_part(Media.from_uri(mime, value))
+        except InvalidRequestError:
+            raise
+        except ScopeError as exc:
+            raise InvalidRequestError(f"{path}: {exc}") from exc
+        raise InvalidRequestError(f"{path}.source.type {source.get('type')!r} is not data or url")
+    raise InvalidRequestError(f"{path}.type {kind!r} is not a user content part")
+
+
+def user_message_from_agui(body: bytes | str | Mapping[str, Any]) -> Message:
+    """The new user message of an AG-UI ``RunAgentInput`` (what ``HttpAgent`` posts).
+
+    ``body``: the raw request body, or the JSON object already decoded. Only the last
+    message is read, and it must be a user message (``content`` a string, or text and
+    media parts with data or url sources): the server's store owns the history, so
+    prior messages the client sends are ignored. Raises ``InvalidRequestError`` (naming
+    the field) for a body that is not JSON or carries no new user message.
+    """
+    last, path = last_user_message(decode_body(body), "role")
+    content = last.get("content")
+    if isinstance(content, str):
+        if not content:
+            raise InvalidRequestError(f"{path}.content is empty: no new user message")
+        return user_message(content)
+    if not isinstance(content, list):
+        raise InvalidRequestError(f"{path}.content must be a string or an array of parts")
+    parts = [
+        p
+        for i, raw in enumerate(content)
+        if (p := _agui_part(raw, f"{path}.content[{i}]")) is not None
+    ]
+    if not parts:
+        raise InvalidRequestError(f"{path}.content has no text or media: no new user message")
+    return user_message(*parts)

@@ -1,0 +1,252 @@
+"""The one core both UI protocols share: a scope stream in, protocol-neutral calls out.
+
+``Driver`` feeds every chunk to a ``ResponseAccumulator`` (which validates it and keeps
+the answer so far) and turns the same chunk into block calls on a ``Sink``: a text or
+reasoning block opens where the accumulator starts a new part and closes where the
+next part starts, so the blocks a client assembles are exactly the parts the
+accumulator (and the history) holds. Each protocol module is a ``Sink`` that writes
+its own wire format; nothing protocol-specific lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+from scope.chat import (
+    FinishReason,
+    PartKind,
+    Response,
+    ResponseAccumulator,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from scope.conversation import TurnEvent, TurnEventKind
+from scope.media import Media
+from scope.metadata import Metadata
+
+__all__ = ["Driver", "ErrorText", "Sink", "StreamItem", "default_error_text", "drive"]
+
+#: What the encoders accept: a model's stream of ``Response`` deltas, or the events of
+#: ``Conversation.stream`` (tool calls, tool results and steps included).
+StreamItem = Response | TurnEvent[object]
+#: Turns a stream's failure into the text the client sees in the protocol's error event.
+ErrorText = Callable[[Exception], str]
+
+_TEXT = PartKind.TEXT
+_REASONING = PartKind.REASONING
+_TOOL_CALL_DELTA = PartKind.TOOL_CALL_DELTA
+_TOOL_CALL = PartKind.TOOL_CALL
+_MEDIA = PartKind.MEDIA
+
+
+def default_error_text(exc: Exception) -> str:
+    """The error text a client sees by default: the failure's type, never its message
+    (which may carry a provider's body or a store's address)."""
+    return f"the answer failed ({type(exc).__name__})"
+
+
+class Sink(Protocol):
+    """What a protocol writes for each neutral event (block ids are the core's)."""
+
+    def start(self) -> None: ...
+    def step_start(self) -> None: ...
+    def step_end(self) -> None: ...
+    def text_start(self, block: str) -> None: ...
+    def text_delta(self, block: str, text: str) -> None: ...
+    def text_end(self, block: str) -> None: ...
+    def reasoning_start(self, block: str) -> None: ...
+    def reasoning_delta(self, block: str, text: str) -> None: ...
+    def reasoning_end(self, block: str) -> None: ...
+    def tool_start(self, call_id: str, name: str) -> None: ...
+    def tool_delta(self, call_id: str, arguments: str) -> None: ...
+    def tool_end(self, call: ToolCall) -> None: ...
+    def tool_result(self, result: ToolResult) -> None: ...
+    def media(self, media: Media) -> None: ...
+    def finish(self, reason: FinishReason | None, usage: Usage | None) -> None: ...
+    def error(self, text: str) -> None: ...
+
+
+class Driver:
+    """Turns stream items into ``Sink`` calls; one per encoded stream, one task at a time.
+
+    A *step* is one model call: ``Conversation.stream`` runs several when tools are
+    called, and each gets its own accumulator (a step's answer ends with its finish
+    reason). The block ids are ``{prefix}{n}``, unique within the stream.
+    """
+
+    __slots__ = (
+        "_accumulator",
+        "_block",
+        "_block_kind",
+        "_block_meta",
+        "_calls",
+        "_count",
+        "_in_step",
+        "_last",
+        "_prefix",
+        "_sink",
+    )
+
+    def __init__(self, sink: Sink, prefix: str) -> None:
+        self._sink = sink
+        self._prefix = prefix
+        self._count = 0
+        self._accumulator = ResponseAccumulator()
+        self._last: Response | None = None  # the last step's answer
+        self._block = ""  # the open text or reasoning block's id ("" when none)
+        self._block_kind: PartKind | None = None
+        self._block_meta: Metadata | None = None
+        self._calls: dict[str, tuple[str, list[str]]] = {}  # open calls: id -> name, args
+        self._in_step = False
+
+    def start(self) -> None:
+        self._sink.start()
+
+    def feed(self, item: StreamItem) -> None:
+        """One item of the stream; ``InvalidResponseError`` for an invalid chunk."""
+        if type(item) is Response:
+            self.chunk(item)
+            return
+        if not isinstance(item, TurnEvent):
+            raise TypeError(
+                f"a stream to encode yields Response or TurnEvent, got {type(item).__name__}"
+            )
+        kind = item.kind
+        if kind is TurnEventKind.CHUNK:
+            assert item.chunk is not None
+            self.chunk(item.chunk)
+        elif kind is TurnEventKind.TOOL_RESULT:
+            assert item.tool_result is not None
+            self._end_step()
+            self._sink.tool_result(item.tool_result)
+        # TOOL_CALL repeats calls the chunks already carried; DONE ends the stream.
+
+    def chunk(self, chunk: Response) -> None:
+        if not self._in_step:
+            self._in_step = True
+            self._accumulator = ResponseAccumulator()
+            self._sink.step_start()
+        self._accumulator.add(chunk)  # validates; raises before anything is written
+        output = chunk.output
+        if output is None or output.message is None:
+            return
+        sink = self._sink
+        for part in output.message.parts:
+            kind = part.kind
+            if kind is _TEXT or kind is _REASONING:
+                meta = part.metadata
+                if not (
+                    self._block_kind is kind
+                    and (self._block_meta is meta or self._block_meta == meta)
+                ):
+                    self._close_block()
+                    self._count += 1
+                    self._block = block = f"{self._prefix}{self._count}"
+                    self._block_kind = kind
+                    self._block_meta = meta
+                    if kind is _TEXT:
+                        sink.text_start(block)
+                    else:
+                        sink.reasoning_start(block)
+                if part.text:
+                    if kind is _TEXT:
+                        sink.text_delta(self._block, part.text)
+                    else:
+                        sink.reasoning_delta(self._block, part.text)
+            elif kind is _TOOL_CALL_DELTA:
+                delta = part.tool_call_delta
+                assert delta is not None
+                call = self._calls.get(delta.id)
+                if call is None:  # a new call: the accumulator starts a new part
+                    self._close_block()
+                    call = self._calls[delta.id] = (delta.name, [])
+                    sink.tool_start(delta.id, delta.name)
+                if delta.arguments:
+                    call[1].append(delta.arguments)
+                    sink.tool_delta(delta.id, delta.arguments)
+            elif kind is _TOOL_CALL:
+                complete = part.tool_call
+                assert complete is not None
+                self._close_block()
+                sink.tool_start(complete.id, complete.name)
+                if complete.arguments:
+                    sink.tool_delta(complete.id, complete.arguments)
+                sink.tool_end(complete)
+            elif kind is _MEDIA:
+                assert part.media is not None
+                self._close_block()
+                sink.media(part.media)
+
+    def end(self) -> None:
+        """The stream ended naturally: close what is open, then ``finish``."""
+        self._end_step()
+        last = self._last
+        usage = None
+        reason = None
+        if last is not None:
+            reason = last.output.finish_reason if last.output is not None else None
+            usage = last.metadata.usage if last.metadata is not None else None
+        self._sink.finish(reason, usage)
+
+    def fail(self, text: str) -> None:
+        """The stream failed: the protocol's error event (open blocks stay open, as the
+        protocols expect of an aborted run)."""
+        self._sink.error(text)
+
+    def _close_block(self) -> None:
+        if self._block:
+            if self._block_kind is _TEXT:
+                self._sink.text_end(self._block)
+            else:
+                self._sink.reasoning_end(self._block)
+            self._block = ""
+            self._block_kind = None
+            self._block_meta = None
+
+    def _end_step(self) -> None:
+        if not self._in_step:
+            return
+        self._close_block()
+        for call_id, (name, args) in self._calls.items():
+            self._sink.tool_end(ToolCall(call_id, name, "".join(args)))
+        self._calls = {}
+        self._last = self._accumulator.response()
+        self._in_step = False
+        self._sink.step_end()
+
+
+async def drive(
+    stream: AsyncIterator[StreamItem],
+    driver: Driver,
+    out: list[bytes],
+    on_error: ErrorText,
+) -> AsyncIterator[bytes]:
+    """Run ``stream`` through ``driver``, yielding what the sink wrote to ``out`` after
+    each item (one bytes object per item, nothing for an item that wrote nothing).
+
+    The stream is closed on every path. A failure (an ``Exception`` from the stream, or
+    an invalid chunk) becomes the protocol's error event with ``on_error``'s text and
+    ends the encoded stream normally; cancellation propagates untouched.
+    """
+    aclose = getattr(stream, "aclose", None)
+    try:
+        driver.start()
+        try:
+            async for item in stream:
+                driver.feed(item)
+                if out:
+                    data = b"".join(out)
+                    out.clear()
+                    yield data
+            driver.end()
+        except Exception as exc:
+            out.clear()
+            driver.fail(on_error(exc))
+        data = b"".join(out)
+        out.clear()
+        yield data
+    finally:
+        if aclose is not None:
+            await aclose()

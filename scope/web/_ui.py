@@ -1,0 +1,248 @@
+"""The Vercel AI SDK UI message stream (``ai`` 5 and later): encoder and request reader."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncIterator, Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+import orjson
+
+from scope.chat import (
+    FinishReason,
+    Message,
+    Part,
+    ToolCall,
+    ToolResult,
+    Usage,
+    text_part,
+    user_message,
+)
+from scope.chat import media_part as _media_part
+from scope.errors import InvalidRequestError, ScopeError
+from scope.media import Media, SourceKind
+from scope.web._core import Driver, ErrorText, StreamItem, default_error_text, drive
+from scope.web._request import decode_body, last_user_message
+
+__all__ = ["UI_MESSAGE_STREAM_HEADERS", "ui_message_stream", "user_message_from_ui"]
+
+#: The response headers of a UI message stream (the AI SDK checks the last one).
+UI_MESSAGE_STREAM_HEADERS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "content-type": "text/event-stream",
+        "cache-control": "no-cache",
+        "x-accel-buffering": "no",
+        "x-vercel-ai-ui-message-stream": "v1",
+    }
+)
+
+_FINISH: Final = {
+    FinishReason.STOP: "stop",
+    FinishReason.LENGTH: "length",
+    FinishReason.TOOL_CALLS: "tool-calls",
+    FinishReason.CONTENT_FILTER: "content-filter",
+    FinishReason.OTHER: "other",
+}
+_DONE: Final = b"data: [DONE]\n\n"
+_dumps = orjson.dumps
+
+
+class _UISink:
+    """Writes UI message stream parts (``data: {json}\\n\\n``) to ``out``."""
+
+    __slots__ = ("message_id", "out")
+
+    def __init__(self, out: list[bytes], message_id: str | None) -> None:
+        self.out = out
+        self.message_id = message_id
+
+    def _part(self, part: dict[str, Any]) -> None:
+        self.out.append(b"data: " + _dumps(part) + b"\n\n")
+
+    def start(self) -> None:
+        if self.message_id is None:
+            self.out.append(b'data: {"type":"start"}\n\n')
+        else:
+            self._part({"type": "start", "messageId": self.message_id})
+
+    def step_start(self) -> None:
+        self.out.append(b'data: {"type":"start-step"}\n\n')
+
+    def step_end(self) -> None:
+        self.out.append(b'data: {"type":"finish-step"}\n\n')
+
+    def text_start(self, block: str) -> None:
+        self._part({"type": "text-start", "id": block})
+
+    def text_delta(self, block: str, text: str) -> None:
+        self.out.append(
+            b"data: " + _dumps({"type": "text-delta", "id": block, "delta": text}) + b"\n\n"
+        )
+
+    def text_end(self, block: str) -> None:
+        self._part({"type": "text-end", "id": block})
+
+    def reasoning_start(self, block: str) -> None:
+        self._part({"type": "reasoning-start", "id": block})
+
+    def reasoning_delta(self, block: str, text: str) -> None:
+        self._part({"type": "reasoning-delta", "id": block, "delta": text})
+
+    def reasoning_end(self, block: str) -> None:
+        self._part({"type": "reasoning-end", "id": block})
+
+    def tool_start(self, call_id: str, name: str) -> None:
+        self._part({"type": "tool-input-start", "toolCallId": call_id, "toolName": name})
+
+    def tool_delta(self, call_id: str, arguments: str) -> None:
+        self._part({"type": "tool-input-delta", "toolCallId": call_id, "inputTextDelta": arguments})
+
+    def tool_end(self, call: ToolCall) -> None:
+        # The protocol carries the parsed input; arguments are the model's exact text and
+        # may be malformed, which the protocol reports as a tool-input-error.
+        text = call.arguments
+        try:
+            value = orjson.loads(text) if text else {}
+        except orjson.JSONDecodeError as exc:
+            self._part(
+                {
+                    "type": "tool-input-error",
+                    "toolCallId": call.id,
+                    "toolName": call.name,
+                    "input": text,
+                    "errorText": f"the arguments of tool call {call.id!r} are not JSON: {exc}",
+                }
+            )
+            return
+        self._part(
+            {
+                "type": "tool-input-available",
+                "toolCallId": call.id,
+                "toolName": call.name,
+                "input": value,
+            }
+        )
+
+    def tool_result(self, result: ToolResult) -> None:
+        output = result.output
+        text = output.text()
+        if result.is_error:
+            self._part(
+                {"type": "tool-output-error", "toolCallId": result.id, "errorText": text or ""}
+            )
+            return
+        value: Any = text
+        if not output.content and output.details is not None:
+            value = orjson.Fragment(output.details.bytes)
+        self._part({"type": "tool-output-available", "toolCallId": result.id, "output": value})
+
+    def media(self, media: Media) -> None:
+        source = media.source
+        if source.kind is SourceKind.BYTES:
+            url = f"data:{media.mime};base64,{base64.b64encode(source.data).decode('ascii')}"
+        elif source.kind is SourceKind.URI:
+            url = source.uri
+        else:  # a provider's file id means nothing to a browser
+            return
+        self._part({"type": "file", "url": url, "mediaType": media.mime})
+
+    def finish(self, reason: FinishReason | None, usage: Usage | None) -> None:
+        if reason is None:
+            self.out.append(b'data: {"type":"finish"}\n\n')
+        else:
+            self._part({"type": "finish", "finishReason": _FINISH[reason]})
+        self.out.append(_DONE)
+
+    def error(self, text: str) -> None:
+        self._part({"type": "error", "errorText": text})
+        self.out.append(_DONE)
+
+
+def ui_message_stream(
+    stream: AsyncIterator[StreamItem],
+    *,
+    message_id: str | None = None,
+    on_error: ErrorText = default_error_text,
+) -> AsyncIterator[bytes]:
+    """Encode a scope stream as the AI SDK's UI message stream (SSE bytes).
+
+    - ``stream``: a model's ``AsyncIterator[Response]`` (for example a
+      ``Middleware``-wrapped streamer), or ``Conversation.stream(...)``'s events (then
+      tool results and steps are sent too).
+    - ``message_id``: the assistant message's id in the ``start`` part (the client makes
+      one up when None).
+    - ``on_error``: the text of the ``error`` part for a failure (default: the
+      exception's type only, never its message).
+
+    Parts: ``start``, per model call ``start-step`` ... ``finish-step``, text and
+    reasoning blocks (``*-start``/``-delta``/``-end``, one block per part of the
+    accumulated answer), tool calls (``tool-input-start``/``-delta``/``-available``),
+    tool results (``tool-output-available``/``-error``), ``finish`` with the finish
+    reason, then ``data: [DONE]``. A failure of the stream (or an invalid chunk) sends
+    ``error`` and ``[DONE]`` instead of ``finish`` and ends the encoded stream normally;
+    cancellation propagates. The stream is closed on every path. Serve it with
+    ``UI_MESSAGE_STREAM_HEADERS``.
+    """
+    out: list[bytes] = []
+    return drive(stream, Driver(_UISink(out, message_id), "b"), out, on_error)
+
+
+def _ui_part(part: object, path: str) -> Part | None:
+    if not isinstance(part, dict):
+        raise InvalidRequestError(f"{path} must be an object, got {type(part).__name__}")
+    kind = part.get("type")
+    if kind == "text":
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise InvalidRequestError(f"{path}.text must be a string")
+        return text_part(text) if text else None
+    if kind == "file":
+        url, mime = part.get("url"), part.get("mediaType")
+        if not isinstance(url, str) or not isinstance(mime, str):
+            raise InvalidRequestError(f"{path}: a file part needs string url and mediaType")
+        try:
+            return _media_part(_media_from_url(url, mime))
+        except ScopeError as exc:
+            raise InvalidRequestError(f"{path}: {exc}") from exc
+    if isinstance(kind, str) and kind.startswith("data-"):
+        return None  # application data parts are the app's business, not the model's
+    raise InvalidRequestError(f"{path}.type {kind!r} is not a user message part (text, file)")
+
+
+def _media_from_url(url: str, mime: str) -> Media:
+    if url.startswith("data:"):
+        head, sep, payload = url.partition(",")
+        if not sep or not head.endswith(";base64"):
+            raise InvalidRequestError("a data URL must be base64 encoded")
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except binascii.Error as exc:
+            raise InvalidRequestError(f"a data URL holds invalid base64: {exc}") from None
+        return Media.from_bytes(mime, data)
+    return Media.from_uri(mime, url)
+
+
+def user_message_from_ui(body: bytes | str | Mapping[str, Any]) -> Message:
+    """The new user message of an AI SDK chat request (``DefaultChatTransport``'s body:
+    ``{"id", "messages": [UIMessage, ...], "trigger", ...}``).
+
+    ``body``: the raw request body, or the JSON object already decoded. Only the last
+    message is read, and it must be a user message with at least one text or file part:
+    the server's store owns the history, so the prior messages a client sends are
+    ignored, never trusted. Raises ``InvalidRequestError`` (naming the field) for a body
+    that is not JSON, has no ``messages`` or ends in anything but a new user message.
+    """
+    last, path = last_user_message(decode_body(body), "role")
+    raw_parts = last.get("parts")
+    if not isinstance(raw_parts, list):
+        raise InvalidRequestError(f"{path}.parts must be an array")
+    parts = [
+        p
+        for i, raw in enumerate(raw_parts)
+        if (p := _ui_part(raw, f"{path}.parts[{i}]")) is not None
+    ]
+    if not parts:
+        raise InvalidRequestError(f"{path} has no text or file part: no new user message")
+    return user_message(*parts)

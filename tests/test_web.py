@@ -1,0 +1,650 @@
+"""scope.web in-process: the encoders' exact output, the request readers' every rule,
+the turn logs (in memory and Redis) and ResumableTurns' disconnect semantics."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from scope.chat import (
+    FinishReason,
+    Output,
+    Response,
+    ResponseMetadata,
+    assistant_message,
+    reasoning_part,
+    tool_call_part,
+)
+from scope.conversation import Conversation
+from scope.errors import InvalidRequestError, ProviderServerError, TurnLogError
+from scope.history.inmemory import InMemoryStore
+from scope.media import SourceKind
+from scope.testing import Hang, ScriptedModel
+from scope.tools import tool
+from scope.web import (
+    AGUI_HEADERS,
+    UI_MESSAGE_STREAM_HEADERS,
+    InMemoryTurnLog,
+    RedisTurnLog,
+    ResumableTurns,
+    TurnLog,
+    agui_events,
+    ui_message_stream,
+    user_message_from_agui,
+    user_message_from_ui,
+)
+from tests.servers import import_driver, redis_url_or_skip, unique_key_prefix
+from tests.web_server import SCENARIOS, chunk, scripted
+
+pytestmark = pytest.mark.anyio
+
+
+async def _collect(stream: AsyncIterator[bytes]) -> bytes:
+    return b"".join([data async for data in stream])
+
+
+def _parts(data: bytes) -> list[Any]:
+    events = [e for e in data.split(b"\n\n") if e]
+    assert all(e.startswith(b"data: ") for e in events)
+    return [e[6:].decode() if e == b"data: [DONE]" else orjson.loads(e[6:]) for e in events]
+
+
+async def _items(*items: Any) -> AsyncIterator[Any]:
+    for item in items:
+        if isinstance(item, Exception):
+            raise item
+        yield item
+
+
+# ------------------------------------------------------------------------ the encoders
+
+
+def test_headers() -> None:
+    assert UI_MESSAGE_STREAM_HEADERS["x-vercel-ai-ui-message-stream"] == "v1"
+    assert UI_MESSAGE_STREAM_HEADERS["content-type"] == "text/event-stream"
+    assert AGUI_HEADERS["content-type"] == "text/event-stream"
+    with pytest.raises(TypeError):
+        UI_MESSAGE_STREAM_HEADERS["x"] = "y"  # type: ignore[index]
+
+
+async def test_ui_message_stream_parts() -> None:
+    data = await _collect(ui_message_stream(scripted("reasoning"), message_id="m"))
+    assert _parts(data) == [
+        {"type": "start", "messageId": "m"},
+        {"type": "start-step"},
+        {"type": "reasoning-start", "id": "b1"},
+        {"type": "reasoning-delta", "id": "b1", "delta": "Let me "},
+        {"type": "reasoning-delta", "id": "b1", "delta": "think… ☕"},
+        {"type": "reasoning-end", "id": "b1"},
+        {"type": "text-start", "id": "b2"},
+        {"type": "text-delta", "id": "b2", "delta": "Answer: "},
+        {"type": "text-delta", "id": "b2", "delta": "42"},
+        {"type": "text-end", "id": "b2"},
+        {"type": "finish-step"},
+        {"type": "finish", "finishReason": "stop"},
+        "[DONE]",
+    ]
+
+
+async def test_ui_message_stream_tool_calls_and_errors() -> None:
+    data = await _collect(ui_message_stream(scripted("parallel")))
+    parts = _parts(data)
+    assert parts[0] == {"type": "start"}
+    assert parts[2:8] == [
+        {"type": "tool-input-start", "toolCallId": "call_a", "toolName": "lookup"},
+        {"type": "tool-input-delta", "toolCallId": "call_a", "inputTextDelta": '{"q": '},
+        {"type": "tool-input-start", "toolCallId": "call_b", "toolName": "search"},
+        {"type": "tool-input-delta", "toolCallId": "call_b", "inputTextDelta": '{"term"'},
+        {"type": "tool-input-delta", "toolCallId": "call_a", "inputTextDelta": '"ä"}'},
+        {"type": "tool-input-delta", "toolCallId": "call_b", "inputTextDelta": ': "β", "n": 2}'},
+    ]
+    assert parts[8:] == [
+        {
+            "type": "tool-input-available",
+            "toolCallId": "call_a",
+            "toolName": "lookup",
+            "input": {"q": "ä"},
+        },
+        {
+            "type": "tool-input-available",
+            "toolCallId": "call_b",
+            "toolName": "search",
+            "input": {"term": "β", "n": 2},
+        },
+        {"type": "finish-step"},
+        {"type": "finish", "finishReason": "tool-calls"},
+        "[DONE]",
+    ]
+
+
+async def test_malformed_tool_arguments_are_a_tool_input_error() -> None:
+    call = tool_call_part("c1", "f", "{oops")
+    data = await _collect(ui_message_stream(_items(chunk(call, finish=FinishReason.TOOL_CALLS))))
+    parts = _parts(data)
+    assert parts[2:4] == [
+        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "f"},
+        {"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": "{oops"},
+    ]
+    assert parts[4]["type"] == "tool-input-error"
+    assert parts[4]["input"] == "{oops"
+    assert "'c1'" in parts[4]["errorText"]
+
+
+async def test_a_failure_becomes_the_error_event_with_on_error_text() -> None:
+    seen: list[Exception] = []
+
+    def text(exc: Exception) -> str:
+        seen.append(exc)
+        return "sorry"
+
+    data = await _collect(ui_message_stream(scripted("error"), on_error=text))
+    assert _parts(data)[-2:] == [{"type": "error", "errorText": "sorry"}, "[DONE]"]
+    assert isinstance(seen[0], ProviderServerError)
+    data = await _collect(agui_events(scripted("error"), thread_id="t", run_id="r"))
+    assert _parts(data)[-1] == {
+        "type": "RUN_ERROR",
+        "message": "the answer failed (ProviderServerError)",
+    }
+
+
+async def test_an_invalid_chunk_is_an_error_event() -> None:
+    bad = [chunk("a", finish=FinishReason.STOP), chunk("after the finish")]
+    data = await _collect(ui_message_stream(_items(*bad)))
+    assert _parts(data)[-2] == {
+        "type": "error",
+        "errorText": "the answer failed (InvalidResponseError)",
+    }
+    seen: list[Exception] = []
+    data = await _collect(
+        ui_message_stream(_items("not a chunk"), on_error=lambda e: str(seen.append(e)))
+    )
+    assert isinstance(seen[0], TypeError)
+    assert "Response or TurnEvent, got str" in str(seen[0])
+
+
+async def test_agui_events_sequence() -> None:
+    data = await _collect(agui_events(scripted("tool"), thread_id="t", run_id="r"))
+    assert [p["type"] for p in _parts(data)] == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "STEP_FINISHED",
+        "RUN_FINISHED",
+    ]
+    assert _parts(data)[0] == {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}
+
+
+@pytest.mark.parametrize("bad", [{"thread_id": ""}, {"run_id": 3}])
+def test_agui_events_needs_ids(bad: dict[str, Any]) -> None:
+    ids: dict[str, Any] = {"thread_id": "t", "run_id": "r", **bad}
+    with pytest.raises(TypeError, match="must be a non-empty str"):
+        agui_events(scripted("text"), **ids)
+
+
+async def test_conversation_events_carry_tool_results_and_steps() -> None:
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    model = ScriptedModel(
+        Response(
+            Output(
+                assistant_message(tool_call_part("c1", "add", '{"a": 2, "b": 3}')),
+                FinishReason.TOOL_CALLS,
+            )
+        ),
+        Response(Output(assistant_message("5"), FinishReason.STOP)),
+    )
+    conversation = Conversation(model, InMemoryStore(), "c", tools=[add])
+    parts = _parts(await _collect(ui_message_stream(conversation.stream("2+3?"))))
+    kinds = [p if isinstance(p, str) else p["type"] for p in parts]
+    assert kinds.count("start-step") == kinds.count("finish-step") == 2
+    assert {"type": "tool-output-available", "toolCallId": "c1", "output": 5} in parts
+    assert parts[-2] == {"type": "finish", "finishReason": "stop"}
+    model = ScriptedModel(*model_turns_again())
+    conversation = Conversation(model, InMemoryStore(), "c", tools=[add])
+    events = _parts(
+        await _collect(agui_events(conversation.stream("2+3?"), thread_id="t", run_id="r"))
+    )
+    assert {
+        "type": "TOOL_CALL_RESULT",
+        "messageId": "r:result:c1",
+        "toolCallId": "c1",
+        "content": "5",
+        "role": "tool",
+    } in events
+
+
+def model_turns_again() -> list[Response]:
+    return [
+        Response(
+            Output(
+                assistant_message(tool_call_part("c1", "add", '{"a": 2, "b": 3}')),
+                FinishReason.TOOL_CALLS,
+            )
+        ),
+        Response(Output(assistant_message("5"), FinishReason.STOP)),
+    ]
+
+
+async def test_the_stream_is_closed_when_the_consumer_stops_early() -> None:
+    closed = []
+
+    async def source() -> AsyncIterator[Response]:
+        try:
+            for word in ("a", "b", "c"):
+                yield chunk(word)
+        finally:
+            closed.append(True)
+
+    encoded = ui_message_stream(source())
+    async with contextlib.aclosing(encoded):  # type: ignore[type-var]
+        async for _ in encoded:
+            break
+    assert closed == [True]
+
+
+async def test_cancellation_propagates_and_sends_no_error_event() -> None:
+    model = ScriptedModel(Hang(after=1))
+    from scope.chat import Request, user_message
+
+    got: list[bytes] = []
+    with anyio.move_on_after(0.5) as scope:
+        async for data in ui_message_stream(model.stream(Request([user_message("hi")]))):
+            got.append(data)
+    assert scope.cancelled_caught
+    assert b'"error"' not in b"".join(got)
+    assert model.streams[0].outcome == "cancelled"
+
+
+async def test_usage_and_metadata_only_chunks_write_nothing_extra() -> None:
+    items = [
+        chunk("hi"),
+        Response(metadata=ResponseMetadata(id="x")),
+        chunk(finish=FinishReason.STOP),
+    ]
+    parts = _parts(await _collect(ui_message_stream(_items(*items))))
+    assert [p if isinstance(p, str) else p["type"] for p in parts] == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "finish",
+        "[DONE]",
+    ]
+
+
+async def test_media_parts_become_file_parts() -> None:
+    from scope.chat import media_part
+    from scope.media import Media
+
+    items = [
+        chunk(
+            media_part(Media.from_bytes("image/png", b"\x89PNG")),
+            reasoning_part("", signature=b"s"),
+            finish=FinishReason.STOP,
+        )
+    ]
+    parts = _parts(await _collect(ui_message_stream(_items(*items))))
+    assert {
+        "type": "file",
+        "url": "data:image/png;base64,iVBORw==",
+        "mediaType": "image/png",
+    } in parts
+    assert {"type": "reasoning-start", "id": "b1"} in parts  # a signature-only block
+
+
+# ------------------------------------------------------------------ the request readers
+
+
+UI_BODY = {
+    "id": "chat",
+    "trigger": "submit-message",
+    "messages": [
+        {"id": "1", "role": "user", "parts": [{"type": "text", "text": "an old question"}]},
+        {"id": "2", "role": "assistant", "parts": [{"type": "text", "text": "forged answer"}]},
+        {
+            "id": "3",
+            "role": "user",
+            "parts": [
+                {"type": "text", "text": "What is in "},
+                {"type": "file", "url": "data:image/png;base64,iVBORw==", "mediaType": "image/png"},
+                {
+                    "type": "file",
+                    "url": "https://example.com/a.pdf",
+                    "mediaType": "application/pdf",
+                },
+                {"type": "data-note", "data": {"x": 1}},
+            ],
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("encode", [orjson.dumps, lambda b: orjson.dumps(b).decode(), lambda b: b])
+def test_user_message_from_ui_takes_only_the_new_message(encode: Any) -> None:
+    message = user_message_from_ui(encode(UI_BODY))
+    assert message.role == "user"
+    assert message.text == "What is in "
+    kinds = [p.kind for p in message.parts]
+    assert kinds == ["text", "media", "media"]
+    assert message.parts[1].media is not None and message.parts[1].media.source.data == b"\x89PNG"
+    assert message.parts[2].media is not None
+    assert message.parts[2].media.source.kind is SourceKind.URI
+
+
+def _ui(*parts: Any, role: str = "user") -> dict[str, Any]:
+    return {"messages": [{"id": "1", "role": role, "parts": list(parts)}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b"{no", "not JSON"),
+        (b"\xff", "not JSON"),
+        ([1], "must be a JSON object"),
+        ({}, "messages must be an array"),
+        ({"messages": []}, "messages are empty"),
+        ({"messages": ["x"]}, r"messages\[0\] must be an object"),
+        (
+            _ui({"type": "text", "text": "hi"}, role="assistant"),
+            r"messages\[0\]\.role is 'assistant'",
+        ),
+        ({"messages": [{"role": "user", "parts": "hi"}]}, r"messages\[0\]\.parts must be an array"),
+        (_ui(), "no text or file part"),
+        (_ui({"type": "text", "text": ""}), "no text or file part"),
+        (_ui({"type": "data-x", "data": 1}), "no text or file part"),
+        (_ui("hi"), r"parts\[0\] must be an object"),
+        (_ui({"type": "text", "text": 1}), r"parts\[0\]\.text must be a string"),
+        (_ui({"type": "reasoning", "text": "x"}), r"parts\[0\]\.type 'reasoning' is not"),
+        (_ui({"type": "file", "url": "x"}), "needs string url and mediaType"),
+        (
+            _ui({"type": "file", "url": "data:image/png,abc", "mediaType": "image/png"}),
+            "base64 encoded",
+        ),
+        (
+            _ui({"type": "file", "url": "data:image/png;base64,@@", "mediaType": "image/png"}),
+            "invalid base64",
+        ),
+        (_ui({"type": "file", "url": "not a uri", "mediaType": "image/png"}), r"parts\[0\]: "),
+    ],
+)
+def test_user_message_from_ui_refuses(body: Any, problem: str) -> None:
+    with pytest.raises(InvalidRequestError, match=problem):
+        user_message_from_ui(body)
+
+
+AGUI_BODY = {
+    "threadId": "t",
+    "runId": "r",
+    "messages": [
+        {"id": "1", "role": "user", "content": "old"},
+        {"id": "2", "role": "assistant", "content": "forged"},
+        {
+            "id": "3",
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Look: "},
+                {
+                    "type": "image",
+                    "source": {"type": "data", "value": "iVBORw==", "mimeType": "image/png"},
+                },
+                {
+                    "type": "document",
+                    "source": {
+                        "type": "url",
+                        "value": "https://example.com/a.pdf",
+                        "mimeType": "application/pdf",
+                    },
+                },
+            ],
+        },
+    ],
+}
+
+
+def test_user_message_from_agui_takes_only_the_new_message() -> None:
+    message = user_message_from_agui(orjson.dumps(AGUI_BODY))
+    assert [p.kind for p in message.parts] == ["text", "media", "media"]
+    assert message.text == "Look: "
+    plain = user_message_from_agui({"messages": [{"id": "1", "role": "user", "content": "Hi"}]})
+    assert plain.text == "Hi"
+
+
+def _agui(content: Any, role: str = "user") -> dict[str, Any]:
+    return {"messages": [{"id": "1", "role": role, "content": content}]}
+
+
+def _image(source: Any) -> dict[str, Any]:
+    return _agui([{"type": "image", "source": source}])
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b"nope", "not JSON"),
+        ("[]", "must be a JSON object"),
+        ({"messages": {}}, "messages must be an array"),
+        (_agui("hi", role="assistant"), r"role is 'assistant'"),
+        (_agui(""), "content is empty"),
+        (_agui(3), "must be a string or an array"),
+        (_agui([]), "no text or media"),
+        (_agui(["x"]), r"content\[0\] must be an object"),
+        (_agui([{"type": "text", "text": None}]), r"content\[0\]\.text must be a string"),
+        (_agui([{"type": "binary"}]), r"content\[0\]\.type 'binary' is not"),
+        (_image("x"), r"source must be an object"),
+        (_image({"type": "data", "value": "x"}), "needs string value and mimeType"),
+        (_image({"type": "file", "value": "f", "mimeType": "image/png"}), "is not data or url"),
+        (_image({"type": "data", "value": "@@", "mimeType": "image/png"}), "invalid base64"),
+        (_image({"type": "url", "value": "no uri", "mimeType": "image/png"}), r"content\[0\]: "),
+    ],
+)
+def test_user_message_from_agui_refuses(body: Any, problem: str) -> None:
+    with pytest.raises(InvalidRequestError, match=problem):
+        user_message_from_agui(body)
+
+
+# ------------------------------------------------------------------------- turn logs
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def log(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterator[TurnLog]:
+    if request.param == "memory":
+        yield InMemoryTurnLog(max_events=5)
+        return
+    if anyio_backend != "asyncio":
+        pytest.skip("redis-py's asyncio client runs under asyncio only")
+    url = redis_url_or_skip()
+    aioredis = import_driver("redis.asyncio")
+    client = aioredis.Redis.from_url(url)
+    prefix = unique_key_prefix()
+    try:
+        yield RedisTurnLog(client, prefix=prefix, max_events=5, block_ms=100)
+    finally:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+
+
+async def _read(log: TurnLog, turn: str, after: str | None = None) -> list[tuple[str, bytes]]:
+    return [event async for event in log.events(turn, after)]
+
+
+async def test_log_replays_and_resumes(log: TurnLog) -> None:
+    await log.open("t")
+    ids = [await log.append("t", f"e{i}".encode()) for i in range(3)]
+    await log.end("t")
+    assert await _read(log, "t") == list(zip(ids, [b"e0", b"e1", b"e2"], strict=True))
+    assert await _read(log, "t", ids[0]) == [(ids[1], b"e1"), (ids[2], b"e2")]
+    assert await _read(log, "t", ids[2]) == []
+
+
+async def test_log_readers_wait_for_more(log: TurnLog) -> None:
+    await log.open("t")
+    got: list[bytes] = []
+
+    async def reader() -> None:
+        got.extend(data for _, data in await _read(log, "t"))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(reader)
+            await anyio.wait_all_tasks_blocked()
+            await log.append("t", b"a")
+            await log.append("t", b"b")
+            await log.end("t")
+    assert got == [b"a", b"b"]
+
+
+async def test_log_errors(log: TurnLog) -> None:
+    with pytest.raises(TurnLogError, match="'nope' is unknown or expired"):
+        await _read(log, "nope")
+    await log.open("t")
+    with pytest.raises(ValueError, match="still running"):
+        await log.open("t")
+    ids = [await log.append("t", b"x") for _ in range(8)]
+    await log.end("t")
+    with pytest.raises(TurnLogError, match="dropped"):
+        await _read(log, "t", ids[0])
+    with pytest.raises(TurnLogError):
+        await _read(log, "t")
+    with pytest.raises(TurnLogError, match="not an event id"):
+        await _read(log, "t", "bogus")
+    assert [d for _, d in await _read(log, "t", ids[3])] == [b"x"] * 4
+    await log.open("t")  # an ended turn may start again, empty
+    await log.end("t")
+    assert await _read(log, "t") == []
+
+
+async def test_in_memory_log_forgets_ended_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = InMemoryTurnLog(keep_seconds=1)
+    await log.open("t")
+    await log.end("t")
+    assert await _read(log, "t") == []
+    later = time.monotonic() + 2
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    with pytest.raises(TurnLogError, match="unknown or expired"):
+        await _read(log, "t")
+    with pytest.raises(TurnLogError, match="is not open"):
+        await log.append("t", b"x")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"max_events": 0}, ValueError),
+        ({"max_events": True}, TypeError),
+        ({"max_events": 1.5}, TypeError),
+        ({"keep_seconds": 0}, ValueError),
+        ({"keep_seconds": "1"}, TypeError),
+    ],
+)
+def test_log_limits(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        InMemoryTurnLog(**kwargs)
+    with pytest.raises(error):
+        RedisTurnLog(object(), **kwargs)
+
+
+def test_resumable_turns_arguments() -> None:
+    with pytest.raises(TypeError, match="log must be a TurnLog"):
+        ResumableTurns(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cancel_on_disconnect must be a bool"):
+        ResumableTurns(cancel_on_disconnect=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="prefix"):
+        RedisTurnLog(object(), prefix="")
+
+
+# ----------------------------------------------------------------- ResumableTurns
+
+
+def _gated_model(gate: anyio.Event) -> Any:
+    from scope.chat import Request, StreamerFunc
+
+    async def stream(request: Request) -> AsyncIterator[Response]:
+        yield chunk("first ")
+        await gate.wait()
+        yield chunk("second")
+        yield chunk(finish=FinishReason.STOP)
+
+    return StreamerFunc(stream)
+
+
+async def test_start_needs_async_with() -> None:
+    with pytest.raises(RuntimeError, match="async with"):
+        await ResumableTurns().start("t", ui_message_stream(scripted("text")))
+
+
+async def test_a_turn_runs_on_after_its_reader_leaves_and_is_stored_once(log: TurnLog) -> None:
+    gate = anyio.Event()
+    store = InMemoryStore()
+    conversation = Conversation(_gated_model(gate), store, "c")
+    with anyio.fail_after(10):
+        async with ResumableTurns(log) as turns:
+            await turns.start("c", ui_message_stream(conversation.stream("hi")))
+            reader = turns.stream("c")
+            first = await anext(reader)
+            await reader.aclose()  # the client disconnects mid-turn
+            assert first.startswith(b"data: ")
+            found = re.search(rb"\nid: (\S+)\n", first)
+            assert found is not None
+            gate.set()
+            rest = b"".join([data async for data in turns.stream("c", found[1].decode())])
+            again = b"".join([data async for data in turns.stream("c")])  # from the start
+    assert rest.endswith(b"data: [DONE]\n\n")
+    assert b'"delta":"second"' in rest and b'"delta":"first "' not in rest
+    assert again.startswith(first) and again.endswith(rest)
+    stored = await store.read("c")
+    assert [m.text for m in stored] == ["hi", "first second"]
+
+
+async def test_cancel_on_disconnect_stops_the_turn_unstored() -> None:
+    gate = anyio.Event()
+    store = InMemoryStore()
+    conversation = Conversation(_gated_model(gate), store, "c")
+    with anyio.fail_after(10):
+        async with ResumableTurns(cancel_on_disconnect=True) as turns:
+            await turns.start("c", ui_message_stream(conversation.stream("hi")))
+            reader = turns.stream("c")
+            await anext(reader)
+            await reader.aclose()
+        assert await _read(turns.log, "c") != []  # what was sent stays readable
+    assert await store.read("c") == []
+
+
+async def test_a_second_start_of_a_running_turn_is_refused() -> None:
+    gate = anyio.Event()
+    with anyio.fail_after(10):
+        async with ResumableTurns() as turns:
+            await turns.start("c", ui_message_stream(_gated_model(gate).stream(_request())))
+            with pytest.raises(ValueError, match="still running"):
+                await turns.start("c", ui_message_stream(scripted("text")))
+            gate.set()
+
+
+def _request() -> Any:
+    from scope.chat import Request, user_message
+
+    return Request([user_message("hi")])
+
+
+def test_every_scenario_encodes() -> None:
+    assert set(SCENARIOS) >= {"text", "reasoning", "tool", "parallel", "error", "empty"}

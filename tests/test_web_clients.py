@@ -1,0 +1,370 @@
+"""scope.web against the real clients: the AI SDK's ``ai`` package and
+``@ag-ui/client`` under Node, and the example page in headless Chromium, each talking
+to a live server (tests/web_server.py; the example in docs/examples/web_chat).
+
+Locally these skip, with the reason, when Node, ``tests/web_clients/node_modules``
+(``npm ci`` there) or Chromium is missing; ``SCOPE_REQUIRE_WEB_CLIENTS=1`` (set by
+.ci/run) makes a missing one a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from scope.chat import FinishReason, Request, Response, Streamer, StreamerFunc
+from scope.history.inmemory import InMemoryStore
+from tests.web_server import SCENARIOS, chunk, live_server, scenario_app
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CLIENTS = ROOT / "tests" / "web_clients"
+EXAMPLE = ROOT / "docs" / "examples" / "web_chat" / "app.py"
+NODE_TIMEOUT = 30
+
+
+def _missing(problem: str) -> None:
+    if os.environ.get("SCOPE_REQUIRE_WEB_CLIENTS", "") == "1":
+        pytest.fail(f"SCOPE_REQUIRE_WEB_CLIENTS=1 but {problem}", pytrace=False)
+    pytest.skip(problem)
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    if node is None:
+        _missing("node is not installed (Node 20 or later runs the web client tests)")
+    elif not (CLIENTS / "node_modules" / "ai").is_dir():
+        _missing("tests/web_clients/node_modules is missing: run `npm ci` in tests/web_clients")
+    assert node is not None
+    return node
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    _missing("chromium is not installed (apt-get install -y chromium)")
+    raise AssertionError("unreachable")
+
+
+def _run_node(script: str, *args: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [_node(), str(CLIENTS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=NODE_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+@pytest.fixture(scope="module")
+def scenario_url() -> Iterator[str]:
+    with live_server(scenario_app()) as base:
+        yield base
+
+
+# The message each client assembles from each scenario, exactly. Block ids are the
+# encoder's ("b1", "run-1:1", ...); the AI SDK keeps reasoning ids, not text ones.
+UI_EXPECTED: dict[str, list[dict[str, Any]]] = {
+    "text": [
+        {"type": "step-start"},
+        {"type": "text", "text": "Héllo, wörld 👋 日本語 ✓", "state": "done"},
+    ],
+    "reasoning": [
+        {"type": "step-start"},
+        {"type": "reasoning", "id": "b1", "text": "Let me think… ☕", "state": "done"},
+        {"type": "text", "text": "Answer: 42", "state": "done"},
+    ],
+    "tool": [
+        {"type": "step-start"},
+        {"type": "text", "text": "Checking.", "state": "done"},
+        {
+            "type": "tool-get_weather",
+            "toolCallId": "call_1",
+            "state": "input-available",
+            "input": {"city": "Zürich"},
+        },
+    ],
+    "parallel": [
+        {"type": "step-start"},
+        {
+            "type": "tool-lookup",
+            "toolCallId": "call_a",
+            "state": "input-available",
+            "input": {"q": "ä"},
+        },
+        {
+            "type": "tool-search",
+            "toolCallId": "call_b",
+            "state": "input-available",
+            "input": {"term": "β", "n": 2},
+        },
+    ],
+    "error": [
+        {"type": "step-start"},
+        {"type": "text", "text": "Partial answer…", "state": "streaming"},
+    ],
+    "empty": [],
+}
+
+_USER = {"id": "u1", "role": "user", "content": "Hi there"}
+
+
+def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "role": "assistant",
+        "toolCalls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        ],
+    }
+
+
+AGUI_EXPECTED: dict[str, tuple[list[dict[str, Any]], str | None]] = {
+    "text": ([{"id": "run-1:1", "role": "assistant", "content": "Héllo, wörld 👋 日本語 ✓"}], None),
+    "reasoning": (
+        [
+            {"id": "run-1:1", "role": "reasoning", "content": "Let me think… ☕"},
+            {"id": "run-1:2", "role": "assistant", "content": "Answer: 42"},
+        ],
+        None,
+    ),
+    "tool": (
+        [
+            {"id": "run-1:1", "role": "assistant", "content": "Checking."},
+            _call("call_1", "get_weather", '{"city": "Zürich"}'),
+        ],
+        None,
+    ),
+    "parallel": (
+        [
+            _call("call_a", "lookup", '{"q": "ä"}'),
+            _call("call_b", "search", '{"term": "β", "n": 2}'),
+        ],
+        None,
+    ),
+    "error": (
+        [{"id": "run-1:1", "role": "assistant", "content": "Partial answer…"}],
+        "the answer failed (ProviderServerError)",
+    ),
+    "empty": ([], None),
+}
+
+
+def test_every_scenario_has_expectations() -> None:
+    assert set(UI_EXPECTED) == set(SCENARIOS) == set(AGUI_EXPECTED)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_ai_sdk_client_assembles_the_scripted_message(scenario_url: str, name: str) -> None:
+    result = _run_node("ui_client.mjs", scenario_url, f"/ui/{name}")
+    assert result["message"]["id"] == "m-1"
+    assert result["message"]["role"] == "assistant"
+    assert result["message"]["parts"] == UI_EXPECTED[name]
+    failed = name == "error"
+    assert result["errors"] == (["the answer failed (ProviderServerError)"] if failed else [])
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_agui_client_assembles_the_scripted_messages(scenario_url: str, name: str) -> None:
+    result = _run_node("agui_client.mjs", f"{scenario_url}/agui/{name}")
+    messages, error = AGUI_EXPECTED[name]
+    assert result["messages"] == [_USER, *messages]
+    assert result["error"] == error
+    events = result["events"]
+    assert events[0] == "RUN_STARTED"
+    assert events[-1] == ("RUN_ERROR" if error else "RUN_FINISHED")
+
+
+# ---------------------------------------------------------------- the example service
+
+
+def _example() -> Any:
+    spec = importlib.util.spec_from_file_location("web_chat_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+WORDS = ["Resumed ", "answers ", "arrive ", "whole: ", "nothing ", "lost, ", "nothing ", "twice."]
+
+
+class Gated:
+    """A streamer that sends two words, then waits until the test releases the chat."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, anyio.Event] = {}
+        self.calls = 0
+
+    def gate(self, chat: str) -> anyio.Event:
+        return self.gates.setdefault(chat, anyio.Event())
+
+    def streamer(self) -> Streamer:
+        async def stream(request: Request) -> AsyncIterator[Response]:
+            self.calls += 1
+            chat = request.messages[-1].text  # the tests name the chat in the question
+            for index, word in enumerate(WORDS):
+                if index == 2:
+                    await self.gate(chat).wait()
+                yield chunk(word)
+            yield chunk(finish=FinishReason.STOP)
+
+        return StreamerFunc(stream)
+
+
+@pytest.fixture(scope="module")
+def example() -> Iterator[tuple[str, InMemoryStore, Gated]]:
+    from starlette.requests import Request as HTTPRequest
+    from starlette.responses import Response as HTTPResponse
+    from starlette.routing import Route
+
+    gated = Gated()
+    store = InMemoryStore()
+    app = _example().create_app(gated.streamer(), store)
+
+    async def release(request: HTTPRequest) -> HTTPResponse:
+        gated.gate(request.path_params["chat"]).set()
+        return HTTPResponse(status_code=204)
+
+    app.router.routes.append(Route("/test/release/{chat}", release, methods=["POST"]))
+    with live_server(app) as base:
+        yield base, store, gated
+
+
+def _stored(store: InMemoryStore, chat: str) -> list[Any]:
+    return anyio.run(store.read, chat)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "problem"),
+    [
+        ("/api/chat", b"{not json", "not JSON"),
+        ("/api/chat", b'{"id": "c", "messages": []}', "no new user message"),
+        (
+            "/api/chat",
+            b'{"id": "c", "messages": [{"id": "a", "role": "assistant", "parts": []}]}',
+            "no new user message",
+        ),
+        ("/api/agui", b"[1, 2]", "must be a JSON object"),
+        (
+            "/api/agui",
+            b'{"threadId": "t", "runId": "r", "messages": [{"id": "x", "role": "tool", '
+            b'"toolCallId": "c", "content": "42"}]}',
+            "no new user message",
+        ),
+    ],
+)
+def test_a_request_without_a_new_user_message_is_refused(
+    example: tuple[str, InMemoryStore, Gated], path: str, body: bytes, problem: str
+) -> None:
+    base, _, gated = example
+    calls = gated.calls
+    answer = httpx.post(f"{base}{path}", content=body, timeout=10)
+    assert answer.status_code == 400
+    assert problem in answer.text
+    assert gated.calls == calls  # the model was never called
+
+
+def test_ai_sdk_client_resumes_a_turn_after_disconnecting(
+    example: tuple[str, InMemoryStore, Gated],
+) -> None:
+    base, store, _ = example
+    chat = "resume-ui"
+    result = _run_node("ui_client.mjs", base, "/api/chat", "resume", chat, f"/test/release/{chat}")
+    assert result["errors"] == []
+    assert result["message"]["parts"] == [
+        {"type": "step-start"},
+        {"type": "text", "text": "".join(WORDS), "state": "done"},
+    ]
+    assert "".join(WORDS).startswith(result["partial"]["parts"][-1]["text"])
+    stored = _stored(store, chat)
+    assert [m.role for m in stored] == ["user", "assistant"]  # stored once
+    assert stored[1].text == "".join(WORDS)
+
+
+def test_sse_client_resumes_from_last_event_id(example: tuple[str, InMemoryStore, Gated]) -> None:
+    base, store, _ = example
+    chat = "resume-agui"
+    body = {
+        "threadId": chat,
+        "runId": "run-1",
+        "messages": [{"id": "u1", "role": "user", "content": chat}],
+    }
+    first: list[str] = []
+    last_id = None
+    with httpx.Client(base_url=base, timeout=10) as client:
+        with client.stream("POST", "/api/agui", json=body) as response:
+            assert response.status_code == 200
+            with_id = False
+            for line in response.iter_lines():
+                if line.startswith("id: "):
+                    last_id, with_id = line[4:], True
+                elif line.startswith("data: "):
+                    first.append(json.loads(line[6:])["type"])
+                elif line == "":
+                    if with_id and "TEXT_MESSAGE_CONTENT" in first:
+                        break  # disconnect mid-turn, after a whole entry
+                    with_id = False
+        assert client.post(f"/test/release/{chat}").status_code == 204
+        rest: list[dict[str, Any]] = []
+        with client.stream(
+            "GET", f"/api/agui/{chat}/stream", headers={"last-event-id": str(last_id)}
+        ) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    rest.append(json.loads(line[6:]))
+    types = first + [event["type"] for event in rest]
+    assert types.count("RUN_STARTED") == 1
+    assert types[-1] == "RUN_FINISHED"
+    text = "".join(e["delta"] for e in rest if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert "".join(WORDS).endswith(text) and text
+    stored = _stored(store, chat)
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[1].text == "".join(WORDS)
+
+
+def test_resume_without_a_running_turn_is_204(example: tuple[str, InMemoryStore, Gated]) -> None:
+    base, _, _ = example
+    assert httpx.get(f"{base}/api/chat/never-started/stream", timeout=10).status_code == 204
+
+
+def test_example_page_renders_a_streamed_answer_in_chromium() -> None:
+    chromium = _chromium()
+    module = _example()
+    with live_server(module.create_app(module._model(), InMemoryStore())) as base:
+        done = subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--virtual-time-budget=15000",
+                "--dump-dom",
+                f"{base}/?q=Hello%20there",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert '<p class="user">Hello there</p>' in done.stdout
+    assert (
+        '<p class="assistant" data-done="true">Hello from scope! This answer was streamed to '
+        "your browser, word by word.</p>"
+    ) in done.stdout

@@ -1,0 +1,159 @@
+"""Scripted streams and a live HTTP server for the scope.web tests.
+
+``SCENARIOS`` are the streams every client must accept (DESIGN §9's acceptance list);
+``scenario_app()`` serves each one under ``/ui/{name}`` (AI SDK UI message stream) and
+``/agui/{name}`` (AG-UI), cutting every write into 5-byte pieces so multi-byte
+characters arrive split. ``live_server(app)`` runs an ASGI app on a loopback port in a
+thread (uvicorn) for the Node and Chromium clients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import orjson
+
+from scope.chat import (
+    FinishReason,
+    Output,
+    Response,
+    assistant_message,
+    reasoning_part,
+    text_part,
+    tool_call_delta_part,
+)
+from scope.errors import InvalidRequestError, ProviderServerError
+from scope.web import (
+    AGUI_HEADERS,
+    UI_MESSAGE_STREAM_HEADERS,
+    agui_events,
+    ui_message_stream,
+    user_message_from_agui,
+    user_message_from_ui,
+)
+
+
+def chunk(*parts: Any, finish: FinishReason | None = None) -> Response:
+    message = assistant_message(*parts) if parts else None
+    return Response(Output(message, finish))
+
+
+def _delta(call_id: str, name: str, args: str) -> Any:
+    return tool_call_delta_part(call_id, name, args)
+
+
+TEXT = ["Hé", "llo, wö", "rld 👋", " 日本", "語", " ✓"]
+
+#: name -> (chunks, an exception raised after them or None)
+SCENARIOS: dict[str, tuple[list[Response], Exception | None]] = {
+    "text": ([*(chunk(t) for t in TEXT), chunk(finish=FinishReason.STOP)], None),
+    "reasoning": (
+        [
+            chunk(reasoning_part("Let me ")),
+            chunk(reasoning_part("think… ☕")),
+            chunk(text_part("Answer: ")),
+            chunk(text_part("42"), finish=FinishReason.STOP),
+        ],
+        None,
+    ),
+    "tool": (
+        [
+            chunk(text_part("Checking.")),
+            chunk(_delta("call_1", "get_weather", '{"ci')),
+            chunk(_delta("call_1", "get_weather", 'ty": "Zür')),
+            chunk(_delta("call_1", "get_weather", 'ich"}')),
+            chunk(finish=FinishReason.TOOL_CALLS),
+        ],
+        None,
+    ),
+    "parallel": (
+        [
+            chunk(_delta("call_a", "lookup", '{"q": ')),
+            chunk(_delta("call_b", "search", '{"term"')),
+            chunk(_delta("call_a", "lookup", '"ä"}')),
+            chunk(_delta("call_b", "search", ': "β", "n": 2}'), finish=FinishReason.TOOL_CALLS),
+        ],
+        None,
+    ),
+    "error": ([chunk("Partial ans"), chunk("wer…")], ProviderServerError("upstream 503")),
+    "empty": ([chunk(finish=FinishReason.STOP)], None),
+}
+
+
+async def scripted(name: str) -> AsyncIterator[Response]:
+    chunks, error = SCENARIOS[name]
+    for item in chunks:
+        yield item
+    if error is not None:
+        raise error
+
+
+async def split_writes(frames: AsyncIterator[bytes], size: int = 5) -> AsyncIterator[bytes]:
+    """Every write cut into ``size``-byte pieces: UTF-8 characters arrive split."""
+    async with contextlib.aclosing(frames):  # type: ignore[type-var]
+        async for data in frames:
+            for start in range(0, len(data), size):
+                yield data[start : start + size]
+
+
+def scenario_app() -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def ui(request: Request) -> Any:
+        try:
+            user_message_from_ui(await request.body())
+        except InvalidRequestError as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        stream = ui_message_stream(scripted(request.path_params["name"]), message_id="m-1")
+        return StreamingResponse(split_writes(stream), headers=dict(UI_MESSAGE_STREAM_HEADERS))
+
+    async def agui(request: Request) -> Any:
+        body = await request.body()
+        try:
+            user_message_from_agui(body)
+        except InvalidRequestError as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        run = orjson.loads(body)
+        stream = agui_events(
+            scripted(request.path_params["name"]),
+            thread_id=run["threadId"],
+            run_id=run["runId"],
+        )
+        return StreamingResponse(split_writes(stream), headers=dict(AGUI_HEADERS))
+
+    return Starlette(
+        routes=[
+            Route("/ui/{name}", ui, methods=["POST"]),
+            Route("/agui/{name}", agui, methods=["POST"]),
+        ]
+    )
+
+
+@contextlib.contextmanager
+def live_server(app: Any) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1 (a free port) in a thread; yields the base URL."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        ready = threading.Event()
+        for _ in range(1000):  # bounded: 10 s
+            if server.started or not thread.is_alive():
+                break
+            ready.wait(0.01)
+        if not server.started:
+            raise RuntimeError("the test server did not start")
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
