@@ -13,40 +13,20 @@ Run: ``python benchmarks/bench_redis_listing.py``
 from __future__ import annotations
 
 import os
-import time
+import sys
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
+from pathlib import Path
 
 import anyio
 
-from scope.chat import assistant_message, user_message
-from scope.history import Batch
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _listing import best_of, fill
+
 from scope.historystores.redis import RedisStore
 
-OPEN, CLEARED, TASKS = 10_000, 10_000, 32
-TURN = [user_message("hello"), assistant_message("hi")]
-
-
-async def best_of(repeats: int, fn: Callable[[], Awaitable[Any]]) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        await fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-async def fill(store: RedisStore, ids: list[str], clear: bool) -> None:
-    async def worker(chunk: list[str]) -> None:
-        for cid in chunk:
-            await store.append(Batch(cid, "a1", TURN))
-            if clear:
-                await store.clear(cid)
-
-    async with anyio.create_task_group() as tg:
-        for i in range(TASKS):
-            tg.start_soon(worker, ids[i::TASKS])
+OPEN, CLEARED = 10_000, 10_000
 
 
 async def measure(name: str, url: str, cluster: bool) -> None:

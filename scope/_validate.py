@@ -19,6 +19,7 @@ from scope._json import check_str
 from scope.errors import InvalidOptionsError, ScopeError
 
 __all__ = [
+    "check_limit",
     "MAX_INT",
     "check_int",
     "check_lease",
@@ -133,6 +134,15 @@ def check_lease(holder: object, ttl: object) -> tuple[str, float]:
     if not finite_number(ttl, positive=True):
         raise ValueError(f"lease ttl must be a finite number of seconds > 0, got {ttl!r}")
     return holder, float(ttl)  # type: ignore[return-value]
+
+
+def check_limit(limit: object) -> int | None:
+    """A listing's ``limit``: None (no bound) or an int >= 1, else ``ValueError``."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
+    return limit
 
 
 def to_bytes(value: bytes | bytearray | memoryview) -> bytes:

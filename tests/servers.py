@@ -20,8 +20,10 @@ import contextlib
 import functools
 import importlib
 import os
+import shutil
 import socket
 import sqlite3
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
@@ -36,6 +38,7 @@ __all__ = [
     "POSTGRES_ENV",
     "REDIS_ENV",
     "Backend",
+    "PrivateCluster",
     "StallingProxy",
     "drop_keys",
     "drop_tables",
@@ -369,3 +372,95 @@ class StallingProxy:
                 writer.write(data)
                 await writer.drain()
         writer.close()
+
+
+class PrivateCluster:
+    """A three-master Redis Cluster of this test's own (``redis-server`` processes on
+    free loopback ports below 32768, no persistence), so a test may kill and restart a
+    node without disturbing the shared cluster. Skips when ``redis-server`` or
+    ``redis-cli`` is missing. Use as an async context manager; ``url`` names a node."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.dir = tmp_path
+        self.ports: list[int] = []
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports[0]}/0"
+
+    async def __aenter__(self) -> PrivateCluster:
+        if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+            pytest.skip("needs redis-server and redis-cli on PATH")
+        self.ports = _free_ports(3)
+        for port in self.ports:
+            self.start(port)
+        await asyncio.sleep(0.3)
+        nodes = [f"127.0.0.1:{port}" for port in self.ports]
+        create = ["redis-cli", "--cluster", "create", *nodes, "--cluster-yes"]
+        await asyncio.to_thread(subprocess.run, create, check=True, capture_output=True)
+        await self._until_ok()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for process in self.processes.values():
+            process.kill()
+            process.wait()
+
+    def start(self, port: int) -> None:
+        """Start (or restart, keeping its cluster config) the node on ``port``."""
+        where = self.dir / str(port)
+        where.mkdir(exist_ok=True)
+        self.processes[port] = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-require-full-coverage",
+                "no",
+                "--dir",
+                str(where),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+
+    def kill(self, port: int) -> None:
+        """Kill the node on ``port`` (SIGKILL: no goodbye to its clients)."""
+        self.processes[port].kill()
+        self.processes[port].wait()
+
+    async def _until_ok(self) -> None:
+        check = ["redis-cli", "-p", str(self.ports[0]), "cluster", "info"]
+        for _ in range(100):
+            out = await asyncio.to_thread(subprocess.run, check, capture_output=True)
+            if b"cluster_state:ok" in out.stdout:
+                return
+            await asyncio.sleep(0.1)
+        raise RuntimeError("the private Redis Cluster did not come up")
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` free loopback ports below 32768 whose cluster bus ports (+10000) are
+    free too."""
+    ports: list[int] = []
+    for port in range(12000 + os.getpid() % 5000, 22768):
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError("no free loopback ports below 32768")

@@ -645,6 +645,40 @@ def test_list_and_export_skip_an_invalid_stored_id_and_exit_1(
     assert [json.loads(line)["conversation_id"] for line in written] == ["plain", "tricky"]
 
 
+def test_export_goes_on_past_a_corrupt_conversation_and_exits_1(
+    tmp_path: pathlib.Path, source: pathlib.Path
+) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(source, isolation_level=None)
+    try:  # "plain"'s bytes changed outside scope: its digest no longer matches
+        conn.execute(
+            "UPDATE scope_history_batches SET messages = CAST('[]' AS BLOB) "
+            "WHERE conversation_id = 'plain'"
+        )
+    finally:
+        conn.close()
+    url = sqlite_url(source)
+    exported = scope(tmp_path, "history", "export", "--no-create", "--store", url, "-o", "o.jsonl")
+    assert exported.returncode == 1
+    lines = err_lines(exported)
+    assert lines[0] == "exported 1 conversation to o.jsonl"
+    assert lines[1].startswith("scope: error: conversation 'plain' not exported: ")
+    assert "is corrupt" in lines[1] and len(lines) == 2
+    written = (tmp_path / "o.jsonl").read_bytes().splitlines()
+    assert [json.loads(line)["conversation_id"] for line in written] == ["tricky"]
+
+
+def test_list_with_no_create_refuses_a_store_without_the_schema(tmp_path: pathlib.Path) -> None:
+    import sqlite3
+
+    sqlite3.connect(tmp_path / "empty.db").close()
+    proc = scope(
+        tmp_path, "history", "list", "--no-create", "--store", sqlite_url(tmp_path / "empty.db")
+    )
+    assert "scope history migrate" in assert_one_line_error(proc)
+
+
 def test_show_unknown_or_cleared(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
     proc = scope(tmp_path, "history", "show", "--store", sqlite_url(source), "never")
     assert assert_one_line_error(proc) == (

@@ -187,11 +187,18 @@ _BROKEN_STORE = textwrap.dedent(
                 await self.release_turn(cid, holder)
             return receipt
 
-        async def conversations(self):
+        async def conversations(self, *, after=None, limit=None):
+            if limit is not None and (type(limit) is not int or limit < 1):
+                raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
             names = list(self.state["messages"])
             if "listing" in self.broken:
                 return names
-            return sorted(names)
+            names = sorted(names)
+            if after is not None:
+                after = ConversationID(after)
+                # "paging": the page starts at ``after`` instead of after it.
+                names = [n for n in names if n >= after if "paging" in self.broken or n > after]
+            return names if limit is None else names[:limit]
 
         def forget(self, what):
             """A reopen that loses part of the data."""
@@ -277,6 +284,7 @@ CASES = [
             "test_cancelled_append_leaves_all_or_nothing_and_retry_resolves",
         },
     ),
+    ("paging", "pages", {"test_conversations_pages_with_after_and_limit"}),
     ("global-ids", "scoped", {"test_append_ids_are_scoped_per_conversation"}),
     (
         "validate-after-io",

@@ -134,6 +134,7 @@ EXPECTED: dict[str, list[str]] = {
         "compact",
     ],
     "scope.historystores": [
+        "OpeningStore",
         "PersistentStore",
         "RecordScanner",
         "SCHEMA_VERSION",

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import pytest
@@ -22,7 +23,13 @@ from scope.errors import StoreError
 from scope.history.storetest import StoreConformance
 from scope.historystores.postgres import PostgresStore
 from tests.helpers import batch, texts
-from tests.servers import drop_tables, import_driver, postgres_dsn_or_skip, unique_table_prefix
+from tests.servers import (
+    StallingProxy,
+    drop_tables,
+    import_driver,
+    postgres_dsn_or_skip,
+    unique_table_prefix,
+)
 
 asyncpg = import_driver("asyncpg")
 
@@ -166,7 +173,7 @@ async def test_retry_after_connection_killed_after_commit_lands_once(
     killed: list[int] = []
 
     async def lose_the_reply(
-        self: PostgresStore, fn: Callable[[Any], Awaitable[Any]], what: str
+        self: PostgresStore, fn: Callable[[Any], Awaitable[Any]], what: str, **options: Any
     ) -> Any:
         async def commit_then_die(conn: Any) -> Any:
             result = await fn(conn)  # committed
@@ -175,7 +182,7 @@ async def test_retry_after_connection_killed_after_commit_lands_once(
                 await conn.fetchval("SELECT 1")  # the dead session: a real driver error
             return result
 
-        return await original(self, commit_then_die, what)
+        return await original(self, commit_then_die, what, **options)
 
     async with await PostgresStore.open(
         dsn, table_prefix=prefix, application_name=app_name
@@ -335,29 +342,56 @@ async def test_statement_cancelled_by_an_operator_is_reported_not_retried(
         assert await store.append(second) == second.receipt()
 
 
-async def test_cancelled_call_returns_at_once_and_its_statement_finishes(
+async def test_cancelled_append_returns_once_its_outcome_is_settled(
     dsn: str, prefix: str, app_name: str
 ) -> None:
-    """A call cancelled while its statement waits for a lock raises at once; the statement
-    goes on in the background, lands when the lock goes, and aclose() waits for it."""
-    store = await PostgresStore.open(dsn, table_prefix=prefix, application_name=app_name)
-    try:
+    """A cancelled append waits for its statement before it raises: when the cancelled
+    call returns, the batch has landed (here: the lock went and it committed), so the
+    same task's next read sees it and its next fence counts it."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name
+    ) as store:
         await store.append(batch("c", "a1"))
         second = batch("c", "a2", "second")
         lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
-        async with held(dsn, lock):
+        conn = await asyncpg.connect(dsn)
+        try:
+            tr = conn.transaction()
+            await tr.start()
+            await conn.execute(lock)
             task = asyncio.ensure_future(store.append(second))
+            await until_waiting_for_a_lock(dsn, app_name)
+            task.cancel()
+            await asyncio.sleep(0.3)
+            assert not task.done()  # still settling: the statement waits for the lock
+            await tr.rollback()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # Settled: committed before the cancellation was delivered.
+            assert await store.read_batches("c") == [batch("c", "a1"), second]
+        finally:
+            await conn.close()
+
+
+async def test_cancelled_append_that_cannot_land_is_settled_within_the_timeout(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """A cancelled append whose statement the server times out returns after about
+    ``command_timeout``, and its batch never lands."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name, command_timeout=3.0
+    ) as store:
+        await store.append(batch("c", "a1"))
+        lock = f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        async with held(dsn, lock):
+            task = asyncio.ensure_future(store.append(batch("c", "a2", "second")))
             await until_waiting_for_a_lock(dsn, app_name)
             start = time.monotonic()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert time.monotonic() - start < 0.2
-        # The lock is gone: the statement of the cancelled call commits; aclose waits.
-    finally:
-        await store.aclose()
-    async with await PostgresStore.open(dsn, table_prefix=prefix) as again:
-        assert await again.read_batches("c") == [batch("c", "a1"), second]
+            assert time.monotonic() - start < 3.0 + 1.0
+        assert await store.read_batches("c") == [batch("c", "a1")]
 
 
 async def test_every_operation_behind_a_held_table_lock_times_out(dsn: str, prefix: str) -> None:
@@ -419,6 +453,28 @@ async def test_a_server_that_does_not_answer_is_bounded_client_side(dsn: str, pr
         assert 1.2 <= elapsed < 2.5, elapsed
         await store.append(batch("c", "a1"))
         assert texts(await store.read("c")) == ["hello", "hello!"]
+
+
+async def test_a_stalled_server_is_bounded_by_command_timeout_plus_one_second(
+    dsn: str, prefix: str
+) -> None:
+    """Behind a proxy that stops passing the server's replies (a stopped server, a dead
+    network), an append raises ``StoreError`` after command_timeout + 1 s, the bound the
+    docs give, not later."""
+    parts = urlsplit(dsn)
+    async with StallingProxy(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
+        netloc = parts.netloc.rsplit("@", 1)
+        host = f"127.0.0.1:{proxy.port}"
+        proxied = parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host)
+        async with await PostgresStore.open(
+            urlunsplit(proxied), table_prefix=prefix, command_timeout=1.0
+        ) as store:
+            await store.append(batch("c", "a1"))
+            proxy.hold_replies()
+            error, elapsed = await timed(store.append(batch("c", "a2", "second")))
+            assert error is not None and "waiting for the server's answer" in str(error)
+            assert 1.9 <= elapsed < 2.7, elapsed  # it was 3 s (and 4 s here) before
+            proxy.release_replies()
 
 
 # -- corruption -------------------------------------------------------------------------

@@ -170,7 +170,7 @@ async def test_listing_written_by_0_1_is_cleaned_once(url: str, prefix: str, adm
     async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
         assert await store.conversations() == ["kept"]
         assert await admin.zrange(listing, 0, -1) == [b"kept"]
-        assert await admin.get(f"{prefix}:schema") == b"2"
+        assert await admin.get(f"{prefix}:schema") == b"3"
         await store.append(batch("never appended", "a1"))
         assert await store.conversations() == ["kept", "never appended"]
 
@@ -416,6 +416,23 @@ async def test_persistence_warning_and_refusal(config: dict[str, str], consequen
         assert caught[0].filename == __file__  # points at the caller of open()
         with pytest.raises(StoreError, match=f"{consequence}.*refused \\(require_durable=True\\)"):
             await RedisStore.open(fake.url, require_durable=True)
+
+
+async def test_open_store_warns_at_its_caller_and_passes_require_durable() -> None:
+    from scope.historystores import open_store
+
+    async with FakeRedis({"appendonly": "no", "save": ""}) as fake:
+        with pytest.warns(ScopeWarning, match="does not persist data") as caught:
+            store = await open_store(fake.url)
+        await store.aclose()
+        assert caught[0].filename == __file__  # not scope/historystores/__init__.py
+        with pytest.warns(ScopeWarning, match="does not persist data") as caught:
+            async with open_store(fake.url) as store:
+                assert not store.closed
+        assert caught[0].filename == __file__
+        assert store.closed  # the block closed it
+        with pytest.raises(StoreError, match="refused \\(require_durable=True\\)"):
+            await open_store(fake.url, require_durable=True)
 
 
 async def test_persistence_unknown_when_config_is_not_permitted() -> None:

@@ -1,7 +1,7 @@
 """Stores remember what they append: a read after this handle's own append (or a
 deduplicated retry) decodes nothing; a cold handle decodes every record once, strictly.
 
-Decoding is counted at ``scope.historystores._common.parse_exact_fast`` (every strict decode of a
+Decoding is counted at ``scope.historystores._records.parse_exact_fast`` (every strict decode of a
 record starts there)."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from scope.history import Batch
-from scope.historystores import _common
+from scope.history import Batch, ConversationID
+from scope.historystores import _records
 from tests.helpers import turn
 from tests.servers import BACKENDS, fresh_backend
 
@@ -37,13 +38,13 @@ async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 @pytest.fixture
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     count = [0]
-    real = _common.parse_exact_fast
+    real = _records.parse_exact_fast
 
     def counting(data: Any) -> Any:
         count[0] += 1
         return real(data)
 
-    monkeypatch.setattr(_common, "parse_exact_fast", counting)
+    monkeypatch.setattr(_records, "parse_exact_fast", counting)
     return count
 
 
@@ -102,3 +103,55 @@ async def test_a_deduplicated_retry_fills_the_cache_and_cold_reads_still_decode(
         assert decodes == [5]  # no cache: every read decodes both records
     finally:
         await uncached.aclose()
+
+
+async def test_the_decoded_cache_is_bounded_by_bytes_and_forgets_a_cleared_conversation(
+    opener: Opener, decodes: list[int]
+) -> None:
+    big = [Batch("c", f"a{i}", turn("x" * 4000 + str(i))) for i in range(4)]
+    # A batch counts twice its encoded size: two batches fit, not three.
+    bound = 2 * 2 * len(big[0].encoded_messages) + 100
+    store = await opener(decoded_cache_bytes=bound)
+    try:
+        for batch in big:
+            await store.append(batch)
+        messages, size = store._cache.size
+        assert size <= bound and messages == 4  # the last two batches
+        await store.read("c")
+        assert decodes == [4]  # a history over the bound is decoded on every read (LRU)
+        await store.append(Batch("d", "a1", turn("d")))
+        await store.clear("c")
+        assert store._cache.size == (2, 2 * len(Batch("d", "a1", turn("d")).encoded_messages))
+    finally:
+        await store.aclose()
+
+
+async def test_the_decoded_cache_bytes_bound_is_validated(opener: Opener) -> None:
+    # The argument policy: a wrong type is a TypeError, a wrong value a ValueError.
+    for wrong_type in (True, 1.5, "64"):
+        with pytest.raises(TypeError, match="decoded_cache_bytes must be an integer"):
+            await opener(decoded_cache_bytes=wrong_type)
+    with pytest.raises(ValueError, match="decoded_cache_bytes must be an integer >= 0"):
+        await opener(decoded_cache_bytes=-1)
+
+
+def test_the_replay_cache_is_bounded_by_bytes_and_forgets_a_cleared_conversation() -> None:
+    from scope.history._replay import Replays
+    from scope.history.inmemory import InMemoryStore
+
+    one = Batch("c", "a1", turn("x" * 4000)).messages
+    size = 2 * len(Batch("c", "a1", list(one)).encoded_messages)  # counted twice
+    replays = Replays(max_conversations=100, max_bytes=2 * size + 50)
+    for cid in ("a", "b", "c"):
+        replays.replay(ConversationID(cid), one)
+    assert replays.size[0] == 2 and replays.size[1] <= 2 * size + 50  # "a" left
+    replays.forget("c")
+    assert replays.size[0] == 1
+    # The process-wide cache forgets what any store clears.
+    from scope.history._replay import replays as shared
+
+    store = InMemoryStore()
+    shared.replay(ConversationID("cleared"), one)
+    before = shared.size[0]
+    anyio.run(store.clear, "cleared")
+    assert shared.size[0] == before - 1

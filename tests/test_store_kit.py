@@ -1,9 +1,11 @@
-"""The backend kit every persistent store shares (``scope.historystores._common``): what
-a server-side append's outcome means, the retry-once wrapper, the driver error mapping and
-the decoding of stored conversation ids, each in one place."""
+"""The backend kit every persistent store shares (``scope.historystores._driver``,
+``_store`` and ``_records``): what a server-side append's outcome means, the retry-once
+wrapper, the driver error mapping and the decoding of stored conversation ids, each in
+one place."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,13 +20,17 @@ from scope.errors import (
     StoreError,
 )
 from scope.history import Batch, ConversationID
-from scope.historystores._common import (
+from scope.historystores._driver import (
     Driver,
-    ListedIDs,
-    check_outcome,
     retry_once,
     store_closed,
+)
+from scope.historystores._records import (
+    ListedIDs,
     stored_id,
+)
+from scope.historystores._store import (
+    check_outcome,
 )
 
 BATCH = Batch("c", "a1", [user_message("q"), assistant_message("a")], expected_length=4)
@@ -216,3 +222,36 @@ def test_listed_ids_skip_and_remember_what_stored_id_refuses() -> None:
     listed = ListedIDs("FakeStore")
     assert listed.valid([b"a", "b", b"\xff", 7, " c", b"a"]) == ["a", "b", "a"]
     assert listed.invalid == (" c", "7", "\\xff")
+
+
+@pytest.mark.anyio
+async def test_an_odd_exception_from_inside_the_driver_package_is_retried_then_mapped() -> None:
+    # The driver package here is json: an exception its code raises that the driver
+    # table does not list (as redis-py raises AttributeError from a torn-down
+    # connection) is the driver's failure.
+    driver = Driver("Fake", errors=(Refused,), package="json")
+    store = FakeStore()
+    calls: list[int] = []
+
+    async def attempt() -> str:
+        calls.append(1)
+        return str(json.loads("{"))
+
+    with pytest.raises(
+        StoreError, match=r"retried on a fresh connection\) failed: JSONDecodeError"
+    ):
+        await retry_once(store, driver, attempt, "append")
+    assert (len(calls), store.reconnects) == (2, 1)
+
+
+@pytest.mark.anyio
+async def test_an_odd_exception_from_scope_code_is_not_the_drivers() -> None:
+    driver = Driver("Fake", errors=(Refused,), package="json")
+    store = FakeStore()
+
+    async def attempt() -> str:
+        raise AttributeError("a bug of ours")
+
+    with pytest.raises(AttributeError, match="a bug of ours"):
+        await retry_once(store, driver, attempt, "append")
+    assert store.reconnects == 0

@@ -18,7 +18,7 @@ import pytest
 from scope.cli import main
 from scope.errors import HistoryChangedError, StoreError
 from scope.history import Batch, HistoryView
-from scope.historystores._common import SCHEMA_VERSION
+from scope.historystores._schema import SCHEMA_VERSION
 from scope.historystores.sqlite import SQLiteStore
 from tests.helpers import turn
 from tests.servers import (
@@ -230,10 +230,15 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
         )
         app_dsn = dsn.replace("://scope@", f"://{role}@", 1)
         assert app_dsn != dsn
-        # The runtime role cannot create the schema...
+        # The runtime role cannot create a schema...
         with pytest.raises(StoreError, match="permission denied"):
-            await PostgresStore.open(app_dsn, table_prefix=prefix)
-        # ...and needs not: create=False runs no DDL.
+            await PostgresStore.open(app_dsn, table_prefix=f"{prefix}_new")
+        # ...and needs not: the default create=True runs no DDL on a current schema.
+        async with await PostgresStore.open(app_dsn, table_prefix=prefix) as store:
+            await store.append(Batch("b", "a1", turn("t"), expected_length=0))
+            assert await store.conversations() == ["b"]
+            await store.clear("b")
+        # Nor does create=False.
         async with await PostgresStore.open(app_dsn, table_prefix=prefix, create=False) as store:
             await store.append(Batch("c", "a1", turn("t"), expected_length=0))
             assert (await store.read_view("c")).length == 2

@@ -219,10 +219,17 @@ def build_parser() -> argparse.ArgumentParser:
     store_parent.add_argument(
         "--store", metavar="URL", default=os.environ.get("SCOPE_STORE") or None, help=_STORE_HELP
     )
+    no_create = _Parser(add_help=False)
+    no_create.add_argument(
+        "--no-create",
+        action="store_true",
+        help="open the store without creating or upgrading its schema (no DDL: a role "
+        "that may only read and write rows runs it)",
+    )
     actions = history.add_subparsers(dest="action", metavar="ACTION", required=True)
     actions.add_parser(
         "list",
-        parents=[store_parent],
+        parents=[store_parent, no_create],
         help="print the open conversation ids, one per line",
         description="Print every open (not cleared) conversation id, one per line, in "
         "lexical order.",
@@ -242,12 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="print one canonical JSON line")
     export = actions.add_parser(
         "export",
-        parents=[store_parent],
+        parents=[store_parent, no_create],
         help="write every conversation as JSON Lines",
         description='Write every open conversation as one JSON line {"conversation_id", '
         '"messages"} (canonical encoding), to stdout or --output FILE. A file is written '
         "under a temporary name and renamed when complete. A progress counter goes to "
-        "stderr when it is a terminal.",
+        "stderr when it is a terminal. A conversation whose stored records are corrupt "
+        "is left out and named on stderr; the others are exported (exit status 1).",
     )
     export.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
     import_ = actions.add_parser(
@@ -351,14 +359,22 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     # turned into a new empty file. Every command names a missing directory.
     check_sqlite_location(url, must_exist=action in ("list", "show", "export", "verify"))
     if action == "list":
-        return asyncio.run(h.list_conversations(url, sys.stdout, stderr=sys.stderr))
+        return asyncio.run(
+            h.list_conversations(url, sys.stdout, stderr=sys.stderr, create=not args.no_create)
+        )
     if action == "show":
         return asyncio.run(
             h.show_conversation(url, args.conversation, as_json=args.json, out=sys.stdout)
         )
     if action == "export":
         return asyncio.run(
-            h.export_conversations(url, args.output, stdout=sys.stdout.buffer, stderr=sys.stderr)
+            h.export_conversations(
+                url,
+                args.output,
+                stdout=sys.stdout.buffer,
+                stderr=sys.stderr,
+                create=not args.no_create,
+            )
         )
     if action == "verify":
         from scope.cli._verify import verify_store

@@ -25,6 +25,7 @@ from scope.errors import (
     ConversationClosedError,
     InvalidBatchError,
     InvalidConversationIDError,
+    StoreError,
 )
 from scope.history import AppendID, Batch, BatchReader, ConversationID, ViewReader, compact
 from scope.history._turns import COMPACTION_KEY
@@ -155,13 +156,20 @@ def _report_invalid_ids(store: CLIStore, stderr: TextIO) -> int:
     return 1 if invalid else 0
 
 
-async def list_conversations(url: str, out: TextIO, *, stderr: TextIO) -> int:
-    """Print every open conversation id, one per line, in lexical order. A stored id
-    that is not valid is skipped and named on stderr, after the listing (exit 1)."""
-    async with opened_store(url) as store:
-        ids = await store.conversations()
-        for conversation_id in ids:
-            out.write(f"{conversation_id}\n")
+#: How many ids one listing round trip of ``scope history list`` asks for.
+LIST_PAGE = 1000
+
+
+async def list_conversations(url: str, out: TextIO, *, stderr: TextIO, create: bool = True) -> int:
+    """Print every open conversation id, one per line, in lexical order, paging through
+    the listing (bounded memory). A stored id that is not valid is skipped and named on
+    stderr, after the listing (exit 1)."""
+    async with opened_store(url, create=create) as store:
+        after: str | None = None
+        while page := await store.conversations(after=after, limit=LIST_PAGE):
+            for conversation_id in page:
+                out.write(f"{conversation_id}\n")
+            after = page[-1]
         out.flush()
         return _report_invalid_ids(store, stderr)
 
@@ -217,22 +225,30 @@ def _output(path: str | None, stdout: BinaryIO) -> Iterator[IO[bytes]]:
 
 
 async def export_conversations(
-    url: str, output: str | None, *, stdout: BinaryIO, stderr: TextIO
+    url: str, output: str | None, *, stdout: BinaryIO, stderr: TextIO, create: bool = True
 ) -> int:
     """Write every open conversation as one JSON line ``{"conversation_id", "messages"}``.
 
     Messages are the codec's canonical encoding. With ``output`` the file is written to a
     temporary name and renamed when complete, so a failed export never leaves a partial
     file behind. A stored conversation id that is not valid is skipped: every other
-    conversation is exported, then the skipped ids are named on stderr (exit 1).
+    conversation is exported, then the skipped ids are named on stderr (exit 1). A
+    conversation whose stored records are corrupt is left out the same way: the others
+    are exported, each failure is named on stderr at the end, and the exit status is 1.
     """
-    async with opened_store(url) as store:
+    failed: list[str] = []
+    async with opened_store(url, create=create) as store:
         ids = await store.conversations()
         progress = Progress(stderr, "exported", len(ids))
         count = 0
         with _output(output, stdout) as sink:
             for cid in ids:
-                messages = await store.read(cid)
+                try:
+                    messages = await store.read(cid)
+                except StoreError as exc:  # a corrupt record: export the others
+                    failed.append(f"scope: error: conversation {str(cid)!r} not exported: {exc}\n")
+                    progress.step()
+                    continue
                 if messages:  # cleared since it was listed
                     sink.write(ConversationLine(cid, messages).to_json() + b"\n")
                     count += 1
@@ -240,7 +256,8 @@ async def export_conversations(
         progress.done()
         if output not in (None, "-"):
             stderr.write(f"exported {count} conversation{'s' if count != 1 else ''} to {output}\n")
-        return _report_invalid_ids(store, stderr)
+        stderr.writelines(failed)
+        return max(_report_invalid_ids(store, stderr), 1 if failed else 0)
 
 
 @final

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from typing import ClassVar, Final, Self
 
@@ -49,6 +50,26 @@ class _ID(str):
         if type(value) is cls:
             return value
         return super().__new__(cls, _check_id(value, cls._what, cls._error))
+
+    @classmethod
+    def _all(cls, values: list[object]) -> list[Self] | None:
+        """Every value as an id when each is a ``str`` that passes a check made on the
+        whole list at once (C-level: only printable characters, so no control character
+        or lone surrogate; at most 128 characters; no surrounding whitespace; non-empty), else
+        None: then validate one by one for the exact error. For listings, where
+        validating each id alone costs as much as fetching it."""
+        if not values:
+            return []
+        if set(map(type, values)) != {str}:
+            return None
+        texts: list[str] = values  # type: ignore[assignment]
+        joined = "".join(texts)
+        if not all(texts) or not joined.isprintable() or max(map(len, texts)) > 128:
+            return None  # 128 characters are at most 512 UTF-8 bytes
+        if list(map(str.strip, texts)) != texts:
+            return None
+        # A lone surrogate is not printable: isprintable() above refused it.
+        return list(map(functools.partial(str.__new__, cls), texts))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str.__repr__(self)})"

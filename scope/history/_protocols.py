@@ -63,8 +63,12 @@ class Clearer(Protocol):
 class Lister(Protocol):
     """Lists conversations."""
 
-    async def conversations(self) -> list[ConversationID]:
-        """Unique open conversation ids in lexical order; ``[]`` when none."""
+    async def conversations(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> list[ConversationID]:
+        """Unique open conversation ids in lexical order; ``[]`` when none. ``after``:
+        only ids after this one (keyset pagination: the last id of the previous page);
+        ``limit``: at most this many (an int >= 1; None: all)."""
         ...
 
 

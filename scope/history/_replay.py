@@ -38,8 +38,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Final, final
 
+from scope._cleared import on_conversation_cleared
 from scope.chat import Message, Role
 from scope.chat._request import check_sequence
+from scope.codec import encode_messages
 from scope.errors import InvalidRequestError, StoreError
 from scope.history._ids import ConversationID
 
@@ -48,11 +50,12 @@ __all__ = ["Replays", "replays"]
 
 @final
 class _Entry:
-    __slots__ = ("replay", "restart", "stored")
+    __slots__ = ("replay", "restart", "size", "stored")
 
-    def __init__(self, stored: tuple[Message, ...], replay: tuple[Message, ...]) -> None:
+    def __init__(self, stored: tuple[Message, ...], replay: tuple[Message, ...], size: int) -> None:
         self.stored = stored  # what the reader returned (systems included)
         self.replay = replay  # its non-system messages, checked
+        self.size = size  # the canonical encoded bytes of ``stored``
         # The last index of ``replay`` where check_sequence's state resets (a message that
         # is not a tool message), or 0.
         restart = len(replay) - 1
@@ -61,16 +64,36 @@ class _Entry:
         self.restart = max(restart, 0)
 
 
+#: The replay cache's default bounds: conversations, and bytes of memory their messages
+#: take (twice their canonical encoding, media included).
+DEFAULT_MAX_CONVERSATIONS: Final = 1024
+DEFAULT_MAX_BYTES: Final = 128 * 1024 * 1024
+
+
 @final
 class Replays:
-    """Checked replays of recently used conversations (LRU, ``max_conversations``).
+    """Checked replays of recently used conversations: an LRU bounded by
+    ``max_conversations`` and by ``max_bytes`` of memory the held messages take,
+    estimated as twice their canonical encoded size, media included (see ``_size``; a
+    history larger than ``max_bytes`` alone is checked, not kept).
+    A cleared conversation leaves it (the stores report each clear).
 
     Thread-safe; the values are immutable tuples, replaced whole."""
 
-    def __init__(self, max_conversations: int = 1024) -> None:
+    def __init__(
+        self, max_conversations: int = DEFAULT_MAX_CONVERSATIONS, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
         self.max_conversations = max_conversations
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._entries: OrderedDict[ConversationID, _Entry] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """What the cache holds now: ``(conversations, bytes)``."""
+        with self._lock:
+            return len(self._entries), self._bytes
 
     def replay(self, cid: ConversationID, stored: Sequence[object]) -> tuple[Message, ...]:
         """The non-system messages of ``stored``, proven to form a valid request
@@ -91,20 +114,43 @@ class Replays:
             fresh = _non_system(cid, stored, old)
             replay = entry.replay + fresh
             _check(cid, replay[entry.restart :], entry.restart)
+            size = entry.size + _size(stored[old:])
         else:
             replay = _non_system(cid, stored, 0)
             _check(cid, replay, 0)
+            size = _size(stored)
         with self._lock:
-            self._entries[cid] = _Entry(stored, replay)  # type: ignore[arg-type]
-            self._entries.move_to_end(cid)
-            while len(self._entries) > self.max_conversations:
-                self._entries.popitem(last=False)
+            previous = self._entries.pop(cid, None)
+            if previous is not None:
+                self._bytes -= previous.size
+            if stored and size <= self.max_bytes:
+                self._entries[cid] = _Entry(stored, replay, size)  # type: ignore[arg-type]
+                self._bytes += size
+            while len(self._entries) > self.max_conversations or self._bytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.size
         return replay
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop the conversation's replay (it was cleared)."""
+        with self._lock:
+            entry = self._entries.pop(conversation_id, None)  # type: ignore[call-overload]
+            if entry is not None:
+                self._bytes -= entry.size
 
     def clear(self) -> None:
         """Forget every checked replay (tests; memory)."""
         with self._lock:
             self._entries.clear()
+            self._bytes = 0
+
+
+def _size(messages: Sequence[object]) -> int:
+    """What ``messages`` hold in memory, estimated as twice their canonical encoded
+    size: the encoding each message keeps for re-encoding, and the decoded values (text,
+    media bytes) themselves. Checked Messages have their encoding cached, so this costs
+    a join."""
+    return 2 * len(encode_messages([m for m in messages if isinstance(m, Message)]))
 
 
 def _non_system(cid: ConversationID, stored: tuple[object, ...], start: int) -> tuple[Message, ...]:
@@ -134,3 +180,4 @@ def _check(cid: ConversationID, piece: tuple[Message, ...], offset: int) -> None
 #: The process-wide cache every Middleware shares (a service usually builds a Middleware
 #: per request, so a per-instance cache would never be warm).
 replays: Final = Replays()
+on_conversation_cleared(replays.forget)

@@ -10,6 +10,7 @@ trio: its only synchronisation is a ``threading.Lock`` that is never held across
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 import warnings
@@ -17,7 +18,8 @@ from typing import Any, TypeVar, final
 
 import attrs
 
-from scope._validate import check_lease
+from scope._cleared import conversation_cleared
+from scope._validate import check_lease, check_limit
 from scope.chat import Message
 from scope.errors import (
     AppendConflictError,
@@ -175,6 +177,7 @@ class InMemoryStore:
             self._batches.pop(cid, None)
             self._messages.pop(cid, None)
             self._accepted.pop(cid, None)
+        conversation_cleared(cid)
 
     async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
         """Take or renew the conversation's turn lease for ``ttl`` seconds (see
@@ -230,11 +233,19 @@ class InMemoryStore:
         del self._leases[cid]
         return current[1] > time.monotonic()
 
-    async def conversations(self) -> list[ConversationID]:
+    async def conversations(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> list[ConversationID]:
         """The open conversations holding at least one message: unique, in lexical
-        (code point) order; ``[]`` when none."""
+        (code point) order; ``[]`` when none. ``after``: only ids after this one (keyset
+        pagination); ``limit``: at most this many (an int >= 1; None: all). Bad arguments
+        raise ``ValueError`` (``InvalidConversationIDError`` for ``after``)."""
+        count = check_limit(limit)
+        start = None if after is None else ConversationID(after)
         with self._lock:
-            return sorted(self._batches)
+            ids = sorted(self._batches)
+        first = 0 if start is None else bisect.bisect_right(ids, start)
+        return ids[first:] if count is None else ids[first : first + count]
 
 
 def __getattr__(name: str) -> Any:

@@ -464,6 +464,36 @@ class StoreConformance:
             assert _texts(await store.read(cid)) == [f"{cid}/0", f"{cid}/1"]
         assert await store.conversations() == sorted(ids)
 
+    async def test_conversations_pages_with_after_and_limit(self, store: Any) -> None:
+        ids = sorted([*HOSTILE_IDS, "日本語", "ñandú", "z"])
+        for cid in ids:
+            await store.append(Batch(cid, "a1", _turn(cid)))
+        await store.clear("z")
+        ids.remove("z")
+        # Pages of 3 (after = the last id of the previous page) list each id once.
+        paged: list[ConversationID] = []
+        after: str | None = None
+        for _ in range(len(ids) + 1):  # bounded: a store that repeats ids fails, not hangs
+            page = await store.conversations(after=after, limit=3)
+            if not page:
+                break
+            assert len(page) <= 3
+            paged += page
+            after = page[-1]
+        assert paged == ids
+        assert await store.conversations(limit=2) == ids[:2]
+        assert await store.conversations(after=ids[1]) == ids[2:]
+        # ``after`` need not be listed: ids after it in code point order.
+        assert await store.conversations(after="a0", limit=1) == [c for c in ids if c > "a0"][:1]
+        assert await store.conversations(after=ids[-1]) == []
+
+    async def test_conversations_refuses_bad_page_arguments(self, store: Any) -> None:
+        for limit in (0, -1, True, 1.5, "2"):
+            with pytest.raises(ValueError, match="limit must be an integer >= 1"):
+                await store.conversations(limit=limit)
+        with pytest.raises(InvalidConversationIDError):
+            await store.conversations(after=" padded ")
+
     async def test_hostile_ids_round_trip_and_stay_apart(self, store: Any) -> None:
         for cid in HOSTILE_IDS:
             receipt = await store.append(Batch(cid, cid, _turn(cid)))

@@ -24,21 +24,27 @@ when a store is opened.
 
 from __future__ import annotations
 
+from collections.abc import Coroutine, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, Self, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, cast, final, runtime_checkable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from scope._validate import publish as _publish
 from scope.history import Clearer, Lister, Reader, Writer
-from scope.historystores._common import SCHEMA_VERSION
-from scope.historystores._records import RecordScanner, StoredRecord
+from scope.historystores._scan import RecordScanner, StoredRecord
+from scope.historystores._schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from scope.historystores.sqlite import Synchronous
 
-__all__ = ["PersistentStore", "RecordScanner", "SCHEMA_VERSION", "StoredRecord", "open_store"]
-
-_publish(__name__, ["RecordScanner", "StoredRecord"], globals())
+__all__ = [
+    "OpeningStore",
+    "PersistentStore",
+    "RecordScanner",
+    "SCHEMA_VERSION",
+    "StoredRecord",
+    "open_store",
+]
 
 
 @runtime_checkable
@@ -72,10 +78,11 @@ _USAGE = (
 )
 
 
-async def open_store(
-    url: str, *, prefix: str | None = None, create: bool = True
-) -> PersistentStore:
-    """Open the store a URL names.
+def open_store(
+    url: str, *, prefix: str | None = None, create: bool = True, require_durable: bool = False
+) -> OpeningStore:
+    """Open the store a URL names: ``await open_store(url)``, or ``async with
+    open_store(url) as store`` (closed when the block ends).
 
     - ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``; the query may set
       ``synchronous=NORMAL|FULL|EXTRA`` (see ``SQLiteStore.open``).
@@ -86,10 +93,46 @@ async def open_store(
 
     ``prefix`` is the table prefix (SQLite, PostgreSQL) or key prefix (Redis); each
     store's default when None. ``create`` is passed to the SQL stores' ``open`` (create or
-    upgrade the schema; ``False``: only check it); Redis has no schema to create. A URL
-    of another form raises ``ValueError`` with a one-line message (never echoing
-    credentials); an unreachable server ``StoreError``.
+    upgrade the schema when it is not current; ``False``: only check it); Redis has no
+    schema to create. ``require_durable`` (Redis) refuses a server whose persistence
+    loses acknowledged writes instead of warning (see ``RedisStore.open``); the SQL
+    stores are durable. A URL of another form raises ``ValueError`` with a one-line
+    message (never echoing credentials); an unreachable server ``StoreError``.
     """
+    return OpeningStore(_open(url, prefix, create, require_durable))
+
+
+@final
+class OpeningStore:
+    """What ``open_store`` returns: await it for the store, or use it as an async
+    context manager that closes the store at the end of the block."""
+
+    __slots__ = ("_opening", "_store")
+
+    def __init__(self, opening: Coroutine[Any, Any, PersistentStore]) -> None:
+        self._opening = opening
+        self._store: PersistentStore | None = None
+
+    def __await__(self) -> Generator[Any, None, PersistentStore]:
+        return self._opening.__await__()
+
+    async def __aenter__(self) -> PersistentStore:
+        self._store = await self._opening
+        return self._store
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._store is not None:
+            await self._store.aclose()
+
+
+async def _open(
+    url: str, prefix: str | None, create: bool, require_durable: bool
+) -> PersistentStore:
     if not isinstance(url, str):
         raise ValueError(f"store URL must be a string, got {type(url).__name__}")
     scheme, sep, _ = url.partition("://")
@@ -133,6 +176,12 @@ async def open_store(
         if cluster:  # any node of a Redis Cluster, reached through the cluster client
             url = scheme.removesuffix("+cluster") + url[len(scheme) :]
         return await RedisStore.open(
-            url, prefix="scope:history" if prefix is None else prefix, cluster=cluster
+            url,
+            prefix="scope:history" if prefix is None else prefix,
+            cluster=cluster,
+            require_durable=require_durable,
         )
     raise ValueError(f"unsupported store URL scheme {scheme!r}: {_USAGE}")
+
+
+_publish(__name__, ["OpeningStore", "RecordScanner", "StoredRecord"], globals())

@@ -1,197 +1,369 @@
-"""Reading stored batch records as they are, for checking a store: ``scan_records``.
+"""Stored batch records: decoding and checking them, the decoded cache, listed ids.
 
-``read`` and ``read_batches`` refuse a record that is not what scope wrote (a
-``StoreError`` for the whole conversation). An operator who wants to know *which*
-records are bad needs the raw records instead, each with its problem, and the scan must
-go on past a bad one. ``RecordScanning.scan_records`` streams every stored record in
-pages (bounded memory on any store size) with read-only statements only (``SELECT``,
-``ZRANGE``, ``LRANGE``), so a store opened with ``create=False`` by a role that may only
-read runs it; ``StoredRecord.problem()`` applies the very checks a read applies
-(``decode_record``) and says what failed instead of raising.
+Every backend stores a batch as one record: the conversation id, the append id, the
+batch digest and the batch's canonical encoded messages (``Batch.encoded_messages``). On
+read each record is checked against its digest, decoded strictly and checked to be in
+the canonical encoding (``decode_record``: the messages for ``read``;
+``decode_batches`` builds the appended ``Batch`` from them for ``read_batches``, one
+check for both), so a record that was changed outside scope is reported as a
+``StoreError`` naming the conversation and the append id, never returned, skipped or
+allowed to crash the reader.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
-from typing import Any, Final, Protocol, final, runtime_checkable
+import functools
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final, TypeAlias, TypeVar
 
-import attrs
-
-from scope.errors import InvalidAppendIDError
-from scope.history import AppendID, ConversationID
-from scope.historystores._common import decode_record, shown_id, stored_id
+from scope._documents import DIGEST_PREFIX, decode_messages, digest_of
+from scope._json import parse_exact_fast
+from scope._validate import check_type
+from scope.chat import Message
+from scope.codec import encode_messages
+from scope.errors import InvalidAppendIDError, StoreError
+from scope.history import AppendID, Batch, ConversationID, HistoryView
 
 __all__ = [
-    "DEFAULT_PAGE_SIZE",
-    "RecordScanner",
-    "RecordScanning",
-    "StoredRecord",
-    "validate_page_size",
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_CACHE_MESSAGES",
+    "corrupt",
+    "decode_batches",
+    "decode_record",
+    "decode_records",
+    "shown_id",
+    "stored_id",
+    "validate_cache_size",
+    "view_of",
+    "DecodedCache",
+    "Decoder",
+    "ListedIDs",
 ]
 
-#: How many records one round trip of ``scan_records`` fetches by default.
-DEFAULT_PAGE_SIZE: Final = 100
+T = TypeVar("T")
 
 
-class _Problem(Exception):
-    """What ``decode_record`` raises for ``StoredRecord.problem``: the problem text."""
+#: Where the stores log what they skip or find odd (one warning per thing per handle).
+logger: Final = logging.getLogger("scope.historystores")
 
 
-@final
-@attrs.frozen
-class StoredRecord:
-    """One stored batch record exactly as the store holds it (``scan_records``).
+def corrupt(conversation_id: str, append_id: object, problem: str) -> StoreError:
+    """The error a read raises for a stored record that is not what scope wrote."""
+    return StoreError(
+        f"conversation {str(conversation_id)!r}: stored batch {append_id!r} is corrupt: {problem}"
+    )
 
-    - ``conversation_id``: the conversation id as stored (``str``; bytes that are not
-      UTF-8 shown with backslash escapes); it may be invalid when written outside scope.
-    - ``position``: the record's place in its conversation, from 0 (stored order).
-    - ``append_id``, ``digest``, ``data``: the append id, the digest and the encoded
-      messages as the driver returned them (normally ``str``, ``str``, ``bytes``; a
-      damaged record may hold anything).
-    - ``malformed``: why the record could not even be taken apart into those fields
-      (a Redis list element without its two header lines), else ``""``.
+
+def view_of(
+    conversation_id: ConversationID,
+    closed: bool,
+    length: int,
+    records: Iterable[tuple[Any, Any, Any]],
+    cache: DecodedCache | None = None,
+) -> HistoryView:
+    """The ``HistoryView`` of one atomic read: the closure flag, the stored length and
+    the ``(append_id, digest, encoded_messages)`` records (ignored when closed). The
+    records must hold exactly ``length`` messages, else the store is corrupt."""
+    if closed:
+        return HistoryView((), int(length), True)
+    messages = decode_records(conversation_id, records, cache)
+    if len(messages) != length:
+        raise StoreError(
+            f"conversation {str(conversation_id)!r} is corrupt: it holds {len(messages)} "
+            f"messages, its length record says {length}"
+        )
+    return HistoryView(tuple(messages), length)
+
+
+#: The decoded cache's default bounds: messages, and bytes of their canonical encoding.
+DEFAULT_CACHE_MESSAGES: Final = 10_000
+DEFAULT_CACHE_BYTES: Final = 64 * 1024 * 1024
+
+
+class DecodedCache:
+    """Decoded batches by conversation and digest: a bounded LRU shared by one store's
+    reads.
+
+    Decoding (strict, validating) costs far more than fetching, and a conversation is
+    read again on every turn. A record's digest is checked against its bytes on every
+    read, and equal digests mean equal bytes, so the cached messages (immutable values)
+    are exactly what decoding would give. Bounded twice: at most ``max_messages``
+    messages and ``max_bytes`` bytes, the least recently used batches leaving first. A
+    batch counts twice its encoded size (media included): the canonical bytes each
+    message keeps for re-encoding, and the decoded values themselves; a batch over
+    either bound alone is not kept. ``forget(conversation_id)`` drops a cleared
+    conversation's batches.
+    Thread-safe: SQLite reads decode on worker threads. Either bound 0 disables it.
     """
 
-    conversation_id: str
-    position: int
-    append_id: Any
-    digest: Any
-    data: Any = attrs.field(repr=False)
-    malformed: str = ""
+    __slots__ = (
+        "_by_conversation",
+        "_bytes",
+        "_entries",
+        "_lock",
+        "_size",
+        "max_bytes",
+        "max_messages",
+    )
+
+    def __init__(self, max_messages: int, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str], tuple[tuple[Message, ...], int]] = OrderedDict()
+        self._by_conversation: dict[str, set[str]] = {}
+        self._size = 0
+        self._bytes = 0
 
     @property
-    def label(self) -> str:
-        """How a report names the record: ``batch 'a1' (#2)`` (``#`` counts from 1), or
-        ``batch #2`` when the append id is not text."""
-        number = f"#{self.position + 1}"
-        if isinstance(self.append_id, str):
-            return f"batch {self.append_id!r} ({number})"
-        return f"batch {number}"
+    def size(self) -> tuple[int, int]:
+        """What the cache holds now: ``(messages, bytes)``."""
+        with self._lock:
+            return self._size, self._bytes
 
-    def problem(self) -> str | None:
-        """What is wrong with the record, or None when it is sound: exactly what
-        ``read`` and ``read_batches`` check. The conversation id and the append id are
-        valid; the digest is a ``sha256:`` digest of the stored bytes (changed bytes or a
-        changed digest fail here); the bytes are a non-empty JSON array of valid,
-        complete messages (an undecodable message is named by its index and path) in the
-        canonical encoding (bytes rewritten with a matching digest fail here). The first
-        failing check is reported; nothing is raised."""
-        if self.malformed:
-            return self.malformed
-        try:
-            cid = stored_id(self.conversation_id)
-        except ValueError as exc:
-            return f"invalid conversation id: {exc}"
-        try:
-            decode_record(cid, self.append_id, self.digest, self.data, error=_Problem)
-        except _Problem as exc:
-            return str(exc)
-        if not isinstance(self.append_id, str):
-            return f"append id is {type(self.append_id).__name__}, not text"
-        try:
-            AppendID(self.append_id)
-        except InvalidAppendIDError as exc:
-            return f"invalid append id: {exc}"
-        return None
+    def get(self, conversation_id: str, digest: str) -> tuple[Message, ...] | None:
+        """The cached messages of the conversation's batch ``digest``, or None."""
+        key = (conversation_id, digest)
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def remember(self, batch: Batch) -> None:
+        """Cache what a store has just appended (or found already appended): the batch's
+        own messages under its digest. They are exactly what decoding its
+        ``encoded_messages`` gives (the canonical encoding of these very values), so the
+        next read of the conversation decodes nothing this handle wrote."""
+        self.put(batch.conversation_id, batch.digest, batch.messages, len(batch.encoded_messages))
+
+    def put(
+        self, conversation_id: str, digest: str, messages: tuple[Message, ...], size: int
+    ) -> None:
+        """Cache a batch's decoded ``messages`` (``size``: its encoded bytes)."""
+        size *= 2  # the encoding the messages keep, and the values (see the class)
+        if len(messages) > self.max_messages or size > self.max_bytes:
+            return
+        key = (conversation_id, digest)
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = (messages, size)
+            self._by_conversation.setdefault(conversation_id, set()).add(digest)
+            self._size += len(messages)
+            self._bytes += size
+            while self._size > self.max_messages or self._bytes > self.max_bytes:
+                self._remove(next(iter(self._entries)))
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop every cached batch of the conversation (it was cleared)."""
+        with self._lock:
+            for digest in tuple(self._by_conversation.get(conversation_id, ())):
+                self._remove((conversation_id, digest))
+
+    def _remove(self, key: tuple[str, str]) -> None:
+        """Remove one entry and its bookkeeping; under the lock."""
+        messages, size = self._entries.pop(key)
+        self._size -= len(messages)
+        self._bytes -= size
+        cid, digest = key
+        digests = self._by_conversation[cid]
+        digests.discard(digest)
+        if not digests:
+            del self._by_conversation[cid]
 
 
-@runtime_checkable
-class RecordScanner(Protocol):
-    """A store whose raw batch records can be scanned (every bundled store)."""
-
-    def scan_records(
-        self,
-        conversation_ids: Iterable[str] | None = None,
-        *,
-        page_size: int = DEFAULT_PAGE_SIZE,
-    ) -> AsyncIterator[StoredRecord]:
-        """Every stored batch record, as stored (see ``RecordScanning.scan_records``)."""
-        ...
-
-
-def validate_page_size(value: object) -> int:
-    """``page_size``: an int >= 1, else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"page_size must be an integer >= 1, got {value!r}")
+def validate_cache_size(value: object, name: str = "decoded_cache_messages") -> int:
+    """A decoded cache bound: an int (else ``TypeError``) >= 0 (else ``ValueError``),
+    naming ``name``."""
+    check_type(value, int, name, "an integer")
+    assert isinstance(value, int)
+    if value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
     return value
 
 
-class RecordScanning:
-    """Mixin of the persistent stores: ``scan_records`` over two read-only primitives
-    of the backend, ``_stored_ids`` (every conversation id that holds records, as
-    stored, in pages) and ``_record_page`` (one page of a conversation's records)."""
+#: ``decode_records`` or ``decode_batches``: how a read turns a conversation's
+#: ``(append_id, digest, encoded_messages)`` records into its result.
+Decoder: TypeAlias = Callable[
+    [ConversationID, Iterable[tuple[Any, Any, Any]], "DecodedCache | None"], T
+]
 
-    __slots__ = ()
 
-    def scan_records(
-        self,
-        conversation_ids: Iterable[str] | None = None,
-        *,
-        page_size: int = DEFAULT_PAGE_SIZE,
-    ) -> AsyncIterator[StoredRecord]:
-        """Every stored batch record exactly as stored, conversation by conversation,
-        each conversation's records in stored order, including records ``read`` would
-        refuse (check each with ``StoredRecord.problem()``).
+def decode_record(
+    conversation_id: str,
+    append_id: Any,
+    digest: Any,
+    data: Any,
+    cache: DecodedCache | None = None,
+    error: Callable[[str], Exception] | None = None,
+) -> tuple[Message, ...]:
+    """The messages of one stored batch record, checked as ``read`` and ``read_batches``
+    both check it: the digest matches the bytes, which are a non-empty JSON array of
+    valid, complete messages in the canonical encoding (the bytes scope writes).
 
-        - ``conversation_ids``: only these conversations (validated now, before any I/O:
-          ``InvalidConversationIDError``), in the order given; None (the default): every
-          conversation that holds records, in the store's id order (closed conversations
-          hold none).
-        - ``page_size``: records (and ids) fetched per round trip, default 100
-          (``ValueError`` unless an int >= 1). Memory stays bounded by one page whatever
-          the store's size.
+    A cache hit skips decoding and the canonical check: an entry is only stored after
+    both passed, keyed by the digest, and the record's bytes were just checked against
+    that digest, so they are the bytes that passed.
 
-        Read-only: only ``SELECT`` (SQLite, PostgreSQL) or ``ZRANGE``/``LRANGE`` (Redis)
-        statements, so a store opened with ``create=False`` by a role that may only read
-        scans it. Each page is its own round trip: a conversation appended to during the
-        scan may show the new records or not; a record is never shown twice. On Redis
-        the conversations are those of the listing (every conversation scope appended
-        to). Driver failures raise ``StoreError``.
-        """
-        size = validate_page_size(page_size)
-        ids = None if conversation_ids is None else [ConversationID(c) for c in conversation_ids]
-        return self._scan(ids, size)
+    A bad record raises ``error(problem)``; by default ``corrupt(conversation_id,
+    append_id, problem)``, the ``StoreError`` a read raises (``StoredRecord.problem``
+    passes its own, to report the problem and go on)."""
+    fail = error or functools.partial(corrupt, conversation_id, append_id)
+    if isinstance(data, memoryview | bytearray):
+        data = bytes(data)
+    if not isinstance(data, bytes):
+        raise fail(f"messages are {type(data).__name__}, not bytes")
+    if not isinstance(digest, str) or not digest.startswith(DIGEST_PREFIX):
+        raise fail(f"invalid digest {digest!r}")
+    actual = digest_of(data)
+    if actual != digest:
+        raise fail(f"its messages digest to {actual}, the record says {digest}")
+    if cache is not None:
+        cached = cache.get(conversation_id, digest)
+        if cached is not None:
+            return cached
+    try:
+        tree = parse_exact_fast(data)
+    except ValueError as exc:
+        raise fail(f"invalid JSON: {exc}") from None
+    if type(tree) is not list or not tree:
+        raise fail("messages are not a non-empty JSON array")
+    out = decode_messages(tree, fail)
+    # Encoding fills each message's cached canonical bytes, so later encodes (a Batch
+    # built from these messages, a request) reuse them.
+    if encode_messages(out) != data:
+        # Valid, digest-matching JSON, but not the bytes scope writes (whitespace, key
+        # order, number spelling): a Batch of these messages would have another digest,
+        # so the record was not written by scope as it stands.
+        raise fail("messages are not in the canonical encoding")
+    if cache is not None:
+        cache.put(conversation_id, digest, out, len(data))
+    return out
 
-    async def _scan(
-        self, conversation_ids: list[ConversationID] | None, size: int
-    ) -> AsyncIterator[StoredRecord]:
-        if conversation_ids is not None:
-            for cid in conversation_ids:
-                async for record in self._scan_one(cid, size):
-                    yield record
-            return
-        after: Any = None
-        while True:
-            page = await self._stored_ids(after, size)
-            for raw in page:
-                async for record in self._scan_one(raw, size):
-                    yield record
-            if len(page) < size:
+
+def _decoded(
+    conversation_id: str,
+    records: Iterable[tuple[Any, Any, Any]],
+    cache: DecodedCache | None,
+) -> Iterator[tuple[Any, Any, Any, tuple[Message, ...]]]:
+    """Each record with its messages (``decode_record``), in order."""
+    for append_id, digest, data in records:
+        yield (
+            append_id,
+            digest,
+            data,
+            decode_record(conversation_id, append_id, digest, data, cache),
+        )
+
+
+def decode_records(
+    conversation_id: str,
+    records: Iterable[tuple[Any, Any, Any]],
+    cache: DecodedCache | None = None,
+) -> list[Message]:
+    """The messages of ``(append_id, digest, encoded_messages)`` records, in order: what
+    ``read`` returns (append ids are not looked at: ``read`` does not return them)."""
+    return [m for *_, messages in _decoded(conversation_id, records, cache) for m in messages]
+
+
+def decode_batches(
+    conversation_id: ConversationID,
+    records: Iterable[tuple[Any, Any, Any]],
+    cache: DecodedCache | None = None,
+) -> list[Batch]:
+    """The batches of ``(append_id, digest, encoded_messages)`` records, in order: what
+    ``read_batches`` returns.
+
+    Each record's messages are decoded and checked as for ``read`` (``decode_record``:
+    digest, strict decoding, canonical bytes); then the append id must be valid, so each
+    batch equals the one appended and its ``encoded_messages`` are the stored bytes
+    themselves. Anything else raises ``StoreError`` (see ``corrupt``).
+    """
+    out: list[Batch] = []
+    for append_id, digest, data, messages in _decoded(conversation_id, records, cache):
+        try:
+            aid = AppendID(append_id)
+        except InvalidAppendIDError as exc:
+            raise corrupt(conversation_id, append_id, f"invalid append id: {exc}") from exc
+        encoded = bytes(data)  # decode_record accepted it: bytes, bytearray or memoryview
+        out.append(Batch._verified(conversation_id, aid, messages, encoded, digest))
+    return out
+
+
+def stored_id(raw: object) -> ConversationID:
+    """A conversation id as a driver returned it (``str``, or UTF-8 ``bytes``,
+    ``bytearray`` or ``memoryview``). One that is not a valid ``ConversationID`` (written
+    outside scope) raises ``ValueError`` naming the problem."""
+    if isinstance(raw, memoryview | bytearray):
+        raw = bytes(raw)
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"conversation id is not UTF-8: {exc}") from None
+    elif not isinstance(raw, str):
+        raise ValueError(f"conversation id is stored as {type(raw).__name__}")
+    return ConversationID(raw)  # InvalidConversationIDError is a ValueError
+
+
+def shown_id(raw: object) -> str:
+    """How a log line shows a stored id: bytes that are not UTF-8 with backslash escapes."""
+    if isinstance(raw, bytes | bytearray | memoryview):
+        return bytes(raw).decode("utf-8", "backslashreplace")
+    return raw if isinstance(raw, str) else repr(raw)
+
+
+class ListedIDs:
+    """Validates the conversation ids a listing fetched, for one store handle.
+
+    A stored id that is not a valid ``ConversationID`` (a newline, surrounding spaces,
+    bytes that are not UTF-8: written outside scope) is skipped, so one bad record does
+    not hide every other conversation. Each such id is logged once per handle, as a
+    warning on the ``scope.historystores`` logger, and kept in ``invalid``: the sorted
+    ids this handle's listings have skipped (``str``; bytes that are not UTF-8 are shown
+    with backslash escapes). Thread-safe: SQLite lists on worker threads.
+    """
+
+    __slots__ = ("_lock", "_seen", "_store")
+
+    def __init__(self, store: str) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+
+    @property
+    def invalid(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(sorted(self._seen))
+
+    def valid(self, raw_ids: Iterable[object]) -> list[ConversationID]:
+        """The valid ids of ``raw_ids``, in their order; the others are skipped."""
+        raw_ids = list(raw_ids)
+        fast = ConversationID._all(raw_ids)  # one check for the whole page, when it passes
+        if fast is not None:
+            return fast
+        out: list[ConversationID] = []
+        for raw in raw_ids:
+            try:
+                out.append(stored_id(raw))
+            except ValueError as exc:
+                self._skip(shown_id(raw), str(exc))
+        return out
+
+    def _skip(self, shown: str, problem: str) -> None:
+        with self._lock:
+            if shown in self._seen:
                 return
-            after = page[-1]
-
-    async def _scan_one(self, raw_id: Any, size: int) -> AsyncIterator[StoredRecord]:
-        shown = shown_id(raw_id)
-        position = 0
-        after: Any = None
-        while True:
-            page = await self._record_page(raw_id, after, size)
-            for _, append_id, digest, data, malformed in page:
-                yield StoredRecord(shown, position, append_id, digest, data, malformed)
-                position += 1
-            if len(page) < size:
-                return
-            after = page[-1][0]
-
-    async def _stored_ids(self, after: Any, limit: int) -> list[Any]:
-        """Up to ``limit`` stored conversation ids that hold records, after ``after``
-        (from the start when None), in the store's id order, as the driver returns them."""
-        raise NotImplementedError
-
-    async def _record_page(
-        self, raw_id: Any, after: Any, limit: int
-    ) -> list[tuple[Any, Any, Any, Any, str]]:
-        """Up to ``limit`` records ``(key, append_id, digest, data, malformed)`` of the
-        conversation ``raw_id`` (as ``_stored_ids`` returned it, or a valid id) in stored
-        order, after the record whose ``key`` is ``after`` (from the first when None)."""
-        raise NotImplementedError
+            self._seen.add(shown)
+        logger.warning(
+            "%s: listing skips stored conversation id %r: %s (written outside scope; "
+            "repair or delete that record)",
+            self._store,
+            shown,
+            problem,
+        )

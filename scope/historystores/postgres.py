@@ -37,25 +37,31 @@ from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryView, Receipt
-from scope.historystores._common import (
-    SCHEMA_VERSION,
-    DecodedCache,
-    Decoder,
+from scope.history import Batch, ConversationID, HistoryView
+from scope.historystores._driver import (
     Driver,
-    ListedIDs,
-    RecordStore,
-    check_batch,
-    check_outcome,
     require_asyncio,
     retry_once,
-    schema_mismatch,
     store_closed,
+)
+from scope.historystores._records import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_CACHE_MESSAGES,
+    DecodedCache,
+    Decoder,
+    ListedIDs,
     validate_cache_size,
-    validate_table_prefix,
     view_of,
 )
-from scope.historystores._records import RecordScanning
+from scope.historystores._scan import RecordScanning
+from scope.historystores._schema import (
+    SCHEMA_VERSION,
+    schema_mismatch,
+    validate_table_prefix,
+)
+from scope.historystores._store import (
+    RecordStore,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -108,7 +114,12 @@ def _driver(asyncpg: Any) -> Driver:
             exc.TransactionRollbackError,  # class 40: serialization failure, deadlock
         ),
         timeouts=(_AcquireTimeout, TimeoutError, exc.QueryCanceledError),
+        package="asyncpg",
     )
+
+
+async def _keep_session(conn: Any) -> None:
+    """The pool's reset of a released connection: nothing (see ``open``)."""
 
 
 class _AcquireTimeout(Exception):
@@ -181,6 +192,7 @@ class PostgresStore(RecordScanning, RecordStore):
         "_driver",
         "_listed",
         "_max_size",
+        "_outcome_source",
         "_pool",
         "_running",
         "_sql",
@@ -209,6 +221,7 @@ class PostgresStore(RecordScanning, RecordStore):
         self._driver = _driver(_asyncpg())
         self.table_prefix: Final = table_prefix
         self._listed = ListedIDs(repr(self))
+        self._outcome_source = "PostgreSQL append function"
 
     @classmethod
     async def open(
@@ -222,14 +235,16 @@ class PostgresStore(RecordScanning, RecordStore):
         connect_timeout: float = 10.0,
         command_timeout: float | None = 10.0,
         acquire_timeout: float | None = 10.0,
-        decoded_cache_messages: int = 10_000,
+        decoded_cache_messages: int = DEFAULT_CACHE_MESSAGES,
+        decoded_cache_bytes: int = DEFAULT_CACHE_BYTES,
         create: bool = True,
     ) -> PostgresStore:
         """Connect a pool to ``dsn`` (a libpq URI such as
         ``postgresql://user:password@host:5432/db``) and create the tables when missing.
 
         ``create=True`` creates the schema when missing and upgrades an older one in
-        place (needs the rights to create tables and functions); ``create=False`` runs
+        place (needs the rights to create tables and functions only then: on a schema
+        already at this version it runs no DDL); ``create=False`` runs
         no DDL and only checks that the schema exists at the current version
         (``StoreError`` naming ``scope history migrate`` if not).
 
@@ -237,7 +252,9 @@ class PostgresStore(RecordScanning, RecordStore):
         stores with different prefixes share one database independently.
         ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
         re-reading a conversation skips decoding (each record is still checked against its
-        digest on every read); 0 disables the cache.
+        digest on every read); 0 disables the cache. ``decoded_cache_bytes`` (default
+        64 MiB) bounds the same cache by memory: a batch counts twice its encoded size,
+        media included; a cleared conversation leaves it.
         ``command_timeout`` (seconds, default 10; None: the server's own setting) bounds
         every statement on the server (``statement_timeout``, lock waits included);
         ``acquire_timeout`` (seconds, default 10; None: no bound) bounds the wait for a
@@ -252,7 +269,10 @@ class PostgresStore(RecordScanning, RecordStore):
         command_timeout = _check_timeout("command_timeout", command_timeout)
         acquire_timeout = _check_timeout("acquire_timeout", acquire_timeout)
         connect_timeout = check_seconds(connect_timeout, "connect_timeout", positive=True)
-        cache = DecodedCache(validate_cache_size(decoded_cache_messages))
+        cache = DecodedCache(
+            validate_cache_size(decoded_cache_messages),
+            validate_cache_size(decoded_cache_bytes, "decoded_cache_bytes"),
+        )
         check_type(create, bool, "create", "a bool")
         check_type(dsn, str, "dsn", "a string")
         if not dsn:
@@ -290,6 +310,10 @@ class PostgresStore(RecordScanning, RecordStore):
                 if command_timeout is None
                 else command_timeout + _CLIENT_GRACE,
                 server_settings=server_settings,
+                # Released connections are not reset (RESET ALL, UNLISTEN, ...: one round
+                # trip per call): the store's statements change no session state, and an
+                # open transaction is still rolled back by the pool.
+                reset=_keep_session,
             )
         except ValueError as exc:  # includes asyncpg's ClientConfigurationError
             raise ValueError(f"invalid PostgreSQL DSN: {exc}") from exc
@@ -341,20 +365,45 @@ class PostgresStore(RecordScanning, RecordStore):
         """Whether ``aclose()`` was called."""
         return self._closed
 
-    async def _with_connection(self, fn: Callable[[Any], Awaitable[T]], what: str) -> T:
+    async def _with_connection(
+        self, fn: Callable[[Any], Awaitable[T]], what: str, *, settle: bool = False
+    ) -> T:
         """Run ``fn(connection)``, retrying once on a fresh connection when the first one
         dropped; map driver errors and timeouts to ``StoreError``.
 
         The work runs in a task of its own that the caller awaits through
-        ``asyncio.shield``: a cancelled caller gets ``CancelledError`` at once while the
-        statement finishes and the connection is released normally (see the class
-        docstring), and asyncio.shield marks that task's outcome retrieved."""
+        ``asyncio.shield``: a cancelled caller's statement finishes and the connection
+        is released normally (see the class docstring), and asyncio.shield marks that
+        task's outcome retrieved. A read's caller gets ``CancelledError`` at once. A
+        write's (``settle``) waits for its statement first, so when the cancelled call
+        returns its outcome is settled: committed, or never will be. The wait is bounded
+        by ``command_timeout`` (the server's bound on the statement) plus the client's
+        grace, and by ``acquire_timeout`` for the pool connection."""
         if self._closed:
             raise store_closed("PostgresStore")
         task = asyncio.ensure_future(retry_once(self, self._driver, lambda: self._once(fn), what))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
-        return await asyncio.shield(task)
+        if not settle:
+            return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                # Not the task's own cancellation: the caller's. Wait for the statement
+                # (its own timeouts bound it), then deliver the cancellation.
+                await asyncio.wait({task}, timeout=self._settle_bound())
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: the caller gets its cancellation instead
+            raise
+
+    def _settle_bound(self) -> float | None:
+        """How long a cancelled write waits for its statement: the statement's bounds
+        (pool wait, server timeout plus the client's grace) on each of two attempts."""
+        if self._command_timeout is None:
+            return None
+        acquire = self._acquire_timeout or 0.0
+        return 2 * (acquire + self._command_timeout + _CLIENT_GRACE)
 
     async def _once(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         try:
@@ -363,6 +412,12 @@ class PostgresStore(RecordScanning, RecordStore):
             raise _AcquireTimeout(f"{type(exc).__name__}: {exc}") from exc
         try:
             return await fn(conn)
+        except TimeoutError:
+            # The client's own bound ran out: the server did not answer. A graceful
+            # release would wait for it again (asyncpg resets the connection), so the
+            # connection is dropped at once; the pool opens a fresh one when needed.
+            conn.terminate()
+            raise
         finally:
             await self._pool.release(conn)
 
@@ -417,6 +472,11 @@ class PostgresStore(RecordScanning, RecordStore):
             )
 
     async def _create_schema(self, conn: Any) -> None:
+        # A schema already at this version needs no DDL: a role holding only DML rights
+        # opens it with the default create=True (CREATE ... IF NOT EXISTS would still
+        # need the right to create in the schema).
+        if await self._schema_version(conn) == SCHEMA_VERSION:
+            return
         async with conn.transaction():
             await conn.execute(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
             version = await self._schema_version(conn)
@@ -482,16 +542,12 @@ class PostgresStore(RecordScanning, RecordStore):
         rows = await self._with_connection(page, f"scan of conversation {raw_id!r}")
         return [(r[0], r[1], r[2], r[3], "") for r in rows]
 
-    async def append(self, batch: Batch) -> Receipt:
-        """Append ``batch`` atomically and return its receipt. Raises
-        ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
-        fenced batch at another length), ``InvalidBatchError`` (not a Batch, before any
-        I/O) or ``StoreError``."""
-        batch = check_batch(batch)
-        cid = batch.conversation_id
+    async def _write(self, batch: Batch, holder: str | None) -> str:
+        # Never given a holder: this store is not a FoldedTurnLeaser.
+        assert holder is None
         sql = self._sql.append
         args = (
-            str(cid),
+            str(batch.conversation_id),
             str(batch.id),
             batch.digest,
             batch.encoded_messages,
@@ -502,14 +558,11 @@ class PostgresStore(RecordScanning, RecordStore):
         async def append(conn: Any) -> str:
             return str(await conn.fetchval(sql, *args))
 
-        outcome = await self._with_connection(append, f"append to conversation {str(cid)!r}")
-        check_outcome(batch, outcome, "PostgreSQL append function")
-        return self._landed(batch)
+        return await self._with_connection(
+            append, f"append to conversation {str(batch.conversation_id)!r}", settle=True
+        )
 
-    async def clear(self, conversation_id: str) -> None:
-        """Close the conversation for ever and delete its batches, in one transaction.
-        Idempotent; an id never written is closed too."""
-        cid = ConversationID(conversation_id)
+    async def _clear(self, cid: ConversationID) -> None:
         close, delete = self._sql.close, self._sql.delete
 
         async def clear(conn: Any) -> None:
@@ -517,7 +570,7 @@ class PostgresStore(RecordScanning, RecordStore):
                 await conn.execute(close, cid)
                 await conn.execute(delete, cid)
 
-        await self._with_connection(clear, f"clear of conversation {str(cid)!r}")
+        await self._with_connection(clear, f"clear of conversation {str(cid)!r}", settle=True)
 
     async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
         """Take or renew the conversation's turn lease for ``ttl`` seconds (see
@@ -542,16 +595,15 @@ class PostgresStore(RecordScanning, RecordStore):
 
         return await self._with_connection(release, f"lease release of conversation {str(cid)!r}")
 
-    async def conversations(self) -> list[ConversationID]:
-        """Open conversations holding at least one batch, in code point order. A stored
-        id that is not valid is skipped (see ``invalid_conversation_ids``)."""
-        sql = self._sql.conversations
+    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+        sql = self._sql
 
         async def conversations(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql))
+            if after is None:
+                return [row[0] for row in await conn.fetch(sql.conversations, limit)]
+            return [row[0] for row in await conn.fetch(sql.conversations_after, after, limit)]
 
-        rows = await self._with_connection(conversations, "listing of conversations")
-        return self._listed.valid(row[0] for row in rows)
+        return await self._with_connection(conversations, "listing of conversations")
 
 
 @final
@@ -563,6 +615,7 @@ class _Statements:
         "append",
         "close",
         "conversations",
+        "conversations_after",
         "conversations_table",
         "delete",
         "read",
@@ -699,4 +752,12 @@ class _Statements:
             "FROM gone"
         )
         # A row whose fenced append was refused holds no batch (length 0): not listed.
-        self.conversations = f"SELECT id FROM {conv} WHERE NOT closed AND length > 0 ORDER BY id"
+        # Keyset pages: $1 the last id of the previous page (NULL: from the first), $2
+        # the page size (NULL: no limit).
+        self.conversations = (
+            f"SELECT id FROM {conv} WHERE NOT closed AND length > 0 ORDER BY id LIMIT $1::bigint"
+        )
+        self.conversations_after = (
+            f"SELECT id FROM {conv} WHERE NOT closed AND length > 0 AND id > $1 "
+            "ORDER BY id LIMIT $2::bigint"
+        )

@@ -11,7 +11,9 @@ conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
     {P}:{{H}}:closed    STRING  closure evidence; never expires
     {P}:{{H}}:length    STRING  how many messages the conversation holds (the fence's count)
     {P}:{{H}}:lease     STRING  the turn lease's holder token, expiring (PX) by the server
-    {P}:conversations   ZSET    every conversation ever appended to, score 0 (lexical order)
+    {P}:conversations   ZSET    the open conversations holding a batch, score 0 (lexical order)
+    {{P}:conversations}:cleared  SET  Cluster only: every id a clear started on, in the
+                                listing's hash slot (the listing checks only these ids' closure)
 
 One conversation's keys share a hash slot, so its scripts also run on Redis Cluster. The
 append and clear are each one Lua script (atomic in Redis); ``read_view`` is one
@@ -31,34 +33,39 @@ import contextlib
 import functools
 import math
 import re
-import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import ScopeWarning, StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
-from scope.historystores._common import (
-    DecodedCache,
-    Decoder,
+from scope.historystores._driver import (
     Driver,
-    ListedIDs,
-    RecordStore,
     cancellation_mark,
-    check_batch,
-    check_outcome,
-    corrupt,
-    decode_records,
     deliver_cancellation,
     require_asyncio,
     retry_once,
-    shown_id,
     store_closed,
+    warn_caller,
+)
+from scope.historystores._records import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_CACHE_MESSAGES,
+    DecodedCache,
+    Decoder,
+    ListedIDs,
+    corrupt,
+    decode_records,
+    shown_id,
     stored_id,
     validate_cache_size,
     view_of,
 )
-from scope.historystores._records import RecordScanning
+from scope.historystores._scan import RecordScanning
+from scope.historystores._store import (
+    RecordStore,
+    check_batch,
+)
 
 __all__ = ["RedisStore"]
 
@@ -167,8 +174,22 @@ _PAGE: Final = 1000
 
 #: The listing layout this version keeps: the key ``{prefix}:schema`` holds it. 2: the
 #: listing holds exactly the open conversations that hold a batch (scope 0.1 also
-#: listed closed and never-written ids and filtered them on every listing).
-_LISTING_VERSION: Final = b"2"
+#: listed closed and never-written ids and filtered them on every listing). 3: on a
+#: Cluster every id a clear started on is in the cleared set beside the listing (see
+#: ``RedisStore._list``); the upgrade checks every listed id once more.
+_LISTING_VERSION: Final = b"3"
+
+# Cluster listing page. KEYS: listing, cleared set (one slot). ARGV: start (ZRANGEBYLEX
+# syntax), page size. Returns {members, flagged}: the page, and the 0-based indices of
+# its ids a clear started on (then their closure is checked across slots).
+_LIST_PAGE: Final = """
+local members = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, ARGV[2])
+local flagged = {}
+for index, member in ipairs(members) do
+  if redis.call('SISMEMBER', KEYS[2], member) == 1 then flagged[#flagged + 1] = index - 1 end
+end
+return {members, flagged}
+"""
 
 
 def _redis() -> Any:
@@ -207,6 +228,7 @@ def _driver() -> Driver:
             OSError,
         ),
         timeouts=(redis.exceptions.TimeoutError, TimeoutError),
+        package="redis",
     )
 
 
@@ -266,12 +288,14 @@ class RedisStore(RecordScanning, RecordStore):
 
     __slots__ = (
         "_cache",
+        "_cleared",
         "_client",
         "_closed",
         "_driver",
         "_listed",
         "_listing",
         "_listing_checked",
+        "_outcome_source",
         "_socket_timeout",
         "cluster",
         "prefix",
@@ -292,10 +316,14 @@ class RedisStore(RecordScanning, RecordStore):
         self._closed = False
         self._driver = _driver()
         self._listing = f"{prefix}:conversations"
+        # Cluster: the ids a clear started on, in the listing's hash slot (the hash tag
+        # is the listing's whole name, which is what the listing key hashes by).
+        self._cleared = f"{{{self._listing}}}:cleared"
         self._listing_checked = False
         self.prefix: Final = prefix
         self.cluster: Final = cluster
         self._listed = ListedIDs(repr(self))
+        self._outcome_source = "Redis append script"
 
     @classmethod
     async def open(
@@ -306,7 +334,8 @@ class RedisStore(RecordScanning, RecordStore):
         max_connections: int | None = None,
         client_name: str | None = None,
         socket_timeout: float | None = 10.0,
-        decoded_cache_messages: int = 10_000,
+        decoded_cache_messages: int = DEFAULT_CACHE_MESSAGES,
+        decoded_cache_bytes: int = DEFAULT_CACHE_BYTES,
         check_persistence: bool = True,
         require_durable: bool = False,
         cluster: bool = False,
@@ -318,7 +347,9 @@ class RedisStore(RecordScanning, RecordStore):
         prefixes share one database independently.
         ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
         re-reading a conversation skips decoding (each record is still checked against its
-        digest on every read); 0 disables the cache.
+        digest on every read); 0 disables the cache. ``decoded_cache_bytes`` (default
+        64 MiB) bounds the same cache by memory: a batch counts twice its encoded size,
+        media included; a cleared conversation leaves it.
         ``socket_timeout`` (seconds, default 10; None: no bound) bounds connecting and
         each command's round trip; a timeout raises ``StoreError`` and is not retried.
 
@@ -353,7 +384,10 @@ class RedisStore(RecordScanning, RecordStore):
             if max_connections < 1:
                 raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         prefix = validate_prefix(prefix)
-        cache = DecodedCache(validate_cache_size(decoded_cache_messages))
+        cache = DecodedCache(
+            validate_cache_size(decoded_cache_messages),
+            validate_cache_size(decoded_cache_bytes, "decoded_cache_bytes"),
+        )
         check_type(url, str, "url", "a string")
         if not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
@@ -388,11 +422,10 @@ class RedisStore(RecordScanning, RecordStore):
                 if problem is not None:
                     if require_durable:
                         raise StoreError(f"{problem}; refused (require_durable=True)")
-                    warnings.warn(
+                    warn_caller(
                         f"{problem}. Configure appendonly yes (appendfsync everysec or "
                         "always), or pass require_durable=True to refuse such a server",
                         ScopeWarning,
-                        stacklevel=2,
                     )
         except BaseException:
             await client.aclose()
@@ -471,14 +504,14 @@ class RedisStore(RecordScanning, RecordStore):
             "cleared there open again"
         )
 
-    async def _listing_page(self, after: bytes | None, what: str) -> list[bytes]:
-        """Up to ``_PAGE`` listed ids after ``after`` (from the start when None), in
+    async def _listing_page(self, after: bytes | None, what: str, size: int = _PAGE) -> list[bytes]:
+        """Up to ``size`` listed ids after ``after`` (from the start when None), in
         byte order: one round trip."""
         client = self._client
         start = b"-" if after is None else b"(" + after
 
         async def page() -> list[bytes]:
-            found = await client.zrange(self._listing, start, b"+", bylex=True, offset=0, num=_PAGE)
+            found = await client.zrange(self._listing, start, b"+", bylex=True, offset=0, num=size)
             return [bytes(member) for member in found]
 
         return await self._call(page, what)
@@ -637,16 +670,9 @@ class RedisStore(RecordScanning, RecordStore):
         )
         return [(start + offset, *_fields(item)) for offset, item in enumerate(items)]
 
-    async def append(self, batch: Batch) -> Receipt:
-        """Append ``batch`` atomically and return its receipt. Raises
-        ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
-        fenced batch at another length), ``InvalidBatchError`` (not a Batch, before any
-        I/O) or ``StoreError``."""
-        return await self._append(check_batch(batch), None)
-
-    async def _append(self, batch: Batch, holder: str | None) -> Receipt:
-        """``append``; with a ``holder``, its lease is released in the same script once
-        the batch landed (or was a retry of the same batch)."""
+    async def _write(self, batch: Batch, holder: str | None) -> Any:
+        # One script; with a holder (append_release_turn) the folded script, which also
+        # releases the holder's lease when the append landed or was a retry.
         cid = batch.conversation_id
         aid = str(batch.id).encode("utf-8")
         digest = batch.digest.encode("ascii")
@@ -657,7 +683,6 @@ class RedisStore(RecordScanning, RecordStore):
         listing = self._listing
         count = len(batch.messages)
         expected = "" if batch.expected_length is None else str(batch.expected_length)
-
         cluster = self.cluster
         # With a holder: the folded script, the lease key first and the holder first.
         script, lease, token = (
@@ -677,31 +702,37 @@ class RedisStore(RecordScanning, RecordStore):
                 script, n + 4, *lease, *keys, *token, aid, digest, record, count, expected
             )
 
-        outcome = await self._call(append, f"append to conversation {str(cid)!r}")
-        check_outcome(batch, outcome, "Redis append script")
-        if cluster:
-            # The listing is in another hash slot: listed after the batch landed (and
-            # again on a retry), before the receipt, so every acknowledged id is listed.
-            await self._call(lambda: client.zadd(listing, {member: 0}), f"listing of {str(cid)!r}")
-        return self._landed(batch)
+        return await self._call(append, f"append to conversation {str(cid)!r}")
 
-    async def clear(self, conversation_id: str) -> None:
-        """Close the conversation for ever and delete its batches (one script), then drop
-        it from the listing. Idempotent; an id never written is closed too."""
-        cid = ConversationID(conversation_id)
+    async def _after_append(self, batch: Batch) -> None:
+        if not self.cluster:
+            return
+        # The listing is in another hash slot: listed after the batch landed (and again
+        # on a retry), before the receipt, so every acknowledged id is listed.
+        cid = batch.conversation_id
+        client = self._client
+        member = cid.encode("utf-8")
+        await self._call(
+            lambda: client.zadd(self._listing, {member: 0}), f"listing of {str(cid)!r}"
+        )
+
+    async def _clear(self, cid: ConversationID) -> None:
         keys = self._keys(cid)
         client = self._client
         listing = self._listing
         member = cid.encode("utf-8")
-
         cluster = self.cluster
 
         async def clear() -> None:
             if not cluster:
                 await client.eval(_CLEAR, 4, *keys[:3], listing, member)
                 return
+            # Another slot: first marked in the listing's slot, so a listing checks this
+            # id's closure until it left the listing (see _list), then closed, then
+            # unlisted.
+            await client.sadd(self._cleared, member)
             await client.eval(_CLEAR, 3, *keys[:3])
-            await client.zrem(listing, member)  # another slot: after the closure
+            await client.zrem(listing, member)
 
         await self._call(clear, f"clear of conversation {str(cid)!r}")
 
@@ -766,38 +797,65 @@ class RedisStore(RecordScanning, RecordStore):
         holder, _ = check_lease(holder, 1.0)
         return await self._append(batch, holder)
 
-    async def conversations(self) -> list[ConversationID]:
-        """Open conversations holding at least one batch, in code point order (the
-        sorted set orders members by their UTF-8 bytes), one round trip per 1,000 ids.
-        A stored id that is not valid is skipped (see ``invalid_conversation_ids``).
+    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+        """One round trip per 1,000 listed ids (``limit`` or all), in code point order
+        (the sorted set orders members by their UTF-8 bytes).
 
-        On one Redis the listing holds exactly those ids (the append and clear scripts
-        keep it). On a Cluster it is kept beside the scripts, so each listed id's closure
-        is checked too (one ``EXISTS`` per id, pipelined), and a closed one is dropped."""
-        client = self._client
-        listing = self._listing
+        On one Redis the listing holds exactly the open conversations that hold a batch
+        (the append and clear scripts keep it). On a Cluster it is kept beside the
+        scripts (another hash slot): a clear first adds the id to a cleared set in the
+        listing's slot, then closes the conversation, then unlists it; an append lists
+        its id after its script. So a listed id can only be closed when it is in the
+        cleared set (a clear that died before unlisting it, or an append's listing that
+        came after a clear): each page comes with those flags from one script, and only
+        the flagged ids' closure is checked (normally none); a closed one is unlisted."""
         if not self._listing_checked:
             await self._upgrade_listing()
-        raw_ids: list[bytes] = []
-        after: bytes | None = None
-        while True:
-            page = await self._listing_page(after, "listing of conversations")
-            raw_ids += page
-            if len(page) < _PAGE:
+        out: list[bytes] = []
+        cursor = None if after is None else after.encode("utf-8")
+        while limit is None or len(out) < limit:
+            want = _PAGE if limit is None else min(_PAGE, limit - len(out))
+            if self.cluster:
+                page, listed = await self._cluster_page(cursor, want)
+            else:
+                page = listed = await self._listing_page(cursor, "listing of conversations", want)
+            if not page:
                 break
-            after = page[-1]
-        ids = self._listed.valid(raw_ids)  # an invalid member is skipped, never deleted
-        if not self.cluster or not ids:
-            return ids
+            cursor = page[-1]
+            out += listed
+            if len(page) < want:
+                break
+        return out
 
-        closed_keys = [self._keys(cid)[0] for cid in ids]
+    async def _cluster_page(
+        self, after: bytes | None, size: int
+    ) -> tuple[list[bytes], list[bytes]]:
+        """One Cluster listing page (``_LIST_PAGE``): the ids fetched, and those of them
+        not found closed (the closed ones are unlisted)."""
+        client = self._client
+        start = b"-" if after is None else b"(" + after
+        keys = (self._listing, self._cleared)
+        members, flagged = await self._call(
+            lambda: client.eval(_LIST_PAGE, 2, *keys, start, size), "listing of conversations"
+        )
+        page = [bytes(member) for member in members]
+        suspects: list[int] = []
+        closed_keys: list[str] = []
+        for index in flagged:
+            try:
+                closed_keys.append(self._keys(stored_id(page[index]))[0])
+            except ValueError:
+                continue  # left for the listing to report, never deleted
+            suspects.append(index)
+        if not closed_keys:
+            return page, page
         flags = await self._call(
             lambda: _exists_each(client, closed_keys), "listing of conversations"
         )
-        gone = [cid.encode("utf-8") for cid, closed in zip(ids, flags, strict=True) if closed]
-        if gone:  # a clear whose listing update did not happen: closed for ever, forget it
-            await self._call(lambda: client.zrem(listing, *gone), "listing cleanup")
-        return [cid for cid, closed in zip(ids, flags, strict=True) if not closed]
+        gone = {page[index] for index, flag in zip(suspects, flags, strict=True) if flag}
+        if gone:  # closed for ever: forget them
+            await self._call(lambda: client.zrem(self._listing, *gone), "listing cleanup")
+        return page, [raw for raw in page if raw not in gone]
 
 
 async def _exists_each(client: Any, keys: list[str]) -> list[Any]:

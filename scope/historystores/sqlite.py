@@ -43,28 +43,35 @@ from typing import Any, Final, Literal, TypeVar, final
 import anyio.to_thread
 
 from scope._validate import check_lease, check_seconds, check_type
-from scope.errors import HistoryChangedError, StoreError
+from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryView, Receipt
-from scope.historystores._common import (
-    SCHEMA_VERSION,
+from scope.historystores._driver import (
+    Driver,
+    cancellation_mark,
+    deliver_cancellation,
+    store_closed,
+)
+from scope.historystores._records import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_CACHE_MESSAGES,
     DecodedCache,
     Decoder,
-    Driver,
     ListedIDs,
-    RecordStore,
-    cancellation_mark,
-    check_batch,
-    closed_error,
-    conflict_error,
-    deliver_cancellation,
-    message_count,
-    schema_mismatch,
-    store_closed,
     validate_cache_size,
-    validate_table_prefix,
     view_of,
 )
-from scope.historystores._records import RecordScanning
+from scope.historystores._scan import RecordScanning
+from scope.historystores._schema import (
+    SCHEMA_VERSION,
+    message_count,
+    schema_mismatch,
+    validate_table_prefix,
+)
+from scope.historystores._store import (
+    RecordStore,
+    check_batch,
+    releases,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -225,7 +232,16 @@ class SQLiteStore(RecordScanning, RecordStore):
       valid is skipped by ``conversations()`` (see ``invalid_conversation_ids``).
     """
 
-    __slots__ = ("_cache", "_listed", "_pool", "_tables", "path", "synchronous", "table_prefix")
+    __slots__ = (
+        "_cache",
+        "_listed",
+        "_outcome_source",
+        "_pool",
+        "_tables",
+        "path",
+        "synchronous",
+        "table_prefix",
+    )
 
     def __init__(self, pool: _Pool, table_prefix: str, cache: DecodedCache) -> None:
         """Internal: use ``await SQLiteStore.open(path)``."""
@@ -236,6 +252,7 @@ class SQLiteStore(RecordScanning, RecordStore):
         self.synchronous: Final = pool.synchronous
         self.table_prefix: Final = table_prefix
         self._listed = ListedIDs(repr(self))
+        self._outcome_source = "SQLite append"
 
     @classmethod
     async def open(
@@ -246,7 +263,8 @@ class SQLiteStore(RecordScanning, RecordStore):
         synchronous: Synchronous = "NORMAL",
         busy_timeout: float = 5.0,
         max_idle_connections: int = 4,
-        decoded_cache_messages: int = 10_000,
+        decoded_cache_messages: int = DEFAULT_CACHE_MESSAGES,
+        decoded_cache_bytes: int = DEFAULT_CACHE_BYTES,
         create: bool = True,
     ) -> SQLiteStore:
         """Open (creating when missing) the database at ``path`` and its tables.
@@ -262,13 +280,18 @@ class SQLiteStore(RecordScanning, RecordStore):
         transaction before failing with ``StoreError``.
         ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
         re-reading a conversation skips decoding (each record is still checked against its
-        digest on every read); 0 disables the cache.
+        digest on every read); 0 disables the cache. ``decoded_cache_bytes`` (default
+        64 MiB) bounds the same cache by memory: a batch counts twice its encoded size,
+        media included; a cleared conversation leaves it.
         Bad arguments raise
         ``ValueError`` (before any I/O); a file that cannot be opened as a database
         raises ``StoreError``.
         """
         prefix = validate_table_prefix(table_prefix)
-        cache = DecodedCache(validate_cache_size(decoded_cache_messages))
+        cache = DecodedCache(
+            validate_cache_size(decoded_cache_messages),
+            validate_cache_size(decoded_cache_bytes, "decoded_cache_bytes"),
+        )
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(
                 f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}"
@@ -388,16 +411,9 @@ class SQLiteStore(RecordScanning, RecordStore):
 
         return await self._run(page, f"scan of conversation {raw_id!r}")
 
-    async def append(self, batch: Batch) -> Receipt:
-        """Append ``batch`` atomically and return its receipt (see the class docstring
-        for cancellation). Raises ``ConversationClosedError``, ``AppendConflictError``,
-        ``HistoryChangedError`` (a fenced batch at another length), ``InvalidBatchError``
-        (not a Batch, before any I/O) or ``StoreError``."""
-        return await self._append(check_batch(batch), None)
-
-    async def _append(self, batch: Batch, holder: str | None) -> Receipt:
-        """``append``; with a ``holder``, its lease is released in the same transaction
-        once the batch landed (or was a retry of an accepted one)."""
+    async def _write(self, batch: Batch, holder: str | None) -> str:
+        # One write transaction (see the class docstring for cancellation); with a
+        # holder (append_release_turn) the release is in the same transaction.
         cid = batch.conversation_id
         aid = batch.id
         digest = batch.digest
@@ -407,23 +423,21 @@ class SQLiteStore(RecordScanning, RecordStore):
         t = self._tables
         pool = self._pool
 
-        def body(conn: sqlite3.Connection) -> None:
+        def body(conn: sqlite3.Connection) -> str:
             row = conn.execute(f"SELECT closed, length FROM {t.conversations} WHERE id = ?", (cid,))
             state = row.fetchone()
             if state is not None and state[0]:
-                raise closed_error(cid)
+                return "closed"
             row = conn.execute(
                 f"SELECT digest FROM {t.batches} WHERE conversation_id = ? AND append_id = ?",
                 (cid, aid),
             )
             found = row.fetchone()
-            if found is not None:
-                if found[0] != digest:
-                    raise conflict_error(batch, found[0])
-                return  # a retry of an accepted batch: nothing to write
+            if found is not None:  # a retry (same digest: nothing to write) or a conflict
+                return f"accepted:{found[0]}"
             length = 0 if state is None else state[1]
             if expected is not None and expected != length:
-                raise HistoryChangedError(expected, length, cid)
+                return f"changed:{length}"
             if state is None:
                 conn.execute(
                     f"INSERT INTO {t.conversations} (id, closed, length) VALUES (?, 0, ?)",
@@ -440,6 +454,7 @@ class SQLiteStore(RecordScanning, RecordStore):
                 "WHERE conversation_id = ?",
                 (cid, aid, digest, data, cid),
             )
+            return "inserted"
 
         # The release of append_release_turn expires the holder's row in place rather
         # than deleting it: an expired row is a free lease to acquire_turn and "not held"
@@ -447,22 +462,19 @@ class SQLiteStore(RecordScanning, RecordStore):
         # delete (and the next turn's insert) touch the table and its key index both.
         release = f"UPDATE {t.leases} SET expires = 0 WHERE conversation_id = ? AND holder = ?"
 
-        def body_and_release(conn: sqlite3.Connection) -> None:
-            body(conn)
-            if holder is not None:
+        def body_and_release(conn: sqlite3.Connection) -> str:
+            outcome = body(conn)
+            if holder is not None and releases(batch, outcome):
                 conn.execute(release, (cid, holder))
+            return outcome
 
-        def append(conn: sqlite3.Connection) -> None:
+        def append(conn: sqlite3.Connection) -> str:
             with pool.write_lock:
-                _transaction(conn, lambda: body_and_release(conn))
+                return _transaction(conn, lambda: body_and_release(conn))
 
-        await self._run(append, f"append to conversation {str(cid)!r}")
-        return self._landed(batch)
+        return await self._run(append, f"append to conversation {str(cid)!r}")
 
-    async def clear(self, conversation_id: str) -> None:
-        """Close the conversation for ever and delete its batches, in one transaction.
-        Idempotent; an id never written is closed too."""
-        cid = ConversationID(conversation_id)
+    async def _clear(self, cid: ConversationID) -> None:
         t = self._tables
         pool = self._pool
 
@@ -534,8 +546,9 @@ class SQLiteStore(RecordScanning, RecordStore):
 
     async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
         """``append`` and ``release_turn`` in one ``BEGIN IMMEDIATE`` transaction (see
-        ``scope.history.FoldedTurnLeaser``); when the append raises, the transaction is
-        rolled back and the lease stays."""
+        ``scope.history.FoldedTurnLeaser``): the lease is expired in the append's
+        transaction when the batch landed or was a retry of the same batch; a refused
+        append (it raises) wrote nothing and leaves the lease."""
         batch = check_batch(batch)
         holder, _ = check_lease(holder, 1.0)
         return await self._append(batch, holder)
@@ -559,14 +572,15 @@ class SQLiteStore(RecordScanning, RecordStore):
 
         return await self._run(release, f"lease release of conversation {str(cid)!r}")
 
-    async def conversations(self) -> list[ConversationID]:
-        """Open conversations holding at least one batch, in code point order. A stored
-        id that is not valid is skipped (see ``invalid_conversation_ids``)."""
-        sql = f"SELECT id FROM {self._tables.conversations} WHERE closed = 0 ORDER BY id"
-        listed = self._listed
+    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+        t = self._tables.conversations
+        where = "closed = 0" if after is None else "closed = 0 AND id > ?"
+        sql = f"SELECT id FROM {t} WHERE {where} ORDER BY id LIMIT ?"
+        count = -1 if limit is None else limit  # LIMIT -1: no limit
+        args: tuple[object, ...] = (count,) if after is None else (after, count)
 
-        def conversations(conn: sqlite3.Connection) -> list[ConversationID]:
-            return listed.valid(row[0] for row in conn.execute(sql))
+        def conversations(conn: sqlite3.Connection) -> list[Any]:
+            return [row[0] for row in conn.execute(sql, args)]
 
         return await self._run(conversations, "listing of conversations")
 
@@ -589,7 +603,7 @@ def _open_schema(pool: _Pool, create: bool) -> None:
     except sqlite3.Error as exc:
         raise _DRIVER.failed(exc, f"open of {pool.path!r}") from exc
     try:
-        if create:
+        if create and _schema_version(conn, t) != SCHEMA_VERSION:
             # WAL is a property of the file: set once, kept by every later connection.
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
             if mode is None or str(mode[0]).lower() != "wal":
@@ -597,7 +611,7 @@ def _open_schema(pool: _Pool, create: bool) -> None:
                     f"SQLite database {pool.path!r} cannot use WAL mode (got {mode!r})"
                 )
             _transaction(conn, lambda: _create_schema(conn, t))
-        else:
+        elif not create:
             version = _schema_version(conn, t)
             if version != SCHEMA_VERSION:
                 raise schema_mismatch(f"SQLite database {pool.path!r}", t.schema, version)

@@ -1,0 +1,242 @@
+"""The base of the persistent stores: the append sequence (check, one atomic write,
+its outcome, the receipt), ``read`` and ``read_batches`` over one fetch, the async
+context manager.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Protocol, Self, TypeVar
+
+from scope._cleared import conversation_cleared
+from scope._validate import check_limit
+from scope.chat import Message
+from scope.errors import (
+    AppendConflictError,
+    ConversationClosedError,
+    HistoryChangedError,
+    InvalidBatchError,
+    StoreError,
+)
+from scope.history import Batch, ConversationID, Receipt
+from scope.historystores._records import (
+    DecodedCache,
+    Decoder,
+    ListedIDs,
+    decode_batches,
+    decode_records,
+)
+
+__all__ = [
+    "check_batch",
+    "check_outcome",
+    "closed_error",
+    "conflict_error",
+    "releases",
+    "AsyncClosing",
+    "RecordStore",
+]
+
+T = TypeVar("T")
+
+
+def check_batch(batch: object) -> Batch:
+    """``batch`` itself, or ``InvalidBatchError`` (before any I/O) for anything else."""
+    if not isinstance(batch, Batch):
+        raise InvalidBatchError(f"append needs a Batch, got {type(batch).__name__}")
+    return batch
+
+
+def closed_error(conversation_id: str) -> ConversationClosedError:
+    """What an append to a closed conversation raises (every backend says the same)."""
+    return ConversationClosedError(f"conversation {str(conversation_id)!r} is closed")
+
+
+def conflict_error(batch: Batch, accepted_digest: str) -> AppendConflictError:
+    """What an append raises when its id was accepted with another digest."""
+    return AppendConflictError(
+        f"append id {str(batch.id)!r} of conversation {str(batch.conversation_id)!r} was "
+        f"accepted with digest {accepted_digest}, this batch has {batch.digest}"
+    )
+
+
+def check_outcome(batch: Batch, answer: object, where: str) -> None:
+    """Raise what a server-side append's answer means for ``batch``.
+
+    The PostgreSQL function and the Redis script answer ``inserted``, ``closed``,
+    ``accepted:<digest>`` (the dedupe record: the same digest is a retry, another one a
+    conflict) or ``changed:<length>`` (the fence refused it), as text or UTF-8 bytes.
+    Anything else is a ``StoreError`` naming ``where`` (the function or script)."""
+    outcome = answer.decode("utf-8", "replace") if isinstance(answer, bytes) else str(answer)
+    if outcome == "inserted":
+        return
+    if outcome == "closed":
+        raise closed_error(batch.conversation_id)
+    if outcome.startswith("accepted:"):
+        accepted = outcome.removeprefix("accepted:")
+        if accepted != batch.digest:
+            raise conflict_error(batch, accepted)
+        return
+    expected = batch.expected_length
+    if outcome.startswith("changed:") and expected is not None:
+        actual = outcome.removeprefix("changed:")
+        if actual.isdigit():
+            raise HistoryChangedError(expected, int(actual), batch.conversation_id)
+    raise StoreError(f"{where} returned {outcome!r}")
+
+
+def releases(batch: Batch, outcome: str) -> bool:
+    """Whether ``append_release_turn``'s release goes with this outcome of its append:
+    the batch landed, or it is a retry of the same batch (its dedupe record holds this
+    digest). Any refusal (closed, a conflict, the fence) leaves the lease."""
+    return outcome == "inserted" or outcome == f"accepted:{batch.digest}"
+
+
+class _Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+class AsyncClosing:
+    """Mixin: the store is an async context manager; ``async with`` returns the store
+    itself and calls its ``aclose()`` on exit, whether the body ended normally, raised or
+    was cancelled (the body's exception propagates)."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self: _Closable,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class RecordStore(AsyncClosing):
+    """Base of the persistent stores: the append sequence, ``clear`` and the listing
+    around one backend primitive each; ``read`` and ``read_batches`` over one fetch of
+    the conversation's records (the backend's ``_read``), decoded and checked by
+    ``decode_records`` / ``decode_batches``; the listing's skipped ids.
+
+    The append sequence, the same on every backend: the batch is checked before any I/O
+    (``check_batch``), written by one atomic backend step (``_write``) that answers an
+    outcome, the outcome raised as its error (``check_outcome``), the backend's
+    follow-up run (``_after_append``), and the receipt returned with the batch's
+    messages cached (the next read decodes nothing this handle wrote). A store that
+    implements ``FoldedTurnLeaser`` runs the same sequence for ``append_release_turn``
+    (``_append`` with the holder), its ``_write`` releasing the lease in the same step.
+
+    A subclass sets ``_cache``, ``_listed`` and ``_outcome_source``, implements
+    ``_write``, ``_clear``, ``_list``, ``_read`` and ``closed``.
+    """
+
+    __slots__ = ()
+
+    _cache: DecodedCache
+    _listed: ListedIDs
+    #: What answers ``_write``'s outcome, for the error of an unknown one.
+    _outcome_source: str
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose()`` was called."""
+        raise NotImplementedError
+
+    @property
+    def invalid_conversation_ids(self) -> tuple[str, ...]:
+        """The stored conversation ids this handle's ``conversations()`` calls skipped
+        because they are not valid ids (written outside scope), sorted; each was also
+        logged once as a warning on the ``scope.historystores`` logger."""
+        return self._listed.invalid
+
+    async def append(self, batch: Batch) -> Receipt:
+        """Append ``batch`` atomically and return its receipt. Raises
+        ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
+        fenced batch at another length), ``InvalidBatchError`` (not a Batch, before any
+        I/O) or ``StoreError``."""
+        return await self._append(check_batch(batch), None)
+
+    async def _append(self, batch: Batch, holder: str | None) -> Receipt:
+        """The append sequence for a checked ``batch``. With a ``holder`` (a
+        ``FoldedTurnLeaser``'s ``append_release_turn``) ``_write`` also releases that
+        holder's lease in its one atomic step when the batch landed or was a retry of
+        the same batch (``releases``); a refused append leaves the lease."""
+        outcome = await self._write(batch, holder)
+        check_outcome(batch, outcome, self._outcome_source)
+        await self._after_append(batch)
+        self._cache.remember(batch)
+        return batch.receipt()
+
+    async def clear(self, conversation_id: str) -> None:
+        """Close the conversation for ever and delete its batches (one atomic step);
+        it leaves the listing, this handle's decoded cache and the Middleware's replay
+        cache. Idempotent; an id never written is closed too."""
+        cid = ConversationID(conversation_id)
+        await self._clear(cid)
+        self._cache.forget(cid)
+        conversation_cleared(cid)
+
+    async def conversations(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> list[ConversationID]:
+        """Open conversations holding at least one batch, in code point order.
+
+        - ``after``: only ids after this one (keyset pagination: pass the last id of
+          the previous page); None (the default): from the first.
+        - ``limit``: at most this many ids (an int >= 1); None (the default): all.
+
+        Paging through a store (``after`` = the last id returned, until a page is
+        shorter than ``limit``) lists each open conversation once in bounded memory. A
+        stored id that is not valid is skipped (see ``invalid_conversation_ids``); a
+        page may then be shorter than ``limit`` before the end, so stop on an empty
+        page. Bad arguments raise ``ValueError`` (``InvalidConversationIDError`` for
+        ``after``) before any I/O."""
+        count = check_limit(limit)
+        start = None if after is None else ConversationID(after)
+        return self._listed.valid(await self._list(start, count))
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        """The conversation's messages in stored order (``[]`` when unknown or closed).
+
+        One round trip: a consistent snapshot. A corrupt stored record raises
+        ``StoreError`` naming the conversation."""
+        return await self._read(ConversationID(conversation_id), decode_records)
+
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        """The conversation's batches in stored order, each equal to the batch appended
+        (``[]`` when unknown or closed); their messages are what ``read`` returns.
+
+        One round trip: a consistent snapshot. A corrupt stored record raises
+        ``StoreError`` naming the conversation."""
+        return await self._read(ConversationID(conversation_id), decode_batches)
+
+    async def _write(self, batch: Batch, holder: str | None) -> object:
+        """Append ``batch`` in one atomic step: the closed check, the dedupe record and
+        the fence (DESIGN §6b's order), then the insert. Answers the outcome
+        ``check_outcome`` reads (``inserted``, ``closed``, ``accepted:<digest>``,
+        ``changed:<length>``). With a ``holder`` (only on a store that implements
+        ``FoldedTurnLeaser``), the same step releases ``holder``'s lease when
+        ``releases(batch, outcome)``."""
+        raise NotImplementedError
+
+    async def _after_append(self, batch: Batch) -> None:
+        """What must follow a batch that landed, before its receipt (nothing here)."""
+
+    async def _clear(self, cid: ConversationID) -> None:
+        """Close ``cid`` and delete its batches in one atomic step; drop it from the
+        listing."""
+        raise NotImplementedError
+
+    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+        """Up to ``limit`` (all when None) listed ids after ``after`` (from the first
+        when None), as the driver returns them, in code point order: the open
+        conversations that hold a batch."""
+        raise NotImplementedError
+
+    async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
+        """Fetch the conversation's ``(append_id, digest, encoded_messages)`` records
+        in stored order, in one round trip, and return ``decode(cid, records, cache)``."""
+        raise NotImplementedError
