@@ -65,7 +65,7 @@ def test_the_wheel_ships_the_package_and_its_type_marker(wheel: pathlib.Path) ->
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert "scope/py.typed" in names
-    assert "scope/history/storetest.py" in names
+    assert "scope/history/storetest/__init__.py" in names
     assert not [n for n in names if n.startswith("tests/")]
     entry_points = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert entry_points
