@@ -208,8 +208,8 @@ async def answer(model: Any, request: Request, mode: str) -> Response:
 @attrs.frozen
 class Provider:
     """One provider adapter (scope.models._http.HTTPAdapter) with its loopback server
-    and transcripts, for the tests both adapters share (tests/test_http_adapters.py,
-    tests/test_provider_history.py); the expected values that differ by provider."""
+    and transcripts, for the tests both adapters share (tests/models/test_http_adapters.py,
+    tests/models/test_provider_history.py); the expected values that differ by provider."""
 
     name: str
     model_class: type[HTTPAdapter]

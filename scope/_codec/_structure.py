@@ -349,7 +349,7 @@ def _make_class_in(cls: type) -> Structurer:
     without the lookup; frozen classes refuse plain assignment). That is what
     ``__init__`` would build, because every converter is a no-op on what the field
     structurers produce, and runs the same checks, because every
-    ``__attrs_post_init__`` is ``validate()`` (tests/test_codec_generated.py pins both).
+    ``__attrs_post_init__`` is ``validate()`` (tests/chat/test_codec_generated.py pins both).
     Measured building the standard turn of benchmarks/bench_codec.py from a parsed tree
     (best of 150 rounds, shared 2-core box, CPython 3.11): through ``__init__`` 124 µs,
     ``object.__setattr__`` per slot 115 µs, the descriptors 105 µs.

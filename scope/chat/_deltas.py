@@ -14,7 +14,7 @@ value never exists and every error is the one the constructors raise.
 ``usage`` and ``response_metadata`` accept what the fast paths of ``Usage.validate`` and
 ``ResponseMetadata.validate`` accept (inlined) and otherwise take the constructor, the
 same way; their converters are no-ops on what they accept (a ``Usage``, a ``Metadata``).
-tests/test_deltas.py proves with hypothesis that each function and its constructors agree
+tests/chat/test_deltas.py proves with hypothesis that each function and its constructors agree
 on every input.
 
 Private to scope: the provider adapters (``scope.models``) import it (pyproject's
@@ -104,7 +104,7 @@ def usage(
     cache_write = cache_write_input_tokens
     if not (
         # ``Usage.validate``'s fast path, inlined: the counts it accepts need no other
-        # check (tests/test_deltas.py); anything else takes the constructor.
+        # check (tests/chat/test_deltas.py); anything else takes the constructor.
         type(input_tokens) is int
         and type(output_tokens) is int
         and input_tokens >= 0

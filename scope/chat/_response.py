@@ -67,7 +67,7 @@ class Usage:
 
     def _check(self) -> None:
         """The checks ``validate`` runs when its fast path does not accept the counts:
-        they raise the error naming what is wrong (tests/test_deltas.py proves that the
+        they raise the error naming what is wrong (tests/chat/test_deltas.py proves that the
         fast path accepts exactly what they accept)."""
         check_int(self.input_tokens, "input_tokens", InvalidUsageError)
         check_int(self.output_tokens, "output_tokens", InvalidUsageError)
@@ -147,7 +147,7 @@ class ResponseMetadata:
 
     def _check(self) -> None:
         """The checks ``validate`` runs when its fast path does not accept the values
-        (tests/test_deltas.py proves that it accepts only what they accept)."""
+        (tests/chat/test_deltas.py proves that it accepts only what they accept)."""
         check_text(self.id, "response id", InvalidResponseError, strip=True)
         check_text(self.model, "response model", InvalidResponseError, strip=True)
         if not isinstance(self.usage, Usage):

@@ -50,7 +50,7 @@ class OutputFormatType(enum.StrEnum):
 # as a literal string, so a type checker catches ``Message("bot", ...)`` while
 # ``Message("user", ...)`` stays as short as the Go docs' examples. (A ``str`` variable
 # must be converted first, ``Role(name)``: its value is only known at run time.) The
-# literals are checked against the enums by tests/test_values.py.
+# literals are checked against the enums by tests/chat/test_values.py.
 
 #: ``Role`` or its value.
 RoleLike: TypeAlias = Role | Literal["system", "user", "assistant", "tool"]

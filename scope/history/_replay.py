@@ -26,7 +26,7 @@ before), only the piece from that index on is checked again. Anything else — o
 objects, a shorter or different history — is checked in full. Messages are immutable, so
 objects checked once stay valid; the cache holds them, so identity cannot be reused.
 
-``tests/test_history_replay.py`` checks with hypothesis that this path accepts exactly
+``tests/history/test_history_replay.py`` checks with hypothesis that this path accepts exactly
 what the full ``Request`` check accepts, across growing and changing histories.
 """
 

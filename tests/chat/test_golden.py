@@ -17,7 +17,7 @@ from scope.chat import FinishReason, PartKind, Request, Response, ToolResult
 from scope.codec import from_json, to_json
 from scope.history import Batch
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 CASES: list[tuple[str, Any]] = [
     ("request", Request),
     ("response", Response),

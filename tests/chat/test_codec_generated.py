@@ -24,7 +24,7 @@ from scope.chat import Request, Response, ToolResult
 from scope.codec import from_json, to_json
 from tests.strategies import requests, responses
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 GOLDEN_CASES = [("request", Request), ("response", Response), ("chunk", Response)]
 GOLDEN_CASES += [("tool_result", ToolResult)]
 

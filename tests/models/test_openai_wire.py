@@ -543,7 +543,7 @@ def test_finish_reasons(wire: str | None, reason: FinishReason | None) -> None:
         (b'{"choices": [{"message": {}}], "usage": {"prompt_tokens": -1}}', "prompt_tokens"),
         (
             # (More reasoning than completion is reasoning counted outside it, as
-            # Gemini's compatible endpoint does: tests/test_openai_state.py.)
+            # Gemini's compatible endpoint does: tests/models/test_openai_state.py.)
             b'{"choices": [{"message": {}}], "usage": {"prompt_tokens": 1,'
             b' "prompt_tokens_details": {"cached_tokens": 2}}}',
             "cache_read_input_tokens",

@@ -1,7 +1,7 @@
 """SQLiteStore: the conformance suite (asyncio and trio, with reopen) and its own rules.
 
 The rules every persistent store keeps (shape, prefixes, closed stores, the error
-mapping...) are checked on every backend in tests/test_backends.py.
+mapping...) are checked on every backend in tests/historystores/test_backends.py.
 """
 
 from __future__ import annotations

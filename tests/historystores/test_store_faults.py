@@ -29,7 +29,7 @@ from scope.historystores.sqlite import SQLiteStore
 from tests.helpers import numbered_turn, texts
 from tests.servers import fresh_backend, over_backends
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def assert_batches_once_and_contiguous(stored: list[str], cid: str, aids: list[str]) -> None:

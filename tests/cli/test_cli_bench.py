@@ -39,7 +39,7 @@ ROWS = [
     ("floor.orjson.loads", "floor", "decode"),
 ]
 ENCODE_FLOORS = {"floor.orjson.dumps", "floor.json.dumps", "floor.rfc8785"}
-DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def scope(tmp_path: pathlib.Path, *args: str) -> subprocess.CompletedProcess[bytes]:

@@ -72,7 +72,7 @@ from tests.helpers import collect_until_cancelled
 from tests.openai_server import OpenAIServer, load_transcript
 
 #: The repository root: ``python -c`` there imports this checkout's ``scope``, as pytest does.
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 REQUEST = Request([user_message("hi")])
 ANSWER = Response(
     Output(assistant_message("Hello there, friend"), FinishReason.STOP),
@@ -1098,7 +1098,7 @@ print("ok")
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        cwd=pathlib.Path(__file__).resolve().parent.parent,
+        cwd=pathlib.Path(__file__).resolve().parents[2],
         env={k: v for k, v in os.environ.items() if k != "OTEL_PYTHON_TRACER_PROVIDER"},
         timeout=60,
         check=False,

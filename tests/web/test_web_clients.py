@@ -26,7 +26,7 @@ from scope.chat import FinishReason, Request, Response, Streamer, StreamerFunc
 from scope.history.inmemory import InMemoryStore
 from tests.web_server import SCENARIOS, chunk, live_server, scenario_app
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "tests" / "web_clients"
 EXAMPLE = ROOT / "docs" / "examples" / "web_chat" / "app.py"
 NODE_TIMEOUT = 30

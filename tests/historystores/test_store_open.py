@@ -23,7 +23,7 @@ from tests.servers import (
     unique_table_prefix,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.anyio

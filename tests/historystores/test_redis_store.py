@@ -1,7 +1,7 @@
 """RedisStore against a real server: conformance (with reopen), killed clients, key
 layout, listing repair, corruption, validation and persistence checks. asyncio only
 (redis-py's client is asyncio-only). The rules every persistent store keeps are checked
-on every backend in tests/test_backends.py.
+on every backend in tests/historystores/test_backends.py.
 
 Needs ``SCOPE_TEST_REDIS_URL`` (see tests/servers.py); skipped without it unless
 ``SCOPE_REQUIRE_SERVERS=1``. Every test works under its own key prefix and deletes it.

@@ -1,6 +1,6 @@
 """PostgresStore against a real server: conformance (with reopen), dropped connections,
 corruption and validation. asyncio only (asyncpg is asyncio-only). The rules every
-persistent store keeps are checked on every backend in tests/test_backends.py.
+persistent store keeps are checked on every backend in tests/historystores/test_backends.py.
 
 Needs ``SCOPE_TEST_POSTGRES_DSN`` (see tests/servers.py); skipped without it unless
 ``SCOPE_REQUIRE_SERVERS=1``. Every test works under its own table prefix and drops it.

@@ -921,7 +921,7 @@ def test_a_killed_holder_blocks_no_longer_than_the_lease_ttl(tmp_path: Path) -> 
         [sys.executable, "-c", _HOLDER_PROCESS, str(path), str(ttl)],
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
