@@ -80,10 +80,6 @@ __all__ = [
     "sendable_signature",
 ]
 
-#: Part metadata: the ``thoughtSignature`` of a text, media or ``functionCall`` part, as
-#: the exact string received (sent back verbatim on the same part). On a reasoning part
-#: it appears only when the received string is not the standard padded base64 of the
-#: signature bytes (URL-safe, say), so that the same string goes back.
 #: The wire protocol and the provider, as the answers' provenance names them (§6c).
 API: Final = "gemini.generate_content"
 PROVIDER: Final = "gcp.gemini"
@@ -92,6 +88,10 @@ PROVIDER: Final = "gcp.gemini"
 #: by another model): the first call of each step of the current turn carries it.
 PLACEHOLDER_SIGNATURE: Final = "skip_thought_signature_validator"
 
+#: Part metadata: the ``thoughtSignature`` of a text, media or ``functionCall`` part, as
+#: the exact string received (sent back verbatim on the same part). On a reasoning part
+#: it appears only when the received string is not the standard padded base64 of the
+#: signature bytes (URL-safe, say), so that the same string goes back.
 SIGNATURE_KEY: Final = "gemini/thought_signature"
 
 #: Part metadata ``true`` on a reasoning part that stands for an empty text part that
