@@ -37,6 +37,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Final, Literal, TypeVar, final
 
@@ -603,15 +604,9 @@ def _open_schema(pool: _Pool, create: bool) -> None:
     except sqlite3.Error as exc:
         raise _DRIVER.failed(exc, f"open of {pool.path!r}") from exc
     try:
-        if create and _schema_version(conn, t) != SCHEMA_VERSION:
-            # WAL is a property of the file: set once, kept by every later connection.
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            if mode is None or str(mode[0]).lower() != "wal":
-                raise StoreError(
-                    f"SQLite database {pool.path!r} cannot use WAL mode (got {mode!r})"
-                )
-            _transaction(conn, lambda: _create_schema(conn, t))
-        elif not create:
+        if create:
+            _create_when_needed(conn, pool)
+        else:
             version = _schema_version(conn, t)
             if version != SCHEMA_VERSION:
                 raise schema_mismatch(f"SQLite database {pool.path!r}", t.schema, version)
@@ -622,6 +617,35 @@ def _open_schema(pool: _Pool, create: bool) -> None:
         conn.close()
         raise
     pool.give(conn)
+
+
+def _create_when_needed(conn: sqlite3.Connection, pool: _Pool) -> None:
+    """Set WAL mode and create or upgrade the schema unless it is current.
+
+    Two processes opening a new file at once race here: switching a file to WAL needs it
+    to itself, and SQLite answers "database is locked" at once (no busy wait) while the
+    other process holds its schema transaction. So a locked attempt looks again, after a
+    short pause, until the schema is current (the other process created it) or the busy
+    timeout has passed.
+    """
+    t = pool.tables
+    deadline = time.monotonic() + pool.busy_timeout
+    pause = 0.005
+    while _schema_version(conn, t) != SCHEMA_VERSION:
+        try:
+            # WAL is a property of the file: set once, kept by every later connection.
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise StoreError(
+                    f"SQLite database {pool.path!r} cannot use WAL mode (got {mode!r})"
+                )
+            _transaction(conn, lambda: _create_schema(conn, t))
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)  # a worker thread: the event loop is not blocked
+        pause = min(pause * 2, 0.1)
 
 
 def _schema_version(conn: sqlite3.Connection, t: _Tables) -> int | None:

@@ -211,6 +211,25 @@ def test_sqlite_survives_sigkill_of_an_appending_process(tmp_path: Path, kill_af
         conn.close()
 
 
+def test_processes_opening_a_new_file_at_once_all_open_it(tmp_path: Path) -> None:
+    # Switching a new file to WAL needs it alone; SQLite answers "database is locked"
+    # at once while another process holds its schema transaction: open() waits it out.
+    path = tmp_path / "new.db"
+    tags = [f"p{i}" for i in range(6)]
+    children = [spawn(path, "c", tag, 2) for tag in tags]
+    for child in children:
+        out, _ = child.communicate(timeout=60)
+        assert child.returncode == 0
+        assert out.split("\n")[-2] == "ack 1"
+
+    async def verify() -> None:
+        async with await SQLiteStore.open(path) as store:
+            expected = [f"{tag}-{i}" for tag in tags for i in range(2)]
+            assert_batches_once_and_contiguous(texts(await store.read("c")), "c", expected)
+
+    anyio.run(verify)
+
+
 def test_two_processes_append_to_one_file(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     count = 30
