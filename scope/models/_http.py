@@ -36,7 +36,7 @@ import httpx
 import orjson
 
 from scope import __version__
-from scope._validate import check_seconds, check_type
+from scope._validate import check_name, check_seconds, check_type
 from scope.chat import Options, Request, Response
 from scope.errors import (
     InvalidOptionsError,
@@ -127,6 +127,7 @@ class HTTPAdapter:
         "_max_retries",
         "_model",
         "_owns_client",
+        "_provider_name",
         "_retry_backoff",
         "_retry_max_delay",
         "_sleep",
@@ -149,6 +150,7 @@ class HTTPAdapter:
         headers: Mapping[str, str] | None = None,
         retry_backoff: float = 0.5,
         retry_max_delay: float = 60.0,
+        provider_name: str | None = None,
     ) -> None:
         """Validate and keep the settings every adapter takes (see the adapter's class
         docstring): ``TypeError`` for an argument of the wrong type,
@@ -192,6 +194,9 @@ class HTTPAdapter:
         self._max_retries = max_retries
         self._retry_backoff = float(retry_backoff)
         self._retry_max_delay = float(retry_max_delay)
+        if provider_name is not None:
+            check_name(provider_name, f"{wire.name} provider_name")
+        self._provider_name = wire.provider if provider_name is None else provider_name
         # Replaceable in tests: how the adapter waits between attempts.
         self._sleep = anyio.sleep
 
@@ -201,8 +206,9 @@ class HTTPAdapter:
     @property
     def provider_name(self) -> str:
         """Who serves the API: what ``scope.otel`` reports as ``gen_ai.provider.name``
-        and what the answers' provenance (``scope/provider``) says."""
-        return self._WIRE.provider
+        and what the answers' provenance (``scope/provider``) says (the adapter's default
+        unless ``provider_name`` was given: ``"deepseek"``, ``"groq"``...)."""
+        return self._provider_name
 
     async def aclose(self) -> None:
         """Close the HTTP client if this adapter created it; idempotent.

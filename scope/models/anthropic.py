@@ -208,11 +208,6 @@ class AnthropicModel(HTTPAdapter):
         """The API root requests go to (without ``/v1``), without a trailing slash."""
         return self._base_url
 
-    @property
-    def provider_name(self) -> str:
-        """``"anthropic"``: what ``scope.otel`` reports as ``gen_ai.provider.name``."""
-        return "anthropic"
-
     async def call(self, request: Request) -> Response:
         """Answer ``request`` with one complete response (``POST /v1/messages``).
 

@@ -141,7 +141,7 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.openai needs httpx: install the extra, pip install 'scope-chat[openai]'"
     ) from exc
 
-from scope._validate import check_name, check_type
+from scope._validate import check_type
 from scope.chat import Options, Request, Response
 from scope.models._http import UNSET, HTTPAdapter, Wire
 from scope.models._openai_wire import API, PROVIDER, ChunkMapper, build_body, parse_completion
@@ -189,7 +189,7 @@ class OpenAIChatModel(HTTPAdapter):
     construction, so one model works under asyncio or trio (one at a time, as httpx).
     """
 
-    __slots__ = ("_provider_name",)
+    __slots__ = ()
 
     _WIRE = Wire(
         name="OpenAIChatModel",
@@ -222,7 +222,6 @@ class OpenAIChatModel(HTTPAdapter):
         retry_max_delay: float = 60.0,
         provider_name: str = "openai",
     ) -> None:
-        check_name(provider_name, f"{type(self).__name__} provider_name")
         super().__init__(
             model,
             api_key=api_key,
@@ -234,8 +233,8 @@ class OpenAIChatModel(HTTPAdapter):
             headers=headers,
             retry_backoff=retry_backoff,
             retry_max_delay=retry_max_delay,
+            provider_name=provider_name,
         )
-        self._provider_name = provider_name
 
     # ------------------------------------------------------------------ public API
 
@@ -243,12 +242,6 @@ class OpenAIChatModel(HTTPAdapter):
     def model(self) -> str:
         """The model used when a request's options name none (may be ``""``)."""
         return self._model
-
-    @property
-    def provider_name(self) -> str:
-        """Who serves the API (``"openai"`` unless given): what ``scope.otel`` reports as
-        ``gen_ai.provider.name`` (e.g. ``"deepseek"``, ``"groq"`` for those servers)."""
-        return self._provider_name
 
     @property
     def base_url(self) -> str:
@@ -356,7 +349,7 @@ class OpenAIResponsesModel(HTTPAdapter):
     (an unknown model is a 400: ``BadRequestError``).
     """
 
-    __slots__ = ("_encrypted_reasoning", "_provider_name")
+    __slots__ = ("_encrypted_reasoning",)
 
     _WIRE = Wire(
         name="OpenAIResponsesModel",
@@ -390,7 +383,6 @@ class OpenAIResponsesModel(HTTPAdapter):
         provider_name: str = "openai",
         encrypted_reasoning: bool = True,
     ) -> None:
-        check_name(provider_name, f"{type(self).__name__} provider_name")
         check_type(encrypted_reasoning, bool, "OpenAIResponsesModel encrypted_reasoning", "a bool")
         super().__init__(
             model,
@@ -403,8 +395,8 @@ class OpenAIResponsesModel(HTTPAdapter):
             headers=headers,
             retry_backoff=retry_backoff,
             retry_max_delay=retry_max_delay,
+            provider_name=provider_name,
         )
-        self._provider_name = provider_name
         self._encrypted_reasoning = encrypted_reasoning
 
     # ------------------------------------------------------------------ public API
@@ -413,12 +405,6 @@ class OpenAIResponsesModel(HTTPAdapter):
     def model(self) -> str:
         """The model used when a request's options name none (may be ``""``)."""
         return self._model
-
-    @property
-    def provider_name(self) -> str:
-        """Who serves the API (``"openai"`` unless given): what ``scope.otel`` reports as
-        ``gen_ai.provider.name``."""
-        return self._provider_name
 
     @property
     def base_url(self) -> str:

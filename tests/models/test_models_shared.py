@@ -72,9 +72,13 @@ def test_nested_count_reads_a_details_object() -> None:
 
 
 def test_both_adapters_take_the_same_settings() -> None:
-    anthropic = inspect.signature(AnthropicModel).parameters
+    anthropic = dict(inspect.signature(AnthropicModel).parameters)
     openai = dict(inspect.signature(OpenAIChatModel).parameters)
+    # provider_name: the adapter's own name unless given ("anthropic" for None).
     assert openai.pop("provider_name").default == "openai"
+    assert anthropic.pop("provider_name").default is None
+    assert AnthropicModel("m", api_key="").provider_name == "anthropic"
+    assert AnthropicModel("m", api_key="", provider_name="bedrock").provider_name == "bedrock"
     assert list(anthropic) == list(openai)
     for name, parameter in anthropic.items():
         assert (parameter.kind, parameter.default) == (openai[name].kind, openai[name].default)
