@@ -204,6 +204,17 @@ class HTTPAdapter:
         return f"{self._WIRE.name}(model={self._model!r}, base_url={self._base_url!r})"
 
     @property
+    def model(self) -> str:
+        """The model used when a request's options name none (may be ``""``)."""
+        return self._model
+
+    @property
+    def base_url(self) -> str:
+        """The root requests go to (the ``base_url`` setting, else the environment's or
+        the adapter's default), without a trailing slash."""
+        return self._base_url
+
+    @property
     def provider_name(self) -> str:
         """Who serves the API: what ``scope.otel`` reports as ``gen_ai.provider.name``
         and what the answers' provenance (``scope/provider``) says (the adapter's default

@@ -198,16 +198,6 @@ class AnthropicModel(HTTPAdapter):
 
     # ------------------------------------------------------------------ public API
 
-    @property
-    def model(self) -> str:
-        """The model used when a request's options name none (may be ``""``)."""
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        """The API root requests go to (without ``/v1``), without a trailing slash."""
-        return self._base_url
-
     async def call(self, request: Request) -> Response:
         """Answer ``request`` with one complete response (``POST /v1/messages``).
 

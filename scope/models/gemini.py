@@ -187,16 +187,6 @@ class GeminiModel(HTTPAdapter):
 
     # ------------------------------------------------------------------ public API
 
-    @property
-    def model(self) -> str:
-        """The model used when a request's options name none (may be ``""``)."""
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        """The host root requests go to, without a trailing slash."""
-        return self._base_url
-
     async def call(self, request: Request) -> Response:
         """Answer ``request`` with one complete response (``:generateContent``).
 

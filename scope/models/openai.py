@@ -238,16 +238,6 @@ class OpenAIChatModel(HTTPAdapter):
 
     # ------------------------------------------------------------------ public API
 
-    @property
-    def model(self) -> str:
-        """The model used when a request's options name none (may be ``""``)."""
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        """The API root requests go to, without a trailing slash."""
-        return self._base_url
-
     async def call(self, request: Request) -> Response:
         """Answer ``request`` with one complete response (``POST /chat/completions``).
 
@@ -400,16 +390,6 @@ class OpenAIResponsesModel(HTTPAdapter):
         self._encrypted_reasoning = encrypted_reasoning
 
     # ------------------------------------------------------------------ public API
-
-    @property
-    def model(self) -> str:
-        """The model used when a request's options name none (may be ``""``)."""
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        """The API root requests go to, without a trailing slash."""
-        return self._base_url
 
     @property
     def encrypted_reasoning(self) -> bool:
