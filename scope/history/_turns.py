@@ -16,8 +16,9 @@
 Projections are remembered per conversation (LRU): when the next read returns the same
 message objects (stores hand out the same immutable ``Message`` objects for batches they
 decoded or appended before) plus new ones, only the new ones are grouped; the turn costs
-a ``TokenCounter`` measured for unchanged turns and the windows computed on an unchanged
-history are kept with the projection. Anything else is projected afresh.
+a ``TokenCounter`` measured for unchanged turns, the stable windows' replay steps over
+unchanged turns (``_window.py``) and the windows computed on an unchanged history are
+kept with the projection. Anything else is projected afresh.
 """
 
 from __future__ import annotations
@@ -67,14 +68,16 @@ def compaction_covers(cid: ConversationID, index: int, message: Message) -> int 
 class Projection:
     """One conversation's stored messages as the merged system message and turns.
 
-    Immutable once built (``extended`` returns a new one); ``costs`` and ``windows``
-    are caches filled by ``WindowReader`` (dict operations, atomic under the GIL)."""
+    Immutable once built (``extended`` returns a new one); ``costs``, ``replays`` and
+    ``windows`` are caches filled by ``WindowReader`` (dict operations, atomic under the
+    GIL)."""
 
     __slots__ = (
         "compaction",
         "costs",
         "covers",
         "leading",
+        "replays",
         "starts",
         "stored",
         "system",
@@ -104,14 +107,16 @@ class Projection:
         self.system = merge_systems(parts) if parts else None
         # id(counter) -> (counter, costs of turns[:len(costs)])
         self.costs: dict[int, tuple[Any, list[int]]] = {}
-        # (limit, max_tokens, id(counter)) -> (counter, window)
-        self.windows: dict[tuple[int | None, int | None, int], tuple[Any, tuple[Message, ...]]]
-        self.windows = {}
+        # window key -> (counter, (k, n, start)): the stable window's replay
+        # (``_window.py``) at its newest step, the first n messages of turn k
+        self.replays: dict[tuple[Any, ...], tuple[Any, tuple[int, int, int]]] = {}
+        # window key -> (counter, window)
+        self.windows: dict[tuple[Any, ...], tuple[Any, tuple[Message, ...]]] = {}
 
-    def messages(self, start: int = 0) -> list[Message]:
-        """The merged system message (if any), then turns[start:]."""
+    def messages(self, start: int = 0, stop: int | None = None) -> list[Message]:
+        """The merged system message (if any), then turns[start:stop]."""
         out: list[Message] = [] if self.system is None else [self.system]
-        for turn in self.turns[start:]:
+        for turn in self.turns[start:stop]:
             out.extend(turn)
         return out
 
@@ -145,6 +150,8 @@ class Projection:
         )
         for key, (counter, costs) in self.costs.items():
             out.costs[key] = (counter, costs[:stable])
+        # A replay step saw a prefix of the messages, and those only grew.
+        out.replays.update(self.replays)
         return out
 
 
