@@ -23,7 +23,6 @@ kept with the projection. Anything else is projected afresh.
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -120,10 +119,12 @@ class Projection:
             out.extend(turn)
         return out
 
-    def extended(self, cid: ConversationID, fresh: tuple[Message, ...]) -> Projection | None:
-        """This projection with ``fresh`` messages appended to the stored ones, or None
-        when they hold a system message (the merged message changes: project afresh)."""
+    def extended(self, cid: ConversationID, stored: tuple[Message, ...]) -> Projection | None:
+        """This projection over ``stored``, its own stored messages then fresh ones, or
+        None when those hold a system message (the merged message changes: project
+        afresh)."""
         old = len(self.stored)
+        fresh = stored[old:]
         turns = list(self.turns)
         starts = list(self.starts)
         stable = len(turns)  # turns before this index are unchanged
@@ -140,7 +141,7 @@ class Projection:
             leading = _group(turns, starts, message, index, leading)
             stable = min(stable, len(turns) - 1)
         out = Projection(
-            self.stored + fresh,
+            stored,
             self.systems,
             self.compaction,
             self.covers,
@@ -247,15 +248,13 @@ class Projections:
                 self._entries.move_to_end(cid)
         old = 0 if entry is None else len(entry.stored)
         projection: Projection | None = None
-        if (
-            entry is not None
-            and len(stored) >= old
-            and all(map(operator.is_, stored[:old], entry.stored))
-        ):
+        # The same messages first (identical objects: a C loop of identity checks; an
+        # equal message would do as well, the projection being a function of content).
+        if entry is not None and len(stored) >= old and stored[:old] == entry.stored:
             if len(stored) == old:
                 return entry
             _check_messages(cid, stored, old)
-            projection = entry.extended(cid, stored[old:])
+            projection = entry.extended(cid, stored)
         if projection is None:
             _check_messages(cid, stored, 0)
             projection = _fresh(cid, stored)

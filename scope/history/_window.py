@@ -136,21 +136,22 @@ class WindowReader:
     Stable windows: a window that drops its oldest turn whenever a new one lands
     changes the prefix of every request, which defeats the providers' prompt caches and
     invalidates thinking bound to its prefix (Anthropic's preserved thinking). So the
-    start is replayed over the growth of the history, turn by turn: with turns
-    ``0..k`` (after the newest compaction) and ``s`` the start with turns ``0..k-1``
-    (0 before the first turn), the start with turn ``k`` is ``s`` while the window from
-    ``s`` to ``k`` fits both limits; otherwise the v0.3 window of turns ``s+1..k`` under
-    the low water marks (the longest suffix of them that fits ``low_water``), or turn
-    ``k`` alone when that turn alone exceeds a mark. The start is thus a pure function
-    of the stored turns, the merged system message and the numbers: every process
-    reading the same store computes the same one, whatever it read before and however
-    many turns landed between its reads, and it only moves forward as turns land. It
-    does not move within a turn (nothing is stored until the turn completes, so every
-    step of a tool loop reads the same window). A new stored system message (a
-    compaction included) changes the merged message, the prefix of every window: the
-    start is then replayed afresh under it. ``low_water`` equal to its bound gives
-    v0.3's window: the start of the longest suffix of whole turns that fits (the next
-    older turn would not fit either limit), recomputed on every read.
+    start is replayed over the growth of the history, one message at a time, from
+    start 0 before the first message: when a message lands (the turns after the newest
+    compaction, the newest perhaps only begun), the start stays while the window from
+    it to that message fits both limits; otherwise it moves to v0.3's window of the
+    turns after it under the low water marks (the longest suffix of them that fits),
+    or to the newest turn alone when that turn alone exceeds a mark. The start is thus
+    a pure function of the stored messages, the merged system message and the numbers:
+    every process reading the same store computes the same one, whatever it read
+    before and however many messages landed between its reads, and it only moves
+    forward as messages land. It does not move within a turn (nothing is stored until
+    the turn completes, so every step of a tool loop reads the same window). A new
+    stored system message (a compaction included) changes the merged message, the
+    prefix of every window: the start is then replayed afresh under it. ``low_water``
+    equal to its bound gives v0.3's window instead: the start of the longest suffix of
+    whole turns that fits (the next older turn would not fit either limit), recomputed
+    on every read.
 
     Non-system messages stored before the first user message (a greeting, say) belong to
     the first turn: they are kept with it, and dropped only together with it. When the
@@ -165,18 +166,19 @@ class WindowReader:
 
     ``read`` raises ``WindowTooSmallError`` when the newest turn alone (plus the merged
     system message) does not fit. Cost: the turns, their token counts and the stable
-    start's newest two replay steps are remembered per conversation
-    (``scope/history/_turns.py``), so a read of a history that only grew groups and
-    measures only the new messages and replays the new turns (one count of the window
-    each; with the default counter the window is measured turn by turn, so a replay
-    from scratch is linear in the history); a read of an unchanged history reuses the
-    window it computed. It is read-only: it has no ``append`` or ``clear``, so it is a
-    ``Reader`` but neither a ``Writer`` nor a ``Clearer``, and it is as safe to share as
-    the reader it wraps. ``limit`` and ``max_tokens`` must each be None or an ``int``
-    (not a ``bool``; ``TypeError`` otherwise) of at least 1 (``InvalidWindowError``
-    otherwise), ``low_water`` None or an ``int`` (``TypeError`` otherwise) within its
-    bound, with a bound to go with (``InvalidWindowError`` otherwise), ``counter`` None
-    or a ``TokenCounter`` and ``reader`` a ``Reader`` (``TypeError`` otherwise).
+    start's newest replay step (three ints) are remembered per conversation
+    (``scope/history/_turns.py``), so a read of a history that only grew groups,
+    measures and replays only the new messages (a replay step is one count of the
+    window; the default counter's count is folded on by one message instead, so with it
+    a replay from scratch is linear in the history); a move counts the turns it passes
+    and a few windows; a read of an unchanged history reuses the window it computed. It
+    is read-only: it has no ``append`` or ``clear``, so it is a ``Reader`` but neither a
+    ``Writer`` nor a ``Clearer``, and it is as safe to share as the reader it wraps.
+    ``limit`` and ``max_tokens`` must each be None or an ``int`` (not a ``bool``;
+    ``TypeError`` otherwise) of at least 1 (``InvalidWindowError`` otherwise),
+    ``low_water`` None or an ``int`` (``TypeError`` otherwise) within its bound, with a
+    bound to go with (``InvalidWindowError`` otherwise), ``counter`` None or a
+    ``TokenCounter`` and ``reader`` a ``Reader`` (``TypeError`` otherwise).
     """
 
     reader: Reader = attrs.field(validator=_check_reader)
