@@ -39,8 +39,9 @@ from typing import Any
 import anyio
 
 from scope.chat import Message, Role, assistant_message, user_message
-from scope.history import Batch, DefaultTokenCounter, WindowReader
+from scope.history import Batch, ConversationID, DefaultTokenCounter, WindowReader
 from scope.history._turns import projections
+from scope.history._window import select
 from scope.history.inmemory import InMemoryStore
 from scope.metadata import Metadata
 
@@ -128,37 +129,41 @@ def table(groups: list[list[tuple[str, float]]]) -> None:
 
 
 BUDGET = 8_000
+STEPS = 200  # turns appended per case, each followed by a read
 
 
 async def bench_stable(turns: int) -> dict[str, float]:
+    """Per turn: the store's append and read, the projection (the prefix check and the
+    grouping of the new messages) and the window's selection (the stable start's
+    replay, or v0.3's search, and the output list); then the cold first read."""
     store = InMemoryStore()
-    cid = f"stable-{turns}"
+    cid = ConversationID(f"stable-{turns}")
     for i in range(turns):
         await store.append(Batch(cid, f"t{i}", _turn(i)))
-    readers = {
-        "stable": WindowReader(store, max_tokens=BUDGET),
-        "v0.3": WindowReader(store, max_tokens=BUDGET, low_water=BUDGET),
-    }
     out: dict[str, float] = {}
-    grown = [turns]  # the turns appended so far, across both readers
-    for name, reader in readers.items():
-        await reader.read(cid)  # warm
-
-        async def grow(i: int, reader: WindowReader = reader) -> None:
-            await store.append(Batch(cid, f"g{grown[0]}", _turn(grown[0])))
-            grown[0] += 1
-            await reader.read(cid)
-
-        out[f"warm {name}"] = await abest_of(grow, 40)
-        assert DefaultTokenCounter().count(await reader.read(cid)) <= BUDGET
-
-    async def floor(i: int) -> None:  # the store's part: append one turn, read it all
-        await store.append(Batch(cid, f"g{grown[0]}", _turn(grown[0])))
-        grown[0] += 1
-        await store.read(cid)
-
-    out["store"] = await abest_of(floor, 40)
+    grown = turns
     for name, low_water in (("stable", None), ("v0.3", BUDGET)):
+        counter = DefaultTokenCounter()
+        select(projections.project(cid, await store.read(cid)), None, BUDGET, counter, low_water)
+        spent = {"append": 0.0, "read": 0.0, "project": 0.0, "select": 0.0}
+        for _ in range(STEPS):
+            t0 = time.perf_counter()
+            await store.append(Batch(cid, f"g{grown}", _turn(grown)))
+            t1 = time.perf_counter()
+            stored = await store.read(cid)
+            t2 = time.perf_counter()
+            projection = projections.project(cid, stored)
+            t3 = time.perf_counter()
+            window = select(projection, None, BUDGET, counter, low_water)
+            t4 = time.perf_counter()
+            spent["append"] += t1 - t0
+            spent["read"] += t2 - t1
+            spent["project"] += t3 - t2
+            spent["select"] += t4 - t3
+            grown += 1
+        assert DefaultTokenCounter().count(window) <= BUDGET
+        for part, seconds in spent.items():
+            out[f"{name} {part}"] = seconds / STEPS
 
         async def cold(i: int, low_water: int | None = low_water) -> None:
             projections.clear()  # a fresh process: nothing remembered
@@ -167,25 +172,26 @@ async def bench_stable(turns: int) -> dict[str, float]:
             )
             await fresh.read(cid)
 
-        out[f"cold {name}"] = await abest_of(cold, 1)
+        out[f"{name} cold"] = await abest_of(cold, 1)
     return out
 
 
 def stable_table(sizes: list[int], results: list[dict[str, float]]) -> None:
-    print("Stable windows: append one turn + read (warm), first read (cold); asyncio")
-    print("(window = warm minus the store's own append + read of the whole history)")
+    print(f"Stable windows (max_tokens={BUDGET:,}), per turn: append + read, asyncio")
     print(
-        f"{'stored turns':>12} {'store':>9} {'warm stable':>12} {'window':>9} {'vs 100':>7}"
-        f" {'warm v0.3':>10} {'window':>9} {'cold stable':>12} {'cold v0.3':>10} {'ratio':>6}"
+        f"{'stored turns':>12} {'append':>8} {'read':>8} {'project':>8}"
+        f" {'select':>8} {'vs 100':>7} {'v0.3 sel':>9} {'ratio':>6}"
+        f" {'cold':>9} {'v0.3 cold':>10} {'ratio':>6}"
     )
-    base = results[0]["warm stable"] - results[0]["store"]
+    base = results[0]["stable select"]
     for turns, row in zip(sizes, results, strict=True):
-        st, ws, wv = row["store"], row["warm stable"], row["warm v0.3"]
-        cs, cv = row["cold stable"], row["cold v0.3"]
+        sel, old = row["stable select"], row["v0.3 select"]
+        cold, old_cold = row["stable cold"], row["v0.3 cold"]
         print(
-            f"{turns:>12,} {st * 1e6:7.1f}us {ws * 1e6:10.1f}us {(ws - st) * 1e6:7.1f}us"
-            f" {(ws - st) / base:6.2f}x {wv * 1e6:8.1f}us {(wv - st) * 1e6:7.1f}us"
-            f" {cs * 1e3:10.1f}ms {cv * 1e3:8.1f}ms {cs / cv:5.2f}x"
+            f"{turns:>12,} {row['stable append'] * 1e6:6.1f}us {row['stable read'] * 1e6:6.1f}us"
+            f" {row['stable project'] * 1e6:6.1f}us {sel * 1e6:6.1f}us {sel / base:6.2f}x"
+            f" {old * 1e6:7.1f}us {sel / old:5.2f}x"
+            f" {cold * 1e3:7.1f}ms {old_cold * 1e3:8.1f}ms {cold / old_cold:5.2f}x"
         )
     print()
 

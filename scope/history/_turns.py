@@ -106,9 +106,10 @@ class Projection:
         self.system = merge_systems(parts) if parts else None
         # id(counter) -> (counter, costs of turns[:len(costs)])
         self.costs: dict[int, tuple[Any, list[int]]] = {}
-        # window key -> (counter, (k, n, start)): the stable window's replay
-        # (``_window.py``) at its newest step, the first n messages of turn k
-        self.replays: dict[tuple[Any, ...], tuple[Any, tuple[int, int, int]]] = {}
+        # window key -> (counter, (k, n, start, sizes, folded)): the stable window's
+        # replay (``_window.py``) at its newest step, the first n messages of turn k,
+        # with the last measures of its window
+        self.replays: dict[tuple[Any, ...], tuple[Any, tuple[int, int, int, Any, Any]]] = {}
         # window key -> (counter, window)
         self.windows: dict[tuple[Any, ...], tuple[Any, tuple[Message, ...]]] = {}
 

@@ -166,7 +166,7 @@ class WindowReader:
 
     ``read`` raises ``WindowTooSmallError`` when the newest turn alone (plus the merged
     system message) does not fit. Cost: the turns, their token counts and the stable
-    start's newest replay step (three ints) are remembered per conversation
+    start's newest replay step (a few ints) are remembered per conversation
     (``scope/history/_turns.py``), so a read of a history that only grew groups,
     measures and replays only the new messages (a replay step is one count of the
     window; the default counter's count is folded on by one message instead, so with it
@@ -327,14 +327,14 @@ def _replay(
     """The stable window's start (see ``WindowReader``), replayed message by message
     from the newest step remembered on the projection (a history that only grew keeps
     every message that step saw), so a read replays only the messages that landed
-    since."""
+    since; the measure of the window at that step is remembered with it."""
     turns = projection.turns
     entry = projection.replays.get(key)
+    meter = _Meter(projection, counter)
     if entry is not None and entry[0] is counter:
-        k, n, start = entry[1]
+        k, n, start, meter.sizes, meter.folded = entry[1]
     else:
         k, n, start = 0, 0, 0  # before the first message
-    meter = _Meter(projection, counter)
     while True:
         if n < len(turns[k]):
             n += 1  # the next message of turn k
@@ -343,7 +343,7 @@ def _replay(
         else:
             break
         start = _step(projection, meter, start, k, n, hard, low, counter)
-    projection.replays[key] = (counter, (k, n, start))
+    projection.replays[key] = (counter, (k, n, start, meter.sizes, meter.folded))
     return start
 
 
@@ -367,23 +367,28 @@ def _step(
     return k if target is None else target
 
 
+#: A window measured at a replay step: its start, the step (turn k, its first n
+#: messages) and the measure (a message count, or ``DefaultTokenCounter._fold``'s state).
+_Measured = tuple[int, int, int, Any]
+
+
 @final
 class _Meter:
-    """Measures ``system + turns[start..k-1] + turns[k][:n]`` for one replay, in
-    messages and in tokens. While the start stays, each step adds one message: with a
-    ``DefaultTokenCounter`` the count is folded on by that message
-    (``DefaultTokenCounter._fold``, the same number as counting the window whole), and
-    the message count by one; any other counter counts each window whole."""
+    """Measures ``system + turns[start..k-1] + turns[k][:n]`` in a replay, in messages
+    and in tokens. The last measure of each kind is kept (``sizes``, ``folded``, and
+    with the replay step on the projection): while the start stays, the next step's
+    adds the messages since. With a ``DefaultTokenCounter`` tokens are folded on
+    (``DefaultTokenCounter._fold``, the same number as counting the window whole); any
+    other counter counts each window whole."""
 
-    __slots__ = ("_counter", "_fold", "_projection", "_sizes", "_state")
+    __slots__ = ("_counter", "_fold", "_projection", "folded", "sizes")
 
     def __init__(self, projection: Projection, counter: TokenCounter) -> None:
         self._projection = projection
         self._counter = counter
         self._fold = counter._fold if type(counter) is DefaultTokenCounter else None
-        # (start, k, n, messages) and (start, k, n, fold state) of the last window measured
-        self._sizes: tuple[int, int, int, int] | None = None
-        self._state: tuple[int, int, int, Fold] | None = None
+        self.sizes: _Measured | None = None
+        self.folded: _Measured | None = None
 
     def fits(self, start: int, k: int, n: int, hard: _Bounds) -> bool:
         limit, budget = hard
@@ -393,13 +398,13 @@ class _Meter:
 
     def _messages(self, start: int, k: int, n: int) -> int:
         projection = self._projection
-        sizes = self._sizes
-        if sizes is not None and sizes[0] == start and _next(sizes[1], sizes[2], k, n):
-            total = sizes[3] + 1
+        sizes = self.sizes
+        if sizes is not None and sizes[0] == start and (sizes[1], sizes[2]) <= (k, n):
+            total = int(sizes[3]) + len(_since(projection, sizes[1], sizes[2], k, n))
         else:
             total = (projection.system is not None) + n
             total += sum(len(turn) for turn in projection.turns[start:k])
-        self._sizes = (start, k, n, total)
+        self.sizes = (start, k, n, total)
         return total
 
     def _tokens(self, start: int, k: int, n: int) -> int:
@@ -407,18 +412,25 @@ class _Meter:
         fold = self._fold
         if fold is None:
             return _count(self._counter, _window_messages(projection, start, k, n))
-        state = self._state
-        if state is not None and state[0] == start and _next(state[1], state[2], k, n):
-            folded = fold(state[3], (projection.turns[k][n - 1],))
+        folded = self.folded
+        if folded is not None and folded[0] == start and (folded[1], folded[2]) <= (k, n):
+            state: Fold = fold(folded[3], _since(projection, folded[1], folded[2], k, n))
         else:
-            folded = fold(FOLD_START, _window_messages(projection, start, k, n))
-        self._state = (start, k, n, folded)
-        return folded[0]
+            state = fold(FOLD_START, _window_messages(projection, start, k, n))
+        self.folded = (start, k, n, state)
+        return state[0]
 
 
-def _next(k0: int, n0: int, k: int, n: int) -> bool:
-    """Whether position ``(k, n)`` is one message after ``(k0, n0)``."""
-    return (k == k0 and n == n0 + 1) or (k == k0 + 1 and n == 1)
+def _since(projection: Projection, k0: int, n0: int, k: int, n: int) -> list[Message]:
+    """The messages after step ``(k0, n0)`` up to step ``(k, n)``."""
+    turns = projection.turns
+    if k0 == k:
+        return list(turns[k][n0:n])
+    out = list(turns[k0][n0:])
+    for turn in turns[k0 + 1 : k]:
+        out.extend(turn)
+    out.extend(turns[k][:n])
+    return out
 
 
 def _window_messages(projection: Projection, start: int, k: int, n: int) -> list[Message]:

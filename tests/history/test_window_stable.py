@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import attrs
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from scope.chat import (
@@ -529,8 +529,12 @@ def test_the_start_only_moves_forward_as_the_history_grows(
     messages: list[Message], bounds: tuple[int | None, int | None, int | None]
 ) -> None:
     """(b) read after every message: the start never moves back (system messages only
-    before the first turn here: a new one changes every window's prefix)."""
+    before the first turn here: a new one changes every window's prefix). Not for
+    ``low_water`` at its bound: v0.3's window, recomputed, which may move back when an
+    answer's stored usage makes the window smaller than its estimate."""
     limit, max_tokens, low_water = bounds
+    bound = max_tokens if max_tokens is not None else limit
+    assume(low_water is None or low_water != bound)
     projections.clear()
     cid = ConversationID("forward")
     last = 0
