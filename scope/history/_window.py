@@ -331,7 +331,7 @@ def _replay(
     turns = projection.turns
     entry = projection.replays.get(key)
     meter = _Meter(projection, counter)
-    if entry is not None and entry[0] is counter:
+    if entry is not None and (hard[1] is None or entry[0] is counter):
         k, n, start, meter.sizes, meter.folded = entry[1]
     else:
         k, n, start = 0, 0, 0  # before the first message
@@ -484,7 +484,9 @@ def _token_start(
     head = [] if system is None else [system]
 
     def fits(start: int) -> bool:
-        return _count(counter, [*projection.messages(start, newest), *last]) <= budget
+        window = projection.messages(start, newest)
+        window.extend(last)
+        return _count(counter, window) <= budget
 
     measured = _count(counter, [*head, *last])
     if measured > budget:
