@@ -46,6 +46,7 @@ from scope.history import (
     ConversationID,
     DefaultTokenCounter,
     Middleware,
+    TokenCounter,
     WindowReader,
     compact,
 )
@@ -98,6 +99,9 @@ class _Whole:
 
     def count(self, messages: Sequence[Message]) -> int:
         return COUNTER.count(messages)
+
+
+WHOLE = _Whole()
 
 
 # -- validation -----------------------------------------------------------------------------
@@ -491,15 +495,22 @@ def _turn_starts(rest: Sequence[Message]) -> list[int]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_histories(), _bounds(), st.lists(st.integers(0, 60), max_size=6))
+@given(
+    _histories(),
+    _bounds(),
+    st.lists(st.integers(0, 60), max_size=6),
+    st.sampled_from([COUNTER, WHOLE]),
+)
 def test_incremental_equals_from_scratch_for_any_read_schedule(
     messages: list[Message],
     bounds: tuple[int | None, int | None, int | None],
     schedule: list[int],
+    counter: TokenCounter,
 ) -> None:
     """(c) read at any points of the growth (each read extends the remembered
     projection, or projects afresh): the window equals the one computed from scratch,
-    and (a) it fits both bounds, whole turns only."""
+    and (a) it fits both bounds, whole turns only; with the default counter (folded)
+    and with the same numbers counted whole."""
     limit, max_tokens, low_water = bounds
     projections.clear()
     cid = ConversationID("schedule")
@@ -507,13 +518,17 @@ def test_incremental_equals_from_scratch_for_any_read_schedule(
     for cut in cuts:
         prefix = messages[:cut]
         try:
-            fresh = window(prefix, limit, max_tokens=max_tokens, low_water=low_water)
+            fresh = window(
+                prefix, limit, max_tokens=max_tokens, counter=counter, low_water=low_water
+            )
         except WindowTooSmallError:
             with pytest.raises(WindowTooSmallError):
-                select(projections.project(cid, prefix), limit, max_tokens, COUNTER, low_water)
+                select(projections.project(cid, prefix), limit, max_tokens, counter, low_water)
             continue
-        got = select(projections.project(cid, prefix), limit, max_tokens, COUNTER, low_water)
+        got = select(projections.project(cid, prefix), limit, max_tokens, counter, low_water)
         assert got == fresh
+        if counter is WHOLE:  # the same numbers: the same window
+            assert got == window(prefix, limit, max_tokens=max_tokens, low_water=low_water)
         assert limit is None or len(got) <= limit
         rest = [m for m in prefix if m.role is not Role.SYSTEM]
         # (Without a turn the window is the merged system message, whatever its size.)
