@@ -1,7 +1,9 @@
-"""WindowReader: a token budget against a message limit (DESIGN §6d).
+"""WindowReader: a token budget against a message limit (DESIGN §6d), and the cost of a
+stable window's start as the history grows (§6g).
 
-An in-memory store holds 100 or 1,000 turns (user question, assistant answer carrying
-stored usage). Each row is one ``read`` through a ``WindowReader`` under asyncio:
+Part 1. An in-memory store holds 100 or 1,000 turns (user question, assistant answer
+carrying stored usage). Each row is one ``read`` through a v0.3 ``WindowReader``
+(``low_water`` at its bound: the tightest sliding window) under asyncio:
 
 - warm: the history is unchanged since the last read (the usual case for a reader that
   serves one conversation while its model answers);
@@ -11,6 +13,19 @@ stored usage). Each row is one ``read`` through a ``WindowReader`` under asyncio
 The floor of each group is ``WindowReader(store, limit=...)`` choosing the same window
 (the same number of messages) as the budgeted reader, so the ratio is the price of the
 token budget. Acceptance: warm ratio <= 1.2 at 100 and 1,000 turns.
+
+Part 2. The same turns, 100, 1,000 and 10,000 of them, through
+``WindowReader(store, max_tokens=8_000)`` (the stable window, default ``low_water``)
+and, side by side, v0.3's window (``low_water=8_000``):
+
+- warm, per turn: one turn appended, then one read by a reader that has read the
+  history before (what the history Middleware does on every turn): the stable window
+  replays the new turn's two messages; a move now and then counts the turns it
+  passes. Acceptance: flat from 100 to 10,000 turns;
+- cold: the first read of the whole history by a fresh process (the projections and
+  the counter's estimates forgotten): the stable start is replayed from the first
+  message (with the default counter, the window's count is folded on a message at a
+  time: linear in the history).
 
 Run: ``python benchmarks/bench_window.py``
 """
@@ -24,7 +39,9 @@ from typing import Any
 import anyio
 
 from scope.chat import Message, Role, assistant_message, user_message
-from scope.history import Batch, DefaultTokenCounter, WindowReader
+from scope.history import Batch, ConversationID, DefaultTokenCounter, WindowReader
+from scope.history._turns import projections
+from scope.history._window import select
 from scope.history.inmemory import InMemoryStore
 from scope.metadata import Metadata
 
@@ -62,9 +79,9 @@ async def bench(turns: int) -> list[tuple[str, float]]:
     for i in range(turns):
         await store.append(Batch(cid, f"t{i}", _turn(i)))
     budget = 8_000  # about 90 turns of this shape
-    tokens = WindowReader(store, max_tokens=budget)
+    tokens = WindowReader(store, max_tokens=budget, low_water=budget)
     size = len(await tokens.read(cid))
-    limit = WindowReader(store, size)
+    limit = WindowReader(store, size, low_water=size)
     assert len(await limit.read(cid)) == size
     assert DefaultTokenCounter().count(await tokens.read(cid)) <= budget
 
@@ -111,8 +128,78 @@ def table(groups: list[list[tuple[str, float]]]) -> None:
     print()
 
 
+BUDGET = 8_000
+STEPS = 200  # turns appended per case, each followed by a read
+
+
+async def bench_stable(turns: int) -> dict[str, float]:
+    """Per turn: the store's append and read, the projection (the prefix check and the
+    grouping of the new messages) and the window's selection (the stable start's
+    replay, or v0.3's search, and the output list); then the cold first read."""
+    store = InMemoryStore()
+    cid = ConversationID(f"stable-{turns}")
+    for i in range(turns):
+        await store.append(Batch(cid, f"t{i}", _turn(i)))
+    out: dict[str, float] = {}
+    grown = turns
+    for name, low_water in (("stable", None), ("v0.3", BUDGET)):
+        counter = DefaultTokenCounter()
+        select(projections.project(cid, await store.read(cid)), None, BUDGET, counter, low_water)
+        spent = {"append": 0.0, "read": 0.0, "project": 0.0, "select": 0.0}
+        for _ in range(STEPS):
+            t0 = time.perf_counter()
+            await store.append(Batch(cid, f"g{grown}", _turn(grown)))
+            t1 = time.perf_counter()
+            stored = await store.read(cid)
+            t2 = time.perf_counter()
+            projection = projections.project(cid, stored)
+            t3 = time.perf_counter()
+            window = select(projection, None, BUDGET, counter, low_water)
+            t4 = time.perf_counter()
+            spent["append"] += t1 - t0
+            spent["read"] += t2 - t1
+            spent["project"] += t3 - t2
+            spent["select"] += t4 - t3
+            grown += 1
+        assert DefaultTokenCounter().count(window) <= BUDGET
+        for part, seconds in spent.items():
+            out[f"{name} {part}"] = seconds / STEPS
+
+        async def cold(i: int, low_water: int | None = low_water) -> None:
+            projections.clear()  # a fresh process: nothing remembered
+            fresh = WindowReader(
+                store, max_tokens=BUDGET, counter=DefaultTokenCounter(), low_water=low_water
+            )
+            await fresh.read(cid)
+
+        out[f"{name} cold"] = await abest_of(cold, 1)
+    return out
+
+
+def stable_table(sizes: list[int], results: list[dict[str, float]]) -> None:
+    print(f"Stable windows (max_tokens={BUDGET:,}), per turn: append + read, asyncio")
+    print(
+        f"{'stored turns':>12} {'append':>8} {'read':>8} {'project':>8}"
+        f" {'select':>8} {'vs 100':>7} {'v0.3 sel':>9} {'ratio':>6}"
+        f" {'cold':>9} {'v0.3 cold':>10} {'ratio':>6}"
+    )
+    base = results[0]["stable select"]
+    for turns, row in zip(sizes, results, strict=True):
+        sel, old = row["stable select"], row["v0.3 select"]
+        cold, old_cold = row["stable cold"], row["v0.3 cold"]
+        print(
+            f"{turns:>12,} {row['stable append'] * 1e6:6.1f}us {row['stable read'] * 1e6:6.1f}us"
+            f" {row['stable project'] * 1e6:6.1f}us {sel * 1e6:6.1f}us {sel / base:6.2f}x"
+            f" {old * 1e6:7.1f}us {sel / old:5.2f}x"
+            f" {cold * 1e3:7.1f}ms {old_cold * 1e3:8.1f}ms {cold / old_cold:5.2f}x"
+        )
+    print()
+
+
 async def main() -> None:
     table([await bench(100), await bench(1000)])
+    sizes = [100, 1000, 10_000]
+    stable_table(sizes, [await bench_stable(n) for n in sizes])
 
 
 if __name__ == "__main__":

@@ -126,9 +126,13 @@ class DefaultTokenCounter:
 
     def count(self, messages: Sequence[Message]) -> int:
         """The tokens ``messages`` take (see the class docstring)."""
-        total = 0
-        anchor: _Info | None = None  # the last message with stored usage
-        pending = 0  # estimated tokens counted since the anchor
+        return self._fold(FOLD_START, messages)[0]
+
+    def _fold(self, state: Fold, messages: Sequence[Message]) -> Fold:
+        """The count as a left fold: ``_fold(_fold(FOLD_START, a), b)`` is the state of
+        ``a + b``, its first item ``count(a + b)``. ``WindowReader`` measures a stable
+        window that grows by a turn with it, without counting it again from its start."""
+        total, anchor, pending = state
         info = self._info
         for message in messages:
             entry = info(message)
@@ -147,7 +151,7 @@ class DefaultTokenCounter:
             total += usage[3]
             anchor = entry
             pending = 0
-        return total
+        return total, anchor, pending
 
     def _info(self, message: Message) -> _Info:
         memo = self._memo
@@ -217,6 +221,11 @@ def _source(message: Message) -> tuple[str, str] | None:
 _Usage = tuple[str, str, int, int]
 #: A message's estimate and its stored usage (None: it has none).
 _Info = tuple[int, "_Usage | None"]
+#: ``DefaultTokenCounter.fold``'s state: the count so far, the last message with stored
+#: usage (its ``_Info``, None before the first) and the estimated tokens counted since it.
+Fold = tuple[int, "_Info | None", int]
+#: The state of no messages.
+FOLD_START: Final[Fold] = (0, None, 0)
 
 
 @final

@@ -16,13 +16,13 @@
 Projections are remembered per conversation (LRU): when the next read returns the same
 message objects (stores hand out the same immutable ``Message`` objects for batches they
 decoded or appended before) plus new ones, only the new ones are grouped; the turn costs
-a ``TokenCounter`` measured for unchanged turns and the windows computed on an unchanged
-history are kept with the projection. Anything else is projected afresh.
+a ``TokenCounter`` measured for unchanged turns, the stable windows' replay steps over
+unchanged turns (``_window.py``) and the windows computed on an unchanged history are
+kept with the projection. Anything else is projected afresh.
 """
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -67,14 +67,16 @@ def compaction_covers(cid: ConversationID, index: int, message: Message) -> int 
 class Projection:
     """One conversation's stored messages as the merged system message and turns.
 
-    Immutable once built (``extended`` returns a new one); ``costs`` and ``windows``
-    are caches filled by ``WindowReader`` (dict operations, atomic under the GIL)."""
+    Immutable once built (``extended`` returns a new one); ``costs``, ``replays`` and
+    ``windows`` are caches filled by ``WindowReader`` (dict operations, atomic under the
+    GIL)."""
 
     __slots__ = (
         "compaction",
         "costs",
         "covers",
         "leading",
+        "replays",
         "starts",
         "stored",
         "system",
@@ -104,21 +106,26 @@ class Projection:
         self.system = merge_systems(parts) if parts else None
         # id(counter) -> (counter, costs of turns[:len(costs)])
         self.costs: dict[int, tuple[Any, list[int]]] = {}
-        # (limit, max_tokens, id(counter)) -> (counter, window)
-        self.windows: dict[tuple[int | None, int | None, int], tuple[Any, tuple[Message, ...]]]
-        self.windows = {}
+        # window key -> (counter, (k, n, start, sizes, folded)): the stable window's
+        # replay (``_window.py``) at its newest step, the first n messages of turn k,
+        # with the last measures of its window
+        self.replays: dict[tuple[Any, ...], tuple[Any, tuple[int, int, int, Any, Any]]] = {}
+        # window key -> (counter, window)
+        self.windows: dict[tuple[Any, ...], tuple[Any, tuple[Message, ...]]] = {}
 
-    def messages(self, start: int = 0) -> list[Message]:
-        """The merged system message (if any), then turns[start:]."""
+    def messages(self, start: int = 0, stop: int | None = None) -> list[Message]:
+        """The merged system message (if any), then turns[start:stop]."""
         out: list[Message] = [] if self.system is None else [self.system]
-        for turn in self.turns[start:]:
+        for turn in self.turns[start:stop]:
             out.extend(turn)
         return out
 
-    def extended(self, cid: ConversationID, fresh: tuple[Message, ...]) -> Projection | None:
-        """This projection with ``fresh`` messages appended to the stored ones, or None
-        when they hold a system message (the merged message changes: project afresh)."""
+    def extended(self, cid: ConversationID, stored: tuple[Message, ...]) -> Projection | None:
+        """This projection over ``stored``, its own stored messages then fresh ones, or
+        None when those hold a system message (the merged message changes: project
+        afresh)."""
         old = len(self.stored)
+        fresh = stored[old:]
         turns = list(self.turns)
         starts = list(self.starts)
         stable = len(turns)  # turns before this index are unchanged
@@ -135,7 +142,7 @@ class Projection:
             leading = _group(turns, starts, message, index, leading)
             stable = min(stable, len(turns) - 1)
         out = Projection(
-            self.stored + fresh,
+            stored,
             self.systems,
             self.compaction,
             self.covers,
@@ -145,6 +152,8 @@ class Projection:
         )
         for key, (counter, costs) in self.costs.items():
             out.costs[key] = (counter, costs[:stable])
+        # A replay step saw a prefix of the messages, and those only grew.
+        out.replays.update(self.replays)
         return out
 
 
@@ -240,15 +249,13 @@ class Projections:
                 self._entries.move_to_end(cid)
         old = 0 if entry is None else len(entry.stored)
         projection: Projection | None = None
-        if (
-            entry is not None
-            and len(stored) >= old
-            and all(map(operator.is_, stored[:old], entry.stored))
-        ):
+        # The same messages first (identical objects: a C loop of identity checks; an
+        # equal message would do as well, the projection being a function of content).
+        if entry is not None and len(stored) >= old and stored[:old] == entry.stored:
             if len(stored) == old:
                 return entry
             _check_messages(cid, stored, old)
-            projection = entry.extended(cid, stored[old:])
+            projection = entry.extended(cid, stored)
         if projection is None:
             _check_messages(cid, stored, 0)
             projection = _fresh(cid, stored)

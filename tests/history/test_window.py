@@ -65,7 +65,9 @@ def _simple_turn(tag: str) -> list[Message]:
 
 
 async def _read(messages: list[Message], limit: int) -> list[Message]:
-    return await WindowReader(_ListReader(messages), limit).read("c")
+    """v0.3's window (``low_water=limit``: no stable start), the longest fitting suffix;
+    the stable start is tested in test_window_stable.py."""
+    return await WindowReader(_ListReader(messages), limit, low_water=limit).read("c")
 
 
 # -- construction ------------------------------------------------------------------------
@@ -311,7 +313,7 @@ def test_window_is_the_longest_fitting_suffix_of_whole_turns(kinds: list[str], l
     # Every candidate: a suffix of rest starting at a user message.
     fitting = [rest[s:] for s in starts if len(rest) - s <= room]
     try:
-        out = window(messages, limit)
+        out = window(messages, limit, low_water=limit)
     except WindowTooSmallError:
         assert starts and not fitting
         return

@@ -201,9 +201,13 @@ def _turn(i: int, size: int = 40) -> list[Message]:
 
 async def test_budget_keeps_the_newest_whole_turns() -> None:
     messages = [*_turn(0), *_turn(1), *_turn(2)]  # each turn: 2 * (4 + 10) = 28
-    assert await WindowReader(_ListReader(messages), max_tokens=56).read("c") == messages[2:]
-    assert await WindowReader(_ListReader(messages), max_tokens=55).read("c") == messages[4:]
-    assert await WindowReader(_ListReader(messages), max_tokens=84).read("c") == messages
+
+    def tightest(budget: int) -> WindowReader:  # v0.3's window: no stable start
+        return WindowReader(_ListReader(messages), max_tokens=budget, low_water=budget)
+
+    assert await tightest(56).read("c") == messages[2:]
+    assert await tightest(55).read("c") == messages[4:]
+    assert await tightest(84).read("c") == messages
 
 
 async def test_newest_turn_over_budget_raises_window_too_small() -> None:
@@ -216,16 +220,16 @@ async def test_newest_turn_over_budget_raises_window_too_small() -> None:
 
 async def test_limit_and_max_tokens_both_apply() -> None:
     messages = [*_turn(0), *_turn(1), *_turn(2)]
-    reader = WindowReader(_ListReader(messages), 4, max_tokens=1000)
+    reader = WindowReader(_ListReader(messages), 4, max_tokens=1000, low_water=1000)
     assert await reader.read("c") == messages[2:]
-    reader = WindowReader(_ListReader(messages), 100, max_tokens=28)
+    reader = WindowReader(_ListReader(messages), 100, max_tokens=28, low_water=28)
     assert await reader.read("c") == messages[4:]
 
 
 async def test_counts_of_unchanged_turns_are_not_recomputed() -> None:
     store = InMemoryStore()
     counter = _Fixed()
-    reader = WindowReader(store, max_tokens=1_000, counter=counter)
+    reader = WindowReader(store, max_tokens=1_000, counter=counter, low_water=1_000)
     for i in range(50):
         await store.append(Batch("unchanged", f"t{i}", _turn(i)))
     await reader.read("unchanged")
@@ -245,8 +249,12 @@ async def test_a_new_counter_is_not_served_another_counters_window() -> None:
     store = InMemoryStore()
     for i in range(3):
         await store.append(Batch("two-counters", f"t{i}", _turn(i)))
-    assert len(await WindowReader(store, max_tokens=4, counter=_Fixed()).read("two-counters")) == 4
-    assert len(await WindowReader(store, max_tokens=4, counter=_Fixed(2)).read("two-counters")) == 2
+    one, two = _Fixed(), _Fixed(2)
+    assert len(await WindowReader(store, max_tokens=4, counter=one).read("two-counters")) == 2
+    assert len(await WindowReader(store, max_tokens=4, counter=two).read("two-counters")) == 2
+    tightest = {"max_tokens": 4, "low_water": 4}
+    assert len(await WindowReader(store, counter=one, **tightest).read("two-counters")) == 4
+    assert len(await WindowReader(store, counter=two, **tightest).read("two-counters")) == 2
 
 
 async def test_the_middleware_stores_usage_and_response_id() -> None:
@@ -330,7 +338,7 @@ def test_token_window_is_whole_turns_within_budget_and_maximal(
         return limit is None or len(head) + len(rest) - start <= limit
 
     try:
-        out = window(messages, limit, max_tokens=budget)
+        out = window(messages, limit, max_tokens=budget, low_water=budget)
     except WindowTooSmallError:
         assert starts
         assert size(starts[-1]) > budget or not allowed(starts[-1])
