@@ -164,6 +164,12 @@ class PostgresStore(RecordScanning, RecordStore):
       (``FoldedTurnLeaser``) are one server-side function call each, one transaction
       and one round trip: ``acquire_turn_view`` the same upsert and then the view,
       ``append_release_turn`` the append function and then the holder's release.
+      ``acquire_turn_view``'s transaction writes only the lease and commits
+      asynchronously (``synchronous_commit`` off for it alone, so it does not wait for
+      the WAL flush): a server crash within a fraction of a second of it may forget
+      that lease, so two turns may then run at once and the fence refuses the later
+      commit, as it does whenever a lease is lost. Appends, releases and clears
+      commit as the server's ``synchronous_commit`` says.
     - **Reconnects.** When the connection drops (server restart, ``pg_terminate_backend``,
       network), the operation is retried once on a fresh connection; every operation is
       idempotent (an append's retry is recognised by its append id), so the batch lands
@@ -758,12 +764,16 @@ class _Statements:
             # released in one transaction, so the view holds every batch it appended.
             # The first column says whether the lease is the holder's (one row of
             # NULLs when not); an unknown conversation is one row (held, open, 0).
+            # Its transaction writes only the lease, and commits without waiting for
+            # the WAL flush (synchronous_commit off, for this transaction only): a
+            # lease is not history, and the flush was most of the step's cost.
             f"CREATE OR REPLACE FUNCTION {acquire_view}("
             "p_cid TEXT, p_holder TEXT, p_ttl FLOAT8) "
             "RETURNS TABLE (r_held BOOLEAN, r_closed BOOLEAN, r_length BIGINT, "
             "r_append_id TEXT, r_digest TEXT, r_messages BYTEA) "
             "LANGUAGE plpgsql AS $fn$\n"
             "BEGIN\n"
+            "  PERFORM set_config('synchronous_commit', 'off', true);\n"
             "  "
             + take_lease.replace("$1", "p_cid").replace("$2", "p_holder").replace("$3", "p_ttl")
             + ";\n"
