@@ -143,7 +143,7 @@ async def large_sqlite(tmp: str, count: int) -> None:
             ((f"conversation-{i:08d}",) for i in range(count)),
         )
     conn.close()
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     async with await SQLiteStore.open(path) as store:
         tracemalloc.start()
         start = time.perf_counter()

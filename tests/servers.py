@@ -136,7 +136,8 @@ async def drop_tables(dsn: str, prefix: str) -> None:
             f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations", '
             f'"{prefix}_schema", '
             f'"{prefix}_leases";'
-            f'DROP FUNCTION IF EXISTS "{prefix}_append"'
+            f'DROP FUNCTION IF EXISTS "{prefix}_append", "{prefix}_acquire_view", '
+            f'"{prefix}_commit_turn"'
         )
     finally:
         await conn.close()

@@ -105,6 +105,7 @@ EXPECTED: dict[str, list[str]] = {
         "AppendID",
         "Batch",
         "BatchReader",
+        "COMPACTION_KEY",
         "Clearer",
         "CommitError",
         "ConversationClosedError",

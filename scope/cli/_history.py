@@ -27,8 +27,15 @@ from scope.errors import (
     InvalidConversationIDError,
     StoreError,
 )
-from scope.history import AppendID, Batch, BatchReader, ConversationID, ViewReader, compact
-from scope.history._turns import COMPACTION_KEY
+from scope.history import (
+    COMPACTION_KEY,
+    AppendID,
+    Batch,
+    BatchReader,
+    ConversationID,
+    ViewReader,
+    compact,
+)
 from scope.historystores import SCHEMA_VERSION
 
 __all__ = [

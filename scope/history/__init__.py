@@ -29,6 +29,7 @@ from scope.history._protocols import ViewReader as ViewReader
 from scope.history._protocols import Writer as Writer
 from scope.history._tokens import DefaultTokenCounter as DefaultTokenCounter
 from scope.history._tokens import TokenCounter as TokenCounter
+from scope.history._turns import COMPACTION_KEY as COMPACTION_KEY
 from scope.history._view import HistoryView as HistoryView
 from scope.history._window import WindowReader as WindowReader
 
@@ -37,6 +38,7 @@ __all__ = [
     "AppendID",
     "Batch",
     "BatchReader",
+    "COMPACTION_KEY",
     "Clearer",
     "CommitError",
     "ConversationClosedError",

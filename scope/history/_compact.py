@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Sequence
 from typing import Final
+
+import anyio
 
 from scope.chat import (
     Message,
@@ -31,8 +34,14 @@ from scope.history._view import HistoryView
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "compact", "compaction_append_id"]
 
-#: How many times ``compact`` re-reads and retries when the conversation changed under it.
-ATTEMPTS: Final = 5
+#: How many times ``compact`` reads, summarises and appends before it gives up when the
+#: conversation changed under it every time.
+ATTEMPTS: Final = 8
+
+#: The pause before the second attempt, in seconds; it doubles per attempt up to
+#: ``BACKOFF_CAP`` (see ``backoff_delay``).
+BACKOFF_FIRST: Final = 0.02
+BACKOFF_CAP: Final = 1.0
 
 #: What the summarizer is told when ``instructions`` is None.
 DEFAULT_INSTRUCTIONS: Final = (
@@ -43,6 +52,16 @@ DEFAULT_INSTRUCTIONS: Final = (
     "stated, what the tools returned that still matters, and what is open or was "
     "promised. Write only the summary, in plain prose or short lists, without a preamble."
 )
+
+
+def backoff_delay(retry: int, jitter: float) -> float:
+    """The pause before retry number ``retry`` (1 for the second attempt): ``d =
+    min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (retry - 1))``, of which half is fixed and
+    half scaled by ``jitter`` (a number in [0, 1), random per pause), so the pause lies
+    in [d/2, d): compactions and turns that raced once spread apart, and a burst of
+    turns has time to pass."""
+    delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2.0 ** (retry - 1))
+    return delay / 2 + delay / 2 * jitter
 
 
 def compaction_append_id(conversation_id: str, boundary: int) -> AppendID:
@@ -86,9 +105,13 @@ async def compact(
     Returns the receipt, or None when there is nothing to compact (fewer than
     ``keep_turns + 1`` turns since the newest compaction). When a turn lands during
     the summarizer call (``HistoryChangedError``) or a concurrent compaction of the same
-    boundary landed a different summary (``AppendConflictError``), it reads the view
-    again and starts over: the boundary is recomputed (and a concurrent compaction's
-    summary counts as done), at most 5 times; then the last of those errors is raised.
+    boundary landed a different summary (``AppendConflictError``), it pauses, reads the
+    view again and starts over: the boundary is recomputed (and a concurrent
+    compaction's summary counts as done). The pauses back off with jitter (20 ms
+    doubling to 1 s, each between half and all of that: ``backoff_delay``), at most 8
+    attempts (so at most 8 summarizer calls); then the last of those errors is raised,
+    its message naming the attempts and what raced each (the length the batch expected
+    and the length found).
     A closed conversation raises ``ConversationClosedError`` before the summarizer is
     called; the summarizer's errors propagate, and an answer without text raises
     ``InvalidResponseError``, nothing appended. Invalid arguments raise ``TypeError``
@@ -116,7 +139,10 @@ async def compact(
     cid = ConversationID(conversation_id)
     prompt = DEFAULT_INSTRUCTIONS if instructions is None else instructions
     failure: HistoryChangedError | AppendConflictError | None = None
-    for _ in range(ATTEMPTS):
+    races: list[str] = []  # what raced each attempt, for the error when all did
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            await anyio.sleep(backoff_delay(attempt, random.random()))
         view = await store.read_view(cid)  # type: ignore[attr-defined]
         if not isinstance(view, HistoryView):
             raise TypeError(f"read_view returned {type(view).__name__}, not a HistoryView")
@@ -148,15 +174,39 @@ async def compact(
         )
         try:
             receipt = await store.append(batch)  # type: ignore[attr-defined]
-        except (HistoryChangedError, AppendConflictError) as exc:
+        except HistoryChangedError as exc:
             failure = exc
+            races.append(f"expected {exc.expected} messages, found {exc.actual}")
+            continue
+        except AppendConflictError as exc:
+            failure = exc
+            races.append(f"another summary of the first {boundary} messages landed first")
             continue
         if not isinstance(receipt, Receipt):
             raise TypeError(f"append returned {type(receipt).__name__}, not a Receipt")
         receipt.validate_for(batch)
         return receipt
     assert failure is not None
-    raise failure
+    raise _gave_up(cid, races, failure) from failure
+
+
+def _gave_up(
+    cid: ConversationID, races: list[str], last: HistoryChangedError | AppendConflictError
+) -> HistoryChangedError | AppendConflictError:
+    """The error ``compact`` raises when every attempt raced another append: the type
+    of the ``last`` failure (its attributes kept), the message naming every attempt."""
+    error: HistoryChangedError | AppendConflictError = (
+        HistoryChangedError(last.expected, last.actual, last.conversation_id)
+        if isinstance(last, HistoryChangedError)
+        else AppendConflictError()
+    )
+    raced = "; ".join(f"#{n}: {race}" for n, race in enumerate(races, 1))
+    error.args = (
+        f"compact of conversation {str(cid)!r} gave up after {len(races)} attempts, each "
+        f"raced by an append that landed while the summary was made ({raced}); nothing "
+        "was appended: call compact again when the conversation is quieter",
+    )
+    return error
 
 
 async def _summarise(summarizer: Model, prompt: str, messages: Sequence[Message]) -> str:

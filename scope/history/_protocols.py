@@ -141,8 +141,8 @@ class FoldedTurnLeaser(TurnLeaser, ViewReader, Writer, Protocol):
     Optional: not part of ``Store`` or ``TurnLeaser``. A turn under
     ``on_overlap="reject"``, ``"wait"`` or ``"interrupt"`` makes four store steps with a
     plain ``TurnLeaser`` (acquire, read the view, append, release) where a ``"fence"``
-    turn makes two; with a store that is also a ``FoldedTurnLeaser`` (every bundled store
-    but ``PostgresStore``), used as the Middleware's reader and writer, it makes two as
+    turn makes two; with a store that is also a ``FoldedTurnLeaser`` (every bundled
+    store), used as the Middleware's reader and writer, it makes two as
     well: ``acquire_turn_view`` takes the lease and reads the history in one atomic step,
     ``append_release_turn`` appends the answer and gives the lease back in one atomic
     step. The Middleware falls back to the separate steps for any other store (and

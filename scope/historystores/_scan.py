@@ -5,7 +5,7 @@
 records are bad needs the raw records instead, each with its problem, and the scan must
 go on past a bad one. ``RecordScanning.scan_records`` streams every stored record in
 pages (bounded memory on any store size) with read-only statements only (``SELECT``,
-``ZRANGE``, ``LRANGE``), so a store opened with ``create=False`` by a role that may only
+``ZRANGE``, ``LRANGE``, ``TYPE``), so a store opened with ``create=False`` by a role that may only
 read runs it; ``StoredRecord.problem()`` applies the very checks a read applies
 (``decode_record``) and says what failed instead of raising.
 """
@@ -26,6 +26,7 @@ __all__ = [
     "RecordScanner",
     "RecordScanning",
     "StoredRecord",
+    "UnreadableRecords",
     "validate_page_size",
 ]
 
@@ -35,6 +36,13 @@ DEFAULT_PAGE_SIZE: Final = 100
 
 class _Problem(Exception):
     """What ``decode_record`` raises for ``StoredRecord.problem``: the problem text."""
+
+
+class UnreadableRecords(Exception):
+    """What a backend's ``_record_page`` raises when a conversation's records cannot be
+    read at all (a Redis key of another type where its list belongs), with the problem
+    as its text: the scan reports it as one malformed record and goes on with the next
+    conversation."""
 
 
 @final
@@ -49,7 +57,9 @@ class StoredRecord:
       messages as the driver returned them (normally ``str``, ``str``, ``bytes``; a
       damaged record may hold anything).
     - ``malformed``: why the record could not even be taken apart into those fields
-      (a Redis list element without its two header lines), else ``""``.
+      (a Redis list element without its two header lines), or why the conversation's
+      records from this position on could not be read at all (a Redis key of another
+      type; then ``append_id``, ``digest`` and ``data`` are None), else ``""``.
     """
 
     conversation_id: str
@@ -141,12 +151,14 @@ class RecordScanning:
           (``ValueError`` unless an int >= 1). Memory stays bounded by one page whatever
           the store's size.
 
-        Read-only: only ``SELECT`` (SQLite, PostgreSQL) or ``ZRANGE``/``LRANGE`` (Redis)
+        Read-only: only ``SELECT`` (SQLite, PostgreSQL) or ``ZRANGE``/``LRANGE``/``TYPE`` (Redis)
         statements, so a store opened with ``create=False`` by a role that may only read
         scans it. Each page is its own round trip: a conversation appended to during the
         scan may show the new records or not; a record is never shown twice. On Redis
         the conversations are those of the listing (every conversation scope appended
-        to). Driver failures raise ``StoreError``.
+        to). A conversation whose records cannot be read at all (on Redis, its batches
+        key holds another type) yields one record whose ``malformed`` says so, and the
+        scan goes on with the next conversation. Driver failures raise ``StoreError``.
         """
         size = validate_page_size(page_size)
         ids = None if conversation_ids is None else [ConversationID(c) for c in conversation_ids]
@@ -175,7 +187,11 @@ class RecordScanning:
         position = 0
         after: Any = None
         while True:
-            page = await self._record_page(raw_id, after, size)
+            try:
+                page = await self._record_page(raw_id, after, size)
+            except UnreadableRecords as exc:
+                yield StoredRecord(shown, position, None, None, None, str(exc))
+                return
             for _, append_id, digest, data, malformed in page:
                 yield StoredRecord(shown, position, append_id, digest, data, malformed)
                 position += 1
@@ -193,5 +209,6 @@ class RecordScanning:
     ) -> list[tuple[Any, Any, Any, Any, str]]:
         """Up to ``limit`` records ``(key, append_id, digest, data, malformed)`` of the
         conversation ``raw_id`` (as ``_stored_ids`` returned it, or a valid id) in stored
-        order, after the record whose ``key`` is ``after`` (from the first when None)."""
+        order, after the record whose ``key`` is ``after`` (from the first when None).
+        ``UnreadableRecords`` when the conversation's records cannot be read at all."""
         raise NotImplementedError

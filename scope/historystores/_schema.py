@@ -20,13 +20,16 @@ __all__ = [
 #: The schema version the SQL stores write and expect. 1: scope 0.1. 2: a ``length``
 #: column on the conversations table (the ``expected_length`` fence) and a ``_schema``
 #: table holding this number. 3: a ``_leases`` table (``TurnLeaser``, DESIGN §6e).
-SCHEMA_VERSION: Final = 3
+#: 4: PostgreSQL's folded lease functions ``_acquire_view`` and ``_commit_turn``
+#: (``FoldedTurnLeaser``); SQLite's tables are those of 3, its upgrade only records 4.
+SCHEMA_VERSION: Final = 4
 
 
 _TABLE_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]*\Z")
 
 
-#: PostgreSQL truncates identifiers at 63 bytes; the longest suffix we add is 14 bytes.
+#: PostgreSQL truncates identifiers at 63 bytes; the longest suffix we add is 14 bytes
+#: (``_conversations``; every other table and function suffix is shorter).
 MAX_TABLE_PREFIX: Final = 63 - len("_conversations")
 
 

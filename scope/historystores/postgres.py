@@ -3,7 +3,7 @@
 asyncpg is imported when a store is opened, not when this module is imported. asyncpg is
 asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore`` there).
 
-Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
+Schema version 4 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
 upgraded by ``open(create=True)`` under a transaction-level advisory lock so processes
 opening at once do not race):
 
@@ -15,14 +15,18 @@ opening at once do not race):
     {prefix}_append(cid, aid, digest, messages, count, expected) -> text  -- one round trip
     {prefix}_leases(conversation_id TEXT COLLATE "C" PRIMARY KEY, holder TEXT,
                     expires TIMESTAMPTZ)                 -- turn leases, the server's clock
+    {prefix}_acquire_view(cid, holder, ttl) -> rows      -- lease + view, one round trip
+    {prefix}_commit_turn(cid, aid, digest, messages, count, expected, holder) -> text
+                                                         -- append + release, one round trip
 
 ``length`` counts the conversation's messages (the ``expected_length`` fence compares
 with it). Version 1 (scope 0.1) had no ``length`` and no ``_schema`` table; the upgrade
 adds the column and counts each conversation's messages. Version 2 had no ``_leases``
-table; the upgrade creates it. ``open(create=False)`` runs no
-DDL, so a role with only ``SELECT, INSERT, UPDATE, DELETE`` on the tables and
-``EXECUTE`` on the function can use the store (see the docs' Stores page, "Migrations
-and least privilege").
+table; the upgrade creates it. Version 3 had no ``_acquire_view`` and ``_commit_turn``
+functions (the folded lease steps); the upgrade creates them. ``open(create=False)``
+runs no DDL, so a role with only row rights on the four tables and ``EXECUTE`` on the
+three functions can use the store (the grants on the docs' Stores page, "Migrations
+and least privilege", which a test runs against the server).
 
 Tables go to the first schema of the connection's ``search_path``. Every store operation
 on one conversation locks that conversation's row first, so appends, retries and clears
@@ -37,7 +41,7 @@ from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryView
+from scope.history import Batch, ConversationID, HistoryView, Receipt
 from scope.historystores._driver import (
     Driver,
     require_asyncio,
@@ -61,6 +65,7 @@ from scope.historystores._schema import (
 )
 from scope.historystores._store import (
     RecordStore,
+    check_batch,
 )
 
 __all__ = ["PostgresStore"]
@@ -140,8 +145,8 @@ _CLIENT_GRACE: Final = 1.0
 
 @final
 class PostgresStore(RecordScanning, RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser`` and ``RecordScanner``
-    in PostgreSQL tables.
+    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser``, ``FoldedTurnLeaser``
+    and ``RecordScanner`` in PostgreSQL tables.
 
     Open with ``await PostgresStore.open(dsn)``; use as an async context manager or call
     ``aclose()`` (closes the connection pool).
@@ -155,7 +160,16 @@ class PostgresStore(RecordScanning, RecordStore):
       clears of one conversation are linearizable, whichever pool or host runs them.
       ``acquire_turn`` is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement
       and ``release_turn`` one ``DELETE``; a lease expires by the server's clock
-      (``clock_timestamp()``), so the hosts' clocks need not agree.
+      (``clock_timestamp()``), so the hosts' clocks need not agree. The folded steps
+      (``FoldedTurnLeaser``) are one server-side function call each, one transaction
+      and one round trip: ``acquire_turn_view`` the same upsert and then the view,
+      ``append_release_turn`` the append function and then the holder's release.
+      ``acquire_turn_view``'s transaction writes only the lease and commits
+      asynchronously (``synchronous_commit`` off for it alone, so it does not wait for
+      the WAL flush): a server crash within a fraction of a second of it may forget
+      that lease, so two turns may then run at once and the fence refuses the later
+      commit, as it does whenever a lease is lost. Appends, releases and clears
+      commit as the server's ``synchronous_commit`` says.
     - **Reconnects.** When the connection drops (server restart, ``pg_terminate_backend``,
       network), the operation is retried once on a fresh connection; every operation is
       idempotent (an append's retry is recognised by its append id), so the batch lands
@@ -171,8 +185,11 @@ class PostgresStore(RecordScanning, RecordStore):
       repeating the call is safe. The client stops waiting ``command_timeout`` + 1 s
       after sending a statement even if the server does not answer (a dead network);
       that call may have committed, as a cancelled one may.
-    - **Cancellation.** A cancelled call raises ``CancelledError`` at once; its
-      statement runs to its end on the server (bounded by ``command_timeout``) in a
+    - **Cancellation.** A cancelled read raises ``CancelledError`` at once; a
+      cancelled write (an append, a clear, every lease step) raises it once its
+      statement has finished, so what the same task does next (a retry, a release of
+      the lease it may have taken) comes after it. The statement runs to its end on
+      the server (bounded by ``command_timeout``) in a
       background task that then returns the connection to the pool, so a cancellation
       never tears a connection down mid-protocol (asyncpg then opens cancel-request
       connections and logs "Future exception was never retrieved"). The statement or
@@ -543,9 +560,9 @@ class PostgresStore(RecordScanning, RecordStore):
         return [(r[0], r[1], r[2], r[3], "") for r in rows]
 
     async def _write(self, batch: Batch, holder: str | None) -> str:
-        # Never given a holder: this store is not a FoldedTurnLeaser.
-        assert holder is None
-        sql = self._sql.append
+        # With a holder (append_release_turn) the commit_turn function, which also
+        # releases the holder's lease when the append landed or was a retry.
+        sql = self._sql.append if holder is None else self._sql.commit_turn
         args = (
             str(batch.conversation_id),
             str(batch.id),
@@ -553,6 +570,7 @@ class PostgresStore(RecordScanning, RecordStore):
             batch.encoded_messages,
             len(batch.messages),
             batch.expected_length,
+            *(() if holder is None else (holder,)),
         )
 
         async def append(conn: Any) -> str:
@@ -582,7 +600,41 @@ class PostgresStore(RecordScanning, RecordStore):
         async def acquire(conn: Any) -> bool:
             return bool(await conn.fetchval(sql, cid, holder, ttl))
 
-        return await self._with_connection(acquire, f"lease of conversation {str(cid)!r}")
+        return await self._with_connection(
+            acquire, f"lease of conversation {str(cid)!r}", settle=True
+        )
+
+    async def acquire_turn_view(
+        self, conversation_id: str, holder: str, ttl: float
+    ) -> HistoryView | None:
+        """``acquire_turn`` and ``read_view`` in one call of the ``_acquire_view``
+        function, one transaction (see ``scope.history.FoldedTurnLeaser``): the view when
+        the lease is now ``holder``'s, None (nothing read) when another holder's live
+        lease has it. A corrupt stored record raises ``StoreError`` (the lease is then
+        the holder's: release it)."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        sql = self._sql.acquire_view
+
+        async def acquire_view(conn: Any) -> list[Any]:
+            return list(await conn.fetch(sql, cid, holder, ttl))
+
+        rows = await self._with_connection(
+            acquire_view, f"lease and read of conversation {str(cid)!r}", settle=True
+        )
+        if not rows[0][0]:
+            return None
+        records = [(r[3], r[4], r[5]) for r in rows if r[3] is not None]
+        return view_of(cid, bool(rows[0][1]), int(rows[0][2]), records, self._cache)
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        """``append`` and ``release_turn`` in one call of the ``_commit_turn`` function,
+        one transaction (see ``scope.history.FoldedTurnLeaser``): the holder's lease is
+        released with the append when the batch landed or was a retry of the same
+        batch; a refused append (it raises) wrote nothing and leaves the lease."""
+        batch = check_batch(batch)
+        holder, _ = check_lease(holder, 1.0)
+        return await self._append(batch, holder)
 
     async def release_turn(self, conversation_id: str, holder: str) -> bool:
         """Release ``holder``'s live lease, one statement: True when it held it."""
@@ -593,7 +645,9 @@ class PostgresStore(RecordScanning, RecordStore):
         async def release(conn: Any) -> bool:
             return bool(await conn.fetchval(sql, cid, holder))
 
-        return await self._with_connection(release, f"lease release of conversation {str(cid)!r}")
+        return await self._with_connection(
+            release, f"lease release of conversation {str(cid)!r}", settle=True
+        )
 
     async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
         sql = self._sql
@@ -612,8 +666,10 @@ class _Statements:
 
     __slots__ = (
         "acquire",
+        "acquire_view",
         "append",
         "close",
+        "commit_turn",
         "conversations",
         "conversations_after",
         "conversations_table",
@@ -638,6 +694,17 @@ class _Statements:
         schema = f'"{prefix}_schema"'
         fn = f'"{prefix}_append"'
         leases = f'"{prefix}_leases"'
+        acquire_view = f'"{prefix}_acquire_view"'
+        commit_turn = f'"{prefix}_commit_turn"'
+        # A lease is the holder's when it was free, expired, or already the holder's
+        # (a renewal); the upsert locks the row, so two acquires never both win.
+        take_lease = (
+            f"INSERT INTO {leases} AS l (conversation_id, holder, expires) "
+            "VALUES ($1, $2, clock_timestamp() + $3::float8 * interval '1 second') "
+            "ON CONFLICT (conversation_id) DO UPDATE SET "
+            "holder = EXCLUDED.holder, expires = EXCLUDED.expires "
+            "WHERE l.holder = EXCLUDED.holder OR l.expires <= clock_timestamp()"
+        )
         self.conversations_table = conv
         self.schema_table = schema
         self.schema = (
@@ -690,6 +757,60 @@ class _Statements:
             "  RETURN 'inserted';\n"
             "END\n"
             "$fn$",
+            # Version 4: the folded lease steps (FoldedTurnLeaser), one round trip each.
+            # acquire_view: the lease upsert, then (when it is the holder's) the view, in
+            # one transaction. The view's statement takes its snapshot after the upsert
+            # holds the lease row, and a previous holder's commit_turn appended and
+            # released in one transaction, so the view holds every batch it appended.
+            # The first column says whether the lease is the holder's (one row of
+            # NULLs when not); an unknown conversation is one row (held, open, 0).
+            # Its transaction writes only the lease, and commits without waiting for
+            # the WAL flush (synchronous_commit off, for this transaction only): a
+            # lease is not history, and the flush was most of the step's cost.
+            f"CREATE OR REPLACE FUNCTION {acquire_view}("
+            "p_cid TEXT, p_holder TEXT, p_ttl FLOAT8) "
+            "RETURNS TABLE (r_held BOOLEAN, r_closed BOOLEAN, r_length BIGINT, "
+            "r_append_id TEXT, r_digest TEXT, r_messages BYTEA) "
+            "LANGUAGE plpgsql AS $fn$\n"
+            "BEGIN\n"
+            "  PERFORM set_config('synchronous_commit', 'off', true);\n"
+            "  "
+            + take_lease.replace("$1", "p_cid").replace("$2", "p_holder").replace("$3", "p_ttl")
+            + ";\n"
+            "  IF NOT FOUND THEN\n"
+            "    RETURN QUERY SELECT FALSE, NULL::BOOLEAN, NULL::BIGINT, NULL::TEXT, NULL::TEXT,\n"
+            "      NULL::BYTEA;\n"
+            "    RETURN;\n"
+            "  END IF;\n"
+            "  RETURN QUERY SELECT TRUE, c.closed, c.length, b.append_id, b.digest,\n"
+            f"    b.messages FROM {conv} c\n"
+            f"    LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT c.closed\n"
+            "    WHERE c.id = p_cid ORDER BY b.seq;\n"
+            "  IF NOT FOUND THEN\n"
+            "    RETURN QUERY SELECT TRUE, FALSE, 0::BIGINT, NULL::TEXT, NULL::TEXT,\n"
+            "      NULL::BYTEA;\n"
+            "  END IF;\n"
+            "END\n"
+            "$fn$",
+            # commit_turn: the append function and, when the batch landed or is a retry
+            # of the same batch, the holder's lease expired, in one transaction (a
+            # refused append leaves the lease). Expired in place rather than deleted:
+            # an expired row is a free lease to acquire and "not held" to release, and
+            # an update of the unindexed expiry is a heap-only update.
+            f"CREATE OR REPLACE FUNCTION {commit_turn}("
+            "p_cid TEXT, p_aid TEXT, p_digest TEXT, p_messages BYTEA, p_count BIGINT, "
+            "p_expected BIGINT, p_holder TEXT) "
+            "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
+            "DECLARE v_outcome TEXT;\n"
+            "BEGIN\n"
+            f"  v_outcome := {fn}(p_cid, p_aid, p_digest, p_messages, p_count, p_expected);\n"
+            "  IF v_outcome = 'inserted' OR v_outcome = 'accepted:' || p_digest THEN\n"
+            f"    UPDATE {leases} SET expires = '-infinity'\n"
+            "      WHERE conversation_id = p_cid AND holder = p_holder;\n"
+            "  END IF;\n"
+            "  RETURN v_outcome;\n"
+            "END\n"
+            "$fn$",
         )
         # scope 0.1 (version 1): no length column, a four-argument append function.
         self.upgrade_from_1 = (
@@ -707,6 +828,8 @@ class _Statements:
             "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version"
         )
         self.append = f"SELECT {fn}($1, $2, $3, $4, $5, $6)"
+        self.commit_turn = f"SELECT {commit_turn}($1, $2, $3, $4, $5, $6, $7)"
+        self.acquire_view = f"SELECT * FROM {acquire_view}($1, $2, $3)"
         self.read = (
             f"SELECT append_id, digest, messages FROM {batches} "
             "WHERE conversation_id = $1 ORDER BY seq"
@@ -737,15 +860,8 @@ class _Statements:
             "ON CONFLICT (id) DO UPDATE SET closed = TRUE"
         )
         self.delete = f"DELETE FROM {batches} WHERE conversation_id = $1"
-        # One statement each: the upsert locks the row, so two acquires never both win.
-        self.acquire = (
-            f"INSERT INTO {leases} AS l (conversation_id, holder, expires) "
-            "VALUES ($1, $2, clock_timestamp() + $3::float8 * interval '1 second') "
-            "ON CONFLICT (conversation_id) DO UPDATE SET "
-            "holder = EXCLUDED.holder, expires = EXCLUDED.expires "
-            "WHERE l.holder = EXCLUDED.holder OR l.expires <= clock_timestamp() "
-            "RETURNING TRUE"
-        )
+        # One statement each.
+        self.acquire = f"{take_lease} RETURNING TRUE"
         self.release = (
             f"WITH gone AS (DELETE FROM {leases} WHERE conversation_id = $1 AND holder = $2 "
             "RETURNING expires) SELECT COALESCE(bool_or(expires > clock_timestamp()), FALSE) "

@@ -61,7 +61,7 @@ from scope.historystores._records import (
     validate_cache_size,
     view_of,
 )
-from scope.historystores._scan import RecordScanning
+from scope.historystores._scan import RecordScanning, UnreadableRecords
 from scope.historystores._store import (
     RecordStore,
     check_batch,
@@ -655,7 +655,17 @@ class RedisStore(RecordScanning, RecordStore):
             found = await client.zrange(self._listing, start, b"+", bylex=True, offset=0, num=limit)
             return [bytes(member) for member in found]
 
-        return await self._call(page, "scan of conversation ids")
+        try:
+            return await self._call(page, "scan of conversation ids")
+        except StoreError as exc:
+            held = await self._wrong_type(exc, self._listing)
+            if held is None:
+                raise
+            raise StoreError(
+                f"Redis scan of conversation ids: the listing key {self._listing!r} holds a "
+                f"{held}, not a sorted set (written outside scope), so the conversations "
+                "cannot be listed; name them to scan them"
+            ) from exc
 
     async def _record_page(
         self, raw_id: Any, after: Any, limit: int
@@ -664,11 +674,34 @@ class RedisStore(RecordScanning, RecordStore):
         key = f"{self.prefix}:{{{raw.hex()}}}:batches"
         start = 0 if after is None else after + 1
         client = self._client
-        items: list[Any] = await self._call(
-            lambda: client.lrange(key, start, start + limit - 1),
-            f"scan of conversation {shown_id(raw)!r}",
-        )
+        try:
+            items: list[Any] = await self._call(
+                lambda: client.lrange(key, start, start + limit - 1),
+                f"scan of conversation {shown_id(raw)!r}",
+            )
+        except StoreError as exc:
+            held = await self._wrong_type(exc, key)
+            if held is None:
+                raise
+            raise UnreadableRecords(
+                f"its records cannot be read: key {key!r} holds a {held}, not a list "
+                "(written outside scope)"
+            ) from exc
         return [(start + offset, *_fields(item)) for offset, item in enumerate(items)]
+
+    async def _wrong_type(self, exc: StoreError, key: str) -> str | None:
+        """When ``exc`` is Redis's ``WRONGTYPE`` answer for ``key``: the type the key
+        holds (``TYPE``, read-only), else None."""
+        import redis.exceptions
+
+        cause = exc.__cause__
+        if not isinstance(cause, redis.exceptions.ResponseError):
+            return None
+        if not str(cause).startswith("WRONGTYPE"):
+            return None
+        client = self._client
+        held = await self._call(lambda: client.type(key), f"type of key {key!r}")
+        return held.decode("utf-8", "replace") if isinstance(held, bytes) else str(held)
 
     async def _write(self, batch: Batch, holder: str | None) -> Any:
         # One script; with a holder (append_release_turn) the folded script, which also

@@ -6,7 +6,7 @@ busy timeout). Every database call runs on a worker thread through
 ``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
 under asyncio and trio.
 
-Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
+Schema version 4 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
 
     {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER)
     {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB)
@@ -18,9 +18,10 @@ Schema version 3 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
 with it); version 1 (scope 0.1) had no ``length`` and no ``_schema`` table, and
 ``open(create=True)`` upgrades it in place, counting each conversation's messages.
 Version 2 had no ``_leases`` table (turn leases, ``acquire_turn``/``release_turn``);
-the upgrade creates it. A lease's ``expires`` is Unix time in seconds by the clock of
-the host running SQLite (``julianday('now')``), so processes sharing the file agree
-on it.
+the upgrade creates it. Version 4 changed PostgreSQL only (its folded lease
+functions): upgrading a version 3 file records the number. A lease's ``expires`` is
+Unix time in seconds by the clock of the host running SQLite (``julianday('now')``), so
+processes sharing the file agree on it.
 
 A batch is one row holding its canonical encoded messages; reading checks every row
 against its digest, so a record changed outside scope raises ``StoreError``.

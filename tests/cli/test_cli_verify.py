@@ -255,6 +255,105 @@ async def test_scan_reports_a_malformed_redis_element(backend: Backend, cli_open
     ]
 
 
+async def plant_wrong_types(client: Any, prefix: str) -> None:
+    """Conversation 'h''s batches key becomes a hash and 'w''s a string, as a writer
+    other than scope could leave them (both stay listed)."""
+    for cid, plant in (("h", lambda key: client.hset(key, "f", "v")), ("w", None)):
+        key = f"{prefix}:{{{cid.encode().hex()}}}:batches"
+        await client.delete(key)
+        await (client.set(key, b"not a list") if plant is None else plant(key))
+
+
+WRONG_TYPE_LINES = [
+    "scope: error: conversation 'h': batch #1: its records cannot be read: key "
+    "'{prefix}:{{68}}:batches' holds a hash, not a list (written outside scope)",
+    "scope: error: conversation 'w': batch #1: its records cannot be read: key "
+    "'{prefix}:{{77}}:batches' holds a string, not a list (written outside scope)",
+]
+
+
+@over_backends("redis")
+async def test_verify_reports_a_redis_key_of_the_wrong_type_and_goes_on(
+    backend: Backend, cli_opens: None
+) -> None:
+    await seed(backend, {"a": 1, "h": 2, "w": 1, "z": 2})
+    await backend.rewrite_record("z", "a2", digest=sha(b"x"))
+    client = import_driver("redis.asyncio").Redis.from_url(backend.url)
+    try:
+        await plant_wrong_types(client, backend.prefix)
+    finally:
+        await client.aclose()
+    status, out, err = await verify(page_size=1)
+    assert status == 1
+    assert out == ["verified 5 batches in 4 conversations: 3 bad batches in 3 conversations"]
+    assert err[:2] == [line.format(prefix=backend.prefix) for line in WRONG_TYPE_LINES]
+    assert err[2].startswith("scope: error: conversation 'z': batch 'a2' (#2): ")
+    assert len(err) == 3
+    # The scan itself: one record saying so, then the next conversation.
+    async with await backend.open() as store:
+        records = [r async for r in store.scan_records()]
+    assert [(r.conversation_id, r.position, r.append_id) for r in records] == [
+        ("a", 0, "a1"),
+        ("h", 0, None),
+        ("w", 0, None),
+        ("z", 0, "a1"),
+        ("z", 1, "a2"),
+    ]
+    assert records[1].problem() == records[1].malformed
+    assert "holds a hash, not a list" in records[1].malformed
+
+
+@over_backends("redis")
+async def test_verify_names_a_redis_listing_of_the_wrong_type(
+    backend: Backend, cli_opens: None
+) -> None:
+    await seed(backend, {"a": 1})
+    client = import_driver("redis.asyncio").Redis.from_url(backend.url)
+    try:
+        await client.delete(f"{backend.prefix}:conversations")
+        await client.set(f"{backend.prefix}:conversations", b"x")
+    finally:
+        await client.aclose()
+    listing = f"'{backend.prefix}:conversations'"
+    with pytest.raises(StoreError, match=f"listing key {listing} holds a string, not a sorted set"):
+        await verify()
+    # Named conversations need no listing.
+    assert await verify("a") == (0, ["verified 1 batch in 1 conversation: all sound"], [])
+
+
+@pytest.mark.servers
+async def test_verify_reports_a_wrong_type_on_redis_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from redis.asyncio.cluster import RedisCluster
+
+    from scope.historystores.redis import RedisStore
+    from tests.servers import drop_keys, redis_cluster_url_or_skip, unique_key_prefix
+
+    import_driver("redis")
+    url = redis_cluster_url_or_skip()
+    prefix = unique_key_prefix()
+
+    async def open_cluster(_: str, *, create: bool = True) -> Any:
+        return await RedisStore.open(url, prefix=prefix, cluster=True, check_persistence=False)
+
+    monkeypatch.setattr(_stores, "open_cli_store", open_cluster)
+    client: Any = RedisCluster.from_url(url)
+    await client.initialize()
+    try:
+        async with await open_cluster(url) as store:
+            for cid in ("a", "h", "w", "z"):
+                await store.append(batch(cid, "a1"))
+        await plant_wrong_types(client, prefix)
+        status, out, err = await verify()
+        assert status == 1
+        assert out == ["verified 4 batches in 4 conversations: 2 bad batches in 2 conversations"]
+        assert err == [line.format(prefix=prefix) for line in WRONG_TYPE_LINES]
+    finally:
+        await client.aclose()
+        await drop_keys(url, prefix, cluster=True)
+
+
 # -- read-only --------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from scope.chat import (
@@ -36,11 +37,26 @@ from scope.errors import (
     StoreError,
 )
 from scope.history import Batch, Middleware, Receipt, WindowReader, compact
-from scope.history._compact import ATTEMPTS, compaction_append_id, transcript
+from scope.history._compact import (
+    ATTEMPTS,
+    BACKOFF_CAP,
+    BACKOFF_FIRST,
+    backoff_delay,
+    compaction_append_id,
+    transcript,
+)
 from scope.history.inmemory import InMemoryStore
 from scope.historystores.sqlite import SQLiteStore
 from scope.testing import ScriptedModel
-from tests.servers import drop_tables, import_driver, postgres_dsn_or_skip, unique_table_prefix
+from tests.servers import (
+    drop_keys,
+    drop_tables,
+    import_driver,
+    postgres_dsn_or_skip,
+    redis_url_or_skip,
+    unique_key_prefix,
+    unique_table_prefix,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -215,10 +231,97 @@ async def test_gives_up_after_bounded_attempts(store: Any) -> None:
         await store.append(Batch("c", f"m{n}", _turn(100 + n)))
 
     summarizer = Summarizer(during=always)
-    with pytest.raises(HistoryChangedError):
+    with pytest.raises(HistoryChangedError) as caught:
         await compact(store, "c", summarizer, keep_turns=1)
     assert len(summarizer.requests) == ATTEMPTS
     assert _compactions(await store.read("c")) == []
+    # Each attempt read the conversation, then one turn (2 messages) landed before its
+    # append: the message names every attempt with the lengths expected and found.
+    raced = "; ".join(
+        f"#{n}: expected {6 + 2 * (n - 1)} messages, found {6 + 2 * n}"
+        for n in range(1, ATTEMPTS + 1)
+    )
+    assert str(caught.value) == (
+        f"compact of conversation 'c' gave up after {ATTEMPTS} attempts, each raced by an "
+        f"append that landed while the summary was made ({raced}); nothing was appended: "
+        "call compact again when the conversation is quieter"
+    )
+    last = 6 + 2 * ATTEMPTS
+    assert (caught.value.expected, caught.value.actual) == (last - 2, last)
+    assert caught.value.conversation_id == "c"
+    assert isinstance(caught.value.__cause__, HistoryChangedError)
+
+
+def test_the_pauses_between_attempts_back_off_with_jitter() -> None:
+    for retry in range(1, ATTEMPTS):
+        full = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (retry - 1))
+        assert backoff_delay(retry, 0.0) == pytest.approx(full / 2)
+        assert backoff_delay(retry, 0.999) == pytest.approx(full * 0.9995)
+    assert backoff_delay(1, 0.5) == pytest.approx(0.015)
+    assert backoff_delay(2, 0.0) == pytest.approx(2 * backoff_delay(1, 0.0))  # doubling
+    assert backoff_delay(40, 0.0) == BACKOFF_CAP / 2  # capped
+
+
+async def _race_appenders(store: Any, cid: str) -> Receipt | None:
+    """A compaction of ``cid`` (a summarizer that takes 15 ms) racing 8 tasks that each
+    append 30 turns, about 10 ms apart (a burst of about 0.3 s): every early attempt is
+    raced, attempts without pauses would all be (8 of them take about 120 ms), and the
+    pauses of the backoff outlast the burst, so the compaction lands."""
+    await _fill(store, 4, cid)
+    result: list[Receipt | None] = []
+    landed = [anyio.Event()]  # set by every append
+
+    async def turns(task: int) -> None:
+        for i in range(30):
+            await store.append(Batch(cid, f"x{task}-{i}", _turn(1000 * task + i)))
+            landed[0].set()
+            await anyio.sleep(0.008 + 0.002 * ((task + i) % 3))
+
+    async def slow(n: int) -> None:
+        if n == 1:  # the first attempt is raced for sure: a turn lands meanwhile
+            landed[0] = anyio.Event()
+            await landed[0].wait()
+        await anyio.sleep(0.015)
+
+    summarizer = Summarizer(during=slow)
+
+    async def compaction() -> None:
+        await anyio.lowlevel.checkpoint()  # the appenders start first
+        result.append(await compact(store, cid, summarizer, keep_turns=1))
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for task in range(8):
+                tg.start_soon(turns, task)
+            tg.start_soon(compaction)
+    [receipt] = result
+    assert receipt is not None
+    stored = await store.read(cid)
+    (only,) = _compactions(stored)
+    assert stored.index(only) >= 2 * 4  # after the turns it read
+    assert len(summarizer.requests) > 1  # it did race
+    return receipt
+
+
+async def test_a_compaction_racing_many_appending_tasks_lands(anyio_backend: str) -> None:
+    await _race_appenders(InMemoryStore(), "c")
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_compaction_racing_many_appending_tasks_lands_on_redis(
+    anyio_backend: str,
+) -> None:
+    url = redis_url_or_skip()
+    import_driver("redis")
+    from scope.historystores.redis import RedisStore
+
+    prefix = unique_key_prefix()
+    try:
+        async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as redis:
+            await _race_appenders(redis, "c")
+    finally:
+        await drop_keys(url, prefix)
 
 
 async def test_twenty_concurrent_compactions_append_one_message(store: Any) -> None:

@@ -373,6 +373,48 @@ async def test_cancelled_append_returns_once_its_outcome_is_settled(
             await conn.close()
 
 
+@pytest.mark.parametrize("step", ["acquire_turn", "acquire_turn_view", "release_turn"])
+async def test_cancelled_lease_step_returns_once_its_outcome_is_settled(
+    dsn: str, prefix: str, app_name: str, step: str
+) -> None:
+    """A cancelled lease step waits for its statement as an append does: when the
+    cancelled call returns, the lease was taken (or released), so a release (or acquire)
+    the same task makes next comes after it and is never overtaken by it."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name
+    ) as store:
+        holder = "h" if step == "release_turn" else "before"
+        assert await store.acquire_turn("c", holder, 30 if step == "release_turn" else 0.01)
+        await asyncio.sleep(0.05)  # "before" expired: the step takes its lease
+        call = (
+            store.release_turn("c", "h")
+            if step == "release_turn"
+            else getattr(store, step)("c", "h", 30)
+        )
+        lock = f"SELECT 1 FROM \"{prefix}_leases\" WHERE conversation_id = 'c' FOR UPDATE"
+        conn = await asyncpg.connect(dsn)
+        try:
+            tr = conn.transaction()
+            await tr.start()
+            await conn.execute(lock)
+            task = asyncio.ensure_future(call)
+            await until_waiting_for_a_lock(dsn, app_name)
+            task.cancel()
+            await asyncio.sleep(0.3)
+            assert not task.done()  # still settling: the statement waits for the lock
+            await tr.rollback()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            await conn.close()
+        # Settled: the step committed before the cancellation was delivered.
+        if step == "release_turn":
+            assert await store.acquire_turn("c", "other", 30) is True
+        else:
+            assert await store.acquire_turn("c", "other", 30) is False
+            assert await store.release_turn("c", "h") is True
+
+
 async def test_cancelled_append_that_cannot_land_is_settled_within_the_timeout(
     dsn: str, prefix: str, app_name: str
 ) -> None:

@@ -7,6 +7,7 @@ messages; a PostgreSQL role with only DML and EXECUTE grants runs the store.
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -15,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from scope.chat import FinishReason, Output, Request, Response, assistant_message, user_message
 from scope.cli import main
 from scope.errors import HistoryChangedError, StoreError
-from scope.history import Batch, HistoryView
+from scope.history import Batch, HistoryView, Middleware
 from scope.historystores._schema import SCHEMA_VERSION
 from scope.historystores.sqlite import SQLiteStore
 from tests.helpers import turn
@@ -210,24 +212,45 @@ async def test_postgres_version_1_is_upgraded_and_fenced(pg: tuple[Any, str, str
         assert await store.conversations() == ["c", "d"]
 
 
+def documented_grants(prefix: str, role: str) -> list[str]:
+    """The least-privilege grants of docs/stores.md (the block after its
+    ``<!-- postgres-grants -->`` marker), for ``prefix`` and ``role``, one statement each."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "stores.md").read_text("utf-8")
+    [block] = re.findall(r"<!-- postgres-grants -->\n```sql\n(.*?)\n```", text, re.S)
+    block = re.sub(r"\bscope_history_", f"{prefix}_", block)
+    block = re.sub(r"\bscope_app\b", f'"{role}"', block)
+    statements = [s.strip() for s in block.split(";") if s.strip()]
+    assert statements and all(s.startswith("GRANT ") for s in statements), statements
+    return statements
+
+
+class Answer:
+    async def call(self, request: Request) -> Response:
+        return Response(Output(assistant_message("a"), FinishReason.STOP))
+
+
 @pytest.mark.servers
 async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
+    # A role holding exactly the grants the docs list runs every store step with
+    # create=False: appends, reads, listing, clear, a leased turn in separate steps, a
+    # folded turn, Middleware turns under every lease strategy, and verify's scan.
     from scope.historystores.postgres import PostgresStore
 
     conn, dsn, prefix = pg
     role = f"scope_app_{uuid.uuid4().hex[:8]}"
     async with await PostgresStore.open(dsn, table_prefix=prefix):
         pass  # the migration, as the owner
+    functions = [
+        f'"{prefix}_append"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT)',
+        f'"{prefix}_acquire_view"(TEXT, TEXT, FLOAT8)',
+        f'"{prefix}_commit_turn"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT)',
+    ]
+    # As a database that revokes EXECUTE from PUBLIC: only the documented grant runs them.
+    await conn.execute(f"REVOKE EXECUTE ON FUNCTION {', '.join(functions)} FROM PUBLIC")
     await conn.execute(f'CREATE ROLE "{role}" LOGIN')
     try:
-        tables = ", ".join(
-            f'"{prefix}_{t}"' for t in ("conversations", "batches", "schema", "leases")
-        )
-        await conn.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO "{role}"')
-        await conn.execute(
-            f'GRANT EXECUTE ON FUNCTION "{prefix}_append"'
-            f'(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT) TO "{role}"'
-        )
+        for statement in documented_grants(prefix, role):
+            await conn.execute(statement)
         app_dsn = dsn.replace("://scope@", f"://{role}@", 1)
         assert app_dsn != dsn
         # The runtime role cannot create a schema...
@@ -238,15 +261,61 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
             await store.append(Batch("b", "a1", turn("t"), expected_length=0))
             assert await store.conversations() == ["b"]
             await store.clear("b")
-        # Nor does create=False.
         async with await PostgresStore.open(app_dsn, table_prefix=prefix, create=False) as store:
-            await store.append(Batch("c", "a1", turn("t"), expected_length=0))
-            assert (await store.read_view("c")).length == 2
-            assert await store.conversations() == ["c"]
+            # A leased turn in separate steps.
             assert await store.acquire_turn("c", "h", 30) is True
+            assert (await store.read_view("c")).length == 0
+            await store.append(Batch("c", "a1", turn("t"), expected_length=0))
             assert await store.release_turn("c", "h") is True
+            # A folded turn.
+            view = await store.acquire_turn_view("c", "h", 30)
+            assert view is not None and view.length == 2
+            receipt = await store.append_release_turn(
+                Batch("c", "a2", turn("u"), expected_length=2), "h"
+            )
+            assert receipt.id == "a2"
+            assert await store.acquire_turn_view("c", "other", 30) is not None
+            assert await store.release_turn("c", "other") is True
+            # Turns through the Middleware.
+            for strategy in ("fence", "reject", "wait", "interrupt"):
+                model = Middleware(store, store, "c", on_overlap=strategy).call(Answer())
+                await model.call(Request([user_message(strategy)]))
+            assert (await store.read_view("c")).length == 12
+            assert len(await store.read_batches("c")) == 6
+            assert await store.conversations() == ["c"]
+            assert len([r async for r in store.scan_records()]) == 6
             await store.clear("c")
             assert (await store.read_view("c")).closed
+    finally:
+        await conn.execute(f'DROP OWNED BY "{role}"')
+        await conn.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.mark.servers
+async def test_postgres_role_without_the_lease_grant_fails_leased_turns(
+    pg: tuple[Any, str, str],
+) -> None:
+    # What the docs' grants are for: a role granted the other rights but not the lease
+    # table's is refused on every lease step, with the server's reason.
+    from scope.historystores.postgres import PostgresStore
+
+    conn, dsn, prefix = pg
+    role = f"scope_app_{uuid.uuid4().hex[:8]}"
+    async with await PostgresStore.open(dsn, table_prefix=prefix):
+        pass
+    await conn.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        for statement in documented_grants(prefix, role):
+            if f"{prefix}_leases" not in statement:
+                await conn.execute(statement)
+        app_dsn = dsn.replace("://scope@", f"://{role}@", 1)
+        async with await PostgresStore.open(app_dsn, table_prefix=prefix, create=False) as store:
+            await store.append(Batch("c", "a1", turn("t")))
+            denied = f"permission denied for table {prefix}_leases"
+            with pytest.raises(StoreError, match=denied):
+                await store.acquire_turn("c", "h", 30)
+            with pytest.raises(StoreError, match=denied):
+                await store.acquire_turn_view("c", "h", 30)
     finally:
         await conn.execute(f'DROP OWNED BY "{role}"')
         await conn.execute(f'DROP ROLE "{role}"')
@@ -306,7 +375,9 @@ def test_sqlite_version_2_gains_the_lease_table(
             await store.append(Batch("c", "a1", turn("t")))
 
     async def refused() -> None:
-        with pytest.raises(StoreError, match="schema version 2, this scope needs 3"):
+        with pytest.raises(
+            StoreError, match=f"schema version 2, this scope needs {SCHEMA_VERSION}"
+        ):
             await SQLiteStore.open(path, create=False)
 
     async def use() -> None:
@@ -322,7 +393,9 @@ def test_sqlite_version_2_gains_the_lease_table(
     asyncio.run(refused())
     assert main(["history", "migrate", "--store", f"sqlite:///{path}"]) == 0
     assert f"is at version {SCHEMA_VERSION}" in capsys.readouterr().out
-    assert conn.execute('SELECT version FROM "scope_history_schema"').fetchall() == [(3,)]
+    assert conn.execute('SELECT version FROM "scope_history_schema"').fetchall() == [
+        (SCHEMA_VERSION,)
+    ]
     conn.close()
     asyncio.run(use())
 
@@ -336,10 +409,123 @@ async def test_postgres_version_2_gains_the_lease_table(pg: tuple[Any, str, str]
         await store.append(Batch("c", "a1", turn("t")))
     await conn.execute(f'DROP TABLE "{prefix}_leases"')
     await conn.execute(f'UPDATE "{prefix}_schema" SET version = 2')
-    with pytest.raises(StoreError, match="schema version 2, this scope needs 3"):
+    with pytest.raises(StoreError, match=f"schema version 2, this scope needs {SCHEMA_VERSION}"):
         await PostgresStore.open(dsn, table_prefix=prefix, create=False)
     async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
         assert await store.acquire_turn("c", "h", 30) is True
     async with await PostgresStore.open(dsn, table_prefix=prefix, create=False) as store:
         assert await store.acquire_turn("c", "h", 30) is True  # the same holder renews
         assert len(await store.read("c")) == 2
+
+
+# ---------------------------------------------------------------- version 3 -> 4 (folded leases)
+
+
+def test_sqlite_version_3_is_recorded_as_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SQLite's tables did not change in version 4 (PostgreSQL gained two functions):
+    # the upgrade records the number, the data and a lease taken before it stay.
+    path = tmp_path / "h.db"
+
+    async def write() -> None:
+        async with await SQLiteStore.open(path) as store:
+            await store.append(Batch("c", "a1", turn("t")))
+            assert await store.acquire_turn("c", "h", 30) is True
+
+    async def refused() -> None:
+        with pytest.raises(StoreError, match="schema version 3, this scope needs 4"):
+            await SQLiteStore.open(path, create=False)
+
+    async def use() -> None:
+        async with await SQLiteStore.open(path, create=False) as store:
+            assert await store.acquire_turn_view("c", "other", 30) is None
+            view = await store.acquire_turn_view("c", "h", 30)
+            assert view is not None and view.length == 2
+            await store.append_release_turn(Batch("c", "a2", turn("u"), expected_length=2), "h")
+            assert await store.acquire_turn("c", "other", 30) is True
+
+    asyncio.run(write())
+    conn = sqlite3.connect(path)
+    conn.execute('UPDATE "scope_history_schema" SET version = 3')
+    conn.commit()
+    asyncio.run(refused())
+    assert main(["history", "migrate", "--store", f"sqlite:///{path}"]) == 0
+    assert "is at version 4" in capsys.readouterr().out
+    assert conn.execute('SELECT version FROM "scope_history_schema"').fetchall() == [(4,)]
+    conn.close()
+    asyncio.run(use())
+
+
+@pytest.mark.servers
+async def test_postgres_version_3_gains_the_folded_lease_functions(
+    pg: tuple[Any, str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scope.cli import _stores
+    from scope.historystores.postgres import PostgresStore
+
+    conn, dsn, prefix = pg
+    functions = (f"{prefix}_acquire_view", f"{prefix}_commit_turn")
+    async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+        await store.append(Batch("c", "a1", turn("t")))
+        assert await store.acquire_turn("c", "h", 30) is True  # held across the upgrade
+    # Version 3: the tables of today, not the two functions.
+    await conn.execute(f'DROP FUNCTION "{functions[0]}", "{functions[1]}"')
+    await conn.execute(f'UPDATE "{prefix}_schema" SET version = 3')
+    with pytest.raises(StoreError, match="schema version 3, this scope needs 4"):
+        await PostgresStore.open(dsn, table_prefix=prefix, create=False)
+
+    async def open_here(url: str, *, create: bool = True) -> Any:
+        return await PostgresStore.open(dsn, table_prefix=prefix, create=create)
+
+    monkeypatch.setattr(_stores, "open_cli_store", open_here)
+    # `scope history migrate` (its own event loop, so on a thread of its own here).
+    assert await asyncio.to_thread(main, ["history", "migrate", "--store", dsn]) == 0
+    assert "is at version 4" in capsys.readouterr().out
+    found = await conn.fetch("SELECT proname FROM pg_proc WHERE proname = ANY($1)", functions)
+    assert sorted(row[0] for row in found) == sorted(functions)
+    assert await conn.fetchval(f'SELECT version FROM "{prefix}_schema"') == 4
+    async with await PostgresStore.open(dsn, table_prefix=prefix, create=False) as store:
+        assert await store.acquire_turn_view("c", "other", 30) is None  # still h's
+        view = await store.acquire_turn_view("c", "h", 30)
+        assert view is not None and view.length == 2
+        batch = Batch("c", "a2", turn("u"), expected_length=2)
+        assert await store.append_release_turn(batch, "h") == batch.receipt()
+        assert await store.acquire_turn("c", "other", 30) is True
+        assert (await store.read_view("c")).length == 4
+
+
+@pytest.mark.servers
+async def test_postgres_longest_table_prefix_keeps_every_name_apart(
+    pg: tuple[Any, str, str],
+) -> None:
+    # PostgreSQL cuts identifiers at 63 bytes: the longest prefix leaves every table and
+    # function its own full name.
+    from scope.historystores._schema import MAX_TABLE_PREFIX
+    from scope.historystores.postgres import PostgresStore
+
+    conn, dsn, _ = pg
+    prefix = ("scope_long_" + uuid.uuid4().hex)[:MAX_TABLE_PREFIX].ljust(MAX_TABLE_PREFIX, "x")
+    try:
+        async with await PostgresStore.open(dsn, table_prefix=prefix) as store:
+            view = await store.acquire_turn_view("c", "h", 30)
+            assert view == HistoryView((), 0)
+            await store.append_release_turn(Batch("c", "a1", turn("t"), expected_length=0), "h")
+            assert (await store.read_view("c")).length == 2
+        names = await conn.fetch(
+            "SELECT proname FROM pg_proc WHERE starts_with(proname, $1) UNION ALL "
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND starts_with(relname, $1)",
+            prefix,
+        )
+        suffixes = sorted(row[0].removeprefix(prefix) for row in names)
+        assert suffixes == [
+            "_acquire_view",
+            "_append",
+            "_batches",
+            "_commit_turn",
+            "_conversations",
+            "_leases",
+            "_schema",
+        ]
+    finally:
+        await drop_tables(dsn, prefix)
