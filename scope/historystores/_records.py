@@ -19,11 +19,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, TypeAlias, TypeVar
 
-from scope._documents import DIGEST_PREFIX, decode_messages, digest_of
+from scope._documents import DIGEST_PREFIX, check_messages, decode_messages, digest_of
 from scope._json import parse_exact_fast
 from scope._validate import check_type
 from scope.chat import Message
-from scope.codec import encode_messages
+from scope.codec import _decode_canonical, encode_messages
 from scope.errors import InvalidAppendIDError, StoreError
 from scope.history import AppendID, Batch, ConversationID, HistoryView
 
@@ -227,19 +227,28 @@ def decode_record(
         cached = cache.get(conversation_id, digest)
         if cached is not None:
             return cached
-    try:
-        tree = parse_exact_fast(data)
-    except ValueError as exc:
-        raise fail(f"invalid JSON: {exc}") from None
-    if type(tree) is not list or not tree:
-        raise fail("messages are not a non-empty JSON array")
-    out = decode_messages(tree, fail)
-    # Encoding fills each message's cached canonical bytes, so later encodes (a Batch
-    # built from these messages, a request) reuse them.
-    if encode_messages(out) != data:
+    # The bytes scope writes parse with orjson and dump back byte for byte, keys sorted;
+    # the decoded values then encode to exactly those bytes when each item holds only
+    # what the encoder writes, in its form (scope._codec._canonical): checked on the
+    # tree, without encoding the values again. Each message keeps its bytes, so later
+    # encodes (a Batch built from these messages, a request) reuse them.
+    found = _decode_canonical(data)
+    if found is not None:
+        out, canonical = found
+        check_messages(out, fail)  # complete: no tool_call_delta parts
+    else:  # any other spelling (number tokens orjson respells, say): the exact reader
+        try:
+            tree = parse_exact_fast(data)
+        except ValueError as exc:
+            raise fail(f"invalid JSON: {exc}") from None
+        if type(tree) is not list or not tree:
+            raise fail("messages are not a non-empty JSON array")
+        out = decode_messages(tree, fail)
+        canonical = encode_messages(out) == data
+    if not canonical:
         # Valid, digest-matching JSON, but not the bytes scope writes (whitespace, key
-        # order, number spelling): a Batch of these messages would have another digest,
-        # so the record was not written by scope as it stands.
+        # order, number spelling, a member at its default): a Batch of these messages
+        # would have another digest, so the record was not written by scope as it stands.
         raise fail("messages are not in the canonical encoding")
     if cache is not None:
         cache.put(conversation_id, digest, out, len(data))
