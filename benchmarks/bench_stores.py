@@ -136,10 +136,10 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
         cached = await SQLiteStore.open(tmp / "cached.db")
         stack.push_async_callback(cached.aclose)
         out.append(("SQLiteStore, decoded cache", scope_adapter(cached)))
-        normal = await SQLiteStore.open(tmp / "normal.db", decoded_cache_messages=0)
+        normal = await SQLiteStore.open(tmp / "normal.db", cache_bytes=0)
         stack.push_async_callback(normal.aclose)
         out.append(("SQLiteStore NORMAL", scope_adapter(normal)))
-        full = await SQLiteStore.open(tmp / "full.db", synchronous="FULL", decoded_cache_messages=0)
+        full = await SQLiteStore.open(tmp / "full.db", synchronous="FULL", cache_bytes=0)
         stack.push_async_callback(full.aclose)
         out.append(("SQLiteStore FULL", scope_adapter(full)))
 
@@ -151,9 +151,7 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
                 from scope.historystores.postgres import PostgresStore
 
                 prefix = f"scope_bench_{uuid.uuid4().hex[:8]}"
-                pg = await PostgresStore.open(
-                    dsn, table_prefix=prefix, max_size=16, decoded_cache_messages=0
-                )
+                pg = await PostgresStore.open(dsn, table_prefix=prefix, max_size=16, cache_bytes=0)
                 stack.push_async_callback(drop_tables, dsn, prefix)
                 stack.push_async_callback(pg.aclose)
                 out.append(("PostgresStore", scope_adapter(pg)))
@@ -168,7 +166,7 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
                 from scope.historystores.redis import RedisStore
 
                 key_prefix = f"scope-bench:{uuid.uuid4().hex[:8]}"
-                rs = await RedisStore.open(url, prefix=key_prefix, decoded_cache_messages=0)
+                rs = await RedisStore.open(url, prefix=key_prefix, cache_bytes=0)
                 stack.push_async_callback(drop_keys, url, key_prefix)
                 stack.push_async_callback(rs.aclose)
                 out.append(("RedisStore", scope_adapter(rs)))

@@ -95,7 +95,7 @@ def _value_check(hint: Any, var: str) -> str | None:
 def _make(cls: type) -> Callable[[Any], bool]:
     """Generate ``canonical_<cls>``: every present member is one the encoder writes, and
     every value holds its encoder's form (see the module docstring)."""
-    from scope.codec import to_json  # the encoders are registered by now
+    from scope._codec._unstructure import encode_default  # imports this module's peers
 
     _PENDING.discard(cls)
     body: list[str] = []
@@ -121,7 +121,12 @@ def _make(cls: type) -> Callable[[Any], bool]:
         elif isinstance(default, Metadata | str | bytes | bool | int | float | tuple):
             written = "v"  # the encoder omits the empty / zero / false value
         else:  # an attrs default: omitted when the value equals it
-            tree = constant("canonical", cls, f"d{index}", orjson.loads(to_json(default)))
+            tree = constant(
+                "canonical",
+                cls,
+                f"d{index}",
+                orjson.loads(orjson.dumps(default, default=encode_default)),
+            )
             written = f"v != {tree}"
         body += [
             f"    v = get({wire!r}, MISSING)",
