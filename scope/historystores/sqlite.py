@@ -39,6 +39,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Literal, TypeVar, final
 
 import anyio.to_thread
@@ -50,6 +51,7 @@ from scope.historystores._driver import (
     Driver,
     cancellation_mark,
     deliver_cancellation,
+    in_thread,
     store_closed,
 )
 from scope.historystores._records import (
@@ -81,6 +83,10 @@ _SYNCHRONOUS: Final = ("NORMAL", "FULL", "EXTRA")
 #: Now, in Unix seconds with fractions, by the clock of the host running SQLite.
 _NOW: Final = "(julianday('now') - 2440587.5) * 86400.0"
 
+#: Worker threads per store handle under asyncio: calls beyond it queue (writes queue on
+#: the handle's write lock anyway).
+_THREADS: Final = 16
+
 #: Every sqlite3 error (the root of all the module raises) becomes a ``StoreError``.
 _DRIVER: Final = Driver("SQLite", errors=(sqlite3.Error,))
 
@@ -106,6 +112,9 @@ class _Pool:
         self.write_lock = threading.Lock()
         self.idle: list[sqlite3.Connection] = []
         self.closed = False
+        # The worker threads of this handle's calls under asyncio (see in_thread); trio
+        # calls run on anyio's.
+        self.executor = ThreadPoolExecutor(_THREADS, thread_name_prefix="scope-sqlite")
 
     def connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -160,6 +169,7 @@ class _Pool:
             idle, self.idle = self.idle, []
         for conn in idle:
             conn.close()
+        self.executor.shutdown(wait=False)  # a call still running finishes first
 
 
 @final
@@ -358,7 +368,7 @@ class SQLiteStore(RecordScanning, RecordStore):
             raise store_closed("SQLiteStore")
         mark = await cancellation_mark()
         try:
-            result = await anyio.to_thread.run_sync(self._pool.run, fn, what)
+            result: T = await in_thread(self._pool.executor, self._pool.run, fn, what)
         except Exception as exc:  # re-raised below unless a cancellation replaces it
             await deliver_cancellation(mark, exc)
             raise

@@ -3,6 +3,7 @@ calls bytes canonical exactly when encoding the decoded messages again gives the
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import orjson
@@ -43,7 +44,8 @@ def test_the_verdict_equals_encoding_again(drawn: list[Message], data: st.DataOb
     tree = orjson.loads(encode_messages(drawn))
     for _ in range(data.draw(st.integers(0, 3))):
         target = data.draw(st.sampled_from(_dicts(tree)))
-        target[data.draw(st.sampled_from(NAMES))] = data.draw(st.sampled_from(VALUES))
+        value = copy.deepcopy(data.draw(st.sampled_from(VALUES)))  # no shared objects
+        target[data.draw(st.sampled_from(NAMES))] = value
     raw = orjson.dumps(tree, option=orjson.OPT_SORT_KEYS)
     try:
         decoded = from_json(raw, list[Message])
