@@ -20,8 +20,8 @@ Measured (best of N, time.perf_counter, asyncio):
   fence. Every bundled store but PostgresStore is a ``FoldedTurnLeaser``, so its
   ``reject`` turn makes two store steps too (lease + read, append + release).
 
-The persistent scope stores run with their decoded-batch cache off, so every read decodes
-and validates every message; one extra row shows SQLiteStore with its default cache
+The persistent scope stores run with their cache off (``cache_bytes=0``), so every read
+decodes and validates every message; one extra row shows SQLiteStore with its default cache
 (repeated reads of a conversation skip decoding). Each column's ratio is to the fastest
 store in it (the floor).
 Run: ``python benchmarks/bench_stores.py``; ``python benchmarks/bench_stores.py --overlap
@@ -131,11 +131,11 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
     async with contextlib.AsyncExitStack() as stack:
         from scope.historystores.sqlite import SQLiteStore
 
-        # Every scope store runs with its decoded-batch cache off (each read decodes),
+        # Every scope store runs with its cache off (cache_bytes=0: each read decodes),
         # except one row that shows what the cache does for repeated reads.
         cached = await SQLiteStore.open(tmp / "cached.db")
         stack.push_async_callback(cached.aclose)
-        out.append(("SQLiteStore, decoded cache", scope_adapter(cached)))
+        out.append(("SQLiteStore, default cache", scope_adapter(cached)))
         normal = await SQLiteStore.open(tmp / "normal.db", cache_bytes=0)
         stack.push_async_callback(normal.aclose)
         out.append(("SQLiteStore NORMAL", scope_adapter(normal)))
