@@ -48,7 +48,7 @@ class HistoryCache:
     what the cache holds from above. An entry larger than ``max_bytes`` alone is not
     kept; ``max_bytes=0`` keeps nothing (every read decodes, every turn checks its
     whole replay). The least recently used entries leave first; ``forget`` drops a
-    conversation's entries (its store does on ``clear`` and when a read finds it
+    conversation's entries (its store does on ``clear`` and when ``read_view`` finds it
     closed). Thread-safe (SQLite decodes on worker threads).
     """
 

@@ -177,8 +177,8 @@ class RecordStore(AsyncClosing):
     async def clear(self, conversation_id: str) -> None:
         """Close the conversation for ever and delete its batches (one atomic step);
         it leaves the listing and this handle's cache (another handle's cache drops it
-        when a read finds it closed, and serves nothing without reading). Idempotent;
-        an id never written is closed too."""
+        when its ``read_view`` finds it closed, and serves nothing without reading).
+        Idempotent; an id never written is closed too."""
         cid = ConversationID(conversation_id)
         await self._clear(cid)
         self._cache.forget(cid)

@@ -617,7 +617,7 @@ class RedisStore(RecordScanning, RecordStore):
         records = [_split(cid, item) for item in items]
         if not raw_length:
             if closed:
-                return HistoryView((), 0, True)
+                return view_of(cid, True, 0, (), self._cache)
             # Written by scope 0.1 (no length key yet): the stored messages are the count.
             messages = tuple(decode_records(cid, records, self._cache))
             return HistoryView(messages, len(messages))

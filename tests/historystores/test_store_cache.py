@@ -140,7 +140,7 @@ async def test_a_clear_through_another_handle_empties_this_handles_cache_on_read
         assert reader.history_cache.size[0] == 2  # the decoded batch and the replay
         await clearer.clear("c")
         # Nothing is served without reading the store: the closed conversation reads
-        # empty, and the read that finds it closed drops what this handle kept.
+        # empty, and the read_view that finds it closed drops what this handle kept.
         view = await reader.read_view("c")
         assert view.closed and view.messages == ()
         assert await reader.read("c") == []
