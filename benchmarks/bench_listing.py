@@ -76,7 +76,7 @@ async def sqlite_rows(tmp: str) -> None:
     from scope.historystores.sqlite import SQLiteStore
 
     path = os.path.join(tmp, "listing.db")
-    async with await SQLiteStore.open(path, decoded_cache_messages=0) as store:
+    async with await SQLiteStore.open(path, cache_bytes=0) as store:
         conn = sqlite3.connect(path, check_same_thread=False)
         sql = "SELECT id FROM scope_history_conversations WHERE closed = 0 ORDER BY id"
 
@@ -95,7 +95,7 @@ async def postgres_rows(dsn: str) -> None:
     from scope.historystores.postgres import PostgresStore
 
     prefix = f"scope_bench_{uuid.uuid4().hex[:8]}"
-    store = await PostgresStore.open(dsn, table_prefix=prefix, decoded_cache_messages=0)
+    store = await PostgresStore.open(dsn, table_prefix=prefix, cache_bytes=0)
     conn = await asyncpg.connect(dsn)
     sql = f'SELECT id FROM "{prefix}_conversations" WHERE NOT closed AND length > 0 ORDER BY id'
     try:

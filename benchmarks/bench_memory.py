@@ -3,14 +3,13 @@
 2,000 conversations, each two turns through the history Middleware over one
 ``SQLiteStore`` (default options): the first turn's user message carries 256 KiB of
 image bytes, the second turn replays it. What stays resident between turns is the
-Middleware's process-wide replay cache and the store's decoded-batch cache, both
-bounded by bytes (defaults 128 MiB and 64 MiB of the messages' canonical encoding).
+store handle's one ``HistoryCache`` (decoded batches and checked replays), bounded by
+``cache_bytes`` (default 32 MiB, each entry counted at twice its canonical encoding).
 Reported: the growth of resident memory (VmRSS, Linux) over the run, sampled every 100
-conversations, against the sum of the two bounds, and what each cache holds at the end.
-With ``--unbounded`` the byte bounds are lifted (the caches as they were before: 1,024
-conversations, 10,000 messages), for comparison.
+conversations, against the bound, and what the cache holds at the end. With
+``--unbounded`` the bound is lifted, for comparison; ``--cache-bytes N`` sets it.
 
-Run: ``python benchmarks/bench_memory.py [--unbounded]``
+Run: ``python benchmarks/bench_memory.py [--unbounded | --cache-bytes N]``
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from scope.chat import (
     user_message,
 )
 from scope.history import Middleware
-from scope.history._replay import replays
 from scope.historystores.sqlite import SQLiteStore
 from scope.media import Media
 
@@ -58,12 +56,11 @@ def rss() -> int:
     raise RuntimeError("no VmRSS")
 
 
-async def main(unbounded: bool) -> None:
-    if unbounded:
-        replays.max_bytes = 2**62
-    bound = replays.max_bytes + (2**62 if unbounded else 64 * 2**20)
+async def main(unbounded: bool, cache_bytes: int | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        options = {"decoded_cache_bytes": 2**62} if unbounded else {}
+        options = {"cache_bytes": 2**62} if unbounded else {}
+        if cache_bytes is not None:
+            options = {"cache_bytes": cache_bytes}
         async with await SQLiteStore.open(os.path.join(tmp, "h.db"), **options) as store:
             gc.collect()
             start = peak = rss()
@@ -78,18 +75,20 @@ async def main(unbounded: bool) -> None:
                     peak = max(peak, rss())
             gc.collect()
             end = rss()
-            cached = store._cache.size
+            cached = store.history_cache.size
+            bound = store.history_cache.max_bytes
     mib = 2**20
-    label = "unbounded" if unbounded else "bounded (defaults)"
+    label = "unbounded" if unbounded else "bounded (defaults)" if not options else "bounded"
     limit = "none" if unbounded else f"{bound / mib:.0f} MiB"
     print(
         f"{label:19} {CONVERSATIONS:,} conversations x {MEDIA // 1024} KiB media: resident "
         f"growth peak {(peak - start) / mib:6.1f} MiB, at the end {(end - start) / mib:6.1f} "
-        f"MiB (bound {limit}); replay cache {replays.size[0]:,} conversations "
-        f"{replays.size[1] / mib:.1f} MiB, decoded cache {cached[0]:,} messages "
+        f"MiB (bound {limit}); the cache holds {cached[0]:,} entries, "
         f"{cached[1] / mib:.1f} MiB"
     )
 
 
 if __name__ == "__main__":
-    anyio.run(main, "--unbounded" in sys.argv[1:])
+    args = sys.argv[1:]
+    chosen = int(args[args.index("--cache-bytes") + 1]) if "--cache-bytes" in args else None
+    anyio.run(main, "--unbounded" in args, chosen)

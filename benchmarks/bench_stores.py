@@ -20,8 +20,8 @@ Measured (best of N, time.perf_counter, asyncio):
   fence. Every bundled store is a ``FoldedTurnLeaser``, so its
   ``reject`` turn makes two store steps too (lease + read, append + release).
 
-The persistent scope stores run with their decoded-batch cache off, so every read decodes
-and validates every message; one extra row shows SQLiteStore with its default cache
+The persistent scope stores run with their cache off (``cache_bytes=0``), so every read
+decodes and validates every message; one extra row shows SQLiteStore with its default cache
 (repeated reads of a conversation skip decoding). Each column's ratio is to the fastest
 store in it (the floor).
 Run: ``python benchmarks/bench_stores.py``; ``python benchmarks/bench_stores.py --overlap
@@ -131,15 +131,15 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
     async with contextlib.AsyncExitStack() as stack:
         from scope.historystores.sqlite import SQLiteStore
 
-        # Every scope store runs with its decoded-batch cache off (each read decodes),
+        # Every scope store runs with its cache off (cache_bytes=0: each read decodes),
         # except one row that shows what the cache does for repeated reads.
         cached = await SQLiteStore.open(tmp / "cached.db")
         stack.push_async_callback(cached.aclose)
-        out.append(("SQLiteStore, decoded cache", scope_adapter(cached)))
-        normal = await SQLiteStore.open(tmp / "normal.db", decoded_cache_messages=0)
+        out.append(("SQLiteStore, default cache", scope_adapter(cached)))
+        normal = await SQLiteStore.open(tmp / "normal.db", cache_bytes=0)
         stack.push_async_callback(normal.aclose)
         out.append(("SQLiteStore NORMAL", scope_adapter(normal)))
-        full = await SQLiteStore.open(tmp / "full.db", synchronous="FULL", decoded_cache_messages=0)
+        full = await SQLiteStore.open(tmp / "full.db", synchronous="FULL", cache_bytes=0)
         stack.push_async_callback(full.aclose)
         out.append(("SQLiteStore FULL", scope_adapter(full)))
 
@@ -151,9 +151,7 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
                 from scope.historystores.postgres import PostgresStore
 
                 prefix = f"scope_bench_{uuid.uuid4().hex[:8]}"
-                pg = await PostgresStore.open(
-                    dsn, table_prefix=prefix, max_size=16, decoded_cache_messages=0
-                )
+                pg = await PostgresStore.open(dsn, table_prefix=prefix, max_size=16, cache_bytes=0)
                 stack.push_async_callback(drop_tables, dsn, prefix)
                 stack.push_async_callback(pg.aclose)
                 out.append(("PostgresStore", scope_adapter(pg)))
@@ -168,7 +166,7 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Adapter | str]]]:
                 from scope.historystores.redis import RedisStore
 
                 key_prefix = f"scope-bench:{uuid.uuid4().hex[:8]}"
-                rs = await RedisStore.open(url, prefix=key_prefix, decoded_cache_messages=0)
+                rs = await RedisStore.open(url, prefix=key_prefix, cache_bytes=0)
                 stack.push_async_callback(drop_keys, url, key_prefix)
                 stack.push_async_callback(rs.aclose)
                 out.append(("RedisStore", scope_adapter(rs)))

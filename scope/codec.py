@@ -38,7 +38,7 @@ from typing import Any, Final, TypeVar
 import cattrs
 import orjson
 
-from scope._codec import _structure, _unstructure
+from scope._codec import _canonical, _structure, _unstructure
 from scope._codec._errors import VALUE_ERRORS, Fail, decode_error_for, raise_as
 from scope._json import parse_exact_fast, parse_plain_unchecked
 from scope.chat import Message
@@ -73,6 +73,7 @@ def _register(cls: type) -> None:
     in ``scope._codec._errors.VALUE_ERRORS``)."""
     _structure.register(cls)
     _unstructure.register(cls)
+    _canonical.register(cls)
     _hook_converter(cls, _unstructure.CLASS_OUT[cls])
 
 
@@ -159,3 +160,44 @@ def to_builtins(value: Any) -> Any:
 def encode_messages(messages: tuple[Message, ...] | list[Message]) -> bytes:
     """The canonical JSON array of messages (what a history Batch digests)."""
     return to_json(messages)
+
+
+_check_message: Final = _canonical.canonical_in(Message)
+
+
+def _decode_canonical(data: bytes) -> tuple[tuple[Message, ...], bool] | None:
+    """Internal (the history stores' record check): the messages of ``data``, a JSON
+    array of messages, and whether ``data`` is exactly their canonical encoding
+    (``encode_messages``), found without encoding them.
+
+    Taken when ``data`` is a non-empty array in orjson's one spelling with every
+    object's keys sorted: ``orjson.dumps`` of what ``orjson.loads`` read gives it back
+    byte for byte, which proves the parse lost nothing (no duplicate member dropped, no
+    number respelled), as in ``parse_exact_fast``. The values then encode to exactly
+    those bytes when each item holds only members the encoder writes, in its form
+    (``scope._codec._canonical``); each message then keeps its item's bytes as its
+    canonical bytes (what its first encode would compute).
+
+    None for any other input, or one that does not decode: the caller takes the exact
+    reader, which reports the problem with its path."""
+    try:
+        items = orjson.loads(data)
+        if type(items) is not list or not items:
+            return None
+        parts = [orjson.dumps(item, option=orjson.OPT_SORT_KEYS) for item in items]
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return None
+    if b"[" + b",".join(parts) + b"]" != data:
+        return None
+    structure = _structure.CLASS_IN[Message]
+    try:
+        messages = tuple([structure(item) for item in items])
+    except Fail:
+        return None
+    for item in items:
+        if not _check_message(item):
+            return messages, False
+    for message, part in zip(messages, parts, strict=True):
+        if message._json is None:
+            object.__setattr__(message, "_json", part)
+    return messages, True

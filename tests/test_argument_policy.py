@@ -102,7 +102,7 @@ STORE_CASES: list[tuple[str, Callable[[pathlib.Path], Any], type[Exception], str
     ("sqlite timeout", lambda p: SQLiteStore.open(p / "db", busy_timeout="5"), TypeError, "busy"),
     (
         "sqlite cache",
-        lambda p: SQLiteStore.open(p / "db", decoded_cache_messages=1.5),
+        lambda p: SQLiteStore.open(p / "db", cache_bytes=1.5),
         TypeError,
         "cache",
     ),

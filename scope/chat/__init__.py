@@ -33,6 +33,7 @@ from scope.chat._options import Options as Options
 from scope.chat._options import OutputFormat as OutputFormat
 from scope.chat._options import ToolDefinition as ToolDefinition
 from scope.chat._request import Request as Request
+from scope.chat._request import check_sequence as check_sequence
 from scope.chat._response import Output as Output
 from scope.chat._response import OutputMetadata as OutputMetadata
 from scope.chat._response import Response as Response
@@ -73,6 +74,7 @@ __all__ = [
     "ToolResult",
     "Usage",
     "assistant_message",
+    "check_sequence",
     "collect",
     "fallback",
     "media_part",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import final
 
 import attrs
@@ -93,8 +93,16 @@ class Request:
         check_sequence(self.messages, InvalidRequestError)
 
 
-def check_sequence(messages: tuple[Message, ...], error: type[Exception]) -> None:
-    """The message-order rules of a request.
+def check_sequence(
+    messages: Sequence[Message], error: type[Exception] = InvalidRequestError
+) -> None:
+    """Check the message-order rules of a request on ``messages`` (what
+    ``Request.validate`` checks of its messages' order): system messages only as a
+    leading prefix; a tool message only after an assistant message with tool calls (or
+    another tool message), each of its results answering one of those calls, once; no
+    ``tool_call_delta`` parts and no call id repeated within an assistant message.
+    Raises ``error`` (default ``InvalidRequestError``) naming the first message that
+    breaks a rule.
 
     The state it carries from one message to the next is reset by every message that is
     not a tool message (a user message clears it; an assistant message replaces it with

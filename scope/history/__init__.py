@@ -11,6 +11,7 @@ from scope.errors import TurnInterruptedError as TurnInterruptedError
 from scope.errors import WindowTooSmallError as WindowTooSmallError
 from scope.history._batch import Batch as Batch
 from scope.history._batch import Receipt as Receipt
+from scope.history._cache import HistoryCache as HistoryCache
 from scope.history._compact import compact as compact
 from scope.history._ids import AppendID as AppendID
 from scope.history._ids import ConversationID as ConversationID
@@ -45,6 +46,7 @@ __all__ = [
     "ConversationID",
     "DefaultTokenCounter",
     "FoldedTurnLeaser",
+    "HistoryCache",
     "HistoryChangedError",
     "HistoryError",
     "HistoryView",

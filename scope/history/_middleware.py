@@ -38,7 +38,7 @@ from scope.history import _interrupted, _overlap, _trace
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, ViewReader, Writer, implements
-from scope.history._replay import replays
+from scope.history._replay import replay as checked_replay
 from scope.history._turns import COMPACTION_KEY
 from scope.history._view import HistoryView
 
@@ -515,7 +515,7 @@ class Middleware:
                 span.read(len(stored))
         # The replay is checked once per stored message, not once per call (_replay.py);
         # the prefix and the open turn are the caller's already-validated request.
-        replay = replays.replay(cid, stored)
+        replay = checked_replay(reader, cid, stored)
         # A WindowReader's merged system message holding a compaction summary (§6d) is
         # history the model needs, not a stored system prompt: it follows the prefix.
         first = stored[0] if stored else None

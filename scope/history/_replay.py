@@ -18,13 +18,15 @@ end. So the check is split:
 The invariant that makes skipping safe: ``check_sequence`` carries state from a message
 to the next only across tool messages (every other message resets or replaces it), so a
 sequence is valid if and only if its prefix up to the last non-tool message ``r`` is
-valid and the piece from ``r`` on is valid. ``Replays`` remembers, per conversation, the
-replay it last checked (holding the very message objects) and the index of its last
-non-tool message. When the next stored history starts with the *same objects* (stores
-hand out the same immutable ``Message`` objects for batches they decoded or appended
-before), only the piece from that index on is checked again. Anything else — other
-objects, a shorter or different history — is checked in full. Messages are immutable, so
-objects checked once stay valid; the cache holds them, so identity cannot be reused.
+valid and the piece from ``r`` on is valid. The reader's store handle keeps, in its
+``HistoryCache``, per conversation, the replay last checked (holding the very message
+objects) and the index of its last non-tool message. When the next stored history
+starts with the *same objects* (stores hand out the same immutable ``Message`` objects
+for batches they decoded or appended before), only the piece from that index on is
+checked again. Anything else — other objects, a shorter or different history — is
+checked in full. Messages are immutable, so objects checked once stay valid; the cache
+holds them, so identity cannot be reused. A reader with no ``history_cache`` (a
+third-party store) is checked in full on every call.
 
 ``tests/history/test_history_replay.py`` checks with hypothesis that this path accepts exactly
 what the full ``Request`` check accepts, across growing and changing histories.
@@ -33,19 +35,15 @@ what the full ``Request`` check accepts, across growing and changing histories.
 from __future__ import annotations
 
 import operator
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Final, final
+from typing import final
 
-from scope._cleared import on_conversation_cleared
-from scope.chat import Message, Role
-from scope.chat._request import check_sequence
+from scope.chat import Message, Role, check_sequence
 from scope.codec import encode_messages
 from scope.errors import InvalidRequestError, StoreError
-from scope.history._ids import ConversationID
+from scope.history._cache import HistoryCache
 
-__all__ = ["Replays", "replays"]
+__all__ = ["cache_of", "checked_replay", "replay"]
 
 
 @final
@@ -55,7 +53,7 @@ class _Entry:
     def __init__(self, stored: tuple[Message, ...], replay: tuple[Message, ...], size: int) -> None:
         self.stored = stored  # what the reader returned (systems included)
         self.replay = replay  # its non-system messages, checked
-        self.size = size  # the canonical encoded bytes of ``stored``
+        self.size = size  # twice the canonical encoded bytes of ``stored`` (see HistoryCache)
         # The last index of ``replay`` where check_sequence's state resets (a message that
         # is not a tool message), or 0.
         restart = len(replay) - 1
@@ -64,85 +62,46 @@ class _Entry:
         self.restart = max(restart, 0)
 
 
-#: The replay cache's default bounds: conversations, and bytes of memory their messages
-#: take (twice their canonical encoding, media included).
-DEFAULT_MAX_CONVERSATIONS: Final = 1024
-DEFAULT_MAX_BYTES: Final = 128 * 1024 * 1024
+def cache_of(reader: object) -> HistoryCache | None:
+    """The ``HistoryCache`` of a reader's store handle (its ``history_cache``), or None."""
+    cache = getattr(reader, "history_cache", None)
+    return cache if type(cache) is HistoryCache else None
 
 
-@final
-class Replays:
-    """Checked replays of recently used conversations: an LRU bounded by
-    ``max_conversations`` and by ``max_bytes`` of memory the held messages take,
-    estimated as twice their canonical encoded size, media included (see ``_size``; a
-    history larger than ``max_bytes`` alone is checked, not kept).
-    A cleared conversation leaves it (the stores report each clear).
+def replay(reader: object, cid: str, stored: Sequence[object]) -> tuple[Message, ...]:
+    """``checked_replay`` with the cache of ``reader``'s store handle (None: none)."""
+    return checked_replay(cache_of(reader), cid, stored)
 
-    Thread-safe; the values are immutable tuples, replaced whole."""
 
-    def __init__(
-        self, max_conversations: int = DEFAULT_MAX_CONVERSATIONS, max_bytes: int = DEFAULT_MAX_BYTES
-    ) -> None:
-        self.max_conversations = max_conversations
-        self.max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[ConversationID, _Entry] = OrderedDict()
-        self._bytes = 0
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """What the cache holds now: ``(conversations, bytes)``."""
-        with self._lock:
-            return len(self._entries), self._bytes
-
-    def replay(self, cid: ConversationID, stored: Sequence[object]) -> tuple[Message, ...]:
-        """The non-system messages of ``stored``, proven to form a valid request
-        sequence (``StoreError`` naming the conversation otherwise)."""
-        stored = tuple(stored)
-        with self._lock:
-            entry = self._entries.get(cid)
-            if entry is not None:
-                self._entries.move_to_end(cid)
-        old = 0 if entry is None else len(entry.stored)
-        if (
-            entry is not None
-            and len(stored) >= old
-            and all(map(operator.is_, stored[:old], entry.stored))
-        ):
-            if len(stored) == old:
-                return entry.replay
-            fresh = _non_system(cid, stored, old)
-            replay = entry.replay + fresh
-            _check(cid, replay[entry.restart :], entry.restart)
-            size = entry.size + _size(stored[old:])
-        else:
-            replay = _non_system(cid, stored, 0)
-            _check(cid, replay, 0)
-            size = _size(stored)
-        with self._lock:
-            previous = self._entries.pop(cid, None)
-            if previous is not None:
-                self._bytes -= previous.size
-            if stored and size <= self.max_bytes:
-                self._entries[cid] = _Entry(stored, replay, size)  # type: ignore[arg-type]
-                self._bytes += size
-            while len(self._entries) > self.max_conversations or self._bytes > self.max_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self._bytes -= evicted.size
-        return replay
-
-    def forget(self, conversation_id: str) -> None:
-        """Drop the conversation's replay (it was cleared)."""
-        with self._lock:
-            entry = self._entries.pop(conversation_id, None)  # type: ignore[call-overload]
-            if entry is not None:
-                self._bytes -= entry.size
-
-    def clear(self) -> None:
-        """Forget every checked replay (tests; memory)."""
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
+def checked_replay(
+    cache: HistoryCache | None, cid: str, stored: Sequence[object]
+) -> tuple[Message, ...]:
+    """The non-system messages of ``stored``, proven to form a valid request sequence
+    (``StoreError`` naming the conversation otherwise); only the piece after the replay
+    ``cache`` keeps for ``cid`` is checked when ``stored`` starts with its very objects.
+    The result is kept in ``cache`` (within its bound)."""
+    stored = tuple(stored)
+    key = (cid,)
+    entry: _Entry | None = None if cache is None else cache._get(key)
+    old = 0 if entry is None else len(entry.stored)
+    if (
+        entry is not None
+        and len(stored) >= old
+        and all(map(operator.is_, stored[:old], entry.stored))
+    ):
+        if len(stored) == old:
+            return entry.replay
+        fresh = _non_system(cid, stored, old)
+        result = entry.replay + fresh
+        _check(cid, result[entry.restart :], entry.restart)
+        size = entry.size + _size(stored[old:])
+    else:
+        result = _non_system(cid, stored, 0)
+        _check(cid, result, 0)
+        size = _size(stored) if cache is not None and cache.max_bytes else 0
+    if cache is not None and stored and cache.max_bytes:
+        cache._put(key, _Entry(stored, result, size), size, replace=True)  # type: ignore[arg-type]
+    return result
 
 
 def _size(messages: Sequence[object]) -> int:
@@ -153,7 +112,7 @@ def _size(messages: Sequence[object]) -> int:
     return 2 * len(encode_messages([m for m in messages if isinstance(m, Message)]))
 
 
-def _non_system(cid: ConversationID, stored: tuple[object, ...], start: int) -> tuple[Message, ...]:
+def _non_system(cid: str, stored: tuple[object, ...], start: int) -> tuple[Message, ...]:
     out: list[Message] = []
     for index in range(start, len(stored)):
         message = stored[index]
@@ -167,7 +126,7 @@ def _non_system(cid: ConversationID, stored: tuple[object, ...], start: int) -> 
     return tuple(out)
 
 
-def _check(cid: ConversationID, piece: tuple[Message, ...], offset: int) -> None:
+def _check(cid: str, piece: tuple[Message, ...], offset: int) -> None:
     try:
         check_sequence(piece, InvalidRequestError)
     except InvalidRequestError as exc:
@@ -175,9 +134,3 @@ def _check(cid: ConversationID, piece: tuple[Message, ...], offset: int) -> None
             f"stored history of conversation {str(cid)!r} cannot be replayed "
             f"(replayed messages from {offset}): {exc}"
         ) from exc
-
-
-#: The process-wide cache every Middleware shares (a service usually builds a Middleware
-#: per request, so a per-instance cache would never be warm).
-replays: Final = Replays()
-on_conversation_cleared(replays.forget)

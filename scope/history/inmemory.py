@@ -18,7 +18,6 @@ from typing import Any, TypeVar, final
 
 import attrs
 
-from scope._cleared import conversation_cleared
 from scope._validate import check_lease, check_limit
 from scope.chat import Message
 from scope.errors import (
@@ -28,6 +27,8 @@ from scope.errors import (
     InvalidBatchError,
 )
 from scope.history._batch import Batch, Receipt
+from scope.history._cache import DEFAULT_CACHE_BYTES, HistoryCache
+from scope.history._cache import cache_bytes as _cache_bytes
 from scope.history._ids import AppendID, ConversationID
 from scope.history._view import HistoryView
 
@@ -59,7 +60,17 @@ class InMemoryStore:
     - **Memory.** A cleared conversation keeps only its id (the closure evidence) and its
       last length; its batches, messages and dedupe records are dropped. Nothing is ever
       evicted otherwise.
+    - **Cache.** ``InMemoryStore(cache_bytes=...)`` bounds this handle's
+      ``history_cache`` (default 32 MiB; 0 keeps nothing): the replays the history
+      Middleware checked, so a turn checks only what is new (the messages themselves
+      are the stored objects; nothing is decoded). A clear drops the conversation's
+      entries.
     """
+
+    cache_bytes: int = attrs.field(
+        default=DEFAULT_CACHE_BYTES, kw_only=True, converter=_cache_bytes, repr=False
+    )
+    _cache: HistoryCache = attrs.field(init=False, repr=False)
 
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
     # The accepted batches of each open conversation, in append order, and the same
@@ -82,6 +93,14 @@ class InMemoryStore:
     _leases: dict[ConversationID, tuple[str, float]] = attrs.field(
         factory=dict, init=False, repr=False
     )
+
+    def __attrs_post_init__(self) -> None:
+        self._cache = HistoryCache(self.cache_bytes)
+
+    @property
+    def history_cache(self) -> HistoryCache:
+        """This handle's cache (see the class docstring)."""
+        return self._cache
 
     async def read(self, conversation_id: str) -> list[Message]:
         """A new list of the conversation's messages in stored order.
@@ -177,7 +196,7 @@ class InMemoryStore:
             self._batches.pop(cid, None)
             self._messages.pop(cid, None)
             self._accepted.pop(cid, None)
-        conversation_cleared(cid)
+        self._cache.forget(cid)
 
     async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
         """Take or renew the conversation's turn lease for ``ttl`` seconds (see

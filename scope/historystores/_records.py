@@ -1,4 +1,4 @@
-"""Stored batch records: decoding and checking them, the decoded cache, listed ids.
+"""Stored batch records: decoding and checking them, listed ids.
 
 Every backend stores a batch as one record: the conversation id, the append id, the
 batch digest and the batch's canonical encoded messages (``Batch.encoded_messages``). On
@@ -15,30 +15,24 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, TypeAlias, TypeVar
 
-from scope._documents import DIGEST_PREFIX, decode_messages, digest_of
+from scope._documents import DIGEST_PREFIX, check_messages, decode_messages, digest_of
 from scope._json import parse_exact_fast
-from scope._validate import check_type
 from scope.chat import Message
-from scope.codec import encode_messages
+from scope.codec import _decode_canonical, encode_messages
 from scope.errors import InvalidAppendIDError, StoreError
-from scope.history import AppendID, Batch, ConversationID, HistoryView
+from scope.history import AppendID, Batch, ConversationID, HistoryCache, HistoryView
 
 __all__ = [
-    "DEFAULT_CACHE_BYTES",
-    "DEFAULT_CACHE_MESSAGES",
     "corrupt",
     "decode_batches",
     "decode_record",
     "decode_records",
     "shown_id",
     "stored_id",
-    "validate_cache_size",
     "view_of",
-    "DecodedCache",
     "Decoder",
     "ListedIDs",
 ]
@@ -62,12 +56,14 @@ def view_of(
     closed: bool,
     length: int,
     records: Iterable[tuple[Any, Any, Any]],
-    cache: DecodedCache | None = None,
+    cache: HistoryCache | None = None,
 ) -> HistoryView:
     """The ``HistoryView`` of one atomic read: the closure flag, the stored length and
     the ``(append_id, digest, encoded_messages)`` records (ignored when closed). The
     records must hold exactly ``length`` messages, else the store is corrupt."""
     if closed:
+        if cache is not None:
+            cache.forget(conversation_id)  # cleared, maybe through another handle
         return HistoryView((), int(length), True)
     messages = decode_records(conversation_id, records, cache)
     if len(messages) != length:
@@ -78,119 +74,10 @@ def view_of(
     return HistoryView(tuple(messages), length)
 
 
-#: The decoded cache's default bounds: messages, and bytes of their canonical encoding.
-DEFAULT_CACHE_MESSAGES: Final = 10_000
-DEFAULT_CACHE_BYTES: Final = 64 * 1024 * 1024
-
-
-class DecodedCache:
-    """Decoded batches by conversation and digest: a bounded LRU shared by one store's
-    reads.
-
-    Decoding (strict, validating) costs far more than fetching, and a conversation is
-    read again on every turn. A record's digest is checked against its bytes on every
-    read, and equal digests mean equal bytes, so the cached messages (immutable values)
-    are exactly what decoding would give. Bounded twice: at most ``max_messages``
-    messages and ``max_bytes`` bytes, the least recently used batches leaving first. A
-    batch counts twice its encoded size (media included): the canonical bytes each
-    message keeps for re-encoding, and the decoded values themselves; a batch over
-    either bound alone is not kept. ``forget(conversation_id)`` drops a cleared
-    conversation's batches.
-    Thread-safe: SQLite reads decode on worker threads. Either bound 0 disables it.
-    """
-
-    __slots__ = (
-        "_by_conversation",
-        "_bytes",
-        "_entries",
-        "_lock",
-        "_size",
-        "max_bytes",
-        "max_messages",
-    )
-
-    def __init__(self, max_messages: int, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        self.max_messages = max_messages
-        self.max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], tuple[tuple[Message, ...], int]] = OrderedDict()
-        self._by_conversation: dict[str, set[str]] = {}
-        self._size = 0
-        self._bytes = 0
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """What the cache holds now: ``(messages, bytes)``."""
-        with self._lock:
-            return self._size, self._bytes
-
-    def get(self, conversation_id: str, digest: str) -> tuple[Message, ...] | None:
-        """The cached messages of the conversation's batch ``digest``, or None."""
-        key = (conversation_id, digest)
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                return None
-            self._entries.move_to_end(key)
-            return found[0]
-
-    def remember(self, batch: Batch) -> None:
-        """Cache what a store has just appended (or found already appended): the batch's
-        own messages under its digest. They are exactly what decoding its
-        ``encoded_messages`` gives (the canonical encoding of these very values), so the
-        next read of the conversation decodes nothing this handle wrote."""
-        self.put(batch.conversation_id, batch.digest, batch.messages, len(batch.encoded_messages))
-
-    def put(
-        self, conversation_id: str, digest: str, messages: tuple[Message, ...], size: int
-    ) -> None:
-        """Cache a batch's decoded ``messages`` (``size``: its encoded bytes)."""
-        size *= 2  # the encoding the messages keep, and the values (see the class)
-        if len(messages) > self.max_messages or size > self.max_bytes:
-            return
-        key = (conversation_id, digest)
-        with self._lock:
-            if key in self._entries:
-                return
-            self._entries[key] = (messages, size)
-            self._by_conversation.setdefault(conversation_id, set()).add(digest)
-            self._size += len(messages)
-            self._bytes += size
-            while self._size > self.max_messages or self._bytes > self.max_bytes:
-                self._remove(next(iter(self._entries)))
-
-    def forget(self, conversation_id: str) -> None:
-        """Drop every cached batch of the conversation (it was cleared)."""
-        with self._lock:
-            for digest in tuple(self._by_conversation.get(conversation_id, ())):
-                self._remove((conversation_id, digest))
-
-    def _remove(self, key: tuple[str, str]) -> None:
-        """Remove one entry and its bookkeeping; under the lock."""
-        messages, size = self._entries.pop(key)
-        self._size -= len(messages)
-        self._bytes -= size
-        cid, digest = key
-        digests = self._by_conversation[cid]
-        digests.discard(digest)
-        if not digests:
-            del self._by_conversation[cid]
-
-
-def validate_cache_size(value: object, name: str = "decoded_cache_messages") -> int:
-    """A decoded cache bound: an int (else ``TypeError``) >= 0 (else ``ValueError``),
-    naming ``name``."""
-    check_type(value, int, name, "an integer")
-    assert isinstance(value, int)
-    if value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    return value
-
-
 #: ``decode_records`` or ``decode_batches``: how a read turns a conversation's
 #: ``(append_id, digest, encoded_messages)`` records into its result.
 Decoder: TypeAlias = Callable[
-    [ConversationID, Iterable[tuple[Any, Any, Any]], "DecodedCache | None"], T
+    [ConversationID, Iterable[tuple[Any, Any, Any]], "HistoryCache | None"], T
 ]
 
 
@@ -199,7 +86,7 @@ def decode_record(
     append_id: Any,
     digest: Any,
     data: Any,
-    cache: DecodedCache | None = None,
+    cache: HistoryCache | None = None,
     error: Callable[[str], Exception] | None = None,
 ) -> tuple[Message, ...]:
     """The messages of one stored batch record, checked as ``read`` and ``read_batches``
@@ -224,32 +111,41 @@ def decode_record(
     if actual != digest:
         raise fail(f"its messages digest to {actual}, the record says {digest}")
     if cache is not None:
-        cached = cache.get(conversation_id, digest)
+        cached = cache.messages(conversation_id, digest)
         if cached is not None:
             return cached
-    try:
-        tree = parse_exact_fast(data)
-    except ValueError as exc:
-        raise fail(f"invalid JSON: {exc}") from None
-    if type(tree) is not list or not tree:
-        raise fail("messages are not a non-empty JSON array")
-    out = decode_messages(tree, fail)
-    # Encoding fills each message's cached canonical bytes, so later encodes (a Batch
-    # built from these messages, a request) reuse them.
-    if encode_messages(out) != data:
+    # The bytes scope writes parse with orjson and dump back byte for byte, keys sorted;
+    # the decoded values then encode to exactly those bytes when each item holds only
+    # what the encoder writes, in its form (scope._codec._canonical): checked on the
+    # tree, without encoding the values again. Each message keeps its bytes, so later
+    # encodes (a Batch built from these messages, a request) reuse them.
+    found = _decode_canonical(data)
+    if found is not None:
+        out, canonical = found
+        check_messages(out, fail)  # complete: no tool_call_delta parts
+    else:  # any other spelling (number tokens orjson respells, say): the exact reader
+        try:
+            tree = parse_exact_fast(data)
+        except ValueError as exc:
+            raise fail(f"invalid JSON: {exc}") from None
+        if type(tree) is not list or not tree:
+            raise fail("messages are not a non-empty JSON array")
+        out = decode_messages(tree, fail)
+        canonical = encode_messages(out) == data
+    if not canonical:
         # Valid, digest-matching JSON, but not the bytes scope writes (whitespace, key
-        # order, number spelling): a Batch of these messages would have another digest,
-        # so the record was not written by scope as it stands.
+        # order, number spelling, a member at its default): a Batch of these messages
+        # would have another digest, so the record was not written by scope as it stands.
         raise fail("messages are not in the canonical encoding")
     if cache is not None:
-        cache.put(conversation_id, digest, out, len(data))
+        cache.keep_messages(conversation_id, digest, out, len(data))
     return out
 
 
 def _decoded(
     conversation_id: str,
     records: Iterable[tuple[Any, Any, Any]],
-    cache: DecodedCache | None,
+    cache: HistoryCache | None,
 ) -> Iterator[tuple[Any, Any, Any, tuple[Message, ...]]]:
     """Each record with its messages (``decode_record``), in order."""
     for append_id, digest, data in records:
@@ -264,7 +160,7 @@ def _decoded(
 def decode_records(
     conversation_id: str,
     records: Iterable[tuple[Any, Any, Any]],
-    cache: DecodedCache | None = None,
+    cache: HistoryCache | None = None,
 ) -> list[Message]:
     """The messages of ``(append_id, digest, encoded_messages)`` records, in order: what
     ``read`` returns (append ids are not looked at: ``read`` does not return them)."""
@@ -274,7 +170,7 @@ def decode_records(
 def decode_batches(
     conversation_id: ConversationID,
     records: Iterable[tuple[Any, Any, Any]],
-    cache: DecodedCache | None = None,
+    cache: HistoryCache | None = None,
 ) -> list[Batch]:
     """The batches of ``(append_id, digest, encoded_messages)`` records, in order: what
     ``read_batches`` returns.

@@ -8,7 +8,6 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
 
-from scope._cleared import conversation_cleared
 from scope._validate import check_limit
 from scope.chat import Message
 from scope.errors import (
@@ -18,9 +17,8 @@ from scope.errors import (
     InvalidBatchError,
     StoreError,
 )
-from scope.history import Batch, ConversationID, Receipt
+from scope.history import Batch, ConversationID, HistoryCache, Receipt
 from scope.historystores._records import (
-    DecodedCache,
     Decoder,
     ListedIDs,
     decode_batches,
@@ -135,7 +133,7 @@ class RecordStore(AsyncClosing):
 
     __slots__ = ()
 
-    _cache: DecodedCache
+    _cache: HistoryCache
     _listed: ListedIDs
     #: What answers ``_write``'s outcome, for the error of an unknown one.
     _outcome_source: str
@@ -144,6 +142,12 @@ class RecordStore(AsyncClosing):
     def closed(self) -> bool:
         """Whether ``aclose()`` was called."""
         raise NotImplementedError
+
+    @property
+    def history_cache(self) -> HistoryCache:
+        """This handle's cache of decoded batches and checked replays, bounded by the
+        ``cache_bytes`` the store was opened with (see ``scope.history.HistoryCache``)."""
+        return self._cache
 
     @property
     def invalid_conversation_ids(self) -> tuple[str, ...]:
@@ -172,12 +176,12 @@ class RecordStore(AsyncClosing):
 
     async def clear(self, conversation_id: str) -> None:
         """Close the conversation for ever and delete its batches (one atomic step);
-        it leaves the listing, this handle's decoded cache and the Middleware's replay
-        cache. Idempotent; an id never written is closed too."""
+        it leaves the listing and this handle's cache (another handle's cache drops it
+        when its ``read_view`` finds it closed, and serves nothing without reading).
+        Idempotent; an id never written is closed too."""
         cid = ConversationID(conversation_id)
         await self._clear(cid)
         self._cache.forget(cid)
-        conversation_cleared(cid)
 
     async def conversations(
         self, *, after: str | None = None, limit: int | None = None

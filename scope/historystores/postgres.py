@@ -41,7 +41,7 @@ from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryView, Receipt
+from scope.history import Batch, ConversationID, HistoryCache, HistoryView, Receipt
 from scope.historystores._driver import (
     Driver,
     require_asyncio,
@@ -49,12 +49,8 @@ from scope.historystores._driver import (
     store_closed,
 )
 from scope.historystores._records import (
-    DEFAULT_CACHE_BYTES,
-    DEFAULT_CACHE_MESSAGES,
-    DecodedCache,
     Decoder,
     ListedIDs,
-    validate_cache_size,
     view_of,
 )
 from scope.historystores._scan import RecordScanning
@@ -220,7 +216,7 @@ class PostgresStore(RecordScanning, RecordStore):
         self,
         pool: Any,
         table_prefix: str,
-        cache: DecodedCache,
+        cache: HistoryCache,
         *,
         command_timeout: float | None = None,
         acquire_timeout: float | None = None,
@@ -252,8 +248,7 @@ class PostgresStore(RecordScanning, RecordStore):
         connect_timeout: float = 10.0,
         command_timeout: float | None = 10.0,
         acquire_timeout: float | None = 10.0,
-        decoded_cache_messages: int = DEFAULT_CACHE_MESSAGES,
-        decoded_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_bytes: int = HistoryCache.DEFAULT_MAX_BYTES,
         create: bool = True,
     ) -> PostgresStore:
         """Connect a pool to ``dsn`` (a libpq URI such as
@@ -267,11 +262,11 @@ class PostgresStore(RecordScanning, RecordStore):
 
         ``table_prefix``: 1-49 of ``a-z``, ``0-9``, ``_`` (not starting with a digit);
         stores with different prefixes share one database independently.
-        ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
-        re-reading a conversation skips decoding (each record is still checked against its
-        digest on every read); 0 disables the cache. ``decoded_cache_bytes`` (default
-        64 MiB) bounds the same cache by memory: a batch counts twice its encoded size,
-        media included; a cleared conversation leaves it.
+        ``cache_bytes`` (default 32 MiB; 0 keeps nothing) bounds this handle's
+        ``history_cache``: the decoded batches (so re-reading a conversation skips
+        decoding; every record is still checked against its digest on every read)
+        and the replays the history Middleware checked, each counted at twice its
+        encoded size, media included (see ``scope.history.HistoryCache``).
         ``command_timeout`` (seconds, default 10; None: the server's own setting) bounds
         every statement on the server (``statement_timeout``, lock waits included);
         ``acquire_timeout`` (seconds, default 10; None: no bound) bounds the wait for a
@@ -286,10 +281,7 @@ class PostgresStore(RecordScanning, RecordStore):
         command_timeout = _check_timeout("command_timeout", command_timeout)
         acquire_timeout = _check_timeout("acquire_timeout", acquire_timeout)
         connect_timeout = check_seconds(connect_timeout, "connect_timeout", positive=True)
-        cache = DecodedCache(
-            validate_cache_size(decoded_cache_messages),
-            validate_cache_size(decoded_cache_bytes, "decoded_cache_bytes"),
-        )
+        cache = HistoryCache(cache_bytes)
         check_type(create, bool, "create", "a bool")
         check_type(dsn, str, "dsn", "a string")
         if not dsn:

@@ -38,7 +38,7 @@ from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import ScopeWarning, StoreError
-from scope.history import Batch, ConversationID, HistoryView, Receipt
+from scope.history import Batch, ConversationID, HistoryCache, HistoryView, Receipt
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -49,16 +49,12 @@ from scope.historystores._driver import (
     warn_caller,
 )
 from scope.historystores._records import (
-    DEFAULT_CACHE_BYTES,
-    DEFAULT_CACHE_MESSAGES,
-    DecodedCache,
     Decoder,
     ListedIDs,
     corrupt,
     decode_records,
     shown_id,
     stored_id,
-    validate_cache_size,
     view_of,
 )
 from scope.historystores._scan import RecordScanning, UnreadableRecords
@@ -305,7 +301,7 @@ class RedisStore(RecordScanning, RecordStore):
         self,
         client: Any,  # redis.asyncio.Redis, or RedisCluster with cluster=True
         prefix: str,
-        cache: DecodedCache,
+        cache: HistoryCache,
         socket_timeout: float | None = None,
         cluster: bool = False,
     ) -> None:
@@ -334,8 +330,7 @@ class RedisStore(RecordScanning, RecordStore):
         max_connections: int | None = None,
         client_name: str | None = None,
         socket_timeout: float | None = 10.0,
-        decoded_cache_messages: int = DEFAULT_CACHE_MESSAGES,
-        decoded_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_bytes: int = HistoryCache.DEFAULT_MAX_BYTES,
         check_persistence: bool = True,
         require_durable: bool = False,
         cluster: bool = False,
@@ -345,11 +340,11 @@ class RedisStore(RecordScanning, RecordStore):
 
         ``prefix`` names every key (see ``validate_prefix``); stores with different
         prefixes share one database independently.
-        ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
-        re-reading a conversation skips decoding (each record is still checked against its
-        digest on every read); 0 disables the cache. ``decoded_cache_bytes`` (default
-        64 MiB) bounds the same cache by memory: a batch counts twice its encoded size,
-        media included; a cleared conversation leaves it.
+        ``cache_bytes`` (default 32 MiB; 0 keeps nothing) bounds this handle's
+        ``history_cache``: the decoded batches (so re-reading a conversation skips
+        decoding; every record is still checked against its digest on every read)
+        and the replays the history Middleware checked, each counted at twice its
+        encoded size, media included (see ``scope.history.HistoryCache``).
         ``socket_timeout`` (seconds, default 10; None: no bound) bounds connecting and
         each command's round trip; a timeout raises ``StoreError`` and is not retried.
 
@@ -384,10 +379,7 @@ class RedisStore(RecordScanning, RecordStore):
             if max_connections < 1:
                 raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         prefix = validate_prefix(prefix)
-        cache = DecodedCache(
-            validate_cache_size(decoded_cache_messages),
-            validate_cache_size(decoded_cache_bytes, "decoded_cache_bytes"),
-        )
+        cache = HistoryCache(cache_bytes)
         check_type(url, str, "url", "a string")
         if not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
@@ -625,7 +617,7 @@ class RedisStore(RecordScanning, RecordStore):
         records = [_split(cid, item) for item in items]
         if not raw_length:
             if closed:
-                return HistoryView((), 0, True)
+                return view_of(cid, True, 0, (), self._cache)
             # Written by scope 0.1 (no length key yet): the stored messages are the count.
             messages = tuple(decode_records(cid, records, self._cache))
             return HistoryView(messages, len(messages))

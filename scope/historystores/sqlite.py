@@ -40,26 +40,24 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Literal, TypeVar, final
 
 import anyio.to_thread
 
 from scope._validate import check_lease, check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryView, Receipt
+from scope.history import Batch, ConversationID, HistoryCache, HistoryView, Receipt
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
     deliver_cancellation,
+    in_thread,
     store_closed,
 )
 from scope.historystores._records import (
-    DEFAULT_CACHE_BYTES,
-    DEFAULT_CACHE_MESSAGES,
-    DecodedCache,
     Decoder,
     ListedIDs,
-    validate_cache_size,
     view_of,
 )
 from scope.historystores._scan import RecordScanning
@@ -86,6 +84,10 @@ _SYNCHRONOUS: Final = ("NORMAL", "FULL", "EXTRA")
 #: Now, in Unix seconds with fractions, by the clock of the host running SQLite.
 _NOW: Final = "(julianday('now') - 2440587.5) * 86400.0"
 
+#: Worker threads per store handle under asyncio: calls beyond it queue (writes queue on
+#: the handle's write lock anyway).
+_THREADS: Final = 16
+
 #: Every sqlite3 error (the root of all the module raises) becomes a ``StoreError``.
 _DRIVER: Final = Driver("SQLite", errors=(sqlite3.Error,))
 
@@ -111,6 +113,9 @@ class _Pool:
         self.write_lock = threading.Lock()
         self.idle: list[sqlite3.Connection] = []
         self.closed = False
+        # The worker threads of this handle's calls under asyncio (see in_thread); trio
+        # calls run on anyio's.
+        self.executor = ThreadPoolExecutor(_THREADS, thread_name_prefix="scope-sqlite")
 
     def connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -165,19 +170,46 @@ class _Pool:
             idle, self.idle = self.idle, []
         for conn in idle:
             conn.close()
+        self.executor.shutdown(wait=False)  # a call still running finishes first
 
 
 @final
 class _Tables:
     """Quoted table names for one prefix (validated: plain identifiers only)."""
 
-    __slots__ = ("batches", "conversations", "leases", "schema")
+    __slots__ = (
+        "append_batch",
+        "append_length",
+        "append_state",
+        "batches",
+        "conversations",
+        "leases",
+        "schema",
+    )
 
     def __init__(self, prefix: str) -> None:
-        self.conversations = f'"{prefix}_conversations"'
-        self.batches = f'"{prefix}_batches"'
+        self.conversations = c = f'"{prefix}_conversations"'
+        self.batches = b = f'"{prefix}_batches"'
         self.schema = f'"{prefix}_schema"'
         self.leases = f'"{prefix}_leases"'
+        # The append's statements (parameters: the conversation id, the append id):
+        # closed, length (NULL for a new conversation), the digest accepted under the
+        # append id (NULL: none), the last seq (NULL: none); then the length counter
+        # (id, messages added) and the batch row (id, seq, append id, digest, messages).
+        self.append_state = (
+            f"SELECT c.closed, c.length, "
+            f"(SELECT digest FROM {b} WHERE conversation_id = ?1 AND append_id = ?2), "
+            f"(SELECT MAX(seq) FROM {b} WHERE conversation_id = ?1) "
+            f"FROM (SELECT 1) LEFT JOIN {c} c ON c.id = ?1"
+        )
+        self.append_length = (
+            f"INSERT INTO {c} (id, closed, length) VALUES (?, 0, ?) "
+            "ON CONFLICT (id) DO UPDATE SET length = length + excluded.length"
+        )
+        self.append_batch = (
+            f"INSERT INTO {b} (conversation_id, seq, append_id, digest, messages) "
+            "VALUES (?, ?, ?, ?, ?)"
+        )
 
 
 def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
@@ -245,7 +277,7 @@ class SQLiteStore(RecordScanning, RecordStore):
         "table_prefix",
     )
 
-    def __init__(self, pool: _Pool, table_prefix: str, cache: DecodedCache) -> None:
+    def __init__(self, pool: _Pool, table_prefix: str, cache: HistoryCache) -> None:
         """Internal: use ``await SQLiteStore.open(path)``."""
         self._pool = pool
         self._cache = cache
@@ -265,8 +297,7 @@ class SQLiteStore(RecordScanning, RecordStore):
         synchronous: Synchronous = "NORMAL",
         busy_timeout: float = 5.0,
         max_idle_connections: int = 4,
-        decoded_cache_messages: int = DEFAULT_CACHE_MESSAGES,
-        decoded_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_bytes: int = HistoryCache.DEFAULT_MAX_BYTES,
         create: bool = True,
     ) -> SQLiteStore:
         """Open (creating when missing) the database at ``path`` and its tables.
@@ -280,20 +311,17 @@ class SQLiteStore(RecordScanning, RecordStore):
         ``synchronous``: ``"NORMAL"`` survives a killed process, ``"FULL"``/``"EXTRA"``
         also a power loss. ``busy_timeout``: seconds a write waits for another handle's
         transaction before failing with ``StoreError``.
-        ``decoded_cache_messages``: how many decoded messages to keep, by batch digest, so
-        re-reading a conversation skips decoding (each record is still checked against its
-        digest on every read); 0 disables the cache. ``decoded_cache_bytes`` (default
-        64 MiB) bounds the same cache by memory: a batch counts twice its encoded size,
-        media included; a cleared conversation leaves it.
+        ``cache_bytes`` (default 32 MiB; 0 keeps nothing) bounds this handle's
+        ``history_cache``: the decoded batches (so re-reading a conversation skips
+        decoding; every record is still checked against its digest on every read)
+        and the replays the history Middleware checked, each counted at twice its
+        encoded size, media included (see ``scope.history.HistoryCache``).
         Bad arguments raise
         ``ValueError`` (before any I/O); a file that cannot be opened as a database
         raises ``StoreError``.
         """
         prefix = validate_table_prefix(table_prefix)
-        cache = DecodedCache(
-            validate_cache_size(decoded_cache_messages),
-            validate_cache_size(decoded_cache_bytes, "decoded_cache_bytes"),
-        )
+        cache = HistoryCache(cache_bytes)
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(
                 f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}"
@@ -341,7 +369,7 @@ class SQLiteStore(RecordScanning, RecordStore):
             raise store_closed("SQLiteStore")
         mark = await cancellation_mark()
         try:
-            result = await anyio.to_thread.run_sync(self._pool.run, fn, what)
+            result: T = await in_thread(self._pool.executor, self._pool.run, fn, what)
         except Exception as exc:  # re-raised below unless a cancellation replaces it
             await deliver_cancellation(mark, exc)
             raise
@@ -426,36 +454,18 @@ class SQLiteStore(RecordScanning, RecordStore):
         pool = self._pool
 
         def body(conn: sqlite3.Connection) -> str:
-            row = conn.execute(f"SELECT closed, length FROM {t.conversations} WHERE id = ?", (cid,))
-            state = row.fetchone()
-            if state is not None and state[0]:
+            # One statement reads what the checks need (closure, length, the dedupe
+            # record, the last seq); the write lock and BEGIN IMMEDIATE keep it current.
+            closed, length, accepted, last = conn.execute(t.append_state, (cid, aid)).fetchone()
+            if closed:
                 return "closed"
-            row = conn.execute(
-                f"SELECT digest FROM {t.batches} WHERE conversation_id = ? AND append_id = ?",
-                (cid, aid),
-            )
-            found = row.fetchone()
-            if found is not None:  # a retry (same digest: nothing to write) or a conflict
-                return f"accepted:{found[0]}"
-            length = 0 if state is None else state[1]
+            if accepted is not None:  # a retry (same digest: nothing to write) or a conflict
+                return f"accepted:{accepted}"
+            length = length or 0
             if expected is not None and expected != length:
                 return f"changed:{length}"
-            if state is None:
-                conn.execute(
-                    f"INSERT INTO {t.conversations} (id, closed, length) VALUES (?, 0, ?)",
-                    (cid, count),
-                )
-            else:
-                conn.execute(
-                    f"UPDATE {t.conversations} SET length = length + ? WHERE id = ?",
-                    (count, cid),
-                )
-            conn.execute(
-                f"INSERT INTO {t.batches} (conversation_id, seq, append_id, digest, messages) "
-                f"SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ? FROM {t.batches} "
-                "WHERE conversation_id = ?",
-                (cid, aid, digest, data, cid),
-            )
+            conn.execute(t.append_length, (cid, count))
+            conn.execute(t.append_batch, (cid, (last or 0) + 1, aid, digest, data))
             return "inserted"
 
         # The release of append_release_turn expires the holder's row in place rather
@@ -587,7 +597,7 @@ class SQLiteStore(RecordScanning, RecordStore):
         return await self._run(conversations, "listing of conversations")
 
 
-def _view(cid: ConversationID, rows: list[Any], cache: DecodedCache) -> HistoryView:
+def _view(cid: ConversationID, rows: list[Any], cache: HistoryCache) -> HistoryView:
     """The ``HistoryView`` of ``read_view``'s rows (closed, length, then one record per
     row; none for an unknown conversation)."""
     if not rows:

@@ -22,8 +22,7 @@ from scope.chat import (
     user_message,
 )
 from scope.errors import InvalidRequestError, StoreError
-from scope.history import ConversationID, Middleware
-from scope.history._replay import Replays
+from scope.history import ConversationID, HistoryCache, Middleware
 from scope.history.inmemory import InMemoryStore
 
 pytestmark = pytest.mark.anyio
@@ -64,7 +63,7 @@ def full_check(stored: list[Any]) -> tuple[Message, ...] | None:
     return replay
 
 
-def fast_check(replays: Replays, stored: list[Any]) -> tuple[Message, ...] | None:
+def fast_check(replays: HistoryCache, stored: list[Any]) -> tuple[Message, ...] | None:
     try:
         return replays.replay(ConversationID("c"), stored)
     except StoreError:
@@ -76,7 +75,7 @@ def fast_check(replays: Replays, stored: list[Any]) -> tuple[Message, ...] | Non
 def test_fast_path_accepts_exactly_what_the_full_check_accepts(
     steps: list[tuple[str, list[int]]],
 ) -> None:
-    replays = Replays()
+    replays = HistoryCache()
     stored: list[Any] = []
     for how, picks in steps:
         # Fresh objects for every pick (equal values, other identities) except where the
@@ -99,7 +98,7 @@ def _copy(atom: Any) -> Any:
 
 
 def test_a_grown_history_is_checked_from_its_last_reset_point() -> None:
-    replays = Replays()
+    replays = HistoryCache()
     cid = ConversationID("c")
     call = assistant_message(tool_call_part("c1", "f"), tool_call_part("c2", "f"))
     first = [user_message("q"), call, tool_message(ToolResult("c1", "f"))]
@@ -142,3 +141,34 @@ async def test_the_middleware_replays_with_the_fast_path() -> None:
         "ok",
         "q4",
     ]
+
+
+@pytest.mark.parametrize(
+    ("cache_bytes", "checked"), [(None, [0, 2, 3, 3, 3]), (0, [0, 2, 4, 6, 8])]
+)
+async def test_the_store_handles_cache_keeps_the_checked_replay(
+    monkeypatch: pytest.MonkeyPatch, cache_bytes: int | None, checked: list[int]
+) -> None:
+    from scope.history import _replay
+
+    lengths: list[int] = []
+    real = _replay.check_sequence
+
+    def counting(piece: Any, error: Any) -> None:
+        lengths.append(len(piece))
+        real(piece, error)
+
+    monkeypatch.setattr(_replay, "check_sequence", counting)
+    store = InMemoryStore() if cache_bytes is None else InMemoryStore(cache_bytes=cache_bytes)
+
+    class Echo:
+        async def call(self, request: Request) -> Any:
+            from scope.chat import FinishReason, Output, Response
+
+            return Response(Output(assistant_message("ok"), FinishReason.STOP))
+
+    for i in range(5):
+        await Middleware(store, store, "kept").call(Echo()).call(Request([user_message(f"q{i}")]))
+    # Warm, each turn checks only from the last reset point of the kept replay.
+    assert lengths == checked
+    assert store.history_cache.size[0] == (0 if cache_bytes == 0 else 1)

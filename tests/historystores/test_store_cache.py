@@ -1,8 +1,8 @@
 """Stores remember what they append: a read after this handle's own append (or a
 deduplicated retry) decodes nothing; a cold handle decodes every record once, strictly.
 
-Decoding is counted at ``scope.historystores._records.parse_exact_fast`` (every strict decode of a
-record starts there)."""
+Decoding is counted at ``scope.historystores._records._decode_canonical`` (every strict
+decode of a record starts there)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from scope.history import Batch, ConversationID
+from scope.history import Batch, ConversationID, HistoryCache
 from scope.historystores import _records
 from tests.helpers import turn
 from tests.servers import BACKENDS, fresh_backend
@@ -30,7 +30,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(params=BACKENDS)
 async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
-    """Opens handles on one fresh store: ``await opener(decoded_cache_messages=...)``."""
+    """Opens handles on one fresh store: ``await opener(cache_bytes=...)``."""
     async with fresh_backend(request.param, tmp_path) as backend:
         yield backend.open
 
@@ -38,13 +38,13 @@ async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 @pytest.fixture
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     count = [0]
-    real = _records.parse_exact_fast
+    real = _records._decode_canonical
 
     def counting(data: Any) -> Any:
         count[0] += 1
         return real(data)
 
-    monkeypatch.setattr(_records, "parse_exact_fast", counting)
+    monkeypatch.setattr(_records, "_decode_canonical", counting)
     return count
 
 
@@ -95,7 +95,7 @@ async def test_a_deduplicated_retry_fills_the_cache_and_cold_reads_still_decode(
         assert decodes == [1]  # the retry's messages were remembered
     finally:
         await again.aclose()
-    uncached = await opener(decoded_cache_messages=0)
+    uncached = await opener(cache_bytes=0)
     try:
         await uncached.append(Batch("c", "a2", turn("y")))
         await uncached.read("c")
@@ -105,53 +105,84 @@ async def test_a_deduplicated_retry_fills_the_cache_and_cold_reads_still_decode(
         await uncached.aclose()
 
 
-async def test_the_decoded_cache_is_bounded_by_bytes_and_forgets_a_cleared_conversation(
+async def test_the_cache_is_bounded_by_bytes_and_forgets_a_cleared_conversation(
     opener: Opener, decodes: list[int]
 ) -> None:
     big = [Batch("c", f"a{i}", turn("x" * 4000 + str(i))) for i in range(4)]
     # A batch counts twice its encoded size: two batches fit, not three.
     bound = 2 * 2 * len(big[0].encoded_messages) + 100
-    store = await opener(decoded_cache_bytes=bound)
+    store = await opener(cache_bytes=bound)
     try:
+        assert store.history_cache.max_bytes == bound
         for batch in big:
             await store.append(batch)
-        messages, size = store._cache.size
-        assert size <= bound and messages == 4  # the last two batches
+        entries, size = store.history_cache.size
+        assert size <= bound and entries == 2  # the last two batches
         await store.read("c")
         assert decodes == [4]  # a history over the bound is decoded on every read (LRU)
-        await store.append(Batch("d", "a1", turn("d")))
+        small = Batch("d", "a1", turn("d"))
+        await store.append(small)
         await store.clear("c")
-        assert store._cache.size == (2, 2 * len(Batch("d", "a1", turn("d")).encoded_messages))
+        assert store.history_cache.size == (1, 2 * len(small.encoded_messages))
     finally:
         await store.aclose()
 
 
-async def test_the_decoded_cache_bytes_bound_is_validated(opener: Opener) -> None:
+async def test_a_clear_through_another_handle_empties_this_handles_cache_on_read(
+    opener: Opener, decodes: list[int]
+) -> None:
+    reader, clearer = await opener(), await opener()
+    try:
+        batch = Batch("c", "a1", turn("x"))
+        await clearer.append(batch)
+        assert await reader.read("c") == list(batch.messages)
+        reader.history_cache.replay("c", await reader.read("c"))
+        assert reader.history_cache.size[0] == 2  # the decoded batch and the replay
+        await clearer.clear("c")
+        # Nothing is served without reading the store: the closed conversation reads
+        # empty, and the read_view that finds it closed drops what this handle kept.
+        view = await reader.read_view("c")
+        assert view.closed and view.messages == ()
+        assert await reader.read("c") == []
+        assert reader.history_cache.size == (0, 0)
+    finally:
+        await reader.aclose()
+        await clearer.aclose()
+
+
+async def test_the_cache_bytes_bound_is_validated(opener: Opener) -> None:
     # The argument policy: a wrong type is a TypeError, a wrong value a ValueError.
     for wrong_type in (True, 1.5, "64"):
-        with pytest.raises(TypeError, match="decoded_cache_bytes must be an integer"):
-            await opener(decoded_cache_bytes=wrong_type)
-    with pytest.raises(ValueError, match="decoded_cache_bytes must be an integer >= 0"):
-        await opener(decoded_cache_bytes=-1)
+        with pytest.raises(TypeError, match="cache_bytes must be an integer"):
+            await opener(cache_bytes=wrong_type)
+    with pytest.raises(ValueError, match="cache_bytes must be an integer >= 0"):
+        await opener(cache_bytes=-1)
 
 
-def test_the_replay_cache_is_bounded_by_bytes_and_forgets_a_cleared_conversation() -> None:
-    from scope.history._replay import Replays
+def test_the_default_bound_is_small() -> None:
+    assert HistoryCache().max_bytes == HistoryCache.DEFAULT_MAX_BYTES == 32 * 2**20
+
+
+def test_replays_share_the_bound_and_a_clear_forgets_them() -> None:
     from scope.history.inmemory import InMemoryStore
 
     one = Batch("c", "a1", turn("x" * 4000)).messages
     size = 2 * len(Batch("c", "a1", list(one)).encoded_messages)  # counted twice
-    replays = Replays(max_conversations=100, max_bytes=2 * size + 50)
+    cache = HistoryCache(max_bytes=2 * size + 50)
     for cid in ("a", "b", "c"):
-        replays.replay(ConversationID(cid), one)
-    assert replays.size[0] == 2 and replays.size[1] <= 2 * size + 50  # "a" left
-    replays.forget("c")
-    assert replays.size[0] == 1
-    # The process-wide cache forgets what any store clears.
-    from scope.history._replay import replays as shared
-
-    store = InMemoryStore()
-    shared.replay(ConversationID("cleared"), one)
-    before = shared.size[0]
+        cache.replay(ConversationID(cid), one)
+    assert cache.size[0] == 2 and cache.size[1] <= 2 * size + 50  # "a" left
+    cache.forget("c")
+    assert cache.size[0] == 1
+    assert HistoryCache(0).replay("c", one) == one  # checked, not kept
+    # A store's clear drops the conversation from its own cache, and from nobody else's.
+    store, other = InMemoryStore(), InMemoryStore(cache_bytes=10**6)
+    for handle in (store, other):
+        handle.history_cache.replay(ConversationID("cleared"), one)
     anyio.run(store.clear, "cleared")
-    assert shared.size[0] == before - 1
+    assert store.history_cache.size == (0, 0)
+    assert other.history_cache.size[0] == 1
+    with pytest.raises(TypeError, match="cache_bytes must be an integer"):
+        InMemoryStore(cache_bytes=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cache_bytes must be an integer >= 0"):
+        InMemoryStore(cache_bytes=-1)
