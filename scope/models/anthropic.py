@@ -114,8 +114,8 @@ never once a stream has begun. An ``error`` event mid-stream (``overloaded_error
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import Final, final
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any, Final, final
 
 try:
     import httpx
@@ -126,7 +126,8 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.anthropic needs httpx: install the extra, pip install 'scope-chat[anthropic]'"
     ) from exc
 
-from scope.chat import Request, Response
+from scope._validate import check_type
+from scope.chat import Options, Request, Response
 from scope.models._anthropic_wire import (
     API,
     DEFAULT_MAX_TOKENS,
@@ -136,7 +137,7 @@ from scope.models._anthropic_wire import (
     build_body,
     parse_message,
 )
-from scope.models._http import HTTPAdapter, Wire
+from scope.models._http import UNSET, HTTPAdapter, Wire
 
 __all__ = [
     "API_VERSION",
@@ -153,6 +154,10 @@ DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 
 #: The ``anthropic-version`` header sent with every request.
 API_VERSION: Final = "2023-06-01"
+
+#: The ``anthropic-beta`` value that ``drop_mismatched_thinking`` sends: the API reads
+#: ``thinking.block_binding`` only with it.
+_BINDING_BETA: Final = "thinking-binding-controls-2026-08-01"
 
 #: The timeout of a client the model creates: 10 minutes overall, 5 seconds to connect.
 DEFAULT_TIMEOUT: Final = httpx.Timeout(600.0, connect=5.0)
@@ -175,7 +180,7 @@ class AnthropicModel(HTTPAdapter):
     construction, so one model works under asyncio or trio (one at a time, as httpx).
     """
 
-    __slots__ = ()
+    __slots__ = ("_drop_mismatched_thinking", "_prompt_cache")
 
     _WIRE = Wire(
         name="AnthropicModel",
@@ -196,7 +201,63 @@ class AnthropicModel(HTTPAdapter):
         unfinished="no stop_reason and no message_stop",
     )
 
+    def __init__(
+        self,
+        model: str = "",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | None = UNSET,
+        max_retries: int = 2,
+        default_options: Options | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_backoff: float = 0.5,
+        retry_max_delay: float = 60.0,
+        provider_name: str | None = None,
+        drop_mismatched_thinking: bool = False,
+        prompt_cache: bool = False,
+    ) -> None:
+        check_type(
+            drop_mismatched_thinking, bool, "AnthropicModel drop_mismatched_thinking", "a bool"
+        )
+        check_type(prompt_cache, bool, "AnthropicModel prompt_cache", "a bool")
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            http_client=http_client,
+            timeout=timeout,
+            max_retries=max_retries,
+            default_options=default_options,
+            headers=headers,
+            retry_backoff=retry_backoff,
+            retry_max_delay=retry_max_delay,
+            provider_name=provider_name,
+        )
+        self._drop_mismatched_thinking = drop_mismatched_thinking
+        self._prompt_cache = prompt_cache
+        if drop_mismatched_thinking:
+            self._headers = _with_beta(self._headers, _BINDING_BETA)
+
     # ------------------------------------------------------------------ public API
+
+    @property
+    def drop_mismatched_thinking(self) -> bool:
+        """Whether the API is asked to drop thinking blocks that fail its prefix check
+        rather than refuse the request (see the module docstring)."""
+        return self._drop_mismatched_thinking
+
+    @property
+    def prompt_cache(self) -> bool:
+        """Whether requests carry prompt-cache breakpoints (see the module docstring)."""
+        return self._prompt_cache
+
+    def _body_options(self) -> dict[str, Any]:
+        return {
+            "drop_mismatched_thinking": self._drop_mismatched_thinking,
+            "prompt_cache": self._prompt_cache,
+        }
 
     async def call(self, request: Request) -> Response:
         """Answer ``request`` with one complete response (``POST /v1/messages``).
@@ -220,3 +281,17 @@ class AnthropicModel(HTTPAdapter):
         nothing runs in the background.
         """
         return self._stream_request(request)
+
+
+def _with_beta(headers: dict[str, str], beta: str) -> dict[str, str]:
+    """``headers`` with ``beta`` among the ``anthropic-beta`` values (comma-separated,
+    the header's form), kept once; the header's name compares case-insensitively."""
+    merged = dict(headers)
+    for name, value in headers.items():
+        if name.lower() == "anthropic-beta":
+            values = [v.strip() for v in value.split(",") if v.strip()]
+            if beta not in values:
+                merged[name] = ",".join([*values, beta])
+            return merged
+    merged["anthropic-beta"] = beta
+    return merged
