@@ -201,12 +201,12 @@ _NO_BREAKPOINT: Final = frozenset({"thinking", "redacted_thinking"})
 
 def _breakpoint(blocks: object) -> None:
     """A ``cache_control`` breakpoint on the last block of ``blocks`` that can carry
-    one (not thinking, not empty text); nothing for a field an extension set."""
+    one (not thinking); nothing for a field an extension set."""
     if type(blocks) is not list:
         return
     for index in range(len(blocks) - 1, -1, -1):
         block = blocks[index]
-        if block.get("type") in _NO_BREAKPOINT or block.get("text", None) == "":
+        if block.get("type") in _NO_BREAKPOINT:
             continue
         blocks[index] = {**block, "cache_control": _EPHEMERAL}
         return
