@@ -609,10 +609,10 @@ async def test_answers_are_stamped_and_a_changed_prompt_is_never_a_400(
     enforcing: PreservedThinkingServer, mode: str
 ) -> None:
     async with AnthropicModel(MODEL, api_key="k", base_url=enforcing.base_url) as model:
-        first, history = await _turns(model, mode, [], "Be brief.", "Hi (tools: 1)")
+        _, history = await _turns(model, mode, [], "Be brief.", "Hi (tools: 1)")
         assert all(PREFIX_KEY in m.metadata for m in history if m.role == "assistant")
         # The same prompt: both thinking blocks go back.
-        second, history = await _turns(model, mode, history, "Be brief.", "More")
+        _, history = await _turns(model, mode, history, "Be brief.", "More")
         assert enforcing.served[-1].state_sent == 2
         # Another prompt: every block made under the old one stays here, counted.
         third, history = await _turns(model, mode, history, "Be terse.", "Again")
@@ -669,7 +669,7 @@ async def test_prompt_cache_reads_what_the_last_turn_wrote(
     async with AnthropicModel(
         MODEL, api_key="k", base_url=enforcing.base_url, prompt_cache=True
     ) as model:
-        first, history = await _turns(model, mode, [], "Be brief.", "Hi")
+        _, history = await _turns(model, mode, [], "Be brief.", "Hi")
         second, _ = await _turns(model, mode, history, "Be brief.", "More")
     served = enforcing.served
     assert served[0].cache_read == 0 and served[0].cache_write > 0
