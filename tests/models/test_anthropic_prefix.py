@@ -679,3 +679,112 @@ async def test_prompt_cache_reads_what_the_last_turn_wrote(
     assert usage.cache_write_input_tokens == served[1].cache_write
     # scope's input count holds both cache counts (DESIGN §7b).
     assert usage.input_tokens == served[1].uncached + served[1].cache_read + served[1].cache_write
+
+
+# ------------------------------------------------------------ the server's own rules
+
+
+def _post(server: PreservedThinkingServer, body: dict[str, Any], beta: str = "") -> Any:
+    import httpx
+
+    headers = {"anthropic-beta": beta} if beta else {}
+    response = httpx.post(server.base_url + "/v1/messages", json=body, headers=headers)
+    return response.status_code, response.json()
+
+
+THINK = {"type": "enabled", "budget_tokens": 1024}
+
+
+def test_the_server_binds_each_block_to_its_prefix_and_its_place(
+    enforcing: PreservedThinkingServer,
+) -> None:
+    question = {"role": "user", "content": [{"type": "text", "text": "Hi (redacted)"}]}
+    base = {"model": "claude-sonnet-4-0", "max_tokens": 2048, "thinking": THINK}
+    status, first = _post(enforcing, {**base, "system": "S", "messages": [question]})
+    assert status == 200 and first["model"] == "claude-sonnet-4-20250514"  # an alias
+    think, redacted, text = first["content"]
+    assert (think["type"], redacted["type"], text["type"]) == (
+        "thinking",
+        "redacted_thinking",
+        "text",
+    )
+    again = {"role": "user", "content": [{"type": "text", "text": "Again"}]}
+
+    def replay(content: list[Any], system: str = "S", beta: str = "", **extra: Any) -> Any:
+        answer = {"role": "assistant", "content": content}
+        body = {**base, "system": system, "messages": [question, answer, again], **extra}
+        return _post(enforcing, body, beta)
+
+    assert replay([think, redacted, text])[0] == 200  # as it came: valid
+    assert replay([text])[0] == 200  # all thinking left out: nothing to check
+    assert replay([think, text])[0] == 200  # the last one left out: the rest still match
+    # Left out between others, or moved: the block after the gap fails.
+    status, error = replay([redacted, text])
+    assert status == 400
+    assert error["error"]["message"] == f"messages.1.content.0: {BOUND_ELSEWHERE}"
+    assert replay([redacted, think, text])[0] == 400
+    # Another system prompt: the first block fails, and with it the rest of the turn.
+    status, error = replay([think, redacted, text], system="T")
+    assert (status, error["error"]["type"]) == (400, "invalid_request_error")
+    binding = {**THINK, "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+    status, error = replay([think, redacted, text], system="T", thinking=binding)
+    assert status == 400 and BINDING_BETA in error["error"]["message"]  # the header is missing
+    status, body = replay([think, redacted, text], system="T", thinking=binding, beta=BINDING_BETA)
+    assert status == 200
+    assert body["input_transformations"] == [
+        {
+            "type": "thinking_dropped",
+            "path": "messages.1.content.0",
+            "reason": "prefix_binding_mismatch",
+        },
+        {
+            "type": "thinking_dropped",
+            "path": "messages.1.content.1",
+            "reason": "prefix_binding_mismatch",
+        },
+    ]
+    # A signature it never issued.
+    forged = {**think, "signature": SIG}
+    status, error = replay([forged, text])
+    assert (status, error["error"]["message"]) == (
+        400,
+        "messages.1.content.0: Invalid `signature` in `thinking` block.",
+    )
+    # cache_control markers are not part of the prefix.
+    marked = {
+        **question,
+        "content": [{**question["content"][0], "cache_control": {"type": "ephemeral"}}],
+    }
+    answer = {"role": "assistant", "content": [think, redacted, text]}
+    status, _ = _post(enforcing, {**base, "system": "S", "messages": [marked, answer, again]})
+    assert status == 200
+    assert [s.status for s in enforcing.served].count(400) == 5
+
+
+def test_the_server_wants_the_final_tool_use_turn_to_start_with_thinking(
+    enforcing: PreservedThinkingServer,
+) -> None:
+    tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    question = {"role": "user", "content": [{"type": "text", "text": "Weather? (tools: 1)"}]}
+    base = {"model": MODEL, "max_tokens": 2048, "thinking": THINK, "tools": tools}
+    status, first = _post(enforcing, {**base, "messages": [question]})
+    assert status == 200 and first["stop_reason"] == "tool_use"
+    think, call = first["content"]
+    result = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "18C"}],
+    }
+
+    def follow_up(content: list[Any], **extra: Any) -> Any:
+        answer = {"role": "assistant", "content": content}
+        return _post(enforcing, {**base, "messages": [question, answer, result], **extra})
+
+    status, error = follow_up([call])
+    assert status == 400 and error["error"]["message"].startswith(
+        "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+        "`tool_use`. When `thinking` is enabled, a final `assistant` message must start "
+        "with a thinking block"
+    )
+    assert follow_up([call], thinking={"type": "disabled"})[0] == 200
+    status, final = follow_up([think, call])
+    assert status == 200 and final["stop_reason"] == "end_turn"
