@@ -38,6 +38,39 @@ The parts left out are counted in the response's
 ``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and named in a
 DEBUG record of the ``scope.models`` logger.
 
+**The prefix** (DESIGN §6g). Anthropic's preserved thinking binds each thinking block to
+its prefix: the ``system`` prompt, the ``tools`` and every message before it. A block
+replayed under a changed prefix (a window that dropped old turns, a rebuilt system
+prompt, another tool set, an edited message, an earlier block left out or moved) is
+refused (400 "The block is bound to a different conversation") or dropped, and every
+later block with it. So every answer is also stamped with ``scope/prefix``: a digest of
+what the request sent before it (``"sha256:..."``; a hash chain over the wire
+``system``, ``tools`` and messages, one pass over the request, ``cache_control`` left
+out). Replaying, the adapter computes the same chain over what it is actually sending
+(earlier drops applied) and sends an own message's thinking back only where the digest
+before it equals its stamp; elsewhere the thinking is left out and counted as above
+(``reasoning produced under another prefix``), never refused. A drop changes the prefix
+after it, so the older thinking after it falls too; thinking produced since (the
+current turn's tool loop) still matches and goes back. Messages without the stamp
+(stored before v0.4) keep the rule above. Empty-text thinking (``thinking.display:
+"omitted"``) is a reasoning part with a signature and goes back like any other.
+
+``drop_mismatched_thinking=True`` also asks the API to drop blocks failing its own
+check rather than refuse the request (for histories scope did not stamp): the
+``thinking`` object gets ``block_binding: {"prefix_mismatch_behavior": "drop_block"}``
+(a request without one sends ``{"type": "adaptive", ...}``, as the API documents;
+disabled thinking gets none; a binding the ``anthropic/thinking`` extension sets is
+kept) and every request the header ``anthropic-beta:
+thinking-binding-controls-2026-08-01`` (joined to any ``anthropic-beta`` of
+``headers``). The ``thinking_dropped`` entries of the response's
+``input_transformations`` are added to ``scope/dropped_parts`` and named in a DEBUG
+record (a stream's ``message_delta`` list replaces its ``message_start`` one).
+
+``prompt_cache=True`` puts ``cache_control: {"type": "ephemeral"}`` breakpoints on the
+last tool, the last system block and the last block of the last message (not on a
+thinking block): at most three, so one of the API's four stays free. The cached
+counts are in ``Usage`` (below).
+
 **Reasoning.** A ``thinking`` block is a reasoning part whose signature bytes are the
 base64-decoded ``signature`` (a signature that is not canonical base64 is refused, as
 it could not be sent back exactly); it is sent back as ``thinking`` with the signature
@@ -172,7 +205,9 @@ class AnthropicModel(HTTPAdapter):
     ``ANTHROPIC_BASE_URL``, then ``DEFAULT_BASE_URL``. ``headers`` are added to every
     request (and may override the defaults). ``default_options`` lie under every
     request's options. ``http_client``, ``timeout``, ``max_retries``, ``retry_backoff``
-    and ``retry_max_delay`` behave as in ``OpenAIChatModel``.
+    and ``retry_max_delay`` behave as in ``OpenAIChatModel``. ``drop_mismatched_thinking``
+    and ``prompt_cache`` (bools, default False; ``TypeError`` otherwise) are described
+    in the module docstring.
 
     Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
     ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent

@@ -265,13 +265,15 @@ def test_a_tool_loop_replays_its_own_steps() -> None:
 
 
 def test_a_user_turn_that_grows_after_a_left_out_message_is_encoded_once_complete() -> None:
-    # tool results, an assistant message left out whole (only unsigned reasoning), then
-    # the user's words: one user turn; the answer after it is stamped over the merged turn.
+    # tool results, an assistant message left out whole (only thinking made under
+    # another prefix: checking it encoded the tool results' turn), then the user's
+    # words: one user turn, encoded again; the answer after it is stamped over it.
     call = stamp(assistant_message(tool_call_part("t1", "get_weather", "{}")), API, PROVIDER, MODEL)
     result = tool_message(ToolResult("t1", "get_weather", ToolOutput.of_text("18C")))
-    unsigned = stamp(assistant_message(reasoning_part("half")), API, PROVIDER, MODEL)
-    messages = [user_message("Hi"), call, result, unsigned, user_message("Thanks")]
+    stale = stamp(assistant_message(thinking()), API, PROVIDER, MODEL, "sha256:" + "0" * 64)
+    messages = [user_message("Hi"), call, result, stale, user_message("Thanks")]
     body, replay = build(Request(messages, tools=[WEATHER]))
+    assert replay.left_out == ["messages[3].parts[0] (reasoning produced under another prefix)"]
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
     assert [b["type"] for b in body["messages"][2]["content"]] == ["tool_result", "text"]
     chain = PrefixChain(b"null", orjson.dumps(body["tools"]))
