@@ -303,7 +303,7 @@ def main() -> None:
         if name.endswith("(floor)"):
             floor = seconds
         if "encode" in name:  # one request, not events: no floor applies
-            print(f"{name:<34}{seconds * 1e3:>10.3f}{'(us per request)':>26}")
+            print(f"{name:<34}{seconds * 1e6:>10.1f} us per request")
             continue
         extra = (seconds - floor) / events * 1e6
         print(f"{name:<34}{seconds * 1e3:>10.2f}{seconds / events * 1e6:>10.2f}{extra:>16.2f}")

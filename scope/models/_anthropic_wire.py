@@ -389,7 +389,11 @@ def _assistant_blocks(
         # to be sent under would be refused (400 "The block is bound to a different
         # conversation") or dropped: it stays here. A message without the stamp (v0.3)
         # keeps the v0.3 rule.
-        rebound = stamped is not None and _has_state(message) and stamped.value() != wire.digest()
+        if stamped is not None and _has_state(message):
+            digest = wire.digest()
+            # The stamp's JSON is the digest in quotes (plain ASCII): parsed only when
+            # the bytes differ.
+            rebound = stamped.bytes != f'"{digest}"'.encode() and stamped.value() != digest
     for index, part in enumerate(message.parts):
         here = f"{where}.parts[{index}]"
         kind = part.kind
