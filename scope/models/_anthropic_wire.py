@@ -208,7 +208,7 @@ def _breakpoint(blocks: object) -> None:
         block = blocks[index]
         if block.get("type") in _NO_BREAKPOINT:
             continue
-        blocks[index] = {**block, "cache_control": _EPHEMERAL}
+        blocks[index] = {**block, "cache_control": dict(_EPHEMERAL)}
         return
 
 
@@ -225,10 +225,10 @@ def _bind_thinking(body: dict[str, Any], options: Options) -> None:
     ``anthropic/thinking`` extension sets itself is kept."""
     thinking = body.get("thinking")
     if thinking is None:
-        body["thinking"] = {"type": "adaptive", "block_binding": _DROP_BLOCK}
+        body["thinking"] = {"type": "adaptive", "block_binding": dict(_DROP_BLOCK)}
     elif type(thinking) is dict:
         if thinking.get("type") != "disabled":
-            thinking["block_binding"] = _DROP_BLOCK
+            thinking["block_binding"] = dict(_DROP_BLOCK)
     else:  # the extension, verbatim
         raw = options.extensions.namespace("anthropic").get("thinking")
         value = raw.value() if raw is not None else None
@@ -237,7 +237,7 @@ def _bind_thinking(body: dict[str, Any], options: Options) -> None:
             and value.get("type") != "disabled"
             and "block_binding" not in value
         ):
-            body["thinking"] = {**value, "block_binding": _DROP_BLOCK}
+            body["thinking"] = {**value, "block_binding": dict(_DROP_BLOCK)}
 
 
 def _options(options: Options, body: dict[str, Any], system: list[dict[str, Any]]) -> None:

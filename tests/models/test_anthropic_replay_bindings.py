@@ -13,14 +13,15 @@ thinking block the adapter leaves out is counted on the response
 
 ``prefix_stats`` says how many requests after the window first filled replayed the
 request before them unchanged (the server's ``Served.extends_previous``): the figure a
-stable window (``WindowReader(..., low_water=...)``) is meant to raise.
+stable window (``WindowReader(..., low_water=...)``) is meant to raise; ``converse(...,
+make_window=...)`` runs the same conversation through another window.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import attrs
@@ -124,6 +125,11 @@ def turn_options(turn: int) -> Options:
     return Options(reasoning_effort="low")
 
 
+def sliding(reader: Any) -> WindowReader:
+    """The v0.3 window: the longest suffix of whole turns within ``MAX_TOKENS``."""
+    return WindowReader(reader, max_tokens=MAX_TOKENS)
+
+
 @attrs.frozen
 class Run:
     responses: list[Response]
@@ -139,12 +145,14 @@ async def converse(
     *,
     turns: int = TURNS,
     unstamped: bool = False,
+    make_window: Callable[[Any], Any] = sliding,
 ) -> Run:
     """``turns`` turns through the Middleware on ``server``; what each request got.
-    ``unstamped``: the window reads the stored turns without ``scope/prefix``."""
+    ``unstamped``: the window reads the stored turns without ``scope/prefix``;
+    ``make_window``: the window over the store's reader (default: ``sliding``)."""
     store = InMemoryStore()
     reader = Unstamped(store) if unstamped else store
-    window = WindowReader(reader, max_tokens=MAX_TOKENS)
+    window = make_window(reader)
     middleware = Middleware(window, store, "prefix-acceptance")
     offered = Offered()
     exporter = InMemorySpanExporter()
