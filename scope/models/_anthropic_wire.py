@@ -448,11 +448,11 @@ class _Wire:
     them (``scope.models._prefix``).
 
     A message is encoded (and added to the chain) once it is complete: when the next
-    one starts, when the digest before the next one is asked for (``digest``), or at
-    the end (``finish``). A user turn can still grow after it was encoded (tool results
-    then a user message after an assistant message that was left out): ``extend``
-    takes its bytes back out of the chain. Each message is encoded once and sent as
-    those bytes.
+    one starts, or at the end (``finish``), and also when the digest before the next
+    one is asked for (``digest``). A user turn can still grow after that (tool results,
+    an assistant message left out whole, then the user's words): ``extend`` takes its
+    bytes back out of the chain (the chain saved before them). Each message is encoded
+    once and sent as those bytes.
     """
 
     __slots__ = ("_before", "_chain", "_encoded", "_last", "_sent")
@@ -462,26 +462,36 @@ class _Wire:
         self._sent: list[Any] = []  # the encoded messages before the last one
         self._last: dict[str, Any] | None = None
         self._encoded: bytes | None = None  # the last message's bytes, once in the chain
-        self._before = b""  # the chain's state before them
+        self._before: PrefixChain | None = None  # the chain before them, if asked early
 
     def start(self, message: dict[str, Any]) -> None:
         """Begin the next wire message (the one before is complete)."""
-        if self._last is not None:
-            self._sent.append(orjson.Fragment(self._seal()))
+        last = self._last
+        if last is not None:
+            encoded = self._encoded
+            if encoded is None:
+                encoded = orjson.dumps(last)
+                self._chain.add(encoded)
+            self._sent.append(orjson.Fragment(encoded))
         self._last = message
         self._encoded = None
+        self._before = None
 
     def extend(self, blocks: list[dict[str, Any]]) -> None:
         """Add ``blocks`` to the content of the last message."""
         assert self._last is not None
-        if self._encoded is not None:
-            self._chain.state = self._before
+        if self._before is not None:
+            self._chain = self._before
+            self._before = None
             self._encoded = None
         self._last["content"].extend(blocks)
 
     def digest(self) -> str:
         """The digest of every message so far (the prefix of the next one)."""
-        self._seal()
+        if self._last is not None and self._encoded is None:
+            # The last message may still grow: keep the chain as it was before it.
+            self._before = self._chain.copy()
+            self._seal(self._last)
         return self._chain.digest()
 
     def finish(self, breakpoint: bool) -> list[Any]:
@@ -491,7 +501,7 @@ class _Wire:
         last = self._last
         if last is None:
             return self._sent
-        encoded = self._seal()
+        encoded = self._encoded if self._encoded is not None else self._seal(last)
         if breakpoint:
             _breakpoint(last["content"])
             self._sent.append(last)
@@ -499,16 +509,9 @@ class _Wire:
             self._sent.append(orjson.Fragment(encoded))
         return self._sent
 
-    def _seal(self) -> bytes:
-        """The last message's bytes, added to the chain if they were not yet (``b""``
-        before the first message)."""
-        encoded = self._encoded
-        if encoded is None:
-            if self._last is None:
-                return b""
-            self._before = self._chain.state
-            encoded = self._encoded = orjson.dumps(self._last)
-            self._chain.add(encoded)
+    def _seal(self, last: dict[str, Any]) -> bytes:
+        encoded = self._encoded = orjson.dumps(last)
+        self._chain.add(encoded)
         return encoded
 
 

@@ -9,11 +9,12 @@ and sends a message's state back only when the two agree.
 
 The digest is a hash chain, so a request costs one pass over its bytes: the head hashes
 the wire ``system`` and ``tools`` (their JSON bytes, ``null`` when absent), and each wire
-message, in order, extends the chain by its own JSON bytes. The digest before message
-``k`` is the chain after messages ``0..k-1``; the digest an answer is stamped with is the
-chain after every message sent. The bytes are the adapter's own encoding of the wire
-values (deterministic for a given history), without the ``cache_control`` markers of
-prompt caching, which the provider leaves out of its comparison too.
+message, in order, extends the chain by its own JSON bytes (one running SHA-256). The
+digest before message ``k`` is the chain after messages ``0..k-1``; the digest an
+answer is stamped with is the chain after every message sent. The bytes are the
+adapter's own encoding of the wire values (deterministic for a given history), without
+the ``cache_control`` markers of prompt caching, which the provider leaves out of its
+comparison too.
 
 Pure: no I/O.
 """
@@ -41,27 +42,34 @@ class PrefixChain:
     ``PrefixChain(system, tools)`` starts the chain from the JSON bytes of the wire
     ``system`` and ``tools`` (``b"null"`` for one that is absent); ``add(message)``
     extends it by one wire message's JSON bytes; ``digest()`` is the digest of
-    everything added so far. ``state`` is the raw chain value (32 bytes), which may be
-    saved and restored to take back the last ``add``.
+    everything added so far (the chain goes on). The digest after messages ``m0 ..
+    mk`` is SHA-256 of ``seed, len(system), system, tools, m0, ..., mk``: each piece is
+    self-delimiting JSON (an object, an array or ``null``), so no other sequence of
+    pieces has the same bytes. ``copy()`` saves the chain (to take back a later
+    ``add``).
     """
 
-    __slots__ = ("state",)
+    __slots__ = ("_hash",)
 
     def __init__(self, system: bytes, tools: bytes) -> None:
         head = hashlib.sha256(_SEED)
-        # Length-prefixed, so no split of the same bytes between the two fields collides.
+        # Length-prefixed too, so no split of the same bytes between the two fields
+        # collides even for bytes that are not JSON.
         head.update(len(system).to_bytes(8, "big"))
         head.update(system)
         head.update(tools)
-        self.state = head.digest()
+        self._hash = head
 
     def add(self, message: bytes) -> None:
-        """Extend the chain by one message's bytes (the state is fixed-size, so the
-        concatenation is unambiguous)."""
-        step = hashlib.sha256(self.state)
-        step.update(message)
-        self.state = step.digest()
+        """Extend the chain by one message's bytes."""
+        self._hash.update(message)
 
     def digest(self) -> str:
         """``"sha256:"`` and the chain's hex digits."""
-        return "sha256:" + self.state.hex()
+        return "sha256:" + self._hash.hexdigest()
+
+    def copy(self) -> PrefixChain:
+        """An independent chain at the same point."""
+        other = PrefixChain.__new__(PrefixChain)
+        other._hash = self._hash.copy()
+        return other

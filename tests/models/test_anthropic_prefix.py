@@ -100,10 +100,14 @@ def test_the_chain_is_sha256_over_the_head_and_each_message() -> None:
     head = hashlib.sha256(b"scope/prefix v1\x00")
     head.update((28).to_bytes(8, "big") + b'[{"type":"text","text":"s"}]null')
     assert chain.digest() == "sha256:" + head.hexdigest()
+    saved = chain.copy()
     chain.add(b'{"role":"user"}')
-    expected = hashlib.sha256(head.digest() + b'{"role":"user"}').hexdigest()
-    assert chain.digest() == "sha256:" + expected
+    head.update(b'{"role":"user"}')
+    assert chain.digest() == "sha256:" + head.hexdigest()
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", chain.digest())
+    assert saved.digest() != chain.digest()  # a copy goes its own way
+    saved.add(b'{"role":"user"}')
+    assert saved.digest() == chain.digest()
 
 
 @given(
