@@ -794,3 +794,30 @@ def test_the_server_wants_the_final_tool_use_turn_to_start_with_thinking(
     assert follow_up([call], thinking={"type": "disabled"})[0] == 200
     status, final = follow_up([think, call])
     assert status == 200 and final["stop_reason"] == "end_turn"
+
+
+@pytest.mark.anyio
+async def test_a_later_list_in_a_stream_still_gets_the_adapters_count() -> None:
+    # message_start reports two blocks dropped, message_delta (after a mid-stream
+    # fallback) one: the stream ends with that one plus the adapter's own.
+    foreign = stamp(assistant_message(thinking(), "Hello."), API, PROVIDER, "claude-opus-4-1")
+    request = Request([user_message("Hi"), foreign, user_message("Again")])
+    events = _stream_of(_text_exchange(input_transformations=TRANSFORMATIONS)["json"])
+    delta = next(e for e in events if e["type"] == "message_delta")
+    delta["input_transformations"] = TRANSFORMATIONS[:1]
+    with AnthropicServer() as server:
+        server.script({"status": 200, "sse": events})
+        async with AnthropicModel(MODEL, api_key="k", base_url=server.base_url) as model:
+            chunks = [chunk async for chunk in model.stream(request)]
+    counts = [
+        c.metadata.extra.decode(DROPPED_KEY)
+        for c in chunks
+        if c.metadata is not None and DROPPED_KEY in c.metadata.extra
+    ]
+    assert counts == [3, 2]
+    merged = ResponseAccumulator()
+    for chunk in chunks:
+        merged.add(chunk)
+    response = merged.response()
+    assert response is not None and response.metadata is not None
+    assert response.metadata.extra.decode(DROPPED_KEY) == 2
