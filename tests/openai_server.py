@@ -127,8 +127,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = raw
         headers = {k.lower(): v for k, v in self.headers.items()}
         with owner.lock:
-            owner.requests.append(Recorded(self.path, headers, body))
-            exchange = owner.queue.popleft() if owner.queue else owner.default
+            recorded = Recorded(self.path, headers, body)
+            owner.requests.append(recorded)
+            exchange = owner.next_exchange(recorded)
         if exchange is None:
             self._json(500, {"error": {"message": "no exchange scripted"}}, {})
             return
@@ -227,6 +228,11 @@ class OpenAIServer:
         """Queue exchanges, answered in order."""
         with self.lock:
             self.queue.extend(exchanges)
+
+    def next_exchange(self, recorded: Recorded) -> dict[str, Any] | None:
+        """The exchange answering ``recorded`` (called with ``lock`` held): the next
+        scripted one, else ``default``. A subclass may make its answers itself."""
+        return self.queue.popleft() if self.queue else self.default
 
     def serve_repeatedly(self, exchange: dict[str, Any]) -> None:
         """Answer every request not otherwise scripted with ``exchange`` (pre-encoded)."""

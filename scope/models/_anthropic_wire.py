@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from typing import Any, Final, final
 
 import orjson
@@ -48,7 +49,8 @@ from scope.models._json_shape import load as _load
 from scope.models._json_shape import meta_text as _meta_text
 from scope.models._json_shape import nested_count as _nested_count
 from scope.models._json_shape import obj as _obj
-from scope.models._provenance import Replay
+from scope.models._prefix import PREFIX_KEY, PrefixChain
+from scope.models._provenance import DROPPED_KEY, Replay
 from scope.models._wire import (
     as_invalid_response,
     extension_fields,
@@ -116,6 +118,7 @@ _STOP: Final[dict[str, FinishReason]] = {
 _OPTION_FIELDS: Final = (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"))
 
 _EMPTY_META: Final = Metadata()
+_logger: Final = logging.getLogger("scope.models")
 _REDACTED_META: Final = Metadata({REDACTED_KEY: True})
 
 
@@ -129,13 +132,21 @@ def build_body(
     model: str,
     stream: bool,
     replay: Replay | None = None,
+    drop_mismatched_thinking: bool = False,
+    prompt_cache: bool = False,
 ) -> dict[str, Any]:
-    """The JSON body (a dict; RawJSON values as ``orjson.Fragment``) for ``request``.
+    """The JSON body (a dict; RawJSON values and encoded messages as ``orjson.Fragment``)
+    for ``request``.
 
     Validates the request and refuses (``UnsupportedOptionError``) anything populated the
     API cannot carry. Thinking goes back only from the adapter's own messages
-    (``replay``, default: provider ``"anthropic"``); every part left out is recorded in
-    ``replay.left_out``. Raises before any I/O.
+    (``replay``, default: provider ``"anthropic"``), and only under the prefix it was
+    produced under (``scope/prefix``, DESIGN §6g); every part left out is recorded in
+    ``replay.left_out``, and ``replay.prefix`` is set to the digest of the whole request
+    (what the answer is stamped with). ``drop_mismatched_thinking`` adds the
+    ``thinking.block_binding`` that asks the API to drop blocks failing its own prefix
+    check (the ``anthropic-beta`` header is the adapter's); ``prompt_cache`` adds the
+    ``cache_control`` breakpoints (tools, system, last message). Raises before any I/O.
     """
     options, chosen = prepare(request, default_options, model, "AnthropicModel")
     if replay is None:
@@ -145,19 +156,88 @@ def build_body(
     for message in request.messages:
         if message.role is Role.SYSTEM:
             system.append({"type": "text", "text": message.text})
-    body: dict[str, Any] = {
-        "model": chosen,
-        "max_tokens": 0,
-        "messages": _messages(request, replay),
-    }
+    # Keys in the order they are sent; messages are filled in once system and tools,
+    # the head of every message's prefix, are final.
+    body: dict[str, Any] = {"model": chosen, "max_tokens": 0, "messages": None}
     if request.tools:
         body["tools"] = [tool_spec(tool, "input_schema") for tool in request.tools]
     _options(options, body, system)
     if system:
         body["system"] = system
+    system_bytes = _encoded(body, "system", prompt_cache)
+    wire = _Wire(PrefixChain(system_bytes, _encoded(body, "tools", prompt_cache)))
+    _messages(request, replay, wire)
+    replay.prefix = wire.digest()
+    body["messages"] = wire.finish(prompt_cache)
+    if prompt_cache:
+        _breakpoint(body.get("tools"))
+        _breakpoint(body.get("system"))
+    if drop_mismatched_thinking:
+        _bind_thinking(body, options)
     if stream:
         body["stream"] = True
     return body
+
+
+def _encoded(body: dict[str, Any], field: str, keep: bool) -> bytes:
+    """The JSON bytes of ``body[field]`` (``null`` when absent) for the prefix digest;
+    unless ``keep`` (its last entry is about to get a ``cache_control`` breakpoint),
+    the field is replaced by those bytes, so they are not encoded twice."""
+    value = body.get(field)
+    if value is None:
+        return b"null"
+    data = orjson.dumps(value)
+    if not keep and type(value) is list:
+        body[field] = orjson.Fragment(data)
+    return data
+
+
+#: ``cache_control`` of a prompt-cache breakpoint (DESIGN §6g).
+_EPHEMERAL: Final = {"type": "ephemeral"}
+
+#: Blocks that cannot carry ``cache_control`` (the API refuses it on thinking).
+_NO_BREAKPOINT: Final = frozenset({"thinking", "redacted_thinking"})
+
+
+def _breakpoint(blocks: object) -> None:
+    """A ``cache_control`` breakpoint on the last block of ``blocks`` that can carry
+    one (not thinking); nothing for a field an extension set."""
+    if type(blocks) is not list:
+        return
+    for index in range(len(blocks) - 1, -1, -1):
+        block = blocks[index]
+        if block.get("type") in _NO_BREAKPOINT:
+            continue
+        blocks[index] = {**block, "cache_control": dict(_EPHEMERAL)}
+        return
+
+
+#: ``thinking.block_binding`` with ``drop_mismatched_thinking``.
+_DROP_BLOCK: Final = {"prefix_mismatch_behavior": "drop_block"}
+
+
+def _bind_thinking(body: dict[str, Any], options: Options) -> None:
+    """Ask the API to drop thinking blocks that fail its prefix check instead of
+    refusing the request: ``thinking.block_binding.prefix_mismatch_behavior:
+    "drop_block"``. Without a ``thinking`` field it is ``{"type": "adaptive"}`` plus the
+    binding (what the API documents: models with preserved thinking think adaptively
+    by default); disabled thinking sends no blocks to bind and gets none; a binding the
+    ``anthropic/thinking`` extension sets itself is kept."""
+    thinking = body.get("thinking")
+    if thinking is None:
+        body["thinking"] = {"type": "adaptive", "block_binding": dict(_DROP_BLOCK)}
+    elif type(thinking) is dict:
+        if thinking.get("type") != "disabled":
+            thinking["block_binding"] = dict(_DROP_BLOCK)
+    else:  # the extension, verbatim
+        raw = options.extensions.namespace("anthropic").get("thinking")
+        value = raw.value() if raw is not None else None
+        if (
+            isinstance(value, dict)
+            and value.get("type") != "disabled"
+            and "block_binding" not in value
+        ):
+            body["thinking"] = {**value, "block_binding": dict(_DROP_BLOCK)}
 
 
 def _options(options: Options, body: dict[str, Any], system: list[dict[str, Any]]) -> None:
@@ -292,9 +372,28 @@ def _arguments(text: str, where: str) -> orjson.Fragment:
     return orjson.Fragment(raw.bytes)
 
 
-def _assistant_blocks(message: Message, where: str, replay: Replay) -> list[dict[str, Any]]:
+def _has_state(message: Message) -> bool:
+    """Whether ``message`` carries provider state: a signed (or redacted) reasoning part."""
+    return any(part.kind is PartKind.REASONING and part.signature for part in message.parts)
+
+
+def _assistant_blocks(
+    message: Message, where: str, replay: Replay, wire: _Wire
+) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     own = replay.owns(message)
+    rebound = False
+    if own:
+        stamped = message.metadata.get(PREFIX_KEY)
+        # The state of an answer stamped with another prefix than the one it is about
+        # to be sent under would be refused (400 "The block is bound to a different
+        # conversation") or dropped: it stays here. A message without the stamp (v0.3)
+        # keeps the v0.3 rule.
+        if stamped is not None and _has_state(message):
+            digest = wire.digest()
+            # The stamp's JSON is the digest in quotes (plain ASCII): parsed only when
+            # the bytes differ.
+            rebound = stamped.bytes != f'"{digest}"'.encode() and stamped.value() != digest
     for index, part in enumerate(message.parts):
         here = f"{where}.parts[{index}]"
         kind = part.kind
@@ -305,6 +404,8 @@ def _assistant_blocks(message: Message, where: str, replay: Replay) -> list[dict
                 # Another model's thinking: its signature would be refused (400 "Invalid
                 # signature in thinking block"), and it never becomes prompt text.
                 replay.leave_out(here, "reasoning of another model")
+            elif rebound and part.signature:
+                replay.leave_out(here, "reasoning produced under another prefix")
             elif part.metadata.get(REDACTED_KEY) == _REDACTED_META[REDACTED_KEY]:
                 try:
                     data = part.signature.decode("utf-8")
@@ -315,6 +416,8 @@ def _assistant_blocks(message: Message, where: str, replay: Replay) -> list[dict
                     ) from exc
                 blocks.append({"type": "redacted_thinking", "data": data})
             elif part.signature:
+                # Empty text (thinking display "omitted") goes back like any other: the
+                # signature carries the block.
                 signature = base64.b64encode(part.signature).decode("ascii")
                 blocks.append({"type": "thinking", "thinking": part.text, "signature": signature})
             else:
@@ -339,8 +442,80 @@ def _assistant_blocks(message: Message, where: str, replay: Replay) -> list[dict
     return blocks
 
 
-def _messages(request: Request, replay: Replay) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+@final
+class _Wire:
+    """The wire messages of one request as they are built, and the prefix chain over
+    them (``scope.models._prefix``).
+
+    A message is encoded (and added to the chain) once it is complete: when the next
+    one starts, or at the end (``finish``), and also when the digest before the next
+    one is asked for (``digest``). A user turn can still grow after that (tool results,
+    an assistant message left out whole, then the user's words): ``extend`` takes its
+    bytes back out of the chain (the chain saved before them). Each message is encoded
+    once and sent as those bytes.
+    """
+
+    __slots__ = ("_before", "_chain", "_encoded", "_last", "_sent")
+
+    def __init__(self, chain: PrefixChain) -> None:
+        self._chain = chain
+        self._sent: list[Any] = []  # the encoded messages before the last one
+        self._last: dict[str, Any] | None = None
+        self._encoded: bytes | None = None  # the last message's bytes, once in the chain
+        self._before: PrefixChain | None = None  # the chain before them, if asked early
+
+    def start(self, message: dict[str, Any]) -> None:
+        """Begin the next wire message (the one before is complete)."""
+        last = self._last
+        if last is not None:
+            encoded = self._encoded
+            if encoded is None:
+                encoded = orjson.dumps(last)
+                self._chain.add(encoded)
+            self._sent.append(orjson.Fragment(encoded))
+        self._last = message
+        self._encoded = None
+        self._before = None
+
+    def extend(self, blocks: list[dict[str, Any]]) -> None:
+        """Add ``blocks`` to the content of the last message."""
+        assert self._last is not None
+        if self._before is not None:
+            self._chain = self._before
+            self._before = None
+            self._encoded = None
+        self._last["content"].extend(blocks)
+
+    def digest(self) -> str:
+        """The digest of every message so far (the prefix of the next one)."""
+        if self._last is not None and self._encoded is None:
+            # The last message may still grow: keep the chain as it was before it.
+            self._before = self._chain.copy()
+            self._seal(self._last)
+        return self._chain.digest()
+
+    def finish(self, breakpoint: bool) -> list[Any]:
+        """The messages, encoded, the chain complete; with ``breakpoint`` the last one
+        has a ``cache_control`` breakpoint on its last block that can carry one (after
+        the chain took its bytes: the prefix check ignores the markers)."""
+        last = self._last
+        if last is None:
+            return self._sent
+        encoded = self._encoded if self._encoded is not None else self._seal(last)
+        if breakpoint:
+            _breakpoint(last["content"])
+            self._sent.append(last)
+        else:
+            self._sent.append(orjson.Fragment(encoded))
+        return self._sent
+
+    def _seal(self, last: dict[str, Any]) -> bytes:
+        encoded = self._encoded = orjson.dumps(last)
+        self._chain.add(encoded)
+        return encoded
+
+
+def _messages(request: Request, replay: Replay, wire: _Wire) -> None:
     previous: Role | None = None
     for index, message in enumerate(request.messages):
         role = message.role
@@ -348,28 +523,27 @@ def _messages(request: Request, replay: Replay) -> list[dict[str, Any]]:
         if role is Role.SYSTEM:
             continue
         if role is Role.ASSISTANT:
-            blocks = _assistant_blocks(message, where, replay)
+            blocks = _assistant_blocks(message, where, replay, wire)
             if not blocks:
                 # Only reasoning that cannot go back (an interrupted turn's, say): the
                 # message is left out with it; the API joins the user turns around it.
                 continue
-            out.append({"role": "assistant", "content": blocks})
+            wire.start({"role": "assistant", "content": blocks})
         elif role is Role.TOOL:
             blocks = _tool_results(message, where)
             if previous is Role.TOOL:
                 # Consecutive tool messages answer one assistant turn: one user turn.
-                out[-1]["content"].extend(blocks)
+                wire.extend(blocks)
             else:
-                out.append({"role": "user", "content": blocks})
+                wire.start({"role": "user", "content": blocks})
         else:
             blocks = text_and_media_blocks(message.parts, f"{where}.parts", _media)
             if previous is Role.TOOL:
                 # The tool results open the user turn; the user's own words follow.
-                out[-1]["content"].extend(blocks)
+                wire.extend(blocks)
             else:
-                out.append({"role": "user", "content": blocks})
+                wire.start({"role": "user", "content": blocks})
         previous = role
-    return out
 
 
 # -------------------------------------------------------------------------- response
@@ -382,6 +556,31 @@ def stop_reason(value: object, where: str) -> FinishReason | None:
     if type(value) is not str:
         raise InvalidResponseError(f"{where} must be a string or null, got {_kind(value)}")
     return _STOP.get(value, FinishReason.OTHER)
+
+
+def dropped_by_api(value: object, where: str) -> int:
+    """How many blocks of the request the API says it dropped: the ``thinking_dropped``
+    entries of a response's ``input_transformations`` (``{"type", "path": "messages.{i}
+    .content.{j}", "reason"}``; other entry types, such as ``thinking_mismatch_allowed``,
+    dropped nothing and are ignored). The dropped blocks are named in a DEBUG record of
+    the ``scope.models`` logger. ``None`` (absent) is 0."""
+    if value is None:
+        return 0
+    if type(value) is not list:
+        raise InvalidResponseError(f"{where} must be an array, got {_kind(value)}")
+    dropped: list[str] = []
+    for index, raw in enumerate(value):
+        here = f"{where}[{index}]"
+        entry = _obj(raw, here)
+        if entry.get("type") == "thinking_dropped":
+            dropped.append(f"{_str(entry, 'path', here)} ({_str(entry, 'reason', here)})")
+    if dropped and _logger.isEnabledFor(logging.DEBUG):
+        _logger.debug(
+            "AnthropicModel: the API dropped %d block(s) of the request: %s",
+            len(dropped),
+            "; ".join(dropped),
+        )
+    return len(dropped)
 
 
 def _str(obj: dict[str, Any], key: str, where: str) -> str:
@@ -521,6 +720,11 @@ def parse_message(data: bytes) -> Response:
             if type(matched) is not str:
                 raise InvalidResponseError(f"{where}.stop_sequence must be a string or null")
             extra = Metadata({"anthropic/stop_sequence": matched})
+        dropped = dropped_by_api(
+            body.get("input_transformations"), f"{where}.input_transformations"
+        )
+        if dropped:
+            extra = extra.merge(Metadata({DROPPED_KEY: dropped}))
         metadata = ResponseMetadata(
             _meta_text(f"{where}.id", _str(body, "id", where)),
             _meta_text(f"{where}.model", _str(body, "model", where)),
@@ -610,10 +814,14 @@ class EventMapper:
             where = "message_start.message"
             if message.get("usage") is not None:
                 self._usage.update(message["usage"], f"{where}.usage")
+            dropped = dropped_by_api(
+                message.get("input_transformations"), f"{where}.input_transformations"
+            )
             metadata = ResponseMetadata(
                 _meta_text(f"{where}.id", _str(message, "id", where)),
                 _meta_text(f"{where}.model", _str(message, "model", where)),
                 self._usage.usage(f"{where}.usage"),
+                Metadata({DROPPED_KEY: dropped}) if dropped else _EMPTY_META,
             )
             return Response(None, metadata)
         if kind == "message_delta":
@@ -629,6 +837,12 @@ class EventMapper:
                 extra = Metadata({"anthropic/stop_sequence": matched})
             if payload.get("usage") is not None:
                 self._usage.update(payload["usage"], "message_delta.usage")
+            transformations = payload.get("input_transformations")
+            if transformations is not None:
+                # Sent here only after a mid-stream fallback: it replaces the count of
+                # message_start (the accumulator keeps the last value).
+                dropped = dropped_by_api(transformations, "message_delta.input_transformations")
+                extra = extra.merge(Metadata({DROPPED_KEY: dropped}))
             metadata = ResponseMetadata(usage=self._usage.usage("message_delta.usage"), extra=extra)
             output = None
             if reason is not None:

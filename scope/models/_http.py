@@ -47,7 +47,7 @@ from scope.errors import (
     RateLimitError,
 )
 from scope.models._errors import error_for_status
-from scope.models._provenance import Replay, stamp, with_dropped
+from scope.models._provenance import DROPPED_KEY, Replay, stamp, with_dropped
 from scope.models._sse import SSEDecoder
 
 __all__ = [
@@ -351,7 +351,11 @@ class HTTPAdapter:
         if output is not None and output.message is not None:
             answered = response.metadata.model if response.metadata is not None else ""
             message = stamp(
-                output.message, self._WIRE.api, self.provider_name, answered or replay.model
+                output.message,
+                self._WIRE.api,
+                self.provider_name,
+                answered or replay.model,
+                replay.prefix,
             )
             response = attrs.evolve(response, output=attrs.evolve(output, message=message))
         return with_dropped(response, dropped) if dropped else response
@@ -384,7 +388,7 @@ class HTTPAdapter:
         wire = self._WIRE
         content, replay, url = self._encode(request, stream=True)
         del request
-        dropped = replay.report(wire.name)
+        dropped = local = replay.report(wire.name)
         mapper = wire.mapper()
         response = await self._send(content, stream=True, url=url)
         chunks: AsyncIterator[bytes] | None = None
@@ -441,12 +445,19 @@ class HTTPAdapter:
                                 wire.api,
                                 self.provider_name,
                                 answered or replay.model,
+                                replay.prefix,
                             )
                             output = attrs.evolve(output, message=message)
                             chunk = attrs.evolve(chunk, output=output)
                     if dropped:
                         chunk = with_dropped(chunk, dropped)
                         dropped = 0
+                    elif (
+                        local and chunk.metadata is not None and DROPPED_KEY in chunk.metadata.extra
+                    ):
+                        # A later count of the parts the provider dropped replaces the
+                        # first one (the accumulator keeps the last): it gets ours too.
+                        chunk = with_dropped(chunk, local)
                     yield chunk
             if not mapper.end_marker_seen and not mapper.finish_reason_seen:
                 raise ProviderConnectionError(

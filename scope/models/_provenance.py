@@ -27,6 +27,7 @@ import attrs
 from scope.chat import Message, Response, ResponseMetadata
 from scope.jsonvalue import RawJSON
 from scope.metadata import Metadata
+from scope.models._prefix import PREFIX_KEY
 
 __all__ = [
     "API_KEY",
@@ -67,18 +68,28 @@ def same_model(stamped: str, asked: str) -> bool:
     )
 
 
-def stamp(message: Message, api: str, provider: str, model: str) -> Message:
-    """``message`` with its provenance in its metadata (the other keys kept)."""
-    stamps = Metadata({API_KEY: api, PROVIDER_KEY: provider, MODEL_KEY: model})
-    return attrs.evolve(message, metadata=message.metadata.merge(stamps))
+def stamp(message: Message, api: str, provider: str, model: str, prefix: str = "") -> Message:
+    """``message`` with its provenance in its metadata (the other keys kept), and the
+    digest of its prefix (``scope/prefix``, DESIGN §6g) when ``prefix`` is given."""
+    values = {API_KEY: api, PROVIDER_KEY: provider, MODEL_KEY: model}
+    if prefix:
+        values[PREFIX_KEY] = prefix
+    return attrs.evolve(message, metadata=message.metadata.merge(Metadata(values)))
 
 
 def with_dropped(response: Response, dropped: int) -> Response:
-    """``response`` with ``dropped`` in its extra metadata under ``scope/dropped_parts``."""
-    extra = Metadata({DROPPED_KEY: dropped})
+    """``response`` with ``dropped`` more parts counted in its extra metadata under
+    ``scope/dropped_parts`` (added to a count already there: the parts the provider
+    reports it dropped, say)."""
     metadata = response.metadata
     if metadata is None:
+        extra = Metadata({DROPPED_KEY: dropped})
         return attrs.evolve(response, metadata=ResponseMetadata(extra=extra))
+    there = metadata.extra.get(DROPPED_KEY)
+    value = there.value() if there is not None else None
+    if type(value) is int:
+        dropped += value
+    extra = Metadata({DROPPED_KEY: dropped})
     return attrs.evolve(
         response, metadata=attrs.evolve(metadata, extra=metadata.extra.merge(extra))
     )
@@ -92,12 +103,16 @@ class Replay:
     mapping leaves out (``leave_out``), which the adapter reports on the response
     (``scope/dropped_parts``) and in a DEBUG record of the ``scope.models`` logger."""
 
-    __slots__ = ("_api", "_provider", "left_out", "model")
+    __slots__ = ("_api", "_provider", "left_out", "model", "prefix")
 
     def __init__(self, api: str, provider: str, model: str = "") -> None:
         self._api = RawJSON.from_value(api)
         self._provider = RawJSON.from_value(provider)
         self.model = model
+        #: The digest of what the request sends before the answer (``scope/prefix``,
+        #: DESIGN §6g), set by a wire mapping whose provider binds state to the
+        #: prefix; ``""`` otherwise (no stamp).
+        self.prefix = ""
         #: ``"<where> (<why>)"`` for each part left out, in request order.
         self.left_out: list[str] = []
 

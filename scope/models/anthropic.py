@@ -38,6 +38,39 @@ The parts left out are counted in the response's
 ``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and named in a
 DEBUG record of the ``scope.models`` logger.
 
+**The prefix** (DESIGN §6g). Anthropic's preserved thinking binds each thinking block to
+its prefix: the ``system`` prompt, the ``tools`` and every message before it. A block
+replayed under a changed prefix (a window that dropped old turns, a rebuilt system
+prompt, another tool set, an edited message, an earlier block left out or moved) is
+refused (400 "The block is bound to a different conversation") or dropped, and every
+later block with it. So every answer is also stamped with ``scope/prefix``: a digest of
+what the request sent before it (``"sha256:..."``; a hash chain over the wire
+``system``, ``tools`` and messages, one pass over the request, ``cache_control`` left
+out). Replaying, the adapter computes the same chain over what it is actually sending
+(earlier drops applied) and sends an own message's thinking back only where the digest
+before it equals its stamp; elsewhere the thinking is left out and counted as above
+(``reasoning produced under another prefix``), never refused. A drop changes the prefix
+after it, so the older thinking after it falls too; thinking produced since (the
+current turn's tool loop) still matches and goes back. Messages without the stamp
+(stored before v0.4) keep the rule above. Empty-text thinking (``thinking.display:
+"omitted"``) is a reasoning part with a signature and goes back like any other.
+
+``drop_mismatched_thinking=True`` also asks the API to drop blocks failing its own
+check rather than refuse the request (for histories scope did not stamp): the
+``thinking`` object gets ``block_binding: {"prefix_mismatch_behavior": "drop_block"}``
+(a request without one sends ``{"type": "adaptive", ...}``, as the API documents;
+disabled thinking gets none; a binding the ``anthropic/thinking`` extension sets is
+kept) and every request the header ``anthropic-beta:
+thinking-binding-controls-2026-08-01`` (joined to any ``anthropic-beta`` of
+``headers``). The ``thinking_dropped`` entries of the response's
+``input_transformations`` are added to ``scope/dropped_parts`` and named in a DEBUG
+record (a stream's ``message_delta`` list replaces its ``message_start`` one).
+
+``prompt_cache=True`` puts ``cache_control: {"type": "ephemeral"}`` breakpoints on the
+last tool, the last system block and the last block of the last message (not on a
+thinking block): at most three, so one of the API's four stays free. The cached
+counts are in ``Usage`` (below).
+
 **Reasoning.** A ``thinking`` block is a reasoning part whose signature bytes are the
 base64-decoded ``signature`` (a signature that is not canonical base64 is refused, as
 it could not be sent back exactly); it is sent back as ``thinking`` with the signature
@@ -114,8 +147,8 @@ never once a stream has begun. An ``error`` event mid-stream (``overloaded_error
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import Final, final
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any, Final, final
 
 try:
     import httpx
@@ -126,7 +159,8 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.anthropic needs httpx: install the extra, pip install 'scope-chat[anthropic]'"
     ) from exc
 
-from scope.chat import Request, Response
+from scope._validate import check_type
+from scope.chat import Options, Request, Response
 from scope.models._anthropic_wire import (
     API,
     DEFAULT_MAX_TOKENS,
@@ -136,7 +170,7 @@ from scope.models._anthropic_wire import (
     build_body,
     parse_message,
 )
-from scope.models._http import HTTPAdapter, Wire
+from scope.models._http import UNSET, HTTPAdapter, Wire
 
 __all__ = [
     "API_VERSION",
@@ -154,6 +188,10 @@ DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 #: The ``anthropic-version`` header sent with every request.
 API_VERSION: Final = "2023-06-01"
 
+#: The ``anthropic-beta`` value that ``drop_mismatched_thinking`` sends: the API reads
+#: ``thinking.block_binding`` only with it.
+_BINDING_BETA: Final = "thinking-binding-controls-2026-08-01"
+
 #: The timeout of a client the model creates: 10 minutes overall, 5 seconds to connect.
 DEFAULT_TIMEOUT: Final = httpx.Timeout(600.0, connect=5.0)
 
@@ -167,7 +205,9 @@ class AnthropicModel(HTTPAdapter):
     ``ANTHROPIC_BASE_URL``, then ``DEFAULT_BASE_URL``. ``headers`` are added to every
     request (and may override the defaults). ``default_options`` lie under every
     request's options. ``http_client``, ``timeout``, ``max_retries``, ``retry_backoff``
-    and ``retry_max_delay`` behave as in ``OpenAIChatModel``.
+    and ``retry_max_delay`` behave as in ``OpenAIChatModel``. ``drop_mismatched_thinking``
+    and ``prompt_cache`` (bools, default False; ``TypeError`` otherwise) are described
+    in the module docstring.
 
     Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
     ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent
@@ -175,7 +215,7 @@ class AnthropicModel(HTTPAdapter):
     construction, so one model works under asyncio or trio (one at a time, as httpx).
     """
 
-    __slots__ = ()
+    __slots__ = ("_drop_mismatched_thinking", "_prompt_cache")
 
     _WIRE = Wire(
         name="AnthropicModel",
@@ -196,7 +236,63 @@ class AnthropicModel(HTTPAdapter):
         unfinished="no stop_reason and no message_stop",
     )
 
+    def __init__(
+        self,
+        model: str = "",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | None = UNSET,
+        max_retries: int = 2,
+        default_options: Options | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_backoff: float = 0.5,
+        retry_max_delay: float = 60.0,
+        provider_name: str | None = None,
+        drop_mismatched_thinking: bool = False,
+        prompt_cache: bool = False,
+    ) -> None:
+        check_type(
+            drop_mismatched_thinking, bool, "AnthropicModel drop_mismatched_thinking", "a bool"
+        )
+        check_type(prompt_cache, bool, "AnthropicModel prompt_cache", "a bool")
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            http_client=http_client,
+            timeout=timeout,
+            max_retries=max_retries,
+            default_options=default_options,
+            headers=headers,
+            retry_backoff=retry_backoff,
+            retry_max_delay=retry_max_delay,
+            provider_name=provider_name,
+        )
+        self._drop_mismatched_thinking = drop_mismatched_thinking
+        self._prompt_cache = prompt_cache
+        if drop_mismatched_thinking:
+            self._headers = _with_beta(self._headers, _BINDING_BETA)
+
     # ------------------------------------------------------------------ public API
+
+    @property
+    def drop_mismatched_thinking(self) -> bool:
+        """Whether the API is asked to drop thinking blocks that fail its prefix check
+        rather than refuse the request (see the module docstring)."""
+        return self._drop_mismatched_thinking
+
+    @property
+    def prompt_cache(self) -> bool:
+        """Whether requests carry prompt-cache breakpoints (see the module docstring)."""
+        return self._prompt_cache
+
+    def _body_options(self) -> dict[str, Any]:
+        return {
+            "drop_mismatched_thinking": self._drop_mismatched_thinking,
+            "prompt_cache": self._prompt_cache,
+        }
 
     async def call(self, request: Request) -> Response:
         """Answer ``request`` with one complete response (``POST /v1/messages``).
@@ -220,3 +316,17 @@ class AnthropicModel(HTTPAdapter):
         nothing runs in the background.
         """
         return self._stream_request(request)
+
+
+def _with_beta(headers: dict[str, str], beta: str) -> dict[str, str]:
+    """``headers`` with ``beta`` among the ``anthropic-beta`` values (comma-separated,
+    the header's form), kept once; the header's name compares case-insensitively."""
+    merged = dict(headers)
+    for name, value in headers.items():
+        if name.lower() == "anthropic-beta":
+            values = [v.strip() for v in value.split(",") if v.strip()]
+            if beta not in values:
+                merged[name] = ",".join([*values, beta])
+            return merged
+    merged["anthropic-beta"] = beta
+    return merged

@@ -77,6 +77,9 @@ def test_both_adapters_take_the_same_settings() -> None:
     # provider_name: the adapter's own name unless given ("anthropic" for None).
     assert openai.pop("provider_name").default == "openai"
     assert anthropic.pop("provider_name").default is None
+    # The Anthropic adapter's own switches (DESIGN §6g), both off by default.
+    assert anthropic.pop("drop_mismatched_thinking").default is False
+    assert anthropic.pop("prompt_cache").default is False
     assert AnthropicModel("m", api_key="").provider_name == "anthropic"
     assert AnthropicModel("m", api_key="", provider_name="bedrock").provider_name == "bedrock"
     assert list(anthropic) == list(openai)
