@@ -23,7 +23,13 @@ from scope.chat import (
     tool_call_part,
 )
 from scope.conversation import Conversation
-from scope.errors import InvalidRequestError, ProviderServerError, TurnLogError
+from scope.errors import (
+    InvalidRequestError,
+    ProviderServerError,
+    TurnInProgressError,
+    TurnInterruptedError,
+    TurnLogError,
+)
 from scope.history.inmemory import InMemoryStore
 from scope.media import SourceKind
 from scope.testing import Hang, ScriptedModel
@@ -467,7 +473,7 @@ def test_user_message_from_agui_refuses(body: Any, problem: str) -> None:
 @pytest.fixture(params=["memory", "redis"])
 async def log(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterator[TurnLog]:
     if request.param == "memory":
-        yield InMemoryTurnLog(max_events=5)
+        yield InMemoryTurnLog(max_events=20)
         return
     if anyio_backend != "asyncio":
         pytest.skip("redis-py's asyncio client runs under asyncio only")
@@ -476,7 +482,7 @@ async def log(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterat
     client = aioredis.Redis.from_url(url)
     prefix = unique_key_prefix()
     try:
-        yield RedisTurnLog(client, prefix=prefix, max_events=5, block_ms=100)
+        yield RedisTurnLog(client, prefix=prefix, max_events=20, block_ms=100)
     finally:
         keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
         if keys:
@@ -518,9 +524,10 @@ async def test_log_errors(log: TurnLog) -> None:
     with pytest.raises(TurnLogError, match="'nope' is unknown or expired"):
         await _read(log, "nope")
     await log.open("t")
-    with pytest.raises(ValueError, match="still running"):
+    with pytest.raises(TurnInProgressError, match="'t' is still running") as refused:
         await log.open("t")
-    ids = [await log.append("t", b"x") for _ in range(8)]
+    assert refused.value.conversation_id == "t"
+    ids = [await log.append("t", b"x") for _ in range(25)]
     await log.end("t")
     with pytest.raises(TurnLogError, match="dropped"):
         await _read(log, "t", ids[0])
@@ -528,7 +535,7 @@ async def test_log_errors(log: TurnLog) -> None:
         await _read(log, "t")
     with pytest.raises(TurnLogError, match="not an event id"):
         await _read(log, "t", "bogus")
-    assert [d for _, d in await _read(log, "t", ids[3])] == [b"x"] * 4
+    assert [d for _, d in await _read(log, "t", ids[5])] == [b"x"] * 19
     await log.open("t")  # an ended turn may start again, empty
     await log.end("t")
     assert await _read(log, "t") == []
@@ -601,10 +608,13 @@ async def test_a_turn_runs_on_after_its_reader_leaves_and_is_stored_once(log: Tu
         async with ResumableTurns(log) as turns:
             await turns.start("c", ui_message_stream(conversation.stream("hi")))
             reader = turns.stream("c")
-            first = await anext(reader)
+            first = b""
+            while b'"delta":"first "' not in first:
+                event = await anext(reader)
+                assert re.match(rb"id: \S+\ndata: [^\n]*\n\n$", event)  # one event, its id
+                first += event
             await reader.aclose()  # the client disconnects mid-turn
-            assert first.startswith(b"data: ")
-            found = re.search(rb"\nid: (\S+)\n", first)
+            found = re.search(rb"id: (\S+)\ndata: [^\n]*\n\n$", first)
             assert found is not None
             gate.set()
             rest = b"".join([data async for data in turns.stream("c", found[1].decode())])
@@ -630,14 +640,28 @@ async def test_cancel_on_disconnect_stops_the_turn_unstored() -> None:
     assert await store.read("c") == []
 
 
-async def test_a_second_start_of_a_running_turn_is_refused() -> None:
+async def test_a_second_start_of_a_running_turn_is_refused_after_the_handover_timeout() -> None:
     gate = anyio.Event()
+    closed: list[bool] = []
+
+    async def second() -> AsyncIterator[Response]:
+        try:
+            yield chunk("another answer")
+            await anyio.sleep_forever()
+        finally:
+            closed.append(True)
+
     with anyio.fail_after(10):
-        async with ResumableTurns() as turns:
+        async with ResumableTurns(handover_timeout=0.05) as turns:
             await turns.start("c", ui_message_stream(_gated_model(gate).stream(_request())))
-            with pytest.raises(ValueError, match="still running"):
-                await turns.start("c", ui_message_stream(scripted("text")))
+            with pytest.raises(TurnInProgressError, match="'c' is still running") as refused:
+                await turns.start("c", ui_message_stream(second()))
+            assert refused.value.conversation_id == "c"
+            assert refused.value.started_at is not None
+            assert closed == [True]  # the new turn was stopped
             gate.set()
+        body = b"".join([data async for data in turns.stream("c")])
+    assert b"another answer" not in body and b'"delta":"second"' in body
 
 
 def _request() -> Any:
