@@ -305,6 +305,7 @@ class EncodedStream:
         aclose = getattr(stream, "aclose", None)
         try:
             driver.start()
+            kept = len(out)  # what the item being fed may not leave half written
             try:
                 async for item in stream:
                     driver.feed(item)
@@ -312,11 +313,12 @@ class EncodedStream:
                         data = b"".join(out)
                         out.clear()
                         yield data
+                    kept = len(out)
                 driver.end()
             except Exception as exc:
                 self._error = exc
                 _report(exc)
-                out.clear()
+                del out[kept:]  # the start event stays when nothing was sent yet
                 driver.fail(on_error(exc))
             data = b"".join(out)
             out.clear()

@@ -139,12 +139,15 @@ class InMemoryTurnLog:
             seq = 0 if after is None else int(after)
         except ValueError:
             raise TurnLogError(f"turn {turn_id!r}: {after!r} is not an event id") from None
+        with self._lock:
+            self._expire()
+            turn = self._turns.get(turn_id)
+        if turn is None:
+            raise TurnLogError(f"turn {turn_id!r} is unknown or expired")
+        # This reader stays on this turn: a later turn of the same id (opened once this
+        # one ended) is another log, read by a new request.
         while True:
             with self._lock:
-                self._expire()
-                turn = self._turns.get(turn_id)
-                if turn is None:
-                    raise TurnLogError(f"turn {turn_id!r} is unknown or expired")
                 if seq + 1 < turn.first:
                     raise TurnLogError(
                         f"turn {turn_id!r}: the events after {seq} were dropped "
@@ -174,7 +177,9 @@ def _running(turn_id: str) -> TurnInProgressError:
 
 
 #: ``RedisTurnLog.open`` in one step: refuse while the stream's last entry is not the
-#: end mark, else replace the stream with one holding the open mark.
+#: end mark, else empty the stream and add the open mark. Emptied, not deleted: the
+#: stream's ids go on increasing, so a reader still on the ended turn meets the new
+#: open mark (and stops) instead of reading the new turn's events as its own.
 _OPEN_SCRIPT: Final = """
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if #last > 0 then
@@ -185,7 +190,9 @@ if #last > 0 then
   end
   if not ended then return 0 end
 end
-redis.call('DEL', KEYS[1])
+if #last > 0 then
+  redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)
+end
 redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], '0-*', 'o', '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
@@ -212,8 +219,9 @@ class RedisTurnLog:
     - ``block_ms``: how long one ``XREAD`` waits before it looks again (default 5,000).
 
     Event ids are the stream ids ``0-1``, ``0-2``, ... (Redis 7's ``XADD key 0-*``:
-    consecutive, so a gap left by trimming shows). The first entry marks the turn open
-    and the last one its end; readers skip both. ``open`` is one Lua script (check the
+    consecutive, so a gap left by trimming shows; a later turn of the same id goes on
+    from the last id). The first entry marks the turn open and the last one its end;
+    readers skip both. ``open`` is one Lua script (check the
     last entry, replace the stream), so two processes opening one turn id at once get
     one winner; the other gets ``TurnInProgressError``. A turn whose process died
     without ``end`` stays running until its stream expires, ``keep_seconds`` after its
@@ -293,6 +301,8 @@ class RedisTurnLog:
             cursor = after
         elif b"o" not in first[0][1]:
             raise TurnLogError(f"turn {turn_id!r}: its first events were dropped")
+        else:
+            cursor = first[0][0].decode()  # after this turn's open mark
         while True:
             reply = await self._client.xread({key: cursor}, count=256, block=self._block)
             if not reply:
@@ -303,6 +313,8 @@ class RedisTurnLog:
                 cursor = entry_id.decode()
                 if b"e" in fields:
                     return
+                if b"o" in fields:
+                    return  # a later turn of this id: the one read here ended
                 data = fields.get(b"d")
                 if data is not None:
                     yield cursor, data
