@@ -272,10 +272,14 @@ class Conversation:
         _check_store(store)
         cid = _conversation_id(conversation_id)
         reader = _window(store, window, limit, max_tokens)
-        if type(max_steps) is not int or max_steps < 1:
-            raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
-        if type(append_retries) is not int or append_retries < 0:
-            raise ValueError(f"append_retries must be an int >= 0, got {append_retries!r}")
+        for name, value, least in (
+            ("max_steps", max_steps, 1),
+            ("append_retries", append_retries, 0),
+        ):
+            if type(value) is not int:
+                raise TypeError(f"{name} must be an int >= {least}, got {type(value).__name__}")
+            if value < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
         if system is not None and not isinstance(system, str):
             raise TypeError(f"system must be a str or None, got {type(system).__name__}")
         if options is not None and not isinstance(options, Options):

@@ -31,8 +31,8 @@ from scope.web._ui import ui_message_stream as ui_message_stream
 from scope.web._ui import user_message_from_ui as user_message_from_ui
 
 __all__ = [
-    "AGUI_HEADERS",
     "AGUIRunInput",
+    "AGUI_HEADERS",
     "EncodedStream",
     "InMemoryTurnLog",
     "RedisTurnLog",
