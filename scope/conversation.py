@@ -563,6 +563,8 @@ def _user(message: Message | str) -> Message:
 # ------------------------------------------------------------- argument checks
 
 _OVERLAP: Final = ("fence", "reject", "wait", "interrupt")
+#: The largest window limit a store's integer columns hold.
+_MAX_INT64: Final = 2**63 - 1
 
 
 def _check_store(store: object) -> None:
@@ -603,13 +605,13 @@ def _window(store: ReadWriter, window: object, limit: object, max_tokens: object
     the store itself."""
     if window is not None:
         if limit is not None or max_tokens is not None:
-            given = ", ".join(
-                name
+            given = " and ".join(
+                f"{name}="
                 for name, value in (("limit", limit), ("max_tokens", max_tokens))
                 if value is not None
             )
             raise ValueError(
-                f"pass window= or its shortcuts, not both: got window= and {given}= (put "
+                f"pass window= or its shortcuts, not both: got window= and {given} (put "
                 "them in the WindowReader)"
             )
         if not isinstance(window, WindowReader):
@@ -628,8 +630,8 @@ def _window(store: ReadWriter, window: object, limit: object, max_tokens: object
             continue
         if type(value) is not int:
             raise TypeError(f"{name} must be an int >= 1 or None, got {type(value).__name__}")
-        if value < 1:
-            raise InvalidWindowError(f"{name} must be at least 1, got {value}")
+        if not 1 <= value <= _MAX_INT64:
+            raise InvalidWindowError(f"{name} must be between 1 and 2**63 - 1, got {value}")
     if limit is None and max_tokens is None:
         return store
     return WindowReader(store, cast(int | None, limit), max_tokens=cast(int | None, max_tokens))
