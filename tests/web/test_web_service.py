@@ -226,7 +226,7 @@ def test_a_client_that_disconnects_resumes_with_last_event_id(service: Service) 
 
 def test_a_second_message_while_a_turn_runs_is_409_before_the_model(service: Service) -> None:
     chat = "chat-busy"
-    body = _ui(chat, parts=[{"type": "text", "text": "a long question " * 20}])
+    body = _ui(chat, parts=[{"type": "text", "text": "a long question " * 60}])  # seconds
     with (
         httpx.Client(base_url=service.base, timeout=10) as client,
         client.stream("POST", "/api/chat", content=body, headers=JSON) as running,
