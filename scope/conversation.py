@@ -51,6 +51,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import inspect
+import os
 import re
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from typing import (
@@ -71,6 +73,7 @@ import attrs
 import orjson
 
 from scope import _argschema
+from scope._validate import check_seconds
 from scope.chat import (
     Message,
     Model,
@@ -96,10 +99,21 @@ from scope.errors import (
     ConversationClosedError,
     HistoryChangedError,
     InvalidBatchError,
+    InvalidConversationIDError,
     InvalidResponseError,
+    InvalidWindowError,
     MaxStepsError,
 )
-from scope.history import ConversationID, IncompleteTurn, Middleware, ReadWriter
+from scope.history import (
+    ConversationID,
+    IncompleteTurn,
+    Middleware,
+    Reader,
+    ReadWriter,
+    TurnLeaser,
+    WindowReader,
+    Writer,
+)
 from scope.tools import Tool
 
 __all__ = ["Conversation", "ModelMiddleware", "TurnEvent", "TurnEventKind", "TurnResult"]
@@ -177,12 +191,25 @@ class Conversation:
     """One conversation's turns: the model, the store and the tools, with the loop.
 
     - ``model``: a ``Model`` and/or a ``Streamer`` (every bundled adapter is both).
-    - ``store``: the history store (a ``Reader`` and ``Writer``; every bundled store).
+    - ``store``: the history store, opened (a ``Reader`` and ``Writer`` with async
+      ``read``/``append``: every bundled store). It stores every turn and, unless
+      ``window`` says otherwise, is what the turns replay.
     - ``conversation_id``: the conversation (a ``ConversationID`` or ``str``).
-    - ``tools``: ``Tool`` objects (``@scope.tools.tool``); names must be unique.
+    - ``window``: what each turn replays, a ``WindowReader`` over ``store`` (token
+      budget, message limit, compaction: ``WindowReader(store, max_tokens=8000)``), or
+      None (the default: the whole stored history, system messages as stored). The
+      store stays the writer, so the fence still counts the whole conversation.
+    - ``limit``, ``max_tokens``: shortcuts for ``window=WindowReader(store, limit,
+      max_tokens=max_tokens)`` (ints >= 1, or None); not together with ``window``.
+    - ``tools``: a list (any iterable) of ``Tool`` objects (``@scope.tools.tool``);
+      names must be unique. A single ``Tool`` is a ``TypeError`` (write
+      ``tools=[get_weather]``): one shape, no guessing.
     - ``max_steps``: model calls per turn at most (default 8): ``MaxStepsError``.
-    - ``on_overlap``, ``keep_interrupted``, ``on_incomplete``: passed to the history
-      ``Middleware`` (DESIGN §6e, §6c; defaults ``"fence"``, False, None).
+    - ``on_overlap``, ``overlap_timeout``, ``lease_ttl``, ``keep_interrupted``,
+      ``on_incomplete``: what overlapping turns do and how interrupted turns end, as
+      the history ``Middleware`` takes them (DESIGN §6e, §6c; defaults ``"fence"``,
+      30 s, 15 s, False, None). ``"reject"``, ``"wait"`` and ``"interrupt"`` need a
+      store that is a ``TurnLeaser`` (every bundled store is).
     - ``middlewares``: ``ModelMiddleware`` objects applied around the model, inside
       the history Middleware (first outermost), e.g. ``scope.otel.tracing()``.
     - ``system``: a system prompt sent before the history with every request (not
@@ -194,7 +221,9 @@ class Conversation:
     ``ask`` returns the finished turn; ``stream`` gives its events as they happen. Both
     work under asyncio and trio; one ``Conversation`` may run overlapping turns (the
     ``on_overlap`` strategy decides what they do). See the module docstring for the
-    guarantees. Raises ``TypeError``/``ValueError`` for invalid arguments, naming them.
+    guarantees. Every invalid argument raises at construction, naming this
+    constructor's parameter: ``TypeError`` for a wrong kind of value, ``ValueError``
+    (``InvalidConversationIDError``, ``InvalidWindowError``) for a wrong value.
     """
 
     __slots__ = (
@@ -209,6 +238,7 @@ class Conversation:
         "_streamer",
         "_system",
         "_tools",
+        "_window",
     )
 
     def __init__(
@@ -217,9 +247,14 @@ class Conversation:
         store: ReadWriter,
         conversation_id: str,
         *,
+        window: WindowReader | None = None,
+        limit: int | None = None,
+        max_tokens: int | None = None,
         tools: Iterable[Tool[..., Any]] = (),
         max_steps: int = 8,
         on_overlap: Literal["fence", "reject", "wait", "interrupt"] = "fence",
+        overlap_timeout: float = 30.0,
+        lease_ttl: float = 15.0,
         keep_interrupted: bool = False,
         on_incomplete: Callable[[IncompleteTurn], None] | None = None,
         middlewares: Sequence[ModelMiddleware] = (),
@@ -234,16 +269,32 @@ class Conversation:
                 f"model must be a scope.chat Model (async call) or Streamer (stream), got "
                 f"{type(model).__name__}"
             )
-        if type(max_steps) is not int or max_steps < 1:
-            raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
-        if type(append_retries) is not int or append_retries < 0:
-            raise ValueError(f"append_retries must be an int >= 0, got {append_retries!r}")
+        _check_store(store)
+        cid = _conversation_id(conversation_id)
+        reader = _window(store, window, limit, max_tokens)
+        for name, value, least in (
+            ("max_steps", max_steps, 1),
+            ("append_retries", append_retries, 0),
+        ):
+            if type(value) is not int:
+                raise TypeError(f"{name} must be an int >= {least}, got {type(value).__name__}")
+            if value < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
         if system is not None and not isinstance(system, str):
             raise TypeError(f"system must be a str or None, got {type(system).__name__}")
         if options is not None and not isinstance(options, Options):
             raise TypeError(f"options must be a scope.chat.Options, got {type(options).__name__}")
+        _check_overlap(store, on_overlap, overlap_timeout, lease_ttl)
+        if type(keep_interrupted) is not bool:
+            raise TypeError(
+                f"keep_interrupted must be a bool, got {type(keep_interrupted).__name__}"
+            )
+        if on_incomplete is not None and not callable(on_incomplete):
+            raise TypeError(
+                f"on_incomplete must be callable or None, got {type(on_incomplete).__name__}"
+            )
         self._tools: dict[str, Tool[..., Any]] = {}
-        for index, item in enumerate(tools):
+        for index, item in enumerate(_sequence(tools, "tools", Tool, "[get_weather]")):
             if not isinstance(item, Tool):
                 raise TypeError(
                     f"tools[{index}] must be a scope.tools.Tool (decorate the function with "
@@ -252,19 +303,23 @@ class Conversation:
             if item.name in self._tools:
                 raise ValueError(f"tools[{index}]: a second tool named {item.name!r}")
             self._tools[item.name] = item
-        layers = list(middlewares)
+        layers = _sequence(middlewares, "middlewares", ModelMiddleware, "[otel.tracing()]")
         for index, layer in enumerate(layers):
             if not isinstance(layer, ModelMiddleware):
                 raise TypeError(
                     f"middlewares[{index}] must have call(next) and stream(next) methods (like "
                     f"scope.otel.Tracing), got {type(layer).__name__}"
                 )
+        # Every argument the Middleware takes was checked above, under this
+        # constructor's names: it raises nothing the caller would have to translate.
         self._middleware = Middleware(
+            reader,
             store,
-            store,
-            conversation_id,
+            cid,
             on_incomplete=on_incomplete,
             on_overlap=on_overlap,
+            overlap_timeout=overlap_timeout,
+            lease_ttl=lease_ttl,
             keep_interrupted=keep_interrupted,
         )
         history = self._middleware
@@ -279,6 +334,7 @@ class Conversation:
             else None
         )
         self._store = store
+        self._window = reader if isinstance(reader, WindowReader) else None
         self._max_steps = max_steps
         self._append_retries = append_retries
         self._system: tuple[Message, ...] = () if not system else (system_message(system),)
@@ -287,6 +343,16 @@ class Conversation:
             item.definition for item in self._tools.values()
         )
         self._formats: dict[Any, tuple[Options, Callable[[Response], Any]]] = {}
+
+    @property
+    def store(self) -> ReadWriter:
+        """The store every turn is written to."""
+        return self._store
+
+    @property
+    def window(self) -> WindowReader | None:
+        """What the turns replay (None: the whole stored history)."""
+        return self._window
 
     @property
     def conversation_id(self) -> ConversationID:
@@ -492,3 +558,110 @@ def _user(message: Message | str) -> Message:
     if isinstance(message, Message):
         return message
     raise TypeError(f"message must be a user Message or its text, got {type(message).__name__}")
+
+
+# ------------------------------------------------------------- argument checks
+
+_OVERLAP: Final = ("fence", "reject", "wait", "interrupt")
+#: The largest window limit a store's integer columns hold.
+_MAX_INT64: Final = 2**63 - 1
+
+
+def _check_store(store: object) -> None:
+    """``store`` must be an opened store: a Reader and Writer with async methods."""
+    if isinstance(store, str | os.PathLike):
+        raise TypeError(
+            f"store must be a history store (a scope.history Reader and Writer), got "
+            f"{type(store).__name__} {store!r}: open it first, e.g. `async with await "
+            "SQLiteStore.open(path) as store` or `await scope.historystores.open_store(url)`"
+        )
+    if isinstance(store, WindowReader):
+        raise TypeError(
+            "store must be a history store (a scope.history Reader and Writer), got "
+            "WindowReader, which only reads: pass the store and the window apart, "
+            "Conversation(model, store, conversation_id, window=WindowReader(store, ...))"
+        )
+    for protocol, method in ((Reader, "read"), (Writer, "append")):
+        found = getattr(store, method, None)
+        if not isinstance(store, protocol) or not inspect.iscoroutinefunction(found):
+            raise TypeError(
+                "store must be a history store (a scope.history Reader and Writer: async "
+                f"read(conversation_id) and append(batch)), got {type(store).__name__} "
+                f"without an async {method}()"
+            )
+
+
+def _conversation_id(value: object) -> ConversationID:
+    if not isinstance(value, str):
+        raise TypeError(f"conversation_id must be a str, got {type(value).__name__}")
+    try:
+        return ConversationID(value)
+    except InvalidConversationIDError as exc:
+        raise InvalidConversationIDError(f"conversation_id: {exc}") from None
+
+
+def _window(store: ReadWriter, window: object, limit: object, max_tokens: object) -> Reader:
+    """The reader the turns replay: ``window``, the window the shortcuts ask for, or
+    the store itself."""
+    if window is not None:
+        if limit is not None or max_tokens is not None:
+            given = " and ".join(
+                f"{name}="
+                for name, value in (("limit", limit), ("max_tokens", max_tokens))
+                if value is not None
+            )
+            raise ValueError(
+                f"pass window= or its shortcuts, not both: got window= and {given} (put "
+                "them in the WindowReader)"
+            )
+        if not isinstance(window, WindowReader):
+            raise TypeError(
+                f"window must be a scope.history.WindowReader over the store, got "
+                f"{type(window).__name__}"
+            )
+        if window.reader is not store:
+            raise ValueError(
+                "window must read the conversation's store (window=WindowReader(store, "
+                f"...)), but it reads a {type(window.reader).__name__} that is not store"
+            )
+        return window
+    for name, value in (("limit", limit), ("max_tokens", max_tokens)):
+        if value is None:
+            continue
+        if type(value) is not int:
+            raise TypeError(f"{name} must be an int >= 1 or None, got {type(value).__name__}")
+        if not 1 <= value <= _MAX_INT64:
+            raise InvalidWindowError(f"{name} must be between 1 and 2**63 - 1, got {value}")
+    if limit is None and max_tokens is None:
+        return store
+    return WindowReader(store, cast(int | None, limit), max_tokens=cast(int | None, max_tokens))
+
+
+def _check_overlap(
+    store: object, on_overlap: object, overlap_timeout: object, lease_ttl: object
+) -> None:
+    if type(on_overlap) is not str or on_overlap not in _OVERLAP:
+        raise ValueError(
+            f"on_overlap must be one of {', '.join(map(repr, _OVERLAP))}, got {on_overlap!r}"
+        )
+    check_seconds(overlap_timeout, "overlap_timeout")
+    check_seconds(lease_ttl, "lease_ttl", positive=True)
+    if on_overlap != "fence" and not isinstance(store, TurnLeaser):
+        raise TypeError(
+            f"on_overlap={on_overlap!r} needs a store that is a scope.history.TurnLeaser "
+            f"(acquire_turn/release_turn; every bundled store is), got {type(store).__name__}"
+        )
+
+
+def _sequence(value: object, name: str, item: type, example: str) -> tuple[Any, ...]:
+    """An iterable argument as a tuple; one item given alone is a ``TypeError``."""
+    if isinstance(value, item):
+        raise TypeError(
+            f"{name} must be a list of {item.__name__} objects, got a single "
+            f"{type(value).__name__}: write {name}={example}"
+        )
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"{name} must be a list of {item.__name__} objects, got {type(value).__name__}"
+        )
+    return tuple(value)

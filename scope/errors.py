@@ -300,6 +300,10 @@ class TurnInProgressError(HistoryError):
     time (``time.time()`` seconds) when the holder runs in this process, else None (a
     store's lease records only a holder token and an expiry). ``waited`` is how many
     seconds this turn waited for the lease (0.0 under ``"reject"``).
+
+    ``scope.web`` raises it too, for a resumable turn whose id is still running
+    (``TurnLog.open``, ``ResumableTurns.start``): ``conversation_id`` is then the turn
+    id. A service answers either with a 409.
     """
 
     def __init__(

@@ -1,4 +1,5 @@
-"""Test helpers for code built on scope: ``ScriptedModel``, a deterministic model.
+"""Test helpers for code built on scope: ``ScriptedModel``, a deterministic model, and
+``FunctionModel``, a model whose answers a function computes from the request.
 
 ``ScriptedModel`` is both a ``chat.Model`` and a ``chat.Streamer``. It answers each
 request with the next scripted turn, records what it received and how every stream
@@ -23,12 +24,22 @@ A turn is one of:
 - ``Fail(error, after=k, script=...)``: a stream yields ``k`` chunks, then raises;
 - ``Hang(after=k, script=...)``: yields ``k`` chunks, then waits until cancelled (for
   timeout and cancellation tests).
+
+``FunctionModel(fn, chunk_delay=0.0)`` answers every request with ``fn(request)`` (a
+``Response`` or its text; ``fn`` sync or async): it never runs out, its answers may
+depend on the question, it streams like a provider (small pieces, ``chunk_delay``
+seconds apart) and any number of tasks may share one, so it stands in for a model in
+a service run offline (``docs/examples/web_chat``) as well as in tests.
+``offline_summarizer`` is one for ``scope history compact --summarizer
+scope.testing:offline_summarizer``: an extractive summary, no network.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Final, Literal, TypeAlias, final
 
 import anyio
@@ -36,6 +47,7 @@ import anyio.lowlevel
 import attrs
 
 from scope.chat import (
+    FinishReason,
     Message,
     Output,
     Part,
@@ -45,13 +57,23 @@ from scope.chat import (
     ResponseAccumulator,
     ResponseMetadata,
     Role,
+    assistant_message,
     text_part,
     tool_call_delta_part,
 )
 from scope.errors import InvalidRequestError
 from scope.metadata import Metadata
 
-__all__ = ["Fail", "Hang", "ScriptExhaustedError", "ScriptedModel", "StreamLog", "Turn"]
+__all__ = [
+    "Fail",
+    "FunctionModel",
+    "Hang",
+    "ScriptExhaustedError",
+    "ScriptedModel",
+    "StreamLog",
+    "Turn",
+    "offline_summarizer",
+]
 
 
 class ScriptExhaustedError(AssertionError):
@@ -200,7 +222,9 @@ class ScriptedModel:
     untouched. Each started stream appends a ``StreamLog`` to ``streams``, whose
     ``closed`` flag tells a test whether the code under test closed it.
 
-    Use from one task at a time (it is a plain object, like the accumulator).
+    Use from one task at a time (its script is one queue, consumed in request
+    order); a model that many tasks share, a service's stand-in say, is a
+    ``FunctionModel``.
     """
 
     def __init__(self, *turns: Turn, text_size: int = 4, args_size: int = 3) -> None:
@@ -378,6 +402,107 @@ class ScriptedModel:
         return out
 
 
+#: What a ``FunctionModel``'s function returns (or its coroutine does).
+Answer: TypeAlias = Response | str
+AnswerFunction: TypeAlias = Callable[[Request], Answer | Awaitable[Answer]]
+
+
+@final
+class FunctionModel:
+    """A ``Model`` and ``Streamer`` that answers each request with ``fn(request)``.
+
+    ``FunctionModel(fn, *, chunk_delay=0.0, text_size=4, args_size=3)``:
+
+    - ``fn``: called with each valid request; returns the answer, a ``Response`` or a
+      ``str`` (the text of a final assistant answer, finish reason ``stop``). It may be
+      a plain function (it runs on the event loop: keep it quick) or an ``async def``
+      (it may await, e.g. ``anyio.sleep`` to play a slow model). Its exceptions
+      propagate as a provider's would (from ``call``, or from the stream's first
+      iteration). Any other return value is a ``TypeError``.
+    - ``chunk_delay``: seconds between two chunks of a stream (default 0: a
+      cancellation checkpoint only), slept with ``anyio.sleep`` (asyncio and trio).
+    - ``text_size``, ``args_size``: how a stream splits the answer, as
+      ``ScriptedModel.chunks`` does (text in ``text_size``-character pieces, tool-call
+      arguments in ``args_size``-character fragments, usage last).
+
+    Each request is checked as a strict provider would (``check_request``:
+    ``InvalidRequestError``, ``fn`` not called). Streams are lazy (nothing happens
+    before the first iteration), close cleanly on ``aclose()`` and propagate
+    cancellation.
+
+    It keeps no state at all (a test that wants the requests records them in ``fn``),
+    so one instance may serve any number of concurrent tasks, under one event loop or
+    several: what each task gets depends on its own request only. Construction checks
+    the arguments (``TypeError`` for a ``fn`` that is not callable or a
+    ``chunk_delay`` that is not a number, ``ValueError`` for a negative or non-finite
+    ``chunk_delay`` and sizes below 1).
+    """
+
+    __slots__ = ("_args_size", "_delay", "_fn", "_text_size")
+
+    def __init__(
+        self,
+        fn: AnswerFunction,
+        *,
+        chunk_delay: float = 0.0,
+        text_size: int = 4,
+        args_size: int = 3,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(
+                f"fn must be callable (fn(request) -> Response | str), got {type(fn).__name__}"
+            )
+        if isinstance(chunk_delay, bool) or not isinstance(chunk_delay, int | float):
+            raise TypeError(
+                f"chunk_delay must be a number of seconds, got {type(chunk_delay).__name__}"
+            )
+        if not (math.isfinite(chunk_delay) and chunk_delay >= 0):
+            raise ValueError(f"chunk_delay must be a finite number >= 0, got {chunk_delay!r}")
+        _check_sizes(text_size, args_size)
+        self._fn = fn
+        self._delay = float(chunk_delay)
+        self._text_size = text_size
+        self._args_size = args_size
+
+    @property
+    def chunk_delay(self) -> float:
+        """Seconds between two chunks of a stream."""
+        return self._delay
+
+    async def _answer(self, request: Request) -> Response:
+        check_request(request)
+        result = self._fn(request)
+        if inspect.isawaitable(result):
+            result = await result
+        if isinstance(result, str):
+            return Response(Output(assistant_message(result), FinishReason.STOP))
+        if not isinstance(result, Response):
+            raise TypeError(
+                f"FunctionModel's fn must return a Response or a str, got {type(result).__name__}"
+            )
+        return result
+
+    async def call(self, request: Request) -> Response:
+        """``fn``'s answer to ``request``."""
+        response = await self._answer(request)
+        await anyio.lowlevel.checkpoint()
+        return response
+
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
+        """``fn``'s answer to ``request`` in chunks, ``chunk_delay`` seconds apart."""
+        return self._stream(request)
+
+    async def _stream(self, request: Request) -> AsyncGenerator[Response, None]:
+        response = await self._answer(request)
+        chunks = ScriptedModel.chunks(response, self._text_size, self._args_size)
+        for index, chunk in enumerate(chunks):
+            if index and self._delay:
+                await anyio.sleep(self._delay)
+            else:
+                await anyio.lowlevel.checkpoint()
+            yield chunk
+
+
 def _check_sizes(text_size: int, args_size: int) -> None:
     for name, value in (("text_size", text_size), ("args_size", args_size)):
         if type(value) is not int or value < 1:
@@ -406,3 +531,34 @@ def _interleave(calls: Sequence[Part], size: int) -> list[Part]:
     for round_ in range(max(len(f) for f in fragments)):
         out.extend(f[round_] for f in fragments if round_ < len(f))
     return out
+
+
+#: The longest line of one message ``offline_summarizer`` keeps (characters).
+_SUMMARY_LINE: Final = 160
+#: The most lines it keeps (the newest ones).
+_SUMMARY_LINES: Final = 40
+
+
+def _offline_summary(request: Request) -> str:
+    """An extractive summary of the transcript ``scope.history.compact`` sends (the last
+    user message): each message's role and its first line, shortened."""
+    transcript = request.messages[-1].text
+    lines: list[str] = []
+    for block in transcript.split("\n\n"):
+        head, _, body = block.partition(":\n")
+        first = (body or head).strip().splitlines()[0] if (body or head).strip() else ""
+        if len(first) > _SUMMARY_LINE:
+            first = first[: _SUMMARY_LINE - 1] + "…"
+        lines.append(f"- {head}: {first}" if body else f"- {first}")
+    dropped = max(0, len(lines) - _SUMMARY_LINES)
+    kept = lines[dropped:]
+    intro = "Earlier in this conversation (an extractive summary, made offline"
+    intro += f"; {dropped} older lines left out):" if dropped else "):"
+    return "\n".join([intro, *kept])
+
+
+#: A summarizer that needs no model and no network (``scope history compact
+#: --summarizer scope.testing:offline_summarizer``): each message of the transcript
+#: becomes one line, its role and its first line (at most 160 characters), the newest
+#: 40 lines kept. Deterministic, so a compaction it made can be checked in a test.
+offline_summarizer: Final = FunctionModel(_offline_summary)

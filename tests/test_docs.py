@@ -112,9 +112,52 @@ def test_the_readme_set_up_commands_are_the_ones_ci_runs() -> None:
         assert command in ci, f"{command!r} is not a line of .ci/run"
 
 
-def test_the_site_home_page_has_the_readme_quick_start() -> None:
+INDEX = ROOT / "docs" / "index.md"
+
+
+def site_home_page(readme: str) -> str:
+    """``docs/index.md`` as the README makes it: the README without its "From this
+    clone" section (the site is read by users, not by people in a clone), links into
+    ``docs/`` made relative to the site, the CHANGELOG named rather than linked."""
+    head, rest = readme.split("\n## From this clone\n", 1)
+    page = head + "\n## " + rest.split("\n## ", 1)[1]
+    page = re.sub(
+        r"The guides live in \[`docs/`\]\(docs/\) \(build the site with [^)]*\):",
+        "The guides:",
+        page,
+    )
+    page = re.sub(r"\]\(docs/([^)]*)\)", r"](\1)", page)
+    return page.replace(
+        "Changes are listed in [CHANGELOG.md](CHANGELOG.md).",
+        "Changes are listed in the repository's `CHANGELOG.md`.",
+    )
+
+
+def test_the_site_home_page_is_the_readme() -> None:
+    # Regenerate with: python tests/test_docs.py --write-index
+    assert _text(INDEX) == site_home_page(_text(README)), (
+        "docs/index.md drifted from README.md: run python tests/test_docs.py --write-index"
+    )
+
+
+def test_the_site_home_page_keeps_no_link_into_the_clone() -> None:
+    page = site_home_page(_text(README))
+    assert "## From this clone" not in page and "](docs/" not in page
+    for name in re.findall(r"\]\(([a-z]+\.md)(?:#[^)]*)?\)", page):
+        assert (ROOT / "docs" / name).is_file(), name
     (readme_start,) = _RUNNABLE.findall(_text(README))
-    assert readme_start in _RUNNABLE.findall(_text(ROOT / "docs" / "index.md"))
+    assert readme_start in _RUNNABLE.findall(page)  # the quick start stays
+
+
+def test_the_cli_page_names_every_provider() -> None:
+    from scope.cli._chat import PROVIDERS
+
+    page = _text(ROOT / "docs" / "cli.md")
+    chat_heading = re.search(r"### `scope chat \[--provider ([a-z|-]+)\]", page)
+    assert chat_heading is not None
+    assert chat_heading[1].split("|") == list(PROVIDERS)
+    for provider in PROVIDERS[1:]:  # openai is the default, described first
+        assert f"`--provider {provider}`" in page, provider
 
 
 def test_every_docs_page_is_in_the_site_navigation() -> None:
@@ -226,3 +269,9 @@ def test_lists_render_as_lists(site: pathlib.Path, page: str, lead: str) -> None
 
 def test_the_site_links_its_repository(site: pathlib.Path) -> None:
     assert 'href="https://github.com/Tangerg/scope"' in _html(site, "")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write-index"]:
+        raise SystemExit("usage: python tests/test_docs.py --write-index")
+    INDEX.write_text(site_home_page(_text(README)), encoding="utf-8")

@@ -305,16 +305,23 @@ def build_parser() -> argparse.ArgumentParser:
         "as for scope chat.",
     )
     compact.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
-    compact.add_argument(
+    summarizer = compact.add_mutually_exclusive_group()
+    summarizer.add_argument(
         "--provider",
         choices=["openai", "anthropic", "gemini", "openai-responses"],
-        default="openai",
+        default=None,
         help="the summarizer's API, as for scope chat (default: openai)",
+    )
+    summarizer.add_argument(
+        "--summarizer",
+        metavar="MODULE:ATTR",
+        help="a Python model to summarise with instead of a provider: ATTR of the importable "
+        "MODULE, a scope.chat Model or a class of one made without arguments "
+        "(scope.testing:offline_summarizer summarises offline, first lines only)",
     )
     compact.add_argument(
         "--model",
         metavar="NAME",
-        default=os.environ.get("SCOPE_MODEL") or None,
         help="the summarizer model (default: $SCOPE_MODEL, else scope chat's default for "
         "the provider)",
     )
@@ -407,7 +414,20 @@ def _compact(args: argparse.Namespace, url: str) -> int:
     from scope.cli import _history as h
     from scope.cli._chat import DEFAULT_MODELS, make_model
 
-    model = make_model(args.provider, args.model or DEFAULT_MODELS[args.provider], args.base_url)
+    if args.summarizer is not None:
+        flags = (("--model", args.model), ("--base-url", args.base_url))
+        given = [flag for flag, value in flags if value]
+        if given:
+            raise CLIError(f"--summarizer replaces the provider: drop {' and '.join(given)}")
+        summarizer = h.load_summarizer(args.summarizer)
+        return asyncio.run(
+            h.compact_conversation(
+                url, args.conversation, summarizer, keep_turns=args.keep_turns, out=sys.stdout
+            )
+        )
+    provider = args.provider or "openai"
+    name = args.model or os.environ.get("SCOPE_MODEL") or DEFAULT_MODELS[provider]
+    model = make_model(provider, name, args.base_url)
 
     async def run() -> int:
         async with model:

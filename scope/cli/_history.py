@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
+import inspect
 import os
 import pathlib
 import tempfile
@@ -40,6 +42,7 @@ from scope.historystores import SCHEMA_VERSION
 
 __all__ = [
     "ConversationLine",
+    "load_summarizer",
     "ImportLine",
     "clear_conversation",
     "compact_conversation",
@@ -421,6 +424,39 @@ async def clear_conversation(
     stdout.write(f"cleared conversation {cid}\n")
     stdout.flush()
     return 0
+
+
+def load_summarizer(spec: str) -> Model:
+    """The model ``--summarizer module:attribute`` names: ``attribute`` of the imported
+    ``module`` (dots reach into it), a ``Model`` (an object with an async ``call``), or
+    a class of one, made without arguments. ``CLIError`` naming what is wrong."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise CLIError(
+            f"--summarizer {spec!r} must be module:attribute, e.g. scope.testing:offline_summarizer"
+        )
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CLIError(f"--summarizer {spec!r}: cannot import {module_name}: {exc}") from None
+    for name in attribute.split("."):
+        try:
+            found = getattr(found, name)
+        except AttributeError:
+            raise CLIError(f"--summarizer {spec!r}: {module_name} has no {attribute}") from None
+    if isinstance(found, type):
+        try:
+            found = found()
+        except Exception as exc:
+            raise CLIError(
+                f"--summarizer {spec!r}: {found.__name__}() failed: {type(exc).__name__}: {exc}"
+            ) from None
+    if not inspect.iscoroutinefunction(getattr(found, "call", None)):
+        raise CLIError(
+            f"--summarizer {spec!r} is a {type(found).__name__}, not a scope.chat Model (an "
+            "object with an async call(request))"
+        )
+    return found  # type: ignore[no-any-return]
 
 
 async def compact_conversation(

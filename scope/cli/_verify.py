@@ -24,7 +24,7 @@ def _bad_line(conversation_id: str, bad: list[str]) -> str:
     each one's label and problem)."""
     found = "; ".join(bad)
     many = f"{_plural(len(bad), 'bad batch')}: " if len(bad) > 1 else ""
-    return safe(f"scope: error: conversation {conversation_id!r}: {many}{found}")
+    return safe(f"scope: error: conversation {str(conversation_id)!r}: {many}{found}")
 
 
 async def verify_store(
@@ -77,7 +77,7 @@ async def verify_store(
         progress.done()
     missing = [cid for cid in dict.fromkeys(conversation_ids) if cid not in seen]
     for cid in missing:
-        stderr.write(safe(f"scope: error: conversation {cid!r} has no stored batches\n"))
+        stderr.write(safe(f"scope: error: conversation {str(cid)!r} has no stored batches\n"))
     stderr.flush()
     summary = f"verified {_plural(batches, 'batch')} in {_plural(conversations, 'conversation')}: "
     if bad_batches:

@@ -4,31 +4,47 @@ stream and AG-UI 1.0 events, their request readers, and resumable turns.
 Framework-neutral: the encoders yield SSE bytes and the headers are plain mappings,
 so any ASGI app (Starlette, FastAPI, Quart, ...) can return them. The server's store
 owns the history: the readers take only the new user message from a request.
+
+One error rule: whatever a client can get wrong in a request (the body, the message,
+an id, the trigger) raises ``InvalidRequestError`` naming the field, so a service maps
+that one type to a 4xx; wrong argument types from the service's own code raise
+``TypeError`` before anything is streamed; a failure during a turn becomes the
+protocol's error event and is logged on the ``scope.web`` logger.
 """
 
 from scope.errors import TurnLogError as TurnLogError
 from scope.web._agui import AGUI_HEADERS as AGUI_HEADERS
+from scope.web._agui import AGUIRunInput as AGUIRunInput
 from scope.web._agui import agui_events as agui_events
+from scope.web._agui import run_input_from_agui as run_input_from_agui
 from scope.web._agui import user_message_from_agui as user_message_from_agui
+from scope.web._core import EncodedStream as EncodedStream
 from scope.web._core import default_error_text as default_error_text
 from scope.web._resume import InMemoryTurnLog as InMemoryTurnLog
 from scope.web._resume import RedisTurnLog as RedisTurnLog
 from scope.web._resume import ResumableTurns as ResumableTurns
 from scope.web._resume import TurnLog as TurnLog
 from scope.web._ui import UI_MESSAGE_STREAM_HEADERS as UI_MESSAGE_STREAM_HEADERS
+from scope.web._ui import UIChatRequest as UIChatRequest
+from scope.web._ui import chat_request_from_ui as chat_request_from_ui
 from scope.web._ui import ui_message_stream as ui_message_stream
 from scope.web._ui import user_message_from_ui as user_message_from_ui
 
 __all__ = [
+    "AGUIRunInput",
     "AGUI_HEADERS",
+    "EncodedStream",
     "InMemoryTurnLog",
     "RedisTurnLog",
     "ResumableTurns",
     "TurnLog",
     "TurnLogError",
+    "UIChatRequest",
     "UI_MESSAGE_STREAM_HEADERS",
     "agui_events",
+    "chat_request_from_ui",
     "default_error_text",
+    "run_input_from_agui",
     "ui_message_stream",
     "user_message_from_agui",
     "user_message_from_ui",

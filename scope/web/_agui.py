@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, Mapping
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, final
 
+import attrs
 import orjson
 
 from scope.chat import (
@@ -22,11 +23,25 @@ from scope.chat import (
 )
 from scope.chat import media_part as _media_part
 from scope.errors import InvalidRequestError, ScopeError
+from scope.history import ConversationID
 from scope.media import Media
-from scope.web._core import Driver, ErrorText, StreamItem, default_error_text, drive
-from scope.web._request import decode_body, last_user_message
+from scope.web._core import (
+    Driver,
+    EncodedStream,
+    ErrorText,
+    StreamItem,
+    check_encoder_arguments,
+    default_error_text,
+)
+from scope.web._request import conversation_id_field, decode_body, id_field, last_user_message
 
-__all__ = ["AGUI_HEADERS", "agui_events", "user_message_from_agui"]
+__all__ = [
+    "AGUI_HEADERS",
+    "AGUIRunInput",
+    "agui_events",
+    "run_input_from_agui",
+    "user_message_from_agui",
+]
 
 #: The response headers of an AG-UI event stream (SSE).
 AGUI_HEADERS: Final[Mapping[str, str]] = MappingProxyType(
@@ -119,12 +134,12 @@ class _AGUISink:
 
 
 def agui_events(
-    stream: AsyncIterator[StreamItem],
+    stream: AsyncIterable[StreamItem],
     *,
     thread_id: str,
     run_id: str,
     on_error: ErrorText = default_error_text,
-) -> AsyncIterator[bytes]:
+) -> EncodedStream:
     """Encode a scope stream as AG-UI 1.0 events over SSE.
 
     - ``stream``: a model's ``AsyncIterator[Response]``, or ``Conversation.stream(...)``'s
@@ -139,14 +154,18 @@ def agui_events(
     reasoning as ``REASONING_START``, ``REASONING_MESSAGE_*``, ``REASONING_END``; tool
     calls as ``TOOL_CALL_START``/``_ARGS``/``_END``; tool results as
     ``TOOL_CALL_RESULT``; then ``RUN_FINISHED``, or ``RUN_ERROR`` when the stream fails
-    (the encoded stream still ends normally; cancellation propagates). Serve it with
-    ``AGUI_HEADERS``.
+    (the failure is logged on the ``scope.web`` logger and kept as
+    ``EncodedStream.error``; the encoded stream still ends normally; cancellation
+    propagates). Serve it with ``AGUI_HEADERS``. Wrong argument types raise
+    ``TypeError`` here, before anything is streamed, as for ``ui_message_stream``.
     """
+    check_encoder_arguments(stream, on_error)
     for name, value in (("thread_id", thread_id), ("run_id", run_id)):
         if not isinstance(value, str) or not value:
             raise TypeError(f"{name} must be a non-empty str, got {value!r}")
     out: list[bytes] = []
-    return drive(stream, Driver(_AGUISink(out, thread_id, run_id), f"{run_id}:"), out, on_error)
+    sink = _AGUISink(out, thread_id, run_id)
+    return EncodedStream(stream, Driver(sink, f"{run_id}:"), out, on_error)
 
 
 def _agui_part(part: object, path: str) -> Part | None:
@@ -182,6 +201,32 @@ def _agui_part(part: object, path: str) -> Part | None:
             raise InvalidRequestError(f"{path}: {exc}") from exc
         raise InvalidRequestError(f"{path}.source.type {source.get('type')!r} is not data or url")
     raise InvalidRequestError(f"{path}.type {kind!r} is not a user content part")
+
+
+@final
+@attrs.frozen
+class AGUIRunInput:
+    """An AG-UI ``RunAgentInput``, read: ``thread_id`` (the conversation), ``run_id``
+    and the new user ``message``."""
+
+    thread_id: ConversationID
+    run_id: str
+    message: Message
+
+
+def run_input_from_agui(body: bytes | str | Mapping[str, Any]) -> AGUIRunInput:
+    """An AG-UI ``RunAgentInput`` (what ``HttpAgent`` posts): its thread id, run id and
+    new user message.
+
+    ``threadId`` and ``runId`` must each be a valid id (a string, non-empty, at most
+    512 UTF-8 bytes, no control characters, no surrounding whitespace); the message is
+    read as ``user_message_from_agui`` reads it. Every problem raises
+    ``InvalidRequestError`` naming the field: answer it with a 4xx.
+    """
+    decoded = decode_body(body)
+    message = user_message_from_agui(decoded)
+    thread_id = conversation_id_field(decoded, "threadId")
+    return AGUIRunInput(thread_id, id_field(decoded, "runId"), message)
 
 
 def user_message_from_agui(body: bytes | str | Mapping[str, Any]) -> Message:

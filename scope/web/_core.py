@@ -10,8 +10,10 @@ its own wire format; nothing protocol-specific lives here.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+import logging
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
+from types import TracebackType
+from typing import Final, Protocol, Self
 
 from scope.chat import (
     FinishReason,
@@ -23,10 +25,21 @@ from scope.chat import (
     Usage,
 )
 from scope.conversation import TurnEvent, TurnEventKind
+from scope.errors import TurnInProgressError, TurnInterruptedError
 from scope.media import Media
 from scope.metadata import Metadata
 
-__all__ = ["Driver", "ErrorText", "Sink", "StreamItem", "default_error_text", "drive"]
+__all__ = [
+    "Driver",
+    "EncodedStream",
+    "ErrorText",
+    "Sink",
+    "StreamItem",
+    "check_encoder_arguments",
+    "default_error_text",
+]
+
+_log: Final = logging.getLogger("scope.web")
 
 #: What the encoders accept: a model's stream of ``Response`` deltas, or the events of
 #: ``Conversation.stream`` (tool calls, tool results and steps included).
@@ -217,36 +230,110 @@ class Driver:
         self._sink.step_end()
 
 
-async def drive(
-    stream: AsyncIterator[StreamItem],
-    driver: Driver,
-    out: list[bytes],
-    on_error: ErrorText,
-) -> AsyncIterator[bytes]:
-    """Run ``stream`` through ``driver``, yielding what the sink wrote to ``out`` after
-    each item (one bytes object per item, nothing for an item that wrote nothing).
+def check_encoder_arguments(stream: object, on_error: object) -> None:
+    """The arguments every encoder takes: ``TypeError`` before anything is streamed."""
+    if isinstance(stream, str | bytes) or not callable(getattr(stream, "__aiter__", None)):
+        raise TypeError(
+            "stream must be an async iterable of Response chunks or TurnEvents (a model's "
+            f"stream(request), Conversation.stream(...)), got {type(stream).__name__}"
+        )
+    if not callable(on_error):
+        raise TypeError(
+            f"on_error must be callable (exception -> text), got {type(on_error).__name__}"
+        )
 
-    The stream is closed on every path. A failure (an ``Exception`` from the stream, or
-    an invalid chunk) becomes the protocol's error event with ``on_error``'s text and
-    ends the encoded stream normally; cancellation propagates untouched.
+
+class EncodedStream:
+    """The SSE bytes of one encoded stream (what ``ui_message_stream`` and
+    ``agui_events`` return): an async iterator of ``bytes``, one per stream item that
+    wrote something, closed with ``aclose()`` (or ``async with``).
+
+    A failure of the scope stream (an ``Exception`` from it, or an invalid chunk)
+    becomes the protocol's error event with ``on_error``'s text and ends the encoded
+    stream normally; the exception is logged on the ``scope.web`` logger (``ERROR``
+    with its traceback; ``INFO`` for a turn another turn refused or interrupted:
+    ``TurnInProgressError``, ``TurnInterruptedError``) and kept as ``error``, so a
+    service may act on it once the stream ended. Cancellation propagates untouched.
+    The scope stream is closed on every path.
     """
-    aclose = getattr(stream, "aclose", None)
-    try:
-        driver.start()
+
+    __slots__ = ("_error", "_frames")
+
+    def __init__(
+        self,
+        stream: AsyncIterable[StreamItem],
+        driver: Driver,
+        out: list[bytes],
+        on_error: ErrorText,
+    ) -> None:
+        self._error: Exception | None = None
+        self._frames = self._run(stream, driver, out, on_error)
+
+    @property
+    def error(self) -> Exception | None:
+        """The exception the scope stream failed with (None while it has not failed)."""
+        return self._error
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await self._frames.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop early: the scope stream is closed before this returns."""
+        await self._frames.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _run(
+        self,
+        stream: AsyncIterable[StreamItem],
+        driver: Driver,
+        out: list[bytes],
+        on_error: ErrorText,
+    ) -> AsyncGenerator[bytes, None]:
+        aclose = getattr(stream, "aclose", None)
         try:
-            async for item in stream:
-                driver.feed(item)
-                if out:
-                    data = b"".join(out)
-                    out.clear()
-                    yield data
-            driver.end()
-        except Exception as exc:
+            driver.start()
+            kept = len(out)  # what the item being fed may not leave half written
+            try:
+                async for item in stream:
+                    driver.feed(item)
+                    if out:
+                        data = b"".join(out)
+                        out.clear()
+                        yield data
+                    kept = len(out)
+                driver.end()
+            except Exception as exc:
+                self._error = exc
+                _report(exc)
+                del out[kept:]  # the start event stays when nothing was sent yet
+                driver.fail(on_error(exc))
+            data = b"".join(out)
             out.clear()
-            driver.fail(on_error(exc))
-        data = b"".join(out)
-        out.clear()
-        yield data
-    finally:
-        if aclose is not None:
-            await aclose()
+            yield data
+        finally:
+            if aclose is not None:
+                await aclose()
+
+
+def _report(exc: Exception) -> None:
+    if isinstance(exc, TurnInProgressError | TurnInterruptedError):
+        _log.info("a turn ended without an answer: %s: %s", type(exc).__name__, exc)
+    else:
+        _log.error(
+            "a streamed turn failed (%s): the client got the error event",
+            type(exc).__name__,
+            exc_info=exc,
+        )

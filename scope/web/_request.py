@@ -1,15 +1,26 @@
-"""What both request readers share: decoding the body, finding the new user message."""
+"""What both request readers share: decoding the body, finding the new user message,
+reading the ids a request names.
+
+The one error rule of ``scope.web``: whatever a client can get wrong in a request (the
+body, a message, an id, the trigger) raises ``InvalidRequestError`` naming the field,
+so one ``except InvalidRequestError`` answers every malformed request with a 4xx.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-from scope.errors import InvalidRequestError
+from scope.errors import InvalidConversationIDError, InvalidRequestError
+from scope.history import ConversationID
 
-__all__ = ["decode_body", "last_user_message"]
+__all__ = ["check_trigger", "conversation_id_field", "decode_body", "last_user_message", "id_field"]
+
+#: The AI SDK's triggers: a new message, or a new answer to the last one.
+SUBMIT: Final = "submit-message"
+REGENERATE: Final = "regenerate-message"
 
 
 def decode_body(body: object) -> Mapping[str, Any]:
@@ -43,3 +54,58 @@ def last_user_message(body: Mapping[str, Any], role_key: str) -> tuple[Mapping[s
             f"{path}.{role_key} is {role!r}: the request carries no new user message"
         )
     return last, path
+
+
+def check_trigger(body: Mapping[str, Any]) -> None:
+    """The AI SDK's ``trigger``: absent or ``submit-message``. ``regenerate-message``
+    (a new answer to the last question) is refused until branches exist (DESIGN §6h):
+    the store owns the history, and answering the stored question again would store it
+    twice."""
+    if "trigger" not in body:
+        return
+    trigger = body["trigger"]
+    if trigger == SUBMIT:
+        return
+    if trigger == REGENERATE:
+        raise InvalidRequestError(
+            "trigger 'regenerate-message': regenerating an answer is not supported (the "
+            "server's store owns the history); send the question again as a new message"
+        )
+    if not isinstance(trigger, str):
+        raise InvalidRequestError(f"trigger must be a string, got {_json_type(trigger)}")
+    raise InvalidRequestError(f"trigger {trigger!r} is not {SUBMIT!r}")
+
+
+def id_field(body: Mapping[str, Any], key: str) -> str:
+    """``body[key]``: an id, valid as a conversation id is (non-empty, at most 512
+    UTF-8 bytes, no control characters, no surrounding whitespace)."""
+    return str(conversation_id_field(body, key))
+
+
+def conversation_id_field(body: Mapping[str, Any], key: str) -> ConversationID:
+    """``body[key]`` as a ``ConversationID``; ``InvalidRequestError`` naming ``key``."""
+    if key not in body:
+        raise InvalidRequestError(f"the request body has no {key}")
+    value = body[key]
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{key} must be a string, got {_json_type(value)}")
+    try:
+        return ConversationID(value)
+    except InvalidConversationIDError as exc:
+        message = str(exc).replace("conversation id", key, 1)
+        raise InvalidRequestError(message) from exc
+
+
+def _json_type(value: object) -> str:
+    """The JSON type of a decoded value, as a client would name it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__

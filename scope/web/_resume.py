@@ -1,10 +1,10 @@
 """Resumable turns: a per-turn event log and the runner that keeps a turn going.
 
 A turn's encoded stream (``ui_message_stream`` or ``agui_events`` bytes) is pumped
-into a ``TurnLog`` by a task that does not belong to any one request; each client
-request reads the log from its last event id on. So a client that drops its
-connection can come back for the rest, and by default the turn runs on and is stored
-once whatever the clients do.
+into a ``TurnLog`` by a task that does not belong to any one request, one SSE event per
+log entry; each client request reads the log from its last event id on. So a client
+that drops its connection can come back for the rest, and by default the turn runs on
+and is stored once whatever the clients do.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Any, Protocol, Self, final, runtime_checkable
+from typing import Any, Final, Protocol, Self, final, runtime_checkable
 
 import anyio
 import anyio.abc
 
-from scope.errors import TurnLogError
+from scope._validate import check_seconds
+from scope.errors import TurnInProgressError, TurnLogError
+from scope.web._core import EncodedStream
 
 __all__ = ["InMemoryTurnLog", "RedisTurnLog", "ResumableTurns", "TurnLog"]
 
@@ -28,7 +30,10 @@ __all__ = ["InMemoryTurnLog", "RedisTurnLog", "ResumableTurns", "TurnLog"]
 class TurnLog(Protocol):
     """Where a running turn's encoded events wait for the clients that read them.
 
-    Event ids are opaque strings, increasing within a turn. ``events`` yields
+    Event ids are opaque strings, increasing within a turn. ``open`` starts a turn's
+    log, atomically: when the turn id's log is still running (opened, not ended) it
+    raises ``TurnInProgressError`` and changes nothing, so of two openers of one id
+    exactly one wins; an ended log of that id is replaced. ``events`` yields
     ``(event_id, data)`` after ``after`` (all of them for None), waits for more while
     the turn runs and stops after ``end``; it raises ``TurnLogError`` for an unknown
     or expired turn, or when events after ``after`` were already dropped.
@@ -90,12 +95,13 @@ class InMemoryTurnLog:
             del self._turns[key]
 
     async def open(self, turn_id: str) -> None:
-        """Start an empty log for ``turn_id``, replacing an ended one of that id."""
+        """Start an empty log for ``turn_id``, replacing an ended one of that id;
+        ``TurnInProgressError`` while one of that id runs."""
         with self._lock:
             self._expire()
             turn = self._turns.get(turn_id)
             if turn is not None and turn.ended_at is None:
-                raise ValueError(f"turn {turn_id!r} is still running")
+                raise _running(turn_id)
             self._turns[turn_id] = _Turn()
 
     async def append(self, turn_id: str, data: bytes) -> str:
@@ -133,12 +139,15 @@ class InMemoryTurnLog:
             seq = 0 if after is None else int(after)
         except ValueError:
             raise TurnLogError(f"turn {turn_id!r}: {after!r} is not an event id") from None
+        with self._lock:
+            self._expire()
+            turn = self._turns.get(turn_id)
+        if turn is None:
+            raise TurnLogError(f"turn {turn_id!r} is unknown or expired")
+        # This reader stays on this turn: a later turn of the same id (opened once this
+        # one ended) is another log, read by a new request.
         while True:
             with self._lock:
-                self._expire()
-                turn = self._turns.get(turn_id)
-                if turn is None:
-                    raise TurnLogError(f"turn {turn_id!r} is unknown or expired")
                 if seq + 1 < turn.first:
                     raise TurnLogError(
                         f"turn {turn_id!r}: the events after {seq} were dropped "
@@ -157,6 +166,37 @@ class InMemoryTurnLog:
                 await waiter.wait()
             elif ended and not batch:
                 return
+
+
+def _running(turn_id: str) -> TurnInProgressError:
+    return TurnInProgressError(
+        f"turn {turn_id!r} is still running (its log is open): wait for it to end, or "
+        "let the Conversation's on_overlap ('wait', 'interrupt') hand over",
+        conversation_id=turn_id,
+    )
+
+
+#: ``RedisTurnLog.open`` in one step: refuse while the stream's last entry is not the
+#: end mark, else empty the stream and add the open mark. Emptied, not deleted: the
+#: stream's ids go on increasing, so a reader still on the ended turn meets the new
+#: open mark (and stops) instead of reading the new turn's events as its own.
+_OPEN_SCRIPT: Final = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last > 0 then
+  local fields = last[1][2]
+  local ended = false
+  for i = 1, #fields, 2 do
+    if fields[i] == 'e' then ended = true end
+  end
+  if not ended then return 0 end
+end
+if #last > 0 then
+  redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)
+end
+redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], '0-*', 'o', '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
 
 
 def _stream_id(value: str) -> tuple[int, int]:
@@ -179,8 +219,13 @@ class RedisTurnLog:
     - ``block_ms``: how long one ``XREAD`` waits before it looks again (default 5,000).
 
     Event ids are the stream ids ``0-1``, ``0-2``, ... (Redis 7's ``XADD key 0-*``:
-    consecutive, so a gap left by trimming shows). The first entry marks the turn open
-    and the last one its end; readers skip both.
+    consecutive, so a gap left by trimming shows; a later turn of the same id goes on
+    from the last id). The first entry marks the turn open and the last one its end;
+    readers skip both. ``open`` is one Lua script (check the
+    last entry, replace the stream), so two processes opening one turn id at once get
+    one winner; the other gets ``TurnInProgressError``. A turn whose process died
+    without ``end`` stays running until its stream expires, ``keep_seconds`` after its
+    last write.
     """
 
     def __init__(
@@ -200,6 +245,12 @@ class RedisTurnLog:
         self._max = max_events
         self._keep_ms = max(1, int(keep_seconds * 1000))
         self._block = block_ms
+        if not callable(getattr(client, "register_script", None)):
+            raise TypeError(
+                "client must be a redis.asyncio Redis or RedisCluster client, got "
+                f"{type(client).__name__}"
+            )
+        self._open = client.register_script(_OPEN_SCRIPT)
 
     def _key(self, turn_id: str) -> str:
         return f"{self._prefix}:{{{turn_id}}}"
@@ -213,13 +264,11 @@ class RedisTurnLog:
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
     async def open(self, turn_id: str) -> None:
-        """Start the turn's stream, replacing an ended one of that id."""
-        key = self._key(turn_id)
-        last = await self._client.xrevrange(key, count=1)
-        if last and b"e" not in last[0][1]:
-            raise ValueError(f"turn {turn_id!r} is still running")
-        await self._client.delete(key)
-        await self._add(turn_id, {"o": b"1"})
+        """Start the turn's stream, replacing an ended one of that id, in one atomic
+        step; ``TurnInProgressError`` while one of that id runs."""
+        opened = await self._open(keys=[self._key(turn_id)], args=[self._max + 1, self._keep_ms])
+        if not opened:
+            raise _running(turn_id)
 
     async def append(self, turn_id: str, data: bytes) -> str:
         """Add one event; returns its stream id."""
@@ -252,6 +301,8 @@ class RedisTurnLog:
             cursor = after
         elif b"o" not in first[0][1]:
             raise TurnLogError(f"turn {turn_id!r}: its first events were dropped")
+        else:
+            cursor = first[0][0].decode()  # after this turn's open mark
         while True:
             reply = await self._client.xread({key: cursor}, count=256, block=self._block)
             if not reply:
@@ -262,16 +313,46 @@ class RedisTurnLog:
                 cursor = entry_id.decode()
                 if b"e" in fields:
                     return
+                if b"o" in fields:
+                    return  # a later turn of this id: the one read here ended
                 data = fields.get(b"d")
                 if data is not None:
                     yield cursor, data
 
 
 def _with_id(data: bytes, event_id: str) -> bytes:
-    """``data`` (one or more SSE events) with ``id:`` on its last event, so a client's
-    last event id moves only once the whole entry arrived."""
-    start = data.rfind(b"\n\n", 0, len(data) - 2) + 2 if data.count(b"\n\n") > 1 else 0
-    return data[:start] + b"id: " + event_id.encode() + b"\n" + data[start:]
+    """One SSE event with its ``id:`` line first."""
+    return b"id: " + event_id.encode() + b"\n" + data
+
+
+def _events(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
+    """The whole SSE events of ``pending + data`` (each with its ``\n\n``) and what
+    is left of an event not yet complete."""
+    buffer = pending + data if pending else data
+    events: list[bytes] = []
+    start = 0
+    while (end := buffer.find(b"\n\n", start)) != -1:
+        events.append(buffer[start : end + 2])
+        start = end + 2
+    return events, buffer[start:]
+
+
+#: Seconds ``ResumableTurns.start`` waits, by default, for a running turn of the same
+#: id to end once the new turn has begun answering.
+HANDOVER_TIMEOUT: Final = 2.0
+
+
+@final
+class _Running:
+    """A turn this ``ResumableTurns`` pumps: its cancel scope, when it started, and an
+    event set once its log has ended."""
+
+    __slots__ = ("done", "scope", "started_at")
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.started_at = time.time()
+        self.done = anyio.Event()
 
 
 @final
@@ -284,23 +365,33 @@ class ResumableTurns:
       that started it goes away before the end (no resume; nothing stored, as for any
       stopped turn). Default False: the turn runs on and is stored once; reconnecting
       clients get the rest.
+    - ``handover_timeout``: seconds a new turn waits for a running turn of the same
+      id to end once the new turn began answering (default 2; see ``start``).
 
     ``await turns.start(turn_id, frames)`` begins pumping an encoded stream (the bytes
-    of ``ui_message_stream``/``agui_events``) into the log; ``turns.stream(turn_id,
-    last_event_id)`` reads it back as SSE bytes with ``id:`` lines (``last_event_id``
-    from the request's ``Last-Event-ID`` header; None for the whole turn, as the AI
-    SDK's resume request wants). Leaving the ``async with`` waits for running turns.
+    of ``ui_message_stream``/``agui_events``) into the log, one log entry per SSE
+    event; ``turns.stream(turn_id, last_event_id)`` reads it back as SSE bytes with an
+    ``id:`` line on every event (``last_event_id`` from the request's
+    ``Last-Event-ID`` header; None for the whole turn, as the AI SDK's resume request
+    wants). Leaving the ``async with`` waits for running turns.
     """
 
-    def __init__(self, log: TurnLog | None = None, *, cancel_on_disconnect: bool = False) -> None:
+    def __init__(
+        self,
+        log: TurnLog | None = None,
+        *,
+        cancel_on_disconnect: bool = False,
+        handover_timeout: float = HANDOVER_TIMEOUT,
+    ) -> None:
         if log is not None and not isinstance(log, TurnLog):
             raise TypeError(f"log must be a TurnLog, got {type(log).__name__}")
         if not isinstance(cancel_on_disconnect, bool):
             raise TypeError("cancel_on_disconnect must be a bool")
+        self._handover = check_seconds(handover_timeout, "handover_timeout")
         self.log: TurnLog = log if log is not None else InMemoryTurnLog()
         self._cancel_on_disconnect = cancel_on_disconnect
         self._group: anyio.abc.TaskGroup | None = None
-        self._scopes: dict[str, anyio.CancelScope] = {}
+        self._running: dict[str, _Running] = {}
 
     async def __aenter__(self) -> Self:
         group = anyio.create_task_group()
@@ -319,41 +410,133 @@ class ResumableTurns:
         return await group.__aexit__(exc_type, exc, tb)
 
     async def start(self, turn_id: str, frames: AsyncIterator[bytes]) -> None:
-        """Open ``turn_id``'s log and start pumping ``frames`` into it; returns at once.
+        """Open ``turn_id``'s log and start pumping ``frames`` into it.
 
-        ``ValueError`` when a turn of that id is still running; ``RuntimeError``
-        outside ``async with``.
+        When no turn of that id runs, this returns at once. When one runs (in this
+        process, or in another one sharing a ``RedisTurnLog``), the new turn goes
+        first: ``start`` waits for its first frame, so that the ``Conversation``'s
+        ``on_overlap`` acts before anything is refused —
+
+        - ``"wait"``: the new turn waited for the running one to be stored;
+        - ``"interrupt"``: it stopped the running one (whose readers get its error
+          event) and took over;
+        - ``"reject"``: it was refused before the model was called: its
+          ``TurnInProgressError`` is raised here (the frames must be an
+          ``EncodedStream`` for that: what ``ui_message_stream``/``agui_events``
+          return);
+
+        then, the new turn answering, it waits up to ``handover_timeout`` seconds for
+        the running turn's log to end and takes the log over. A turn still running
+        after that (``"fence"``, the ``Conversation`` default, lets both turns run) is
+        refused: the new frames are closed (their turn stops, nothing stored) and
+        ``TurnInProgressError`` is raised, with ``conversation_id`` the turn id (and
+        ``started_at`` when the running turn is this object's). Answer it with a 409;
+        with ``on_overlap="reject"`` it comes before any model call.
+
+        ``TypeError`` for a ``turn_id`` that is not a non-empty ``str`` or ``frames``
+        that are not an async iterator; ``RuntimeError`` outside ``async with``.
         """
         if self._group is None:
             raise RuntimeError("ResumableTurns.start() needs `async with ResumableTurns(...)`")
-        await self.log.open(turn_id)
-        scope = anyio.CancelScope()
-        self._scopes[turn_id] = scope
-        self._group.start_soon(self._pump, turn_id, frames, scope)
+        if not isinstance(turn_id, str) or not turn_id:
+            raise TypeError(f"turn_id must be a non-empty str, got {turn_id!r}")
+        if not callable(getattr(frames, "__anext__", None)):
+            raise TypeError(
+                "frames must be an async iterator of SSE bytes (ui_message_stream(...), "
+                f"agui_events(...)), got {type(frames).__name__}"
+            )
+        first: bytes | None = None
+        try:
+            await self.log.open(turn_id)
+        except TurnInProgressError:
+            first = await self._hand_over(turn_id, frames)
+        running = _Running()
+        self._running[turn_id] = running
+        self._group.start_soon(self._pump, turn_id, frames, running, first)
+
+    async def _hand_over(self, turn_id: str, frames: AsyncIterator[bytes]) -> bytes:
+        """Let the new turn begin while ``turn_id`` runs, then open its log once the
+        running turn ended (see ``start``); the new turn's first frame."""
+        try:
+            try:
+                first = await anext(frames)
+            except StopAsyncIteration:
+                first = b""
+            error = frames.error if isinstance(frames, EncodedStream) else None
+            if isinstance(error, TurnInProgressError):
+                raise error
+            poll = 0.005
+            with anyio.move_on_after(self._handover):
+                while True:
+                    running = self._running.get(turn_id)
+                    if running is not None:
+                        await running.done.wait()
+                    try:
+                        await self.log.open(turn_id)
+                    except TurnInProgressError:
+                        await anyio.sleep(poll)  # another process's turn: look again
+                        poll = min(poll * 2, 0.1)
+                        continue
+                    return first
+            running = self._running.get(turn_id)
+            raise TurnInProgressError(
+                f"turn {turn_id!r} is still running: the new turn was refused after "
+                f"{self._handover} s (handover_timeout) and stopped, nothing stored; with "
+                "Conversation(on_overlap='reject') it is refused before the model is "
+                "called, with 'wait' or 'interrupt' it runs",
+                conversation_id=turn_id,
+                started_at=None if running is None else running.started_at,
+                waited=self._handover,
+            )
+        except BaseException:
+            aclose = getattr(frames, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):
+                    await aclose()
+            raise
 
     async def _pump(
-        self, turn_id: str, frames: AsyncIterator[bytes], scope: anyio.CancelScope
+        self,
+        turn_id: str,
+        frames: AsyncIterator[bytes],
+        running: _Running,
+        first: bytes | None,
     ) -> None:
+        log = self.log
+        pending = b""
         try:
-            with scope:
+            with running.scope:
                 aclose = getattr(frames, "aclose", None)
                 try:
+                    if first is not None:
+                        events, pending = _events(pending, first)
+                        for event in events:
+                            await log.append(turn_id, event)
                     async for data in frames:
-                        await self.log.append(turn_id, data)
+                        events, pending = _events(pending, data)
+                        for event in events:
+                            await log.append(turn_id, event)
+                    if pending:  # bytes after the last event: kept as they came
+                        await log.append(turn_id, pending)
                 finally:
                     if aclose is not None:
                         await aclose()
         finally:
-            self._scopes.pop(turn_id, None)
-            with anyio.CancelScope(shield=True):
-                await self.log.end(turn_id)
+            if self._running.get(turn_id) is running:
+                del self._running[turn_id]
+            try:
+                with anyio.CancelScope(shield=True):
+                    await log.end(turn_id)
+            finally:
+                running.done.set()
 
     async def stream(self, turn_id: str, last_event_id: str | None = None) -> AsyncIterator[bytes]:
-        """The turn's SSE bytes after ``last_event_id`` (all for None), each entry with
+        """The turn's SSE bytes after ``last_event_id`` (all for None), each event with
         its ``id:``, until the turn ends. ``TurnLogError`` (before anything is sent)
         when the log cannot serve them. With ``cancel_on_disconnect``, closing this
         before the end cancels the turn."""
         finished = False
+        running = self._running.get(turn_id)
         events = self.log.events(turn_id, last_event_id)
         try:
             async with contextlib.aclosing(events):  # type: ignore[type-var]
@@ -361,7 +544,5 @@ class ResumableTurns:
                     yield _with_id(data, event_id)
             finished = True
         finally:
-            if not finished and self._cancel_on_disconnect:
-                scope = self._scopes.get(turn_id)
-                if scope is not None:
-                    scope.cancel()
+            if not finished and self._cancel_on_disconnect and running is not None:
+                running.scope.cancel()

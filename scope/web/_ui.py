@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, Mapping
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, final
 
+import attrs
 import orjson
 
 from scope.chat import (
@@ -22,11 +23,30 @@ from scope.chat import (
 )
 from scope.chat import media_part as _media_part
 from scope.errors import InvalidRequestError, ScopeError
+from scope.history import ConversationID
 from scope.media import Media, SourceKind
-from scope.web._core import Driver, ErrorText, StreamItem, default_error_text, drive
-from scope.web._request import decode_body, last_user_message
+from scope.web._core import (
+    Driver,
+    EncodedStream,
+    ErrorText,
+    StreamItem,
+    check_encoder_arguments,
+    default_error_text,
+)
+from scope.web._request import (
+    check_trigger,
+    conversation_id_field,
+    decode_body,
+    last_user_message,
+)
 
-__all__ = ["UI_MESSAGE_STREAM_HEADERS", "ui_message_stream", "user_message_from_ui"]
+__all__ = [
+    "UI_MESSAGE_STREAM_HEADERS",
+    "UIChatRequest",
+    "chat_request_from_ui",
+    "ui_message_stream",
+    "user_message_from_ui",
+]
 
 #: The response headers of a UI message stream (the AI SDK checks the last one).
 UI_MESSAGE_STREAM_HEADERS: Final[Mapping[str, str]] = MappingProxyType(
@@ -161,32 +181,43 @@ class _UISink:
 
 
 def ui_message_stream(
-    stream: AsyncIterator[StreamItem],
+    stream: AsyncIterable[StreamItem],
     *,
     message_id: str | None = None,
     on_error: ErrorText = default_error_text,
-) -> AsyncIterator[bytes]:
+) -> EncodedStream:
     """Encode a scope stream as the AI SDK's UI message stream (SSE bytes).
 
     - ``stream``: a model's ``AsyncIterator[Response]`` (for example a
       ``Middleware``-wrapped streamer), or ``Conversation.stream(...)``'s events (then
       tool results and steps are sent too).
-    - ``message_id``: the assistant message's id in the ``start`` part (the client makes
-      one up when None).
+    - ``message_id``: the assistant message's id in the ``start`` part, a non-empty
+      ``str`` (the client makes one up when None).
     - ``on_error``: the text of the ``error`` part for a failure (default: the
       exception's type only, never its message).
+
+    Wrong argument types (a ``stream`` that is not an async iterable, a ``message_id``
+    that is not a string, an ``on_error`` that is not callable) raise ``TypeError``
+    here, before anything is streamed; an empty ``message_id`` raises ``ValueError``.
 
     Parts: ``start``, per model call ``start-step`` ... ``finish-step``, text and
     reasoning blocks (``*-start``/``-delta``/``-end``, one block per part of the
     accumulated answer), tool calls (``tool-input-start``/``-delta``/``-available``),
     tool results (``tool-output-available``/``-error``), ``finish`` with the finish
     reason, then ``data: [DONE]``. A failure of the stream (or an invalid chunk) sends
-    ``error`` and ``[DONE]`` instead of ``finish`` and ends the encoded stream normally;
+    ``error`` and ``[DONE]`` instead of ``finish``, is logged on the ``scope.web``
+    logger and ends the encoded stream normally (``EncodedStream.error`` keeps it);
     cancellation propagates. The stream is closed on every path. Serve it with
     ``UI_MESSAGE_STREAM_HEADERS``.
     """
+    check_encoder_arguments(stream, on_error)
+    if message_id is not None:
+        if not isinstance(message_id, str):
+            raise TypeError(f"message_id must be a str or None, got {type(message_id).__name__}")
+        if not message_id:
+            raise ValueError("message_id must not be empty (None lets the client choose one)")
     out: list[bytes] = []
-    return drive(stream, Driver(_UISink(out, message_id), "b"), out, on_error)
+    return EncodedStream(stream, Driver(_UISink(out, message_id), "b"), out, on_error)
 
 
 def _ui_part(part: object, path: str) -> Part | None:
@@ -224,6 +255,30 @@ def _media_from_url(url: str, mime: str) -> Media:
     return Media.from_uri(mime, url)
 
 
+@final
+@attrs.frozen
+class UIChatRequest:
+    """An AI SDK chat request, read: ``chat_id`` (the body's ``id``, the chat the
+    ``Conversation`` keeps) and the new user ``message``."""
+
+    chat_id: ConversationID
+    message: Message
+
+
+def chat_request_from_ui(body: bytes | str | Mapping[str, Any]) -> UIChatRequest:
+    """An AI SDK chat request (``DefaultChatTransport``'s body: ``{"id", "messages":
+    [UIMessage, ...], "trigger", ...}``): its chat id and its new user message.
+
+    ``id`` must be a valid conversation id (a string, non-empty, at most 512 UTF-8
+    bytes, no control characters, no surrounding whitespace), the rest is read as
+    ``user_message_from_ui`` reads it. Every problem raises ``InvalidRequestError``
+    naming the field: answer it with a 4xx.
+    """
+    decoded = decode_body(body)
+    message = user_message_from_ui(decoded)
+    return UIChatRequest(conversation_id_field(decoded, "id"), message)
+
+
 def user_message_from_ui(body: bytes | str | Mapping[str, Any]) -> Message:
     """The new user message of an AI SDK chat request (``DefaultChatTransport``'s body:
     ``{"id", "messages": [UIMessage, ...], "trigger", ...}``).
@@ -231,10 +286,15 @@ def user_message_from_ui(body: bytes | str | Mapping[str, Any]) -> Message:
     ``body``: the raw request body, or the JSON object already decoded. Only the last
     message is read, and it must be a user message with at least one text or file part:
     the server's store owns the history, so the prior messages a client sends are
-    ignored, never trusted. Raises ``InvalidRequestError`` (naming the field) for a body
-    that is not JSON, has no ``messages`` or ends in anything but a new user message.
+    ignored, never trusted. ``trigger`` must be absent or ``"submit-message"``:
+    ``"regenerate-message"`` is refused (regenerating needs branches, which the history
+    does not have yet). Raises ``InvalidRequestError`` (naming the field) for a body
+    that is not JSON, has no ``messages``, ends in anything but a new user message or
+    has another trigger.
     """
-    last, path = last_user_message(decode_body(body), "role")
+    decoded = decode_body(body)
+    check_trigger(decoded)
+    last, path = last_user_message(decoded, "role")
     raw_parts = last.get("parts")
     if not isinstance(raw_parts, list):
         raise InvalidRequestError(f"{path}.parts must be an array")

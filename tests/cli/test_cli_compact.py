@@ -140,3 +140,84 @@ def test_keep_turns_must_be_a_non_negative_integer(tmp_path: pathlib.Path) -> No
         done = _compact(tmp_path, server, db, "--keep-turns", "-1")
         assert done.returncode == 2
         assert "--keep-turns: must be at least 0, got -1" in done.stderr
+
+
+def _compact_offline(
+    tmp_path: pathlib.Path, db: pathlib.Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scope",
+            "history",
+            "compact",
+            "conv",
+            "--store",
+            sqlite_url(db),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=subprocess_env(tmp_path, {}),  # no API key, no server: nothing to reach
+        timeout=60,
+        check=False,
+    )
+
+
+def test_compact_with_the_offline_summarizer_needs_no_network(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "h.db"
+    _seed(db, 4)
+    spec = "scope.testing:offline_summarizer"
+    done = _compact_offline(tmp_path, db, "--summarizer", spec, "--keep-turns", "1")
+    assert done.returncode == 0, done.stderr
+    assert "a summary of its first 6 messages was appended" in done.stdout
+    stored, window = _read(db)
+    assert len(stored) == 9
+    assert window[0].text == (
+        "Earlier in this conversation (an extractive summary, made offline):\n"
+        "- user: q0\n- assistant: a0\n- user: q1\n- assistant: a1\n- user: q2\n- assistant: a2"
+    )
+    assert [m.text for m in window[1:]] == ["q3", "a3"]
+    both = _compact_offline(tmp_path, db, "--summarizer", spec, "--provider", "anthropic")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    url = _compact_offline(tmp_path, db, "--summarizer", spec, "--base-url", "http://x")
+    assert url.returncode == 1
+    assert "--summarizer replaces the provider: drop --base-url" in url.stderr
+
+
+class NoArguments:
+    """A Model class made without arguments."""
+
+    async def call(self, request: Any) -> Any:
+        raise AssertionError("not called here")
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("scope.testing", "must be module:attribute"),
+        (":offline_summarizer", "must be module:attribute"),
+        ("scope.nowhere:x", "cannot import scope.nowhere"),
+        ("scope.testing:nothing", "scope.testing has no nothing"),
+        ("scope.testing:FunctionModel", r"FunctionModel\(\) failed: TypeError"),
+        ("json:dumps", "is a function, not a scope.chat Model"),
+        ("scope.testing:ScriptedModel.chunks", "not a scope.chat Model"),
+    ],
+)
+def test_a_summarizer_spec_that_names_no_model_is_refused(spec: str, problem: str) -> None:
+    from scope.cli._errors import CLIError
+    from scope.cli._history import load_summarizer
+
+    with pytest.raises(CLIError, match=problem):
+        load_summarizer(spec)
+
+
+def test_a_summarizer_spec_may_name_a_model_or_its_class() -> None:
+    from scope.cli._history import load_summarizer
+    from scope.testing import offline_summarizer
+
+    assert load_summarizer("scope.testing:offline_summarizer") is offline_summarizer
+    made = load_summarizer(f"{__name__}:NoArguments")
+    assert type(made).__name__ == "NoArguments"

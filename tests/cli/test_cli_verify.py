@@ -23,7 +23,7 @@ from scope.chat import assistant_message, user_message
 from scope.cli import _stores
 from scope.cli._verify import verify_store
 from scope.errors import InvalidConversationIDError, StoreError
-from scope.history import Batch
+from scope.history import Batch, ConversationID
 from scope.historystores import RecordScanner, StoredRecord
 from tests.helpers import batch, subprocess_env
 from tests.servers import Backend, fresh_backend, import_driver, over_backends
@@ -142,6 +142,8 @@ async def test_verify_reports_a_named_conversation_it_does_not_hold(
     assert status == 1
     assert out == ["verified 1 batch in 1 conversation: all sound; 1 named conversation not found"]
     assert err == ["scope: error: conversation 'nope' has no stored batches"]
+    # The command line passes ConversationIDs: printed as the plain quoted id too.
+    assert await verify(ConversationID("a"), ConversationID("nope")) == (status, out, err)
 
 
 # -- scan_records ---------------------------------------------------------------------

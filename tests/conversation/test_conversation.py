@@ -480,7 +480,7 @@ def test_constructor_checks_its_arguments() -> None:
         Conversation(model, store, "c", system=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"options must be a scope\.chat\.Options"):
         Conversation(model, store, "c", options={})  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"reader must be a scope\.history\.Reader"):
+    with pytest.raises(TypeError, match=r"store must be a history store"):
         Conversation(model, object(), "c")  # type: ignore[arg-type]
     conversation = Conversation(model, store, "c", tools=[get_weather], max_steps=2)
     assert conversation.conversation_id == "c"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import threading
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
@@ -423,6 +424,7 @@ async def test_a_return_value_without_a_json_form_is_an_error_result() -> None:
 # ------------------------------------------------------------------ schema == decoder
 
 
+@functools.cache  # one strategy object per annotation: hypothesis validates it once
 def _valid(annotation: Any) -> st.SearchStrategy[Any]:
     """JSON values of ``annotation`` (as the decoder's own families describe them)."""
     if annotation is str:
@@ -478,6 +480,7 @@ _JSON = st.recursive(
 )
 
 
+@functools.cache
 def _mutated(annotation: Any) -> st.SearchStrategy[Any]:
     """Near misses: a valid object with one member replaced, added or dropped."""
 
@@ -522,19 +525,33 @@ FAMILIES = [
 ]
 
 
+@functools.cache
+def _candidates(annotation: Any) -> st.SearchStrategy[Any]:
+    """Valid values, any JSON, and near misses of ``annotation``'s values."""
+    return st.one_of(_valid(annotation), _JSON, _mutated(annotation))
+
+
+@functools.cache
+def _probe(annotation: Any) -> tuple[Tool[..., Any], jsonschema.Draft202012Validator]:
+    """A tool taking one ``value: annotation`` and its schema's validator, made once per
+    annotation (not per example: building them is most of an example's cost)."""
+
+    def probe(value: Any) -> None:
+        return None
+
+    probe.__annotations__ = {"value": annotation}
+    made = Tool(probe)
+    return made, jsonschema.Draft202012Validator(made.definition.input_schema.value())
+
+
 @pytest.mark.parametrize("annotation", FAMILIES, ids=repr)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_the_schema_accepts_exactly_what_the_decoder_accepts(
     annotation: Any, data: st.DataObject
 ) -> None:
-    def probe(value: Any) -> None:
-        return None
-
-    probe.__annotations__ = {"value": annotation}
-    made = Tool(probe)
-    validator = jsonschema.Draft202012Validator(made.definition.input_schema.value())
-    value = data.draw(st.one_of(_valid(annotation), _JSON, _mutated(annotation)))
+    made, validator = _probe(annotation)
+    value = data.draw(_candidates(annotation))
     arguments = {"value": value}
     try:
         made.decode(orjson.dumps(arguments).decode())
@@ -548,10 +565,6 @@ def test_the_schema_accepts_exactly_what_the_decoder_accepts(
 @settings(max_examples=50, deadline=None)
 @given(data=st.data())
 def test_every_valid_value_decodes(annotation: Any, data: st.DataObject) -> None:
-    def probe(value: Any) -> None:
-        return None
-
-    probe.__annotations__ = {"value": annotation}
-    made = Tool(probe)
+    made, _ = _probe(annotation)
     value = data.draw(_valid(annotation))
     made.decode(orjson.dumps({"value": value}).decode())

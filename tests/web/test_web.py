@@ -23,10 +23,18 @@ from scope.chat import (
     tool_call_part,
 )
 from scope.conversation import Conversation
-from scope.errors import InvalidRequestError, ProviderServerError, TurnLogError
+from scope.errors import (
+    InvalidConversationIDError,
+    InvalidRequestError,
+    ProviderServerError,
+    TurnInProgressError,
+    TurnInterruptedError,
+    TurnLogError,
+)
+from scope.history import ConversationID
 from scope.history.inmemory import InMemoryStore
 from scope.media import SourceKind
-from scope.testing import Hang, ScriptedModel
+from scope.testing import FunctionModel, Hang, ScriptedModel
 from scope.tools import tool
 from scope.web import (
     AGUI_HEADERS,
@@ -36,12 +44,14 @@ from scope.web import (
     ResumableTurns,
     TurnLog,
     agui_events,
+    chat_request_from_ui,
+    run_input_from_agui,
     ui_message_stream,
     user_message_from_agui,
     user_message_from_ui,
 )
 from tests.servers import import_driver, redis_url_or_skip, unique_key_prefix
-from tests.web_server import SCENARIOS, chunk, scripted
+from tests.web_server import SCENARIOS, chunk, scripted, split_writes
 
 pytestmark = pytest.mark.anyio
 
@@ -467,7 +477,7 @@ def test_user_message_from_agui_refuses(body: Any, problem: str) -> None:
 @pytest.fixture(params=["memory", "redis"])
 async def log(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterator[TurnLog]:
     if request.param == "memory":
-        yield InMemoryTurnLog(max_events=5)
+        yield InMemoryTurnLog(max_events=20)
         return
     if anyio_backend != "asyncio":
         pytest.skip("redis-py's asyncio client runs under asyncio only")
@@ -476,7 +486,7 @@ async def log(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterat
     client = aioredis.Redis.from_url(url)
     prefix = unique_key_prefix()
     try:
-        yield RedisTurnLog(client, prefix=prefix, max_events=5, block_ms=100)
+        yield RedisTurnLog(client, prefix=prefix, max_events=20, block_ms=100)
     finally:
         keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
         if keys:
@@ -518,9 +528,10 @@ async def test_log_errors(log: TurnLog) -> None:
     with pytest.raises(TurnLogError, match="'nope' is unknown or expired"):
         await _read(log, "nope")
     await log.open("t")
-    with pytest.raises(ValueError, match="still running"):
+    with pytest.raises(TurnInProgressError, match="'t' is still running") as refused:
         await log.open("t")
-    ids = [await log.append("t", b"x") for _ in range(8)]
+    assert refused.value.conversation_id == "t"
+    ids = [await log.append("t", b"x") for _ in range(25)]
     await log.end("t")
     with pytest.raises(TurnLogError, match="dropped"):
         await _read(log, "t", ids[0])
@@ -528,7 +539,7 @@ async def test_log_errors(log: TurnLog) -> None:
         await _read(log, "t")
     with pytest.raises(TurnLogError, match="not an event id"):
         await _read(log, "t", "bogus")
-    assert [d for _, d in await _read(log, "t", ids[3])] == [b"x"] * 4
+    assert [d for _, d in await _read(log, "t", ids[5])] == [b"x"] * 19
     await log.open("t")  # an ended turn may start again, empty
     await log.end("t")
     assert await _read(log, "t") == []
@@ -601,10 +612,13 @@ async def test_a_turn_runs_on_after_its_reader_leaves_and_is_stored_once(log: Tu
         async with ResumableTurns(log) as turns:
             await turns.start("c", ui_message_stream(conversation.stream("hi")))
             reader = turns.stream("c")
-            first = await anext(reader)
+            first = b""
+            while b'"delta":"first "' not in first:
+                event = await anext(reader)
+                assert re.match(rb"id: \S+\ndata: [^\n]*\n\n$", event)  # one event, its id
+                first += event
             await reader.aclose()  # the client disconnects mid-turn
-            assert first.startswith(b"data: ")
-            found = re.search(rb"\nid: (\S+)\n", first)
+            found = re.search(rb"id: (\S+)\ndata: [^\n]*\n\n$", first)
             assert found is not None
             gate.set()
             rest = b"".join([data async for data in turns.stream("c", found[1].decode())])
@@ -630,14 +644,28 @@ async def test_cancel_on_disconnect_stops_the_turn_unstored() -> None:
     assert await store.read("c") == []
 
 
-async def test_a_second_start_of_a_running_turn_is_refused() -> None:
+async def test_a_second_start_of_a_running_turn_is_refused_after_the_handover_timeout() -> None:
     gate = anyio.Event()
+    closed: list[bool] = []
+
+    async def second() -> AsyncIterator[Response]:
+        try:
+            yield chunk("another answer")
+            await anyio.sleep_forever()
+        finally:
+            closed.append(True)
+
     with anyio.fail_after(10):
-        async with ResumableTurns() as turns:
+        async with ResumableTurns(handover_timeout=0.05) as turns:
             await turns.start("c", ui_message_stream(_gated_model(gate).stream(_request())))
-            with pytest.raises(ValueError, match="still running"):
-                await turns.start("c", ui_message_stream(scripted("text")))
+            with pytest.raises(TurnInProgressError, match="'c' is still running") as refused:
+                await turns.start("c", ui_message_stream(second()))
+            assert refused.value.conversation_id == "c"
+            assert refused.value.started_at is not None
+            assert closed == [True]  # the new turn was stopped
             gate.set()
+        body = b"".join([data async for data in turns.stream("c")])
+    assert b"another answer" not in body and b'"delta":"second"' in body
 
 
 def _request() -> Any:
@@ -648,3 +676,338 @@ def _request() -> Any:
 
 def test_every_scenario_encodes() -> None:
     assert set(SCENARIOS) >= {"text", "reasoning", "tool", "parallel", "error", "empty"}
+
+
+# ------------------------------------------------------- arguments, the error rule, logs
+
+
+@pytest.mark.parametrize(
+    ("call", "problem"),
+    [
+        (lambda: ui_message_stream("text"), "stream must be an async iterable"),  # type: ignore[arg-type]
+        (lambda: ui_message_stream(b"x"), "stream must be an async iterable"),  # type: ignore[arg-type]
+        (lambda: ui_message_stream([chunk("a")]), "got list"),  # type: ignore[arg-type]
+        (lambda: ui_message_stream(scripted("text"), message_id=5), "message_id must be a str"),  # type: ignore[arg-type]
+        (lambda: ui_message_stream(scripted("text"), on_error=None), "on_error must be callable"),  # type: ignore[arg-type]
+        (lambda: agui_events("text", thread_id="t", run_id="r"), "stream must be an async"),  # type: ignore[arg-type]
+        (lambda: agui_events(scripted("text"), thread_id="t", run_id="r", on_error=3), "on_error"),  # type: ignore[arg-type]
+    ],
+)
+def test_wrong_argument_types_raise_type_error_before_streaming(call: Any, problem: str) -> None:
+    with pytest.raises(TypeError, match=problem):
+        call()
+
+
+def test_an_empty_message_id_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="message_id must not be empty"):
+        ui_message_stream(scripted("text"), message_id="")
+
+
+async def test_a_failed_turn_is_logged_on_the_scope_web_logger(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("INFO", logger="scope.web"):
+        encoded = ui_message_stream(scripted("error"))
+        assert encoded.error is None
+        data = await _collect(encoded)
+    assert b'"type":"error"' in data
+    assert isinstance(encoded.error, ProviderServerError)
+    (record,) = [r for r in caplog.records if r.name == "scope.web"]
+    assert record.levelname == "ERROR"
+    assert "ProviderServerError" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[1] is encoded.error
+
+
+async def test_a_refused_or_interrupted_turn_is_logged_as_info(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    errors = [
+        TurnInProgressError("busy", conversation_id="c"),
+        TurnInterruptedError("stopped", conversation_id="c"),
+    ]
+    with caplog.at_level("INFO", logger="scope.web"):
+        for error in errors:
+            await _collect(agui_events(_items(chunk("a"), error), thread_id="t", run_id="r"))
+    records = [r for r in caplog.records if r.name == "scope.web"]
+    assert [r.levelname for r in records] == ["INFO", "INFO"]
+    assert [r.exc_info for r in records] == [None, None]
+    assert "TurnInProgressError: busy" in records[0].getMessage()
+
+
+async def test_the_encoded_stream_closes_its_source_in_async_with() -> None:
+    closed: list[bool] = []
+
+    async def source() -> AsyncIterator[Response]:
+        try:
+            yield chunk("a")
+            yield chunk("b")
+        finally:
+            closed.append(True)
+
+    async with ui_message_stream(source()) as encoded:
+        assert (await anext(encoded)).startswith(b'data: {"type":"start"}')
+    assert closed == [True]
+
+
+@pytest.mark.parametrize(
+    ("trigger", "problem"),
+    [
+        ("regenerate-message", "trigger 'regenerate-message': regenerating an answer is not"),
+        ("submit-user-message", "trigger 'submit-user-message' is not 'submit-message'"),
+        (None, "trigger must be a string, got null"),
+        (1, "trigger must be a string, got a number"),
+    ],
+)
+def test_only_the_submit_trigger_is_accepted(trigger: Any, problem: str) -> None:
+    body = {**UI_BODY, "trigger": trigger}
+    with pytest.raises(InvalidRequestError, match=problem):
+        user_message_from_ui(body)
+    with pytest.raises(InvalidRequestError, match=problem):
+        chat_request_from_ui(body)
+    without = {k: v for k, v in UI_BODY.items() if k != "trigger"}
+    assert user_message_from_ui(without).text == "What is in "  # no trigger: a new message
+
+
+def test_chat_request_from_ui_reads_the_chat_id() -> None:
+    request = chat_request_from_ui(orjson.dumps(UI_BODY))
+    assert request.chat_id == "chat" and type(request.chat_id) is ConversationID
+    assert request.message == user_message_from_ui(UI_BODY)
+
+
+@pytest.mark.parametrize(
+    ("chat_id", "problem"),
+    [
+        (" chat", "id ' chat' must not have surrounding whitespace"),
+        ("chat\t", "surrounding whitespace"),
+        ("ch\x00at", "id 'ch\\\\x00at' must not contain control characters"),
+        ("ch\u0085at", "control characters"),
+        ("", "id must not be empty"),
+        ("\ud800", "not valid Unicode"),
+        ("é" * 300, "at most 512 UTF-8 bytes"),
+        (7, "id must be a string, got a number"),
+        ([], "id must be a string, got an array"),
+        (True, "got a boolean"),
+    ],
+)
+def test_an_invalid_chat_id_is_an_invalid_request(chat_id: Any, problem: str) -> None:
+    with pytest.raises(InvalidRequestError, match=problem):
+        chat_request_from_ui({**UI_BODY, "id": chat_id})
+    agui = {**AGUI_BODY, "threadId": chat_id}
+    agui_problem = "threadId" + problem[2:] if problem.startswith("id ") else problem
+    with pytest.raises(InvalidRequestError, match=agui_problem):
+        run_input_from_agui(agui)
+
+
+def test_run_input_from_agui_reads_the_ids() -> None:
+    run = run_input_from_agui(orjson.dumps(AGUI_BODY))
+    assert (run.thread_id, run.run_id) == ("t", "r")
+    assert type(run.thread_id) is ConversationID
+    assert run.message == user_message_from_agui(AGUI_BODY)
+    with pytest.raises(InvalidRequestError, match="has no runId"):
+        run_input_from_agui({k: v for k, v in AGUI_BODY.items() if k != "runId"})
+    with pytest.raises(InvalidRequestError, match="runId 'r\\\\n' must not have surrounding"):
+        run_input_from_agui({**AGUI_BODY, "runId": "r\n"})
+
+
+def test_an_invalid_id_error_chains_the_id_error() -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        chat_request_from_ui({**UI_BODY, "id": " x"})
+    assert isinstance(caught.value.__cause__, InvalidConversationIDError)
+    assert not isinstance(caught.value, InvalidConversationIDError)
+
+
+# ------------------------------------------------- ResumableTurns and on_overlap
+
+
+def _slow_model(started: list[str], gate: anyio.Event | None = None) -> FunctionModel:
+    async def answer(request: Any) -> str:
+        question = request.messages[-1].text
+        started.append(question)
+        if gate is not None and question == "first":
+            await gate.wait()
+        return f"answer to {question}"
+
+    return FunctionModel(answer, chunk_delay=0.001)
+
+
+async def _turn(turns: ResumableTurns, conversation: Conversation, question: str) -> None:
+    await turns.start("c", ui_message_stream(conversation.stream(question)))
+
+
+async def test_resumable_turns_refuse_a_rejected_turn_with_its_own_error() -> None:
+    gate = anyio.Event()
+    started: list[str] = []
+    store = InMemoryStore()
+    model = _slow_model(started, gate)
+    with anyio.fail_after(10):
+        async with ResumableTurns() as turns:
+            await _turn(turns, Conversation(model, store, "c", on_overlap="reject"), "first")
+            await anyio.wait_all_tasks_blocked()
+            with pytest.raises(TurnInProgressError) as refused:
+                await _turn(turns, Conversation(model, store, "c", on_overlap="reject"), "2nd")
+            assert "conversation 'c'" in str(refused.value)  # the Middleware's error
+            assert started == ["first"]  # refused before the model was called
+            gate.set()
+    assert [m.text for m in await store.read("c")] == ["first", "answer to first"]
+
+
+async def _read_into(turns: ResumableTurns, out: list[bytes]) -> None:
+    out.extend([data async for data in turns.stream("c")])
+
+
+async def test_resumable_turns_let_a_waiting_turn_run_after_the_running_one() -> None:
+    gate = anyio.Event()
+    started: list[str] = []
+    store = InMemoryStore()
+    model = _slow_model(started, gate)
+    one: list[bytes] = []
+    with anyio.fail_after(10):
+        async with ResumableTurns() as turns:
+            await _turn(turns, Conversation(model, store, "c", on_overlap="wait"), "first")
+            async with anyio.create_task_group() as group:
+                group.start_soon(_read_into, turns, one)  # a reader of the first turn
+                await anyio.wait_all_tasks_blocked()
+                group.start_soon(
+                    _turn, turns, Conversation(model, store, "c", on_overlap="wait"), "second"
+                )
+                await anyio.wait_all_tasks_blocked()
+                assert started == ["first"]  # the second waits for the lease
+                gate.set()
+            two = b"".join([data async for data in turns.stream("c")])
+    first = b"".join(one)
+    assert first.count(b'"type":"start"') == two.count(b'"type":"start"') == 1
+    assert b'"type":"finish"' in first and b'"type":"finish"' in two
+    assert b'"type":"error"' not in first + two
+    stored = [m.text for m in await store.read("c")]
+    assert stored == ["first", "answer to first", "second", "answer to second"]
+
+
+async def test_resumable_turns_let_an_interrupting_turn_take_over() -> None:
+    started: list[str] = []
+    store = InMemoryStore()
+    model = _slow_model(started, anyio.Event())  # the first never finishes by itself
+    one: list[bytes] = []
+    with anyio.fail_after(10):
+        async with ResumableTurns() as turns:
+            await _turn(turns, Conversation(model, store, "c", on_overlap="interrupt"), "first")
+            async with anyio.create_task_group() as group:
+                group.start_soon(_read_into, turns, one)  # a reader of the first turn
+                await anyio.wait_all_tasks_blocked()
+                await _turn(
+                    turns, Conversation(model, store, "c", on_overlap="interrupt"), "second"
+                )
+            two = b"".join([data async for data in turns.stream("c")])
+    first = b"".join(one)
+    assert b'"errorText":"the answer failed (TurnInterruptedError)"' in first
+    assert b"answer to" not in first  # the first turn's reader never sees the second turn
+    assert first.startswith(b'id: 1\ndata: {"type":"start"')
+    assert b'"type":"finish"' in two and b'"type":"error"' not in two
+    assert started == ["first", "second"]
+    stored = [m.text for m in await store.read("c")]
+    assert stored == ["second", "answer to second"]
+
+
+async def test_start_checks_its_arguments() -> None:
+    async with ResumableTurns() as turns:
+        with pytest.raises(TypeError, match="turn_id must be a non-empty str"):
+            await turns.start("", ui_message_stream(scripted("text")))
+        with pytest.raises(TypeError, match="frames must be an async iterator"):
+            await turns.start("t", [b"data: x\n\n"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="handover_timeout"):
+        ResumableTurns(handover_timeout="1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="handover_timeout"):
+        ResumableTurns(handover_timeout=-1)
+
+
+async def test_frames_split_anywhere_are_logged_one_event_per_entry() -> None:
+    async with ResumableTurns() as turns:
+        await turns.start("t", split_writes(ui_message_stream(scripted("text")), size=7))
+        served = [data async for data in turns.stream("t")]
+    direct = await _collect(ui_message_stream(scripted("text")))
+    assert b"".join(re.sub(rb"^id: \S+\n", b"", data) for data in served) == direct
+    assert all(re.match(rb"id: \S+\ndata: [^\n]*\n\n$", data) for data in served)
+
+
+# ------------------------------------------------------ RedisTurnLog: one opener wins
+
+
+async def test_redis_turn_log_open_has_one_winner_across_two_clients(
+    anyio_backend: str,
+) -> None:
+    if anyio_backend != "asyncio":
+        pytest.skip("redis-py's asyncio client runs under asyncio only")
+    url = redis_url_or_skip()
+    aioredis = import_driver("redis.asyncio")
+    clients = [aioredis.Redis.from_url(url), aioredis.Redis.from_url(url)]
+    prefix = unique_key_prefix()
+    logs = [RedisTurnLog(client, prefix=prefix) for client in clients]
+    try:
+        for round_ in range(5):
+            turn = f"race-{round_}"
+            won: list[int] = []
+            refused: list[TurnInProgressError] = []
+
+            async def open_(
+                index: int,
+                turn: str = turn,
+                won: list[int] = won,
+                refused: list[TurnInProgressError] = refused,
+            ) -> None:
+                try:
+                    await logs[index % 2].open(turn)
+                except TurnInProgressError as exc:
+                    refused.append(exc)
+                else:
+                    won.append(index)
+
+            async with anyio.create_task_group() as group:
+                for index in range(24):
+                    group.start_soon(open_, index)
+            assert len(won) == 1 and len(refused) == 23
+            assert {error.conversation_id for error in refused} == {turn}
+            winner = logs[won[0] % 2]
+            event = await winner.append(turn, b"data: x\n\n")
+            await winner.end(turn)
+            assert await _read(logs[(won[0] + 1) % 2], turn) == [(event, b"data: x\n\n")]
+            await logs[1].open(turn)  # an ended turn opens again, from either client
+            with pytest.raises(TurnInProgressError):
+                await logs[0].open(turn)
+    finally:
+        keys = [key async for key in clients[0].scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await clients[0].delete(*keys)
+        for client in clients:
+            await client.aclose()
+
+
+def test_redis_turn_log_needs_a_redis_client() -> None:
+    with pytest.raises(TypeError, match=r"client must be a redis\.asyncio"):
+        RedisTurnLog(object())
+
+
+async def test_a_stream_failing_before_its_first_item_still_starts() -> None:
+    data = await _collect(ui_message_stream(_items(ProviderServerError("x"))))
+    assert _parts(data) == [
+        {"type": "start"},
+        {"type": "error", "errorText": "the answer failed (ProviderServerError)"},
+        "[DONE]",
+    ]
+    events = _parts(
+        await _collect(agui_events(_items(ProviderServerError("x")), thread_id="t", run_id="r"))
+    )
+    assert [e["type"] for e in events] == ["RUN_STARTED", "RUN_ERROR"]
+    # an item that fails half way leaves nothing of itself, the earlier items stay
+    bad = [
+        Response(metadata=ResponseMetadata(id="x")),
+        chunk("a", finish=FinishReason.STOP),
+        chunk("b"),
+    ]
+    parts = _parts(await _collect(ui_message_stream(_items(*bad))))
+    assert [p if isinstance(p, str) else p["type"] for p in parts] == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "error",
+        "[DONE]",
+    ]

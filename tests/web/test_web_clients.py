@@ -273,7 +273,9 @@ def test_a_request_without_a_new_user_message_is_refused(
 ) -> None:
     base, _, gated = example
     calls = gated.calls
-    answer = httpx.post(f"{base}{path}", content=body, timeout=10)
+    answer = httpx.post(
+        f"{base}{path}", content=body, headers={"content-type": "application/json"}, timeout=10
+    )
     assert answer.status_code == 400
     assert problem in answer.text
     assert gated.calls == calls  # the model was never called
@@ -365,6 +367,6 @@ def test_example_page_renders_a_streamed_answer_in_chromium() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert '<p class="user">Hello there</p>' in done.stdout
     assert (
-        '<p class="assistant" data-done="true">Hello from scope! This answer was streamed to '
-        "your browser, word by word.</p>"
+        '<p class="assistant" data-done="true">Hello from scope! You wrote: Hello there. This '
+        "answer was streamed to your browser, piece by piece.</p>"
     ) in done.stdout

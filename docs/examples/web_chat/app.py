@@ -6,7 +6,8 @@ Run it (Starlette and uvicorn are the example's own dependencies, not scope's):
     python docs/examples/web_chat/app.py            # http://127.0.0.1:8000
 
 With ``OPENAI_API_KEY`` set it talks to OpenAI (``OPENAI_MODEL``, default
-gpt-4o-mini); without, a scripted model answers, so the page works offline.
+gpt-4o-mini); without, a ``FunctionModel`` answers (it echoes the question, streamed
+in small pieces), so the page works offline.
 
 Routes:
 - ``GET /``: the page (``index.html``): it posts like the AI SDK's
@@ -22,6 +23,13 @@ Each chat (the AI SDK's chat id, AG-UI's thread id) is one ``Conversation`` over
 store, which owns the history: a request contributes only its new user message.
 Turns run apart from the requests (``ResumableTurns``): a client that disconnects can
 come back for the rest, and the turn is stored once either way.
+
+Errors: a malformed request is a 4xx, never a 500 — 415 for a body that is not JSON
+by its content type, 413 for one over ``max_body`` bytes, 400 for every
+``InvalidRequestError`` (the body, the message, the ids, the trigger: scope.web's one
+error rule), 409 (``TurnInProgressError``) for a second turn of a chat whose turn
+still runs. A failure during a turn reaches the client as the protocol's error event
+and is logged on the ``scope.web`` logger.
 """
 
 from __future__ import annotations
@@ -31,41 +39,70 @@ import os
 import pathlib
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
-import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from scope.chat import FinishReason, Model, Output, Streamer, assistant_message
-from scope.chat import Response as ChatResponse
+from scope.chat import Model, Streamer
+from scope.chat import Request as ChatRequest
 from scope.conversation import Conversation
-from scope.errors import InvalidRequestError, TurnLogError
+from scope.errors import InvalidRequestError, TurnInProgressError, TurnLogError
 from scope.history import ReadWriter
 from scope.history.inmemory import InMemoryStore
-from scope.testing import ScriptedModel
+from scope.testing import FunctionModel
 from scope.web import (
     AGUI_HEADERS,
     UI_MESSAGE_STREAM_HEADERS,
     ResumableTurns,
     TurnLog,
     agui_events,
+    chat_request_from_ui,
+    run_input_from_agui,
     ui_message_stream,
-    user_message_from_agui,
-    user_message_from_ui,
 )
 
 PAGE = pathlib.Path(__file__).with_name("index.html")
+#: The largest request body the service reads (bytes).
+MAX_BODY = 1_000_000
+
+
+class _BadBody(Exception):
+    """A request body the service does not read: ``status`` and why."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+
+
+async def _json_body(request: Request, limit: int) -> bytes:
+    """The body of a JSON request, at most ``limit`` bytes (read no further)."""
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind != "application/json":
+        raise _BadBody(415, f"the request body must be application/json, got {kind or 'none'!r}")
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > limit:
+            raise _BadBody(413, f"the request body is larger than {limit} bytes")
+    return bytes(body)
 
 
 def create_app(
-    model: Model | Streamer, store: ReadWriter, *, log: TurnLog | None = None
+    model: Model | Streamer,
+    store: ReadWriter,
+    *,
+    log: TurnLog | None = None,
+    on_overlap: Literal["fence", "reject", "wait", "interrupt"] = "reject",
+    max_body: int = MAX_BODY,
 ) -> Starlette:
     """The service: ``model`` answers, ``store`` keeps every chat's history, ``log``
     keeps running turns' events (default in memory; ``RedisTurnLog`` for several
-    processes)."""
+    processes), ``on_overlap`` says what a second message does while a chat's turn
+    runs (``"reject"``: 409 before any model call; ``"wait"``: it runs after;
+    ``"interrupt"``: it stops the running turn and runs)."""
     turns = ResumableTurns(log)
 
     @contextlib.asynccontextmanager
@@ -74,7 +111,7 @@ def create_app(
             yield
 
     def conversation(chat_id: str) -> Conversation:
-        return Conversation(model, store, chat_id)
+        return Conversation(model, store, chat_id, on_overlap=on_overlap)
 
     async def sse(turn_id: str, last_event_id: str | None, headers: Any) -> Response:
         stream = turns.stream(turn_id, last_event_id)
@@ -93,22 +130,20 @@ def create_app(
         return StreamingResponse(body(), headers=dict(headers))
 
     async def chat(request: Request) -> Response:
-        body = await request.body()
         try:
-            message = user_message_from_ui(body)
-            chat_id = orjson.loads(body).get("id")
-            if not isinstance(chat_id, str) or not chat_id:
-                raise InvalidRequestError("the request body's id must be a non-empty string")
+            asked = chat_request_from_ui(await _json_body(request, max_body))
+        except _BadBody as exc:
+            return PlainTextResponse(str(exc), status_code=exc.status)
         except InvalidRequestError as exc:
             return PlainTextResponse(str(exc), status_code=400)
         frames = ui_message_stream(
-            conversation(chat_id).stream(message), message_id=uuid.uuid4().hex
+            conversation(asked.chat_id).stream(asked.message), message_id=uuid.uuid4().hex
         )
         try:
-            await turns.start(chat_id, frames)
-        except ValueError as exc:  # a turn of this chat is still running
+            await turns.start(asked.chat_id, frames)
+        except TurnInProgressError as exc:  # a turn of this chat is still running
             return PlainTextResponse(str(exc), status_code=409)
-        return await sse(chat_id, None, UI_MESSAGE_STREAM_HEADERS)
+        return await sse(asked.chat_id, None, UI_MESSAGE_STREAM_HEADERS)
 
     async def resume(request: Request) -> Response:
         return await sse(
@@ -123,25 +158,22 @@ def create_app(
         )
 
     async def agui(request: Request) -> Response:
-        body = await request.body()
         try:
-            message = user_message_from_agui(body)
-            run = orjson.loads(body)
-            thread_id, run_id = run.get("threadId"), run.get("runId")
-            if not (
-                isinstance(thread_id, str) and thread_id and isinstance(run_id, str) and run_id
-            ):
-                raise InvalidRequestError("threadId and runId must be non-empty strings")
+            run = run_input_from_agui(await _json_body(request, max_body))
+        except _BadBody as exc:
+            return PlainTextResponse(str(exc), status_code=exc.status)
         except InvalidRequestError as exc:
             return PlainTextResponse(str(exc), status_code=400)
         frames = agui_events(
-            conversation(thread_id).stream(message), thread_id=thread_id, run_id=run_id
+            conversation(run.thread_id).stream(run.message),
+            thread_id=run.thread_id,
+            run_id=run.run_id,
         )
         try:
-            await turns.start(thread_id, frames)
-        except ValueError as exc:
+            await turns.start(run.thread_id, frames)
+        except TurnInProgressError as exc:
             return PlainTextResponse(str(exc), status_code=409)
-        return await sse(thread_id, request.headers.get("last-event-id"), AGUI_HEADERS)
+        return await sse(run.thread_id, request.headers.get("last-event-id"), AGUI_HEADERS)
 
     async def page(request: Request) -> Response:
         return FileResponse(PAGE)
@@ -160,18 +192,27 @@ def create_app(
     return app
 
 
+def offline_answer(request: ChatRequest) -> str:
+    """What the offline model says: it answers the question it was asked."""
+    question = request.messages[-1].text.strip() or "(no text)"
+    return (
+        f"Hello from scope! You wrote: {question}. This answer was streamed to your "
+        "browser, piece by piece."
+    )
+
+
 def _model() -> Model | Streamer:
     if os.environ.get("OPENAI_API_KEY"):
         from scope.models.openai import OpenAIChatModel
 
         return OpenAIChatModel(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
-    answer = "Hello from scope! This answer was streamed to your browser, word by word."
-    return ScriptedModel(
-        *[ChatResponse(Output(assistant_message(answer), FinishReason.STOP))] * 100
-    )
+    return FunctionModel(offline_answer, chunk_delay=0.02)
 
 
 if __name__ == "__main__":
+    import logging
+
     import uvicorn
 
+    logging.basicConfig(level=logging.INFO)  # scope.web logs failed turns
     uvicorn.run(create_app(_model(), InMemoryStore()), host="127.0.0.1", port=8000)

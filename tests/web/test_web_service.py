@@ -1,0 +1,244 @@
+"""The example service (docs/examples/web_chat/app.py) as a newcomer runs it, over a
+live server with a ``FunctionModel``: every common malformed request is a 4xx (never a
+500, never a model call, nothing stored), and a client that disconnects mid-turn
+resumes it with ``Last-Event-ID`` and gets the rest, the turn stored once — no
+custom routes or middleware, the service as shipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+import pytest
+
+from scope.chat import Request, user_message
+from scope.history.inmemory import InMemoryStore
+from scope.testing import FunctionModel
+from tests.web_server import live_server
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "examples" / "web_chat" / "app.py"
+JSON = {"content-type": "application/json"}
+
+
+def _example() -> Any:
+    spec = importlib.util.spec_from_file_location("web_chat_example_service", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Service:
+    """The example app over a ``FunctionModel`` that answers with the example's own
+    offline answer and counts its calls."""
+
+    def __init__(self, base: str, store: InMemoryStore, module: Any) -> None:
+        self.base = base
+        self.store = store
+        self.module = module
+        self.questions: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[Service]:
+    module = _example()
+    store = InMemoryStore()
+    lock = threading.Lock()
+    holder: list[Service] = []
+
+    def answer(request: Request) -> str:
+        with lock:
+            holder[0].questions.append(request.messages[-1].text)
+        return str(module.offline_answer(request))
+
+    model = FunctionModel(answer, chunk_delay=0.01)
+    app = module.create_app(model, store, max_body=10_000)
+    with live_server(app) as base:
+        holder.append(Service(base, store, module))
+        yield holder[0]
+
+
+def _ui(chat: Any = "chat-ok", *, trigger: Any = "submit-message", **message: Any) -> bytes:
+    last = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hi"}], **message}
+    body: dict[str, Any] = {"id": chat, "messages": [last]}
+    if trigger is not None:
+        body["trigger"] = trigger
+    return orjson.dumps(body)
+
+
+def _agui(**fields: Any) -> bytes:
+    body = {
+        "threadId": "thread-ok",
+        "runId": "run-1",
+        "messages": [{"id": "u1", "role": "user", "content": "Hi"}],
+        **fields,
+    }
+    return orjson.dumps({k: v for k, v in body.items() if v is not None})
+
+
+# (path, body, headers, expected status, what the answer names)
+MALFORMED: list[Any] = [
+    pytest.param("/api/chat", b"{not json", JSON, 400, "not JSON", id="bad-json"),
+    pytest.param("/api/chat", b"\xff\xfe", JSON, 400, "not JSON", id="not-utf8"),
+    pytest.param("/api/chat", _ui(), {"content-type": "text/plain"}, 415, "application/json",
+                 id="wrong-content-type"),
+    pytest.param("/api/chat", _ui(), {}, 415, "application/json", id="no-content-type"),
+    pytest.param("/api/chat", b"[1, 2]", JSON, 400, "must be a JSON object", id="array-body"),
+    pytest.param("/api/chat", b'{"id": "c"}', JSON, 400, "messages must be an array",
+                 id="missing-messages"),
+    pytest.param("/api/chat", b'{"id": "c", "messages": []}', JSON, 400, "messages are empty",
+                 id="empty-messages"),
+    pytest.param("/api/chat", _ui(role="assistant"), JSON, 400, "no new user message",
+                 id="last-not-user"),
+    pytest.param("/api/chat", _ui(parts=[{"type": "text", "text": ""}]), JSON, 400,
+                 "no text or file part", id="empty-text"),
+    pytest.param("/api/chat", _ui(parts="Hi"), JSON, 400, "parts must be an array",
+                 id="parts-not-array"),
+    pytest.param("/api/chat", _ui(parts=[{"type": "text", "text": 5}]), JSON, 400,
+                 "text must be a string", id="text-not-string"),
+    pytest.param("/api/chat", _ui(parts=[{"type": "tool-x"}]), JSON, 400,
+                 "is not a user message part", id="unknown-part"),
+    pytest.param("/api/chat", _ui(parts=[{"type": "file", "url": "data:image/png;base64,@@",
+                                          "mediaType": "image/png"}]), JSON, 400,
+                 "invalid base64", id="bad-file"),
+    pytest.param("/api/chat", _ui(None), JSON, 400, "id must be a string, got null",
+                 id="null-id"),
+    pytest.param("/api/chat", orjson.dumps({"messages": orjson.loads(_ui())["messages"]}), JSON,
+                 400, "has no id", id="missing-id"),
+    pytest.param("/api/chat", _ui(42), JSON, 400, "id must be a string, got a number",
+                 id="number-id"),
+    pytest.param("/api/chat", _ui(" chat-1 "), JSON, 400, "surrounding whitespace",
+                 id="id-whitespace"),
+    pytest.param("/api/chat", _ui("chat\n1"), JSON, 400, "control characters",
+                 id="id-newline"),
+    pytest.param("/api/chat", _ui("chat\x001"), JSON, 400, "control characters", id="id-nul"),
+    pytest.param("/api/chat", _ui(""), JSON, 400, "must not be empty", id="id-empty"),
+    pytest.param("/api/chat", _ui("x" * 600), JSON, 400, "at most 512", id="id-too-long"),
+    pytest.param("/api/chat", _ui(trigger="regenerate-message"), JSON, 400, "regenerat",
+                 id="regenerate-trigger"),
+    pytest.param("/api/chat", _ui(trigger="resubmit"), JSON, 400, "trigger 'resubmit'",
+                 id="unknown-trigger"),
+    pytest.param("/api/chat", _ui(trigger=["submit-message"]), JSON, 400,
+                 "trigger must be a string", id="trigger-wrong-type"),
+    pytest.param("/api/chat", b'{"id": "c", "messages": [], "pad": "' + b"x" * 20_000 + b'"}',
+                 JSON, 413, "larger than", id="too-large"),
+    pytest.param("/api/agui", b"nope", JSON, 400, "not JSON", id="agui-bad-json"),
+    pytest.param("/api/agui", _agui(threadId=" t "), JSON, 400, "threadId",
+                 id="agui-thread-whitespace"),
+    pytest.param("/api/agui", _agui(runId=None), JSON, 400, "has no runId", id="agui-no-run-id"),
+    pytest.param("/api/agui", _agui(runId="r\x07"), JSON, 400, "runId", id="agui-run-id-bell"),
+    pytest.param("/api/agui", _agui(messages=[{"id": "u", "role": "user", "content": ""}]),
+                 JSON, 400, "content is empty", id="agui-empty-content"),
+    pytest.param("/api/agui", _agui(), {"content-type": "application/x-www-form-urlencoded"},
+                 415, "application/json", id="agui-form"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "body", "headers", "status", "problem"), MALFORMED)
+def test_a_malformed_request_is_a_4xx_before_any_model_call(
+    service: Service, path: str, body: bytes, headers: dict[str, str], status: int, problem: str
+) -> None:
+    calls = len(service.questions)
+    answer = httpx.post(f"{service.base}{path}", content=body, headers=headers, timeout=10)
+    assert answer.status_code == status, answer.text
+    assert problem in answer.text
+    assert len(service.questions) == calls  # the model was never called
+    for chat in ("chat-ok", "thread-ok", "c"):
+        assert anyio.run(service.store.read, chat) == []  # nothing stored
+
+
+def test_there_are_at_least_twenty_malformations() -> None:
+    assert len(MALFORMED) >= 20
+
+
+def test_a_well_formed_request_is_answered_from_the_question(service: Service) -> None:
+    answer = httpx.post(
+        f"{service.base}/api/chat", content=_ui("chat-hello"), headers=JSON, timeout=10
+    )
+    assert answer.status_code == 200
+    deltas = [
+        part["delta"]
+        for line in answer.text.splitlines()
+        if line.startswith("data: {") and (part := json.loads(line[6:]))["type"] == "text-delta"
+    ]
+    expected = "Hello from scope! You wrote: Hi. This answer was streamed to your browser, "
+    assert "".join(deltas) == expected + "piece by piece."
+    stored = anyio.run(service.store.read, "chat-hello")
+    assert [m.text for m in stored] == ["Hi", expected + "piece by piece."]
+
+
+def _events(lines: Iterator[str], stop: Any = None) -> Iterator[tuple[str | None, dict[str, Any]]]:
+    """(event id, part) per SSE event; ``[DONE]`` as {"type": "[DONE]"}."""
+    event_id: str | None = None
+    for line in lines:
+        if line.startswith("id: "):
+            event_id = line[4:]
+        elif line.startswith("data: "):
+            data = line[6:]
+            yield event_id, ({"type": data} if data == "[DONE]" else json.loads(data))
+            event_id = None
+
+
+def test_a_client_that_disconnects_resumes_with_last_event_id(service: Service) -> None:
+    chat = "chat-resume"
+    question = "Tell me about resuming a stream after a dropped connection"
+    body = _ui(chat, parts=[{"type": "text", "text": question}])
+    expected = service.module.offline_answer(Request([user_message(question)]))
+    first: list[tuple[str | None, dict[str, Any]]] = []
+    with httpx.Client(base_url=service.base, timeout=10) as client:
+        with client.stream("POST", "/api/chat", content=body, headers=JSON) as response:
+            assert response.status_code == 200
+            for event in _events(response.iter_lines()):
+                first.append(event)
+                if sum(part["type"] == "text-delta" for _, part in first) == 2:
+                    break  # the client drops the connection mid-answer
+        assert all(event_id is not None for event_id, _ in first)  # every event has its id
+        last_id = first[-1][0]
+        assert last_id is not None
+        with client.stream(
+            "GET", f"/api/chat/{chat}/stream", headers={"last-event-id": last_id}
+        ) as response:
+            assert response.status_code == 200
+            rest = list(_events(response.iter_lines()))
+        again = client.get(f"/api/chat/{chat}/stream")  # from the start (AI SDK's resume)
+        done = client.get(f"/api/chat/{chat}/stream", headers={"last-event-id": rest[-1][0] or ""})
+    parts = [part for _, part in first + rest]
+    text = "".join(part["delta"] for part in parts if part["type"] == "text-delta")
+    assert text == expected
+    assert [p["type"] for p in parts].count("start") == 1
+    assert parts[-2:] == [{"type": "finish", "finishReason": "stop"}, {"type": "[DONE]"}]
+    whole = [part for _, part in _events(iter(again.text.splitlines()))]
+    assert whole == parts
+    assert done.status_code == 204  # nothing after the last event
+    stored = anyio.run(service.store.read, chat)
+    assert [m.text for m in stored] == [question, expected]  # stored once
+    assert service.questions.count(question) == 1
+
+
+def test_a_second_message_while_a_turn_runs_is_409_before_the_model(service: Service) -> None:
+    chat = "chat-busy"
+    body = _ui(chat, parts=[{"type": "text", "text": "a long question " * 60}])  # seconds
+    with (
+        httpx.Client(base_url=service.base, timeout=10) as client,
+        client.stream("POST", "/api/chat", content=body, headers=JSON) as running,
+    ):
+        assert running.status_code == 200
+        next(running.iter_lines())  # the turn runs
+        calls = len(service.questions)
+        again = client.post("/api/chat", content=_ui(chat), headers=JSON)
+        assert again.status_code == 409
+        assert "TurnInProgress" not in again.text and chat in again.text
+        assert len(service.questions) == calls  # on_overlap="reject": no model call
+    deadline = time.monotonic() + 10
+    while len(anyio.run(service.store.read, chat)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the first turn runs on after its client left, and completes
+    assert [m.role for m in anyio.run(service.store.read, chat)] == ["user", "assistant"]
