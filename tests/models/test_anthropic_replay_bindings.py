@@ -126,7 +126,13 @@ def turn_options(turn: int) -> Options:
 
 
 def sliding(reader: Any) -> WindowReader:
-    """The v0.3 window: the longest suffix of whole turns within ``MAX_TOKENS``."""
+    """The v0.3 window: the longest suffix of whole turns within ``MAX_TOKENS``
+    (``low_water`` at its bound turns the stable rule off)."""
+    return WindowReader(reader, max_tokens=MAX_TOKENS, low_water=MAX_TOKENS)
+
+
+def stable(reader: Any) -> WindowReader:
+    """The default window: stable, its start moving only when it must."""
     return WindowReader(reader, max_tokens=MAX_TOKENS)
 
 
@@ -254,6 +260,35 @@ async def test_200_turns_on_a_sliding_window_never_fail_and_count_every_block_le
     first, unchanged, total = prefix_stats(server)
     assert first > 1 and all(s.extends_previous for s in served[1:first])
     assert 0 < unchanged < 0.8 * total
+
+
+@pytest.mark.parametrize("mode", ["call", "stream"])
+async def test_200_turns_on_a_stable_window_replay_an_unchanged_prefix_at_least_80_percent(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with PreservedThinkingServer() as server:
+        run = await converse(server, mode, caplog, make_window=stable)
+        server.check_requests()
+    served = server.served
+    assert [s.status for s in served] == [200] * len(served)
+    expected = [
+        offered - s.state_sent - len(s.dropped)
+        for offered, s in zip(run.offered, served, strict=True)
+    ]
+    assert [_dropped(response) for response in run.responses] == expected
+    assert [span.get("scope.replay.dropped_parts", 0) for span in run.spans] == expected
+    assert run.left_out_records == [count for count in expected if count]
+    first, unchanged, total = prefix_stats(server)
+    assert first > 1 and total > TURNS // 2
+    assert unchanged >= 0.8 * total, (unchanged, total)
+    # Fewer blocks fall than on the sliding window, whose every move drops them.
+    with PreservedThinkingServer() as other:
+        sliding_run = await converse(other, mode, caplog)
+    sliding_expected = [
+        offered - s.state_sent - len(s.dropped)
+        for offered, s in zip(sliding_run.offered, other.served, strict=True)
+    ]
+    assert sum(expected) < sum(sliding_expected)
 
 
 def _answers(run: Run) -> list[Message]:
