@@ -221,6 +221,7 @@ class Lease:
         start = anyio.current_time()
         deadline = start + self.leases.timeout
         delay = FIRST_POLL
+        arrival = True
         try:
             while True:
                 head = slot.waiters[0] is self
@@ -233,7 +234,8 @@ class Lease:
                 if strategy == "reject":
                     raise self._in_progress(slot, 0.0)
                 if strategy == "interrupt":
-                    await self._ask_to_stop(slot, head)
+                    await self._ask_to_stop(slot, arrival, contend)
+                arrival = False
                 now = anyio.current_time()
                 if now >= deadline:
                     raise self._in_progress(slot, now - start)
@@ -279,23 +281,31 @@ class Lease:
 
     async def _reclaim(self, slot: _Slot) -> bool:
         """Release the leases this process left behind on the conversation: True when
-        one of them still held it."""
+        one of them still held it. A token stays remembered until it is released or
+        its ttl has passed (an acquire still on its way may land later)."""
         now, released = time.monotonic(), False
         for holder, expires in list(slot.leftovers.items()):
-            if expires > now:
-                released |= bool(
-                    await self.leases.leaser.release_turn(self.conversation_id, holder)
-                )
+            try:
+                if expires > now and not await self.leases.leaser.release_turn(
+                    self.conversation_id, holder
+                ):
+                    continue
+            except Exception:
+                _log.warning("releasing a lease left behind failed", exc_info=True)
+                continue
+            released |= expires > now
             slot.leftovers.pop(holder, None)
         return released
 
-    async def _ask_to_stop(self, slot: _Slot, head: bool) -> None:
-        """Interrupt the running turn: at once when it runs in this process, else (the
-        queue head only) through the interrupt marker it checks at each renewal."""
+    async def _ask_to_stop(self, slot: _Slot, arrival: bool, contend: bool) -> None:
+        """Interrupt the turn that runs when this one arrives: at once when it runs in
+        this process; while this turn contends with another process's holder, through
+        the interrupt marker that holder checks at each renewal. (Turns queued ahead
+        of this one are not interrupted when their turn comes.)"""
         running = slot.running
-        if running is not None:
+        if arrival and running is not None:
             running.stop("interrupted by a newer turn")
-        elif head and not self._marker_held:
+        elif contend and not self._marker_held:
             marker = marker_id(self.conversation_id)
             self._marker_held = bool(
                 await self.leases.leaser.acquire_turn(marker, self.holder, self.leases.ttl)
