@@ -25,7 +25,7 @@ from scope.history import _trace
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.history._protocols import Writer
-from scope.history._turn import IncompleteReason, Turn, failure_reason
+from scope.history._turn import IncompleteReason, Layer, Turn, failure_reason
 
 __all__ = [
     "INTERRUPTED_KEY",
@@ -153,7 +153,7 @@ async def keep(writer: Writer, make_batch: Callable[[], Batch]) -> Batch | None:
 
 
 @final
-class KeepInterrupted:
+class KeepInterrupted(Layer):
     """The layer that stores an interrupted turn (see the module docstring): on a
     failure after the model was asked, ``keep`` the open turn and the partial answer,
     fenced by the turn's view, under a fresh append id; ``turn.kept`` is the batch when
@@ -164,9 +164,6 @@ class KeepInterrupted:
     def __init__(self, writer: Writer, new_append_id: Callable[[], str]) -> None:
         self._writer = writer
         self._new_append_id = new_append_id
-
-    async def enter(self, turn: Turn) -> None:
-        pass
 
     async def failed(self, turn: Turn, exc: BaseException) -> None:
         reason = failure_reason(exc)
@@ -184,6 +181,3 @@ class KeepInterrupted:
                 turn.expected,
             ),
         )
-
-    async def exit(self, turn: Turn) -> None:
-        pass

@@ -59,7 +59,7 @@ from scope._validate import check_seconds
 from scope.errors import TurnInProgressError, TurnInterruptedError
 from scope.history._ids import ConversationID
 from scope.history._protocols import FoldedTurnLeaser, TurnLeaser, implements
-from scope.history._turn import Turn
+from scope.history._turn import Layer, Turn
 
 __all__ = ["RELEASE_TIMEOUT", "STRATEGIES", "Lease", "Leases", "OnOverlap"]
 
@@ -105,7 +105,7 @@ _slots_lock: Final = threading.Lock()
 
 
 @final
-class Leases:
+class Leases(Layer):
     """The lease layer of a Middleware: its strategy, checked at construction."""
 
     __slots__ = ("fold_commit", "fold_read", "leaser", "strategy", "timeout", "ttl")
@@ -161,9 +161,6 @@ class Leases:
             folded: FoldedTurnLeaser = self.leaser  # type: ignore[assignment]
             turn.append = functools.partial(folded.append_release_turn, holder=lease.holder)
         turn.lease = lease
-
-    async def failed(self, turn: Turn, exc: BaseException) -> None:
-        pass
 
     async def exit(self, turn: Turn) -> None:
         lease: Lease | None = turn.lease
@@ -225,8 +222,12 @@ class Lease:
         try:
             while True:
                 head = slot.waiters[0] is self
-                # While a turn of this process holds it, its release wakes the head.
-                contend = head and slot.running is None
+                # While a turn of this process holds it, its release wakes the head;
+                # one that has not renewed it for a whole ttl (a stream its consumer
+                # left unclosed, say) is contended for like another process's.
+                running = slot.running
+                held_until = 0.0 if running is None else running._renewed + running.leases.ttl
+                contend = head and held_until <= anyio.current_time()
                 if contend and await self._try(slot):
                     self._renewed = anyio.current_time()
                     slot.running = self
@@ -242,6 +243,8 @@ class Lease:
                 wait = deadline - now
                 if contend:
                     wait, delay = min(delay, wait), min(delay * 2, MAX_POLL)
+                elif head:
+                    wait = min(wait, max(held_until - now, 0.0) + FIRST_POLL)
                 with anyio.move_on_after(wait):
                     await self._wake.wait()
                 self._wake = anyio.Event()

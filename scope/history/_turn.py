@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, final
+from typing import Any, final
 
 import attrs
 
@@ -152,18 +152,23 @@ class Turn:
         return self.response
 
 
-class Layer(Protocol):
+class Layer:
     """A layer around the Middleware's replay and commit (``Middleware`` gives the
     order). ``enter`` runs before the history is read (outermost first), ``failed``
     when the turn raised (innermost first; ``GeneratorExit`` for a stream stopped early),
     ``exit`` on every path after that (innermost first). ``failed`` and ``exit`` must
-    not raise an ``Exception``."""
+    not raise an ``Exception``. Each does nothing unless a layer overrides it."""
 
-    async def enter(self, turn: Turn) -> None: ...
+    __slots__ = ()
 
-    async def failed(self, turn: Turn, exc: BaseException) -> None: ...
+    async def enter(self, turn: Turn) -> None:
+        """Before the history is read."""
 
-    async def exit(self, turn: Turn) -> None: ...
+    async def failed(self, turn: Turn, exc: BaseException) -> None:
+        """The turn raised ``exc``."""
+
+    async def exit(self, turn: Turn) -> None:
+        """After the turn, on every path."""
 
 
 def split_request(request: Request) -> tuple[tuple[Message, ...], tuple[Message, ...]]:

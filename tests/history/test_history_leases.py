@@ -28,7 +28,7 @@ from scope.chat import (
     assistant_message,
     user_message,
 )
-from scope.errors import TurnInProgressError, TurnInterruptedError
+from scope.errors import CommitError, TurnInProgressError, TurnInterruptedError
 from scope.history import Batch, IncompleteReason, IncompleteTurn, Middleware, Receipt
 from scope.history.inmemory import InMemoryStore
 from tests.servers import fresh_store
@@ -288,3 +288,29 @@ async def test_waiters_are_served_in_arrival_order(store: Any, strategy: str) ->
     assert interrupted == (["running"] if strategy == "interrupt" else [])
     stored = [m.text for m in await store.read("c")][::2]
     assert stored == (model.seen[1:] if strategy == "interrupt" else model.seen)
+
+
+class TwoChunks:
+    async def stream(self, request: Request) -> AsyncIterator[Response]:
+        yield Response(Output(assistant_message("first ")))
+        yield Response(Output(assistant_message("second"), FinishReason.STOP))
+
+
+async def test_a_stream_left_unclosed_blocks_the_next_turn_no_longer_than_the_ttl() -> None:
+    # The lease is renewed while the model is awaited; a stream whose consumer holds a
+    # chunk and goes away holds it no longer than lease_ttl, for this process too.
+    store = InMemoryStore()
+    ttl = 0.3
+    left = Middleware(store, store, "c", on_overlap="wait", lease_ttl=ttl)
+    stream = left.stream(TwoChunks()).stream(Request([user_message("left open")]))
+    assert (await anext(stream)).text == "first "
+    waiting = Middleware(store, store, "c", on_overlap="wait", overlap_timeout=10)
+    with anyio.fail_after(5):
+        start = anyio.current_time()
+        await waiting.call(Answer()).call(Request([user_message("next")]))
+    assert anyio.current_time() - start >= ttl * 0.9
+    assert (await anext(stream)).text == "second"
+    with pytest.raises(CommitError):  # the fence refuses the stale turn's commit
+        await anext(stream)
+    assert [m.text for m in await store.read("c")] == ["next", "ok"]
+    assert await _free(store)
