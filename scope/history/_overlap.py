@@ -54,9 +54,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, Final, Literal, TypeVar, final
 
 import anyio
+import anyio.lowlevel
 
 from scope._validate import check_seconds
-from scope.errors import TurnInProgressError, TurnInterruptedError
+from scope.errors import StoreError, TurnInProgressError, TurnInterruptedError
 from scope.history._ids import ConversationID
 from scope.history._protocols import FoldedTurnLeaser, TurnLeaser, implements
 from scope.history._turn import Layer, Turn
@@ -262,16 +263,29 @@ class Lease:
 
     async def _try(self, slot: _Slot) -> bool:
         """One attempt at the lease (with ``fold_read`` it reads the view too); when
-        it is held and this process left a lease behind, those go first."""
+        it is held and this process left a lease behind, those go first.
+
+        The store step runs shielded (bounded by ``RELEASE_TIMEOUT``), so a
+        cancellation of the turn meanwhile finds its outcome settled; it is delivered
+        right after, and whatever the step may have taken is given back first (a
+        native asyncio cancellation pierces the shield: the give-back then races a
+        store call still on its way, and an unconfirmed token is a leftover)."""
         try:
-            if await self._acquire_step():
-                return True
-            return bool(slot.leftovers) and await self._reclaim(slot) and await self._acquire_step()
+            taken = False
+            with anyio.move_on_after(RELEASE_TIMEOUT, shield=True) as bound:
+                taken = await self._acquire_step()
+                if not taken and slot.leftovers and await self._reclaim(slot):
+                    taken = await self._acquire_step()
+            if bound.cancelled_caught:
+                raise StoreError(
+                    f"the turn lease of conversation {str(self.conversation_id)!r} was not "
+                    f"answered within {RELEASE_TIMEOUT:g} s; nothing was stored"
+                )
+            await anyio.lowlevel.checkpoint_if_cancelled()
         except BaseException:
-            # The store may have taken the lease before the cancellation (or error)
-            # reached this turn: give it back, shielded, before the exception goes on.
             await self._give_back(self.conversation_id, unsure=True)
             raise
+        return taken
 
     async def _acquire_step(self) -> bool:
         leases, cid = self.leases, self.conversation_id

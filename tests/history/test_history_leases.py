@@ -28,7 +28,7 @@ from scope.chat import (
     assistant_message,
     user_message,
 )
-from scope.errors import CommitError, TurnInProgressError, TurnInterruptedError
+from scope.errors import CommitError, StoreError, TurnInProgressError, TurnInterruptedError
 from scope.history import Batch, IncompleteReason, IncompleteTurn, Middleware, Receipt
 from scope.history.inmemory import InMemoryStore
 from tests.servers import fresh_store
@@ -77,7 +77,8 @@ async def _free(store: Any, conversation_id: str = "c") -> bool:
 
 class Unfolded:
     """A store's separate lease steps only (no ``FoldedTurnLeaser``), with hooks: the
-    acquire may hang once the store took the lease, the release signals its start."""
+    acquire may answer late once the store took the lease, the release signals its
+    start."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
@@ -96,7 +97,7 @@ class Unfolded:
     async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
         taken = bool(await self.store.acquire_turn(conversation_id, holder, ttl))
         if self.hang_after_acquire:
-            await anyio.sleep_forever()  # the cancellation lands with the lease taken
+            await anyio.sleep(0.3)  # the cancellation lands with the lease taken
         return taken
 
     async def release_turn(self, conversation_id: str, holder: str) -> bool:
@@ -110,7 +111,7 @@ class Folded(Unfolded):
     async def acquire_turn_view(self, conversation_id: str, holder: str, ttl: float) -> Any:
         view = await self.store.acquire_turn_view(conversation_id, holder, ttl)
         if self.hang_after_acquire:
-            await anyio.sleep_forever()
+            await anyio.sleep(0.3)
         return view
 
     async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
@@ -124,18 +125,30 @@ def _wrapped(store: Any) -> Unfolded:
 # ------------------------------------------------- a turn cancelled while it takes the lease
 
 
+@pytest.mark.parametrize("native", [False, True], ids=["scope", "native"])
 @pytest.mark.parametrize("strategy", ["reject", "wait", "interrupt"])
 async def test_a_turn_cancelled_after_the_store_took_its_lease_gives_it_back(
-    store: Any, strategy: str
+    store: Any, strategy: str, native: bool, anyio_backend: str
 ) -> None:
+    # A cancel scope waits for the (shielded) lease step, then gives the lease back; a
+    # native asyncio cancellation pierces the shield and gives it back at once.
+    if native and anyio_backend != "asyncio":
+        pytest.skip("a native cancellation is asyncio's")
     leaser = _wrapped(store)
     leaser.hang_after_acquire = True
     reports = Reports()
     model = Answer()
     mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap=strategy)  # type: ignore[arg-type]
-    with anyio.move_on_after(0.2) as scope:
-        await mw.call(model).call(Request([user_message("q")]))
-    assert scope.cancelled_caught and model.calls == 0
+    request = Request([user_message("q")])
+    if native:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1):
+                await mw.call(model).call(request)
+    else:
+        with anyio.move_on_after(0.1) as scope:
+            await mw.call(model).call(request)
+        assert scope.cancelled_caught
+    assert model.calls == 0
     assert [r.reason for r in reports] == [IncompleteReason.CANCELLED]
     assert await _free(store)  # not locked for lease_ttl
     leaser.hang_after_acquire = False
@@ -163,7 +176,7 @@ async def test_turns_cancelled_at_random_points_leave_no_lease_behind(store: Any
 
 async def test_a_lease_left_behind_is_not_blamed_on_another_process() -> None:
     class NoRelease(Unfolded):
-        """Takes the lease, then hangs; its releases fail."""
+        """Takes the lease, then answers late; its releases fail."""
 
         async def release_turn(self, conversation_id: str, holder: str) -> bool:
             raise OSError("store down")
@@ -314,3 +327,27 @@ async def test_a_stream_left_unclosed_blocks_the_next_turn_no_longer_than_the_tt
         await anext(stream)
     assert [m.text for m in await store.read("c")] == ["next", "ok"]
     assert await _free(store)
+
+
+async def test_a_lease_step_that_never_answers_is_a_store_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The acquire runs shielded so that a cancellation finds it settled; a store that
+    # never answers is bounded instead, like the release.
+    from scope.history import _overlap
+
+    class Hung(Unfolded):
+        async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    monkeypatch.setattr(_overlap, "RELEASE_TIMEOUT", 0.05)
+    store = InMemoryStore()
+    leaser = Hung(store)
+    reports = Reports()
+    model = Answer()
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap="reject")
+    with anyio.fail_after(5), pytest.raises(StoreError, match=r"not answered within 0\.05 s"):
+        await mw.call(model).call(Request([user_message("q")]))
+    assert model.calls == 0 and leaser.releasing.is_set()  # given back, just in case
+    assert [r.reason for r in reports] == [IncompleteReason.ERROR]
