@@ -24,12 +24,15 @@ left behind.
   So within one process the turns of a conversation are served first come, first
   served; ``"reject"`` refuses a turn that finds others queued. Across processes (or
   handles) the store decides: whichever head polls first after a release wins.
-- **Cancelled while taking the lease.** The store may have taken it (a statement that
-  ran to its end, a script the server ran): the acquire is followed, shielded and
-  bounded, by a release of the turn's holder token. A release that cannot be
-  confirmed leaves the token in the slot (``leftovers``, until its ttl passes); the next
-  turn of this process that finds the lease held releases those tokens first, and a
-  refusal says when the holder is such a leftover, never "another process".
+- **Cancelled while taking the lease.** The store may take the lease before the
+  cancellation reaches the turn, so the lease step runs shielded (bounded by
+  ``RELEASE_TIMEOUT``; no answer in that time is a ``StoreError``) and, when the turn
+  was cancelled meanwhile (or the step failed), the turn's holder token is released,
+  shielded and bounded, before the exception goes on. A release that cannot be
+  confirmed (a native asyncio cancellation pierces the shield, and the store's call may
+  still be on its way) leaves the token in the slot (``leftovers``, until its ttl
+  passes); the next turn of this process that finds the lease held releases those
+  tokens first, and a refusal says when the holder is such a leftover.
 - **Interrupting.** Within the process a newer ``"interrupt"`` turn stops the running
   turn at once (cancelling its model await: ``TurnInterruptedError``). Across processes
   (or handles) the queue head takes a second lease, the *interrupt marker* (a derived
