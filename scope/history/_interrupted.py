@@ -20,7 +20,6 @@ import anyio
 import attrs
 
 from scope.chat import Message, PartKind, Response, Role
-from scope.errors import ConversationClosedError, HistoryChangedError
 from scope.history import _trace
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
@@ -126,12 +125,7 @@ async def keep(writer: Writer, make_batch: Callable[[], Batch]) -> Batch | None:
                     raise TypeError(f"the writer returned {type(receipt).__name__}, not a Receipt")
                 receipt.validate_for(batch)
             except Exception as exc:
-                outcome = _trace.CommitOutcome.FAILED
-                if isinstance(exc, HistoryChangedError):
-                    outcome = _trace.CommitOutcome.HISTORY_CHANGED
-                elif isinstance(exc, ConversationClosedError):
-                    outcome = _trace.CommitOutcome.CLOSED
-                span.outcome(outcome)
+                span.outcome(_trace.classify(exc))
                 _log.warning(
                     "the interrupted turn of conversation %r was not stored: %r",
                     cid,

@@ -486,6 +486,11 @@ class Lease:
             # (A native asyncio cancellation pierces the shield: unsettled as well.)
             if not settled and conversation_id == self.conversation_id and self._slot:
                 self._slot.leftovers[self.holder] = time.monotonic() + self.leases.ttl
+                # Rare: forget every other slot whose leftovers have all expired, so a
+                # conversation never used again does not keep its store handle alive.
+                for key, slot in list(_slots.items()):
+                    if slot is not self._slot:
+                        _prune(key, slot)
 
 
 def _prune(key: tuple[int, ConversationID], slot: _Slot) -> None:

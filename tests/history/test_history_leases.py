@@ -351,3 +351,36 @@ async def test_a_lease_step_that_never_answers_is_a_store_error(
         await mw.call(model).call(Request([user_message("q")]))
     assert model.calls == 0 and leaser.releasing.is_set()  # given back, just in case
     assert [r.reason for r in reports] == [IncompleteReason.ERROR]
+
+
+async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> None:
+    # The per-process queue and the leftover tokens are dropped once empty (a leftover
+    # once its ttl has passed), so no store handle is kept alive by them.
+    from scope.history import _overlap
+
+    class NoRelease(Unfolded):
+        async def release_turn(self, conversation_id: str, holder: str) -> bool:
+            raise OSError("store down")
+
+    store = InMemoryStore()
+    mw = Middleware(store, store, "done", on_overlap="wait")
+    await mw.call(Answer()).call(Request([user_message("q")]))
+    with pytest.raises(TurnInProgressError):
+        assert await store.acquire_turn("done", "someone", 30)
+        await (
+            Middleware(store, store, "done", on_overlap="reject")
+            .call(Answer())
+            .call(Request([user_message("refused")]))
+        )
+    assert not [key for key in _overlap._slots if key[1] == "done"]
+    leaser = NoRelease(store)
+    leaser.hang_after_acquire = True
+    for cid in ("first", "second"):
+        with anyio.move_on_after(0.05):
+            await (
+                Middleware(leaser, leaser, cid, on_overlap="reject", lease_ttl=0.1)
+                .call(Answer())
+                .call(Request([user_message("q")]))
+            )
+        await anyio.sleep(0.15)  # the first leftover expires before the second is left
+    assert [key[1] for key in _overlap._slots if key[0] == id(leaser)] == ["second"]
