@@ -385,7 +385,9 @@ class Lease:
         renewal task; a stop request cancels it and raises ``TurnInterruptedError``.
         Errors of ``step`` pass unchanged. (A task group cannot span a ``yield`` of the
         Middleware's stream, so the renewal task lives as long as one await.)"""
-        self._check()
+        if self.stopped is not None:
+            getattr(step, "close", _nothing)()  # a coroutine that will never run
+            self._check()
         error: Exception | None = None
         result: Any = None
         async with anyio.create_task_group() as group:
@@ -491,6 +493,10 @@ class Lease:
                 for key, slot in list(_slots.items()):
                     if slot is not self._slot:
                         _prune(key, slot)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _prune(key: tuple[int, ConversationID], slot: _Slot) -> None:

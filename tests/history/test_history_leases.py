@@ -384,3 +384,31 @@ async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> 
             )
         await anyio.sleep(0.15)  # the first leftover expires before the second is left
     assert [key[1] for key in _overlap._slots if key[0] == id(leaser)] == ["second"]
+
+
+async def test_a_turn_interrupted_before_its_model_call_never_calls_it() -> None:
+    class SlowRead(Unfolded):
+        async def read_view(self, conversation_id: str) -> Any:
+            await anyio.sleep(0.1)  # the newer turn arrives meanwhile
+            return await self.store.read_view(conversation_id)
+
+    store = InMemoryStore()
+    leaser = SlowRead(store)
+    first, second = Answer(), Answer()
+    outcome: list[BaseException] = []
+
+    async def older() -> None:
+        mw = Middleware(leaser, leaser, "c", on_overlap="interrupt")
+        try:
+            await mw.call(first).call(Request([user_message("older")]))
+        except TurnInterruptedError as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(older)
+            await anyio.wait_all_tasks_blocked()
+            mw = Middleware(leaser, leaser, "c", on_overlap="interrupt")
+            await mw.call(second).call(Request([user_message("newer")]))
+    assert len(outcome) == 1 and first.calls == 0 and second.calls == 1
+    assert [m.text for m in await store.read("c")] == ["newer", "ok"]
