@@ -20,7 +20,8 @@ left behind.
 
 - **Arrival order.** Every leased turn joins the slot's queue when it starts; only the
   head contends for the store's lease (polling with backoff, 2 ms doubling to 100 ms,
-  while the holder is another process; woken at once when the holder here releases).
+  while the holder is another process, or a turn here that has not renewed it for a
+  whole ttl; woken at once when the holder here releases).
   So within one process the turns of a conversation are served first come, first
   served; ``"reject"`` refuses a turn that finds others queued. Across processes (or
   handles) the store decides: whichever head polls first after a release wins.
@@ -33,8 +34,9 @@ left behind.
   still be on its way) leaves the token in the slot (``leftovers``, until its ttl
   passes); the next turn of this process that finds the lease held releases those
   tokens first, and a refusal says when the holder is such a leftover.
-- **Interrupting.** Within the process a newer ``"interrupt"`` turn stops the running
-  turn at once (cancelling its model await: ``TurnInterruptedError``). Across processes
+- **Interrupting.** Within the process a newer ``"interrupt"`` turn stops the turn
+  running when it arrives, at once (cancelling its model await:
+  ``TurnInterruptedError``), and queues behind the turns already waiting. Across processes
   (or handles) the queue head takes a second lease, the *interrupt marker* (a derived
   conversation id, ``scope-interrupt:<sha256 of the id>``), which the running turn
   checks at each renewal: finding it held, it stops. A turn whose renewal finds its own
