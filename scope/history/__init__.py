@@ -15,8 +15,6 @@ from scope.history._cache import HistoryCache as HistoryCache
 from scope.history._compact import compact as compact
 from scope.history._ids import AppendID as AppendID
 from scope.history._ids import ConversationID as ConversationID
-from scope.history._middleware import IncompleteReason as IncompleteReason
-from scope.history._middleware import IncompleteTurn as IncompleteTurn
 from scope.history._middleware import Middleware as Middleware
 from scope.history._protocols import BatchReader as BatchReader
 from scope.history._protocols import Clearer as Clearer
@@ -30,6 +28,8 @@ from scope.history._protocols import ViewReader as ViewReader
 from scope.history._protocols import Writer as Writer
 from scope.history._tokens import DefaultTokenCounter as DefaultTokenCounter
 from scope.history._tokens import TokenCounter as TokenCounter
+from scope.history._turn import IncompleteReason as IncompleteReason
+from scope.history._turn import IncompleteTurn as IncompleteTurn
 from scope.history._turns import COMPACTION_KEY as COMPACTION_KEY
 from scope.history._view import HistoryView as HistoryView
 from scope.history._window import WindowReader as WindowReader

@@ -1,28 +1,40 @@
-"""Keeping an interrupted turn (``Middleware(keep_interrupted=True)``, DESIGN §6c).
+"""Keeping an interrupted turn (``Middleware(keep_interrupted=True)``, DESIGN §6c): the
+``KeepInterrupted`` layer, inside the lease (the kept turn lands while the lease is
+held) and outside the replay and commit.
 
-The batch: the open turn plus what is complete of the partial answer, the last message
-marked ``scope/interrupted``. The write: fenced like a commit, shielded from the
-cancellation that interrupted the turn, bounded by ``KEEP_TIMEOUT``; it never raises, so
-the original cancellation or error propagates unchanged.
+What is kept: a turn that fails after the model was asked (``turn.asked``) for a
+reason in ``KEPT_REASONS``. The batch: the open turn plus what is complete of the
+partial answer, the last message marked ``scope/interrupted``. The write: fenced like
+a commit, shielded from the cancellation that interrupted the turn, bounded by
+``KEEP_TIMEOUT``; it never raises, so the original cancellation or error propagates
+unchanged.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Final
+from typing import Final, final
 
 import anyio
 import attrs
 
 from scope.chat import Message, PartKind, Response, Role
-from scope.errors import ConversationClosedError, HistoryChangedError
 from scope.history import _trace
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.history._protocols import Writer
+from scope.history._turn import IncompleteReason, Layer, Turn, failure_reason
 
-__all__ = ["INTERRUPTED_KEY", "KEEP_TIMEOUT", "REASONS", "interrupted_batch", "keep"]
+__all__ = [
+    "INTERRUPTED_KEY",
+    "KEEP_TIMEOUT",
+    "KEPT_REASONS",
+    "REASONS",
+    "KeepInterrupted",
+    "interrupted_batch",
+    "keep",
+]
 
 _log: Final = logging.getLogger("scope.history")
 
@@ -37,6 +49,17 @@ REASONS: Final = frozenset({"cancelled", "stopped", "error", "interrupted"})
 #: (its outcome then unknown); long enough for a store round trip, short enough that a
 #: cancelled caller is not kept waiting on a hung store.
 KEEP_TIMEOUT: float = 5.0
+
+#: The reasons a turn is kept for (an invalid response is not an interruption: its
+#: partial is not trusted; a CommitError carries its whole batch).
+KEPT_REASONS: Final = frozenset(
+    {
+        IncompleteReason.CANCELLED,
+        IncompleteReason.STOPPED,
+        IncompleteReason.ERROR,
+        IncompleteReason.INTERRUPTED,
+    }
+)
 
 # What of a partial answer is kept: complete content the user saw. Tool calls are
 # dropped (a call without its result cannot be replayed; deltas are incomplete).
@@ -102,12 +125,7 @@ async def keep(writer: Writer, make_batch: Callable[[], Batch]) -> Batch | None:
                     raise TypeError(f"the writer returned {type(receipt).__name__}, not a Receipt")
                 receipt.validate_for(batch)
             except Exception as exc:
-                outcome = _trace.CommitOutcome.FAILED
-                if isinstance(exc, HistoryChangedError):
-                    outcome = _trace.CommitOutcome.HISTORY_CHANGED
-                elif isinstance(exc, ConversationClosedError):
-                    outcome = _trace.CommitOutcome.CLOSED
-                span.outcome(outcome)
+                span.outcome(_trace.classify(exc))
                 _log.warning(
                     "the interrupted turn of conversation %r was not stored: %r",
                     cid,
@@ -126,3 +144,34 @@ async def keep(writer: Writer, make_batch: Callable[[], Batch]) -> Batch | None:
             return None
         span.outcome(_trace.CommitOutcome.COMMITTED)
     return batch
+
+
+@final
+class KeepInterrupted(Layer):
+    """The layer that stores an interrupted turn (see the module docstring): on a
+    failure after the model was asked, ``keep`` the open turn and the partial answer,
+    fenced by the turn's view, under a fresh append id; ``turn.kept`` is the batch when
+    it landed."""
+
+    __slots__ = ("_new_append_id", "_writer")
+
+    def __init__(self, writer: Writer, new_append_id: Callable[[], str]) -> None:
+        self._writer = writer
+        self._new_append_id = new_append_id
+
+    async def failed(self, turn: Turn, exc: BaseException) -> None:
+        reason = failure_reason(exc)
+        if not turn.asked or reason not in KEPT_REASONS:
+            return
+        partial = turn.partial()
+        turn.kept = await keep(
+            self._writer,
+            lambda: interrupted_batch(
+                turn.conversation_id,
+                self._new_append_id(),
+                turn.open_turn,
+                partial,
+                str(reason),
+                turn.expected,
+            ),
+        )

@@ -1,8 +1,13 @@
-"""The history ``Middleware``: replay prior turns, commit a completed turn exactly once."""
+"""The history ``Middleware``: replay the stored turns, commit a completed turn exactly
+once, with the overlap and interrupted-turn layers composed around it.
+
+Where each step lives: the turn's state and how it ends (``_turn.py``), the lease
+(``_overlap.py``), keeping an interrupted turn (``_interrupted.py``), the fenced commit
+(``_commit.py``), the replay (``Middleware._downstream`` here, with ``_replay.py``).
+"""
 
 from __future__ import annotations
 
-import enum
 import inspect
 import logging
 import uuid
@@ -11,34 +16,15 @@ from typing import Any, Final, Never, NoReturn, final
 
 import attrs
 
-from scope._context import is_cancellation
-from scope.chat import (
-    Message,
-    Model,
-    PartKind,
-    Request,
-    Response,
-    ResponseAccumulator,
-    Role,
-    Streamer,
-)
-from scope.errors import (
-    AppendConflictError,
-    CommitError,
-    ConversationClosedError,
-    HistoryChangedError,
-    InvalidBatchError,
-    InvalidReceiptError,
-    InvalidRequestError,
-    InvalidResponseError,
-    StoreError,
-    TurnInterruptedError,
-)
-from scope.history import _interrupted, _overlap, _trace
-from scope.history._batch import Batch, Receipt
+from scope.chat import Model, Request, Response, ResponseAccumulator, Role, Streamer
+from scope.errors import ConversationClosedError, InvalidResponseError, StoreError
+from scope.history import _commit, _trace
 from scope.history._ids import ConversationID
+from scope.history._interrupted import KeepInterrupted
+from scope.history._overlap import Leases, OnOverlap
 from scope.history._protocols import Reader, ViewReader, Writer, implements
 from scope.history._replay import replay as checked_replay
+from scope.history._turn import IncompleteReason, IncompleteTurn, Layer, Turn, failure_reason
 from scope.history._turns import COMPACTION_KEY
 from scope.history._view import HistoryView
 
@@ -47,144 +33,8 @@ __all__ = ["IncompleteReason", "IncompleteTurn", "Middleware"]
 _log: Final = logging.getLogger("scope.history")
 
 
-class IncompleteReason(enum.StrEnum):
-    """Why a bound call or stream ended without committing its turn."""
-
-    ERROR = "error"  # the reader or the model raised, or the conversation is closed
-    CANCELLED = "cancelled"  # cancellation arrived (during the append: see batch)
-    STOPPED = "stopped"  # the consumer stopped the stream early
-    INVALID_RESPONSE = "invalid_response"  # the response (or a chunk) was invalid
-    INTERRUPTED = "interrupted"  # a newer turn stopped it (on_overlap="interrupt")
-
-
-@final
-@attrs.frozen
-class IncompleteTurn:
-    """What ``on_incomplete`` receives when a turn ends without a commit.
-
-    ``open_turn`` is the turn the request carried (the user's message and any tool
-    follow-ups), ``partial`` the response accumulated so far (None when nothing arrived),
-    ``error`` the exception that ended it (None for an early stop).
-
-    ``batch`` is set only when a cancellation arrived while the batch was being
-    appended (``reason`` is ``CANCELLED``): the store may or may not have appended it,
-    and ``await writer.append(turn.batch)`` settles it: it lands once, or returns the
-    equal receipt if it had landed. In every other report it is None.
-
-    ``kept`` is the batch that stored the interrupted turn (``keep_interrupted=True``:
-    the open turn and the partial answer, marked ``scope/interrupted``) when it landed
-    and its receipt checked out; None when nothing was kept (off, not applicable, or the
-    write failed or ran out of time: see the ``scope.history`` log).
-    """
-
-    conversation_id: ConversationID
-    open_turn: tuple[Message, ...]
-    partial: Response | None
-    reason: IncompleteReason
-    error: BaseException | None = attrs.field(default=None, eq=False)
-    batch: Batch | None = None
-    kept: Batch | None = None
-
-
 def _new_append_id() -> str:
     return uuid.uuid4().hex
-
-
-#: Causes after which appending the same batch again cannot succeed.
-_FINAL_CAUSES: Final = (
-    HistoryChangedError,
-    ConversationClosedError,
-    AppendConflictError,
-    InvalidBatchError,
-)
-
-
-def split_request(request: Request) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
-    """Split a request into its system prefix and its one open turn.
-
-    The open turn is one user message, then optionally assistant messages with tool
-    calls, each followed by the tool messages answering every one of its calls. Anything
-    else raises ``InvalidRequestError``.
-    """
-    if not isinstance(request, Request):
-        raise InvalidRequestError(f"expected a Request, got {type(request).__name__}")
-    messages = request.messages
-    start = 0
-    while start < len(messages) and messages[start].role is Role.SYSTEM:
-        start += 1
-    prefix, turn = messages[:start], messages[start:]
-    if not turn:
-        raise InvalidRequestError("the request has no user message: it must end in an open turn")
-    if turn[0].role is not Role.USER:
-        raise InvalidRequestError(
-            f"messages[{start}]: the open turn must start with a user message, got "
-            f"{turn[0].role} (send only the new turn; the middleware replays the history)"
-        )
-    index = 1
-    while index < len(turn):
-        message = turn[index]
-        where = f"messages[{start + index}]"
-        if message.role is Role.USER:
-            raise InvalidRequestError(
-                f"{where}: a second user message; send one open turn, not a transcript"
-            )
-        if message.role is not Role.ASSISTANT or not message.tool_calls:
-            raise InvalidRequestError(
-                f"{where}: after the user message only assistant tool-call messages and "
-                f"their tool results may follow, got {_article(message.role)} {message.role} "
-                "message" + ("" if message.role is not Role.ASSISTANT else " without tool calls")
-            )
-        pending = {call.id for call in message.tool_calls}
-        index += 1
-        while index < len(turn) and turn[index].role is Role.TOOL:
-            for result in turn[index].tool_results:
-                pending.discard(result.id)
-            index += 1
-        if pending:
-            raise InvalidRequestError(
-                f"{where}: tool call(s) {sorted(pending)} have no tool result in the open turn"
-            )
-    return prefix, turn
-
-
-def _failure_reason(exc: BaseException) -> IncompleteReason | None:
-    """The ``IncompleteReason`` of a failed turn (None: a ``CommitError``, which carries
-    its batch instead of being reported)."""
-    if isinstance(exc, CommitError):
-        return None
-    if is_cancellation(exc):
-        return IncompleteReason.CANCELLED
-    if isinstance(exc, InvalidResponseError):
-        return IncompleteReason.INVALID_RESPONSE
-    if isinstance(exc, TurnInterruptedError):
-        return IncompleteReason.INTERRUPTED
-    return IncompleteReason.ERROR
-
-
-#: The reasons ``keep_interrupted`` stores a turn for (an invalid response is not an
-#: interruption: its partial is not trusted; a CommitError carries its whole batch).
-_KEPT_REASONS: Final = frozenset(
-    {
-        IncompleteReason.CANCELLED,
-        IncompleteReason.STOPPED,
-        IncompleteReason.ERROR,
-        IncompleteReason.INTERRUPTED,
-    }
-)
-
-
-def _needs_tools(response: Response) -> bool:
-    output = response.output
-    return (
-        output is not None
-        and output.message is not None
-        and any(part.kind is PartKind.TOOL_CALL for part in output.message.parts)
-    )
-
-
-def _article(role: object) -> str:
-    """``a`` or ``an`` before a role name (``an assistant message``)."""
-    return "an" if str(role)[:1] in "aeiou" else "a"
 
 
 @final
@@ -220,17 +70,20 @@ class Middleware:
     ``InvalidResponseError``, nothing written). A response with tool calls leaves the turn
     open and writes nothing: the host runs the tools and resubmits the turn with their
     results. A final answer appends exactly one ``Batch(open turn + answer)`` under a
-    fresh append id (``new_append_id()``) and checks the receipt. If persisting fails
-    after the model answered, ``CommitError`` carries the batch, the receipt (only one
-    that passed ``validate_for``) and the response, with the failure as ``__cause__``;
+    fresh append id (``new_append_id()``) and checks the receipt; the answer carries
+    ``scope/usage`` (the response's input, output and, when reported, cache read and
+    write counts) and ``scope/response_id``. If persisting fails after the model
+    answered, ``CommitError`` carries the batch, the receipt (only one that passed
+    ``validate_for``) and the response, with the failure as ``__cause__``;
     ``err.retryable`` says whether ``await writer.append(err.batch)`` can still land it
     (without calling the model again) or the turn must be run again.
 
-    Cancellation is never converted: a cancellation that arrives during the append
+    Cancellation is never converted: a cancellation that arrives during the commit
     propagates unchanged (an ``asyncio.timeout`` still raises ``TimeoutError``, a trio
-    cancel scope still catches its ``Cancelled``). Whether the batch landed is then
-    unknown, so ``on_incomplete`` receives ``IncompleteTurn(reason=CANCELLED,
-    batch=<the batch>)``; appending that batch again is safe.
+    cancel scope still catches its ``Cancelled``), and ``on_incomplete`` receives
+    ``IncompleteTurn(reason=CANCELLED, batch=<the batch>)``: appending that batch again
+    is safe. When the append had returned (the cancellation landed while the lease was
+    being released) the report carries its ``receipt`` too: the turn is stored.
 
     Streams: no I/O and no checks until the first iteration (the request is checked
     then, as every ``Streamer`` does); chunks are forwarded as they arrive and
@@ -239,62 +92,64 @@ class Middleware:
     inner error or cancellation writes nothing; the inner stream is closed on every path
     before the outer one finishes closing.
 
-    Interrupted turns (``keep_interrupted=True``; off by default, when an interrupted
-    turn leaves nothing behind): a turn that ends after the model was asked — its stream
-    cancelled, stopped early by the consumer (``aclose()``) or failed with an error from
-    the model (``reason`` ``cancelled``, ``stopped``, ``error``) — is stored as the open
-    turn (the user message and its complete tool-call/result pairs) plus the partial
-    assistant message: the text, reasoning and media received so far, under the
-    partial's message metadata; tool calls (complete or still streaming) are dropped, as
-    their results never came. The last stored message carries message metadata
-    ``scope/interrupted`` = the reason: the partial assistant message, or the open
-    turn's last message when nothing of the answer remains (nothing had arrived yet, or
-    only tool calls). A ``call`` has no partial answer: a cancelled or failed ``call``
-    keeps the open turn, marked. Not kept: failures before the model is asked (request
-    checks, reading the history, a closed conversation), an invalid response, a
-    ``CommitError`` (it carries the whole batch) and a cancellation during the commit's
-    append (reported with its batch). The write is fenced like a commit
-    (``expected_length`` from the view), appended under a fresh ``new_append_id()``,
-    shielded from the cancellation and bounded to 5 seconds; whatever becomes of it
-    (stored, refused by the fence because another turn landed, failed, timed out: the
-    latter three logged as warnings on ``scope.history``), the original cancellation or
-    error then propagates unchanged, and ``on_incomplete`` still reports the turn, with
-    the stored batch as ``kept``. A host that retries such a turn sends the question
-    again: it is stored twice, the first copy marked.
+    Layers, outermost first; each is entered before the history is read and left, in
+    reverse order, after the commit:
 
-    Overlapping turns (``on_overlap``, DESIGN §6e): what a turn does when another turn
-    of the conversation is running, decided *before* the model is called.
-    ``"fence"`` (the default): both run, the fence commits one. ``"reject"``: the turn
-    takes the store's turn lease first and raises ``TurnInProgressError`` when another
-    turn holds it. ``"wait"``: it waits for the lease (polling with backoff, 2 ms
-    doubling to 100 ms, at most ``overlap_timeout`` seconds, then
-    ``TurnInProgressError``) and runs on the history as it is then. ``"interrupt"``: it
-    stops the running turn (which raises ``TurnInterruptedError``; ``on_incomplete``
-    reason ``interrupted``) and runs once the lease is free, waiting at most
-    ``overlap_timeout``; immediate within one process, at the running turn's next
-    renewal across processes. The lease (``lease_ttl`` seconds, renewed every third of
-    it while the model runs) is released on every path: commit, error, cancellation,
-    early stop. These three need a writer or reader that is a ``TurnLeaser``
-    (``TypeError``) and ``exclusive_turns=True`` (``ValueError``). When the leaser is
-    also a ``FoldedTurnLeaser`` (every bundled store but ``PostgresStore``), the lease is
-    taken with the history read when it is the reader (``acquire_turn_view``, one store
-    step) and released with the commit when it is the writer (``append_release_turn``,
-    one store step; when that raises, ``release_turn`` still releases it), so a leased
-    turn makes as many store steps as a fenced one.
-
-    ``on_incomplete`` (synchronous, must not block) receives an ``IncompleteTurn`` once
-    whenever a bound call or stream ends without committing — except the tool-call pause
-    and a ``CommitError`` (which carries its batch). If it raises, the error is logged on
-    the ``scope.history`` logger and the original outcome stands.
+    1. ``on_incomplete`` (synchronous, must not block) receives an ``IncompleteTurn``
+       once whenever a bound call or stream ends without committing — except the
+       tool-call pause and a ``CommitError`` (which carries its batch) — after every
+       inner layer is done. If it raises, the error is logged on the ``scope.history``
+       logger and the original outcome stands.
+    2. ``on_overlap`` (DESIGN §6e), what a turn does when another turn of the
+       conversation runs, decided before the model is called. ``"fence"`` (the
+       default): no layer; both run, the fence commits one. ``"reject"``: the turn takes
+       the store's turn lease first and raises ``TurnInProgressError`` when another turn
+       holds it or waits for it. ``"wait"``: it waits for the lease, at most
+       ``overlap_timeout`` seconds (then ``TurnInProgressError``), and runs on the
+       history as it is then; the turns of one process are served in arrival order.
+       ``"interrupt"``: it stops the running turn (which raises
+       ``TurnInterruptedError``; ``on_incomplete`` reason ``interrupted``) and runs once
+       the lease is free, waiting at most ``overlap_timeout``; immediate within one
+       process, at the running turn's next renewal across processes. The lease
+       (``lease_ttl`` seconds, renewed every third of it while the model runs) is
+       released on every path (commit, error, cancellation, early stop, a cancellation
+       while it was being taken), shielded from cancellation and bounded. These three
+       need a writer or reader that is a ``TurnLeaser`` (``TypeError``) and
+       ``exclusive_turns=True`` (``ValueError``); with a ``FoldedTurnLeaser`` as reader
+       and writer the lease steps fold into the read and the commit (as many store
+       steps as a fenced turn). See ``docs/history.md``.
+    3. ``keep_interrupted=True`` (off by default: an interrupted turn leaves nothing): a
+       turn that ends after the model was asked — its stream cancelled, stopped early
+       by the consumer (``aclose()``), failed with an error from the model, or
+       interrupted (``reason`` ``cancelled``, ``stopped``, ``error``, ``interrupted``) —
+       is stored as the open turn (the user message and its complete tool-call/result
+       pairs) plus the partial assistant message: the text, reasoning and media
+       received so far, under the partial's message metadata; tool calls are dropped,
+       as their results never came. The last stored message carries message metadata
+       ``scope/interrupted`` = the reason: the partial assistant message, or the open
+       turn's last message when nothing of the answer remains. A ``call`` has no
+       partial answer: it keeps the open turn, marked. Not kept: failures before the
+       model is asked (request checks, reading the history, a closed conversation), an
+       invalid response, a ``CommitError`` and a cancellation during the commit's
+       append. The write is fenced like a commit, appended under a fresh
+       ``new_append_id()``, shielded from the cancellation and bounded to 5 seconds,
+       while the lease is still held; whatever becomes of it (stored, refused by the
+       fence, failed, timed out: the latter three logged as warnings on
+       ``scope.history``), the original cancellation or error then propagates
+       unchanged, and ``on_incomplete`` reports the stored batch as ``kept``. A host
+       that retries such a turn sends the question again: it is stored twice, the first
+       copy marked.
+    4. The replay and the commit (above).
     """
 
     __slots__ = (
         "_conversation_id",
         "_exclusive_turns",
         "_keep_interrupted",
+        "_layers",
         "_new_append_id",
         "_on_incomplete",
-        "_overlap",
+        "_on_overlap",
         "_reader",
         "_writer",
     )
@@ -309,7 +164,7 @@ class Middleware:
         *,
         exclusive_turns: bool = True,
         keep_interrupted: bool = False,
-        on_overlap: _overlap.OnOverlap = "fence",
+        on_overlap: OnOverlap = "fence",
         overlap_timeout: float = 30.0,
         lease_ttl: float = 15.0,
     ) -> None:
@@ -337,6 +192,9 @@ class Middleware:
             raise TypeError(
                 f"keep_interrupted must be a bool, got {type(keep_interrupted).__name__}"
             )
+        overlap_timeout, lease_ttl = Leases.check(
+            on_overlap, overlap_timeout, lease_ttl, exclusive_turns
+        )
         self._conversation_id = ConversationID(conversation_id)
         self._reader = reader
         self._writer = writer
@@ -344,9 +202,14 @@ class Middleware:
         self._on_incomplete = on_incomplete
         self._exclusive_turns = exclusive_turns
         self._keep_interrupted = keep_interrupted
-        self._overlap = _overlap.Overlap(
-            on_overlap, overlap_timeout, lease_ttl, reader, writer, exclusive_turns
-        )
+        self._on_overlap: str = on_overlap
+        # The layers, outermost first (the class docstring gives the order).
+        layers: list[Layer] = []
+        if on_overlap != "fence":
+            layers.append(Leases(on_overlap, overlap_timeout, lease_ttl, reader, writer))
+        if keep_interrupted:
+            layers.append(KeepInterrupted(writer, new_append_id))
+        self._layers: tuple[Layer, ...] = tuple(layers)
 
     @property
     def conversation_id(self) -> ConversationID:
@@ -366,7 +229,7 @@ class Middleware:
     @property
     def on_overlap(self) -> str:
         """What an overlapping turn does (see the class docstring)."""
-        return self._overlap.strategy
+        return self._on_overlap
 
     def __call__(self, *args: Never, **kwargs: Never) -> NoReturn:
         # chat.wrap(model, history) instead of chat.wrap(model, history.call): the
@@ -395,101 +258,60 @@ class Middleware:
 
     # ------------------------------------------------------------------ internals
 
-    def _report(
-        self,
-        turn: tuple[Message, ...],
-        partial: Response | None,
-        reason: IncompleteReason,
-        error: BaseException | None,
-        batch: Batch | None = None,
-        kept: Batch | None = None,
-    ) -> None:
+    def _turn(self, request: Request) -> Turn:
+        return Turn(self._conversation_id, request, self._writer.append)
+
+    async def _enter(self, turn: Turn) -> None:
+        for layer in self._layers:
+            await layer.enter(turn)
+
+    async def _leave(self, turn: Turn, exc: BaseException | None) -> None:
+        """The layers' ``failed`` (when ``exc``) and then ``exit``, innermost first."""
+        if exc is not None:
+            for layer in reversed(self._layers):
+                await layer.failed(turn, exc)
+        for layer in reversed(self._layers):
+            await layer.exit(turn)
+
+    async def _commit(self, turn: Turn, response: Response) -> None:
+        await _commit.commit(turn, response, self._new_append_id, self._writer)
+
+    def _report(self, turn: Turn, exc: BaseException) -> None:
+        """``on_incomplete`` for a turn that raised ``exc`` (see the class docstring)."""
+        reason = failure_reason(exc)
         callback = self._on_incomplete
-        if callback is None:
+        if reason is None or callback is None:
             return
+        # During the commit (``batch`` set) a cancellation leaves the outcome to settle:
+        # hand the batch over, with its receipt when it is known to have landed.
+        cancelled = reason is IncompleteReason.CANCELLED
         try:
             callback(
-                IncompleteTurn(self._conversation_id, turn, partial, reason, error, batch, kept)
+                IncompleteTurn(
+                    self._conversation_id,
+                    turn.open_turn,
+                    turn.partial(),
+                    reason,
+                    None if reason is IncompleteReason.STOPPED else exc,
+                    turn.batch if cancelled else None,
+                    turn.kept,
+                    turn.receipt if cancelled else None,
+                )
             )
         except Exception:
             _log.exception(
                 "on_incomplete callback failed for conversation %r", str(self._conversation_id)
             )
 
-    def _report_failure(
-        self,
-        turn: tuple[Message, ...],
-        partial: Response | None,
-        exc: BaseException,
-        batch: Batch | None = None,
-        kept: Batch | None = None,
-    ) -> None:
-        reason = _failure_reason(exc)
-        if reason is None:
-            return
-        # During the append (``batch`` set) the outcome is unknown: hand the batch over.
-        self._report(
-            turn,
-            partial,
-            reason,
-            exc,
-            batch if reason is IncompleteReason.CANCELLED else None,
-            kept,
-        )
-
-    async def _keep(
-        self,
-        turn: tuple[Message, ...],
-        partial: Response | None,
-        reason: str,
-        expected_length: int | None,
-    ) -> Batch | None:
-        """Store an interrupted turn when ``keep_interrupted`` is on (see the class
-        docstring): the batch that landed, or None. Never raises an ``Exception``;
-        ``reason`` is an ``IncompleteReason`` value or ``"interrupted"``."""
-        if not self._keep_interrupted:
-            return None
-        return await _interrupted.keep(
-            self._writer,
-            lambda: _interrupted.interrupted_batch(
-                self._conversation_id,
-                self._new_append_id(),
-                turn,
-                partial,
-                str(reason),
-                expected_length,
-            ),
-        )
-
-    async def _keep_failure(
-        self,
-        turn: tuple[Message, ...],
-        partial: Response | None,
-        exc: BaseException,
-        expected_length: int | None,
-    ) -> Batch | None:
-        """``_keep`` for a turn that failed after the model was called."""
-        reason = _failure_reason(exc)
-        if reason not in _KEPT_REASONS:
-            return None
-        return await self._keep(turn, partial, str(reason), expected_length)
-
-    async def _downstream(
-        self,
-        request: Request,
-        prefix: tuple[Message, ...],
-        turn: tuple[Message, ...],
-        lease: _overlap.Lease | None,
-    ) -> tuple[Request, int | None]:
-        """The request to send downstream and the fence for the commit (None: none).
-        A lease that read the history with the lease (a ``FoldedTurnLeaser`` reader)
-        hands its view over instead of a second read."""
+    async def _downstream(self, turn: Turn, request: Request) -> Request:
+        """The request to send downstream; sets the commit's fence (``turn.expected``).
+        A lease that read the history with the lease hands its view over instead of a
+        second read."""
         reader = self._reader
         cid = self._conversation_id
-        expected: int | None = None
         stored: Any
         with _trace.read_span(cid) as span:
-            view: object = None if lease is None else lease.view
+            view: object = turn.view
             viewed = view is not None
             if not viewed and implements(reader, ViewReader):
                 view = await reader.read_view(cid)  # type: ignore[attr-defined]
@@ -509,7 +331,7 @@ class Middleware:
                         )
                 stored = view.messages
                 if self._exclusive_turns:
-                    expected = view.length
+                    turn.expected = view.length
             else:
                 stored = await reader.read(cid)
                 span.read(len(stored))
@@ -518,104 +340,11 @@ class Middleware:
         replay = checked_replay(reader, cid, stored)
         # A WindowReader's merged system message holding a compaction summary (§6d) is
         # history the model needs, not a stored system prompt: it follows the prefix.
+        prefix = turn.prefix
         first = stored[0] if stored else None
         if first is not None and first.role is Role.SYSTEM and COMPACTION_KEY in first.metadata:
             prefix = (*prefix, first)
-        return request._with_checked_messages((*prefix, *replay, *turn)), expected
-
-    def _completed(
-        self, turn: tuple[Message, ...], response: Response, expected_length: int | None
-    ) -> Batch | None:
-        """Validate a finished response: the batch completing the turn, or None for the
-        tool-call pause (the turn stays open, nothing is written)."""
-        response.validate_complete()
-        if _needs_tools(response):
-            return None
-        output = response.output
-        assert output is not None
-        if output.message is None:
-            raise InvalidResponseError(
-                "a final response needs an assistant message to complete the turn"
-            )
-        return Batch(
-            self._conversation_id,
-            self._new_append_id(),
-            (*turn, _with_usage(output.message, response)),
-            expected_length,
-        )
-
-    async def _commit(
-        self,
-        turn: tuple[Message, ...],
-        response: Response,
-        expected_length: int | None,
-        pending: list[Batch],
-        lease: _overlap.Lease | None = None,
-    ) -> None:
-        """Complete the turn (``_completed``) and append its batch (``_append``), in a
-        ``scope.history.commit`` trace span; the batch goes into ``pending`` before the
-        append, so a cancellation during it can be reported with the batch. With a
-        lease that folds the commit, the append releases the lease in the same step."""
-        with _trace.commit_span(self._conversation_id) as span:
-            batch = self._completed(turn, response, expected_length)
-            if batch is None:
-                span.outcome(_trace.CommitOutcome.TOOL_PAUSE)
-                return
-            pending.append(batch)
-            span.batch(batch)
-            await self._append(batch, response, lease)
-
-    async def _append(
-        self, batch: Batch, response: Response, lease: _overlap.Lease | None = None
-    ) -> None:
-        """Append the batch and check its receipt; failures become ``CommitError``.
-        Cancellation (and KeyboardInterrupt, SystemExit, GeneratorExit) pass unchanged."""
-        receipt: Any = None
-        broken = False  # the writer answered with something that is not a Receipt
-        try:
-            if lease is not None and lease.folds_commit:
-                receipt = await lease.append_and_release(batch)
-            else:
-                receipt = await self._writer.append(batch)
-            if not isinstance(receipt, Receipt):
-                broken = True
-                raise InvalidReceiptError(
-                    f"the writer is broken: {type(self._writer).__name__}.append returned "
-                    f"{type(receipt).__name__}, not a Receipt; whether it stored the batch "
-                    "is unknown"
-                )
-            receipt.validate_for(batch)
-        except Exception as exc:
-            checked = receipt if isinstance(receipt, Receipt) and _matches(receipt, batch) else None
-            retryable = not broken and not isinstance(exc, _FINAL_CAUSES)
-            raise CommitError(
-                _commit_message(self._conversation_id, exc, retryable),
-                batch=batch,
-                receipt=checked,
-                response=response,
-                retryable=retryable,
-            ) from exc
-
-
-def _with_usage(message: Message, response: Response) -> Message:
-    """The answer as committed: with the response's usage (``scope/usage``, the input
-    and output token counts) and id (``scope/response_id``) in its metadata (DESIGN
-    §6d), when the response reported them (a zero usage is no report)."""
-    meta = response.metadata
-    if meta is None:
-        return message
-    stamps: dict[str, object] = {}
-    usage = meta.usage
-    if usage.input_tokens or usage.output_tokens:
-        stamps["scope/usage"] = {
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-        }
-    if meta.id:
-        stamps["scope/response_id"] = meta.id
-    if not stamps:
-        return message
-    return Message(message.role, message.parts, message.metadata.merge(stamps))
+        return request._with_checked_messages((*prefix, *replay, *turn.open_turn))
 
 
 def _check_next(next: object, method: str, wanted: type, shape: str) -> None:
@@ -648,36 +377,6 @@ def _check_coroutine_method(obj: object, role: str, name: str, signature: str) -
         )
 
 
-def _commit_message(cid: ConversationID, exc: Exception, retryable: bool) -> str:
-    head = f"the model answered but the turn of conversation {str(cid)!r} was not stored: "
-    if isinstance(exc, HistoryChangedError):
-        return head + (
-            f"{exc}; the answer was generated without the newer turn(s): run the turn "
-            "again on the current history (do not append err.batch)"
-        )
-    if isinstance(exc, ConversationClosedError):
-        return head + f"{exc}; the conversation is closed for ever: nothing to retry"
-    if isinstance(exc, AppendConflictError):
-        return head + (
-            f"{exc}; the append id is taken by another batch (new_append_id repeated an "
-            "id): run the turn again with a fresh append id"
-        )
-    if not retryable:
-        return head + f"{exc!r}; appending this batch again cannot succeed"
-    return head + (
-        f"{exc!r}; retry `await writer.append(err.batch)` (the model is not called "
-        "again; the batch lands once)"
-    )
-
-
-def _matches(receipt: Receipt, batch: Batch) -> bool:
-    try:
-        receipt.validate_for(batch)
-    except InvalidReceiptError:
-        return False
-    return True
-
-
 @final
 @attrs.frozen
 class _HistoryModel:
@@ -688,38 +387,33 @@ class _HistoryModel:
 
     async def call(self, request: Request) -> Response:
         mw = self.middleware
-        prefix, turn = split_request(request)
-        cid = mw._conversation_id
+        turn = mw._turn(request)
+        cid = turn.conversation_id
         _trace.annotate_conversation(cid)
-        response: Response | None = None
-        pending: list[Batch] = []
-        called = False  # the model was asked: an interruption from here on can be kept
-        expected: int | None = None
-        lease: _overlap.Lease | None = None
         try:
-            lease = await mw._overlap.begin(cid)
-            downstream, expected = await mw._downstream(request, prefix, turn, lease)
-            called = True
-            with _trace.conversation(cid):
-                if lease is None:
-                    returned = await self.next.call(downstream)
-                else:
-                    returned = await lease.call(self.next.call, downstream)
-            called = False  # the model answered: what follows is a commit, not an interruption
-            if not isinstance(returned, Response):
-                raise InvalidResponseError(
-                    f"the model returned {type(returned).__name__}, not a Response"
-                )
-            response = returned
-            await mw._commit(turn, response, expected, pending, lease)
+            failure: BaseException | None = None
+            try:
+                await mw._enter(turn)
+                downstream = await mw._downstream(turn, request)
+                turn.asked = True  # an interruption from here on can be kept
+                with _trace.conversation(cid):
+                    returned = await turn.run(self.next.call(downstream))
+                turn.asked = False  # the model answered: what follows is a commit
+                if not isinstance(returned, Response):
+                    raise InvalidResponseError(
+                        f"the model returned {type(returned).__name__}, not a Response"
+                    )
+                turn.response = returned
+                await mw._commit(turn, returned)
+            except BaseException as exc:
+                failure = exc
+                raise
+            finally:
+                await mw._leave(turn, failure)
         except BaseException as exc:
-            kept = await mw._keep_failure(turn, None, exc, expected) if called else None
-            mw._report_failure(turn, response, exc, pending[0] if pending else None, kept)
+            mw._report(turn, exc)
             raise
-        finally:
-            if lease is not None:
-                await lease.release()
-        return response
+        return returned
 
 
 @final
@@ -735,47 +429,38 @@ class _HistoryStreamer:
 
     async def _run(self, request: Request) -> AsyncGenerator[Response, None]:
         mw = self.middleware
-        prefix, turn = split_request(request)  # on first iteration, like every Streamer
-        accumulator = ResponseAccumulator()
-        pending: list[Batch] = []
-        cid = mw._conversation_id
-        streaming = False  # the model was asked and has not finished: keep_interrupted applies
-        expected: int | None = None
-        lease: _overlap.Lease | None = None
+        turn = mw._turn(request)  # the request is checked on first iteration
+        accumulator = turn.accumulator = ResponseAccumulator()
+        cid = turn.conversation_id
         try:
-            lease = await mw._overlap.begin(cid)
-            downstream, expected = await mw._downstream(request, prefix, turn, lease)
-            with _trace.conversation(cid):  # a synchronous call: never held across a yield
-                inner = self.next.stream(downstream)
-            streaming = True
-            chunks = inner if lease is None else lease.chunks(inner)
+            failure: BaseException | None = None
             try:
-                async for chunk in chunks:
-                    accumulator.add(chunk)
-                    yield chunk
+                await mw._enter(turn)
+                downstream = await mw._downstream(turn, request)
+                with _trace.conversation(cid):  # a synchronous call: never held across a yield
+                    inner = self.next.stream(downstream)
+                turn.asked = True
+                chunks = inner if turn.lease is None else turn.lease.chunks(inner)
+                try:
+                    async for chunk in chunks:
+                        accumulator.add(chunk)
+                        yield chunk
+                finally:
+                    if chunks is not inner:
+                        await chunks.aclose()
+                    aclose = getattr(inner, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+                turn.asked = False
+                response = accumulator.response()
+                if response is None:
+                    raise InvalidResponseError("the stream ended without any chunk")
+                await mw._commit(turn, response)
+            except BaseException as exc:  # GeneratorExit too: a stop at a yield
+                failure = exc
+                raise
             finally:
-                if chunks is not inner:
-                    await chunks.aclose()
-                aclose = getattr(inner, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            streaming = False
-            response = accumulator.response()
-            if response is None:
-                raise InvalidResponseError("the stream ended without any chunk")
-            await mw._commit(turn, response, expected, pending, lease)
-        except GeneratorExit:
-            partial = accumulator.response()
-            kept = None
-            if streaming:  # stopped at a yield: always while streaming
-                kept = await mw._keep(turn, partial, IncompleteReason.STOPPED, expected)
-            mw._report(turn, partial, IncompleteReason.STOPPED, None, None, kept)
-            raise
+                await mw._leave(turn, failure)
         except BaseException as exc:
-            partial = accumulator.response()
-            kept = await mw._keep_failure(turn, partial, exc, expected) if streaming else None
-            mw._report_failure(turn, partial, exc, pending[0] if pending else None, kept)
+            mw._report(turn, exc)
             raise
-        finally:
-            if lease is not None:
-                await lease.release()

@@ -1,77 +1,89 @@
-"""Overlapping turns (DESIGN §6e): the ``on_overlap`` strategies of the history
-``Middleware``, built on a store's ``TurnLeaser``.
+"""Leased turns (DESIGN §6e): the ``Leases`` layer of the history ``Middleware``, which
+gives ``on_overlap="reject"``, ``"wait"`` and ``"interrupt"`` on a store's ``TurnLeaser``.
 
-Under ``"reject"``, ``"wait"`` and ``"interrupt"`` a turn takes the conversation's lease
-before it reads the history and calls the model (``Overlap.begin``), renews it while
-the model runs (``Lease.call`` / ``Lease.chunks``: a renewal task beside each await of
-the model, every ``ttl / 3`` seconds) and releases it on every path (``Lease.release``:
-shielded from cancellation, bounded by ``RELEASE_TIMEOUT``). The fence (§6b) stays on.
+The layer is the outermost: it takes the conversation's lease before the history is
+read (``enter``), renews it while the model runs (``Turn.run``: one renewal task beside
+each await of the model, waking every ``ttl / 3`` seconds) and releases it after
+everything else, the commit and the kept interrupted turn included (``exit``: shielded
+from cancellation, bounded by ``RELEASE_TIMEOUT``). The fence (§6b) stays on.
 
 Folded steps (``FoldedTurnLeaser``): when the Middleware's reader is the leaser and
 folds, the lease is taken and the history read in one store step
-(``acquire_turn_view``; the view travels on the ``Lease``); when its writer is the
-leaser and folds, the commit appends and releases in one store step
-(``append_release_turn``; ``Lease.release`` then has no store step left, only the
-registry entry). A folded commit that raises leaves the lease held, and
-``Lease.release`` releases it with ``release_turn`` as before. So a turn makes as many
-store steps under ``"reject"`` as under ``"fence"`` (two), and a turn that takes the
-lease sees every batch its predecessor committed.
+(``acquire_turn_view``; the view goes on ``Turn.view``); when its writer is the leaser
+and folds, the commit appends and releases in one store step (``append_release_turn``
+as ``Turn.append``). A folded commit that raises leaves the lease held, and ``exit``
+releases it with ``release_turn``.
 
-How a turn learns that it must stop (``TurnInterruptedError``):
+In this process, per store handle and conversation (a ``_Slot``): the lease running
+here, the turns waiting for it in arrival order, and the leases this process may have
+left behind.
 
-- **In one process**, a newer ``"interrupt"`` turn finds the running turn in a
-  process-wide registry keyed by the leaser object (the store handle) and the
-  conversation id, and cancels the running turn's model await at once. The registry
-  holds a turn only while it holds its lease; it is guarded by a thread lock, and the
-  cancellation is delivered on the running turn's own event loop (use one store handle
-  per event loop, as every store asks).
-- **Across processes** (or two handles on one database in one process), the newer turn
-  takes a second lease, the *interrupt marker* (a derived conversation id,
-  ``scope-interrupt:<sha256 of the id>``), and waits for the conversation's lease. The
-  running turn checks the marker at each renewal (every ``ttl / 3`` seconds): finding
-  it held, it stops and releases. A turn whose renewal finds its own lease taken (it
-  expired, say while the process was paused, and another turn took it) stops too.
+- **Arrival order.** Every leased turn joins the slot's queue when it starts; only the
+  head contends for the store's lease (polling with backoff, 2 ms doubling to 100 ms,
+  while the holder is another process, or a turn here that has not renewed it for a
+  whole ttl; woken at once when the holder here releases).
+  So within one process the turns of a conversation are served first come, first
+  served; ``"reject"`` refuses a turn that finds others queued. Across processes (or
+  handles) the store decides: whichever head polls first after a release wins.
+- **Cancelled while taking the lease.** The store may take the lease before the
+  cancellation reaches the turn, so the lease step runs shielded (bounded by
+  ``RELEASE_TIMEOUT``; no answer in that time is a ``StoreError``) and, when the turn
+  was cancelled meanwhile (or the step failed), the turn's holder token is released,
+  shielded and bounded, before the exception goes on. A release that cannot be
+  confirmed (a native asyncio cancellation pierces the shield, and the store's call may
+  still be on its way) leaves the token in the slot (``leftovers``, until its ttl
+  passes); the next turn of this process that finds the lease held releases those
+  tokens first, and a refusal says when the holder is such a leftover.
+- **Interrupting.** Within the process a newer ``"interrupt"`` turn stops the turn
+  running when it arrives, at once (cancelling its model await:
+  ``TurnInterruptedError``), and queues behind the turns already waiting. Across processes
+  (or handles) the queue head takes a second lease, the *interrupt marker* (a derived
+  conversation id, ``scope-interrupt:<sha256 of the id>``), which the running turn
+  checks at each renewal: finding it held, it stops. A turn whose renewal finds its own
+  lease taken (it expired, say while the process was paused) stops too.
+
+The slots are guarded by a thread lock; events and cancellation are delivered on the
+turn's own event loop (use one store handle per event loop, as every store asks).
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import hashlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, Final, Literal, TypeVar, final
 
 import anyio
+import anyio.lowlevel
 
 from scope._validate import check_seconds
-from scope.errors import TurnInProgressError, TurnInterruptedError
-from scope.history._batch import Batch, Receipt
+from scope.errors import StoreError, TurnInProgressError, TurnInterruptedError
 from scope.history._ids import ConversationID
 from scope.history._protocols import FoldedTurnLeaser, TurnLeaser, implements
-from scope.history._view import HistoryView
+from scope.history._turn import Layer, Turn
 
-__all__ = ["RELEASE_TIMEOUT", "STRATEGIES", "Lease", "OnOverlap", "Overlap"]
+__all__ = ["RELEASE_TIMEOUT", "STRATEGIES", "Lease", "Leases", "OnOverlap"]
 
 T = TypeVar("T")
 
 OnOverlap = Literal["fence", "reject", "wait", "interrupt"]
 STRATEGIES: Final = ("fence", "reject", "wait", "interrupt")
 
-#: Seconds a lease release may take; it runs shielded from cancellation. A release
-#: that does not finish in time leaves the lease to expire after its ttl.
+#: Seconds a lease release (and a renewal) may take; it runs shielded from
+#: cancellation. One that does not finish in time leaves the lease to expire.
 RELEASE_TIMEOUT: Final = 5.0
-#: ``"wait"`` and ``"interrupt"`` poll the lease: first after 2 ms, doubling up to 100 ms.
+#: A queue head polls a lease held by another process: first after 2 ms, doubling up
+#: to 100 ms.
 FIRST_POLL: Final = 0.002
 MAX_POLL: Final = 0.1
 
 _log: Final = logging.getLogger("scope.history")
-
-# (id(leaser), conversation) -> the Lease running in this process. An entry holds its
-# leaser, so the id is not reused while it is there.
-_running: dict[tuple[int, ConversationID], Lease] = {}
-_running_lock: Final = threading.Lock()
+_END: Final = object()
 
 
 def marker_id(conversation_id: ConversationID) -> ConversationID:
@@ -81,59 +93,86 @@ def marker_id(conversation_id: ConversationID) -> ConversationID:
 
 
 @final
-class Overlap:
-    """A Middleware's overlap strategy, checked at construction."""
+class _Slot:
+    """One store handle's conversation in this process (see the module docstring)."""
+
+    __slots__ = ("leaser", "leftovers", "running", "waiters")
+
+    def __init__(self, leaser: TurnLeaser) -> None:
+        self.leaser = leaser  # held, so its id() is not reused while the slot exists
+        self.running: Lease | None = None
+        self.waiters: collections.deque[Lease] = collections.deque()
+        #: holder token -> time.monotonic() after which its lease has expired anyway
+        self.leftovers: dict[str, float] = {}
+
+
+_slots: dict[tuple[int, ConversationID], _Slot] = {}
+_slots_lock: Final = threading.Lock()
+
+
+@final
+class Leases(Layer):
+    """The lease layer of a Middleware: its strategy, checked at construction."""
 
     __slots__ = ("fold_commit", "fold_read", "leaser", "strategy", "timeout", "ttl")
 
     def __init__(
-        self,
-        strategy: object,
-        timeout: object,
-        ttl: object,
-        reader: object,
-        writer: object,
-        exclusive_turns: bool,
+        self, strategy: str, timeout: float, ttl: float, reader: object, writer: object
     ) -> None:
-        if type(strategy) is not str or strategy not in STRATEGIES:
-            raise ValueError(
-                f"on_overlap must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}"
-            )
         self.strategy: Final = strategy
-        self.timeout: Final = check_seconds(timeout, "overlap_timeout")
-        self.ttl: Final = check_seconds(ttl, "lease_ttl", positive=True)
-        self.leaser: TurnLeaser | None = None
-        # Whether the lease steps fold into the read (reader is the leaser) and into the
-        # commit (writer is the leaser): see the module docstring.
-        self.fold_read = False
-        self.fold_commit = False
-        if strategy == "fence":
+        self.timeout: Final = timeout
+        self.ttl: Final = ttl
+        leaser = next((c for c in (writer, reader) if implements(c, TurnLeaser)), None)
+        if leaser is not None:
+            self.leaser: Final[TurnLeaser] = leaser  # type: ignore[assignment]
+            folds = implements(leaser, FoldedTurnLeaser)
+            # Whether the lease steps fold into the read and into the commit.
+            self.fold_read: Final = folds and leaser is reader
+            self.fold_commit: Final = folds and leaser is writer
             return
-        if not exclusive_turns:
-            raise ValueError(
-                f"on_overlap={strategy!r} needs exclusive_turns=True (the fence stays on "
-                "as the safety net); exclusive_turns=False allows only on_overlap='fence'"
-            )
-        for candidate in (writer, reader):
-            if implements(candidate, TurnLeaser):
-                self.leaser = candidate  # type: ignore[assignment]
-                folds = implements(candidate, FoldedTurnLeaser)
-                self.fold_read = folds and candidate is reader
-                self.fold_commit = folds and candidate is writer
-                return
         raise TypeError(
             f"on_overlap={strategy!r} needs a writer or reader that is a "
             "scope.history.TurnLeaser (acquire_turn/release_turn), got "
             f"{type(writer).__name__} and {type(reader).__name__}"
         )
 
-    async def begin(self, conversation_id: ConversationID) -> Lease | None:
-        """The turn's lease, taken as the strategy says; None under ``"fence"``."""
-        if self.leaser is None:
-            return None
-        lease = Lease(self, self.leaser, conversation_id)
+    @staticmethod
+    def check(
+        strategy: object, timeout: object, ttl: object, exclusive_turns: bool
+    ) -> tuple[float, float]:
+        """The checked ``(overlap_timeout, lease_ttl)``; ``ValueError``/``TypeError`` for a
+        bad ``on_overlap``, ``overlap_timeout`` or ``lease_ttl``, or a strategy other
+        than ``"fence"`` without the fence."""
+        if type(strategy) is not str or strategy not in STRATEGIES:
+            raise ValueError(
+                f"on_overlap must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}"
+            )
+        checked = (
+            check_seconds(timeout, "overlap_timeout"),
+            check_seconds(ttl, "lease_ttl", positive=True),
+        )
+        if strategy != "fence" and not exclusive_turns:
+            raise ValueError(
+                f"on_overlap={strategy!r} needs exclusive_turns=True (the fence stays on "
+                "as the safety net); exclusive_turns=False allows only on_overlap='fence'"
+            )
+        return checked
+
+    async def enter(self, turn: Turn) -> None:
+        lease = Lease(self, turn.conversation_id)
         await lease.acquire()
-        return lease
+        turn.view = lease.view
+        turn.run = lease.run
+        if self.fold_commit:
+            folded: FoldedTurnLeaser = self.leaser  # type: ignore[assignment]
+            turn.append = functools.partial(folded.append_release_turn, holder=lease.holder)
+        turn.lease = lease
+
+    async def exit(self, turn: Turn) -> None:
+        lease: Lease | None = turn.lease
+        if lease is not None:
+            # A folded commit that landed gave the lease back in the same step.
+            await lease.release(store=not (self.fold_commit and turn.receipt is not None))
 
 
 @final
@@ -143,125 +182,183 @@ class Lease:
     __slots__ = (
         "_key",
         "_marker_held",
-        "_released",
         "_renewed",
-        "_renewing",
         "_scope",
+        "_slot",
+        "_wake",
         "conversation_id",
         "holder",
-        "leaser",
-        "overlap",
+        "leases",
         "started_at",
         "stopped",
         "view",
     )
 
-    def __init__(
-        self, overlap: Overlap, leaser: TurnLeaser, conversation_id: ConversationID
-    ) -> None:
-        self.overlap = overlap
-        self.leaser = leaser
+    def __init__(self, leases: Leases, conversation_id: ConversationID) -> None:
+        self.leases = leases
         self.conversation_id = conversation_id
         self.holder = uuid.uuid4().hex
         self.started_at = time.time()
         self.stopped: str | None = None  # why the turn must stop, once asked
-        self._key = (id(leaser), conversation_id)
-        self._scope: anyio.CancelScope | None = None
-        self._renewed = 0.0
-        self._renewing = False
-        self._marker_held = False
-        self._released = False  # a folded commit gave the lease back already
         #: The history read in the same store step as the lease (``fold_read``), else None.
-        self.view: HistoryView | None = None
+        self.view: Any = None
+        self._key = (id(leases.leaser), conversation_id)
+        self._slot: _Slot | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._wake = anyio.Event()
+        self._renewed = 0.0
+        self._marker_held = False
 
     # -- taking the lease ---------------------------------------------------------
 
     async def acquire(self) -> None:
-        """Take the lease, or raise ``TurnInProgressError`` as the strategy says."""
-        overlap, cid = self.overlap, self.conversation_id
+        """Take the lease in arrival order, or raise ``TurnInProgressError`` as the
+        strategy says."""
+        strategy = self.leases.strategy
+        with _slots_lock:
+            slot = _slots.get(self._key)
+            if slot is None:
+                slot = _slots[self._key] = _Slot(self.leases.leaser)
+            slot.waiters.append(self)
+        self._slot = slot
         start = anyio.current_time()
-        if await self._try_acquire():
-            self._took(start)
-            return
-        if overlap.strategy == "reject":
-            raise self._in_progress(0.0)
-        deadline = start + overlap.timeout
+        deadline = start + self.leases.timeout
         delay = FIRST_POLL
+        arrival = True
         try:
             while True:
-                if overlap.strategy == "interrupt":
-                    await self._ask_to_stop()
+                head = slot.waiters[0] is self
+                # While a turn of this process holds it, its release wakes the head;
+                # one that has not renewed it for a whole ttl (a stream its consumer
+                # left unclosed, say) is contended for like another process's.
+                running = slot.running
+                held_until = 0.0 if running is None else running._renewed + running.leases.ttl
+                contend = head and held_until <= anyio.current_time()
+                if contend and await self._try(slot):
+                    self._renewed = anyio.current_time()
+                    slot.running = self
+                    return
+                if strategy == "reject":
+                    raise self._in_progress(slot, 0.0)
+                if strategy == "interrupt":
+                    await self._ask_to_stop(slot, arrival, contend)
+                arrival = False
                 now = anyio.current_time()
                 if now >= deadline:
-                    raise self._in_progress(now - start)
-                await anyio.sleep(min(delay, deadline - now))
-                delay = min(delay * 2, MAX_POLL)
-                if await self._try_acquire():
-                    self._took(start)
-                    return
+                    raise self._in_progress(slot, now - start)
+                wait = deadline - now
+                if contend:
+                    wait, delay = min(delay, wait), min(delay * 2, MAX_POLL)
+                elif head:
+                    wait = min(wait, max(held_until - now, 0.0) + FIRST_POLL)
+                with anyio.move_on_after(wait):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
         finally:
+            with _slots_lock:
+                slot.waiters.remove(self)
+                after = slot.waiters[0] if slot.waiters else None
+            if after is not None:
+                after._wake.set()
             if self._marker_held:
                 self._marker_held = False
-                await self._release(marker_id(cid))
+                await self._give_back(marker_id(self.conversation_id))
+            if slot.running is not self:
+                _prune(self._key, slot)
 
-    async def _try_acquire(self) -> bool:
-        """One attempt at the lease; with ``fold_read`` it reads the view too."""
-        overlap = self.overlap
-        if not overlap.fold_read:
-            return bool(
-                await self.leaser.acquire_turn(self.conversation_id, self.holder, overlap.ttl)
-            )
-        folded: FoldedTurnLeaser = self.leaser  # type: ignore[assignment]
-        view = await folded.acquire_turn_view(self.conversation_id, self.holder, overlap.ttl)
-        if view is None:
-            return False
+    async def _try(self, slot: _Slot) -> bool:
+        """One attempt at the lease (with ``fold_read`` it reads the view too); when
+        it is held and this process left a lease behind, those go first.
+
+        The store step runs shielded (bounded by ``RELEASE_TIMEOUT``), so a
+        cancellation of the turn meanwhile finds its outcome settled; it is delivered
+        right after, and whatever the step may have taken is given back first (a
+        native asyncio cancellation pierces the shield: the give-back then races a
+        store call still on its way, and an unconfirmed token is a leftover)."""
+        try:
+            taken = False
+            with anyio.move_on_after(RELEASE_TIMEOUT, shield=True) as bound:
+                taken = await self._acquire_step()
+                if not taken and slot.leftovers and await self._reclaim(slot):
+                    taken = await self._acquire_step()
+            if bound.cancelled_caught:
+                raise StoreError(
+                    f"the turn lease of conversation {str(self.conversation_id)!r} was not "
+                    f"answered within {RELEASE_TIMEOUT:g} s; nothing was stored"
+                )
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        except BaseException:
+            await self._give_back(self.conversation_id, unsure=True)
+            raise
+        return taken
+
+    async def _acquire_step(self) -> bool:
+        leases, cid = self.leases, self.conversation_id
+        if not leases.fold_read:
+            return bool(await leases.leaser.acquire_turn(cid, self.holder, leases.ttl))
+        folded: FoldedTurnLeaser = leases.leaser  # type: ignore[assignment]
+        view = await folded.acquire_turn_view(cid, self.holder, leases.ttl)
         self.view = view
-        return True
+        return view is not None
 
-    def _took(self, start: float) -> None:
-        self._renewed = anyio.current_time()
-        with _running_lock:
-            _running[self._key] = self
-        if self.overlap.strategy != "reject":
-            _log.debug(
-                "turn lease of conversation %r taken after %.3f s",
-                str(self.conversation_id),
-                self._renewed - start,
-            )
+    async def _reclaim(self, slot: _Slot) -> bool:
+        """Release the leases this process left behind on the conversation: True when
+        one of them still held it. A token stays remembered until it is released or
+        its ttl has passed (an acquire still on its way may land later)."""
+        now, released = time.monotonic(), False
+        for holder, expires in list(slot.leftovers.items()):
+            try:
+                if expires > now and not await self.leases.leaser.release_turn(
+                    self.conversation_id, holder
+                ):
+                    continue
+            except Exception:
+                _log.warning("releasing a lease left behind failed", exc_info=True)
+                continue
+            released |= expires > now
+            slot.leftovers.pop(holder, None)
+        return released
 
-    async def _ask_to_stop(self) -> None:
-        """Interrupt the running turn: at once when it runs in this process (the
-        registry), else through the interrupt marker it checks at each renewal."""
-        with _running_lock:
-            running = _running.get(self._key)
-        if running is not None:
+    async def _ask_to_stop(self, slot: _Slot, arrival: bool, contend: bool) -> None:
+        """Interrupt the turn that runs when this one arrives: at once when it runs in
+        this process; while this turn contends with another process's holder, through
+        the interrupt marker that holder checks at each renewal. (Turns queued ahead
+        of this one are not interrupted when their turn comes.)"""
+        running = slot.running
+        if arrival and running is not None:
             running.stop("interrupted by a newer turn")
-            return
-        if not self._marker_held:
+        elif contend and not self._marker_held:
             marker = marker_id(self.conversation_id)
-            self._marker_held = await self.leaser.acquire_turn(
-                marker, self.holder, self.overlap.ttl
+            self._marker_held = bool(
+                await self.leases.leaser.acquire_turn(marker, self.holder, self.leases.ttl)
             )
 
-    def _in_progress(self, waited: float) -> TurnInProgressError:
-        cid = self.conversation_id
-        with _running_lock:
-            running = _running.get(self._key)
+    def _in_progress(self, slot: _Slot, waited: float) -> TurnInProgressError:
+        cid, leases = self.conversation_id, self.leases
+        running = slot.running
         started = None if running is None else running.started_at
-        where = (
-            "a turn of another process or store handle"
-            if started is None
-            else f"a turn started {max(0.0, time.time() - started):.3f} s ago in this process"
-        )
-        strategy = self.overlap.strategy
+        ahead = slot.waiters.index(self)
+        if running is not None:
+            age = max(0.0, time.time() - running.started_at)
+            where = f"a turn started {age:.3f} s ago in this process"
+        elif ahead:
+            where = f"{ahead} earlier turn(s) of this process waiting for it"
+        elif slot.leftovers:
+            where = (
+                "a lease this process left behind (a turn cancelled while it took or gave "
+                f"back the lease; it expires within lease_ttl={leases.ttl:g} s)"
+            )
+        else:
+            where = "a turn of another process or store handle"
         how = (
             "refused"
-            if strategy == "reject"
-            else f"gave up after waiting {waited:.3f} s (overlap_timeout={self.overlap.timeout:g})"
+            if leases.strategy == "reject"
+            else f"gave up after waiting {waited:.3f} s (overlap_timeout={leases.timeout:g})"
         )
         return TurnInProgressError(
             f"conversation {str(cid)!r} is held by {where}: this turn {how} before calling "
-            f"the model (on_overlap={strategy!r}); nothing was stored, send it again later",
+            f"the model (on_overlap={leases.strategy!r}); nothing was stored, send it again "
+            "later",
             conversation_id=cid,
             started_at=started,
             waited=waited,
@@ -277,87 +374,65 @@ class Lease:
         if self._scope is not None:
             self._scope.cancel()
 
-    def check(self) -> None:
-        """Raise ``TurnInterruptedError`` when the turn was asked to stop."""
+    def _check(self) -> None:
         if self.stopped is not None:
             raise TurnInterruptedError(
                 f"the turn of conversation {str(self.conversation_id)!r} was stopped "
-                f"({self.stopped}, on_overlap={self.overlap.strategy!r}); it was not "
-                "stored",
+                f"({self.stopped}, on_overlap={self.leases.strategy!r}); it was not stored",
                 conversation_id=self.conversation_id,
             )
 
-    async def call(self, fn: Callable[[T], Awaitable[Any]], arg: T) -> Any:
-        """``await fn(arg)``, renewing the lease meanwhile; a stop request cancels it
-        and raises ``TurnInterruptedError``. Errors of ``fn`` pass unchanged.
-
-        The renewal task starts only when ``fn`` suspends: its first step runs here
-        (inside the task group, so every cancel scope it enters nests in the group's),
-        and an await that finishes without suspending (a model answering from memory,
-        a stream chunk already buffered) never gave the event loop, or a renewal, a
-        chance to run. An await that suspends goes on from that suspension
-        (``_Resumed``) beside the renewal task."""
-        self.check()
+    async def run(self, step: Awaitable[T]) -> T:
+        """``await step`` (a model call, or the next chunk of a stream) beside the
+        renewal task; a stop request cancels it and raises ``TurnInterruptedError``.
+        Errors of ``step`` pass unchanged. (A task group cannot span a ``yield`` of the
+        Middleware's stream, so the renewal task lives as long as one await.)"""
+        if self.stopped is not None:
+            getattr(step, "close", _nothing)()  # a coroutine that will never run
+            self._check()
         error: Exception | None = None
         result: Any = None
-        done: anyio.Event | None = None
         async with anyio.create_task_group() as group:
+            done = anyio.Event()
+            group.start_soon(self._renew_until, done)
             self._scope = group.cancel_scope
-            resumed: _Resumed | None = None
             try:
-                steps = fn(arg).__await__()
-                try:
-                    first = steps.send(None)
-                except StopIteration as finished:
-                    result = finished.value
-                else:
-                    resumed = _Resumed(steps, first)
-                    done = anyio.Event()
-                    group.start_soon(self._renew_while_running, done)
-                    result = await resumed
+                result = await step
             except Exception as exc:  # re-raised below, outside the task group
                 error = exc
             finally:
-                if resumed is not None:
-                    resumed.close()
                 self._scope = None
-                # Waking the renewal task costs less than cancelling it (one scheduling
-                # round instead of a cancellation); a renewal under way is cancelled.
-                if done is not None:
-                    done.set()
-                if self._renewing:
-                    group.cancel_scope.cancel()
-        self.check()
+                done.set()
+        self._check()
         if error is not None:
             raise error
-        return result
+        return result  # type: ignore[no-any-return]
 
     async def chunks(self, inner: AsyncIterator[T]) -> AsyncGenerator[T, None]:
-        """The chunks of ``inner``, each awaited through ``call`` (the renewal task and
+        """The chunks of ``inner``, each awaited through ``run`` (the renewal task and
         the cancel scope never span a ``yield``). It does not close ``inner``."""
         end: Any = _END
         while True:
-            chunk = await self.call(_next_or, (inner, end))
+            chunk = await self.run(anext(inner, end))
             if chunk is end:
                 return
             yield chunk
 
-    async def _renew_while_running(self, done: anyio.Event) -> None:
-        interval = self.overlap.ttl / 3
-        while not done.is_set():  # a model that answered before this task began: done
+    async def _renew_until(self, done: anyio.Event) -> None:
+        interval = self.leases.ttl / 3
+        while not done.is_set():
             with anyio.move_on_after(max(0.0, self._renewed + interval - anyio.current_time())):
                 await done.wait()
                 return
-            self._renewing = True
-            try:
+            # Shielded: a renewal under way finishes (an abandoned one could take the
+            # lease again after the release).
+            with anyio.move_on_after(RELEASE_TIMEOUT, shield=True):
                 await self._renew()
-            finally:
-                self._renewing = False
 
     async def _renew(self) -> None:
         """One renewal; a lost lease or a held interrupt marker stops the turn. A store
         failure is logged (the lease may expire; the fence still guards the commit)."""
-        leaser, cid, ttl = self.leaser, self.conversation_id, self.overlap.ttl
+        leaser, cid, ttl = self.leases.leaser, self.conversation_id, self.leases.ttl
         self._renewed = anyio.current_time()
         try:
             if not await leaser.acquire_turn(cid, self.holder, ttl):
@@ -375,83 +450,64 @@ class Lease:
 
     # -- giving it back -----------------------------------------------------------
 
-    @property
-    def folds_commit(self) -> bool:
-        """Whether the commit appends through ``append_and_release``."""
-        return self.overlap.fold_commit
+    async def release(self, store: bool = True) -> None:
+        """Release the lease (``store``: with a store step; not after a folded commit
+        that landed), then wake the next turn of this process waiting for it."""
+        slot = self._slot
+        assert slot is not None
+        try:
+            if store:
+                await self._give_back(self.conversation_id)
+        finally:
+            with _slots_lock:
+                if slot.running is self:
+                    slot.running = None
+                after = slot.waiters[0] if slot.waiters else None
+            if after is not None:
+                after._wake.set()
+            _prune(self._key, slot)
 
-    async def append_and_release(self, batch: Batch) -> Receipt:
-        """Append the turn's batch and release the lease in one store step
-        (``append_release_turn``; only when ``folds_commit``). When it raises, the lease
-        is still held and ``release`` gives it back."""
-        folded: FoldedTurnLeaser = self.leaser  # type: ignore[assignment]
-        receipt = await folded.append_release_turn(batch, self.holder)
-        self._released = True
-        return receipt
-
-    async def release(self) -> None:
-        """Release the lease: shielded from cancellation, bounded by
-        ``RELEASE_TIMEOUT``; a failure is logged and the lease expires by itself. No
-        store step after a folded commit returned (it released the lease)."""
-        with _running_lock:
-            if _running.get(self._key) is self:
-                del _running[self._key]
-        if not self._released:
-            await self._release(self.conversation_id)
-
-    async def _release(self, conversation_id: ConversationID) -> None:
-        with anyio.move_on_after(RELEASE_TIMEOUT, shield=True):
-            try:
-                await self.leaser.release_turn(conversation_id, self.holder)
-            except Exception:
-                _log.warning(
-                    "releasing the turn lease of conversation %r failed (it expires after its ttl)",
-                    str(conversation_id),
-                    exc_info=True,
-                )
-
-
-_END: Final = object()
-
-
-@final
-class _Resumed:
-    """An await that already made its first step (``first``: what it yielded to the
-    event loop) and goes on from there: ``await _Resumed(steps, first)`` is the rest of
-    ``yield from steps`` (PEP 380), whatever the event loop (asyncio futures, trio
-    traps): each value goes up to the loop unchanged, each answer or thrown exception
-    (a cancellation) comes back down unchanged. ``close()`` closes ``steps`` if it did
-    not finish (an await abandoned before it was resumed)."""
-
-    __slots__ = ("_first", "_steps")
-
-    def __init__(self, steps: Generator[Any, Any, Any], first: Any) -> None:
-        self._steps = steps
-        self._first = first
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        steps, value = self._steps, self._first
-        while True:
-            try:
-                answer = yield value
-            except GeneratorExit:
-                steps.close()
-                raise
-            except BaseException as exc:  # a cancellation, thrown back down unchanged
+    async def _give_back(self, conversation_id: ConversationID, unsure: bool = False) -> None:
+        """``release_turn``, shielded from cancellation and bounded by
+        ``RELEASE_TIMEOUT``. When it fails, times out, or (``unsure``: after an
+        acquire that may or may not have landed) finds nothing held, the token is
+        remembered as a leftover of this process (see the module docstring)."""
+        settled = False
+        try:
+            with anyio.move_on_after(RELEASE_TIMEOUT, shield=True):
                 try:
-                    value = steps.throw(exc)
-                except StopIteration as finished:
-                    return finished.value
-            else:
-                try:
-                    value = steps.send(answer)
-                except StopIteration as finished:
-                    return finished.value
+                    released = await self.leases.leaser.release_turn(conversation_id, self.holder)
+                except Exception:
+                    _log.warning(
+                        "releasing the turn lease of conversation %r failed (it expires after "
+                        "its ttl)",
+                        str(conversation_id),
+                        exc_info=True,
+                    )
+                else:
+                    settled = bool(released) or not unsure
+        finally:
+            # (A native asyncio cancellation pierces the shield: unsettled as well.)
+            if not settled and conversation_id == self.conversation_id and self._slot:
+                self._slot.leftovers[self.holder] = time.monotonic() + self.leases.ttl
+                # Rare: forget every other slot whose leftovers have all expired, so a
+                # conversation never used again does not keep its store handle alive.
+                for key, slot in list(_slots.items()):
+                    if slot is not self._slot:
+                        _prune(key, slot)
 
-    def close(self) -> None:
-        self._steps.close()
+
+def _nothing() -> None:
+    pass
 
 
-async def _next_or(args: tuple[AsyncIterator[T], Any]) -> Any:
-    inner, end = args
-    return await anext(inner, end)
+def _prune(key: tuple[int, ConversationID], slot: _Slot) -> None:
+    """Forget a slot with nothing in it (no running turn, no waiter, no live leftover)."""
+    now = time.monotonic()
+    with _slots_lock:
+        for holder, expires in list(slot.leftovers.items()):
+            if expires <= now:
+                del slot.leftovers[holder]
+        empty = slot.running is None and not slot.waiters and not slot.leftovers
+        if empty and _slots.get(key) is slot:
+            del _slots[key]

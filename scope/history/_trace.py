@@ -51,6 +51,7 @@ __all__ = [
     "CommitOutcome",
     "HistorySpan",
     "annotate_conversation",
+    "classify",
     "commit_span",
     "conversation",
     "current_conversation",
@@ -136,7 +137,8 @@ def annotate_conversation(conversation_id: str) -> None:
         span.set_attribute("gen_ai.conversation.id", str(conversation_id))
 
 
-def _classify(exc: BaseException) -> CommitOutcome:
+def classify(exc: BaseException) -> CommitOutcome:
+    """The outcome an exception leaving a commit says (its ``__cause__`` chain too)."""
     changed = getattr(errors, "HistoryChangedError", None)
     seen: BaseException | None = exc
     depth = 0
@@ -232,11 +234,11 @@ class HistorySpan:
         try:
             if not span.is_recording():
                 return
-            cancelled = exc is not None and _classify(exc) is CommitOutcome.CANCELLED
+            cancelled = exc is not None and classify(exc) is CommitOutcome.CANCELLED
             if self._commit:
                 outcome = self._outcome
                 if outcome is None:
-                    outcome = CommitOutcome.COMMITTED if exc is None else _classify(exc)
+                    outcome = CommitOutcome.COMMITTED if exc is None else classify(exc)
                 span.set_attribute("scope.history.outcome", outcome.value)
                 failed = outcome in _ERROR_OUTCOMES
             else:

@@ -693,3 +693,48 @@ async def test_an_exception_group_is_a_cancellation_only_if_all_of_it_is() -> No
         await mw.call(FakeModel(group)).call(Request([user_message("q")]))
     assert [r.reason for r in reports] == [IncompleteReason.ERROR]
     assert store.appends == 0
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["call", "stream"])
+async def test_the_committed_answer_carries_the_cache_counts_in_its_usage(
+    streaming: bool,
+) -> None:
+    # DESIGN §6g: cache reads and writes land in Usage and in scope/usage; counts the
+    # response did not report stay out.
+    store = InMemoryStore()
+    history = Middleware(store, store, "cached")
+    usages = [
+        Usage(120, 7, cache_read_input_tokens=100, cache_write_input_tokens=15),
+        Usage(50, 3, cache_read_input_tokens=0),
+        Usage(40, 2),
+    ]
+    for index, usage in enumerate(usages):
+        answer = Response(
+            Output(assistant_message("hi"), FinishReason.STOP), ResponseMetadata(usage=usage)
+        )
+
+        class Model:
+            async def call(self, request: Request, answer: Response = answer) -> Response:
+                return answer
+
+            async def stream(
+                self, request: Request, answer: Response = answer
+            ) -> AsyncIterator[Response]:
+                yield answer
+
+        request = Request([user_message(f"q{index}")])
+        if streaming:
+            await collect(history.stream(Model()).stream(request))
+        else:
+            await history.call(Model()).call(request)
+    stored = [m.metadata.decode("scope/usage") for m in (await store.read("cached"))[1::2]]
+    assert stored == [
+        {
+            "input_tokens": 120,
+            "output_tokens": 7,
+            "cache_read_input_tokens": 100,
+            "cache_write_input_tokens": 15,
+        },
+        {"input_tokens": 50, "output_tokens": 3, "cache_read_input_tokens": 0},
+        {"input_tokens": 40, "output_tokens": 2},
+    ]

@@ -1,0 +1,414 @@
+"""The lease layer of the history Middleware (DESIGN §6e) under cancellation and load,
+over every bundled store: a turn cancelled while it takes the lease leaves none behind;
+a cancellation while the lease is released after the commit still reports the stored
+turn; ``"wait"`` serves the turns of one process in arrival order.
+
+In-memory and SQLite run under asyncio and trio; PostgreSQL and Redis (asyncio-only
+drivers) under asyncio, against the real servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from scope.chat import (
+    FinishReason,
+    Message,
+    Output,
+    Request,
+    Response,
+    assistant_message,
+    user_message,
+)
+from scope.errors import CommitError, StoreError, TurnInProgressError, TurnInterruptedError
+from scope.history import Batch, IncompleteReason, IncompleteTurn, Middleware, Receipt
+from scope.history.inmemory import InMemoryStore
+from tests.servers import fresh_store
+
+pytestmark = pytest.mark.anyio
+
+KINDS = ["memory", "sqlite", "postgres", "redis"]
+
+
+@pytest.fixture(params=KINDS)
+async def store(
+    request: pytest.FixtureRequest, anyio_backend: str, tmp_path: Path
+) -> AsyncIterator[Any]:
+    kind = request.param
+    if kind == "memory":
+        yield InMemoryStore()
+    elif kind != "sqlite" and anyio_backend != "asyncio":
+        pytest.skip(f"the {kind} store is asyncio-only")
+    else:
+        async with fresh_store(kind, tmp_path) as store:
+            yield store
+
+
+class Reports(list[IncompleteTurn]):
+    def __call__(self, turn: IncompleteTurn) -> None:
+        self.append(turn)
+
+
+class Answer:
+    """A model that answers at once and counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def call(self, request: Request) -> Response:
+        self.calls += 1
+        return Response(Output(assistant_message("ok"), FinishReason.STOP))
+
+
+async def _free(store: Any, conversation_id: str = "c") -> bool:
+    """Whether another holder can take the conversation's lease now (it is given back)."""
+    if await store.acquire_turn(conversation_id, "probe", 30):
+        return bool(await store.release_turn(conversation_id, "probe"))
+    return False
+
+
+class Unfolded:
+    """A store's separate lease steps only (no ``FoldedTurnLeaser``), with hooks: the
+    acquire may answer late once the store took the lease, the release signals its
+    start."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.hang_after_acquire = False
+        self.releasing = anyio.Event()
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        return list(await self.store.read(conversation_id))
+
+    async def read_view(self, conversation_id: str) -> Any:
+        return await self.store.read_view(conversation_id)
+
+    async def append(self, batch: Batch) -> Receipt:
+        return await self.store.append(batch)  # type: ignore[no-any-return]
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        taken = bool(await self.store.acquire_turn(conversation_id, holder, ttl))
+        if self.hang_after_acquire:
+            await anyio.sleep(0.3)  # the cancellation lands with the lease taken
+        return taken
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        self.releasing.set()
+        released = bool(await self.store.release_turn(conversation_id, holder))
+        await anyio.lowlevel.checkpoint()  # a store that did not suspend: here, then
+        return released
+
+
+class Folded(Unfolded):
+    async def acquire_turn_view(self, conversation_id: str, holder: str, ttl: float) -> Any:
+        view = await self.store.acquire_turn_view(conversation_id, holder, ttl)
+        if self.hang_after_acquire:
+            await anyio.sleep(0.3)
+        return view
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        return await self.store.append_release_turn(batch, holder)  # type: ignore[no-any-return]
+
+
+def _wrapped(store: Any) -> Unfolded:
+    return Folded(store) if hasattr(store, "acquire_turn_view") else Unfolded(store)
+
+
+# ------------------------------------------------- a turn cancelled while it takes the lease
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["scope", "native"])
+@pytest.mark.parametrize("strategy", ["reject", "wait", "interrupt"])
+async def test_a_turn_cancelled_after_the_store_took_its_lease_gives_it_back(
+    store: Any, strategy: str, native: bool, anyio_backend: str
+) -> None:
+    # A cancel scope waits for the (shielded) lease step, then gives the lease back; a
+    # native asyncio cancellation pierces the shield and gives it back at once.
+    if native and anyio_backend != "asyncio":
+        pytest.skip("a native cancellation is asyncio's")
+    leaser = _wrapped(store)
+    leaser.hang_after_acquire = True
+    reports = Reports()
+    model = Answer()
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap=strategy)  # type: ignore[arg-type]
+    request = Request([user_message("q")])
+    if native:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1):
+                await mw.call(model).call(request)
+    else:
+        with anyio.move_on_after(0.1) as scope:
+            await mw.call(model).call(request)
+        assert scope.cancelled_caught
+    assert model.calls == 0
+    assert [r.reason for r in reports] == [IncompleteReason.CANCELLED]
+    assert await _free(store)  # not locked for lease_ttl
+    leaser.hang_after_acquire = False
+    await mw.call(model).call(Request([user_message("again")]))  # not refused
+    assert [m.text for m in await store.read("c")] == ["again", "ok"]
+
+
+async def test_turns_cancelled_at_random_points_leave_no_lease_behind(store: Any) -> None:
+    # Cancelled before, during and after the acquire (the store's own steps, no hooks):
+    # the next turn of the same process is never refused, and the lease ends up free.
+    rng = random.Random(32)
+    model = Answer()
+    mw = Middleware(store, store, "c", on_overlap="reject")
+    refused: list[str] = []
+    for i in range(40):
+        with anyio.move_on_after(rng.uniform(0, 0.004)):
+            await mw.call(model).call(Request([user_message(f"cancelled {i}")]))
+        try:
+            await mw.call(model).call(Request([user_message(f"next {i}")]))
+        except TurnInProgressError as exc:
+            refused.append(str(exc))
+    assert refused == []
+    assert await _free(store)
+
+
+async def test_a_lease_left_behind_is_not_blamed_on_another_process() -> None:
+    class NoRelease(Unfolded):
+        """Takes the lease, then answers late; its releases fail."""
+
+        async def release_turn(self, conversation_id: str, holder: str) -> bool:
+            raise OSError("store down")
+
+    store = InMemoryStore()
+    leaser = NoRelease(store)
+    leaser.hang_after_acquire = True
+    mw = Middleware(leaser, leaser, "c", on_overlap="reject", lease_ttl=30)
+    with anyio.move_on_after(0.1):
+        await mw.call(Answer()).call(Request([user_message("q")]))
+    leaser.hang_after_acquire = False
+    with pytest.raises(TurnInProgressError) as caught:
+        await mw.call(Answer()).call(Request([user_message("again")]))
+    message = str(caught.value)
+    assert "a lease this process left behind" in message
+    assert "another process" not in message
+    assert caught.value.started_at is None
+
+
+# ------------------------------------------ a cancellation while the lease is released
+
+
+async def test_a_cancellation_during_the_release_after_the_commit_reports_the_stored_turn(
+    store: Any, anyio_backend: str
+) -> None:
+    # A store without folded steps releases the lease in a step after the commit (as
+    # PostgreSQL does); a cancellation landing there must not read as "not stored".
+    leaser = Unfolded(store)
+    reports = Reports()
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap="reject")
+    request = Request([user_message("q")])
+    if anyio_backend == "asyncio":
+        # A native cancellation (asyncio.timeout, Task.cancel) pierces every shield:
+        # it propagates, and the report says the turn is stored.
+        task = asyncio.ensure_future(mw.call(Answer()).call(request))
+        await leaser.releasing.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert [r.reason for r in reports] == [IncompleteReason.CANCELLED]
+        stored = reports[0]
+        assert stored.batch is not None and stored.receipt is not None
+        stored.receipt.validate_for(stored.batch)
+        assert await store.append(stored.batch) == stored.receipt  # a retry appends nothing
+        assert [m.text for m in await store.read("c")] == ["q", "ok"]
+        reports.clear()
+    # A cancel scope waits for the shielded release: the turn returns as stored.
+    leaser = Unfolded(store)
+    mw = Middleware(leaser, leaser, "c2", on_incomplete=reports, on_overlap="reject")
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+
+            async def cancel_when_releasing() -> None:
+                await leaser.releasing.wait()
+                scope.cancel()
+
+            group.start_soon(cancel_when_releasing)
+            answer = await mw.call(Answer()).call(Request([user_message("q2")]))
+    assert answer.text == "ok" and reports == []
+    assert [m.text for m in await store.read("c2")] == ["q2", "ok"]
+    assert await _free(store, "c2")
+
+
+# --------------------------------------------------------------- waiters in arrival order
+
+
+class Ordered:
+    """Records the order in which turns reach the model; the first call waits for
+    ``release``."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.started = anyio.Event()
+        self.release = anyio.Event()
+
+    async def call(self, request: Request) -> Response:
+        self.seen.append(request.messages[-1].text)
+        self.started.set()
+        await self.release.wait()
+        return Response(Output(assistant_message("ok"), FinishReason.STOP))
+
+
+@pytest.mark.parametrize("strategy", ["wait", "interrupt"])
+async def test_waiters_are_served_in_arrival_order(store: Any, strategy: str) -> None:
+    model = Ordered()
+    early, late = [f"early {i}" for i in range(6)], [f"late {i}" for i in range(4)]
+
+    interrupted: list[str] = []
+
+    async def turn(text: str, how: str = "wait") -> None:
+        mw = Middleware(store, store, "c", on_overlap=how, overlap_timeout=30)  # type: ignore[arg-type]
+        try:
+            await mw.call(model).call(Request([user_message(text)]))
+        except TurnInterruptedError:
+            interrupted.append(text)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(turn, "running")
+            await model.started.wait()
+            for text in early:
+                group.start_soon(turn, text)
+                await anyio.wait_all_tasks_blocked()  # queued before the next arrives
+            # While turns of this process wait, "reject" is refused without contending.
+            with pytest.raises(TurnInProgressError, match="in this process"):
+                await (
+                    Middleware(store, store, "c", on_overlap="reject")
+                    .call(model)
+                    .call(Request([user_message("rejected")]))
+                )
+            if strategy == "interrupt":
+                group.start_soon(turn, "newest", "interrupt")
+                await anyio.wait_all_tasks_blocked()
+            model.release.set()
+            for text in late:  # arrive while the queue drains
+                group.start_soon(turn, text)
+                await anyio.wait_all_tasks_blocked()
+    # The interrupting turn stopped the turn running when it arrived, and queued
+    # behind the turns already waiting.
+    newest = ["newest"] if strategy == "interrupt" else []
+    assert model.seen == ["running", *early, *newest, *late]
+    assert interrupted == (["running"] if strategy == "interrupt" else [])
+    stored = [m.text for m in await store.read("c")][::2]
+    assert stored == (model.seen[1:] if strategy == "interrupt" else model.seen)
+
+
+class TwoChunks:
+    async def stream(self, request: Request) -> AsyncIterator[Response]:
+        yield Response(Output(assistant_message("first ")))
+        yield Response(Output(assistant_message("second"), FinishReason.STOP))
+
+
+async def test_a_stream_left_unclosed_blocks_the_next_turn_no_longer_than_the_ttl() -> None:
+    # The lease is renewed while the model is awaited; a stream whose consumer holds a
+    # chunk and goes away holds it no longer than lease_ttl, for this process too.
+    store = InMemoryStore()
+    ttl = 0.3
+    left = Middleware(store, store, "c", on_overlap="wait", lease_ttl=ttl)
+    stream = left.stream(TwoChunks()).stream(Request([user_message("left open")]))
+    assert (await anext(stream)).text == "first "
+    waiting = Middleware(store, store, "c", on_overlap="wait", overlap_timeout=10)
+    with anyio.fail_after(5):
+        start = anyio.current_time()
+        await waiting.call(Answer()).call(Request([user_message("next")]))
+    assert anyio.current_time() - start >= ttl * 0.9
+    assert (await anext(stream)).text == "second"
+    with pytest.raises(CommitError):  # the fence refuses the stale turn's commit
+        await anext(stream)
+    assert [m.text for m in await store.read("c")] == ["next", "ok"]
+    assert await _free(store)
+
+
+async def test_a_lease_step_that_never_answers_is_a_store_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The acquire runs shielded so that a cancellation finds it settled; a store that
+    # never answers is bounded instead, like the release.
+    from scope.history import _overlap
+
+    class Hung(Unfolded):
+        async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    monkeypatch.setattr(_overlap, "RELEASE_TIMEOUT", 0.05)
+    store = InMemoryStore()
+    leaser = Hung(store)
+    reports = Reports()
+    model = Answer()
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap="reject")
+    with anyio.fail_after(5), pytest.raises(StoreError, match=r"not answered within 0\.05 s"):
+        await mw.call(model).call(Request([user_message("q")]))
+    assert model.calls == 0 and leaser.releasing.is_set()  # given back, just in case
+    assert [r.reason for r in reports] == [IncompleteReason.ERROR]
+
+
+async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> None:
+    # The per-process queue and the leftover tokens are dropped once empty (a leftover
+    # once its ttl has passed), so no store handle is kept alive by them.
+    from scope.history import _overlap
+
+    class NoRelease(Unfolded):
+        async def release_turn(self, conversation_id: str, holder: str) -> bool:
+            raise OSError("store down")
+
+    store = InMemoryStore()
+    mw = Middleware(store, store, "done", on_overlap="wait")
+    await mw.call(Answer()).call(Request([user_message("q")]))
+    with pytest.raises(TurnInProgressError):
+        assert await store.acquire_turn("done", "someone", 30)
+        await (
+            Middleware(store, store, "done", on_overlap="reject")
+            .call(Answer())
+            .call(Request([user_message("refused")]))
+        )
+    assert not [key for key in _overlap._slots if key[1] == "done"]
+    leaser = NoRelease(store)
+    leaser.hang_after_acquire = True
+    for cid in ("first", "second"):
+        with anyio.move_on_after(0.05):
+            await (
+                Middleware(leaser, leaser, cid, on_overlap="reject", lease_ttl=0.1)
+                .call(Answer())
+                .call(Request([user_message("q")]))
+            )
+        await anyio.sleep(0.15)  # the first leftover expires before the second is left
+    assert [key[1] for key in _overlap._slots if key[0] == id(leaser)] == ["second"]
+
+
+async def test_a_turn_interrupted_before_its_model_call_never_calls_it() -> None:
+    class SlowRead(Unfolded):
+        async def read_view(self, conversation_id: str) -> Any:
+            await anyio.sleep(0.1)  # the newer turn arrives meanwhile
+            return await self.store.read_view(conversation_id)
+
+    store = InMemoryStore()
+    leaser = SlowRead(store)
+    first, second = Answer(), Answer()
+    outcome: list[BaseException] = []
+
+    async def older() -> None:
+        mw = Middleware(leaser, leaser, "c", on_overlap="interrupt")
+        try:
+            await mw.call(first).call(Request([user_message("older")]))
+        except TurnInterruptedError as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(older)
+            await anyio.wait_all_tasks_blocked()
+            mw = Middleware(leaser, leaser, "c", on_overlap="interrupt")
+            await mw.call(second).call(Request([user_message("newer")]))
+    assert len(outcome) == 1 and first.calls == 0 and second.calls == 1
+    assert [m.text for m in await store.read("c")] == ["newer", "ok"]
