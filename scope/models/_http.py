@@ -113,9 +113,10 @@ class HTTPAdapter:
     """The part of an adapter that owns its settings and the HTTP client and sends with
     retries.
 
-    Subclasses set ``_WIRE`` (a ``Wire``) and define the public methods (``call``,
-    ``stream``, the properties) over ``_call_request`` and ``_stream_request``. Nothing
-    is created before first use, so nothing binds to an event loop at construction.
+    Subclasses set ``_WIRE`` (a ``Wire``) and add only their own constructor arguments
+    (``_body_options`` passes them to the wire's ``build_body``): ``call``, ``stream``
+    and the properties are defined here, once. Nothing is created before first use, so
+    nothing binds to an event loop at construction.
     """
 
     __slots__ = (
@@ -364,23 +365,41 @@ class HTTPAdapter:
             self._fill_origin(exc, response)
             raise
 
-    async def _call_request(self, request: Request) -> Response:
-        """Validate and map ``request`` (raising before any I/O), send it (with retries)
-        and parse the one complete answer, stamped with its provenance."""
+    # ------------------------------------------------------------------ public API
+
+    async def call(self, request: Request) -> Response:
+        """Answer ``request`` with one complete response (one ``POST`` to the endpoint
+        the module docstring names).
+
+        Raises before any I/O for an invalid or unsupported request
+        (``InvalidRequestError``, ``UnsupportedOptionError``); then the provider errors
+        of the module docstring, after the retries. The answer's message carries its
+        provenance (``scope/api``, ``scope/provider``, ``scope/model``). Cancellation
+        propagates; the HTTP response is closed on every path.
+        """
         content, replay, url = self._encode(request, stream=False)
         dropped = replay.report(self._WIRE.name)
         response = await self._send(content, stream=False, url=url)
         return self._stamped(self._parse(response.content, response), replay, dropped)
 
-    async def _stream_request(self, request: Request) -> AsyncGenerator[Response, None]:
-        """On first iteration, validate and map ``request`` (nothing is sent for an
-        invalid one) and send it (with retries until the response begins); then yield the
-        deltas the wire's mapper makes of its server-sent events. A JSON body (a server
-        that ignored ``stream``, or JSON under an event-stream content type) is parsed
-        whole and yielded as one delta. A stream that
-        ends before the mapper saw its end marker or a finish reason raises
-        ``ProviderConnectionError`` saying what it lacked. The response is released on
-        every path; the request is not kept once encoded."""
+    async def stream(self, request: Request) -> AsyncGenerator[Response, None]:
+        """A lazy stream of deltas answering ``request`` (``stream: true``, or the
+        provider's streaming endpoint).
+
+        Nothing happens until the first iteration; then the request is validated and
+        mapped (raising before any I/O) and sent, with retries until the response
+        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta; the
+        first one carrying a message carries its provenance. A JSON body (a server that
+        ignored ``stream``, or an error answered as JSON under an event-stream content
+        type) is parsed whole and yielded as one delta. A failure (a dropped connection,
+        or a stream that ends before its end marker or a finish reason:
+        ``ProviderConnectionError``; a malformed event: ``InvalidResponseError``; an
+        error event: the ``ProviderError`` it states) is raised once and ends the
+        stream. ``aclose()`` — or leaving ``contextlib.aclosing`` early — closes the
+        HTTP response (the connection is dropped, so the server stops generating)
+        before it returns; nothing runs in the background, and the request is not kept
+        once encoded.
+        """
         wire = self._WIRE
         content, replay, url = self._encode(request, stream=True)
         del request
@@ -459,7 +478,7 @@ class HTTPAdapter:
 
 
 class StreamMapper(Protocol):
-    """What ``_stream_request`` needs of a provider's event mapper:
+    """What ``HTTPAdapter.stream`` needs of a provider's event mapper:
     ``end_marker_seen`` (the provider's end-of-stream event arrived: ``[DONE]``,
     ``message_stop``) and ``finish_reason_seen`` (a finish or stop reason did)."""
 

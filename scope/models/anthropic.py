@@ -114,7 +114,6 @@ never once a stream has begun. An ``error`` event mid-stream (``overloaded_error
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from typing import Final, final
 
 try:
@@ -126,7 +125,6 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.anthropic needs httpx: install the extra, pip install 'scope-chat[anthropic]'"
     ) from exc
 
-from scope.chat import Request, Response
 from scope.models._anthropic_wire import (
     API,
     DEFAULT_MAX_TOKENS,
@@ -195,28 +193,3 @@ class AnthropicModel(HTTPAdapter):
         provider=PROVIDER,
         unfinished="no stop_reason and no message_stop",
     )
-
-    # ------------------------------------------------------------------ public API
-
-    async def call(self, request: Request) -> Response:
-        """Answer ``request`` with one complete response (``POST /v1/messages``).
-
-        Raises before any I/O for an invalid or unsupported request; then the provider
-        errors of the module docstring, after the retries. Cancellation propagates; the
-        HTTP response is closed on every path.
-        """
-        return await self._call_request(request)
-
-    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
-        """A lazy stream of deltas answering ``request``.
-
-        Nothing happens until the first iteration; then the request is validated and
-        mapped (raising before any I/O) and sent, with retries until the response
-        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
-        failure (a dropped connection: ``ProviderConnectionError``; a malformed event:
-        ``InvalidResponseError``; an ``error`` event: the ``ProviderError`` of its type)
-        is raised once and ends the stream. ``aclose()`` — or leaving
-        ``contextlib.aclosing`` early — closes the HTTP response before it returns;
-        nothing runs in the background.
-        """
-        return self._stream_request(request)

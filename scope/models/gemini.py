@@ -113,7 +113,6 @@ the same way.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from typing import Final, final
 
 try:
@@ -125,7 +124,6 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.gemini needs httpx: install the extra, pip install 'scope-chat[gemini]'"
     ) from exc
 
-from scope.chat import Request, Response
 from scope.models._gemini_wire import (
     API,
     PROVIDER,
@@ -184,28 +182,3 @@ class GeminiModel(HTTPAdapter):
         route=route,
         refine_error=refine_error,
     )
-
-    # ------------------------------------------------------------------ public API
-
-    async def call(self, request: Request) -> Response:
-        """Answer ``request`` with one complete response (``:generateContent``).
-
-        Raises before any I/O for an invalid or unsupported request; then the provider
-        errors of the module docstring, after the retries. Cancellation propagates; the
-        HTTP response is closed on every path.
-        """
-        return await self._call_request(request)
-
-    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
-        """A lazy stream of deltas answering ``request`` (``:streamGenerateContent``).
-
-        Nothing happens until the first iteration; then the request is validated and
-        mapped (raising before any I/O) and sent, with retries until the response
-        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
-        failure (a dropped connection or a stream without a ``finishReason``:
-        ``ProviderConnectionError``; a malformed event: ``InvalidResponseError``; an
-        error body: its ``ProviderError``) is raised once and ends the stream.
-        ``aclose()`` — or leaving ``contextlib.aclosing`` early — closes the HTTP
-        response before it returns; nothing runs in the background.
-        """
-        return self._stream_request(request)

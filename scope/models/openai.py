@@ -129,7 +129,7 @@ errors and the retries above; its mapping is in its class docstring.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, final
 
 try:
@@ -142,7 +142,7 @@ except ModuleNotFoundError as exc:  # the extra is not installed
     ) from exc
 
 from scope._validate import check_type
-from scope.chat import Options, Request, Response
+from scope.chat import Options
 from scope.models._http import UNSET, HTTPAdapter, Wire
 from scope.models._openai_wire import API, PROVIDER, ChunkMapper, build_body, parse_completion
 from scope.models._responses_wire import API as RESPONSES_API
@@ -235,31 +235,6 @@ class OpenAIChatModel(HTTPAdapter):
             retry_max_delay=retry_max_delay,
             provider_name=provider_name,
         )
-
-    # ------------------------------------------------------------------ public API
-
-    async def call(self, request: Request) -> Response:
-        """Answer ``request`` with one complete response (``POST /chat/completions``).
-
-        Raises before any I/O for an invalid or unsupported request; then the provider
-        errors of the module docstring, after the retries. Cancellation propagates; the
-        HTTP response is closed on every path.
-        """
-        return await self._call_request(request)
-
-    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
-        """A lazy stream of deltas answering ``request``.
-
-        Nothing happens until the first iteration; then the request is validated and
-        mapped (raising before any I/O) and sent, with retries until the response
-        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
-        failure (a dropped connection: ``ProviderConnectionError``; a malformed event:
-        ``InvalidResponseError``; an error event: ``ProviderError``) is raised once and
-        ends the stream. ``aclose()`` — or leaving ``contextlib.aclosing`` early —
-        closes the HTTP response (the connection is dropped, so the server stops
-        generating) before it returns; nothing runs in the background.
-        """
-        return self._stream_request(request)
 
 
 @final
@@ -399,25 +374,3 @@ class OpenAIResponsesModel(HTTPAdapter):
 
     def _body_options(self) -> dict[str, Any]:
         return {"encrypted_reasoning": self._encrypted_reasoning}
-
-    async def call(self, request: Request) -> Response:
-        """Answer ``request`` with one complete response (``POST /responses``).
-
-        Raises before any I/O for an invalid or unsupported request; then the provider
-        errors of the module docstring, after the retries. Cancellation propagates; the
-        HTTP response is closed on every path.
-        """
-        return await self._call_request(request)
-
-    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
-        """A lazy stream of deltas answering ``request`` (``stream: true``).
-
-        Nothing happens until the first iteration; then the request is validated and
-        mapped (raising before any I/O) and sent, with retries until the response
-        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
-        failure (a dropped connection: ``ProviderConnectionError``; a malformed event:
-        ``InvalidResponseError``; a ``response.failed`` or ``error`` event:
-        ``ProviderError``) is raised once and ends the stream. ``aclose()`` closes the
-        HTTP response before it returns; nothing runs in the background.
-        """
-        return self._stream_request(request)

@@ -73,6 +73,14 @@ def test_the_model_is_a_model_and_a_streamer(provider: Provider) -> None:
     )
 
 
+def test_call_and_stream_are_defined_once_in_the_base(provider: Provider) -> None:
+    # One definition (one docstring) for every adapter: an adapter adds only its own
+    # constructor arguments, never a copy of the request path.
+    for name in ("call", "stream", "aclose", "model", "base_url", "provider_name"):
+        assert name not in vars(provider.model_class), name
+        assert (getattr(_http.HTTPAdapter, name).__doc__ or "").strip(), name
+
+
 # ------------------------------------------------------------------------- constructor
 
 
