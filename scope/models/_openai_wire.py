@@ -30,8 +30,8 @@ from scope.chat import (
     ToolCallDelta,
     ToolDefinition,
     Usage,
+    text_delta,
 )
-from scope.chat._deltas import text_delta
 from scope.errors import (
     InvalidResponseError,
     ScopeError,

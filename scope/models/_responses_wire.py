@@ -31,8 +31,8 @@ from scope.chat import (
     ToolDefinition,
     ToolResult,
     Usage,
+    text_delta,
 )
-from scope.chat._deltas import text_delta
 from scope.errors import InvalidResponseError, ProviderError, UnsupportedOptionError
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
