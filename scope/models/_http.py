@@ -36,7 +36,7 @@ import httpx
 import orjson
 
 from scope import __version__
-from scope._validate import check_name, check_seconds, check_type
+from scope._validate import check_name, check_seconds, check_text, check_type
 from scope.chat import Options, Request, Response
 from scope.errors import (
     InvalidOptionsError,
@@ -47,7 +47,7 @@ from scope.errors import (
     RateLimitError,
 )
 from scope.models._errors import error_for_status
-from scope.models._provenance import Replay, stamp, with_dropped
+from scope.models._provenance import Replay, with_dropped
 from scope.models._sse import SSEDecoder
 
 __all__ = [
@@ -128,6 +128,7 @@ class HTTPAdapter:
         "_max_retries",
         "_model",
         "_owns_client",
+        "_provider_account",
         "_provider_name",
         "_retry_backoff",
         "_retry_max_delay",
@@ -152,6 +153,7 @@ class HTTPAdapter:
         retry_backoff: float = 0.5,
         retry_max_delay: float = 60.0,
         provider_name: str | None = None,
+        provider_account: str | None = None,
     ) -> None:
         """Validate and keep the settings every adapter takes (see the adapter's class
         docstring): ``TypeError`` for an argument of the wrong type,
@@ -198,6 +200,16 @@ class HTTPAdapter:
         if provider_name is not None:
             check_name(provider_name, f"{wire.name} provider_name")
         self._provider_name = wire.provider if provider_name is None else provider_name
+        if provider_account is not None:
+            check_type(provider_account, str, f"{where} provider_account", "a string")
+            check_text(
+                provider_account,
+                f"{where} provider_account",
+                InvalidOptionsError,
+                required=True,
+                strip=True,
+            )
+        self._provider_account = provider_account
         # Replaceable in tests: how the adapter waits between attempts.
         self._sleep = anyio.sleep
 
@@ -221,6 +233,15 @@ class HTTPAdapter:
         and what the answers' provenance (``scope/provider``) says (the adapter's default
         unless ``provider_name`` was given: ``"deepseek"``, ``"groq"``...)."""
         return self._provider_name
+
+    @property
+    def provider_account(self) -> str | None:
+        """The account (organisation, project) the adapter's key belongs to, as the
+        ``provider_account`` setting named it, or None. Stamped on every answer as
+        ``scope/account``: a message stamped with another account is foreign, so its
+        provider state (signatures, encrypted reasoning), which only that account can
+        verify, is never sent. Never derived from the API key."""
+        return self._provider_account
 
     async def aclose(self) -> None:
         """Close the HTTP client if this adapter created it; idempotent.
@@ -326,7 +347,7 @@ class HTTPAdapter:
         URL it goes to (``None``: the adapter's one URL; a ``Wire.route`` makes it from
         the chosen model and ``stream``)."""
         wire = self._WIRE
-        replay = Replay(wire.api, self.provider_name)
+        replay = Replay(wire.api, self._provider_name, account=self._provider_account)
         body = wire.build_body(
             request,
             default_options=self._default_options,
@@ -346,14 +367,12 @@ class HTTPAdapter:
         return {}
 
     def _stamped(self, response: Response, replay: Replay, dropped: int) -> Response:
-        """``response`` with its message's provenance (DESIGN §6c: the model that
-        answered, else the one asked for) and the count of parts left out, if any."""
+        """``response`` with its message's provenance (DESIGN §6c, §6g: ``Replay.stamp``)
+        and the count of parts left out, if any."""
         output = response.output
         if output is not None and output.message is not None:
             answered = response.metadata.model if response.metadata is not None else ""
-            message = stamp(
-                output.message, self._WIRE.api, self.provider_name, answered or replay.model
-            )
+            message = replay.stamp(output.message, answered)
             response = attrs.evolve(response, output=attrs.evolve(output, message=message))
         return with_dropped(response, dropped) if dropped else response
 
@@ -455,12 +474,7 @@ class HTTPAdapter:
                         output = chunk.output
                         if output is not None and output.message is not None:
                             unstamped = False
-                            message = stamp(
-                                output.message,
-                                wire.api,
-                                self.provider_name,
-                                answered or replay.model,
-                            )
+                            message = replay.stamp(output.message, answered)
                             output = attrs.evolve(output, message=message)
                             chunk = attrs.evolve(chunk, output=output)
                     if dropped:

@@ -29,11 +29,15 @@ Assistant messages become ``text``, ``thinking``, ``redacted_thinking`` and
 ``{}``), sent with their numbers as spelled. Tools become ``tools`` entries with
 ``input_schema`` verbatim.
 
-**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+**Provenance** (DESIGN §6c, §6g). Every answer's message is stamped with metadata
 ``scope/provider`` (``provider_name``), ``scope/model`` (the model that answered, else
-the one asked for) and ``scope/api`` (``anthropic.messages``). Provider state (thinking
-and redacted thinking) goes back only from the adapter's own messages: same API,
-provider and model (or a dated snapshot of it); a message without provenance is foreign.
+the one asked for), ``scope/asked`` (the model asked for), ``scope/api``
+(``anthropic.messages``) and, with a ``provider_account``, ``scope/account``. Provider
+state (thinking and redacted thinking) goes back only from the adapter's own messages:
+same API and provider, not another account, and the same model (asked for the same
+model, or answered by the model asked for now or a dated snapshot of it:
+``claude-sonnet-4-0`` owns what ``claude-sonnet-4-20250514`` answered, also in
+messages stamped before ``scope/asked``); a message without provenance is foreign.
 The parts left out are counted in the response's
 ``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and named in a
 DEBUG record of the ``scope.models`` logger.
@@ -164,8 +168,9 @@ class AnthropicModel(HTTPAdapter):
     back to ``ANTHROPIC_API_KEY``; ``base_url`` (without ``/v1``) to
     ``ANTHROPIC_BASE_URL``, then ``DEFAULT_BASE_URL``. ``headers`` are added to every
     request (and may override the defaults). ``default_options`` lie under every
-    request's options. ``http_client``, ``timeout``, ``max_retries``, ``retry_backoff``
-    and ``retry_max_delay`` behave as in ``OpenAIChatModel``.
+    request's options. ``http_client``, ``timeout``, ``max_retries``, ``retry_backoff``,
+    ``retry_max_delay``, ``provider_name`` and ``provider_account`` behave as in
+    ``OpenAIChatModel`` (signatures verify only for the organisation that made them).
 
     Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
     ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent

@@ -19,11 +19,15 @@ One object is both a ``chat.Model`` (``await model.call(request)``) and a
 constructor's ``model`` (a leading ``models/`` is accepted). Importing ``scope`` never
 imports this module; importing it imports httpx.
 
-**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+**Provenance** (DESIGN §6c, §6g). Every answer's message is stamped with metadata
 ``scope/provider`` (``gcp.gemini``), ``scope/model`` (the model that answered, else the
-one asked for) and ``scope/api`` (``gemini.generate_content``). Thought signatures (and
-signed thoughts) go back only from the adapter's own messages: same API, provider and
-model (or a dated snapshot of it); a message without provenance is foreign. A foreign
+one asked for), ``scope/asked`` (the model asked for), ``scope/api``
+(``gemini.generate_content``) and, with a ``provider_account``, ``scope/account``.
+Thought signatures (and signed thoughts) go back only from the adapter's own messages:
+same API and provider, not another account, and the same model (asked for the same
+model — ``gemini-flash-latest`` owns what it answered as a preview's name — or
+answered by the model asked for now or a dated snapshot of it); a message without
+provenance is foreign. A foreign
 function call of the current turn (after the last user message) carries Google's
 documented placeholder ``skip_thought_signature_validator`` on the first call of its
 step, as Gemini 3 requires. The parts left out are counted in the response's
@@ -154,8 +158,8 @@ class GeminiModel(HTTPAdapter):
     back to ``GEMINI_API_KEY``; ``base_url`` (the host root) to ``GEMINI_BASE_URL``, then
     ``DEFAULT_BASE_URL``. ``headers`` are added to every request (and may override the
     defaults). ``default_options`` lie under every request's options. ``http_client``,
-    ``timeout``, ``max_retries``, ``retry_backoff`` and ``retry_max_delay`` behave as in
-    ``OpenAIChatModel``.
+    ``timeout``, ``max_retries``, ``retry_backoff``, ``retry_max_delay``,
+    ``provider_name`` and ``provider_account`` behave as in ``OpenAIChatModel``.
 
     Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
     ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent

@@ -88,13 +88,16 @@ only the ``index``); a call with no id by the finish reason or ``[DONE]`` gets
 its end, so the connection can be reused); a stream that ends without ``[DONE]`` is
 accepted only after a finish reason.
 
-**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+**Provenance** (DESIGN §6c, §6g). Every answer's message is stamped with metadata
 ``scope/provider`` (``provider_name``), ``scope/model`` (the model that answered, else
-the one asked for) and ``scope/api`` (``openai.chat`` here, ``openai.responses`` for
-``OpenAIResponsesModel``). Provider state (``extra_content``, ``reasoning_details``,
-``reasoning_content``; the Responses API's reasoning items and item ids) goes back only
-from the adapter's own messages: same API, provider and model (or a dated snapshot of
-it); a message without provenance is foreign. The parts left out are counted in the
+the one asked for), ``scope/asked`` (the model asked for), ``scope/api``
+(``openai.chat`` here, ``openai.responses`` for ``OpenAIResponsesModel``) and, with a
+``provider_account``, ``scope/account``. Provider state (``extra_content``,
+``reasoning_details``, ``reasoning_content``; the Responses API's reasoning items and
+item ids) goes back only from the adapter's own messages: same API and provider, not
+another account, and the same model (asked for the same model, or answered by the
+model asked for now or a dated snapshot of it; docs/providers.md has the rule); a
+message without provenance is foreign. The parts left out are counted in the
 response's ``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and
 named in a DEBUG record of the ``scope.models`` logger.
 
@@ -183,6 +186,14 @@ class OpenAIChatModel(HTTPAdapter):
     (``gen_ai.provider.name`` in ``scope.otel``): say ``"deepseek"``, ``"groq"``, ...
     when the base URL points at another OpenAI-compatible provider.
 
+    ``provider_account``: the account (organisation or project) the key belongs to, a
+    name of your choosing; stamped on every answer as ``scope/account``. State stamped
+    with another account is never sent back (encrypted reasoning verifies only for the
+    organisation that made it); a message stamped without an account is judged by the
+    rest of the rule. Never derived from the API key. ``TypeError`` for a non-string,
+    ``InvalidOptionsError`` for an empty one, surrounding whitespace or a lone
+    surrogate.
+
     Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
     ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent
     calls and streams may share one model; nothing binds to an event loop at
@@ -221,6 +232,7 @@ class OpenAIChatModel(HTTPAdapter):
         retry_backoff: float = 0.5,
         retry_max_delay: float = 60.0,
         provider_name: str = "openai",
+        provider_account: str | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -234,6 +246,7 @@ class OpenAIChatModel(HTTPAdapter):
             retry_backoff=retry_backoff,
             retry_max_delay=retry_max_delay,
             provider_name=provider_name,
+            provider_account=provider_account,
         )
 
 
@@ -245,7 +258,7 @@ class OpenAIResponsesModel(HTTPAdapter):
 
     The constructor is ``OpenAIChatModel``'s (same ``OPENAI_API_KEY`` /
     ``OPENAI_BASE_URL`` variables and default base URL; ``provider_name`` default
-    ``"openai"``), plus:
+    ``"openai"``; ``provider_account``), plus:
 
     - ``encrypted_reasoning``: ask for the reasoning's ``encrypted_content`` (``include:
       ["reasoning.encrypted_content"]``) and send it back on the next turns; default
@@ -346,6 +359,7 @@ class OpenAIResponsesModel(HTTPAdapter):
         retry_backoff: float = 0.5,
         retry_max_delay: float = 60.0,
         provider_name: str = "openai",
+        provider_account: str | None = None,
         encrypted_reasoning: bool = True,
     ) -> None:
         check_type(encrypted_reasoning, bool, "OpenAIResponsesModel encrypted_reasoning", "a bool")
@@ -361,6 +375,7 @@ class OpenAIResponsesModel(HTTPAdapter):
             retry_backoff=retry_backoff,
             retry_max_delay=retry_max_delay,
             provider_name=provider_name,
+            provider_account=provider_account,
         )
         self._encrypted_reasoning = encrypted_reasoning
 
