@@ -341,11 +341,14 @@ class HTTPAdapter:
     def _fill_origin(self, exc: ProviderError, response: httpx.Response) -> None:
         fill_origin(exc, response, self._request_id(response))
 
-    def _encode(self, request: Request, *, stream: bool) -> tuple[bytes, Replay, httpx.URL | None]:
-        """The body for ``request``, the ``Replay`` that decided whose state it carries
-        (its ``model`` the model asked for, its ``left_out`` what it does not), and the
-        URL it goes to (``None``: the adapter's one URL; a ``Wire.route`` makes it from
-        the chosen model and ``stream``)."""
+    def _encode(
+        self, request: Request, *, stream: bool, options: dict[str, Any]
+    ) -> tuple[bytes, Replay, httpx.URL | None]:
+        """The body for ``request`` (``options``: what ``_body_options`` said when the
+        request was made), the ``Replay`` that decided whose state it carries (its
+        ``model`` the model asked for, its ``left_out`` what it does not), and the URL it
+        goes to (``None``: the adapter's one URL; a ``Wire.route`` makes it from the
+        chosen model and ``stream``)."""
         wire = self._WIRE
         replay = Replay(wire.api, self._provider_name, account=self._provider_account)
         body = wire.build_body(
@@ -354,7 +357,7 @@ class HTTPAdapter:
             model=self._model,
             stream=stream,
             replay=replay,
-            **self._body_options(),
+            **options,
         )
         url = None
         if wire.route is not None:
@@ -363,7 +366,10 @@ class HTTPAdapter:
         return orjson.dumps(body), replay, url
 
     def _body_options(self) -> dict[str, Any]:
-        """Settings of the adapter's own that its ``build_body`` takes as keywords."""
+        """What the adapter's own settings add to its ``build_body`` call, as keywords.
+        Read when the request is made (on ``call``, and in ``stream()`` itself, before
+        the stream runs), so what it reads from the context (the conversation the
+        history Middleware serves) is the caller's."""
         return {}
 
     def _stamped(self, response: Response, replay: Replay, dropped: int) -> Response:
@@ -396,12 +402,12 @@ class HTTPAdapter:
         provenance (``scope/api``, ``scope/provider``, ``scope/model``). Cancellation
         propagates; the HTTP response is closed on every path.
         """
-        content, replay, url = self._encode(request, stream=False)
+        content, replay, url = self._encode(request, stream=False, options=self._body_options())
         dropped = replay.report(self._WIRE.name)
         response = await self._send(content, stream=False, url=url)
         return self._stamped(self._parse(response.content, response), replay, dropped)
 
-    async def stream(self, request: Request) -> AsyncGenerator[Response, None]:
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
         """A lazy stream of deltas answering ``request`` (``stream: true``, or the
         provider's streaming endpoint).
 
@@ -419,8 +425,13 @@ class HTTPAdapter:
         before it returns; nothing runs in the background, and the request is not kept
         once encoded.
         """
+        return self._stream(request, self._body_options())
+
+    async def _stream(
+        self, request: Request, options: dict[str, Any]
+    ) -> AsyncGenerator[Response, None]:
         wire = self._WIRE
-        content, replay, url = self._encode(request, stream=True)
+        content, replay, url = self._encode(request, stream=True, options=options)
         del request
         dropped = replay.report(wire.name)
         mapper = wire.mapper()

@@ -144,8 +144,10 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.openai needs httpx: install the extra, pip install 'scope-chat[openai]'"
     ) from exc
 
-from scope._validate import check_type
+from scope._context import current_conversation
+from scope._validate import check_text, check_type
 from scope.chat import Options
+from scope.errors import InvalidOptionsError
 from scope.models._http import UNSET, HTTPAdapter, Wire
 from scope.models._openai_wire import API, PROVIDER, ChunkMapper, build_body, parse_completion
 from scope.models._responses_wire import API as RESPONSES_API
@@ -160,6 +162,27 @@ DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 
 #: The timeout of a client the model creates: 10 minutes overall, 5 seconds to connect.
 DEFAULT_TIMEOUT: Final = httpx.Timeout(600.0, connect=5.0)
+
+#: The ``prompt_cache_key`` that sends the id of the conversation being served.
+_CONVERSATION: Final = "conversation"
+
+
+def _check_cache_key(value: object, where: str) -> str | None:
+    """A ``prompt_cache_key`` setting: None, or a non-empty string without surrounding
+    whitespace (``TypeError`` for another type, ``InvalidOptionsError`` otherwise)."""
+    if value is None:
+        return None
+    what = f"{where} prompt_cache_key"
+    check_type(value, str, what, "a string")
+    return check_text(value, what, InvalidOptionsError, required=True, strip=True)
+
+
+def _cache_key(setting: str | None) -> str | None:
+    """The ``prompt_cache_key`` to send now: the setting, or for ``"conversation"`` the
+    conversation the history Middleware is serving (None outside one: nothing sent)."""
+    if setting == _CONVERSATION:
+        return current_conversation()
+    return setting
 
 
 @final
@@ -194,13 +217,21 @@ class OpenAIChatModel(HTTPAdapter):
     ``InvalidOptionsError`` for an empty one, surrounding whitespace or a lone
     surrogate.
 
+    ``prompt_cache_key``: sent as the request's ``prompt_cache_key`` (OpenAI routes
+    requests with one key to the same prompt cache). ``"conversation"`` sends the id of
+    the conversation the history ``Middleware`` is serving (read when ``call`` or
+    ``stream`` is called); outside one, nothing is sent. Validated as
+    ``provider_account``. The extension ``openai/prompt_cache_key`` overrides it per
+    request. Cache hits come back as ``Usage.cache_read_input_tokens`` (the API
+    reports no cache writes).
+
     Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
     ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent
     calls and streams may share one model; nothing binds to an event loop at
     construction, so one model works under asyncio or trio (one at a time, as httpx).
     """
 
-    __slots__ = ()
+    __slots__ = ("_prompt_cache_key",)
 
     _WIRE = Wire(
         name="OpenAIChatModel",
@@ -233,7 +264,9 @@ class OpenAIChatModel(HTTPAdapter):
         retry_max_delay: float = 60.0,
         provider_name: str = "openai",
         provider_account: str | None = None,
+        prompt_cache_key: str | None = None,
     ) -> None:
+        self._prompt_cache_key = _check_cache_key(prompt_cache_key, "OpenAIChatModel")
         super().__init__(
             model,
             api_key=api_key,
@@ -248,6 +281,14 @@ class OpenAIChatModel(HTTPAdapter):
             provider_name=provider_name,
             provider_account=provider_account,
         )
+
+    @property
+    def prompt_cache_key(self) -> str | None:
+        """The ``prompt_cache_key`` setting (see the class docstring), or None."""
+        return self._prompt_cache_key
+
+    def _body_options(self) -> dict[str, Any]:
+        return {"prompt_cache_key": _cache_key(self._prompt_cache_key)}
 
 
 @final
@@ -264,6 +305,9 @@ class OpenAIResponsesModel(HTTPAdapter):
       ["reasoning.encrypted_content"]``) and send it back on the next turns; default
       True. Turn it off for a server that refuses the ``include``: then no reasoning
       item is sent back (reasoning summaries still arrive as reasoning parts).
+    - ``prompt_cache_key``: as in ``OpenAIChatModel`` (a string, or ``"conversation"``
+      for the id of the conversation the history ``Middleware`` is serving; cache hits
+      in ``Usage.cache_read_input_tokens``).
 
     **Stateless.** Every request sends ``store: false`` and never
     ``previous_response_id``: scope's history is the source of truth, and the reasoning
@@ -327,7 +371,7 @@ class OpenAIResponsesModel(HTTPAdapter):
     (an unknown model is a 400: ``BadRequestError``).
     """
 
-    __slots__ = ("_encrypted_reasoning",)
+    __slots__ = ("_encrypted_reasoning", "_prompt_cache_key")
 
     _WIRE = Wire(
         name="OpenAIResponsesModel",
@@ -360,9 +404,11 @@ class OpenAIResponsesModel(HTTPAdapter):
         retry_max_delay: float = 60.0,
         provider_name: str = "openai",
         provider_account: str | None = None,
+        prompt_cache_key: str | None = None,
         encrypted_reasoning: bool = True,
     ) -> None:
         check_type(encrypted_reasoning, bool, "OpenAIResponsesModel encrypted_reasoning", "a bool")
+        self._prompt_cache_key = _check_cache_key(prompt_cache_key, "OpenAIResponsesModel")
         super().__init__(
             model,
             api_key=api_key,
@@ -387,5 +433,13 @@ class OpenAIResponsesModel(HTTPAdapter):
         docstring)."""
         return self._encrypted_reasoning
 
+    @property
+    def prompt_cache_key(self) -> str | None:
+        """The ``prompt_cache_key`` setting (see ``OpenAIChatModel``), or None."""
+        return self._prompt_cache_key
+
     def _body_options(self) -> dict[str, Any]:
-        return {"encrypted_reasoning": self._encrypted_reasoning}
+        return {
+            "encrypted_reasoning": self._encrypted_reasoning,
+            "prompt_cache_key": _cache_key(self._prompt_cache_key),
+        }
