@@ -285,11 +285,12 @@ class Provider:
         model = kwargs.pop("model", self.model)
         return self.model_class(model, base_url=base_url, **kwargs)
 
-    def own(self, message: Message, model: str = "") -> Message:
+    def own(self, message: Message, model: str = "", *, asked: str | None = None) -> Message:
         """``message`` stamped as this adapter's answer (DESIGN §6c: its state goes
-        back), from ``model`` (default: the model the provider tests ask for)."""
+        back), from ``model`` (default: the model the provider tests ask for); with
+        ``asked``, stamped as v0.4 stamps (``scope/asked``, §6g), else as v0.3 did."""
         wire = self.model_class._WIRE
-        return stamp(message, wire.api, wire.provider, model or self.model)
+        return stamp(message, wire.api, wire.provider, model or self.model, asked=asked)
 
     def recorded(self, server: openai_server.OpenAIServer, **kwargs: Any) -> tuple[Any, Sleeps]:
         """The adapter for ``server`` (retry backoff 0.01 s unless given), its retry

@@ -32,6 +32,7 @@ WRONG_TYPES: list[tuple[str, Callable[[], object], str]] = [
     ("openai provider_name", lambda: OpenAIChatModel("m", provider_name=1), "provider_name"),
     ("responses switch", lambda: OpenAIResponsesModel(encrypted_reasoning=1), "encrypted"),
     ("anthropic retries", lambda: AnthropicModel("m", max_retries="2"), "max_retries"),
+    ("gemini account", lambda: GeminiModel("m", provider_account=1), "provider_account"),
     ("gemini client", lambda: GeminiModel("m", http_client="c"), "GeminiModel http_client"),
     ("middleware reader", lambda: Middleware(object(), STORE, "c"), "reader must be"),
     ("middleware flag", lambda: Middleware(STORE, STORE, "c", keep_interrupted=1), "keep_"),
@@ -48,6 +49,12 @@ WRONG_VALUES: list[tuple[str, Callable[[], object], type[ValueError], str]] = [
         lambda: OpenAIChatModel("m", provider_name=""),
         InvalidOptionsError,
         "OpenAIChatModel provider_name must be a non-empty string",
+    ),
+    (
+        "responses provider_account",
+        lambda: OpenAIResponsesModel("m", provider_account=" org"),
+        InvalidOptionsError,
+        "OpenAIResponsesModel provider_account must not have surrounding whitespace",
     ),
     (
         "tracing provider_name",

@@ -245,6 +245,14 @@ def test_the_api_reference_shows_typed_constructor_signatures(site: pathlib.Path
     assert any("-> Tracing" in s for s in signatures)  # return types too
     # What a private base provides is still documented on the public class.
     assert 'id="scope.models.openai.OpenAIChatModel.aclose"' in html
+    for adapter in (
+        "openai.OpenAIChatModel",
+        "openai.OpenAIResponsesModel",
+        "anthropic.AnthropicModel",
+        "gemini.GeminiModel",
+    ):
+        for method in ("call", "stream"):
+            assert f'id="scope.models.{adapter}.{method}"' in html, (adapter, method)
 
 
 def test_the_api_reference_has_no_stray_rst_markers(site: pathlib.Path) -> None:

@@ -1,6 +1,9 @@
 """The provider-neutral chat protocol: values, accumulation, models and middleware."""
 
 from scope.chat._accumulator import ResponseAccumulator as ResponseAccumulator
+from scope.chat._deltas import response_metadata as response_metadata
+from scope.chat._deltas import text_delta as text_delta
+from scope.chat._deltas import token_usage as token_usage
 from scope.chat._fallback import DEFAULT_FALLBACK_ERRORS as DEFAULT_FALLBACK_ERRORS
 from scope.chat._fallback import Fallback as Fallback
 from scope.chat._fallback import fallback as fallback
@@ -79,8 +82,11 @@ __all__ = [
     "fallback",
     "media_part",
     "reasoning_part",
+    "response_metadata",
     "system_message",
+    "text_delta",
     "text_part",
+    "token_usage",
     "tool_call_delta_part",
     "tool_call_part",
     "tool_message",

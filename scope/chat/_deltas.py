@@ -1,5 +1,5 @@
 """Stream values built without the cost of their validating constructors:
-``text_delta`` (the chunk of one text or reasoning fragment), ``usage`` and
+``text_delta`` (the chunk of one text or reasoning fragment), ``token_usage`` and
 ``response_metadata`` (which a provider may send with every chunk).
 
 Almost every chunk a provider adapter yields is ``Response(Output(Message(ASSISTANT,
@@ -11,14 +11,14 @@ the values are assembled through each slot's member descriptor (``object.__new__
 what ``object.__setattr__`` ends up calling, as the codec's generated structurers do).
 Anything the fast checks do not accept takes the checked constructors, so an invalid
 value never exists and every error is the one the constructors raise.
-``usage`` and ``response_metadata`` accept what the fast paths of ``Usage.validate`` and
+``token_usage`` and ``response_metadata`` accept what the fast paths of ``Usage.validate`` and
 ``ResponseMetadata.validate`` accept (inlined) and otherwise take the constructor, the
 same way; their converters are no-ops on what they accept (a ``Usage``, a ``Metadata``).
 tests/chat/test_deltas.py proves with hypothesis that each function and its constructors agree
 on every input.
 
-Private to scope: the provider adapters (``scope.models``) import it (pyproject's
-import-linter contract names them).
+Public through ``scope.chat`` (a provider adapter of anyone's builds its chunks with
+them; ``scope.models`` does).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from scope.chat._response import Output, Response, ResponseMetadata, Usage
 from scope.chat._types import PartKind, Role
 from scope.metadata import EMPTY_METADATA, Metadata
 
-__all__ = ["response_metadata", "text_delta", "usage"]
+__all__ = ["response_metadata", "text_delta", "token_usage"]
 
 _TEXT: Final = PartKind.TEXT
 _REASONING: Final = PartKind.REASONING
@@ -90,15 +90,16 @@ _meta_id, _meta_model, _meta_usage, _meta_extra = _setters(
 )
 
 
-def usage(
+def token_usage(
     input_tokens: int = 0,
     output_tokens: int = 0,
     reasoning_tokens: int | None = None,
     cache_read_input_tokens: int | None = None,
     cache_write_input_tokens: int | None = None,
 ) -> Usage:
-    """``Usage(...)`` of the same arguments: equal, or the same ``InvalidUsageError``
-    (``Usage`` has no converters: ``__init__`` writes the slots and validates)."""
+    """``Usage(...)`` of the same arguments, cheaper for valid counts: an equal value,
+    or the same ``InvalidUsageError`` (anything the fast check does not accept takes the
+    constructor). For code that builds a usage snapshot per streamed chunk."""
     reasoning = reasoning_tokens
     cache_read = cache_read_input_tokens
     cache_write = cache_write_input_tokens
@@ -131,11 +132,11 @@ def response_metadata(
     usage: Usage | None = None,
     extra: Metadata = EMPTY_METADATA,
 ) -> ResponseMetadata:
-    """``ResponseMetadata(id, model, usage, extra)``: equal, or the same error. With a
-    ``Usage`` and a ``Metadata`` (on which its converters are no-ops) and what
-    ``ResponseMetadata.validate``'s fast path accepts (ASCII id and model without
-    surrounding whitespace) the slots are written directly; anything else takes the
-    constructor."""
+    """``ResponseMetadata(id, model, usage, extra)``, cheaper for the usual input: an
+    equal value, or the same error. With a ``Usage`` (``token_usage`` makes one), a
+    ``Metadata`` and an ASCII id and model without surrounding whitespace the fields are
+    written directly; anything else takes the constructor. For code that sends response
+    metadata with streamed chunks."""
     if not (
         type(usage) is Usage
         and type(extra) is Metadata
@@ -161,13 +162,16 @@ def text_delta(
     metadata: Metadata = EMPTY_METADATA,
     response_metadata: ResponseMetadata | None = None,
 ) -> Response:
-    """``Response(Output(Message(Role.ASSISTANT, (Part(kind, text=text,
-    metadata=metadata),))), response_metadata)``, equal to what those constructors build
-    and raising what they raise (``InvalidPartError`` for empty text or a lone
-    surrogate, ...), only cheaper for the usual input: ``kind`` text or reasoning,
-    ``text`` a non-empty valid ``str``, ``metadata`` a ``Metadata`` and
-    ``response_metadata`` None or a ``ResponseMetadata``. The message metadata is
-    ``EMPTY_METADATA`` itself (what the accumulator's fast path looks for)."""
+    """The stream chunk of one text or reasoning fragment: ``Response(Output(Message(
+    Role.ASSISTANT, (Part(kind, text=text, metadata=metadata),))), response_metadata)``.
+
+    Equal to what those constructors build and raising what they raise
+    (``InvalidPartError`` for empty text or a lone surrogate, ...), at about half the
+    cost for the usual input: ``kind`` text or reasoning, ``text`` a non-empty
+    valid ``str``, ``metadata`` a ``Metadata`` and ``response_metadata`` None or a
+    ``ResponseMetadata``. The message metadata is ``EMPTY_METADATA`` itself (what the
+    accumulator's fast path looks for). For a provider adapter's stream mapper: most of
+    the chunks it yields are of this shape."""
     if (
         (kind is _TEXT or kind is _REASONING)
         and type(text) is str

@@ -30,8 +30,8 @@ from scope.chat import (
     ToolCall,
     ToolCallDelta,
     Usage,
+    text_delta,
 )
-from scope.chat._deltas import text_delta
 from scope.errors import (
     InvalidJSONError,
     InvalidResponseError,

@@ -35,9 +35,10 @@ from scope.chat import (
     Role,
     ToolCall,
     Usage,
+    response_metadata,
+    text_delta,
+    token_usage,
 )
-from scope.chat._deltas import response_metadata, text_delta
-from scope.chat._deltas import usage as make_usage
 from scope.errors import (
     AuthenticationError,
     InvalidJSONError,
@@ -494,7 +495,7 @@ def _usage(raw: object, parent: str) -> Usage:
         for key in _USAGE_KEYS:
             _count(raw, key, f"{parent}.usageMetadata")  # raises at the first bad one
     try:
-        return make_usage(prompt or 0, (candidates or 0) + (thoughts or 0), thoughts, cached)
+        return token_usage(prompt or 0, (candidates or 0) + (thoughts or 0), thoughts, cached)
     except ScopeError as exc:
         raise InvalidResponseError(f"{parent}.usageMetadata: {exc}") from exc
 

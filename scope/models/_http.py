@@ -36,7 +36,7 @@ import httpx
 import orjson
 
 from scope import __version__
-from scope._validate import check_name, check_seconds, check_type
+from scope._validate import check_name, check_seconds, check_text, check_type
 from scope.chat import Options, Request, Response
 from scope.errors import (
     InvalidOptionsError,
@@ -47,7 +47,7 @@ from scope.errors import (
     RateLimitError,
 )
 from scope.models._errors import error_for_status
-from scope.models._provenance import DROPPED_KEY, Replay, stamp, with_dropped
+from scope.models._provenance import DROPPED_KEY, Replay, with_dropped
 from scope.models._sse import SSEDecoder
 
 __all__ = [
@@ -113,9 +113,10 @@ class HTTPAdapter:
     """The part of an adapter that owns its settings and the HTTP client and sends with
     retries.
 
-    Subclasses set ``_WIRE`` (a ``Wire``) and define the public methods (``call``,
-    ``stream``, the properties) over ``_call_request`` and ``_stream_request``. Nothing
-    is created before first use, so nothing binds to an event loop at construction.
+    Subclasses set ``_WIRE`` (a ``Wire``) and add only their own constructor arguments
+    (``_body_options`` passes them to the wire's ``build_body``): ``call``, ``stream``
+    and the properties are defined here, once. Nothing is created before first use, so
+    nothing binds to an event loop at construction.
     """
 
     __slots__ = (
@@ -127,6 +128,7 @@ class HTTPAdapter:
         "_max_retries",
         "_model",
         "_owns_client",
+        "_provider_account",
         "_provider_name",
         "_retry_backoff",
         "_retry_max_delay",
@@ -151,6 +153,7 @@ class HTTPAdapter:
         retry_backoff: float = 0.5,
         retry_max_delay: float = 60.0,
         provider_name: str | None = None,
+        provider_account: str | None = None,
     ) -> None:
         """Validate and keep the settings every adapter takes (see the adapter's class
         docstring): ``TypeError`` for an argument of the wrong type,
@@ -197,6 +200,16 @@ class HTTPAdapter:
         if provider_name is not None:
             check_name(provider_name, f"{wire.name} provider_name")
         self._provider_name = wire.provider if provider_name is None else provider_name
+        if provider_account is not None:
+            check_type(provider_account, str, f"{where} provider_account", "a string")
+            check_text(
+                provider_account,
+                f"{where} provider_account",
+                InvalidOptionsError,
+                required=True,
+                strip=True,
+            )
+        self._provider_account = provider_account
         # Replaceable in tests: how the adapter waits between attempts.
         self._sleep = anyio.sleep
 
@@ -220,6 +233,15 @@ class HTTPAdapter:
         and what the answers' provenance (``scope/provider``) says (the adapter's default
         unless ``provider_name`` was given: ``"deepseek"``, ``"groq"``...)."""
         return self._provider_name
+
+    @property
+    def provider_account(self) -> str | None:
+        """The account (organisation, project) the adapter's key belongs to, as the
+        ``provider_account`` setting named it, or None. Stamped on every answer as
+        ``scope/account``: a message stamped with another account is foreign, so its
+        provider state (signatures, encrypted reasoning), which only that account can
+        verify, is never sent. Never derived from the API key."""
+        return self._provider_account
 
     async def aclose(self) -> None:
         """Close the HTTP client if this adapter created it; idempotent.
@@ -319,20 +341,23 @@ class HTTPAdapter:
     def _fill_origin(self, exc: ProviderError, response: httpx.Response) -> None:
         fill_origin(exc, response, self._request_id(response))
 
-    def _encode(self, request: Request, *, stream: bool) -> tuple[bytes, Replay, httpx.URL | None]:
-        """The body for ``request``, the ``Replay`` that decided whose state it carries
-        (its ``model`` the model asked for, its ``left_out`` what it does not), and the
-        URL it goes to (``None``: the adapter's one URL; a ``Wire.route`` makes it from
-        the chosen model and ``stream``)."""
+    def _encode(
+        self, request: Request, *, stream: bool, options: dict[str, Any]
+    ) -> tuple[bytes, Replay, httpx.URL | None]:
+        """The body for ``request`` (``options``: what ``_body_options`` said when the
+        request was made), the ``Replay`` that decided whose state it carries (its
+        ``model`` the model asked for, its ``left_out`` what it does not), and the URL it
+        goes to (``None``: the adapter's one URL; a ``Wire.route`` makes it from the
+        chosen model and ``stream``)."""
         wire = self._WIRE
-        replay = Replay(wire.api, self.provider_name)
+        replay = Replay(wire.api, self._provider_name, account=self._provider_account)
         body = wire.build_body(
             request,
             default_options=self._default_options,
             model=self._model,
             stream=stream,
             replay=replay,
-            **self._body_options(),
+            **options,
         )
         url = None
         if wire.route is not None:
@@ -341,22 +366,19 @@ class HTTPAdapter:
         return orjson.dumps(body), replay, url
 
     def _body_options(self) -> dict[str, Any]:
-        """Settings of the adapter's own that its ``build_body`` takes as keywords."""
+        """What the adapter's own settings add to its ``build_body`` call, as keywords.
+        Read when the request is made (on ``call``, and in ``stream()`` itself, before
+        the stream runs), so what it reads from the context (the conversation the
+        history Middleware serves) is the caller's."""
         return {}
 
     def _stamped(self, response: Response, replay: Replay, dropped: int) -> Response:
-        """``response`` with its message's provenance (DESIGN §6c: the model that
-        answered, else the one asked for) and the count of parts left out, if any."""
+        """``response`` with its message's provenance (DESIGN §6c, §6g: ``Replay.stamp``)
+        and the count of parts left out, if any."""
         output = response.output
         if output is not None and output.message is not None:
             answered = response.metadata.model if response.metadata is not None else ""
-            message = stamp(
-                output.message,
-                self._WIRE.api,
-                self.provider_name,
-                answered or replay.model,
-                replay.prefix,
-            )
+            message = replay.stamp(output.message, answered)
             response = attrs.evolve(response, output=attrs.evolve(output, message=message))
         return with_dropped(response, dropped) if dropped else response
 
@@ -368,25 +390,48 @@ class HTTPAdapter:
             self._fill_origin(exc, response)
             raise
 
-    async def _call_request(self, request: Request) -> Response:
-        """Validate and map ``request`` (raising before any I/O), send it (with retries)
-        and parse the one complete answer, stamped with its provenance."""
-        content, replay, url = self._encode(request, stream=False)
+    # ------------------------------------------------------------------ public API
+
+    async def call(self, request: Request) -> Response:
+        """Answer ``request`` with one complete response (one ``POST`` to the endpoint
+        the module docstring names).
+
+        Raises before any I/O for an invalid or unsupported request
+        (``InvalidRequestError``, ``UnsupportedOptionError``); then the provider errors
+        of the module docstring, after the retries. The answer's message carries its
+        provenance (``scope/api``, ``scope/provider``, ``scope/model``). Cancellation
+        propagates; the HTTP response is closed on every path.
+        """
+        content, replay, url = self._encode(request, stream=False, options=self._body_options())
         dropped = replay.report(self._WIRE.name)
         response = await self._send(content, stream=False, url=url)
         return self._stamped(self._parse(response.content, response), replay, dropped)
 
-    async def _stream_request(self, request: Request) -> AsyncGenerator[Response, None]:
-        """On first iteration, validate and map ``request`` (nothing is sent for an
-        invalid one) and send it (with retries until the response begins); then yield the
-        deltas the wire's mapper makes of its server-sent events. A JSON body (a server
-        that ignored ``stream``, or JSON under an event-stream content type) is parsed
-        whole and yielded as one delta. A stream that
-        ends before the mapper saw its end marker or a finish reason raises
-        ``ProviderConnectionError`` saying what it lacked. The response is released on
-        every path; the request is not kept once encoded."""
+    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
+        """A lazy stream of deltas answering ``request`` (``stream: true``, or the
+        provider's streaming endpoint).
+
+        Nothing happens until the first iteration; then the request is validated and
+        mapped (raising before any I/O) and sent, with retries until the response
+        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta; the
+        first one carrying a message carries its provenance. A JSON body (a server that
+        ignored ``stream``, or an error answered as JSON under an event-stream content
+        type) is parsed whole and yielded as one delta. A failure (a dropped connection,
+        or a stream that ends before its end marker or a finish reason:
+        ``ProviderConnectionError``; a malformed event: ``InvalidResponseError``; an
+        error event: the ``ProviderError`` it states) is raised once and ends the
+        stream. ``aclose()`` — or leaving ``contextlib.aclosing`` early — closes the
+        HTTP response (the connection is dropped, so the server stops generating)
+        before it returns; nothing runs in the background, and the request is not kept
+        once encoded.
+        """
+        return self._stream(request, self._body_options())
+
+    async def _stream(
+        self, request: Request, options: dict[str, Any]
+    ) -> AsyncGenerator[Response, None]:
         wire = self._WIRE
-        content, replay, url = self._encode(request, stream=True)
+        content, replay, url = self._encode(request, stream=True, options=options)
         del request
         dropped = local = replay.report(wire.name)
         mapper = wire.mapper()
@@ -440,13 +485,7 @@ class HTTPAdapter:
                         output = chunk.output
                         if output is not None and output.message is not None:
                             unstamped = False
-                            message = stamp(
-                                output.message,
-                                wire.api,
-                                self.provider_name,
-                                answered or replay.model,
-                                replay.prefix,
-                            )
+                            message = replay.stamp(output.message, answered)
                             output = attrs.evolve(output, message=message)
                             chunk = attrs.evolve(chunk, output=output)
                     if dropped:
@@ -470,7 +509,7 @@ class HTTPAdapter:
 
 
 class StreamMapper(Protocol):
-    """What ``_stream_request`` needs of a provider's event mapper:
+    """What ``HTTPAdapter.stream`` needs of a provider's event mapper:
     ``end_marker_seen`` (the provider's end-of-stream event arrived: ``[DONE]``,
     ``message_stop``) and ``finish_reason_seen`` (a finish or stop reason did)."""
 

@@ -30,8 +30,8 @@ from scope.chat import (
     ToolCallDelta,
     ToolDefinition,
     Usage,
+    text_delta,
 )
-from scope.chat._deltas import text_delta
 from scope.errors import (
     InvalidResponseError,
     ScopeError,
@@ -134,13 +134,15 @@ def build_body(
     model: str,
     stream: bool,
     replay: Replay | None = None,
+    prompt_cache_key: str | None = None,
 ) -> dict[str, Any]:
     """The JSON body (a dict; RawJSON values as ``orjson.Fragment``) for ``request``.
 
     Validates the request and refuses (``UnsupportedOptionError``) anything populated the
     protocol cannot carry. Provider state goes back only from the adapter's own messages
     (``replay``, default: provider ``"openai"``); every part left out is recorded in
-    ``replay.left_out``. Raises before any I/O.
+    ``replay.left_out``. ``prompt_cache_key``, when given, is sent as itself (before the
+    extensions, so ``openai/prompt_cache_key`` wins). Raises before any I/O.
     """
     options, chosen = prepare(request, default_options, model, "OpenAIChatModel")
     if replay is None:
@@ -149,6 +151,8 @@ def build_body(
     body: dict[str, Any] = {"model": chosen, "messages": _messages(request.messages, replay)}
     if request.tools:
         body["tools"] = [_tool(tool) for tool in request.tools]
+    if prompt_cache_key is not None:
+        body["prompt_cache_key"] = prompt_cache_key
     _options(options, body)
     if stream:
         body["stream"] = True

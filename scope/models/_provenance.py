@@ -1,17 +1,33 @@
-"""Provenance and ownership of provider state (DESIGN §6c), shared by every adapter.
+"""Provenance and ownership of provider state (DESIGN §6c, §6g), shared by every adapter.
 
 Every assistant message an adapter produces is stamped with who produced it: message
 metadata ``scope/provider`` (the adapter's ``provider_name``), ``scope/model`` (the
-model that answered, else the one asked for) and ``scope/api`` (the wire protocol:
-``openai.chat``, ``anthropic.messages``, ...). When a request is built, a ``Replay``
-decides which assistant messages are the adapter's own: only their provider state
-(signatures, encrypted reasoning, item ids, ``extra_content``...) is sent back. A
-message without provenance (stored before v0.3, or built by hand) is foreign.
+model that answered, else the one asked for), ``scope/asked`` (the model the request
+asked for, after the options resolved), ``scope/api`` (the wire protocol:
+``openai.chat``, ``anthropic.messages``, ...) and, when the adapter has a
+``provider_account``, ``scope/account``. When a request is built, a ``Replay`` decides
+which assistant messages are the adapter's own: only their provider state (signatures,
+encrypted reasoning, item ids, ``extra_content``...) is sent back. A message without
+provenance (stored before v0.3, or built by hand) is foreign.
 
-"The same model" is the model asked for, or a dated snapshot of it: a provider that
-answers ``claude-sonnet-4-5`` with ``claude-sonnet-4-5-20250929`` (or ``gpt-4o-mini``
-with ``gpt-4o-mini-2024-07-18``) stamps the snapshot, and the alias owns it; another
-suffix (``gpt-4o`` against ``gpt-4o-mini``) is another model.
+The rule (``Replay.owns``): the same ``scope/api`` and ``scope/provider``; not another
+account (a message stamped with a ``scope/account`` other than the adapter's
+``provider_account``, when both are set); and the same model:
+
+- stamped with ``scope/asked`` (v0.4): the model asked then is the model asked now, or
+  the model that answered (``scope/model``) is the model asked now or a dated snapshot
+  of it (``snapshot_of``). Asking ``claude-sonnet-4-0`` again owns what it answered as
+  ``claude-sonnet-4-20250514``; asking ``claude-sonnet-4-20250514`` owns it too.
+- without ``scope/asked`` (stamped by v0.3): the two model names are equal or one is a
+  dated snapshot of the other (``same_model``), Anthropic's alias forms included.
+
+"A dated snapshot" of a model is its name plus ``-YYYYMMDD`` or ``-YYYY-MM-DD``
+(``claude-sonnet-4-5`` -> ``claude-sonnet-4-5-20250929``, ``gpt-4o-mini`` ->
+``gpt-4o-mini-2024-07-18``), or, for a name in one of Anthropic's alias forms, what is
+left without ``-0`` or ``-latest`` plus a date (``claude-sonnet-4-0`` ->
+``claude-sonnet-4-20250514``, ``claude-3-7-sonnet-latest`` ->
+``claude-3-7-sonnet-20250219``). Any other suffix (``gpt-4o`` against ``gpt-4o-mini``)
+is another model.
 
 Pure: no I/O.
 """
@@ -30,12 +46,15 @@ from scope.metadata import Metadata
 from scope.models._prefix import PREFIX_KEY
 
 __all__ = [
+    "ACCOUNT_KEY",
     "API_KEY",
+    "ASKED_KEY",
     "DROPPED_KEY",
     "MODEL_KEY",
     "PROVIDER_KEY",
     "Replay",
     "same_model",
+    "snapshot_of",
     "stamp",
     "with_dropped",
 ]
@@ -46,6 +65,10 @@ PROVIDER_KEY: Final = "scope/provider"
 MODEL_KEY: Final = "scope/model"
 #: Message metadata: the wire protocol it came over (``openai.chat``, ...).
 API_KEY: Final = "scope/api"
+#: Message metadata: the model the request asked for (after the options resolved).
+ASKED_KEY: Final = "scope/asked"
+#: Message metadata: the adapter's ``provider_account``, when it has one.
+ACCOUNT_KEY: Final = "scope/account"
 #: Response extra metadata: how many parts of the request the adapter left out.
 DROPPED_KEY: Final = "scope/dropped_parts"
 
@@ -53,28 +76,56 @@ _logger: Final = logging.getLogger("scope.models")
 
 # A dated snapshot suffix: -20250929, -2024-07-18.
 _SNAPSHOT: Final = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})")
+# Anthropic's alias forms: claude-sonnet-4-0, claude-3-7-sonnet-latest.
+_ALIAS_SUFFIXES: Final = ("-0", "-latest")
+
+
+def _dated(name: str, base: str) -> bool:
+    """Whether ``name`` is ``base`` (non-empty) plus a dated snapshot suffix."""
+    return bool(base) and name.startswith(base) and _SNAPSHOT.fullmatch(name, len(base)) is not None
+
+
+def snapshot_of(model: str, asked: str) -> bool:
+    """Whether ``model`` is ``asked`` or a dated snapshot of it: ``asked`` plus a date,
+    or, when ``asked`` is in an Anthropic alias form (``-0``, ``-latest``), the rest of
+    it plus a date (``claude-sonnet-4-0`` -> ``claude-sonnet-4-20250514``)."""
+    if model == asked or _dated(model, asked):
+        return True
+    for suffix in _ALIAS_SUFFIXES:
+        if asked.endswith(suffix) and _dated(model, asked[: -len(suffix)]):
+            return True
+    return False
 
 
 def same_model(stamped: str, asked: str) -> bool:
-    """Whether a message stamped ``stamped`` came from the model ``asked`` (equal, or
-    either one a dated snapshot of the other)."""
-    if stamped == asked:
-        return True
-    longer, shorter = (stamped, asked) if len(stamped) > len(asked) else (asked, stamped)
-    return (
-        bool(shorter)
-        and longer.startswith(shorter)
-        and _SNAPSHOT.fullmatch(longer, len(shorter)) is not None
-    )
+    """The rule for messages stamped without ``scope/asked`` (v0.3): whether a message
+    stamped ``stamped`` came from the model ``asked`` (equal, or either one a dated
+    snapshot of the other, ``snapshot_of``)."""
+    return snapshot_of(stamped, asked) or snapshot_of(asked, stamped)
 
 
-def stamp(message: Message, api: str, provider: str, model: str, prefix: str = "") -> Message:
-    """``message`` with its provenance in its metadata (the other keys kept), and the
-    digest of its prefix (``scope/prefix``, DESIGN §6g) when ``prefix`` is given."""
-    values = {API_KEY: api, PROVIDER_KEY: provider, MODEL_KEY: model}
+def stamp(
+    message: Message,
+    api: str,
+    provider: str,
+    model: str,
+    *,
+    asked: str | None = None,
+    account: str | None = None,
+    prefix: str = "",
+) -> Message:
+    """``message`` with its provenance in its metadata (the other keys kept):
+    ``scope/api``, ``scope/provider``, ``scope/model``, and ``scope/asked`` and
+    ``scope/account`` when given, and the digest of its prefix (``scope/prefix``,
+    DESIGN §6g) when ``prefix`` is given."""
+    stamps: dict[str, str] = {API_KEY: api, PROVIDER_KEY: provider, MODEL_KEY: model}
+    if asked is not None:
+        stamps[ASKED_KEY] = asked
+    if account is not None:
+        stamps[ACCOUNT_KEY] = account
     if prefix:
-        values[PREFIX_KEY] = prefix
-    return attrs.evolve(message, metadata=message.metadata.merge(Metadata(values)))
+        stamps[PREFIX_KEY] = prefix
+    return attrs.evolve(message, metadata=message.metadata.merge(Metadata(stamps)))
 
 
 def with_dropped(response: Response, dropped: int) -> Response:
@@ -97,17 +148,34 @@ def with_dropped(response: Response, dropped: int) -> Response:
 
 @final
 class Replay:
-    """Who is about to send one request: the adapter's ``api`` and ``provider`` and the
-    model asked for (``model``, set by the wire mapping once it is chosen). Decides
-    which assistant messages are the adapter's own (``owns``) and collects what the
+    """Who is about to send one request: the adapter's ``api``, ``provider`` and
+    ``account`` (its ``provider_account``, or None) and the model asked for (``model``,
+    set by the wire mapping once it is chosen). Decides which assistant messages are the
+    adapter's own (``owns``), stamps its answers (``stamp``) and collects what the
     mapping leaves out (``leave_out``), which the adapter reports on the response
     (``scope/dropped_parts``) and in a DEBUG record of the ``scope.models`` logger."""
 
-    __slots__ = ("_api", "_provider", "left_out", "model", "prefix")
+    __slots__ = (
+        "_account",
+        "_api",
+        "_provider",
+        "account",
+        "api",
+        "left_out",
+        "model",
+        "prefix",
+        "provider",
+    )
 
-    def __init__(self, api: str, provider: str, model: str = "") -> None:
+    def __init__(
+        self, api: str, provider: str, model: str = "", account: str | None = None
+    ) -> None:
+        self.api = api
+        self.provider = provider
+        self.account = account
         self._api = RawJSON.from_value(api)
         self._provider = RawJSON.from_value(provider)
+        self._account = None if account is None else RawJSON.from_value(account)
         self.model = model
         #: The digest of what the request sends before the answer (``scope/prefix``,
         #: DESIGN §6g), set by a wire mapping whose provider binds state to the
@@ -117,12 +185,35 @@ class Replay:
         self.left_out: list[str] = []
 
     def owns(self, message: Message) -> bool:
-        """Whether ``message`` was produced by this adapter's API, provider and model."""
+        """Whether ``message`` was produced by this adapter: its API, provider, account
+        and model (the module docstring's rule)."""
         metadata = message.metadata
         if metadata.get(API_KEY) != self._api or metadata.get(PROVIDER_KEY) != self._provider:
             return False
-        stamped = metadata.get(MODEL_KEY)
-        return stamped is not None and same_model(str(stamped.value()), self.model)
+        if self._account is not None:
+            account = metadata.get(ACCOUNT_KEY)
+            if account is not None and account != self._account:
+                return False  # both stamped, and not the same organisation
+        stamped = _text(metadata.get(MODEL_KEY))
+        if ASKED_KEY in metadata:
+            asked = _text(metadata[ASKED_KEY])
+            return (asked is not None and asked == self.model) or (
+                stamped is not None and snapshot_of(stamped, self.model)
+            )
+        return stamped is not None and same_model(stamped, self.model)
+
+    def stamp(self, message: Message, answered: str) -> Message:
+        """``message`` stamped as this adapter's answer from the model ``answered`` (the
+        response's model; the one asked for when the response names none)."""
+        return stamp(
+            message,
+            self.api,
+            self.provider,
+            answered or self.model,
+            asked=self.model,
+            account=self.account,
+            prefix=self.prefix,
+        )
 
     def leave_out(self, where: str, why: str) -> None:
         """Record that the part at ``where`` is not sent, and why."""
@@ -139,3 +230,12 @@ class Replay:
                 "; ".join(self.left_out),
             )
         return count
+
+
+def _text(value: RawJSON | None) -> str | None:
+    """A stamp's string, or None when it is absent or not a string (a stamp of another
+    type was not written by an adapter: it matches no model)."""
+    if value is None:
+        return None
+    decoded = value.value()
+    return decoded if isinstance(decoded, str) else None

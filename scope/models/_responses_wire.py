@@ -31,8 +31,8 @@ from scope.chat import (
     ToolDefinition,
     ToolResult,
     Usage,
+    text_delta,
 )
-from scope.chat._deltas import text_delta
 from scope.errors import InvalidResponseError, ProviderError, UnsupportedOptionError
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
@@ -120,6 +120,7 @@ def build_body(
     stream: bool,
     replay: Replay | None = None,
     encrypted_reasoning: bool = True,
+    prompt_cache_key: str | None = None,
 ) -> dict[str, Any]:
     """The JSON body (a dict; RawJSON values as ``orjson.Fragment``) for ``request``.
 
@@ -129,6 +130,8 @@ def build_body(
     populated the protocol cannot carry. Raises before any I/O. Reasoning and item ids go
     back only from the adapter's own messages (``replay``, default: provider
     ``"openai"``); every part left out is recorded in ``replay.left_out``.
+    ``prompt_cache_key``, when given, is sent as itself (before the extensions, so
+    ``openai/prompt_cache_key`` wins).
     """
     options, chosen = prepare(request, default_options, model, ADAPTER)
     if replay is None:
@@ -143,6 +146,8 @@ def build_body(
         body["include"] = [ENCRYPTED_REASONING]
     if request.tools:
         body["tools"] = [_tool(tool) for tool in request.tools]
+    if prompt_cache_key is not None:
+        body["prompt_cache_key"] = prompt_cache_key
     _options(options, body)
     if stream:
         body["stream"] = True

@@ -29,11 +29,15 @@ Assistant messages become ``text``, ``thinking``, ``redacted_thinking`` and
 ``{}``), sent with their numbers as spelled. Tools become ``tools`` entries with
 ``input_schema`` verbatim.
 
-**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+**Provenance** (DESIGN §6c, §6g). Every answer's message is stamped with metadata
 ``scope/provider`` (``provider_name``), ``scope/model`` (the model that answered, else
-the one asked for) and ``scope/api`` (``anthropic.messages``). Provider state (thinking
-and redacted thinking) goes back only from the adapter's own messages: same API,
-provider and model (or a dated snapshot of it); a message without provenance is foreign.
+the one asked for), ``scope/asked`` (the model asked for), ``scope/api``
+(``anthropic.messages``) and, with a ``provider_account``, ``scope/account``. Provider
+state (thinking and redacted thinking) goes back only from the adapter's own messages:
+same API and provider, not another account, and the same model (asked for the same
+model, or answered by the model asked for now or a dated snapshot of it:
+``claude-sonnet-4-0`` owns what ``claude-sonnet-4-20250514`` answered, also in
+messages stamped before ``scope/asked``); a message without provenance is foreign.
 The parts left out are counted in the response's
 ``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and named in a
 DEBUG record of the ``scope.models`` logger.
@@ -147,7 +151,7 @@ never once a stream has begun. An ``error`` event mid-stream (``overloaded_error
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, final
 
 try:
@@ -160,7 +164,7 @@ except ModuleNotFoundError as exc:  # the extra is not installed
     ) from exc
 
 from scope._validate import check_type
-from scope.chat import Options, Request, Response
+from scope.chat import Options
 from scope.models._anthropic_wire import (
     API,
     DEFAULT_MAX_TOKENS,
@@ -204,10 +208,11 @@ class AnthropicModel(HTTPAdapter):
     back to ``ANTHROPIC_API_KEY``; ``base_url`` (without ``/v1``) to
     ``ANTHROPIC_BASE_URL``, then ``DEFAULT_BASE_URL``. ``headers`` are added to every
     request (and may override the defaults). ``default_options`` lie under every
-    request's options. ``http_client``, ``timeout``, ``max_retries``, ``retry_backoff``
-    and ``retry_max_delay`` behave as in ``OpenAIChatModel``. ``drop_mismatched_thinking``
-    and ``prompt_cache`` (bools, default False; ``TypeError`` otherwise) are described
-    in the module docstring.
+    request's options. ``http_client``, ``timeout``, ``max_retries``, ``retry_backoff``,
+    ``retry_max_delay``, ``provider_name`` and ``provider_account`` behave as in
+    ``OpenAIChatModel`` (signatures verify only for the organisation that made them).
+    ``drop_mismatched_thinking`` and ``prompt_cache`` (bools, default False;
+    ``TypeError`` otherwise) are described in the module docstring.
 
     Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
     ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent
@@ -250,6 +255,7 @@ class AnthropicModel(HTTPAdapter):
         retry_backoff: float = 0.5,
         retry_max_delay: float = 60.0,
         provider_name: str | None = None,
+        provider_account: str | None = None,
         drop_mismatched_thinking: bool = False,
         prompt_cache: bool = False,
     ) -> None:
@@ -269,6 +275,7 @@ class AnthropicModel(HTTPAdapter):
             retry_backoff=retry_backoff,
             retry_max_delay=retry_max_delay,
             provider_name=provider_name,
+            provider_account=provider_account,
         )
         self._drop_mismatched_thinking = drop_mismatched_thinking
         self._prompt_cache = prompt_cache
@@ -293,29 +300,6 @@ class AnthropicModel(HTTPAdapter):
             "drop_mismatched_thinking": self._drop_mismatched_thinking,
             "prompt_cache": self._prompt_cache,
         }
-
-    async def call(self, request: Request) -> Response:
-        """Answer ``request`` with one complete response (``POST /v1/messages``).
-
-        Raises before any I/O for an invalid or unsupported request; then the provider
-        errors of the module docstring, after the retries. Cancellation propagates; the
-        HTTP response is closed on every path.
-        """
-        return await self._call_request(request)
-
-    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
-        """A lazy stream of deltas answering ``request``.
-
-        Nothing happens until the first iteration; then the request is validated and
-        mapped (raising before any I/O) and sent, with retries until the response
-        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
-        failure (a dropped connection: ``ProviderConnectionError``; a malformed event:
-        ``InvalidResponseError``; an ``error`` event: the ``ProviderError`` of its type)
-        is raised once and ends the stream. ``aclose()`` — or leaving
-        ``contextlib.aclosing`` early — closes the HTTP response before it returns;
-        nothing runs in the background.
-        """
-        return self._stream_request(request)
 
 
 def _with_beta(headers: dict[str, str], beta: str) -> dict[str, str]:

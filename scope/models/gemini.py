@@ -19,11 +19,15 @@ One object is both a ``chat.Model`` (``await model.call(request)``) and a
 constructor's ``model`` (a leading ``models/`` is accepted). Importing ``scope`` never
 imports this module; importing it imports httpx.
 
-**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+**Provenance** (DESIGN §6c, §6g). Every answer's message is stamped with metadata
 ``scope/provider`` (``gcp.gemini``), ``scope/model`` (the model that answered, else the
-one asked for) and ``scope/api`` (``gemini.generate_content``). Thought signatures (and
-signed thoughts) go back only from the adapter's own messages: same API, provider and
-model (or a dated snapshot of it); a message without provenance is foreign. A foreign
+one asked for), ``scope/asked`` (the model asked for), ``scope/api``
+(``gemini.generate_content``) and, with a ``provider_account``, ``scope/account``.
+Thought signatures (and signed thoughts) go back only from the adapter's own messages:
+same API and provider, not another account, and the same model (asked for the same
+model — ``gemini-flash-latest`` owns what it answered as a preview's name — or
+answered by the model asked for now or a dated snapshot of it); a message without
+provenance is foreign. A foreign
 function call of the current turn (after the last user message) carries Google's
 documented placeholder ``skip_thought_signature_validator`` on the first call of its
 step, as Gemini 3 requires. The parts left out are counted in the response's
@@ -113,7 +117,6 @@ the same way.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from typing import Final, final
 
 try:
@@ -125,7 +128,6 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.gemini needs httpx: install the extra, pip install 'scope-chat[gemini]'"
     ) from exc
 
-from scope.chat import Request, Response
 from scope.models._gemini_wire import (
     API,
     PROVIDER,
@@ -156,8 +158,8 @@ class GeminiModel(HTTPAdapter):
     back to ``GEMINI_API_KEY``; ``base_url`` (the host root) to ``GEMINI_BASE_URL``, then
     ``DEFAULT_BASE_URL``. ``headers`` are added to every request (and may override the
     defaults). ``default_options`` lie under every request's options. ``http_client``,
-    ``timeout``, ``max_retries``, ``retry_backoff`` and ``retry_max_delay`` behave as in
-    ``OpenAIChatModel``.
+    ``timeout``, ``max_retries``, ``retry_backoff``, ``retry_max_delay``,
+    ``provider_name`` and ``provider_account`` behave as in ``OpenAIChatModel``.
 
     Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
     ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent
@@ -184,28 +186,3 @@ class GeminiModel(HTTPAdapter):
         route=route,
         refine_error=refine_error,
     )
-
-    # ------------------------------------------------------------------ public API
-
-    async def call(self, request: Request) -> Response:
-        """Answer ``request`` with one complete response (``:generateContent``).
-
-        Raises before any I/O for an invalid or unsupported request; then the provider
-        errors of the module docstring, after the retries. Cancellation propagates; the
-        HTTP response is closed on every path.
-        """
-        return await self._call_request(request)
-
-    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
-        """A lazy stream of deltas answering ``request`` (``:streamGenerateContent``).
-
-        Nothing happens until the first iteration; then the request is validated and
-        mapped (raising before any I/O) and sent, with retries until the response
-        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
-        failure (a dropped connection or a stream without a ``finishReason``:
-        ``ProviderConnectionError``; a malformed event: ``InvalidResponseError``; an
-        error body: its ``ProviderError``) is raised once and ends the stream.
-        ``aclose()`` — or leaving ``contextlib.aclosing`` early — closes the HTTP
-        response before it returns; nothing runs in the background.
-        """
-        return self._stream_request(request)

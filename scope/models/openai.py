@@ -88,13 +88,16 @@ only the ``index``); a call with no id by the finish reason or ``[DONE]`` gets
 its end, so the connection can be reused); a stream that ends without ``[DONE]`` is
 accepted only after a finish reason.
 
-**Provenance** (DESIGN §6c). Every answer's message is stamped with metadata
+**Provenance** (DESIGN §6c, §6g). Every answer's message is stamped with metadata
 ``scope/provider`` (``provider_name``), ``scope/model`` (the model that answered, else
-the one asked for) and ``scope/api`` (``openai.chat`` here, ``openai.responses`` for
-``OpenAIResponsesModel``). Provider state (``extra_content``, ``reasoning_details``,
-``reasoning_content``; the Responses API's reasoning items and item ids) goes back only
-from the adapter's own messages: same API, provider and model (or a dated snapshot of
-it); a message without provenance is foreign. The parts left out are counted in the
+the one asked for), ``scope/asked`` (the model asked for), ``scope/api``
+(``openai.chat`` here, ``openai.responses`` for ``OpenAIResponsesModel``) and, with a
+``provider_account``, ``scope/account``. Provider state (``extra_content``,
+``reasoning_details``, ``reasoning_content``; the Responses API's reasoning items and
+item ids) goes back only from the adapter's own messages: same API and provider, not
+another account, and the same model (asked for the same model, or answered by the
+model asked for now or a dated snapshot of it; docs/providers.md has the rule); a
+message without provenance is foreign. The parts left out are counted in the
 response's ``metadata.extra["scope/dropped_parts"]`` (the first chunk of a stream) and
 named in a DEBUG record of the ``scope.models`` logger.
 
@@ -129,7 +132,7 @@ errors and the retries above; its mapping is in its class docstring.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, final
 
 try:
@@ -141,8 +144,10 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.openai needs httpx: install the extra, pip install 'scope-chat[openai]'"
     ) from exc
 
-from scope._validate import check_type
-from scope.chat import Options, Request, Response
+from scope._context import current_conversation
+from scope._validate import check_text, check_type
+from scope.chat import Options
+from scope.errors import InvalidOptionsError
 from scope.models._http import UNSET, HTTPAdapter, Wire
 from scope.models._openai_wire import API, PROVIDER, ChunkMapper, build_body, parse_completion
 from scope.models._responses_wire import API as RESPONSES_API
@@ -157,6 +162,27 @@ DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 
 #: The timeout of a client the model creates: 10 minutes overall, 5 seconds to connect.
 DEFAULT_TIMEOUT: Final = httpx.Timeout(600.0, connect=5.0)
+
+#: The ``prompt_cache_key`` that sends the id of the conversation being served.
+_CONVERSATION: Final = "conversation"
+
+
+def _check_cache_key(value: object, where: str) -> str | None:
+    """A ``prompt_cache_key`` setting: None, or a non-empty string without surrounding
+    whitespace (``TypeError`` for another type, ``InvalidOptionsError`` otherwise)."""
+    if value is None:
+        return None
+    what = f"{where} prompt_cache_key"
+    check_type(value, str, what, "a string")
+    return check_text(value, what, InvalidOptionsError, required=True, strip=True)
+
+
+def _cache_key(setting: str | None) -> str | None:
+    """The ``prompt_cache_key`` to send now: the setting, or for ``"conversation"`` the
+    conversation the history Middleware is serving (None outside one: nothing sent)."""
+    if setting == _CONVERSATION:
+        return current_conversation()
+    return setting
 
 
 @final
@@ -183,13 +209,29 @@ class OpenAIChatModel(HTTPAdapter):
     (``gen_ai.provider.name`` in ``scope.otel``): say ``"deepseek"``, ``"groq"``, ...
     when the base URL points at another OpenAI-compatible provider.
 
+    ``provider_account``: the account (organisation or project) the key belongs to, a
+    name of your choosing; stamped on every answer as ``scope/account``. State stamped
+    with another account is never sent back (encrypted reasoning verifies only for the
+    organisation that made it); a message stamped without an account is judged by the
+    rest of the rule. Never derived from the API key. ``TypeError`` for a non-string,
+    ``InvalidOptionsError`` for an empty one, surrounding whitespace or a lone
+    surrogate.
+
+    ``prompt_cache_key``: sent as the request's ``prompt_cache_key`` (OpenAI routes
+    requests with one key to the same prompt cache). ``"conversation"`` sends the id of
+    the conversation the history ``Middleware`` is serving (read when ``call`` or
+    ``stream`` is called); outside one, nothing is sent. Validated as
+    ``provider_account``. The extension ``openai/prompt_cache_key`` overrides it per
+    request. Cache hits come back as ``Usage.cache_read_input_tokens`` (the API
+    reports no cache writes).
+
     Guarantees: requests are validated and mapped before any I/O (``InvalidRequestError``,
     ``UnsupportedOptionError``); the model keeps no reference to a request; concurrent
     calls and streams may share one model; nothing binds to an event loop at
     construction, so one model works under asyncio or trio (one at a time, as httpx).
     """
 
-    __slots__ = ()
+    __slots__ = ("_prompt_cache_key",)
 
     _WIRE = Wire(
         name="OpenAIChatModel",
@@ -221,7 +263,10 @@ class OpenAIChatModel(HTTPAdapter):
         retry_backoff: float = 0.5,
         retry_max_delay: float = 60.0,
         provider_name: str = "openai",
+        provider_account: str | None = None,
+        prompt_cache_key: str | None = None,
     ) -> None:
+        self._prompt_cache_key = _check_cache_key(prompt_cache_key, "OpenAIChatModel")
         super().__init__(
             model,
             api_key=api_key,
@@ -234,32 +279,16 @@ class OpenAIChatModel(HTTPAdapter):
             retry_backoff=retry_backoff,
             retry_max_delay=retry_max_delay,
             provider_name=provider_name,
+            provider_account=provider_account,
         )
 
-    # ------------------------------------------------------------------ public API
+    @property
+    def prompt_cache_key(self) -> str | None:
+        """The ``prompt_cache_key`` setting (see the class docstring), or None."""
+        return self._prompt_cache_key
 
-    async def call(self, request: Request) -> Response:
-        """Answer ``request`` with one complete response (``POST /chat/completions``).
-
-        Raises before any I/O for an invalid or unsupported request; then the provider
-        errors of the module docstring, after the retries. Cancellation propagates; the
-        HTTP response is closed on every path.
-        """
-        return await self._call_request(request)
-
-    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
-        """A lazy stream of deltas answering ``request``.
-
-        Nothing happens until the first iteration; then the request is validated and
-        mapped (raising before any I/O) and sent, with retries until the response
-        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
-        failure (a dropped connection: ``ProviderConnectionError``; a malformed event:
-        ``InvalidResponseError``; an error event: ``ProviderError``) is raised once and
-        ends the stream. ``aclose()`` — or leaving ``contextlib.aclosing`` early —
-        closes the HTTP response (the connection is dropped, so the server stops
-        generating) before it returns; nothing runs in the background.
-        """
-        return self._stream_request(request)
+    def _body_options(self) -> dict[str, Any]:
+        return {"prompt_cache_key": _cache_key(self._prompt_cache_key)}
 
 
 @final
@@ -270,12 +299,15 @@ class OpenAIResponsesModel(HTTPAdapter):
 
     The constructor is ``OpenAIChatModel``'s (same ``OPENAI_API_KEY`` /
     ``OPENAI_BASE_URL`` variables and default base URL; ``provider_name`` default
-    ``"openai"``), plus:
+    ``"openai"``; ``provider_account``), plus:
 
     - ``encrypted_reasoning``: ask for the reasoning's ``encrypted_content`` (``include:
       ["reasoning.encrypted_content"]``) and send it back on the next turns; default
       True. Turn it off for a server that refuses the ``include``: then no reasoning
       item is sent back (reasoning summaries still arrive as reasoning parts).
+    - ``prompt_cache_key``: as in ``OpenAIChatModel`` (a string, or ``"conversation"``
+      for the id of the conversation the history ``Middleware`` is serving; cache hits
+      in ``Usage.cache_read_input_tokens``).
 
     **Stateless.** Every request sends ``store: false`` and never
     ``previous_response_id``: scope's history is the source of truth, and the reasoning
@@ -339,7 +371,7 @@ class OpenAIResponsesModel(HTTPAdapter):
     (an unknown model is a 400: ``BadRequestError``).
     """
 
-    __slots__ = ("_encrypted_reasoning",)
+    __slots__ = ("_encrypted_reasoning", "_prompt_cache_key")
 
     _WIRE = Wire(
         name="OpenAIResponsesModel",
@@ -371,9 +403,12 @@ class OpenAIResponsesModel(HTTPAdapter):
         retry_backoff: float = 0.5,
         retry_max_delay: float = 60.0,
         provider_name: str = "openai",
+        provider_account: str | None = None,
+        prompt_cache_key: str | None = None,
         encrypted_reasoning: bool = True,
     ) -> None:
         check_type(encrypted_reasoning, bool, "OpenAIResponsesModel encrypted_reasoning", "a bool")
+        self._prompt_cache_key = _check_cache_key(prompt_cache_key, "OpenAIResponsesModel")
         super().__init__(
             model,
             api_key=api_key,
@@ -386,6 +421,7 @@ class OpenAIResponsesModel(HTTPAdapter):
             retry_backoff=retry_backoff,
             retry_max_delay=retry_max_delay,
             provider_name=provider_name,
+            provider_account=provider_account,
         )
         self._encrypted_reasoning = encrypted_reasoning
 
@@ -397,27 +433,13 @@ class OpenAIResponsesModel(HTTPAdapter):
         docstring)."""
         return self._encrypted_reasoning
 
+    @property
+    def prompt_cache_key(self) -> str | None:
+        """The ``prompt_cache_key`` setting (see ``OpenAIChatModel``), or None."""
+        return self._prompt_cache_key
+
     def _body_options(self) -> dict[str, Any]:
-        return {"encrypted_reasoning": self._encrypted_reasoning}
-
-    async def call(self, request: Request) -> Response:
-        """Answer ``request`` with one complete response (``POST /responses``).
-
-        Raises before any I/O for an invalid or unsupported request; then the provider
-        errors of the module docstring, after the retries. Cancellation propagates; the
-        HTTP response is closed on every path.
-        """
-        return await self._call_request(request)
-
-    def stream(self, request: Request) -> AsyncGenerator[Response, None]:
-        """A lazy stream of deltas answering ``request`` (``stream: true``).
-
-        Nothing happens until the first iteration; then the request is validated and
-        mapped (raising before any I/O) and sent, with retries until the response
-        begins. Each yielded ``Response`` is a valid ``ResponseAccumulator`` delta. A
-        failure (a dropped connection: ``ProviderConnectionError``; a malformed event:
-        ``InvalidResponseError``; a ``response.failed`` or ``error`` event:
-        ``ProviderError``) is raised once and ends the stream. ``aclose()`` closes the
-        HTTP response before it returns; nothing runs in the background.
-        """
-        return self._stream_request(request)
+        return {
+            "encrypted_reasoning": self._encrypted_reasoning,
+            "prompt_cache_key": _cache_key(self._prompt_cache_key),
+        }

@@ -1,7 +1,7 @@
 """The streaming fast paths of scope.chat agree with the checked constructors.
 
-``text_delta`` (scope/chat/_deltas.py) builds a one-fragment chunk without the four
-validating ``__init__`` calls, ``usage`` and ``response_metadata`` their value without
+``scope.chat.text_delta`` builds a one-fragment chunk without the four
+validating ``__init__`` calls, ``token_usage`` and ``response_metadata`` their value without
 ``__init__``'s per-field lookups; ``Usage.validate`` and ``ResponseMetadata.validate`` accept
 the usual values before running their full checks (``_check``). Each is proved here to
 accept exactly what the checked path accepts, build equal values, and raise the same
@@ -28,8 +28,10 @@ from scope.chat import (
     ResponseMetadata,
     Role,
     Usage,
+    response_metadata,
+    text_delta,
+    token_usage,
 )
-from scope.chat._deltas import response_metadata, text_delta, usage
 from scope.errors import InvalidPartError, InvalidResponseError, InvalidUsageError
 from scope.metadata import EMPTY_METADATA, Metadata
 
@@ -168,7 +170,7 @@ def test_the_response_metadata_fast_path_accepts_exactly_what_its_checks_accept(
 
 
 def test_usage_and_response_metadata_need_no_converters() -> None:
-    """What ``usage`` and ``response_metadata`` rely on: construction is writing the
+    """What ``token_usage`` and ``response_metadata`` rely on: construction is writing the
     fields and ``validate()``; Usage has no converters, ResponseMetadata's keep a Usage
     and a Metadata as they are."""
     assert all(field.converter is None for field in attrs.fields(Usage))
@@ -183,8 +185,10 @@ def test_usage_and_response_metadata_need_no_converters() -> None:
 
 @settings(max_examples=1000)
 @given(a=counts, b=counts, c=counts, d=counts, e=counts)
-def test_usage_builds_what_the_constructor_builds(a: Any, b: Any, c: Any, d: Any, e: Any) -> None:
-    assert outcome(lambda: usage(a, b, c, d, e)) == outcome(lambda: Usage(a, b, c, d, e))
+def test_token_usage_builds_what_the_constructor_builds(
+    a: Any, b: Any, c: Any, d: Any, e: Any
+) -> None:
+    assert outcome(lambda: token_usage(a, b, c, d, e)) == outcome(lambda: Usage(a, b, c, d, e))
 
 
 @settings(max_examples=1000)
@@ -200,3 +204,36 @@ def test_response_metadata_builds_what_the_constructor_builds(
     assert outcome(lambda: response_metadata(response_id, model, usage_, extra)) == outcome(
         lambda: ResponseMetadata(response_id, model, usage_, extra)
     )
+
+
+fragments = st.lists(
+    st.tuples(
+        st.sampled_from([PartKind.TEXT, PartKind.REASONING]),
+        st.text(min_size=1, max_size=4),
+        st.sampled_from([EMPTY_METADATA, Metadata({"k": 1})]),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=300)
+@given(chunks=fragments)
+def test_a_stream_of_text_deltas_accumulates_like_the_checked_chunks(
+    chunks: list[tuple[PartKind, str, Metadata]],
+) -> None:
+    fast, slow = ResponseAccumulator(), ResponseAccumulator()
+    meta = response_metadata("r", "m", token_usage(1, 1))
+    for kind, text, metadata in chunks:
+        fast.add(text_delta(kind, text, metadata, response_metadata=meta))
+        slow.add(checked(kind, text, metadata, ResponseMetadata("r", "m", Usage(1, 1))))
+    assert fast.response() == slow.response()
+
+
+def test_the_fast_constructors_are_public_in_scope_chat() -> None:
+    # Other packages (scope.models, anyone's adapter) import them from scope.chat.
+    import scope.chat
+
+    for function in (text_delta, token_usage, response_metadata):
+        assert function.__module__ == "scope.chat"
+        assert getattr(scope.chat, function.__name__) is function
+        assert (function.__doc__ or "").strip()

@@ -123,7 +123,7 @@ def _as_answered(response: Response) -> Response:
     if output is None or output.message is None:
         return response
     assert response.metadata is not None
-    message = GEMINI.own(output.message, response.metadata.model)
+    message = GEMINI.own(output.message, response.metadata.model, asked=GEMINI.model)
     return attrs.evolve(response, output=attrs.evolve(output, message=message))
 
 

@@ -73,6 +73,14 @@ def test_the_model_is_a_model_and_a_streamer(provider: Provider) -> None:
     )
 
 
+def test_call_and_stream_are_defined_once_in_the_base(provider: Provider) -> None:
+    # One definition (one docstring) for every adapter: an adapter adds only its own
+    # constructor arguments, never a copy of the request path.
+    for name in ("call", "stream", "aclose", "model", "base_url", "provider_name"):
+        assert name not in vars(provider.model_class), name
+        assert (getattr(_http.HTTPAdapter, name).__doc__ or "").strip(), name
+
+
 # ------------------------------------------------------------------------- constructor
 
 
@@ -89,6 +97,10 @@ def test_the_model_is_a_model_and_a_streamer(provider: Provider) -> None:
         ({"base_url": "ftp://example.com/v1"}, "base_url must be an http\\(s\\) URL"),
         ({"base_url": "not a url"}, "base_url"),
         ({"base_url": "http://[::1"}, "is not a URL"),
+        ({"provider_account": ""}, "provider_account must not be empty"),
+        ({"provider_account": " org-a"}, "provider_account must not have surrounding whitespace"),
+        ({"provider_account": "org-a\n"}, "provider_account must not have surrounding whitespace"),
+        ({"provider_account": "org-\ud800"}, "provider_account is not valid Unicode"),
     ],
 )
 def test_constructor_values_are_checked(
@@ -111,6 +123,8 @@ def test_constructor_values_are_checked(
         ({"timeout": True}, "timeout must be a number of seconds, got bool"),
         ({"default_options": {"temperature": 1}}, "default_options must be scope.chat.Options"),
         ({"http_client": object()}, "http_client must be an httpx.AsyncClient, got object"),
+        ({"provider_account": 42}, "provider_account must be a string, got int"),
+        ({"provider_account": b"org-a"}, "provider_account must be a string, got bytes"),
     ],
 )
 def test_constructor_argument_types_are_checked(
@@ -121,6 +135,12 @@ def test_constructor_argument_types_are_checked(
     with pytest.raises(TypeError, match=f"{provider.model_class.__name__} {match}") as info:
         provider.model_class(model, **kwargs)
     assert not isinstance(info.value, ValueError)
+
+
+def test_provider_account_is_kept_as_given(provider: Provider) -> None:
+    assert provider.model_class(provider.model).provider_account is None
+    model = provider.model_class(provider.model, provider_account="org-ä 1")
+    assert model.provider_account == "org-ä 1"
 
 
 @pytest.mark.parametrize("timeout", [None, 3, 2.5, httpx.Timeout(5.0, connect=1.0)])

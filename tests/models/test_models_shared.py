@@ -82,6 +82,8 @@ def test_both_adapters_take_the_same_settings() -> None:
     assert anthropic.pop("prompt_cache").default is False
     assert AnthropicModel("m", api_key="").provider_name == "anthropic"
     assert AnthropicModel("m", api_key="", provider_name="bedrock").provider_name == "bedrock"
+    # prompt_cache_key: the OpenAI adapters' own (DESIGN §6g).
+    assert openai.pop("prompt_cache_key").default is None
     assert list(anthropic) == list(openai)
     for name, parameter in anthropic.items():
         assert (parameter.kind, parameter.default) == (openai[name].kind, openai[name].default)

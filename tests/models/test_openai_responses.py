@@ -217,8 +217,11 @@ EXPECTED: dict[str, dict[str, Any]] = {
 
 def _check(response: Response, expected: dict[str, Any]) -> None:
     assert response.output is not None and response.metadata is not None
-    # The answer, stamped with its provenance (DESIGN §6c: the model that answered).
-    answered = RESPONSES.own(assistant_message(*expected["parts"]), "gpt-5-mini-2025-08-07")
+    # The answer, stamped with its provenance (DESIGN §6c: the model that answered;
+    # §6g: the one asked for).
+    answered = RESPONSES.own(
+        assistant_message(*expected["parts"]), "gpt-5-mini-2025-08-07", asked="gpt-5-mini"
+    )
     assert response.output.message == answered
     assert response.output.finish_reason is expected["finish"]
     assert response.metadata.id == expected["id"]

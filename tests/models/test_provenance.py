@@ -28,12 +28,15 @@ from scope.models._gemini_wire import PLACEHOLDER_SIGNATURE
 from scope.models._gemini_wire import PROVIDER as GEMINI_PROVIDER
 from scope.models._openai_wire import EXTRA_CONTENT_KEY, REASONING_DETAILS_KEY
 from scope.models._provenance import (
+    ACCOUNT_KEY,
     API_KEY,
+    ASKED_KEY,
     DROPPED_KEY,
     MODEL_KEY,
     PROVIDER_KEY,
     Replay,
     same_model,
+    snapshot_of,
     stamp,
 )
 from tests.helpers import ANTHROPIC, GEMINI, OPENAI, PROVIDERS, Provider, accumulate, body_of
@@ -59,6 +62,174 @@ pytestmark = pytest.mark.anyio
 )
 def test_same_model_allows_dated_snapshots_only(stamped: str, asked: str, same: bool) -> None:
     assert same_model(stamped, asked) is same
+
+
+@pytest.mark.parametrize(
+    ("model", "asked", "snapshot"),
+    [
+        ("claude-sonnet-4-5", "claude-sonnet-4-5", True),
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5", True),
+        ("gpt-4o-mini-2024-07-18", "gpt-4o-mini", True),
+        # Anthropic's alias forms: the rest of the name plus a date.
+        ("claude-sonnet-4-20250514", "claude-sonnet-4-0", True),
+        ("claude-opus-4-20250514", "claude-opus-4-0", True),
+        ("claude-3-7-sonnet-20250219", "claude-3-7-sonnet-latest", True),
+        ("claude-3-7-sonnet-latest-20250219", "claude-3-7-sonnet-latest", True),
+        # One direction only: the alias is no snapshot of its snapshot.
+        ("claude-sonnet-4-0", "claude-sonnet-4-20250514", False),
+        ("gpt-4o-mini", "gpt-4o-mini-2024-07-18", False),
+        # Another model, or no date.
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4-0", False),
+        ("claude-sonnet-4", "claude-sonnet-4-0", False),
+        ("claude-sonnet-4-2025051", "claude-sonnet-4-0", False),
+        ("claude-sonnet-4-20250514x", "claude-sonnet-4-0", False),
+        ("claude-3-7-sonnet-2025-02-1", "claude-3-7-sonnet-latest", False),
+        ("claude-3-5-haiku-20241022", "claude-3-7-sonnet-latest", False),
+        ("gpt-4o-mini-2024-07-18", "gpt-4o", False),
+        # Edge names: an alias form with nothing before it, empty names.
+        ("-20250514", "-0", False),
+        ("-20250514", "-latest", False),
+        ("-20250514", "", False),
+        ("", "", True),
+        ("x", "", False),
+        ("", "x-0", False),
+        ("x-0-20250101", "x-0", True),
+        ("x-20250101", "x-0", True),
+        ("x-20250101", "x0", False),
+        ("x-20250101", "x-00", False),
+    ],
+)
+def test_snapshot_of_knows_dates_and_anthropics_alias_forms(
+    model: str, asked: str, snapshot: bool
+) -> None:
+    assert snapshot_of(model, asked) is snapshot
+
+
+@pytest.mark.parametrize(
+    ("stamped", "asked"),
+    [
+        ("claude-sonnet-4-20250514", "claude-sonnet-4-0"),
+        ("claude-3-7-sonnet-20250219", "claude-3-7-sonnet-latest"),
+    ],
+)
+def test_the_v03_rule_takes_the_alias_forms_both_ways(stamped: str, asked: str) -> None:
+    assert same_model(stamped, asked) and same_model(asked, stamped)
+
+
+ANTHROPIC_API = "anthropic.messages"
+
+
+def _answer(**stamps: Any) -> Message:
+    """An Anthropic answer stamped with ``stamps`` (``model``, ``asked``, ``account``,
+    ``api``, ``provider``; a value of ``None`` leaves that key out)."""
+    keys = {
+        "api": API_KEY,
+        "provider": PROVIDER_KEY,
+        "model": MODEL_KEY,
+        "asked": ASKED_KEY,
+        "account": ACCOUNT_KEY,
+    }
+    values = {"api": ANTHROPIC_API, "provider": "anthropic", **stamps}
+    metadata = {keys[name]: value for name, value in values.items() if value is not None}
+    return Message(Role.ASSISTANT, [text_part("x")], metadata)
+
+
+@pytest.mark.parametrize(
+    ("stamps", "now", "owned"),
+    [
+        # scope/asked is the model asked now: own, whatever answered.
+        (
+            {"asked": "claude-sonnet-4-0", "model": "claude-sonnet-4-20250514"},
+            "claude-sonnet-4-0",
+            True,
+        ),
+        ({"asked": "my-alias", "model": "any-other-name"}, "my-alias", True),
+        ({"asked": "my-alias"}, "my-alias", True),  # no scope/model: the asked stamp decides
+        # Another model asked now: own when what answered is it or a snapshot of it.
+        (
+            {"asked": "claude-sonnet-4-0", "model": "claude-sonnet-4-20250514"},
+            "claude-sonnet-4-20250514",
+            True,
+        ),
+        ({"asked": "my-alias", "model": "claude-sonnet-4-20250514"}, "claude-sonnet-4-0", True),
+        ({"asked": "my-alias", "model": "claude-sonnet-4-5-20250929"}, "claude-sonnet-4-5", True),
+        ({"asked": "my-alias", "model": "claude-sonnet-4-5-20250929"}, "claude-opus-4-1", False),
+        (
+            {"asked": "claude-sonnet-4-0", "model": "claude-sonnet-4-20250514"},
+            "claude-sonnet-4-5",
+            False,
+        ),
+        ({"asked": "claude-sonnet-4-0"}, "claude-sonnet-4-5", False),
+        # With scope/asked the snapshot rule has one direction: an answer named by the
+        # alias is not owned by a request for a dated name.
+        ({"asked": "x", "model": "claude-sonnet-4-0"}, "claude-sonnet-4-20250514", False),
+        # A stamp that is not a string was not written by an adapter.
+        ({"asked": 7, "model": "claude-sonnet-4-5"}, "claude-sonnet-4-5", True),
+        ({"asked": 7, "model": "other"}, "claude-sonnet-4-5", False),
+        ({"asked": ["claude-sonnet-4-5"]}, "claude-sonnet-4-5", False),
+        ({"model": 7}, "claude-sonnet-4-5", False),
+        ({"asked": "", "model": ""}, "claude-sonnet-4-5", False),
+        # Without scope/asked (v0.3): names equal, a snapshot either way, alias forms.
+        ({"model": "claude-sonnet-4-5"}, "claude-sonnet-4-5", True),
+        ({"model": "claude-sonnet-4-5-20250929"}, "claude-sonnet-4-5", True),
+        ({"model": "claude-sonnet-4-5"}, "claude-sonnet-4-5-20250929", True),
+        ({"model": "claude-sonnet-4-20250514"}, "claude-sonnet-4-0", True),
+        ({"model": "claude-sonnet-4-0"}, "claude-sonnet-4-20250514", True),
+        ({"model": "claude-3-7-sonnet-20250219"}, "claude-3-7-sonnet-latest", True),
+        ({"model": "claude-sonnet-4-20250514"}, "claude-sonnet-4-5", False),
+        ({"model": None}, "claude-sonnet-4-5", False),
+        # The API and the provider come first.
+        ({"asked": "m", "model": "m", "api": "openai.chat"}, "m", False),
+        ({"asked": "m", "model": "m", "provider": "bedrock"}, "m", False),
+        ({"asked": "m", "model": "m", "api": None}, "m", False),
+        ({"asked": "m", "model": "m", "provider": None}, "m", False),
+    ],
+)
+def test_the_ownership_rule(stamps: dict[str, Any], now: str, owned: bool) -> None:
+    replay = Replay(ANTHROPIC_API, "anthropic", now)
+    assert replay.owns(_answer(**stamps)) is owned
+
+
+@pytest.mark.parametrize(
+    ("adapter", "stamped", "owned"),
+    [
+        ("org-a", "org-a", True),
+        ("org-a", "org-b", False),  # another organisation's signatures never go there
+        ("org-a", None, True),  # stamped without an account (v0.3, or none was set)
+        (None, "org-b", True),  # the adapter names no account: nothing to compare
+        (None, None, True),
+        ("org-a", 7, False),  # not a string: not the account
+        ("org-a", "Org-A", False),  # compared exactly
+    ],
+)
+def test_an_account_mismatch_needs_both_accounts(
+    adapter: str | None, stamped: object, owned: bool
+) -> None:
+    replay = Replay(ANTHROPIC_API, "anthropic", "claude-sonnet-4-5", account=adapter)
+    message = _answer(asked="claude-sonnet-4-5", model="claude-sonnet-4-5", account=stamped)
+    assert replay.owns(message) is owned
+
+
+def test_a_replay_stamps_what_it_owns() -> None:
+    replay = Replay(ANTHROPIC_API, "anthropic", "claude-sonnet-4-0", account="org-a")
+    answered = replay.stamp(assistant_message("x"), "claude-sonnet-4-20250514")
+    assert answered.metadata == Metadata(
+        {
+            API_KEY: ANTHROPIC_API,
+            PROVIDER_KEY: "anthropic",
+            MODEL_KEY: "claude-sonnet-4-20250514",
+            ASKED_KEY: "claude-sonnet-4-0",
+            ACCOUNT_KEY: "org-a",
+        }
+    )
+    assert replay.owns(answered)
+    # No model in the response: the one asked for; no account: no stamp.
+    plain = Replay(ANTHROPIC_API, "anthropic", "claude-sonnet-4-5").stamp(
+        assistant_message("x"), ""
+    )
+    assert plain.metadata.decode(MODEL_KEY) == "claude-sonnet-4-5"
+    assert ACCOUNT_KEY not in plain.metadata
+    assert not Replay(ANTHROPIC_API, "anthropic", "claude-sonnet-4-5", account="o").owns(answered)
 
 
 def test_stamp_keeps_the_other_metadata() -> None:
@@ -119,6 +290,8 @@ async def test_every_answer_is_stamped_with_its_provenance(provider: Provider, m
     metadata = response.output.message.metadata
     assert response.metadata is not None and response.metadata.model
     assert metadata.decode(MODEL_KEY) == response.metadata.model  # the model that answered
+    assert metadata.decode(ASKED_KEY) == provider.model  # the model asked for (§6g)
+    assert ACCOUNT_KEY not in metadata  # no provider_account given
     assert metadata.decode(PROVIDER_KEY) == provider.model_class._WIRE.provider
     assert metadata.decode(API_KEY) == provider.model_class._WIRE.api
     assert DROPPED_KEY not in response.metadata.extra  # nothing was left out
