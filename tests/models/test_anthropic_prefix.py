@@ -77,7 +77,7 @@ def answered(request: Request, message: Message) -> Message:
     """``message`` stamped as the adapter's answer to ``request``: provenance and the
     digest of what the request sent (``scope/prefix``)."""
     _, replay = build(request)
-    return stamp(message, API, PROVIDER, MODEL, replay.prefix)
+    return stamp(message, API, PROVIDER, MODEL, prefix=replay.prefix)
 
 
 def thinking(text: str = "Hmm.", signature: str = SIG) -> Any:
@@ -274,7 +274,7 @@ def test_a_user_turn_that_grows_after_a_left_out_message_is_encoded_once_complet
     # words: one user turn, encoded again; the answer after it is stamped over it.
     call = stamp(assistant_message(tool_call_part("t1", "get_weather", "{}")), API, PROVIDER, MODEL)
     result = tool_message(ToolResult("t1", "get_weather", ToolOutput.of_text("18C")))
-    stale = stamp(assistant_message(thinking()), API, PROVIDER, MODEL, "sha256:" + "0" * 64)
+    stale = stamp(assistant_message(thinking()), API, PROVIDER, MODEL, prefix="sha256:" + "0" * 64)
     messages = [user_message("Hi"), call, result, stale, user_message("Thanks")]
     body, replay = build(Request(messages, tools=[WEATHER]))
     assert replay.left_out == ["messages[3].parts[0] (reasoning produced under another prefix)"]

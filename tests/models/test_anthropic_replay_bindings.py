@@ -335,7 +335,6 @@ async def test_without_the_digests_the_same_conversation_is_refused(
     assert server.served[-1].status == 400
 
 
-@pytest.mark.xfail(strict=True, reason="needs scope/asked (h-31b)")
 @pytest.mark.parametrize("mode", ["call", "stream"])
 async def test_a_tool_loop_asking_an_alias_sends_its_thinking_back_on_every_step(
     mode: str,
