@@ -8,7 +8,8 @@ other package), so neither reaches into the other's private modules for them.
   ``current_conversation()`` reads it (None outside any block). The history
   ``Middleware`` holds it around ``await next.call(...)`` and around the synchronous
   ``next.stream(...)`` call; ``scope.otel`` reads it when it starts a chat span.
-- ``is_cancellation(exc)``: the one answer to "was this a cancellation?".
+- ``is_cancellation(exc)``: the one answer to "was this a cancellation?", and
+  ``is_stop(exc)`` to "did the consumer stop the stream early?".
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import contextvars
 from typing import Final, final
 
-__all__ = ["conversation", "current_conversation", "is_cancellation"]
+__all__ = ["conversation", "current_conversation", "is_cancellation", "is_stop"]
 
 _conversation: Final[contextvars.ContextVar[str | None]] = contextvars.ContextVar(
     "scope_conversation", default=None
@@ -39,6 +40,12 @@ def is_cancellation(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(is_cancellation(inner) for inner in exc.exceptions)
     return not isinstance(exc, _NOT_CANCELLATION)
+
+
+def is_stop(exc: BaseException) -> bool:
+    """Whether ``exc`` is how a generator learns that its consumer stopped it early
+    (``aclose()``, or leaving ``aclosing`` before the end): ``GeneratorExit``."""
+    return isinstance(exc, GeneratorExit)
 
 
 def current_conversation() -> str | None:

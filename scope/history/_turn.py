@@ -15,7 +15,7 @@ from typing import Any, final
 
 import attrs
 
-from scope._context import is_cancellation
+from scope._context import is_cancellation, is_stop
 from scope.chat import Message, Request, Response, ResponseAccumulator, Role
 from scope.errors import (
     CommitError,
@@ -79,7 +79,7 @@ def failure_reason(exc: BaseException) -> IncompleteReason | None:
     which carries its batch instead of being reported)."""
     if isinstance(exc, CommitError):
         return None
-    if isinstance(exc, GeneratorExit):
+    if is_stop(exc):
         return IncompleteReason.STOPPED
     if is_cancellation(exc):
         return IncompleteReason.CANCELLED
