@@ -398,10 +398,9 @@ class PostgresStore(RecordScanning, RecordStore):
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            if not task.done():
-                # Not the task's own cancellation: the caller's. Wait for the statement
-                # (its own timeouts bound it), then deliver the cancellation.
-                await asyncio.wait({task}, timeout=self._settle_bound())
+            # Not the task's own cancellation: the caller's. Wait for the statement (its
+            # own timeouts bound it), then deliver the cancellation.
+            await _settled(task, self._settle_bound())
             if task.done() and not task.cancelled():
                 task.exception()  # retrieved: the caller gets its cancellation instead
             raise
@@ -651,6 +650,24 @@ class PostgresStore(RecordScanning, RecordStore):
 
         return await self._with_connection(conversations, "listing of conversations")
 
+
+
+async def _settled(task: asyncio.Future[Any], bound: float | None) -> None:
+    """Wait until ``task`` is done or ``bound`` seconds passed (None: no bound), through
+    the caller's cancellation: an anyio cancel scope cancels the waiting task again at
+    every await until the scope is left, and a wait it cut short would return while the
+    statement may still commit, leaving the caller's outcome unsettled. The cancellation
+    the caller got is re-raised by the caller afterwards."""
+    loop = asyncio.get_running_loop()
+    deadline = None if bound is None else loop.time() + bound
+    while not task.done():
+        remaining = None if deadline is None else deadline - loop.time()
+        if remaining is not None and remaining <= 0:
+            return
+        try:
+            await asyncio.wait({task}, timeout=remaining)
+        except asyncio.CancelledError:
+            continue
 
 @final
 class _Statements:
