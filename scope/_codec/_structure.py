@@ -434,7 +434,7 @@ def _make_class_in(cls: type) -> Structurer:
                 lines += _field_lines(cls, index, field, error, "    ")
             else:
                 lines.append(f"    f{index} = _structure_{cls.__name__}_d{index}")
-        return define(f"shape{len(shapes)}", cls, [*lines, *finish, "    return obj"])
+        return define("structure", cls, [*lines, *finish, "    return obj"], f"shape{len(shapes)}")
 
     return define(
         "structure",
