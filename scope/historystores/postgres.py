@@ -157,6 +157,8 @@ class PostgresStore(RecordScanning, RecordStore):
       dedupe record, and inserts the batch as one row. A clear locks the same row, marks
       it closed and deletes the batches in one transaction. So appends, retries and
       clears of one conversation are linearizable, whichever pool or host runs them.
+      Appends to one conversation through one handle take turns, and those queued
+      behind one in flight are sent as one statement (group commit, see ``_write``).
       ``acquire_turn`` is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement
       and ``release_turn`` one ``DELETE``; a lease expires by the server's clock
       (``clock_timestamp()``), so the hosts' clocks need not agree. The folded steps

@@ -310,7 +310,9 @@ class SQLiteStore(RecordScanning, RecordStore):
 
     - **Atomicity.** ``append`` runs the closed check, the dedupe lookup and the insert in
       one ``BEGIN IMMEDIATE`` transaction; ``clear`` closes the id and deletes its
-      batches in one transaction. Two handles or two processes on one file are
+      batches in one transaction. Appends of this handle that wait for its write lock
+      share one transaction (group commit, each checked as if alone and in queue
+      order; see ``_Pool.group_write``). Two handles or two processes on one file are
       linearizable: a clear and an append never interleave. ``acquire_turn`` and
       ``release_turn`` are one statement each in a ``BEGIN IMMEDIATE`` transaction, so
       two handles or processes never both hold a conversation's lease; the folded steps
