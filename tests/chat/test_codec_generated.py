@@ -42,9 +42,10 @@ def test_a_traceback_through_generated_code_shows_its_source_line() -> None:
         for frame in traceback.extract_tb(caught.value.__traceback__)
         if frame.filename.startswith("<scope.codec structure ")
     ]
-    assert [frame.line for frame in frames] == [
-        "raise expected('a string', v, _structure_ToolCall_error).at('id')"
-    ]
+    # Through the generic structurer, or (once this key layout was learned) through it
+    # to the layout's own: each frame shows its generated line.
+    raised = "raise expected('a string', v, _structure_ToolCall_error).at('id')"
+    assert [frame.line for frame in frames] in ([raised], ["return shaped(value)", raised])
     assert "structure_ToolCall" in "".join(traceback.format_exception(caught.value))
 
 
@@ -218,6 +219,17 @@ def _objects(tree: Any) -> list[dict[str, Any]]:
     if isinstance(tree, list):
         return [d for v in tree for d in _objects(v)]
     return []
+
+
+def test_a_traceback_through_a_layout_structurer_shows_both_lines() -> None:
+    from_builtins({"id": "a", "name": "f"}, ToolCall)  # this layout is learned now
+    with pytest.raises(Fail) as caught:
+        NAMESPACE["structure_ToolCall"]({"id": 1, "name": "f"})
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    shown = [(f.filename, f.line) for f in frames if f.filename.startswith("<scope.codec")]
+    assert shown[0] == ("<scope.codec structure scope.chat.ToolCall>", "return shaped(value)")
+    assert shown[1][0].startswith("<scope.codec structure scope.chat.ToolCall shape")
+    assert shown[1][1] == "raise expected('a string', v, _structure_ToolCall_error).at('id')"
 
 
 def test_layouts_are_learned_once_each_and_bounded() -> None:
