@@ -21,6 +21,15 @@ structured by a strict ``cattrs.gen`` converter (``make_dict_structure_fn`` per 
 same field names; each value built through its ``__init__``, so validated). It must
 decode to the same turn.
 
+Beside them, pydantic-ai (when installed; ``nox -s bench`` installs ``pydantic-ai-slim``):
+``ModelMessagesTypeAdapter.validate_json`` of the same turn in its own message classes
+(a system prompt request, a user prompt with text and the 4 KiB image as
+``BinaryContent``, a response with a signed ``ThinkingPart`` and two ``ToolCallPart``s,
+a request with two ``ToolReturnPart``s, one holding the nested details, then the text
+answers and prompts: eight messages), validated values of the same shape from the JSON
+pydantic-ai writes for them; shown against the same floor, and scope's canonical-input
+row against it.
+
 The last row is a lower bound for any decoder that builds scope's values (frozen, slotted
 attrs classes, as DESIGN §2 requires): ``orjson.loads`` of the bytes, the base64 decode of
 the image and signature, and allocating every value and filling each of its slots with
@@ -218,6 +227,68 @@ def _leaf(structure: Callable[[Any], Any], value: Any) -> Any:
         raise ValueError(str(fail)) from None
 
 
+def pydantic_ai_turn() -> tuple[Any, bytes] | None:
+    """pydantic-ai's ``ModelMessagesTypeAdapter`` and its JSON of the standard turn's
+    content (see the module docstring), or None without pydantic-ai."""
+    try:
+        from pydantic_ai.messages import (
+            BinaryContent,
+            ModelMessagesTypeAdapter,
+            ModelRequest,
+            ModelResponse,
+            SystemPromptPart,
+            TextPart,
+            ThinkingPart,
+            ToolCallPart,
+            ToolReturnPart,
+            UserPromptPart,
+        )
+    except ImportError:
+        return None
+    turn = standard_turn()
+    image = turn[1].parts[1].media
+    assert image is not None and image.source.data is not None
+    details = orjson.loads(str(turn[3].parts[0].tool_result.output.details))  # type: ignore[union-attr]
+    reasoning = turn[2].parts[0]
+    messages = [
+        ModelRequest(parts=[SystemPromptPart(turn[0].text)]),
+        ModelRequest(
+            parts=[
+                UserPromptPart(
+                    [turn[1].text, BinaryContent(image.source.data, media_type="image/png")]
+                )
+            ],
+            metadata={"client": "web", "request_score": 0.75},
+        ),
+        ModelResponse(
+            parts=[
+                ThinkingPart(
+                    reasoning.text, signature=base64.b64encode(reasoning.signature).decode()
+                ),
+                ToolCallPart("get_weather", '{"city": "Lisbon", "days": 7}', "call_1"),
+                ToolCallPart("identify_landmark", '{"image": "img_0"}', "call_2"),
+            ]
+        ),
+        ModelRequest(
+            parts=[
+                ToolReturnPart("get_weather", details, "call_1"),
+                ToolReturnPart(
+                    "identify_landmark", "Belém Tower, Lisbon (confidence 0.93)", "call_2"
+                ),
+            ]
+        ),
+        ModelResponse(parts=[TextPart(turn[4].text)], model_name="gpt-test"),
+        ModelRequest(parts=[UserPromptPart(turn[5].text)]),
+        ModelResponse(parts=[TextPart(turn[6].text)]),
+        ModelRequest(parts=[UserPromptPart(turn[7].text)]),
+    ]
+    data = ModelMessagesTypeAdapter.dump_json(messages)
+    # Decodes to the values written (compared by their JSON: fields such as timestamps
+    # are filled at construction).
+    assert ModelMessagesTypeAdapter.dump_json(ModelMessagesTypeAdapter.validate_json(data)) == data
+    return ModelMessagesTypeAdapter, data
+
+
 def main() -> None:
     turn = standard_turn()
     data = to_json(turn)
@@ -262,6 +333,13 @@ def main() -> None:
         _build(plan)
 
     dec_bound = best(bound)
+    peer = pydantic_ai_turn()
+    dec_peer = None
+    if peer is not None:
+        adapter, peer_data = peer
+        dec, dec_peer = best_alternating(
+            lambda: from_json(data, list[Message]), lambda: adapter.validate_json(peer_data)
+        )
 
     print(f"standard turn: {len(turn)} messages, {len(data)} bytes canonical")
     print(f"{'operation':<44}{'µs':>10}{'ratio':>10}")
@@ -278,8 +356,14 @@ def main() -> None:
         ("from_json, all numbers orjson-spelled", dec_plain, dec_floor),
         (f"lower bound: loads+base64+{_count(plan)} bare values", dec_bound, dec_floor),
     ]
+    if dec_peer is not None:
+        rows.append(("pydantic-ai validate_json, the same turn", dec_peer, dec_floor))
     for name, seconds, floor in rows:
         print(f"{name:<44}{seconds * 1e6:>10.1f}{seconds / floor:>9.1f}x")
+    if dec_peer is not None:
+        print(f"from_json (canonical) / pydantic-ai validate_json: {dec / dec_peer:.2f}x")
+    else:
+        print("pydantic-ai: not installed, its row is skipped")
     print("targets: encode within 3x of its floor, decode within 5x of orjson.loads")
 
 

@@ -163,6 +163,7 @@ def encode_messages(messages: tuple[Message, ...] | list[Message]) -> bytes:
 
 
 _check_message: Final = _canonical.canonical_in(Message)
+_set_json: Final = Message.__dict__["_json"].__set__  # the slot's own setter (frozen class)
 
 
 def _decode_canonical(data: bytes) -> tuple[tuple[Message, ...], bool] | None:
@@ -194,10 +195,11 @@ def _decode_canonical(data: bytes) -> tuple[tuple[Message, ...], bool] | None:
         messages = tuple([structure(item) for item in items])
     except Fail:
         return None
+    check = _check_message
     for item in items:
-        if not _check_message(item):
+        if not check(item):
             return messages, False
+    set_json = _set_json
     for message, part in zip(messages, parts, strict=True):
-        if message._json is None:
-            object.__setattr__(message, "_json", part)
+        set_json(message, part)  # fresh values: no bytes kept yet
     return messages, True

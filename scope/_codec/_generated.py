@@ -40,12 +40,14 @@ def constant(kind: str, cls: type, name: str, value: Any) -> str:
     return full
 
 
-def define(kind: str, cls: type, body: list[str]) -> Callable[[Any], Any]:
+def define(kind: str, cls: type, body: list[str], variant: str = "") -> Callable[[Any], Any]:
     """Compile ``def <hook_name>(value):`` with ``body`` (lines indented four spaces)
-    into the namespace and return it."""
-    name = hook_name(kind, cls)
+    into the namespace and return it. A ``variant`` (``"shape0"``) names one more
+    function of the same kind and class: ``<hook_name>_<variant>``."""
+    name = hook_name(kind, cls) + (f"_{variant}" if variant else "")
     source = "\n".join([f"def {name}(value):", *body]) + "\n"
-    filename = f"<scope.codec {kind} {cls.__module__}.{cls.__qualname__}>"
+    filename = f"<scope.codec {kind} {cls.__module__}.{cls.__qualname__}"
+    filename += f" {variant}>" if variant else ">"
     # mtime None: linecache.checkcache keeps the entry (there is no file to compare).
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), NAMESPACE)

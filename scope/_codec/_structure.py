@@ -14,6 +14,7 @@ import binascii
 import contextvars
 import enum
 import math
+import threading
 import types
 import typing
 from collections.abc import Callable
@@ -340,6 +341,12 @@ def _missing_field(cls: type, error: type[Exception]) -> Callable[[str], Fail]:
     return missing
 
 
+#: How many key layouts of one class get a structurer of their own (``_make_class_in``);
+#: objects of any other layout take the generic one.
+_SHAPES: Final = 32
+_LEARNING: Final = threading.Lock()
+
+
 def _make_class_in(cls: type) -> Structurer:
     """Generate ``structure_<Class>``: check the object's keys, read every field (its
     default when absent), then assemble the value and ``validate()`` it.
@@ -360,15 +367,20 @@ def _make_class_in(cls: type) -> Structurer:
 
     error = const("error", ERRORS[cls])
     allowed = const("allowed", frozenset(wire_name(cls, f) for f in attrs.fields(cls) if f.init))
+    shapes: dict[tuple[Any, ...], Structurer] = {}
     body = [
         "    if type(value) is not dict:",
         f"        raise expected('an object ({cls.__name__})', value, {error})",
+        f"    shaped = {const('shapes', shapes)}.get(tuple(value))",
+        "    if shaped is not None:",
+        "        return shaped(value)",
         f"    if not {allowed}.issuperset(value):",
         f"        raise {const('unknown', _unknown_field(cls, ERRORS[cls]))}(value)",
         "    get = value.get",
     ]
     assemble = [f"    obj = new({const('cls', cls)})"]
-    for index, field in enumerate(attrs.fields(cls)):
+    fields = list(enumerate(attrs.fields(cls)))
+    for index, field in fields:
         default = field.default
         if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
             default = default.factory()  # values are immutable: one shared default
@@ -391,18 +403,43 @@ def _make_class_in(cls: type) -> Structurer:
             ]
             indent = "        "
         body += _field_lines(cls, index, field, error, indent)
+    finish = [
+        *assemble,
+        "    try:",
+        "        obj.validate()",
+        "    except ScopeError as exc:",
+        "        raise Fail(str(exc), type(exc), exc) from None",
+    ]
+
+    def learn(keys: tuple[Any, ...]) -> None:
+        """Generate the structurer of objects with exactly ``keys`` (in that order), a
+        key set the generic structurer just accepted: the same field lines and checks
+        in the same order, each member read with ``value[name]``, the absent ones at
+        their defaults, so it returns and raises what the generic one would."""
+        if len(shapes) >= _SHAPES or keys in shapes:
+            return
+        with _LEARNING:  # stores decode on worker threads: one name per function
+            if len(shapes) < _SHAPES and keys not in shapes:
+                shapes[keys] = _shape(keys)
+
+    def _shape(keys: tuple[Any, ...]) -> Structurer:
+        present = set(keys)
+        lines: list[str] = []
+        for index, field in fields:
+            if not field.init:
+                continue
+            wire = wire_name(cls, field)
+            if wire in present:
+                lines.append(f"    v = value[{wire!r}]")
+                lines += _field_lines(cls, index, field, error, "    ")
+            else:
+                lines.append(f"    f{index} = _structure_{cls.__name__}_d{index}")
+        return define("structure", cls, [*lines, *finish, "    return obj"], f"shape{len(shapes)}")
+
     return define(
         "structure",
         cls,
-        [
-            *body,
-            *assemble,
-            "    try:",
-            "        obj.validate()",
-            "    except ScopeError as exc:",
-            "        raise Fail(str(exc), type(exc), exc) from None",
-            "    return obj",
-        ],
+        [*body, *finish, f"    {const('learn', learn)}(tuple(value))", "    return obj"],
     )
 
 

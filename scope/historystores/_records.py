@@ -100,16 +100,20 @@ def decode_record(
     A bad record raises ``error(problem)``; by default ``corrupt(conversation_id,
     append_id, problem)``, the ``StoreError`` a read raises (``StoredRecord.problem``
     passes its own, to report the problem and go on)."""
-    fail = error or functools.partial(corrupt, conversation_id, append_id)
-    if isinstance(data, memoryview | bytearray):
-        data = bytes(data)
-    if not isinstance(data, bytes):
-        raise fail(f"messages are {type(data).__name__}, not bytes")
+    if type(data) is not bytes:
+        if isinstance(data, memoryview | bytearray):
+            data = bytes(data)
+        elif not isinstance(data, bytes):
+            raise _failure(conversation_id, append_id, error)(
+                f"messages are {type(data).__name__}, not bytes"
+            )
     if not isinstance(digest, str) or not digest.startswith(DIGEST_PREFIX):
-        raise fail(f"invalid digest {digest!r}")
+        raise _failure(conversation_id, append_id, error)(f"invalid digest {digest!r}")
     actual = digest_of(data)
     if actual != digest:
-        raise fail(f"its messages digest to {actual}, the record says {digest}")
+        raise _failure(conversation_id, append_id, error)(
+            f"its messages digest to {actual}, the record says {digest}"
+        )
     if cache is not None:
         cached = cache.messages(conversation_id, digest)
         if cached is not None:
@@ -122,8 +126,13 @@ def decode_record(
     found = _decode_canonical(data)
     if found is not None:
         out, canonical = found
-        check_messages(out, fail)  # complete: no tool_call_delta parts
+        # Complete: no tool_call_delta parts. Such a part's kind is written as the JSON
+        # string "tool_call_delta" (plain ASCII, never escaped), so bytes without that
+        # token hold none; bytes with it (the token inside a text, say) are checked.
+        if _DELTA_TOKEN in data:
+            check_messages(out, _failure(conversation_id, append_id, error))
     else:  # any other spelling (number tokens orjson respells, say): the exact reader
+        fail = _failure(conversation_id, append_id, error)
         try:
             tree = parse_exact_fast(data)
         except ValueError as exc:
@@ -136,10 +145,23 @@ def decode_record(
         # Valid, digest-matching JSON, but not the bytes scope writes (whitespace, key
         # order, number spelling, a member at its default): a Batch of these messages
         # would have another digest, so the record was not written by scope as it stands.
-        raise fail("messages are not in the canonical encoding")
+        raise _failure(conversation_id, append_id, error)(
+            "messages are not in the canonical encoding"
+        )
     if cache is not None:
         cache.keep_messages(conversation_id, digest, out, len(data))
     return out
+
+
+#: The JSON token of the ``tool_call_delta`` part kind (see ``decode_record``).
+_DELTA_TOKEN: Final = b'"tool_call_delta"'
+
+
+def _failure(
+    conversation_id: str, append_id: Any, error: Callable[[str], Exception] | None
+) -> Callable[[str], Exception]:
+    """``error``, or ``corrupt`` for the record (built only when a check fails)."""
+    return error or functools.partial(corrupt, conversation_id, append_id)
 
 
 def _decoded(

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, Literal, TypeVar, final
+from typing import Any, Final, Generic, Literal, TypeVar, final
 
 import anyio.to_thread
 
@@ -92,6 +92,35 @@ _THREADS: Final = 16
 _DRIVER: Final = Driver("SQLite", errors=(sqlite3.Error,))
 
 
+class _Job(Generic[T]):
+    """One body of a group write (``_Pool.group_write``) and its outcome."""
+
+    __slots__ = ("body", "done", "error", "result")
+
+    def __init__(self, body: Callable[[sqlite3.Connection], T]) -> None:
+        self.body = body
+        self.done = False
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+    def finish(self, result: T) -> None:
+        self.result, self.done = result, True
+
+    def run_alone(self, conn: sqlite3.Connection) -> None:
+        """Run the body in a transaction of its own; its error is kept for its caller."""
+        try:
+            self.result = _transaction(conn, lambda: self.body(conn))
+        except Exception as exc:
+            self.error = exc
+        self.done = True
+
+    def outcome(self) -> T:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return self.result  # type: ignore[return-value]
+
+
 class _Pool:
     """sqlite3 connections for worker threads. Lives entirely on the thread side.
 
@@ -112,6 +141,8 @@ class _Pool:
         self.lock = threading.Lock()
         self.write_lock = threading.Lock()
         self.idle: list[sqlite3.Connection] = []
+        # Appends waiting for write_lock, run together by the next holder (group_write).
+        self.queued: list[_Job[Any]] = []
         self.closed = False
         # The worker threads of this handle's calls under asyncio (see in_thread); trio
         # calls run on anyio's.
@@ -163,6 +194,41 @@ class _Pool:
             raise _DRIVER.failed(exc, what) from exc
         finally:
             self.give(conn)
+
+    def group_write(self, conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T]) -> T:
+        """``body(conn)`` in a write transaction, sharing it with the appends of this
+        handle that are waiting for the write lock meanwhile (group commit).
+
+        Each call queues its body and then takes the write lock; the thread that gets it
+        runs every body queued by then, in queue order, in one transaction (one
+        ``BEGIN IMMEDIATE``, one ``COMMIT``: one journal sync where each would have had
+        its own), and the waiting threads find theirs done. Each body reads what it
+        checks inside the transaction, after the bodies before it, so it gets the
+        outcome it would get in a transaction of its own, in that order. If the group
+        fails anywhere (a statement or the commit), it is rolled back and every body of
+        it runs again in a transaction of its own, as without grouping: one body's
+        error never becomes another's."""
+        job = _Job(body)
+        with self.lock:
+            self.queued.append(job)
+        with self.write_lock:
+            if not job.done:
+                with self.lock:
+                    group, self.queued = self.queued, []
+                if job not in group:  # taken by a group that was interrupted before it ran
+                    group.insert(0, job)
+                if len(group) == 1:
+                    job.run_alone(conn)
+                else:
+                    try:
+                        outcomes = _transaction(conn, lambda: [j.body(conn) for j in group])
+                    except Exception:
+                        for each in group:
+                            each.run_alone(conn)
+                    else:
+                        for each, outcome in zip(group, outcomes, strict=True):
+                            each.finish(outcome)
+        return job.outcome()
 
     def close(self) -> None:
         with self.lock:
@@ -244,7 +310,9 @@ class SQLiteStore(RecordScanning, RecordStore):
 
     - **Atomicity.** ``append`` runs the closed check, the dedupe lookup and the insert in
       one ``BEGIN IMMEDIATE`` transaction; ``clear`` closes the id and deletes its
-      batches in one transaction. Two handles or two processes on one file are
+      batches in one transaction. Appends of this handle that wait for its write lock
+      share one transaction (group commit, each checked as if alone and in queue
+      order; see ``_Pool.group_write``). Two handles or two processes on one file are
       linearizable: a clear and an append never interleave. ``acquire_turn`` and
       ``release_turn`` are one statement each in a ``BEGIN IMMEDIATE`` transaction, so
       two handles or processes never both hold a conversation's lease; the folded steps
@@ -481,8 +549,7 @@ class SQLiteStore(RecordScanning, RecordStore):
             return outcome
 
         def append(conn: sqlite3.Connection) -> str:
-            with pool.write_lock:
-                return _transaction(conn, lambda: body_and_release(conn))
+            return pool.group_write(conn, body_and_release)
 
         return await self._run(append, f"append to conversation {str(cid)!r}")
 

@@ -4,6 +4,7 @@ invariants that let the structurers assemble values without ``__init__``."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import subprocess
 import sys
@@ -14,14 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scope import codec
 from scope._codec._errors import Fail
 from scope._codec._generated import NAMESPACE
-from scope.chat import Request, Response, ToolResult
-from scope.codec import from_json, to_json
+from scope.chat import Request, Response, ToolCall, ToolResult
+from scope.codec import from_builtins, from_json, to_json
+from scope.errors import InvalidToolCallError
 from tests.strategies import requests, responses
 
 GOLDEN = Path(__file__).parents[1] / "golden"
@@ -38,9 +42,10 @@ def test_a_traceback_through_generated_code_shows_its_source_line() -> None:
         for frame in traceback.extract_tb(caught.value.__traceback__)
         if frame.filename.startswith("<scope.codec structure ")
     ]
-    assert [frame.line for frame in frames] == [
-        "raise expected('a string', v, _structure_ToolCall_error).at('id')"
-    ]
+    # Through the generic structurer, or (once this key layout was learned) through it
+    # to the layout's own: each frame shows its generated line.
+    raised = "raise expected('a string', v, _structure_ToolCall_error).at('id')"
+    assert [frame.line for frame in frames] in ([raised], ["return shaped(value)", raised])
     assert "structure_ToolCall" in "".join(traceback.format_exception(caught.value))
 
 
@@ -156,3 +161,85 @@ def test_every_converter_is_a_no_op_on_decoded_generated_values(
 ) -> None:
     _check_converters(from_json(to_json(request), Request))
     _check_converters(from_json(to_json(response), Response))
+
+
+# -- key-layout structurers ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def generic_structurers() -> Iterator[None]:
+    """Every class decodes through its generic structurer meanwhile (no layout is
+    known, none is learned)."""
+    shapes = {k: v for k, v in NAMESPACE.items() if k.endswith("_shapes")}
+    learns = {k: v for k, v in NAMESPACE.items() if k.endswith("_learn")}
+    kept = {k: dict(v) for k, v in shapes.items()}
+    for name, table in shapes.items():
+        table.clear()
+        NAMESPACE[name.removesuffix("_shapes") + "_learn"] = lambda keys: None
+    try:
+        yield
+    finally:
+        for name, table in shapes.items():
+            table.update(kept[name])
+        NAMESPACE.update(learns)
+
+
+def _outcome(data: bytes, cls: Any) -> Any:
+    try:
+        return from_json(data, cls)
+    except ValueError as exc:
+        return (type(exc), str(exc), type(exc.__cause__))
+
+
+MUTATIONS: list[Any] = ["", 0, False, [], {}, None, 1.5, "x", {"kind": "text"}, [{}]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests(), st.data())
+def test_a_layout_structurer_decodes_as_the_generic_one(request: Request, data: Any) -> None:
+    """The structurer generated for one key layout returns and raises exactly what the
+    generic structurer does, for valid input and for input with members changed."""
+    tree = orjson.loads(to_json(request))
+    objects = _objects(tree)
+    for _ in range(data.draw(st.integers(0, 2))):
+        target = data.draw(st.sampled_from(objects))
+        keys = sorted(target) or ["text"]
+        target[data.draw(st.sampled_from(keys))] = data.draw(st.sampled_from(MUTATIONS))
+    raw = orjson.dumps(tree)
+    learned = _outcome(raw, Request)  # first through the generic path, learning layouts
+    again = _outcome(raw, Request)  # now through the learned ones
+    with generic_structurers():
+        generic = _outcome(raw, Request)
+    assert again == learned == generic
+
+
+def _objects(tree: Any) -> list[dict[str, Any]]:
+    if isinstance(tree, dict):
+        return [tree, *(d for v in tree.values() for d in _objects(v))]
+    if isinstance(tree, list):
+        return [d for v in tree for d in _objects(v)]
+    return []
+
+
+def test_a_traceback_through_a_layout_structurer_shows_both_lines() -> None:
+    from_builtins({"id": "a", "name": "f"}, ToolCall)  # this layout is learned now
+    with pytest.raises(Fail) as caught:
+        NAMESPACE["structure_ToolCall"]({"id": 1, "name": "f"})
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    shown = [(f.filename, f.line) for f in frames if f.filename.startswith("<scope.codec")]
+    assert shown[0] == ("<scope.codec structure scope.chat.ToolCall>", "return shaped(value)")
+    assert shown[1][0].startswith("<scope.codec structure scope.chat.ToolCall shape")
+    assert shown[1][1] == "raise expected('a string', v, _structure_ToolCall_error).at('id')"
+
+
+def test_layouts_are_learned_once_each_and_bounded() -> None:
+    from scope._codec._structure import _SHAPES
+
+    table = NAMESPACE["_structure_ToolCall_shapes"]
+    for index in range(_SHAPES + 5):
+        # Members in another order each time: another layout, until the bound.
+        names = ["id", "name", "arguments"][index % 3 :] + ["id", "name", "arguments"][: index % 3]
+        from_builtins({n: f"v{index}" for n in names}, ToolCall)
+    assert 1 <= len(table) <= _SHAPES
+    with pytest.raises(InvalidToolCallError, match="unknown field 'extra'"):
+        from_builtins({"id": "a", "name": "b", "extra": 1}, ToolCall)

@@ -19,7 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import pytest
 
-from scope.errors import StoreError
+from scope.errors import HistoryChangedError, StoreError
+from scope.history import Batch
 from scope.history.storetest import StoreConformance
 from scope.historystores.postgres import PostgresStore
 from tests.helpers import batch, texts
@@ -544,3 +545,93 @@ async def test_corrupt_record_is_reported_naming_the_conversation(dsn: str, pref
 
 
 # -- error mapping ----------------------------------------------------------------------
+
+
+# -- group commit -------------------------------------------------------------------------
+
+
+async def lock_waiters(dsn: str, application_name: str) -> int:
+    """How many sessions of ``application_name`` wait for a lock now."""
+    rows = await admin(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        application_name,
+    )
+    return int(rows[0][0])
+
+
+async def test_appends_queued_behind_one_in_flight_go_as_one_group(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """While an append of a conversation is in flight, the handle's later appends to it
+    queue instead of each waiting on the row lock in the server; then they are sent
+    together, and each gets the outcome it would get alone, in arrival order: a retry of
+    a batch queued before it is accepted, a fence counts the batches queued before it."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name, max_size=8
+    ) as store:
+        await store.append(batch("c", "a1"))
+        conn = await asyncpg.connect(dsn)
+        try:
+            tr = conn.transaction()
+            await tr.start()
+            await conn.execute(
+                f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+            )
+            first = asyncio.ensure_future(store.append(batch("c", "a2", "two")))
+            await until_waiting_for_a_lock(dsn, app_name)
+            queued = [
+                batch("c", "a3", "three"),
+                batch("c", "a3", "three"),  # a retry of the one before it
+                Batch("c", "a4", batch("c", "a4", "four").messages, expected_length=6),  # counts a3
+                Batch("c", "a5", batch("c", "a5", "five").messages, expected_length=2),  # stale
+                batch("c", "a6", "six"),
+            ]
+            tasks = [asyncio.ensure_future(store.append(b)) for b in queued]
+            await asyncio.sleep(0.3)
+            assert await lock_waiters(dsn, app_name) == 1  # only the one in flight
+            assert not any(t.done() for t in tasks)
+            await tr.rollback()
+            assert await first == batch("c", "a2", "two").receipt()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await conn.close()
+        assert outcomes[:3] == [queued[0].receipt(), queued[0].receipt(), queued[2].receipt()]
+        assert isinstance(outcomes[3], HistoryChangedError)
+        assert outcomes[4] == queued[4].receipt()
+        stored = [str(b.id) for b in await store.read_batches("c")]
+        assert stored == ["a1", "a2", "a3", "a4", "a6"]
+
+
+async def test_queued_append_cancelled_returns_once_its_group_is_settled(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """A cancelled append that was queued behind another waits for its group's
+    statement, as a cancelled append sent alone waits for its own: when it returns,
+    its batch has landed."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name
+    ) as store:
+        await store.append(batch("c", "a1"))
+        conn = await asyncpg.connect(dsn)
+        try:
+            tr = conn.transaction()
+            await tr.start()
+            await conn.execute(
+                f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+            )
+            first = asyncio.ensure_future(store.append(batch("c", "a2")))
+            await until_waiting_for_a_lock(dsn, app_name)
+            task = asyncio.ensure_future(store.append(batch("c", "a3")))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            await asyncio.sleep(0.2)
+            assert not task.done()  # settling: its group is not sent yet
+            await tr.rollback()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert [str(b.id) for b in await store.read_batches("c")] == ["a1", "a2", "a3"]
+            await first
+        finally:
+            await conn.close()

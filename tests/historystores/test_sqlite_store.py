@@ -13,11 +13,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from scope.chat import assistant_message, tool_call_delta_part
 from scope.codec import encode_messages
-from scope.errors import StoreError
+from scope.errors import HistoryChangedError, StoreError
+from scope.history import Batch
 from scope.history.storetest import StoreConformance
 from scope.historystores.sqlite import SQLiteStore
 from tests.helpers import batch
@@ -325,3 +327,96 @@ async def test_corruption_is_caught_after_cached_reads(tmp_path: Path, cache: in
             )
         with pytest.raises(StoreError, match="'a1' is corrupt"):
             await store.read("c")
+
+
+# -- group commit ------------------------------------------------------------------
+
+
+def count_begins(store: SQLiteStore) -> list[str]:
+    """Record every ``BEGIN IMMEDIATE`` the store's connections run from now on."""
+    seen: list[str] = []
+
+    def trace(statement: str) -> None:
+        if statement.startswith("BEGIN IMMEDIATE"):
+            seen.append(statement)
+
+    pool = store._pool
+    for conn in pool.idle:
+        conn.set_trace_callback(trace)
+    connect = pool.connect
+
+    def traced() -> sqlite3.Connection:
+        conn = connect()
+        conn.set_trace_callback(trace)
+        return conn
+
+    pool.connect = traced  # type: ignore[method-assign]
+    return seen
+
+
+async def outcome_of(store: SQLiteStore, b: Any, into: dict[str, Any], key: str) -> None:
+    try:
+        into[key] = await store.append(b)
+    except Exception as exc:
+        into[key] = exc
+
+
+@pytest.mark.anyio
+async def test_appends_waiting_for_the_write_lock_commit_as_one_transaction(
+    store: SQLiteStore,
+) -> None:
+    """Appends that queue while another holds the handle's write lock run together in
+    one transaction, each with the outcome it would get alone, in queue order: a retry
+    of a batch queued before it is accepted, a fence counts the batches before it."""
+    begins = count_begins(store)
+    outcomes: dict[str, Any] = {}
+    later = {
+        "a2": batch("c", "a2", "two"),
+        "a2 again": batch("c", "a2", "two"),
+        "fenced": Batch("c", "a3", batch("c", "a3", "three").messages, expected_length=4),
+        "stale": Batch("c", "a4", batch("c", "a4", "four").messages, expected_length=0),
+    }
+    with raw(store) as blocker:
+        blocker.execute("BEGIN IMMEDIATE")  # the first append waits for it, holding the lock
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outcome_of, store, batch("c", "a1"), outcomes, "a1")
+            await anyio.sleep(0.2)
+            for key, b in later.items():
+                tg.start_soon(outcome_of, store, b, outcomes, key)
+                await anyio.sleep(0.05)  # queue order: the order they are started in
+            await anyio.sleep(0.2)
+            blocker.execute("COMMIT")
+    assert outcomes["a1"] == batch("c", "a1").receipt()
+    assert outcomes["a2"] == outcomes["a2 again"] == later["a2"].receipt()
+    assert outcomes["fenced"] == later["fenced"].receipt()
+    assert isinstance(outcomes["stale"], HistoryChangedError)
+    assert [str(b.id) for b in await store.read_batches("c")] == ["a1", "a2", "a3"]
+    assert len(begins) == 2  # the first append alone, then the four queued behind it
+
+
+@pytest.mark.anyio
+async def test_a_failing_append_in_a_group_fails_alone(store: SQLiteStore) -> None:
+    """When one body of a group fails, the group is rolled back and each body runs in
+    a transaction of its own: the others land, the failing one gets its own error."""
+    with raw(store) as conn:
+        conn.execute(
+            f"CREATE TRIGGER refuse BEFORE INSERT ON {store._tables.batches} "
+            "WHEN NEW.append_id = 'bad' BEGIN SELECT RAISE(ABORT, 'refused here'); END"
+        )
+    outcomes: dict[str, Any] = {}
+    with raw(store) as blocker:
+        blocker.execute("BEGIN IMMEDIATE")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outcome_of, store, batch("c", "a1"), outcomes, "a1")
+            await anyio.sleep(0.2)
+            for aid in ("a2", "bad", "a3"):
+                tg.start_soon(outcome_of, store, batch("c", aid), outcomes, aid)
+                await anyio.sleep(0.05)
+            await anyio.sleep(0.2)
+            blocker.execute("COMMIT")
+    assert isinstance(outcomes["bad"], StoreError)
+    assert "refused here" in str(outcomes["bad"])
+    assert [outcomes[k] for k in ("a1", "a2", "a3")] == [
+        batch("c", k).receipt() for k in ("a1", "a2", "a3")
+    ]
+    assert [str(b.id) for b in await store.read_batches("c")] == ["a1", "a2", "a3"]
