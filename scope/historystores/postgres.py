@@ -408,7 +408,7 @@ class PostgresStore(RecordScanning, RecordStore):
         except asyncio.CancelledError:
             # Not the task's own cancellation: the caller's. Wait for the statement (its
             # own timeouts bound it), then deliver the cancellation.
-            await _settled(task, self._settle_bound())
+            await _wait_through_cancellation(task, self._settle_bound())
             if task.done() and not task.cancelled():
                 task.exception()  # retrieved: the caller gets its cancellation instead
             raise
@@ -650,7 +650,7 @@ class PostgresStore(RecordScanning, RecordStore):
         except asyncio.CancelledError:
             if not waiter.done():
                 bound = self._settle_bound()
-                await asyncio.wait({waiter}, timeout=None if bound is None else 2 * bound)
+                await _wait_through_cancellation(waiter, None if bound is None else 2 * bound)
             if waiter.done() and not waiter.cancelled():
                 waiter.exception()  # retrieved: the caller gets its cancellation instead
             raise
@@ -735,8 +735,7 @@ class PostgresStore(RecordScanning, RecordStore):
         return await self._with_connection(conversations, "listing of conversations")
 
 
-
-async def _settled(task: asyncio.Future[Any], bound: float | None) -> None:
+async def _wait_through_cancellation(task: asyncio.Future[Any], bound: float | None) -> None:
     """Wait until ``task`` is done or ``bound`` seconds passed (None: no bound), through
     the caller's cancellation: an anyio cancel scope cancels the waiting task again at
     every await until the scope is left, and a wait it cut short would return while the
@@ -752,6 +751,7 @@ async def _settled(task: asyncio.Future[Any], bound: float | None) -> None:
             await asyncio.wait({task}, timeout=remaining)
         except asyncio.CancelledError:
             continue
+
 
 @final
 class _Statements:
