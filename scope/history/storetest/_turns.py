@@ -17,16 +17,12 @@ from scope.errors import (
 )
 from scope.history._batch import Batch
 from scope.history._ids import ConversationID
-from scope.history._protocols import (
-    ViewReader,
-)
 from scope.history._view import HistoryView
 from scope.history.storetest._runner import tests_on_anyio_runner
 from scope.history.storetest._support import (
     _BAD_ID_NAMES,
     _BAD_IDS,
     Base,
-    _optional,
     _texts,
     _turn,
     rich_messages,
@@ -127,14 +123,10 @@ class TurnRules(Base):
         winner = landed[0]
         assert _texts(await store.read("c")) == _texts(_turn("base") + _turn(f"b{winner}", 3))
 
-    # -- views (optional ViewReader) --------------------------------------------------
-
-    def _view_reader(self, store: Any) -> Any:
-        """``store`` when it is a ``ViewReader``; otherwise skip the calling test."""
-        return _optional(store, ViewReader, "read_view", "view")
+    # -- views --------------------------------------------------
 
     async def test_views_agree_with_read(self, store: Any) -> None:
-        reader = self._view_reader(store)
+        reader = store
         assert await reader.read_view("unknown") == HistoryView((), 0, False)
         messages = rich_messages()
         await store.append(Batch("c", "a1", messages))
@@ -150,7 +142,7 @@ class TurnRules(Base):
         )
 
     async def test_view_of_a_closed_conversation(self, store: Any) -> None:
-        reader = self._view_reader(store)
+        reader = store
         await store.append(Batch("c", "a1", _turn("t", 3)))
         await store.clear("c")
         view = await reader.read_view("c")
@@ -160,7 +152,7 @@ class TurnRules(Base):
         assert await reader.read_view("never-written") == HistoryView((), 0, True)
 
     async def test_views_are_atomic_under_concurrent_appends(self, store: Any) -> None:
-        reader = self._view_reader(store)
+        reader = store
         sizes = [1 + i % 3 for i in range(16)]
         views: list[HistoryView] = []
         done = anyio.Event()
@@ -194,5 +186,5 @@ class TurnRules(Base):
 
     @pytest.mark.parametrize("bad_id", _BAD_IDS, ids=_BAD_ID_NAMES)
     async def test_read_view_rejects_invalid_ids_before_io(self, store: Any, bad_id: Any) -> None:
-        reader = self._view_reader(store)
+        reader = store
         await self._rejects_without_suspending(InvalidConversationIDError, reader.read_view, bad_id)
