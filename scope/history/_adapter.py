@@ -72,7 +72,7 @@ class StoreAdapter:
       hand-over is exact only when the wrapped store folds them itself.
     - ``read_batches`` and ``conversations`` cannot be derived from messages: without
       the wrapped store's own they raise ``TypeError`` naming what is missing (the
-      Middleware never needs them; listing and ``scope history inspect`` do).
+      Middleware never needs them; listing and ``scope history show`` do).
 
     ``folds`` says whether the wrapped store has its own folded lease steps
     (``acquire_turn_view`` and ``append_release_turn``); without them the history
