@@ -17,8 +17,8 @@ Measured (best of N, time.perf_counter, asyncio):
   ``"reject"`` (DESIGN §6e: the lease is taken before and released after the model
   call, two more store steps per turn): 100 sequential turns each (one user message, a
   model that answers at once), rounds interleaved, best of 5; the ratio is reject /
-  fence. Every bundled store is a ``FoldedTurnLeaser``, so its
-  ``reject`` turn makes two store steps too (lease + read, append + release).
+  fence. Every bundled store has the folded lease steps of ``scope.history.Store``, so
+  its ``reject`` turn makes two store steps too (lease + read, append + release).
 
 The persistent scope stores run with their cache off (``cache_bytes=0``), so every read
 decodes and validates every message; one extra row shows SQLiteStore with its default cache

@@ -37,7 +37,7 @@ from scope.cli._stores import opened_store, redact_url
 from scope.cli._turn import standard_turn
 from scope.codec import encode_messages, from_json, to_builtins
 from scope.errors import InvalidBatchError
-from scope.history import Batch, BatchReader
+from scope.history import Batch
 
 __all__ = [
     "FORMAT",
@@ -161,13 +161,8 @@ async def load_store(url: str, limit: int) -> Workload:
     batches: list[tuple[str, str, tuple[Message, ...]]] = []
     async with opened_store(url, create=False) as store:
         for cid in (await store.conversations())[:limit]:
-            if isinstance(store, BatchReader):
-                for batch in await store.read_batches(cid):
-                    batches.append((str(cid), str(batch.id), batch.messages))
-            else:
-                messages = tuple(await store.read(cid))
-                if messages:
-                    batches.append((str(cid), "whole", messages))
+            for batch in await store.read_batches(cid):
+                batches.append((str(cid), str(batch.id), batch.messages))
     if not batches:
         raise CLIError(f"the store {redact_url(url)} holds no conversations to measure")
     return Workload("store", f"store {redact_url(url)}", tuple(batches))

@@ -43,7 +43,7 @@ from scope.errors import (
     StoreError,
     TurnInProgressError,
 )
-from scope.history import Batch, ConversationID, TurnLeaser, ViewReader
+from scope.history import Batch, ConversationID
 
 if TYPE_CHECKING:
     from scope.models.anthropic import AnthropicModel
@@ -107,14 +107,13 @@ class _Session:
         self.sent = 0  # messages the user sent
         self.answered = 0  # of those, the ones the model answered
         self.conversation_id = conversation_id
-        # Every bundled store leases turns: a message sent while another session's turn
-        # runs on this conversation is refused before the model is called.
-        leases = isinstance(store, TurnLeaser)
+        # Every store leases turns: a message sent while another session's turn runs on
+        # this conversation is refused before the model is called.
         self.conversation = Conversation(
             model,
             store,
             conversation_id,
-            on_overlap="reject" if leases else "fence",
+            on_overlap="reject",
             system=system or None,
             append_retries=1,
         )
@@ -320,16 +319,13 @@ def run_chat(
         store = runner.run(open_cli_store(store_url))
         try:
             session = _Session(store, model, cid, system, stdout, stderr, provider)
-            if isinstance(store, ViewReader):
-                view = runner.run(store.read_view(cid))
-                if view.closed:
-                    raise CLIError(
-                        f"conversation {str(cid)!r} is closed (it was cleared): nothing can "
-                        "be added to it; start a new one by leaving out --conversation"
-                    )
-                stored = list(view.messages)
-            else:
-                stored = runner.run(store.read(cid))
+            view = runner.run(store.read_view(cid))
+            if view.closed:
+                raise CLIError(
+                    f"conversation {str(cid)!r} is closed (it was cleared): nothing can "
+                    "be added to it; start a new one by leaving out --conversation"
+                )
+            stored = list(view.messages)
             if conversation_id is None:
                 session.note(f"new conversation: {cid}")
             else:

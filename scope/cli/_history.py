@@ -19,7 +19,7 @@ from scope import codec
 from scope._documents import check_messages, decode_messages
 from scope.chat import Message, Model
 from scope.cli._errors import CLIError
-from scope.cli._render import Progress, render_batches, render_conversation
+from scope.cli._render import Progress, render_batches
 from scope.cli._stores import CLIStore, opened_store, redact_url
 from scope.codec import encode_messages
 from scope.errors import (
@@ -33,9 +33,7 @@ from scope.history import (
     COMPACTION_KEY,
     AppendID,
     Batch,
-    BatchReader,
     ConversationID,
-    ViewReader,
     compact,
 )
 from scope.historystores import SCHEMA_VERSION
@@ -187,20 +185,16 @@ async def list_conversations(url: str, out: TextIO, *, stderr: TextIO, create: b
 async def show_conversation(url: str, conversation_id: str, *, as_json: bool, out: TextIO) -> int:
     """Print one conversation readably, or as one export-format JSON line.
 
-    When the store is a ``BatchReader`` the readable form shows each batch's receipt, a
-    ``batch <append id>  <digest>`` line before its messages (numbered continuously
-    across batches); otherwise the messages alone. The JSON line is the same either way.
+    The readable form shows each batch's receipt, a ``batch <append id>  <digest>``
+    line before its messages (numbered continuously across batches). The JSON line
+    holds the messages.
     """
     cid = ConversationID(conversation_id)
-    batches: list[Batch] | None = None
     async with opened_store(url) as store:
-        if isinstance(store, ViewReader) and (await store.read_view(cid)).closed:
+        if (await store.read_view(cid)).closed:
             raise CLIError(f"conversation {str(cid)!r} is closed (cleared): no messages")
-        if isinstance(store, BatchReader):
-            batches = await store.read_batches(cid)
-            messages = [m for batch in batches for m in batch.messages]
-        else:
-            messages = await store.read(cid)
+        batches = await store.read_batches(cid)
+        messages = [m for batch in batches for m in batch.messages]
     if not messages:
         raise CLIError(f"conversation {str(cid)!r} has no messages (unknown)")
     if as_json:
@@ -208,8 +202,7 @@ async def show_conversation(url: str, conversation_id: str, *, as_json: bool, ou
     else:
         count = len(messages)
         out.write(f"conversation {cid} ({count} message{'s' if count != 1 else ''})\n")
-        lines = render_conversation(messages) if batches is None else render_batches(batches)
-        for line in lines:
+        for line in render_batches(batches):
             out.write(line + "\n")
     out.flush()
     return 0

@@ -9,6 +9,7 @@ from scope.errors import StoreError as StoreError
 from scope.errors import TurnInProgressError as TurnInProgressError
 from scope.errors import TurnInterruptedError as TurnInterruptedError
 from scope.errors import WindowTooSmallError as WindowTooSmallError
+from scope.history._adapter import StoreAdapter as StoreAdapter
 from scope.history._batch import Batch as Batch
 from scope.history._batch import Receipt as Receipt
 from scope.history._cache import HistoryCache as HistoryCache
@@ -16,9 +17,7 @@ from scope.history._compact import compact as compact
 from scope.history._ids import AppendID as AppendID
 from scope.history._ids import ConversationID as ConversationID
 from scope.history._middleware import Middleware as Middleware
-from scope.history._protocols import BatchReader as BatchReader
 from scope.history._protocols import Clearer as Clearer
-from scope.history._protocols import FoldedTurnLeaser as FoldedTurnLeaser
 from scope.history._protocols import Lister as Lister
 from scope.history._protocols import Reader as Reader
 from scope.history._protocols import ReadWriter as ReadWriter
@@ -38,14 +37,12 @@ __all__ = [
     "AppendConflictError",
     "AppendID",
     "Batch",
-    "BatchReader",
     "COMPACTION_KEY",
     "Clearer",
     "CommitError",
     "ConversationClosedError",
     "ConversationID",
     "DefaultTokenCounter",
-    "FoldedTurnLeaser",
     "HistoryCache",
     "HistoryChangedError",
     "HistoryError",
@@ -58,6 +55,7 @@ __all__ = [
     "Reader",
     "Receipt",
     "Store",
+    "StoreAdapter",
     "StoreError",
     "TokenCounter",
     "TurnInProgressError",

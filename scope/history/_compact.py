@@ -28,7 +28,7 @@ from scope.errors import (
 )
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import AppendID, ConversationID
-from scope.history._protocols import ViewReader, Writer, implements
+from scope.history._protocols import ViewReader, Writer
 from scope.history._turns import COMPACTION_KEY, Projections
 from scope.history._view import HistoryView
 
@@ -120,7 +120,7 @@ async def compact(
     unchanged; a cancelled append lands all or nothing, and calling ``compact`` again
     settles it.
     """
-    if not implements(store, ViewReader) or not implements(store, Writer):
+    if not isinstance(store, ViewReader) or not isinstance(store, Writer):
         raise TypeError(
             "compact needs a store that is a scope.history.ViewReader and Writer (every "
             f"bundled store is), got {type(store).__name__}"
@@ -143,7 +143,7 @@ async def compact(
     for attempt in range(ATTEMPTS):
         if attempt:
             await anyio.sleep(backoff_delay(attempt, random.random()))
-        view = await store.read_view(cid)  # type: ignore[attr-defined]
+        view = await store.read_view(cid)
         if not isinstance(view, HistoryView):
             raise TypeError(f"read_view returned {type(view).__name__}, not a HistoryView")
         if view.closed:
@@ -173,7 +173,7 @@ async def compact(
             expected_length=view.length,
         )
         try:
-            receipt = await store.append(batch)  # type: ignore[attr-defined]
+            receipt = await store.append(batch)
         except HistoryChangedError as exc:
             failure = exc
             races.append(f"expected {exc.expected} messages, found {exc.actual}")

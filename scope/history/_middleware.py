@@ -12,17 +12,18 @@ import inspect
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Callable
-from typing import Any, Final, Never, NoReturn, final
+from typing import Final, Never, NoReturn, final
 
 import attrs
 
 from scope.chat import Model, Request, Response, ResponseAccumulator, Role, Streamer
 from scope.errors import ConversationClosedError, InvalidResponseError, StoreError
 from scope.history import _commit, _trace
+from scope.history._adapter import StoreAdapter, as_store
 from scope.history._ids import ConversationID
 from scope.history._interrupted import KeepInterrupted
 from scope.history._overlap import Leases, OnOverlap
-from scope.history._protocols import Reader, ViewReader, Writer, implements
+from scope.history._protocols import Reader, Writer
 from scope.history._replay import replay as checked_replay
 from scope.history._turn import IncompleteReason, IncompleteTurn, Layer, Turn, failure_reason
 from scope.history._turns import COMPACTION_KEY
@@ -115,9 +116,9 @@ class Middleware:
        released on every path (commit, error, cancellation, early stop, a cancellation
        while it was being taken), shielded from cancellation and bounded. These three
        need a writer or reader that is a ``TurnLeaser`` (``TypeError``) and
-       ``exclusive_turns=True`` (``ValueError``); with a ``FoldedTurnLeaser`` as reader
-       and writer the lease steps fold into the read and the commit (as many store
-       steps as a fenced turn). See ``docs/history.md``.
+       ``exclusive_turns=True`` (``ValueError``); with one ``Store`` as reader and
+       writer the lease steps fold into the read and the commit (as many store steps
+       as a fenced turn). See ``docs/history.md``.
     3. ``keep_interrupted=True`` (off by default: an interrupted turn leaves nothing): a
        turn that ends after the model was asked — its stream cancelled, stopped early
        by the consumer (``aclose()``), failed with an error from the model, or
@@ -145,11 +146,13 @@ class Middleware:
     __slots__ = (
         "_conversation_id",
         "_exclusive_turns",
+        "_fenced",
         "_keep_interrupted",
         "_layers",
         "_new_append_id",
         "_on_incomplete",
         "_on_overlap",
+        "_read_view",
         "_reader",
         "_writer",
     )
@@ -168,12 +171,12 @@ class Middleware:
         overlap_timeout: float = 30.0,
         lease_ttl: float = 15.0,
     ) -> None:
-        if not implements(reader, Reader):
+        if not isinstance(reader, Reader):
             raise TypeError(
                 f"Middleware reader must be a scope.history.Reader (an object with an async "
                 f"read(conversation_id)), got {type(reader).__name__}"
             )
-        if not implements(writer, Writer):
+        if not isinstance(writer, Writer):
             raise TypeError(
                 f"Middleware writer must be a scope.history.Writer (an object with an async "
                 f"append(batch)), got {type(writer).__name__}"
@@ -201,6 +204,12 @@ class Middleware:
         self._new_append_id = new_append_id
         self._on_incomplete = on_incomplete
         self._exclusive_turns = exclusive_turns
+        # The history is read as a view; one derived from read() (StoreAdapter) is not
+        # atomic, so it fences nothing (DESIGN §6b: a plain Reader).
+        viewer = as_store(reader)
+        self._read_view = viewer.read_view
+        atomic = not isinstance(viewer, StoreAdapter) or viewer.atomic_views
+        self._fenced = exclusive_turns and atomic
         self._keep_interrupted = keep_interrupted
         self._on_overlap: str = on_overlap
         # The layers, outermost first (the class docstring gives the order).
@@ -307,37 +316,29 @@ class Middleware:
         """The request to send downstream; sets the commit's fence (``turn.expected``).
         A lease that read the history with the lease hands its view over instead of a
         second read."""
-        reader = self._reader
         cid = self._conversation_id
-        stored: Any
         with _trace.read_span(cid) as span:
             view: object = turn.view
-            viewed = view is not None
-            if not viewed and implements(reader, ViewReader):
-                view = await reader.read_view(cid)  # type: ignore[attr-defined]
-                viewed = True
-            if viewed:
-                if not isinstance(view, HistoryView):
-                    raise StoreError(
-                        f"read_view of conversation {str(cid)!r} returned "
-                        f"{type(view).__name__}, not a HistoryView"
+            if view is None:
+                view = await self._read_view(cid)
+            if not isinstance(view, HistoryView):
+                raise StoreError(
+                    f"read_view of conversation {str(cid)!r} returned "
+                    f"{type(view).__name__}, not a HistoryView"
+                )
+            span.read(len(view.messages), length=view.length, closed=view.closed)
+            if view.closed:
+                with _trace.commit_span(cid):  # the trace says why nothing was stored
+                    raise ConversationClosedError(
+                        f"conversation {str(cid)!r} is closed (cleared): the turn "
+                        "cannot be stored, so the model was not called"
                     )
-                span.read(len(view.messages), length=view.length, closed=view.closed)
-                if view.closed:
-                    with _trace.commit_span(cid):  # the trace says why nothing was stored
-                        raise ConversationClosedError(
-                            f"conversation {str(cid)!r} is closed (cleared): the turn "
-                            "cannot be stored, so the model was not called"
-                        )
-                stored = view.messages
-                if self._exclusive_turns:
-                    turn.expected = view.length
-            else:
-                stored = await reader.read(cid)
-                span.read(len(stored))
+            stored = view.messages
+            if self._fenced:
+                turn.expected = view.length
         # The replay is checked once per stored message, not once per call (_replay.py);
         # the prefix and the open turn are the caller's already-validated request.
-        replay = checked_replay(reader, cid, stored)
+        replay = checked_replay(self._reader, cid, stored)
         # A WindowReader's merged system message holding a compaction summary (§6d) is
         # history the model needs, not a stored system prompt: it follows the prefix.
         prefix = turn.prefix
@@ -350,7 +351,7 @@ class Middleware:
 def _check_next(next: object, method: str, wanted: type, shape: str) -> None:
     """``TypeError`` unless ``next`` is what ``Middleware.<method>`` wraps; an object
     that is only the other protocol is told which composition to use instead."""
-    if implements(next, wanted):
+    if isinstance(next, wanted):
         return
     other, other_usage = (
         (Streamer, "chat.wrap_stream(streamer, mw.stream)")
@@ -358,7 +359,7 @@ def _check_next(next: object, method: str, wanted: type, shape: str) -> None:
         else (Model, "chat.wrap(model, mw.call)")
     )
     hint = ""
-    if implements(next, other):
+    if isinstance(next, other):
         hint = f", which is only a {other.__name__}: use {other_usage}"
     raise TypeError(
         f"Middleware.{method} wraps a scope.chat.{wanted.__name__} (an object with "

@@ -7,12 +7,13 @@ each await of the model, waking every ``ttl / 3`` seconds) and releases it after
 everything else, the commit and the kept interrupted turn included (``exit``: shielded
 from cancellation, bounded by ``RELEASE_TIMEOUT``). The fence (§6b) stays on.
 
-Folded steps (``FoldedTurnLeaser``): when the Middleware's reader is the leaser and
-folds, the lease is taken and the history read in one store step
-(``acquire_turn_view``; the view goes on ``Turn.view``); when its writer is the leaser
-and folds, the commit appends and releases in one store step (``append_release_turn``
-as ``Turn.append``). A folded commit that raises leaves the lease held, and ``exit``
-releases it with ``release_turn``.
+The leaser is a ``Store`` (``as_store``: a store that is not gets the steps it lacks
+from ``StoreAdapter``). When the Middleware's reader is the leaser and has its own
+folded steps, the lease is taken and the history read in one step
+(``acquire_turn_view``; the view goes on ``Turn.view``); when its writer is, the
+commit appends and releases in one step (``append_release_turn`` as ``Turn.append``).
+A folded commit that raises leaves the lease held, and ``exit`` releases it with
+``release_turn``.
 
 In this process, per store handle and conversation (a ``_Slot``): the lease running
 here, the turns waiting for it in arrival order, and the leases this process may have
@@ -63,8 +64,9 @@ import anyio.lowlevel
 
 from scope._validate import check_seconds
 from scope.errors import StoreError, TurnInProgressError, TurnInterruptedError
+from scope.history._adapter import StoreAdapter, as_store
 from scope.history._ids import ConversationID
-from scope.history._protocols import FoldedTurnLeaser, TurnLeaser, implements
+from scope.history._protocols import Store, TurnLeaser
 from scope.history._turn import Layer, Turn
 
 __all__ = ["RELEASE_TIMEOUT", "STRATEGIES", "Lease", "Leases", "OnOverlap"]
@@ -98,7 +100,7 @@ class _Slot:
 
     __slots__ = ("leaser", "leftovers", "running", "waiters")
 
-    def __init__(self, leaser: TurnLeaser) -> None:
+    def __init__(self, leaser: object) -> None:
         self.leaser = leaser  # held, so its id() is not reused while the slot exists
         self.running: Lease | None = None
         self.waiters: collections.deque[Lease] = collections.deque()
@@ -114,7 +116,7 @@ _slots_lock: Final = threading.Lock()
 class Leases(Layer):
     """The lease layer of a Middleware: its strategy, checked at construction."""
 
-    __slots__ = ("fold_commit", "fold_read", "leaser", "strategy", "timeout", "ttl")
+    __slots__ = ("fold_commit", "fold_read", "handle", "leaser", "strategy", "timeout", "ttl")
 
     def __init__(
         self, strategy: str, timeout: float, ttl: float, reader: object, writer: object
@@ -122,11 +124,14 @@ class Leases(Layer):
         self.strategy: Final = strategy
         self.timeout: Final = timeout
         self.ttl: Final = ttl
-        leaser = next((c for c in (writer, reader) if implements(c, TurnLeaser)), None)
+        leaser = next((c for c in (writer, reader) if isinstance(c, TurnLeaser)), None)
         if leaser is not None:
-            self.leaser: Final[TurnLeaser] = leaser  # type: ignore[assignment]
-            folds = implements(leaser, FoldedTurnLeaser)
-            # Whether the lease steps fold into the read and into the commit.
+            self.handle: Final[object] = leaser  # the store handle the slots are kept for
+            self.leaser: Final[Store] = as_store(leaser)
+            # Whether the lease steps fold into the read and into the commit: with the
+            # store's own folded steps (the adapter's two-step ones would hold the
+            # read, or the commit's receipt, inside the lease step).
+            folds = not isinstance(self.leaser, StoreAdapter) or self.leaser.folds
             self.fold_read: Final = folds and leaser is reader
             self.fold_commit: Final = folds and leaser is writer
             return
@@ -164,8 +169,7 @@ class Leases(Layer):
         turn.view = lease.view
         turn.run = lease.run
         if self.fold_commit:
-            folded: FoldedTurnLeaser = self.leaser  # type: ignore[assignment]
-            turn.append = functools.partial(folded.append_release_turn, holder=lease.holder)
+            turn.append = functools.partial(self.leaser.append_release_turn, holder=lease.holder)
         turn.lease = lease
 
     async def exit(self, turn: Turn) -> None:
@@ -202,7 +206,7 @@ class Lease:
         self.stopped: str | None = None  # why the turn must stop, once asked
         #: The history read in the same store step as the lease (``fold_read``), else None.
         self.view: Any = None
-        self._key = (id(leases.leaser), conversation_id)
+        self._key = (id(leases.handle), conversation_id)
         self._slot: _Slot | None = None
         self._scope: anyio.CancelScope | None = None
         self._wake = anyio.Event()
@@ -218,7 +222,7 @@ class Lease:
         with _slots_lock:
             slot = _slots.get(self._key)
             if slot is None:
-                slot = _slots[self._key] = _Slot(self.leases.leaser)
+                slot = _slots[self._key] = _Slot(self.leases.handle)
             slot.waiters.append(self)
         self._slot = slot
         start = anyio.current_time()
@@ -296,8 +300,7 @@ class Lease:
         leases, cid = self.leases, self.conversation_id
         if not leases.fold_read:
             return bool(await leases.leaser.acquire_turn(cid, self.holder, leases.ttl))
-        folded: FoldedTurnLeaser = leases.leaser  # type: ignore[assignment]
-        view = await folded.acquire_turn_view(cid, self.holder, leases.ttl)
+        view = await leases.leaser.acquire_turn_view(cid, self.holder, leases.ttl)
         self.view = view
         return view is not None
 

@@ -1,4 +1,10 @@
-"""The store protocols. Every backend honours the store rules of ``scope.history``."""
+"""The store contract: one ``Store`` protocol, and the narrower views of it that a
+consumer needing less (a ``Reader``, a ``Writer``) names.
+
+Every bundled store implements all of ``Store``; a simple third-party store (``read``,
+``append``, ``clear``) gets the rest from ``scope.history.StoreAdapter``.
+``StoreConformance`` tests exactly ``Store``.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,7 @@ from scope.history._ids import ConversationID
 from scope.history._view import HistoryView
 
 __all__ = [
-    "BatchReader",
     "Clearer",
-    "FoldedTurnLeaser",
     "Lister",
     "ReadWriter",
     "Reader",
@@ -25,7 +29,7 @@ __all__ = [
 
 @runtime_checkable
 class Reader(Protocol):
-    """Reads a conversation."""
+    """Reads a conversation (a view of ``Store``)."""
 
     async def read(self, conversation_id: str) -> list[Message]:
         """A new list of the stored messages in order; ``[]`` for an unknown or closed
@@ -35,7 +39,7 @@ class Reader(Protocol):
 
 @runtime_checkable
 class Writer(Protocol):
-    """Appends batches."""
+    """Appends batches (a view of ``Store``)."""
 
     async def append(self, batch: Batch) -> Receipt:
         """Append ``batch`` atomically (all or nothing) and return its receipt.
@@ -52,7 +56,7 @@ class Writer(Protocol):
 
 @runtime_checkable
 class Clearer(Protocol):
-    """Closes conversations."""
+    """Closes conversations (a view of ``Store``)."""
 
     async def clear(self, conversation_id: str) -> None:
         """Close the conversation for ever (idempotent; an id never written too)."""
@@ -61,7 +65,7 @@ class Clearer(Protocol):
 
 @runtime_checkable
 class Lister(Protocol):
-    """Lists conversations."""
+    """Lists conversations (a view of ``Store``)."""
 
     async def conversations(
         self, *, after: str | None = None, limit: int | None = None
@@ -74,12 +78,9 @@ class Lister(Protocol):
 
 @runtime_checkable
 class ViewReader(Protocol):
-    """Reads a conversation, its length and its closure in one atomic read.
-
-    Optional: not part of ``Store``. Every bundled store and ``WindowReader`` implement
-    it; the history ``Middleware`` uses it, when the reader has it, to refuse a closed
-    conversation before calling the model and to fence the turn it commits.
-    """
+    """Reads a conversation, its length and its closure in one atomic read (a view of
+    ``Store``; ``WindowReader`` implements it too). The history ``Middleware`` fences
+    the turns it commits only with a reader that has it."""
 
     async def read_view(self, conversation_id: str) -> HistoryView:
         """The conversation's ``HistoryView``: ``messages`` are what ``read`` returns,
@@ -90,34 +91,13 @@ class ViewReader(Protocol):
 
 
 @runtime_checkable
-class BatchReader(Protocol):
-    """Reads a conversation batch by batch, with what each batch's receipt needs.
-
-    Optional: not part of ``Store``. Every bundled store (``scope.history.inmemory.InMemoryStore``
-    and the ``scope.historystores`` backends) implements it; check with
-    ``isinstance(store, BatchReader)``.
-    """
-
-    async def read_batches(self, conversation_id: str) -> list[Batch]:
-        """A new list of the stored batches in stored order, each equal to the batch that
-        was appended (conversation id, append id, messages and digest), so
-        ``batch.receipt()`` equals the receipt its append returned; ``[]`` for an unknown
-        or closed conversation. The messages of the batches, concatenated, are what
-        ``read`` returns. An invalid id raises ``InvalidConversationIDError`` before any
-        I/O."""
-        ...
-
-
-@runtime_checkable
 class TurnLeaser(Protocol):
-    """Leases a conversation to one running turn at a time (DESIGN §6e).
-
-    Optional: not part of ``Store``. Every bundled store implements it; the history
-    ``Middleware`` needs it for ``on_overlap="reject"``, ``"wait"`` and ``"interrupt"``.
-    Each call is one atomic step in the store. A lease is ``(holder, expiry)``: it
-    expires by itself ``ttl`` seconds after it was last acquired (a holder that crashed
-    blocks the conversation no longer than that), and only its holder's token renews
-    or releases it.
+    """Leases a conversation to one running turn at a time (DESIGN §6e; a view of
+    ``Store``). Each call is one atomic step in the store. A lease is ``(holder,
+    expiry)``: it expires by itself ``ttl`` seconds after it was last acquired (a
+    holder that crashed blocks the conversation no longer than that), and only its
+    holder's token renews or releases it. The history ``Middleware`` needs a leaser
+    for ``on_overlap="reject"``, ``"wait"`` and ``"interrupt"``.
     """
 
     async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
@@ -135,24 +115,44 @@ class TurnLeaser(Protocol):
 
 
 @runtime_checkable
-class FoldedTurnLeaser(TurnLeaser, ViewReader, Writer, Protocol):
-    """A ``TurnLeaser`` whose lease steps fold into a turn's read and commit.
+class ReadWriter(Reader, Writer, Protocol):
+    """Reader and Writer."""
 
-    Optional: not part of ``Store`` or ``TurnLeaser``. A turn under
-    ``on_overlap="reject"``, ``"wait"`` or ``"interrupt"`` makes four store steps with a
-    plain ``TurnLeaser`` (acquire, read the view, append, release) where a ``"fence"``
-    turn makes two; with a store that is also a ``FoldedTurnLeaser`` (every bundled
-    store), used as the Middleware's reader and writer, it makes two as
-    well: ``acquire_turn_view`` takes the lease and reads the history in one atomic step,
-    ``append_release_turn`` appends the answer and gives the lease back in one atomic
-    step. The Middleware falls back to the separate steps for any other store (and
-    releases with ``release_turn`` whenever ``append_release_turn`` raises).
 
-    Handing over a conversation is then exact: a turn that takes the lease from
-    ``acquire_turn_view`` sees every batch its previous holder appended with
-    ``append_release_turn``, because the previous append and release were one step and
-    the new acquire and read are one step.
+@runtime_checkable
+class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
+    """The one store contract (DESIGN §6j): what a backend implements, what
+    ``StoreConformance`` tests, what the history ``Middleware``, ``compact`` and the
+    CLI use.
+
+    - Reading: ``read``, ``read_view`` (messages, length and closure in one atomic
+      read) and ``read_batches`` (the batches as appended, for receipts and
+      verification).
+    - Writing: ``append`` against an expected head (the batch's ``expected_length``
+      fence), or ``append_release_turn`` under a lease (the append and the lease's
+      release in one step).
+    - ``clear`` (closure for ever) and ``conversations`` (listing, keyset paged).
+    - Leases: ``acquire_turn``/``release_turn``, and ``acquire_turn_view``: the lease
+      and the view in one step. A turn under a lease takes two store steps, as a
+      fenced one does, and a hand-over is exact: a turn that takes the lease from
+      ``acquire_turn_view`` sees every batch its previous holder appended with
+      ``append_release_turn``.
+
+    Room to grow (documented, not yet part of the protocol): branches (DESIGN §6h: the
+    head a fence names becomes a receipt digest, ``rewind``/``switch``/``branches``
+    move and list heads) and erasure (§6i: ``erase``, ``expire``, owners) are store
+    steps that join this protocol; a simple store gets them from ``StoreAdapter``
+    where they can be derived.
     """
+
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        """A new list of the stored batches in stored order, each equal to the batch that
+        was appended (conversation id, append id, messages and digest), so
+        ``batch.receipt()`` equals the receipt its append returned; ``[]`` for an unknown
+        or closed conversation. The messages of the batches, concatenated, are what
+        ``read`` returns. An invalid id raises ``InvalidConversationIDError`` before any
+        I/O."""
+        ...
 
     async def acquire_turn_view(
         self, conversation_id: str, holder: str, ttl: float
@@ -176,35 +176,3 @@ class FoldedTurnLeaser(TurnLeaser, ViewReader, Writer, Protocol):
         releases it with ``release_turn``. Invalid arguments (``InvalidBatchError``, a
         bad holder: ``ValueError``) raise before any I/O."""
         ...
-
-
-@runtime_checkable
-class ReadWriter(Reader, Writer, Protocol):
-    """Reader and Writer."""
-
-
-@runtime_checkable
-class Store(Reader, Writer, Clearer, Protocol):
-    """Reader, Writer and Clearer: a full history store."""
-
-
-_IMPLEMENTED: set[tuple[type, type]] = set()
-
-
-def implements(obj: object, protocol: type) -> bool:
-    """``isinstance(obj, protocol)`` for a runtime-checkable protocol, remembered per type.
-
-    ``isinstance`` against a runtime-checkable protocol inspects the protocol's members on
-    every call (microseconds each). A positive answer for an object whose *type* has every
-    member is remembered for that type; anything else (members set on the instance, a
-    negative answer) asks ``isinstance`` every time.
-    """
-    key = (type(obj), protocol)
-    if key in _IMPLEMENTED:
-        return True
-    if not isinstance(obj, protocol):
-        return False
-    members = [name for name in dir(protocol) if not name.startswith("_")]
-    if all(callable(getattr(type(obj), name, None)) for name in members):
-        _IMPLEMENTED.add(key)
-    return True

@@ -10,8 +10,9 @@ import attrs
 from scope._validate import check_type
 from scope.chat import Message
 from scope.errors import InvalidWindowError, WindowTooSmallError
+from scope.history._adapter import as_store
 from scope.history._ids import ConversationID
-from scope.history._protocols import Reader, ViewReader, implements
+from scope.history._protocols import Reader, Store
 from scope.history._tokens import FOLD_START, DefaultTokenCounter, Fold, TokenCounter
 from scope.history._turns import Projection, Projections, project
 from scope.history._view import HistoryView
@@ -44,7 +45,7 @@ def _check_max_tokens(instance: Any, attribute: Any, value: Any) -> None:
 
 
 def _check_counter(instance: Any, attribute: Any, value: Any) -> None:
-    if value is not None and not implements(value, TokenCounter):
+    if value is not None and not isinstance(value, TokenCounter):
         raise TypeError(
             f"window counter must be a TokenCounter (an object with a synchronous "
             f"count(messages) method), got {type(value).__name__}"
@@ -186,6 +187,11 @@ class WindowReader:
     max_tokens: int | None = attrs.field(default=None, validator=_check_max_tokens, kw_only=True)
     counter: TokenCounter | None = attrs.field(default=None, validator=_check_counter, kw_only=True)
     low_water: int | None = attrs.field(default=None, validator=_check_low_water, kw_only=True)
+    # The reader as a Store (its own read_view, or one StoreAdapter derives from read).
+    _viewer: Store = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_viewer", as_store(self.reader))
 
     def validate(self) -> None:
         """Check the fields (construction already did)."""
@@ -213,14 +219,10 @@ class WindowReader:
         (``InvalidConversationIDError``); ``WindowTooSmallError`` as for ``read``.
         """
         cid = ConversationID(conversation_id)
-        reader = self.reader
-        if implements(reader, ViewReader):
-            view: HistoryView = await reader.read_view(cid)  # type: ignore[attr-defined]
-            if view.closed:
-                return view
-            return HistoryView(self._window(cid, view.messages), view.length)
-        messages = await reader.read(cid)
-        return HistoryView(self._window(cid, messages), len(messages))
+        view = await self._viewer.read_view(cid)
+        if view.closed:
+            return view
+        return HistoryView(self._window(cid, view.messages), view.length)
 
     def _window(self, cid: ConversationID, stored: Sequence[Message]) -> list[Message]:
         counter = self.counter if self.counter is not None else _DEFAULT_COUNTER

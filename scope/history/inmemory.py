@@ -1,7 +1,7 @@
 """The reference history store: everything in memory, nothing survives the process.
 
-``InMemoryStore`` (a ``Store``, ``Lister``, ``ViewReader`` and ``BatchReader``) is what
-every other backend is measured against: it passes
+``InMemoryStore`` (a ``scope.history.Store``) is what every other backend is measured
+against: it passes
 ``scope.history.storetest.StoreConformance`` and is the model the persistent stores copy.
 It is safe to share between tasks and threads, and it runs unchanged under asyncio and
 trio: its only synchronisation is a ``threading.Lock`` that is never held across an
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import threading
-import time
 import warnings
 from typing import Any, TypeVar, final
 
@@ -26,6 +25,7 @@ from scope.errors import (
     HistoryChangedError,
     InvalidBatchError,
 )
+from scope.history._adapter import LeaseTable
 from scope.history._batch import Batch, Receipt
 from scope.history._cache import DEFAULT_CACHE_BYTES, HistoryCache
 from scope.history._cache import cache_bytes as _cache_bytes
@@ -40,8 +40,7 @@ T = TypeVar("T")
 @final
 @attrs.define(eq=False)
 class InMemoryStore:
-    """An in-memory ``Store``, ``Lister``, ``ViewReader``, ``BatchReader``,
-    ``TurnLeaser`` and ``FoldedTurnLeaser``.
+    """An in-memory ``scope.history.Store``.
 
     Guarantees, beyond the store rules every backend keeps (see ``scope.history``):
 
@@ -88,11 +87,8 @@ class InMemoryStore:
     _closed: set[ConversationID] = attrs.field(factory=set, init=False, repr=False)
     # How many messages each conversation holds (kept after a clear: its last length).
     _lengths: dict[ConversationID, int] = attrs.field(factory=dict, init=False, repr=False)
-    # Turn leases: conversation -> (holder, monotonic expiry). An expired entry is
-    # replaced by the next acquire.
-    _leases: dict[ConversationID, tuple[str, float]] = attrs.field(
-        factory=dict, init=False, repr=False
-    )
+    # Turn leases, by time.monotonic().
+    _leases: LeaseTable = attrs.field(factory=LeaseTable, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._cache = HistoryCache(self.cache_bytes)
@@ -204,53 +200,38 @@ class InMemoryStore:
         cid = ConversationID(conversation_id)
         holder, ttl = check_lease(holder, ttl)
         with self._lock:
-            return self._acquire_locked(cid, holder, ttl)
+            return self._leases.acquire(cid, holder, ttl)
 
     async def release_turn(self, conversation_id: str, holder: str) -> bool:
         """Release ``holder``'s live lease: True when it held it."""
         cid = ConversationID(conversation_id)
         holder, _ = check_lease(holder, 1.0)
         with self._lock:
-            return self._release_locked(cid, holder)
+            return self._leases.release(cid, holder)
 
     async def acquire_turn_view(
         self, conversation_id: str, holder: str, ttl: float
     ) -> HistoryView | None:
         """``acquire_turn`` and ``read_view`` under one lock (see
-        ``scope.history.FoldedTurnLeaser``): the view when the lease is now ``holder``'s,
+        ``scope.history.Store``): the view when the lease is now ``holder``'s,
         None when another holder's live lease has it."""
         cid = ConversationID(conversation_id)
         holder, ttl = check_lease(holder, ttl)
         with self._lock:
-            if not self._acquire_locked(cid, holder, ttl):
+            if not self._leases.acquire(cid, holder, ttl):
                 return None
             return self._view_locked(cid)
 
     async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
         """``append`` and, when it returns, ``release_turn`` under one lock (see
-        ``scope.history.FoldedTurnLeaser``); when the append raises, the lease stays."""
+        ``scope.history.Store``); when the append raises, the lease stays."""
         if not isinstance(batch, Batch):
             raise InvalidBatchError(f"append needs a Batch, got {type(batch).__name__}")
         holder, _ = check_lease(holder, 1.0)
         with self._lock:
             self._append_locked(batch)
-            self._release_locked(batch.conversation_id, holder)
+            self._leases.release(batch.conversation_id, holder)
         return batch.receipt()
-
-    def _acquire_locked(self, cid: ConversationID, holder: str, ttl: float) -> bool:
-        now = time.monotonic()
-        current = self._leases.get(cid)
-        if current is not None and current[0] != holder and current[1] > now:
-            return False
-        self._leases[cid] = (holder, now + ttl)
-        return True
-
-    def _release_locked(self, cid: ConversationID, holder: str) -> bool:
-        current = self._leases.get(cid)
-        if current is None or current[0] != holder:
-            return False
-        del self._leases[cid]
-        return current[1] > time.monotonic()
 
     async def conversations(
         self, *, after: str | None = None, limit: int | None = None

@@ -8,30 +8,30 @@
 ``scope.historystores.redis.RedisStore``      Redis via redis-py (``scope-chat[redis]``); asyncio
 ============================================  ==========================================
 
-Each is a ``scope.history.Store``, ``Lister`` and ``BatchReader``, passes the store
+Each is a ``scope.history.Store`` (and a ``PersistentStore``), passes the store
 conformance suite, opens with an async ``open`` classmethod that creates its schema when
 missing, is an async context manager and has ``aclose()``. Driver errors surface as
 ``scope.errors.StoreError`` (the driver error chained); a stored record that was changed
 outside scope makes ``read`` and ``read_batches`` raise ``StoreError`` naming the
 conversation; a stored conversation id that is not valid is skipped by
-``conversations()`` (logged once, listed in ``invalid_conversation_ids``). Each is also
-a ``RecordScanner``: ``scan_records()`` streams the stored records as they are, read-only,
-each a ``StoredRecord`` whose ``problem()`` says what a read would refuse in it
-(``scope history verify``). Importing
+``conversations()`` (logged once, listed in ``invalid_conversation_ids``);
+``scan_records()`` streams the stored records as they are, read-only, each a
+``StoredRecord`` whose ``problem()`` says what a read would refuse in it (``scope
+history verify``). Importing
 this package or a backend module imports no driver: asyncpg and redis-py are imported
 when a store is opened.
 """
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Generator
+from collections.abc import AsyncIterator, Coroutine, Generator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast, final, runtime_checkable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from scope._validate import publish as _publish
-from scope.history import Clearer, Lister, Reader, Writer
-from scope.historystores._scan import RecordScanner, StoredRecord
+from scope.history import Store
+from scope.historystores._scan import DEFAULT_PAGE_SIZE, StoredRecord
 from scope.historystores._schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 __all__ = [
     "OpeningStore",
     "PersistentStore",
-    "RecordScanner",
     "SCHEMA_VERSION",
     "StoredRecord",
     "open_store",
@@ -48,8 +47,9 @@ __all__ = [
 
 
 @runtime_checkable
-class PersistentStore(Reader, Writer, Clearer, Lister, Protocol):
-    """What ``open_store`` returns: a Store and Lister that must be closed."""
+class PersistentStore(Store, Protocol):
+    """What ``open_store`` returns: a ``scope.history.Store`` that must be closed, and
+    whose stored records can be scanned as they are."""
 
     async def aclose(self) -> None:
         """Release the store's connections; later calls raise ``StoreError``."""
@@ -60,6 +60,15 @@ class PersistentStore(Reader, Writer, Clearer, Lister, Protocol):
         """Stored ids that ``conversations()`` skipped because they are not valid
         conversation ids (written outside scope), sorted; each is logged once as a
         warning on the ``scope.historystores`` logger."""
+        ...
+
+    def scan_records(
+        self,
+        conversation_ids: Iterable[str] | None = None,
+        *,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> AsyncIterator[StoredRecord]:
+        """Every stored batch record, as stored (see ``RecordScanning.scan_records``)."""
         ...
 
     async def __aenter__(self) -> Self: ...
@@ -184,4 +193,4 @@ async def _open(
     raise ValueError(f"unsupported store URL scheme {scheme!r}: {_USAGE}")
 
 
-_publish(__name__, ["OpeningStore", "RecordScanner", "StoredRecord"], globals())
+_publish(__name__, ["OpeningStore", "StoredRecord"], globals())

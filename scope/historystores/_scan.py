@@ -13,7 +13,7 @@ read runs it; ``StoredRecord.problem()`` applies the very checks a read applies
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from typing import Any, Final, Protocol, final, runtime_checkable
+from typing import Any, Final, final
 
 import attrs
 
@@ -23,7 +23,6 @@ from scope.historystores._records import decode_record, shown_id, stored_id
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
-    "RecordScanner",
     "RecordScanning",
     "StoredRecord",
     "UnreadableRecords",
@@ -103,20 +102,6 @@ class StoredRecord:
         except InvalidAppendIDError as exc:
             return f"invalid append id: {exc}"
         return None
-
-
-@runtime_checkable
-class RecordScanner(Protocol):
-    """A store whose raw batch records can be scanned (every bundled store)."""
-
-    def scan_records(
-        self,
-        conversation_ids: Iterable[str] | None = None,
-        *,
-        page_size: int = DEFAULT_PAGE_SIZE,
-    ) -> AsyncIterator[StoredRecord]:
-        """Every stored batch record, as stored (see ``RecordScanning.scan_records``)."""
-        ...
 
 
 def validate_page_size(value: object) -> int:

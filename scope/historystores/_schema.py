@@ -21,7 +21,7 @@ __all__ = [
 #: column on the conversations table (the ``expected_length`` fence) and a ``_schema``
 #: table holding this number. 3: a ``_leases`` table (``TurnLeaser``, DESIGN §6e).
 #: 4: PostgreSQL's folded lease functions ``_acquire_view`` and ``_commit_turn``
-#: (``FoldedTurnLeaser``); SQLite's tables are those of 3, its upgrade only records 4.
+#: (the folded lease steps); SQLite's tables are those of 3, its upgrade only records 4.
 SCHEMA_VERSION: Final = 4
 
 

@@ -6,9 +6,9 @@ context manager.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Self, TypeVar
 
-from scope._validate import check_limit
+from scope._validate import check_lease, check_limit
 from scope.chat import Message
 from scope.errors import (
     AppendConflictError,
@@ -17,13 +17,14 @@ from scope.errors import (
     InvalidBatchError,
     StoreError,
 )
-from scope.history import Batch, ConversationID, HistoryCache, Receipt
+from scope.history import Batch, ConversationID, HistoryCache, HistoryView, Receipt
 from scope.historystores._records import (
     Decoder,
     ListedIDs,
     decode_batches,
     decode_records,
 )
+from scope.historystores._scan import RecordScanning
 
 __all__ = [
     "check_batch",
@@ -31,7 +32,6 @@ __all__ = [
     "closed_error",
     "conflict_error",
     "releases",
-    "AsyncClosing",
     "RecordStore",
 ]
 
@@ -90,33 +90,11 @@ def releases(batch: Batch, outcome: str) -> bool:
     return outcome == "inserted" or outcome == f"accepted:{batch.digest}"
 
 
-class _Closable(Protocol):
-    async def aclose(self) -> None: ...
-
-
-class AsyncClosing:
-    """Mixin: the store is an async context manager; ``async with`` returns the store
-    itself and calls its ``aclose()`` on exit, whether the body ended normally, raised or
-    was cancelled (the body's exception propagates)."""
-
-    __slots__ = ()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self: _Closable,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class RecordStore(AsyncClosing):
-    """Base of the persistent stores: the append sequence, ``clear`` and the listing
-    around one backend primitive each; ``read`` and ``read_batches`` over one fetch of
-    the conversation's records (the backend's ``_read``), decoded and checked by
+class RecordStore(RecordScanning):
+    """Base of the persistent stores: the append sequence, ``clear``, the listing and
+    the lease steps around one backend primitive each; the async context manager and
+    ``scan_records``; ``read`` and ``read_batches`` over one fetch of the
+    conversation's records (the backend's ``_read``), decoded and checked by
     ``decode_records`` / ``decode_batches``; the listing's skipped ids.
 
     The append sequence, the same on every backend: the batch is checked before any I/O
@@ -124,11 +102,14 @@ class RecordStore(AsyncClosing):
     outcome, the outcome raised as its error (``check_outcome``), the backend's
     follow-up run (``_after_append``), and the receipt returned with the batch's
     messages cached (the next read decodes nothing this handle wrote). A store that
-    implements ``FoldedTurnLeaser`` runs the same sequence for ``append_release_turn``
-    (``_append`` with the holder), its ``_write`` releasing the lease in the same step.
+    runs the same sequence for ``append_release_turn`` (``_append`` with the holder),
+    its ``_write`` releasing the lease in the same step. The lease steps check their
+    arguments here and run one backend step each (``_acquire``, ``_acquire_view``,
+    ``_release``).
 
     A subclass sets ``_cache``, ``_listed`` and ``_outcome_source``, implements
-    ``_write``, ``_clear``, ``_list``, ``_read`` and ``closed``.
+    ``_write``, ``_clear``, ``_list``, ``_read``, the lease steps, ``read_view`` and
+    ``closed``.
     """
 
     __slots__ = ()
@@ -142,6 +123,23 @@ class RecordStore(AsyncClosing):
     def closed(self) -> bool:
         """Whether ``aclose()`` was called."""
         raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release the store's connections; later calls raise ``StoreError``."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        """The store itself; ``aclose()`` runs on exit, whether the body ended normally,
+        raised or was cancelled (the body's exception propagates)."""
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     @property
     def history_cache(self) -> HistoryCache:
@@ -164,8 +162,8 @@ class RecordStore(AsyncClosing):
         return await self._append(check_batch(batch), None)
 
     async def _append(self, batch: Batch, holder: str | None) -> Receipt:
-        """The append sequence for a checked ``batch``. With a ``holder`` (a
-        ``FoldedTurnLeaser``'s ``append_release_turn``) ``_write`` also releases that
+        """The append sequence for a checked ``batch``. With a ``holder``
+        (``append_release_turn``) ``_write`` also releases that
         holder's lease in its one atomic step when the batch landed or was a retry of
         the same batch (``releases``); a refused append leaves the lease."""
         outcome = await self._write(batch, holder)
@@ -173,6 +171,41 @@ class RecordStore(AsyncClosing):
         await self._after_append(batch)
         self._cache.remember(batch)
         return batch.receipt()
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        """``append`` and ``release_turn`` in one atomic step (see
+        ``scope.history.Store``): the lease is released with the append when the batch
+        landed or was a retry of the same batch; a refused append (it raises) wrote
+        nothing and leaves the lease."""
+        batch = check_batch(batch)
+        holder, _ = check_lease(holder, 1.0)
+        return await self._append(batch, holder)
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        """Take or renew the conversation's turn lease for ``ttl`` seconds in one atomic
+        step (see ``scope.history.TurnLeaser``): True when it is now ``holder``'s. It
+        expires by the server's clock."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        return await self._acquire(cid, holder, ttl)
+
+    async def acquire_turn_view(
+        self, conversation_id: str, holder: str, ttl: float
+    ) -> HistoryView | None:
+        """``acquire_turn`` and ``read_view`` in one atomic step (see
+        ``scope.history.Store``): the view when the lease is now ``holder``'s, None
+        (nothing read) when another holder's live lease has it. A corrupt stored record
+        raises ``StoreError`` (the lease is then the holder's: release it)."""
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        return await self._acquire_view(cid, holder, ttl)
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        """Release ``holder``'s live lease (compare and delete, one atomic step): True
+        when it held it."""
+        cid = ConversationID(conversation_id)
+        holder, _ = check_lease(holder, 1.0)
+        return await self._release(cid, holder)
 
     async def clear(self, conversation_id: str) -> None:
         """Close the conversation for ever and delete its batches (one atomic step);
@@ -221,9 +254,22 @@ class RecordStore(AsyncClosing):
         """Append ``batch`` in one atomic step: the closed check, the dedupe record and
         the fence (DESIGN §6b's order), then the insert. Answers the outcome
         ``check_outcome`` reads (``inserted``, ``closed``, ``accepted:<digest>``,
-        ``changed:<length>``). With a ``holder`` (only on a store that implements
-        ``FoldedTurnLeaser``), the same step releases ``holder``'s lease when
-        ``releases(batch, outcome)``."""
+        ``changed:<length>``). With a ``holder`` (``append_release_turn``), the same
+        step releases ``holder``'s lease when ``releases(batch, outcome)``."""
+        raise NotImplementedError
+
+    async def _acquire(self, cid: ConversationID, holder: str, ttl: float) -> bool:
+        """``acquire_turn`` on checked arguments."""
+        raise NotImplementedError
+
+    async def _acquire_view(
+        self, cid: ConversationID, holder: str, ttl: float
+    ) -> HistoryView | None:
+        """``acquire_turn_view`` on checked arguments."""
+        raise NotImplementedError
+
+    async def _release(self, cid: ConversationID, holder: str) -> bool:
+        """``release_turn`` on checked arguments."""
         raise NotImplementedError
 
     async def _after_append(self, batch: Batch) -> None:

@@ -39,9 +39,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
-from scope._validate import check_lease, check_seconds, check_type
+from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryCache, HistoryView, Receipt
+from scope.history import Batch, ConversationID, HistoryCache, HistoryView
 from scope.historystores._driver import (
     Driver,
     require_asyncio,
@@ -53,7 +53,6 @@ from scope.historystores._records import (
     ListedIDs,
     view_of,
 )
-from scope.historystores._scan import RecordScanning
 from scope.historystores._schema import (
     SCHEMA_VERSION,
     schema_mismatch,
@@ -61,7 +60,6 @@ from scope.historystores._schema import (
 )
 from scope.historystores._store import (
     RecordStore,
-    check_batch,
 )
 
 __all__ = ["PostgresStore"]
@@ -143,9 +141,8 @@ _CLIENT_GRACE: Final = 1.0
 
 
 @final
-class PostgresStore(RecordScanning, RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser``, ``FoldedTurnLeaser``
-    and ``RecordScanner`` in PostgreSQL tables.
+class PostgresStore(RecordStore):
+    """A ``scope.history.Store`` (and ``PersistentStore``) in PostgreSQL tables.
 
     Open with ``await PostgresStore.open(dsn)``; use as an async context manager or call
     ``aclose()`` (closes the connection pool).
@@ -162,7 +159,7 @@ class PostgresStore(RecordScanning, RecordStore):
       ``acquire_turn`` is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement
       and ``release_turn`` one ``DELETE``; a lease expires by the server's clock
       (``clock_timestamp()``), so the hosts' clocks need not agree. The folded steps
-      (``FoldedTurnLeaser``) are one server-side function call each, one transaction
+      are one server-side function call each, one transaction
       and one round trip: ``acquire_turn_view`` the same upsert and then the view,
       ``append_release_turn`` the append function and then the holder's release.
       ``acquire_turn_view``'s transaction writes only the lease and commits
@@ -665,11 +662,7 @@ class PostgresStore(RecordScanning, RecordStore):
 
         await self._with_connection(clear, f"clear of conversation {str(cid)!r}", settle=True)
 
-    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
-        """Take or renew the conversation's turn lease for ``ttl`` seconds (see
-        ``scope.history.TurnLeaser``), one statement: True when it is now ``holder``'s."""
-        cid = ConversationID(conversation_id)
-        holder, ttl = check_lease(holder, ttl)
+    async def _acquire(self, cid: ConversationID, holder: str, ttl: float) -> bool:
         sql = self._sql.acquire
 
         async def acquire(conn: Any) -> bool:
@@ -679,16 +672,11 @@ class PostgresStore(RecordScanning, RecordStore):
             acquire, f"lease of conversation {str(cid)!r}", settle=True
         )
 
-    async def acquire_turn_view(
-        self, conversation_id: str, holder: str, ttl: float
+    async def _acquire_view(
+        self, cid: ConversationID, holder: str, ttl: float
     ) -> HistoryView | None:
-        """``acquire_turn`` and ``read_view`` in one call of the ``_acquire_view``
-        function, one transaction (see ``scope.history.FoldedTurnLeaser``): the view when
-        the lease is now ``holder``'s, None (nothing read) when another holder's live
-        lease has it. A corrupt stored record raises ``StoreError`` (the lease is then
-        the holder's: release it)."""
-        cid = ConversationID(conversation_id)
-        holder, ttl = check_lease(holder, ttl)
+        # One call of the _acquire_view function, one transaction (append_release_turn:
+        # the _commit_turn function).
         sql = self._sql.acquire_view
 
         async def acquire_view(conn: Any) -> list[Any]:
@@ -702,19 +690,7 @@ class PostgresStore(RecordScanning, RecordStore):
         records = [(r[3], r[4], r[5]) for r in rows if r[3] is not None]
         return view_of(cid, bool(rows[0][1]), int(rows[0][2]), records, self._cache)
 
-    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
-        """``append`` and ``release_turn`` in one call of the ``_commit_turn`` function,
-        one transaction (see ``scope.history.FoldedTurnLeaser``): the holder's lease is
-        released with the append when the batch landed or was a retry of the same
-        batch; a refused append (it raises) wrote nothing and leaves the lease."""
-        batch = check_batch(batch)
-        holder, _ = check_lease(holder, 1.0)
-        return await self._append(batch, holder)
-
-    async def release_turn(self, conversation_id: str, holder: str) -> bool:
-        """Release ``holder``'s live lease, one statement: True when it held it."""
-        cid = ConversationID(conversation_id)
-        holder, _ = check_lease(holder, 1.0)
+    async def _release(self, cid: ConversationID, holder: str) -> bool:
         sql = self._sql.release
 
         async def release(conn: Any) -> bool:
@@ -851,7 +827,7 @@ class _Statements:
             "  RETURN 'inserted';\n"
             "END\n"
             "$fn$",
-            # Version 4: the folded lease steps (FoldedTurnLeaser), one round trip each.
+            # Version 4: the folded lease steps, one round trip each.
             # acquire_view: the lease upsert, then (when it is the holder's) the view, in
             # one transaction. The view's statement takes its snapshot after the upsert
             # holds the lease row, and a previous holder's commit_turn appended and

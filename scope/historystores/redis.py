@@ -36,9 +36,9 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
-from scope._validate import check_lease, check_seconds, check_type
+from scope._validate import check_seconds, check_type
 from scope.errors import ScopeWarning, StoreError
-from scope.history import Batch, ConversationID, HistoryCache, HistoryView, Receipt
+from scope.history import Batch, ConversationID, HistoryCache, HistoryView
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -57,10 +57,9 @@ from scope.historystores._records import (
     stored_id,
     view_of,
 )
-from scope.historystores._scan import RecordScanning, UnreadableRecords
+from scope.historystores._scan import UnreadableRecords
 from scope.historystores._store import (
     RecordStore,
-    check_batch,
 )
 
 __all__ = ["RedisStore"]
@@ -132,7 +131,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-# The folded lease steps (FoldedTurnLeaser) reuse the scripts above as Lua functions
+# The folded lease steps reuse the scripts above as Lua functions
 # whose KEYS and ARGV parameters shadow the globals, so each rule stays written once.
 # KEYS: lease, closed, length, batches. ARGV: holder, ttl in ms. 0 when another
 # holder's live lease has it, else read_view's answer, in the same atomic step.
@@ -245,9 +244,8 @@ def validate_prefix(prefix: object) -> str:
 
 
 @final
-class RedisStore(RecordScanning, RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser``, ``FoldedTurnLeaser`` and
-    ``RecordScanner`` in Redis.
+class RedisStore(RecordStore):
+    """A ``scope.history.Store`` (and ``PersistentStore``) in Redis.
 
     Open with ``await RedisStore.open(url)``; use as an async context manager or call
     ``aclose()`` (closes the client and its connections).
@@ -258,7 +256,7 @@ class RedisStore(RecordScanning, RecordStore):
       the batch (one list element) run as a unit; ``clear`` is one script that records the
       closure and deletes the batches and dedupe records. Both are linearizable across
       clients and hosts. The turn lease (``acquire_turn``/``release_turn``) is one script
-      per step, and so are the folded steps (``FoldedTurnLeaser``): ``acquire_turn_view``
+      per step, and so are the folded steps: ``acquire_turn_view``
       takes the lease and reads the view, ``append_release_turn`` runs the append script
       and then the compare-and-delete of the lease, in the conversation's hash slot.
     - **Reconnects.** When a connection drops (``CLIENT KILL``, restart, network) the
@@ -765,12 +763,8 @@ class RedisStore(RecordScanning, RecordStore):
         """The conversation's lease key, in its hash slot."""
         return f"{self.prefix}:{{{cid.encode('utf-8').hex()}}}:lease"
 
-    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
-        """Take or renew the conversation's turn lease for ``ttl`` seconds (see
-        ``scope.history.TurnLeaser``), one script: True when it is now ``holder``'s.
-        The lease expires by the server's clock (``PX``, at least 1 ms)."""
-        cid = ConversationID(conversation_id)
-        holder, ttl = check_lease(holder, ttl)
+    async def _acquire(self, cid: ConversationID, holder: str, ttl: float) -> bool:
+        # One script; the lease expires by the server's clock (PX, at least 1 ms).
         key = self._lease_key(cid)
         millis = max(1, math.ceil(ttl * 1000))
         client = self._client
@@ -780,11 +774,7 @@ class RedisStore(RecordScanning, RecordStore):
 
         return bool(await self._call(acquire, f"lease of conversation {str(cid)!r}"))
 
-    async def release_turn(self, conversation_id: str, holder: str) -> bool:
-        """Release ``holder``'s live lease (compare and delete, one script): True when
-        it held it."""
-        cid = ConversationID(conversation_id)
-        holder, _ = check_lease(holder, 1.0)
+    async def _release(self, cid: ConversationID, holder: str) -> bool:
         key = self._lease_key(cid)
         client = self._client
 
@@ -793,14 +783,11 @@ class RedisStore(RecordScanning, RecordStore):
 
         return bool(await self._call(release, f"lease release of conversation {str(cid)!r}"))
 
-    async def acquire_turn_view(
-        self, conversation_id: str, holder: str, ttl: float
+    async def _acquire_view(
+        self, cid: ConversationID, holder: str, ttl: float
     ) -> HistoryView | None:
-        """``acquire_turn`` and ``read_view`` in one script (see
-        ``scope.history.FoldedTurnLeaser``): the view when the lease is now ``holder``'s,
-        None (nothing read) when another holder's live lease has it."""
-        cid = ConversationID(conversation_id)
-        holder, ttl = check_lease(holder, ttl)
+        # One script (append_release_turn: one script too; on a Cluster the listing is
+        # updated after it, as for append).
         closed_key, _, batches_key, length_key = self._keys(cid)
         keys = (self._lease_key(cid), closed_key, length_key, batches_key)
         millis = max(1, math.ceil(ttl * 1000))
@@ -813,14 +800,6 @@ class RedisStore(RecordScanning, RecordStore):
         if answer == 0:
             return None
         return self._view(cid, list(answer))
-
-    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
-        """``append`` and ``release_turn`` in one script (see
-        ``scope.history.FoldedTurnLeaser``); a refused append leaves the lease. On Redis
-        Cluster the listing is updated after the script, as for ``append``."""
-        batch = check_batch(batch)
-        holder, _ = check_lease(holder, 1.0)
-        return await self._append(batch, holder)
 
     async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
         """One round trip per 1,000 listed ids (``limit`` or all), in code point order

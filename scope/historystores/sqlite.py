@@ -45,9 +45,9 @@ from typing import Any, Final, Generic, Literal, TypeVar, final
 
 import anyio.to_thread
 
-from scope._validate import check_lease, check_seconds, check_type
+from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryCache, HistoryView, Receipt
+from scope.history import Batch, ConversationID, HistoryCache, HistoryView
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -60,7 +60,6 @@ from scope.historystores._records import (
     ListedIDs,
     view_of,
 )
-from scope.historystores._scan import RecordScanning
 from scope.historystores._schema import (
     SCHEMA_VERSION,
     message_count,
@@ -69,7 +68,6 @@ from scope.historystores._schema import (
 )
 from scope.historystores._store import (
     RecordStore,
-    check_batch,
     releases,
 )
 
@@ -299,9 +297,8 @@ def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
 
 
 @final
-class SQLiteStore(RecordScanning, RecordStore):
-    """A ``Store``, ``Lister``, ``BatchReader``, ``TurnLeaser``, ``FoldedTurnLeaser``
-    and ``RecordScanner`` in one SQLite file.
+class SQLiteStore(RecordStore):
+    """A ``scope.history.Store`` (and ``PersistentStore``) in one SQLite file.
 
     Open with ``await SQLiteStore.open(path)``; use as an async context manager or call
     ``aclose()``.
@@ -316,7 +313,7 @@ class SQLiteStore(RecordScanning, RecordStore):
       linearizable: a clear and an append never interleave. ``acquire_turn`` and
       ``release_turn`` are one statement each in a ``BEGIN IMMEDIATE`` transaction, so
       two handles or processes never both hold a conversation's lease; the folded steps
-      (``FoldedTurnLeaser``) are one transaction each: ``acquire_turn_view`` the upsert
+      are one transaction each: ``acquire_turn_view`` the upsert
       and the read, ``append_release_turn`` the append and the expiry of the holder's lease.
     - **Cancellation.** The work of a call runs to completion on its worker thread even if
       the awaiting task is cancelled. A cancelled call always ends cancelled: under trio
@@ -571,12 +568,8 @@ class SQLiteStore(RecordScanning, RecordStore):
 
         await self._run(clear, f"clear of conversation {str(cid)!r}")
 
-    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
-        """Take or renew the conversation's turn lease for ``ttl`` seconds (see
-        ``scope.history.TurnLeaser``): one upsert in one transaction; True when the
-        lease is now ``holder``'s."""
-        cid = ConversationID(conversation_id)
-        holder, ttl = check_lease(holder, ttl)
+    async def _acquire(self, cid: ConversationID, holder: str, ttl: float) -> bool:
+        # One upsert in one transaction.
         pool = self._pool
         sql = self._acquire_sql()
 
@@ -599,14 +592,10 @@ class SQLiteStore(RecordScanning, RecordStore):
             f"WHERE l.holder = excluded.holder OR l.expires <= {_NOW}"
         )
 
-    async def acquire_turn_view(
-        self, conversation_id: str, holder: str, ttl: float
+    async def _acquire_view(
+        self, cid: ConversationID, holder: str, ttl: float
     ) -> HistoryView | None:
-        """``acquire_turn`` and ``read_view`` in one ``BEGIN IMMEDIATE`` transaction (see
-        ``scope.history.FoldedTurnLeaser``): the view when the lease is now ``holder``'s,
-        None (nothing read) when another holder's live lease has it."""
-        cid = ConversationID(conversation_id)
-        holder, ttl = check_lease(holder, ttl)
+        # The upsert and the view's statement in one BEGIN IMMEDIATE transaction.
         pool = self._pool
         acquire, read = self._acquire_sql(), self._view_sql()
         cache = self._cache
@@ -623,20 +612,9 @@ class SQLiteStore(RecordScanning, RecordStore):
 
         return await self._run(acquire_view, f"lease and read of conversation {str(cid)!r}")
 
-    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
-        """``append`` and ``release_turn`` in one ``BEGIN IMMEDIATE`` transaction (see
-        ``scope.history.FoldedTurnLeaser``): the lease is expired in the append's
-        transaction when the batch landed or was a retry of the same batch; a refused
-        append (it raises) wrote nothing and leaves the lease."""
-        batch = check_batch(batch)
-        holder, _ = check_lease(holder, 1.0)
-        return await self._append(batch, holder)
-
-    async def release_turn(self, conversation_id: str, holder: str) -> bool:
-        """Release ``holder``'s live lease (one delete in one transaction): True when it
-        held it."""
-        cid = ConversationID(conversation_id)
-        holder, _ = check_lease(holder, 1.0)
+    async def _release(self, cid: ConversationID, holder: str) -> bool:
+        # One delete in one transaction (the append's transaction expires the lease
+        # for append_release_turn).
         t = self._tables
         pool = self._pool
         sql = (

@@ -581,44 +581,6 @@ def test_show_receipts_match_what_append_returned(
     ]
 
 
-class _MessagesOnly:
-    """A store that is not a BatchReader: only the PersistentStore methods."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    async def read(self, conversation_id: str) -> list[Message]:
-        return list(await self._inner.read(conversation_id))
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def test_show_without_batch_reader_prints_no_receipts(
-    tmp_path: pathlib.Path,
-    source: pathlib.Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    from scope.cli import _history, _stores
-    from scope.history import BatchReader
-
-    real_open = _stores.open_cli_store
-
-    async def open_messages_only(url: str, *, create: bool = True) -> Any:
-        store = _MessagesOnly(await real_open(url, create=create))
-        assert not isinstance(store, BatchReader)
-        return store
-
-    monkeypatch.setattr(_stores, "open_cli_store", open_messages_only)
-    assert _history.opened_store is _stores.opened_store  # resolves open_cli_store late
-    assert main(["history", "show", "--store", sqlite_url(source), "tricky"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "conversation tricky (7 messages)"
-    assert not any(line.startswith("batch ") for line in lines)
-    assert lines[1] == "[1] system" and "[7] assistant" in lines
-
-
 def test_list_and_export_skip_an_invalid_stored_id_and_exit_1(
     tmp_path: pathlib.Path, source: pathlib.Path
 ) -> None:

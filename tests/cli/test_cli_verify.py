@@ -24,7 +24,7 @@ from scope.cli import _stores
 from scope.cli._verify import verify_store
 from scope.errors import InvalidConversationIDError, StoreError
 from scope.history import Batch, ConversationID
-from scope.historystores import RecordScanner, StoredRecord
+from scope.historystores import PersistentStore, StoredRecord
 from tests.helpers import batch, subprocess_env
 from tests.servers import Backend, fresh_backend, import_driver, over_backends
 
@@ -153,7 +153,7 @@ async def test_verify_reports_a_named_conversation_it_does_not_hold(
 async def test_scan_records_streams_every_record_once_in_order(backend: Backend) -> None:
     await seed(backend, {"b": 2, "a": 3, "c": 1})
     async with await backend.open() as store:
-        assert isinstance(store, RecordScanner)
+        assert isinstance(store, PersistentStore)
         for size in (1, 2, 100):
             records = [r async for r in store.scan_records(page_size=size)]
             assert [(r.conversation_id, r.position, r.append_id) for r in records] == [
@@ -510,21 +510,3 @@ async def test_history_verify_command(tmp_path: pathlib.Path) -> None:
     assert not (tmp_path / "missing.db").exists()
     usage = scope(tmp_path, "history", "verify", "--store", url, " padded")
     assert usage.returncode == 2 and usage.stderr.startswith(b"scope: error: argument")
-
-
-async def test_verify_refuses_a_store_that_cannot_scan(monkeypatch: pytest.MonkeyPatch) -> None:
-    from scope.cli._errors import CLIError
-
-    class Plain:
-        """A store with no scan_records (not a RecordScanner)."""
-
-        async def aclose(self) -> None:
-            pass
-
-    async def open_plain(url: str, *, create: bool = True) -> Any:
-        assert create is False  # verify never creates anything
-        return Plain()
-
-    monkeypatch.setattr(_stores, "open_cli_store", open_plain)
-    with pytest.raises(CLIError, match=r"^Plain cannot list its stored records to verify$"):
-        await verify()

@@ -291,7 +291,6 @@ CASES = [
         "invalid",
         {
             "test_invalid_conversation_ids_rejected_before_io",
-            "test_read_batches_rejects_invalid_ids_before_io",
         },
     ),
     (

@@ -76,7 +76,7 @@ async def _free(store: Any, conversation_id: str = "c") -> bool:
 
 
 class Unfolded:
-    """A store's separate lease steps only (no ``FoldedTurnLeaser``), with hooks: the
+    """A store's separate lease steps only (no folded ones), with hooks: the
     acquire may answer late once the store took the lease, the release signals its
     start."""
 

@@ -170,22 +170,3 @@ def test_commit_error_retryable_defaults_to_true() -> None:
     batch = Batch("c", "a1", TURN)
     assert CommitError("x", batch=batch, response=response).retryable is True
     assert CommitError("x", batch=batch, response=response, retryable=False).retryable is False
-
-
-def test_protocol_checks_are_remembered_per_type_only_when_the_type_has_the_members() -> None:
-    from scope.history._protocols import _IMPLEMENTED, implements
-
-    class ByType:
-        async def read(self, conversation_id: str) -> list[Any]:
-            return []
-
-    class ByInstance:
-        pass
-
-    assert implements(ByType(), Reader) and (ByType, Reader) in _IMPLEMENTED
-    with_read = ByInstance()
-    with_read.read = ByType().read  # type: ignore[attr-defined]
-    assert implements(with_read, Reader)
-    assert (ByInstance, Reader) not in _IMPLEMENTED
-    assert not implements(ByInstance(), Reader)  # the other instance has no read
-    assert not implements(ByType(), ViewReader)

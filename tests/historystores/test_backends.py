@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from scope.errors import StoreError
-from scope.history import BatchReader, Lister, Store
+from scope.history import Lister, Store
+from scope.historystores import PersistentStore
 from scope.historystores.postgres import PostgresStore
 from scope.historystores.redis import RedisStore
 from scope.historystores.sqlite import SQLiteStore
@@ -59,7 +60,7 @@ async def test_is_a_store_and_lister_with_public_module(
 ) -> None:
     assert isinstance(store, Store)
     assert isinstance(store, Lister)
-    assert isinstance(store, BatchReader)
+    assert isinstance(store, PersistentStore)
     assert type(store).__module__ == MODULES[kind]
     assert backend.prefix in repr(store)
     assert kind != "sqlite" or "h.db" in repr(store)

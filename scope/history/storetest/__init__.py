@@ -1,7 +1,10 @@
 """``StoreConformance``: the pytest suite every history store must pass.
 
 A backend's test module subclasses it and provides an async ``store`` fixture that yields
-a fresh, empty store (a ``Store`` and ``Lister``):
+a fresh, empty ``scope.history.Store``. (A simple store wrapped in
+``scope.history.StoreAdapter`` passes when it has its own ``read_view``,
+``read_batches`` and ``conversations``: the adapter's derived view is not one atomic
+read and never closed, and it cannot derive the other two.)
 
     import pytest
     from scope.history.storetest import StoreConformance
@@ -30,17 +33,16 @@ leaves them alone. Without ``reopen`` the durability tests skip and say why. A h
 ``reopen`` is closed with ``aclose()`` when it has one; ``reopen`` must leave ``store``
 open (the fixture closes it).
 
-A store that also implements the optional ``scope.history.BatchReader`` protocol
-(``read_batches``) or ``scope.history.ViewReader`` (``read_view``) is checked against it
-too, and so is ``scope.history.TurnLeaser`` (``acquire_turn``/``release_turn``: mutual
-exclusion under many tasks and across two handles, expiry, holder tokens, renewal,
-release only by the holder; the expiry checks sleep ``lease_ttl`` seconds, 0.25 by
-default), and so is ``scope.history.FoldedTurnLeaser`` (``acquire_turn_view``: the lease
-and the view in one step, nothing read under another holder's lease;
-``append_release_turn``: the append's rules, the release only by the holder and only
-when the append returns; turns handed over between tasks and handles never read a stale
-history); for any other store those tests skip and say why. The ``expected_length`` fence of
-DESIGN §6b is part of ``append`` and checked for every store.
+The suite tests exactly the ``Store`` protocol: every rule of ``append`` (the
+``expected_length`` fence of DESIGN §6b included), ``read``, ``read_view``,
+``read_batches``, ``clear`` and ``conversations``, and the lease steps
+(``acquire_turn``/``release_turn``: mutual exclusion under many tasks and across two
+handles, expiry, holder tokens, renewal, release only by the holder; the expiry checks
+sleep ``lease_ttl`` seconds, 0.25 by default; ``acquire_turn_view``: the lease and the
+view in one step, nothing read under another holder's lease; ``append_release_turn``:
+the append's rules, the release only by the holder and only when the append returns;
+turns handed over between tasks and handles never read a stale history). Nothing is
+optional: a store that lacks a method fails ``test_store_implements_the_protocol``.
 
 Each rule of the store contract is its own test, named after the rule, so a failure says
 which rule a backend breaks. The suite needs pytest and anyio; it imports nothing from a

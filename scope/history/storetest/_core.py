@@ -33,10 +33,7 @@ from scope.errors import (
 )
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import AppendID, ConversationID
-from scope.history._protocols import (
-    BatchReader,
-    ViewReader,
-)
+from scope.history._protocols import Store
 from scope.history.storetest._runner import tests_on_anyio_runner
 from scope.history.storetest._support import (
     _BAD_ID_NAMES,
@@ -44,8 +41,6 @@ from scope.history.storetest._support import (
     HOSTILE_IDS,
     Base,
     _flatten,
-    _ListingStore,
-    _optional,
     _texts,
     _turn,
     rich_messages,
@@ -61,8 +56,8 @@ class CoreRules(Base):
 
     # -- shape ------------------------------------------------------------------------
 
-    async def test_store_implements_the_protocols(self, store: Any) -> None:
-        assert isinstance(store, _ListingStore)
+    async def test_store_implements_the_protocol(self, store: Any) -> None:
+        assert isinstance(store, Store)
 
     # -- empty and unknown ------------------------------------------------------------
 
@@ -383,8 +378,17 @@ class CoreRules(Base):
     async def test_invalid_conversation_ids_rejected_before_io(
         self, store: Any, bad_id: Any
     ) -> None:
-        await self._rejects_without_suspending(InvalidConversationIDError, store.read, bad_id)
-        await self._rejects_without_suspending(InvalidConversationIDError, store.clear, bad_id)
+        # Every step of the Store protocol that takes a conversation id.
+        for call, *args in (
+            (store.read,),
+            (store.read_view,),
+            (store.read_batches,),
+            (store.clear,),
+            (store.acquire_turn, "h1", 30),
+            (store.acquire_turn_view, "h1", 30),
+            (store.release_turn, "h1"),
+        ):
+            await self._rejects_without_suspending(InvalidConversationIDError, call, bad_id, *args)
         assert await store.conversations() == []
 
     @pytest.mark.parametrize(
@@ -396,14 +400,9 @@ class CoreRules(Base):
         await self._rejects_without_suspending(InvalidBatchError, store.append, bad_batch)
         assert await store.conversations() == []
 
-    # -- batches (optional BatchReader) -----------------------------------------------
-
-    def _batch_reader(self, store: Any) -> Any:
-        """``store`` when it is a ``BatchReader``; otherwise skip the calling test."""
-        return _optional(store, BatchReader, "read_batches", "batch-reading")
+    # -- batches -----------------------------------------------
 
     async def test_read_batches_round_trip_in_order_with_receipts(self, store: Any) -> None:
-        reader = self._batch_reader(store)
         batches = [
             Batch("c", "a1", rich_messages()),
             Batch("c", "a2", _turn("two")),
@@ -415,7 +414,7 @@ class CoreRules(Base):
         assert await store.append(batches[0]) == receipts[0]
         with pytest.raises(AppendConflictError):
             await store.append(Batch("c", "a2", _turn("conflict")))
-        stored = await reader.read_batches("c")
+        stored = await store.read_batches("c")
         assert type(stored) is list
         assert stored == batches
         for got, batch, receipt in zip(stored, batches, receipts, strict=True):
@@ -431,56 +430,42 @@ class CoreRules(Base):
             assert got.encoded_messages == batch.encoded_messages
             assert got.receipt() == receipt
             receipt.validate_for(got)
-        assert await reader.read_batches("other") == [Batch("other", "a1", _turn("other"))]
+        assert await store.read_batches("other") == [Batch("other", "a1", _turn("other"))]
 
     async def test_read_batches_returns_a_new_list_each_time(self, store: Any) -> None:
-        reader = self._batch_reader(store)
         await store.append(Batch("c", "a1", _turn("t")))
-        first = await reader.read_batches("c")
+        first = await store.read_batches("c")
         first.clear()
-        second = await reader.read_batches("c")
+        second = await store.read_batches("c")
         assert [b.id for b in second] == ["a1"]
-        assert second is not await reader.read_batches("c")
+        assert second is not await store.read_batches("c")
 
     async def test_read_batches_keeps_hostile_ids_apart(self, store: Any) -> None:
-        reader = self._batch_reader(store)
         # Two hostile append ids per conversation: its own id and the next one's.
         pairs = list(zip(HOSTILE_IDS, HOSTILE_IDS[1:] + HOSTILE_IDS[:1], strict=True))
         for cid, second in pairs:
             await store.append(Batch(cid, cid, _turn(cid)))
             await store.append(Batch(cid, second, _turn(second)))
         for cid, second in pairs:
-            stored = await reader.read_batches(cid)
+            stored = await store.read_batches(cid)
             assert [(b.conversation_id, b.id) for b in stored] == [(cid, cid), (cid, second)]
             assert _texts(_flatten(stored)) == _texts(_turn(cid) + _turn(second))
 
     async def test_read_batches_of_unknown_conversation_is_empty(self, store: Any) -> None:
-        reader = self._batch_reader(store)
         await store.append(Batch("known", "a1", _turn("t")))
-        assert await reader.read_batches("never-written") == []
+        assert await store.read_batches("never-written") == []
 
     async def test_read_batches_of_cleared_conversation_is_empty(self, store: Any) -> None:
-        reader = self._batch_reader(store)
         await store.append(Batch("c", "a1", _turn("t")))
         await store.append(Batch("c", "a2", _turn("u")))
         await store.append(Batch("keep", "a1", _turn("k")))
         await store.clear("c")
         await store.clear("fresh")
-        assert await reader.read_batches("c") == []
-        assert await reader.read_batches("fresh") == []
-        assert [b.id for b in await reader.read_batches("keep")] == ["a1"]
-
-    @pytest.mark.parametrize("bad_id", _BAD_IDS, ids=_BAD_ID_NAMES)
-    async def test_read_batches_rejects_invalid_ids_before_io(
-        self, store: Any, bad_id: Any
-    ) -> None:
-        reader = self._batch_reader(store)
-        await self._rejects_without_suspending(
-            InvalidConversationIDError, reader.read_batches, bad_id
-        )
+        assert await store.read_batches("c") == []
+        assert await store.read_batches("fresh") == []
+        assert [b.id for b in await store.read_batches("keep")] == ["a1"]
 
     async def test_read_equals_the_concatenated_read_batches(self, store: Any) -> None:
-        reader = self._batch_reader(store)
         for i in range(8):
             await store.append(Batch(f"c{i % 2}", f"a{i}", _turn(f"{i}", 1 + i % 3)))
         await store.append(Batch("c0", "a0", _turn("0", 1)))  # a retry: nothing added
@@ -492,10 +477,10 @@ class CoreRules(Base):
             for i in range(10):
                 tg.start_soon(append, i)
         for cid in ("c0", "c1", "unknown"):
-            batches = await reader.read_batches(cid)
+            batches = await store.read_batches(cid)
             assert await store.read(cid) == _flatten(batches)
-        assert [b.id for b in await reader.read_batches("c0")] == ["a0", "a2", "a4", "a6"]
-        c1 = [b.id for b in await reader.read_batches("c1")]
+        assert [b.id for b in await store.read_batches("c0")] == ["a0", "a2", "a4", "a6"]
+        c1 = [b.id for b in await store.read_batches("c1")]
         # Order between concurrent batches is the backend's; the sequential ones come first.
         assert c1[:4] == ["a1", "a3", "a5", "a7"]
         assert sorted(c1[4:]) == sorted(f"concurrent{i}" for i in range(10))
@@ -590,11 +575,10 @@ class CoreRules(Base):
             assert await again.conversations() == ["c", "d"]
 
     async def test_durable_batches_survive_reopen(self, store: Any) -> None:
-        self._batch_reader(store)
         batches = [Batch("c", "a1", rich_messages()), Batch("c", "a2", _turn("t"))]
         receipts = [await store.append(batch) for batch in batches]
         async with self._reopened(store) as again:
-            stored = await self._batch_reader(again).read_batches("c")
+            stored = await again.read_batches("c")
             assert stored == batches
             assert [b.receipt() for b in stored] == receipts
 
@@ -615,8 +599,7 @@ class CoreRules(Base):
                 await again.append(Batch("c", "a3", _turn("late"), expected_length=3))
             fenced = Batch("c", "a3", _turn("v"), expected_length=5)
             assert await again.append(fenced) == fenced.receipt()
-            if isinstance(again, ViewReader):
-                assert (await again.read_view("c")).length == 7
+            assert (await again.read_view("c")).length == 7
 
     async def test_durable_closure_survives_reopen(self, store: Any) -> None:
         batch = Batch("c", "a1", _turn("t"))

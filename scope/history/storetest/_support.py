@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -24,20 +24,8 @@ from scope.chat import (
     user_message,
 )
 from scope.history._batch import Batch
-from scope.history._protocols import (
-    Clearer,
-    Lister,
-    Reader,
-    Writer,
-)
 from scope.jsonvalue import RawJSON
 from scope.media import Media
-
-
-@runtime_checkable
-class _ListingStore(Reader, Writer, Clearer, Lister, Protocol):
-    """What the suite exercises: a Store that is also a Lister."""
-
 
 #: Ids that break naive key building, quoting, LIKE/glob patterns and prefix scans. Each is
 #: a valid ``ConversationID`` and ``AppendID``; a store must keep them apart and intact.
@@ -151,17 +139,6 @@ _BAD_ID_NAMES: tuple[str, ...] = (
     "int",
     "none",
 )
-
-
-def _optional(store: Any, protocol: type, method: str, checks: str) -> Any:
-    """``store`` when it implements the optional ``protocol``; otherwise skip the
-    calling test, saying which ``checks`` do not apply."""
-    if not isinstance(store, protocol):
-        pytest.skip(
-            f"{type(store).__name__} is not a scope.history.{protocol.__name__} (it has no "
-            f"{method}): the optional {checks} checks do not apply"
-        )
-    return store
 
 
 class Base:

@@ -13,20 +13,13 @@ from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
     HistoryChangedError,
-    InvalidConversationIDError,
 )
 from scope.history._batch import Batch
 from scope.history._ids import ConversationID
-from scope.history._protocols import (
-    ViewReader,
-)
 from scope.history._view import HistoryView
 from scope.history.storetest._runner import tests_on_anyio_runner
 from scope.history.storetest._support import (
-    _BAD_ID_NAMES,
-    _BAD_IDS,
     Base,
-    _optional,
     _texts,
     _turn,
     rich_messages,
@@ -127,40 +120,33 @@ class TurnRules(Base):
         winner = landed[0]
         assert _texts(await store.read("c")) == _texts(_turn("base") + _turn(f"b{winner}", 3))
 
-    # -- views (optional ViewReader) --------------------------------------------------
-
-    def _view_reader(self, store: Any) -> Any:
-        """``store`` when it is a ``ViewReader``; otherwise skip the calling test."""
-        return _optional(store, ViewReader, "read_view", "view")
+    # -- views --------------------------------------------------
 
     async def test_views_agree_with_read(self, store: Any) -> None:
-        reader = self._view_reader(store)
-        assert await reader.read_view("unknown") == HistoryView((), 0, False)
+        assert await store.read_view("unknown") == HistoryView((), 0, False)
         messages = rich_messages()
         await store.append(Batch("c", "a1", messages))
         await store.append(Batch("c", "a2", _turn("t", 3)))
         await store.append(Batch("other", "a1", _turn("o")))
-        view = await reader.read_view("c")
+        view = await store.read_view("c")
         assert type(view) is HistoryView
         assert view.closed is False
         assert list(view.messages) == await store.read("c")
         assert view.length == len(messages) + 3
-        assert await reader.read_view(ConversationID("other")) == HistoryView(
+        assert await store.read_view(ConversationID("other")) == HistoryView(
             tuple(_turn("o")), 2, False
         )
 
     async def test_view_of_a_closed_conversation(self, store: Any) -> None:
-        reader = self._view_reader(store)
         await store.append(Batch("c", "a1", _turn("t", 3)))
         await store.clear("c")
-        view = await reader.read_view("c")
+        view = await store.read_view("c")
         assert view.closed is True and view.messages == ()
         assert view.length in (0, 3), "a closed conversation keeps its last length or 0"
         await store.clear("never-written")
-        assert await reader.read_view("never-written") == HistoryView((), 0, True)
+        assert await store.read_view("never-written") == HistoryView((), 0, True)
 
     async def test_views_are_atomic_under_concurrent_appends(self, store: Any) -> None:
-        reader = self._view_reader(store)
         sizes = [1 + i % 3 for i in range(16)]
         views: list[HistoryView] = []
         done = anyio.Event()
@@ -173,14 +159,14 @@ class TurnRules(Base):
 
         async def watch() -> None:
             while not done.is_set():
-                views.append(await reader.read_view("c"))
+                views.append(await store.read_view("c"))
                 await anyio.lowlevel.checkpoint()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch)
             tg.start_soon(watch)
             tg.start_soon(append_all)
-        views.append(await reader.read_view("c"))
+        views.append(await store.read_view("c"))
         for view in views:
             # One state: the length is the messages', and they are whole batches in order.
             assert view.length == len(view.messages), "a view mixed two states"
@@ -191,8 +177,3 @@ class TurnRules(Base):
                 expected += _texts(_turn(f"b{i}", size))
             assert _texts(view.messages) == expected
         assert views[-1].length == sum(sizes)
-
-    @pytest.mark.parametrize("bad_id", _BAD_IDS, ids=_BAD_ID_NAMES)
-    async def test_read_view_rejects_invalid_ids_before_io(self, store: Any, bad_id: Any) -> None:
-        reader = self._view_reader(store)
-        await self._rejects_without_suspending(InvalidConversationIDError, reader.read_view, bad_id)

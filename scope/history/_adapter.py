@@ -1,0 +1,185 @@
+"""``StoreAdapter``: the whole ``Store`` over a simple store, and ``as_store``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, final
+
+from scope._validate import check_lease
+from scope.chat import Message
+from scope.errors import InvalidViewError, StoreError
+from scope.history._batch import Batch, Receipt
+from scope.history._ids import ConversationID
+from scope.history._protocols import Reader, Store, Writer
+from scope.history._view import HistoryView
+
+__all__ = ["LeaseTable", "StoreAdapter", "as_store"]
+
+
+def as_store(store: object) -> Store:
+    """``store`` itself when it is a ``Store``, else ``StoreAdapter(store)``."""
+    return store if isinstance(store, Store) else StoreAdapter(store)
+
+
+@final
+class LeaseTable:
+    """Turn leases in memory: conversation -> ``(holder, time.monotonic() expiry)``, an
+    expired entry replaced by the next acquire. Not locked: the caller holds its lock."""
+
+    __slots__ = ("_leases",)
+
+    def __init__(self) -> None:
+        self._leases: dict[ConversationID, tuple[str, float]] = {}
+
+    def acquire(self, cid: ConversationID, holder: str, ttl: float) -> bool:
+        """``TurnLeaser.acquire_turn`` on checked arguments."""
+        now = time.monotonic()
+        current = self._leases.get(cid)
+        if current is not None and current[0] != holder and current[1] > now:
+            return False
+        self._leases[cid] = (holder, now + ttl)
+        return True
+
+    def release(self, cid: ConversationID, holder: str) -> bool:
+        """``TurnLeaser.release_turn`` on checked arguments."""
+        current = self._leases.get(cid)
+        if current is None or current[0] != holder:
+            return False
+        del self._leases[cid]
+        return current[1] > time.monotonic()
+
+
+@final
+class StoreAdapter:
+    """A ``Store`` over a simple store: one with ``read``, ``append`` and ``clear``
+    (with neither ``read`` nor ``append``: ``TypeError`` at construction; a method the
+    store lacks and the adapter cannot derive raises ``TypeError`` when called).
+
+    What the wrapped store has of the rest of ``Store`` is used as it is; the adapter
+    supplies what it lacks, and says where that is weaker than a store's own:
+
+    - ``read_view``: from ``read``: ``length`` is the number of messages read, and the
+      view is never ``closed`` (a closed conversation reads as ``[]``: its append then
+      raises ``ConversationClosedError``). Not one atomic read: ``atomic_views`` is
+      False, and the history ``Middleware`` does not fence turns read through it
+      (DESIGN §6b: a plain ``Reader``).
+    - ``acquire_turn``/``release_turn``: a lease table in the adapter (``LeaseTable``):
+      turns that use this adapter object exclude each other (one process); other
+      processes and handles are not excluded.
+    - ``acquire_turn_view``: ``acquire_turn`` then ``read_view``;
+      ``append_release_turn``: ``append`` then ``release_turn``. Two steps each, so a
+      hand-over is exact only when the wrapped store folds them itself.
+    - ``read_batches`` and ``conversations`` cannot be derived from messages: without
+      the wrapped store's own they raise ``TypeError`` naming what is missing (the
+      Middleware never needs them; listing and ``scope history show`` do).
+
+    ``folds`` says whether the wrapped store has its own folded lease steps
+    (``acquire_turn_view`` and ``append_release_turn``); without them the history
+    ``Middleware`` commits with ``append`` and releases the lease in a step of its own,
+    so a cancellation during that release still reports the turn as stored.
+    """
+
+    __slots__ = ("_leases", "_lock", "atomic_views", "folds", "store")
+
+    def __init__(self, store: object) -> None:
+        if not isinstance(store, (Reader, Writer)):
+            raise TypeError(
+                f"StoreAdapter needs a store with async read, append and clear; "
+                f"{type(store).__name__} has neither read nor append"
+            )
+        self.store: Any = store
+        #: Whether ``read_view`` is the wrapped store's own (one atomic read).
+        self.atomic_views: bool = self._own("read_view") is not None
+        #: Whether the folded lease steps are the wrapped store's own.
+        self.folds: bool = None not in (
+            self._own("acquire_turn_view"),
+            self._own("append_release_turn"),
+        )
+        self._leases = LeaseTable()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"StoreAdapter({self.store!r})"
+
+    def _own(self, name: str) -> Any:
+        return getattr(self.store, name, None)
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        return list(await self._needed("read")(conversation_id))
+
+    async def read_view(self, conversation_id: str) -> HistoryView:
+        own = self._own("read_view")
+        if own is not None:
+            return await own(conversation_id)  # type: ignore[no-any-return]
+        cid = ConversationID(conversation_id)
+        messages = tuple(await self._needed("read")(cid))
+        try:
+            return HistoryView(messages, len(messages))
+        except InvalidViewError as exc:
+            raise StoreError(
+                f"{type(self.store).__name__}.read of conversation {str(cid)!r} returned "
+                f"something that is not a stored history: {exc}"
+            ) from exc
+
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        return await self._needed("read_batches")(conversation_id)  # type: ignore[no-any-return]
+
+    async def conversations(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> list[ConversationID]:
+        listing = self._needed("conversations")
+        return await listing(after=after, limit=limit)  # type: ignore[no-any-return]
+
+    def _needed(self, name: str) -> Any:
+        own = self._own(name)
+        if own is None:
+            raise TypeError(
+                f"{type(self.store).__name__} has no {name}: the adapter cannot derive it"
+            )
+        return own
+
+    async def append(self, batch: Batch) -> Receipt:
+        return await self._needed("append")(batch)  # type: ignore[no-any-return]
+
+    async def clear(self, conversation_id: str) -> None:
+        await self._needed("clear")(conversation_id)
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        own = self._own("acquire_turn")
+        if own is not None:
+            return bool(await own(conversation_id, holder, ttl))
+        cid = ConversationID(conversation_id)
+        holder, ttl = check_lease(holder, ttl)
+        with self._lock:
+            return self._leases.acquire(cid, holder, ttl)
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        own = self._own("release_turn")
+        if own is not None:
+            return bool(await own(conversation_id, holder))
+        cid = ConversationID(conversation_id)
+        holder, _ = check_lease(holder, 1.0)
+        with self._lock:
+            return self._leases.release(cid, holder)
+
+    async def acquire_turn_view(
+        self, conversation_id: str, holder: str, ttl: float
+    ) -> HistoryView | None:
+        own = self._own("acquire_turn_view")
+        if own is not None:
+            return await own(conversation_id, holder, ttl)  # type: ignore[no-any-return]
+        cid = ConversationID(conversation_id)
+        check_lease(holder, ttl)
+        if not await self.acquire_turn(cid, holder, ttl):
+            return None
+        return await self.read_view(cid)
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        own = self._own("append_release_turn")
+        if own is not None:
+            return await own(batch, holder)  # type: ignore[no-any-return]
+        check_lease(holder, 1.0)
+        receipt = await self.append(batch)
+        await self.release_turn(batch.conversation_id, holder)
+        return receipt

@@ -1,0 +1,197 @@
+"""``StoreAdapter``: the whole ``Store`` protocol over a simple store (DESIGN §6j)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from scope.chat import (
+    FinishReason,
+    Message,
+    Output,
+    Request,
+    Response,
+    assistant_message,
+    user_message,
+)
+from scope.errors import StoreError, TurnInProgressError
+from scope.history import (
+    Batch,
+    HistoryView,
+    Middleware,
+    Receipt,
+    Store,
+    StoreAdapter,
+)
+from scope.history.inmemory import InMemoryStore
+
+pytestmark = pytest.mark.anyio
+
+
+class Simple:
+    """A third-party store with only read, append and clear."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryStore()
+        self.reads = 0
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        self.reads += 1
+        return await self.inner.read(conversation_id)
+
+    async def append(self, batch: Batch) -> Receipt:
+        return await self.inner.append(batch)
+
+    async def clear(self, conversation_id: str) -> None:
+        await self.inner.clear(conversation_id)
+
+
+TURN = (user_message("q"), assistant_message("a"))
+
+
+def test_a_simple_store_is_not_a_store_until_adapted() -> None:
+    simple = Simple()
+    assert not isinstance(simple, Store)
+    adapted = StoreAdapter(simple)
+    assert isinstance(adapted, Store)
+    assert (adapted.atomic_views, adapted.folds) == (False, False)
+    assert "StoreAdapter(" in repr(adapted)
+
+
+def test_the_adapter_refuses_an_object_with_neither_read_nor_append() -> None:
+    with pytest.raises(TypeError, match="object has neither read nor append"):
+        StoreAdapter(object())
+
+
+async def test_the_derived_view_counts_what_read_returns_and_is_never_closed() -> None:
+    adapted = StoreAdapter(Simple())
+    assert await adapted.read_view("c") == HistoryView((), 0)
+    await adapted.append(Batch("c", "a1", TURN))
+    assert await adapted.read_view("c") == HistoryView(TURN, 2)
+    await adapted.clear("c")
+    assert await adapted.read_view("c") == HistoryView((), 0, False)
+    assert await adapted.read("c") == []
+
+
+async def test_a_derived_view_of_a_store_that_returns_junk_is_a_store_error() -> None:
+    class Junk(Simple):
+        async def read(self, conversation_id: str) -> list[Any]:
+            return [user_message("ok"), "not a message"]
+
+    with pytest.raises(StoreError, match=r"Junk\.read of conversation 'c'.*messages\[1\]"):
+        await StoreAdapter(Junk()).read_view("c")
+
+
+async def test_what_cannot_be_derived_raises_type_error_naming_it() -> None:
+    adapted = StoreAdapter(Simple())
+    with pytest.raises(TypeError, match="Simple has no read_batches"):
+        await adapted.read_batches("c")
+    with pytest.raises(TypeError, match="Simple has no conversations"):
+        await adapted.conversations()
+
+    class ReadOnly:
+        async def read(self, conversation_id: str) -> list[Message]:
+            return []
+
+    with pytest.raises(TypeError, match="ReadOnly has no append"):
+        await StoreAdapter(ReadOnly()).append(Batch("c", "a1", TURN))
+
+
+async def test_the_stores_own_methods_are_used_as_they_are() -> None:
+    store = InMemoryStore()
+    adapted = StoreAdapter(store)
+    assert (adapted.atomic_views, adapted.folds) == (True, True)
+    await store.append(Batch("c", "a1", TURN))
+    await store.clear("gone")
+    assert await adapted.read_view("gone") == HistoryView((), 0, True)
+    assert await adapted.read_batches("c") == [Batch("c", "a1", TURN)]
+    assert await adapted.conversations() == ["c"]
+    assert await adapted.acquire_turn("c", "h1", 30) is True
+    assert await store.acquire_turn("c", "h2", 30) is False  # the store's own lease
+
+
+async def test_leases_kept_in_the_adapter_exclude_each_other_by_holder_token() -> None:
+    adapted = StoreAdapter(Simple())
+    assert await adapted.acquire_turn("c", "h1", 30) is True
+    assert await adapted.acquire_turn("c", "h2", 30) is False
+    assert await adapted.acquire_turn_view("c", "h2", 30) is None  # nothing read
+    assert await adapted.release_turn("c", "h2") is False
+    assert await adapted.release_turn("c", "h1") is True
+    assert await adapted.release_turn("c", "h1") is False
+    view = await adapted.acquire_turn_view("c", "h2", 30)
+    assert view == HistoryView((), 0)
+    batch = Batch("c", "a1", TURN, expected_length=0)
+    assert await adapted.append_release_turn(batch, "h2") == batch.receipt()
+    assert await adapted.acquire_turn("c", "h3", 30) is True  # released with the append
+
+
+async def test_adapter_leases_expire_by_themselves() -> None:
+    adapted = StoreAdapter(Simple())
+    assert await adapted.acquire_turn("c", "h1", 0.05) is True
+    await anyio.sleep(0.1)
+    assert await adapted.acquire_turn("c", "h2", 30) is True
+
+
+@pytest.mark.parametrize(("holder", "ttl"), [("", 30), (None, 30), ("h", 0), ("h", float("nan"))])
+async def test_adapter_lease_arguments_are_checked(holder: Any, ttl: Any) -> None:
+    adapted = StoreAdapter(Simple())
+    with pytest.raises(ValueError):
+        await adapted.acquire_turn("c", holder, ttl)
+    with pytest.raises(ValueError):
+        await adapted.acquire_turn_view("c", holder, ttl)
+    if ttl == 30:
+        with pytest.raises(ValueError):
+            await adapted.append_release_turn(Batch("c", "a1", TURN), holder)
+        assert await adapted.read("c") == []  # refused before the append
+
+
+class Answer:
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        self.go = anyio.Event()
+
+    async def call(self, request: Request) -> Response:
+        self.started.set()
+        await self.go.wait()
+        return Response(Output(assistant_message("ok"), FinishReason.STOP))
+
+
+async def test_a_middleware_over_an_adapted_simple_store_rejects_an_overlapping_turn() -> None:
+    adapted = StoreAdapter(Simple())
+    model = Answer()
+    mw = Middleware(adapted, adapted, "c", on_overlap="reject")
+    refused: list[TurnInProgressError] = []
+
+    async def second() -> None:
+        await model.started.wait()
+        try:
+            await mw.call(Answer()).call(Request([user_message("second")]))
+        except TurnInProgressError as exc:
+            refused.append(exc)
+        model.go.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(second)
+            await mw.call(model).call(Request([user_message("first")]))
+    assert len(refused) == 1
+    assert [m.text for m in await adapted.read("c")] == ["first", "ok"]
+    assert await adapted.acquire_turn("c", "someone", 30) is True  # given back
+
+
+async def test_a_middleware_over_a_simple_reader_does_not_fence() -> None:
+    # DESIGN §6b: a plain Reader, no fence: the derived view is not one atomic read.
+    simple = Simple()
+    mw = Middleware(simple, simple, "c")  # type: ignore[arg-type]
+    first, second = Answer(), Answer()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(mw.call(first).call, Request([user_message("one")]))
+            await first.started.wait()
+            group.start_soon(mw.call(second).call, Request([user_message("two")]))
+            await second.started.wait()
+            first.go.set()
+            second.go.set()
+    assert sorted(m.text for m in await simple.read("c")) == ["ok", "ok", "one", "two"]
