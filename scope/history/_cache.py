@@ -10,6 +10,7 @@ from typing import Any, Final, final
 from scope._validate import check_type
 from scope.chat import Message
 from scope.history._batch import Batch
+from scope.history._tokens import DefaultTokenCounter
 
 __all__ = ["DEFAULT_CACHE_BYTES", "HistoryCache", "cache_bytes"]
 
@@ -52,7 +53,7 @@ class HistoryCache:
     closed). Thread-safe (SQLite decodes on worker threads).
     """
 
-    __slots__ = ("_by_conversation", "_bytes", "_entries", "_lock", "max_bytes")
+    __slots__ = ("_by_conversation", "_bytes", "_counter", "_entries", "_lock", "max_bytes")
 
     #: The default bound of a store handle's cache (the stores' ``cache_bytes``): 32 MiB.
     DEFAULT_MAX_BYTES: Final = DEFAULT_CACHE_BYTES
@@ -64,6 +65,7 @@ class HistoryCache:
         self._entries: OrderedDict[tuple[str, ...], tuple[Any, int]] = OrderedDict()
         self._by_conversation: dict[str, set[tuple[str, ...]]] = {}
         self._bytes = 0
+        self._counter: DefaultTokenCounter | None = None
 
     def __repr__(self) -> str:
         entries, size = self.size
@@ -74,6 +76,23 @@ class HistoryCache:
         """What the cache holds now: ``(entries, bytes)``."""
         with self._lock:
             return len(self._entries), self._bytes
+
+    @property
+    def token_counter(self) -> DefaultTokenCounter:
+        """The ``DefaultTokenCounter`` a ``WindowReader`` without a counter of its own
+        measures with over this cache's handle: one per cache, so the estimates it
+        remembers, and the stable windows' steps measured with it, serve every
+        WindowReader built over the handle, and two handles never share them. Its
+        per-message estimates (``DefaultTokenCounter``: the 65,536 message objects
+        counted last, held with them) are bounded by count, not charged against
+        ``max_bytes``."""
+        counter = self._counter
+        if counter is None:
+            with self._lock:
+                if self._counter is None:
+                    self._counter = DefaultTokenCounter()
+                counter = self._counter
+        return counter
 
     def messages(self, conversation_id: str, digest: str) -> tuple[Message, ...] | None:
         """The cached messages of the conversation's batch ``digest``, or None."""

@@ -121,7 +121,8 @@ class WindowReader:
     - ``max_tokens``: at most this many tokens by ``counter``'s measure (an int >= 1),
       or None (the default): no token budget.
     - ``counter``: the ``TokenCounter`` measuring the window, or None (the default): a
-      shared ``DefaultTokenCounter()``.
+      ``DefaultTokenCounter()`` kept with the cache below (``HistoryCache.token_counter``),
+      so WindowReaders over one store handle share it and two handles never do.
     - ``low_water``: where the start goes when it has to move (see "Stable windows"
       below): an int from 1 to ``max_tokens`` in tokens when ``max_tokens`` is set, else
       from 1 to ``limit`` in messages; None (the default): ``max_tokens * 3 // 5``
@@ -251,13 +252,10 @@ class WindowReader:
         return HistoryView(self._window(cid, view.messages), view.length)
 
     def _window(self, cid: ConversationID, stored: Sequence[Message]) -> list[Message]:
-        counter = self.counter if self.counter is not None else _DEFAULT_COUNTER
+        counter = self.counter if self.counter is not None else self._cache.token_counter
         return select(
             project(self._cache, cid, stored), self.limit, self.max_tokens, counter, self.low_water
         )
-
-
-_DEFAULT_COUNTER: Final = DefaultTokenCounter()
 
 
 def window(
@@ -278,7 +276,7 @@ def window(
         project(None, ConversationID("window"), messages),
         limit,
         max_tokens,
-        counter if counter is not None else _DEFAULT_COUNTER,
+        counter if counter is not None else DefaultTokenCounter(),
         low_water,
     )
 

@@ -11,7 +11,14 @@ import pytest
 
 import scope
 from scope.chat import Message, assistant_message, system_message, user_message
-from scope.history import Batch, ConversationID, HistoryCache, StoreAdapter, WindowReader
+from scope.history import (
+    Batch,
+    ConversationID,
+    DefaultTokenCounter,
+    HistoryCache,
+    StoreAdapter,
+    WindowReader,
+)
 from scope.history._turns import PER_MESSAGE_BYTES, PER_TURN_BYTES, Projection, _key, project
 from scope.history._window import WINDOW_CACHE_BYTES, window
 from scope.history.inmemory import InMemoryStore
@@ -141,11 +148,33 @@ async def test_a_grown_projection_is_charged_as_a_fresh_one() -> None:
 
 
 def test_no_module_of_scope_holds_a_cache_of_history() -> None:
-    """Nothing process-wide: no module-level HistoryCache or Projection anywhere."""
+    """Nothing process-wide: no module-level HistoryCache, Projection or (remembering
+    estimates) DefaultTokenCounter anywhere."""
     for info in pkgutil.walk_packages(scope.__path__, "scope."):
         try:
             module = importlib.import_module(info.name)
         except ImportError:  # an optional extra that is not installed
             continue
         for name, value in vars(module).items():
-            assert type(value) not in (HistoryCache, Projection), f"{info.name}.{name}"
+            kinds = (HistoryCache, Projection, DefaultTokenCounter)
+            assert type(value) not in kinds, f"{info.name}.{name}"
+
+
+async def test_the_default_counter_is_one_per_store_handle() -> None:
+    """A WindowReader without a counter measures with its cache's: shared by readers
+    over one handle (their stable windows' steps stay warm), never by two handles."""
+    one, two = InMemoryStore(), InMemoryStore()
+    assert one.history_cache.token_counter is one.history_cache.token_counter
+    assert one.history_cache.token_counter is not two.history_cache.token_counter
+    assert type(one.history_cache.token_counter) is DefaultTokenCounter
+    await one.append(Batch("c", "t", _turns("c", 30, size=200)))
+    await WindowReader(one, max_tokens=2_000).read("c")
+    projection = _projection(one.history_cache, "c")
+    assert projection is not None
+    steps = dict(projection.replays)
+    assert [counter for counter, _ in steps.values()] == [one.history_cache.token_counter]
+    await WindowReader(one, max_tokens=2_000).read("c")  # a per-request reader: warm
+    assert projection.replays == steps
+    source = _Conversations()
+    reader = WindowReader(source, max_tokens=2_000)
+    assert reader._cache.token_counter is not WindowReader(source)._cache.token_counter
