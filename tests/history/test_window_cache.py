@@ -3,8 +3,10 @@ a cache the WindowReader owns; never a process-wide one (asyncio and trio)."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import pkgutil
+import weakref
 from pathlib import Path
 
 import pytest
@@ -178,3 +180,15 @@ async def test_the_default_counter_is_one_per_store_handle() -> None:
     source = _Conversations()
     reader = WindowReader(source, max_tokens=2_000)
     assert reader._cache.token_counter is not WindowReader(source)._cache.token_counter
+
+
+def test_a_counter_keeps_no_counted_message_alive() -> None:
+    counter = DefaultTokenCounter()
+    message = user_message("x" * 100_000)
+    assert counter.count([message]) == counter.count([message]) > 20_000
+    gone = weakref.ref(message)
+    del message
+    gc.collect()
+    assert gone() is None
+    other = user_message("y")  # a new object, perhaps at the collected one's address
+    assert counter.count([other]) == DefaultTokenCounter().count([other])
