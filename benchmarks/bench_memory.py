@@ -7,9 +7,11 @@ store handle's one ``HistoryCache`` (decoded batches and checked replays), bound
 ``cache_bytes`` (default 32 MiB, each entry counted at twice its canonical encoding).
 Reported: the growth of resident memory (VmRSS, Linux) over the run, sampled every 100
 conversations, against the bound, and what the cache holds at the end. With
-``--unbounded`` the bound is lifted, for comparison; ``--cache-bytes N`` sets it.
+``--unbounded`` the bound is lifted, for comparison; ``--cache-bytes N`` sets it. With
+``--window`` the Middleware reads through a ``WindowReader(store, max_tokens=100_000)``
+built per conversation, whose projections live in the same cache.
 
-Run: ``python benchmarks/bench_memory.py [--unbounded | --cache-bytes N]``
+Run: ``python benchmarks/bench_memory.py [--unbounded | --cache-bytes N] [--window]``
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from scope.chat import (
     text_part,
     user_message,
 )
-from scope.history import Middleware
+from scope.history import Middleware, WindowReader
 from scope.historystores.sqlite import SQLiteStore
 from scope.media import Media
 
@@ -56,7 +58,7 @@ def rss() -> int:
     raise RuntimeError("no VmRSS")
 
 
-async def main(unbounded: bool, cache_bytes: int | None) -> None:
+async def main(unbounded: bool, cache_bytes: int | None, windowed: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         options = {"cache_bytes": 2**62} if unbounded else {}
         if cache_bytes is not None:
@@ -66,7 +68,8 @@ async def main(unbounded: bool, cache_bytes: int | None) -> None:
             start = peak = rss()
             for i in range(CONVERSATIONS):
                 cid = f"conversation-{i:05d}"
-                model = Middleware(store, store, cid).call(Model())
+                reader = WindowReader(store, max_tokens=100_000) if windowed else store
+                model = Middleware(reader, store, cid).call(Model())
                 image = Media.from_bytes("image/png", os.urandom(MEDIA))
                 first = user_message(text_part("what is this?"), media_part(image))
                 await model.call(Request([first]))
@@ -79,6 +82,7 @@ async def main(unbounded: bool, cache_bytes: int | None) -> None:
             bound = store.history_cache.max_bytes
     mib = 2**20
     label = "unbounded" if unbounded else "bounded (defaults)" if not options else "bounded"
+    label += ", window" if windowed else ""
     limit = "none" if unbounded else f"{bound / mib:.0f} MiB"
     print(
         f"{label:19} {CONVERSATIONS:,} conversations x {MEDIA // 1024} KiB media: resident "
@@ -91,4 +95,4 @@ async def main(unbounded: bool, cache_bytes: int | None) -> None:
 if __name__ == "__main__":
     args = sys.argv[1:]
     chosen = int(args[args.index("--cache-bytes") + 1]) if "--cache-bytes" in args else None
-    anyio.run(main, "--unbounded" in args, chosen)
+    anyio.run(main, "--unbounded" in args, chosen, "--window" in args)

@@ -10,6 +10,7 @@ from typing import Any, Final, final
 from scope._validate import check_type
 from scope.chat import Message
 from scope.history._batch import Batch
+from scope.history._tokens import DefaultTokenCounter
 
 __all__ = ["DEFAULT_CACHE_BYTES", "HistoryCache", "cache_bytes"]
 
@@ -30,7 +31,7 @@ def cache_bytes(value: object) -> int:
 class HistoryCache:
     """What one store handle keeps of the history it read and wrote, so a conversation
     read again on every turn is neither decoded nor checked again: one LRU, bounded by
-    ``max_bytes``, of two kinds of entries per conversation.
+    ``max_bytes``, of three kinds of entries per conversation.
 
     - **Decoded batches**, by conversation and batch digest: the messages a store
       decoded from a stored record, or the messages of a batch it appended. A store
@@ -41,10 +42,14 @@ class HistoryCache:
     - **Checked replays**, by conversation: the stored history the history Middleware
       last proved to form a valid request sequence (``scope.history._replay``), so the
       next turn checks only what is new.
+    - **Window projections**, by conversation: what ``WindowReader`` remembers of a
+      conversation (``scope.history._turns.project``), so the next turn groups, counts
+      and replays only what is new.
 
     Sizes: an entry counts twice the canonical encoded size of its messages (media
     included): the encoding each message keeps for re-encoding, and the decoded values
-    themselves. A message held by both kinds counts in both, so ``max_bytes`` bounds
+    themselves; a projection adds a little per message and per turn for its structure.
+    A message held by several kinds counts in each, so ``max_bytes`` bounds
     what the cache holds from above. An entry larger than ``max_bytes`` alone is not
     kept; ``max_bytes=0`` keeps nothing (every read decodes, every turn checks its
     whole replay). The least recently used entries leave first; ``forget`` drops a
@@ -52,7 +57,7 @@ class HistoryCache:
     closed). Thread-safe (SQLite decodes on worker threads).
     """
 
-    __slots__ = ("_by_conversation", "_bytes", "_entries", "_lock", "max_bytes")
+    __slots__ = ("_by_conversation", "_bytes", "_counter", "_entries", "_lock", "max_bytes")
 
     #: The default bound of a store handle's cache (the stores' ``cache_bytes``): 32 MiB.
     DEFAULT_MAX_BYTES: Final = DEFAULT_CACHE_BYTES
@@ -64,6 +69,7 @@ class HistoryCache:
         self._entries: OrderedDict[tuple[str, ...], tuple[Any, int]] = OrderedDict()
         self._by_conversation: dict[str, set[tuple[str, ...]]] = {}
         self._bytes = 0
+        self._counter: DefaultTokenCounter | None = None
 
     def __repr__(self) -> str:
         entries, size = self.size
@@ -74,6 +80,23 @@ class HistoryCache:
         """What the cache holds now: ``(entries, bytes)``."""
         with self._lock:
             return len(self._entries), self._bytes
+
+    @property
+    def token_counter(self) -> DefaultTokenCounter:
+        """The ``DefaultTokenCounter`` a ``WindowReader`` without a counter of its own
+        measures with over this cache's handle: one per cache, so the estimates it
+        remembers, and the stable windows' steps measured with it, serve every
+        WindowReader built over the handle, and two handles never share them. Its
+        per-message estimates (of the 65,536 message objects counted last) hold the
+        messages by weak reference: a few small tuples each, not charged against
+        ``max_bytes``."""
+        counter = self._counter
+        if counter is None:
+            with self._lock:
+                if self._counter is None:
+                    self._counter = DefaultTokenCounter()
+                counter = self._counter
+        return counter
 
     def messages(self, conversation_id: str, digest: str) -> tuple[Message, ...] | None:
         """The cached messages of the conversation's batch ``digest``, or None."""

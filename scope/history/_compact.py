@@ -29,7 +29,7 @@ from scope.errors import (
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import AppendID, ConversationID
 from scope.history._protocols import ViewReader, Writer
-from scope.history._turns import COMPACTION_KEY, Projections
+from scope.history._turns import COMPACTION_KEY, project
 from scope.history._view import HistoryView
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "compact", "compaction_append_id"]
@@ -150,7 +150,7 @@ async def compact(
             raise ConversationClosedError(
                 f"conversation {str(cid)!r} is closed (cleared): nothing to compact"
             )
-        projection = Projections(1).project(cid, view.messages)
+        projection = project(None, cid, view.messages)
         turns = projection.turns
         if len(turns) <= keep_turns:
             return None

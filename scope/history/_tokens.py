@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Final, Protocol, final, runtime_checkable
@@ -98,9 +99,10 @@ class DefaultTokenCounter:
     request adds are in both figures and cancel out. When the difference is negative
     (another system prompt, say), the estimate stands.
 
-    Per-message estimates are remembered for the message objects counted recently
-    (stores hand out the same immutable objects on every read), so a budgeted read of
-    an unchanged history does not re-measure text. Thread-safe. Invalid settings raise
+    Per-message estimates are remembered for the message objects counted recently (the
+    last 65,536; stores hand out the same immutable objects on every read), so a
+    budgeted read of an unchanged history does not re-measure text; by weak reference,
+    so a counter never keeps a message (or its media) alive. Thread-safe. Invalid settings raise
     ``InvalidWindowError``.
     """
 
@@ -232,25 +234,27 @@ FOLD_START: Final[Fold] = (0, None, 0)
 class _Memo:
     """Estimates of recently counted message objects (LRU by identity, bounded).
 
-    Keyed by ``id`` and holding the message itself, so an id is never reused while its
-    entry lives; identity, not equality, so a lookup costs no hashing of the message."""
+    Keyed by ``id`` with a weak reference to the message, so an entry never keeps a
+    message (its media, say) alive, and a reused id never matches: the reference of a
+    collected message is dead. Identity, not equality, so a lookup costs no hashing of
+    the message."""
 
     __slots__ = ("_entries", "_lock", "size")
 
     def __init__(self, size: int = 65536) -> None:
         self.size = size
         self._lock = threading.Lock()
-        self._entries: OrderedDict[int, tuple[Message, _Info]] = OrderedDict()
+        self._entries: OrderedDict[int, tuple[weakref.ref[Message], _Info]] = OrderedDict()
 
     def get(self, message: Message) -> _Info | None:
         entry = self._entries.get(id(message))
-        if entry is None or entry[0] is not message:
+        if entry is None or entry[0]() is not message:
             return None
         return entry[1]
 
     def put(self, message: Message, cost: _Info) -> None:
         with self._lock:
             entries = self._entries
-            entries[id(message)] = (message, cost)
+            entries[id(message)] = (weakref.ref(message), cost)
             if len(entries) > self.size:
                 entries.popitem(last=False)

@@ -13,27 +13,32 @@
   tool message after it; messages before the first user message belong to the first
   turn.
 
-Projections are remembered per conversation (LRU): when the next read returns the same
-message objects (stores hand out the same immutable ``Message`` objects for batches they
-decoded or appended before) plus new ones, only the new ones are grouped; the turn costs
-a ``TokenCounter`` measured for unchanged turns, the stable windows' replay steps over
-unchanged turns (``_window.py``) and the windows computed on an unchanged history are
-kept with the projection. Anything else is projected afresh.
+Projections are remembered per conversation in a ``HistoryCache`` (``project``): the
+cache of the reader's store handle, so a WindowReader built per request finds the
+projection its store handle kept, and two stores holding the same conversation id never
+share one (a reader with no cache of its own: one its WindowReader owns). When the next
+read returns the same message objects (stores hand out the same immutable ``Message``
+objects for batches they decoded or appended before) plus new ones, only the new ones
+are grouped; the turn costs a ``TokenCounter`` measured for unchanged turns, the stable
+windows' replay steps over unchanged turns (``_window.py``) and the windows computed on
+an unchanged history are kept with the projection. Anything else is projected afresh.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from scope.chat import Message, Part, PartKind, Role, text_part
+from scope.codec import encode_messages
 from scope.errors import StoreError
 from scope.history._ids import ConversationID
 from scope.metadata import Metadata
 
-__all__ = ["COMPACTION_KEY", "Projection", "compaction_covers", "project", "projections"]
+if TYPE_CHECKING:
+    from scope.history._cache import HistoryCache
+
+__all__ = ["COMPACTION_KEY", "Projection", "compaction_covers", "project"]
 
 #: Message metadata of a compaction's system message: ``{"covers": <messages before the
 #: boundary>}`` (DESIGN §6d).
@@ -75,8 +80,10 @@ class Projection:
         "compaction",
         "costs",
         "covers",
+        "held",
         "leading",
         "replays",
+        "size",
         "starts",
         "stored",
         "system",
@@ -104,6 +111,9 @@ class Projection:
         self.leading = leading  # the last turn holds only pre-user messages so far
         parts = [*systems, compaction] if compaction is not None else list(systems)
         self.system = merge_systems(parts) if parts else None
+        # Its size in a HistoryCache (``project``); ``held``: the part its messages take.
+        self.held = 0
+        self.size = 0
         # id(counter) -> (counter, costs of turns[:len(costs)])
         self.costs: dict[int, tuple[Any, list[int]]] = {}
         # window key -> (counter, (k, n, start, sizes, folded)): the stable window's
@@ -228,58 +238,67 @@ def _check_messages(cid: ConversationID, stored: tuple[object, ...], start: int)
             )
 
 
-@final
-class Projections:
-    """Projections of recently read conversations (LRU, ``max_conversations``).
-
-    Thread-safe; a projection is replaced whole, never changed in place (its caches
-    aside)."""
-
-    def __init__(self, max_conversations: int = 1024) -> None:
-        self.max_conversations = max_conversations
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[ConversationID, Projection] = OrderedDict()
-
-    def project(self, cid: ConversationID, stored: Sequence[Message]) -> Projection:
-        """The projection of ``stored`` (see the module docstring)."""
-        stored = tuple(stored)
-        with self._lock:
-            entry = self._entries.get(cid)
-            if entry is not None:
-                self._entries.move_to_end(cid)
-        old = 0 if entry is None else len(entry.stored)
-        projection: Projection | None = None
-        # The same messages first (identical objects: a C loop of identity checks; an
-        # equal message would do as well, the projection being a function of content).
-        if entry is not None and len(stored) >= old and stored[:old] == entry.stored:
-            if len(stored) == old:
-                return entry
-            _check_messages(cid, stored, old)
-            projection = entry.extended(cid, stored)
-        if projection is None:
-            _check_messages(cid, stored, 0)
-            projection = _fresh(cid, stored)
-        with self._lock:
-            self._entries[cid] = projection
-            self._entries.move_to_end(cid)
-            while len(self._entries) > self.max_conversations:
-                self._entries.popitem(last=False)
-        return projection
-
-    def clear(self) -> None:
-        """Forget every projection (tests; memory)."""
-        with self._lock:
-            self._entries.clear()
+#: What a projection is charged in its cache beyond its messages (see ``project``): per
+#: stored message, its pointers in ``stored``, in its turn and in a window or two.
+PER_MESSAGE_BYTES: Final = 32
+#: Per turn: its tuple, its start index and a token cost or two.
+PER_TURN_BYTES: Final = 160
 
 
-#: The process-wide cache every WindowReader shares (a service usually builds one per
-#: request, so a per-instance cache would never be warm).
-projections: Final = Projections()
+def project(
+    cache: HistoryCache | None, cid: ConversationID, stored: Sequence[Message]
+) -> Projection:
+    """The projection of ``stored`` (see the module docstring), remembered in ``cache``
+    under the conversation (None: nothing remembered, nothing reused).
+
+    A projection is replaced whole in its cache, never changed in place (its caches
+    aside). Its size there (``Projection.size``): twice the canonical encoded size of
+    its stored messages, as ``HistoryCache`` charges every entry holding messages (the
+    projection holds them whether or not the cache's decoded batches still do), plus
+    ``PER_MESSAGE_BYTES`` per stored message and ``PER_TURN_BYTES`` per turn for what
+    the projection adds (its turn tuples, starts, token costs and remembered windows).
+    Grown incrementally: a turn sizes only its new messages."""
+    stored = tuple(stored)
+    sized = cache is not None and cache.max_bytes > 0
+    entry: Projection | None = None if not sized else cache._get(_key(cid))  # type: ignore[union-attr]
+    old = 0 if entry is None else len(entry.stored)
+    projection: Projection | None = None
+    held = 0
+    # The same messages first (identical objects: a C loop of identity checks; an
+    # equal message would do as well, the projection being a function of content).
+    if entry is not None and len(stored) >= old and stored[:old] == entry.stored:
+        if len(stored) == old:
+            return entry
+        _check_messages(cid, stored, old)
+        projection = entry.extended(cid, stored)
+        held = entry.held + _encoded_size(stored[old:])
+    if projection is None:
+        _check_messages(cid, stored, 0)
+        projection = _fresh(cid, stored)
+        held = _encoded_size(stored) if sized else 0
+    if sized and stored:
+        assert cache is not None
+        projection.held = held
+        projection.size = (
+            held + PER_MESSAGE_BYTES * len(stored) + PER_TURN_BYTES * len(projection.turns)
+        )
+        cache._put(_key(cid), projection, projection.size, replace=True)
+    return projection
 
 
-def project(cid: ConversationID, stored: Sequence[Message]) -> Projection:
-    """``projections.project``."""
-    return projections.project(cid, stored)
+def _key(cid: str) -> tuple[str, ...]:
+    """A projection's key in a ``HistoryCache``: the conversation first (``forget``
+    drops it), three long so it is neither a batch's ``(cid, digest)`` nor a replay's
+    ``(cid,)``."""
+    return (cid, "", "projection")
+
+
+def _encoded_size(messages: tuple[Message, ...]) -> int:
+    """Twice the canonical encoded size of ``messages`` (``HistoryCache``'s measure),
+    each message with its separator in the JSON array, so sizes of consecutive pieces
+    add up to the size of the whole; 0 for none. Checked Messages have their encoding
+    cached, so this costs a join."""
+    return 2 * (len(encode_messages(messages)) - 1) if messages else 0
 
 
 def merge_systems(systems: Sequence[Message]) -> Message:

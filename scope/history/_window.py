@@ -11,13 +11,26 @@ from scope._validate import check_type
 from scope.chat import Message
 from scope.errors import InvalidWindowError, WindowTooSmallError
 from scope.history._adapter import as_store
+from scope.history._cache import HistoryCache
 from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, Store
+from scope.history._replay import cache_of
 from scope.history._tokens import FOLD_START, DefaultTokenCounter, Fold, TokenCounter
-from scope.history._turns import Projection, Projections, project
+from scope.history._turns import Projection, project
 from scope.history._view import HistoryView
 
-__all__ = ["WindowReader", "check_low_water", "low_bounds", "select", "window"]
+__all__ = [
+    "WINDOW_CACHE_BYTES",
+    "WindowReader",
+    "check_low_water",
+    "low_bounds",
+    "select",
+    "window",
+]
+
+#: The bound of the cache a ``WindowReader`` owns when its reader has no
+#: ``history_cache`` of its own (a third-party reader, a ``StoreAdapter``): 4 MiB.
+WINDOW_CACHE_BYTES: Final = 4 * 1024 * 1024
 
 
 def _check_reader(instance: Any, attribute: Any, value: Any) -> None:
@@ -108,7 +121,8 @@ class WindowReader:
     - ``max_tokens``: at most this many tokens by ``counter``'s measure (an int >= 1),
       or None (the default): no token budget.
     - ``counter``: the ``TokenCounter`` measuring the window, or None (the default): a
-      shared ``DefaultTokenCounter()``.
+      ``DefaultTokenCounter()`` kept with the cache below (``HistoryCache.token_counter``),
+      so WindowReaders over one store handle share it and two handles never do.
     - ``low_water``: where the start goes when it has to move (see "Stable windows"
       below): an int from 1 to ``max_tokens`` in tokens when ``max_tokens`` is set, else
       from 1 to ``limit`` in messages; None (the default): ``max_tokens * 3 // 5``
@@ -168,13 +182,18 @@ class WindowReader:
     ``read`` raises ``WindowTooSmallError`` when the newest turn alone (plus the merged
     system message) does not fit. Cost: the turns, their token counts and the stable
     start's newest replay step (a few ints) are remembered per conversation
-    (``scope/history/_turns.py``), so a read of a history that only grew groups,
-    measures and replays only the new messages (a replay step is one count of the
-    window; the default counter's count is folded on by one message instead, so with it
-    a replay from scratch is linear in the history); a move counts the turns it passes
-    and a few windows; a read of an unchanged history reuses the window it computed. It
-    is read-only: it has no ``append`` or ``clear``, so it is a ``Reader`` but neither a
-    ``Writer`` nor a ``Clearer``, and it is as safe to share as the reader it wraps.
+    (``scope/history/_turns.py``) in the ``HistoryCache`` of the reader's store handle
+    (its ``history_cache``; within its ``cache_bytes``, dropped when the conversation is
+    cleared), so WindowReaders built per request over one handle share them and two
+    handles never do; a reader with no ``history_cache`` (a third-party reader) gets a
+    cache this WindowReader owns, bounded by ``WINDOW_CACHE_BYTES`` (4 MiB). A read of
+    a history that only grew groups, measures and replays only the new messages (a
+    replay step is one count of the window; the default counter's count is folded on
+    by one message instead, so with it a replay from scratch is linear in the history);
+    a move counts the turns it passes and a few windows; a read of an unchanged history
+    reuses the window it computed. It is read-only: it has no ``append`` or ``clear``,
+    so it is a ``Reader`` but neither a ``Writer`` nor a ``Clearer``, and it is as safe
+    to share as the reader it wraps.
     ``limit`` and ``max_tokens`` must each be None or an ``int`` (not a ``bool``;
     ``TypeError`` otherwise) of at least 1 (``InvalidWindowError`` otherwise),
     ``low_water`` None or an ``int`` (``TypeError`` otherwise) within its bound, with a
@@ -189,9 +208,17 @@ class WindowReader:
     low_water: int | None = attrs.field(default=None, validator=_check_low_water, kw_only=True)
     # The reader as a Store (its own read_view, or one StoreAdapter derives from read).
     _viewer: Store = attrs.field(init=False, eq=False, repr=False)
+    # Where projections are remembered: the reader's store handle's cache, else our own.
+    _cache: HistoryCache = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_viewer", as_store(self.reader))
+        cache = cache_of(self.reader)
+        if cache is None:
+            cache = cache_of(self._viewer)
+        object.__setattr__(
+            self, "_cache", HistoryCache(WINDOW_CACHE_BYTES) if cache is None else cache
+        )
 
     def validate(self) -> None:
         """Check the fields (construction already did)."""
@@ -225,11 +252,10 @@ class WindowReader:
         return HistoryView(self._window(cid, view.messages), view.length)
 
     def _window(self, cid: ConversationID, stored: Sequence[Message]) -> list[Message]:
-        counter = self.counter if self.counter is not None else _DEFAULT_COUNTER
-        return select(project(cid, stored), self.limit, self.max_tokens, counter, self.low_water)
-
-
-_DEFAULT_COUNTER: Final = DefaultTokenCounter()
+        counter = self.counter if self.counter is not None else self._cache.token_counter
+        return select(
+            project(self._cache, cid, stored), self.limit, self.max_tokens, counter, self.low_water
+        )
 
 
 def window(
@@ -247,10 +273,10 @@ def window(
     _check_counter(None, None, counter)
     check_low_water(low_water, limit, max_tokens)
     return select(
-        Projections().project(ConversationID("window"), messages),
+        project(None, ConversationID("window"), messages),
         limit,
         max_tokens,
-        counter if counter is not None else _DEFAULT_COUNTER,
+        counter if counter is not None else DefaultTokenCounter(),
         low_water,
     )
 

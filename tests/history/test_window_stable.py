@@ -50,8 +50,9 @@ from scope.history import (
     WindowReader,
     compact,
 )
+from scope.history._cache import HistoryCache
 from scope.history._tokens import FOLD_START
-from scope.history._turns import Projection, Projections, projections
+from scope.history._turns import Projection, project
 from scope.history._window import select, window
 from scope.history.inmemory import InMemoryStore
 from scope.historystores.sqlite import SQLiteStore
@@ -512,7 +513,7 @@ def test_incremental_equals_from_scratch_for_any_read_schedule(
     and (a) it fits both bounds, whole turns only; with the default counter (folded)
     and with the same numbers counted whole."""
     limit, max_tokens, low_water = bounds
-    projections.clear()
+    cache = HistoryCache()
     cid = ConversationID("schedule")
     cuts = sorted({min(c, len(messages)) for c in schedule} | {len(messages)})
     for cut in cuts:
@@ -523,9 +524,9 @@ def test_incremental_equals_from_scratch_for_any_read_schedule(
             )
         except WindowTooSmallError:
             with pytest.raises(WindowTooSmallError):
-                select(projections.project(cid, prefix), limit, max_tokens, counter, low_water)
+                select(project(cache, cid, prefix), limit, max_tokens, counter, low_water)
             continue
-        got = select(projections.project(cid, prefix), limit, max_tokens, counter, low_water)
+        got = select(project(cache, cid, prefix), limit, max_tokens, counter, low_water)
         assert got == fresh
         if counter is WHOLE:  # the same numbers: the same window
             assert got == window(prefix, limit, max_tokens=max_tokens, low_water=low_water)
@@ -550,13 +551,13 @@ def test_the_start_only_moves_forward_as_the_history_grows(
     limit, max_tokens, low_water = bounds
     bound = max_tokens if max_tokens is not None else limit
     assume(low_water is None or low_water != bound)
-    projections.clear()
+    cache = HistoryCache()
     cid = ConversationID("forward")
     last = 0
     for cut in range(len(messages) + 1):
         prefix = messages[:cut]
         with contextlib.suppress(WindowTooSmallError):
-            got = select(projections.project(cid, prefix), limit, max_tokens, COUNTER, low_water)
+            got = select(project(cache, cid, prefix), limit, max_tokens, COUNTER, low_water)
             rest = [m for m in prefix if m.role is not Role.SYSTEM]
             position = _position(rest, got)
             if position < len(rest):
@@ -568,7 +569,7 @@ def test_the_start_only_moves_forward_as_the_history_grows(
 
 
 def _v03(messages: list[Message], limit: int | None, budget: int | None) -> list[Message]:
-    projection = Projections().project(ConversationID("v03"), messages)
+    projection = project(None, ConversationID("v03"), messages)
     return projection.messages(_v03_start(projection, limit, budget))
 
 
@@ -630,21 +631,18 @@ def test_low_water_at_the_bound_is_v03s_window(
     """(d) low_water = max_tokens (or = limit without max_tokens): v0.3's window,
     however the history grew before."""
     low_water = max_tokens if max_tokens is not None else limit
-    projections.clear()
+    cache = HistoryCache()
     cid = ConversationID("v03")
     cut = data.draw(st.integers(0, len(messages)))
     with contextlib.suppress(WindowTooSmallError):
-        select(projections.project(cid, messages[:cut]), limit, max_tokens, COUNTER, low_water)
+        select(project(cache, cid, messages[:cut]), limit, max_tokens, COUNTER, low_water)
     try:
         expected = _v03(messages, limit, max_tokens)
     except WindowTooSmallError:
         with pytest.raises(WindowTooSmallError):
-            select(projections.project(cid, messages), limit, max_tokens, COUNTER, low_water)
+            select(project(cache, cid, messages), limit, max_tokens, COUNTER, low_water)
         return
-    assert (
-        select(projections.project(cid, messages), limit, max_tokens, COUNTER, low_water)
-        == expected
-    )
+    assert select(project(cache, cid, messages), limit, max_tokens, COUNTER, low_water) == expected
     assert window(messages, limit, max_tokens=max_tokens, low_water=low_water) == expected
 
 
@@ -677,7 +675,7 @@ async def test_two_processes_compute_the_same_window(tmp_path: Path) -> None:
             ]
             await one.append(Batch("shared", f"t{i}", turn))
             mine = await reader.read("shared")  # this handle: incremental, read by read
-        projections.clear()  # the second handle: as a fresh process would, from scratch
+        # The second handle has a cache of its own: from scratch, as a fresh process would.
         theirs = await WindowReader(two, max_tokens=2_000).read("shared")
         assert theirs == mine
     assert _first(mine) is not None and _first(mine).text.split()[0] != "q0"  # type: ignore[union-attr]

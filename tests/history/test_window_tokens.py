@@ -39,7 +39,8 @@ from scope.history import (
     TokenCounter,
     WindowReader,
 )
-from scope.history._turns import projections
+from scope.history._cache import HistoryCache
+from scope.history._turns import project
 from scope.history._window import select, window
 from scope.history.inmemory import InMemoryStore
 from scope.media import Media
@@ -362,16 +363,16 @@ def test_token_window_is_whole_turns_within_budget_and_maximal(
 def test_a_window_over_a_grown_history_equals_a_fresh_one(
     messages: list[Message], cut: int, budget: int
 ) -> None:
-    projections.clear()
+    cache = HistoryCache()
     cid = ConversationID("grown")
     cut = min(cut, len(messages))
     with contextlib.suppress(WindowTooSmallError):  # warm the cache on a prefix
-        select(projections.project(cid, messages[:cut]), None, budget, COUNTER)
+        select(project(cache, cid, messages[:cut]), None, budget, COUNTER)
     try:
         fresh = window(messages, max_tokens=budget)
     except WindowTooSmallError:
         with pytest.raises(WindowTooSmallError):
-            select(projections.project(cid, messages), None, budget, COUNTER)
+            select(project(cache, cid, messages), None, budget, COUNTER)
         return
-    assert select(projections.project(cid, messages), None, budget, COUNTER) == fresh
-    assert select(projections.project(cid, messages), None, budget, COUNTER) == fresh
+    assert select(project(cache, cid, messages), None, budget, COUNTER) == fresh
+    assert select(project(cache, cid, messages), None, budget, COUNTER) == fresh
