@@ -32,10 +32,31 @@ __all__ = [
     "Num",
     "canonical",
     "check_str",
+    "kind",
     "parse_exact",
     "parse_exact_fast",
     "parse_plain_unchecked",
 ]
+
+
+def kind(value: object) -> str:
+    """What a decoded JSON value is, for error messages: ``"null"``, ``"a boolean"``,
+    ``"a number"``, ``"a string"``, ``"an array"``, ``"an object"`` (a value no JSON
+    document decodes to: its type's name)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
 
 #: The deepest nesting RawJSON accepts: ``[[...]]`` 512 levels deep is fine, 513 is not.
 MAX_DEPTH: Final = 512

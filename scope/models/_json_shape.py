@@ -10,24 +10,10 @@ from typing import Any
 
 import orjson
 
+from scope._json import kind
 from scope.errors import InvalidResponseError
 
 __all__ = ["bare_mime", "count", "kind", "load", "meta_text", "nested_count", "obj"]
-
-
-def kind(value: object) -> str:
-    """What a decoded JSON value is, for messages: ``"an array"``, ``"null"``, ..."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
 
 
 def obj(value: object, where: str) -> dict[str, Any]:

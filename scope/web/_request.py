@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import orjson
 
+from scope._json import kind
 from scope.errors import InvalidConversationIDError, InvalidRequestError
 from scope.history import ConversationID
 
@@ -72,7 +73,7 @@ def check_trigger(body: Mapping[str, Any]) -> None:
             "server's store owns the history); send the question again as a new message"
         )
     if not isinstance(trigger, str):
-        raise InvalidRequestError(f"trigger must be a string, got {_json_type(trigger)}")
+        raise InvalidRequestError(f"trigger must be a string, got {kind(trigger)}")
     raise InvalidRequestError(f"trigger {trigger!r} is not {SUBMIT!r}")
 
 
@@ -88,24 +89,9 @@ def conversation_id_field(body: Mapping[str, Any], key: str) -> ConversationID:
         raise InvalidRequestError(f"the request body has no {key}")
     value = body[key]
     if not isinstance(value, str):
-        raise InvalidRequestError(f"{key} must be a string, got {_json_type(value)}")
+        raise InvalidRequestError(f"{key} must be a string, got {kind(value)}")
     try:
         return ConversationID(value)
     except InvalidConversationIDError as exc:
         message = str(exc).replace("conversation id", key, 1)
         raise InvalidRequestError(message) from exc
-
-
-def _json_type(value: object) -> str:
-    """The JSON type of a decoded value, as a client would name it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, Mapping):
-        return "an object"
-    return type(value).__name__
