@@ -6,7 +6,9 @@ cluster's own listing rules. asyncio only (redis-py's client is asyncio-only).
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -179,7 +181,24 @@ async def test_every_failure_while_a_node_is_killed_and_restarted_is_a_store_err
     """Appends from many tasks while a master of a private cluster is killed and
     restarted: each lands or raises ``StoreError``. redis-py's cluster client raised
     ``AttributeError`` ('NoneType' object has no attribute 'writelines') from its
-    connection code here, dozens of times a run, before scope mapped it."""
+    connection code here, dozens of times a run, before scope mapped it.
+
+    While the topology changes, redis-py drops ``ClusterNode`` objects of its own (nodes
+    it asked for the slot map, nodes it replaced) with connections still open; nothing
+    outside the client can reach them to close them, and ``RedisStore.aclose()`` closes
+    every node the client still holds. Their ``ResourceWarning`` is ignored here, and
+    only here: they are collected before the test ends so that none is reported by a
+    later test. An unclosed client of scope's ("Unclosed RedisCluster client") is
+    still an error."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="Unclosed ClusterNode object", category=ResourceWarning
+        )
+        await _appends_across_a_restarted_node(tmp_path)
+        gc.collect()
+
+
+async def _appends_across_a_restarted_node(tmp_path: Path) -> None:
     async with PrivateCluster(tmp_path) as cluster:
         store = await RedisStore.open(
             cluster.url, cluster=True, check_persistence=False, socket_timeout=2.0
