@@ -26,7 +26,8 @@
     ├── HistoryError
     │   ├── AppendConflictError
     │   ├── ConversationClosedError
-    │   ├── HistoryChangedError         a fenced batch met another length (expected, actual)
+    │   ├── HistoryChangedError         a fenced step met another length or head
+    │   ├── UnknownHeadError            (also LookupError) a head move named no batch
     │   ├── WindowTooSmallError
     │   ├── StoreError                  a backend failed (I/O, corrupt record)
     │   ├── CommitError                 generation succeeded, persisting it did not (retryable)
@@ -113,6 +114,7 @@ __all__ = [
     "TurnInProgressError",
     "TurnInterruptedError",
     "TurnLogError",
+    "UnknownHeadError",
     "UnsupportedOptionError",
     "WindowTooSmallError",
 ]
@@ -220,31 +222,82 @@ class ConversationClosedError(HistoryError):
 
 
 class HistoryChangedError(HistoryError):
-    """A fenced batch (``Batch.expected_length``) met a conversation of another length.
+    """A fenced step (a batch's ``expected_length``/``expected_head``, a head move's
+    ``expected_head``) met a conversation that has changed.
 
     ``expected`` is the length the batch was generated against, ``actual`` the number of
-    messages the conversation held when the store refused it. Nothing was appended. The
-    turn was generated from a history that has since changed (another turn landed
-    first), so appending the same batch again cannot succeed: run the turn again on the
-    current history.
+    messages on the conversation's head path when the store refused it. When the fence
+    named a head (DESIGN §6h: the append id of the last batch on the head path, ``""``
+    before the first), ``expected_head`` is that head and ``actual_head`` the one the
+    store holds; both are None for a length-only fence. Nothing was appended or moved.
+    The turn was generated from a history that has since changed (another turn landed
+    first, or the head moved to another branch), so the same step cannot succeed: run it
+    again on the current history.
     """
 
-    def __init__(self, expected: int, actual: int, conversation_id: str | None = None) -> None:
+    def __init__(
+        self,
+        expected: int,
+        actual: int,
+        conversation_id: str | None = None,
+        *,
+        expected_head: str | None = None,
+        actual_head: str | None = None,
+    ) -> None:
         where = (
             "the conversation"
             if conversation_id is None
             else (f"conversation {str(conversation_id)!r}")
         )
-        super().__init__(
-            f"{where} holds {actual} messages, the batch expected {expected}: "
-            "another turn was stored first"
-        )
+        if expected_head is not None and expected_head != actual_head:
+            super().__init__(
+                f"{where} has head {actual_head!r} ({actual} messages), the step "
+                f"expected head {expected_head!r} ({expected} messages): another turn was "
+                "stored first or the head moved"
+            )
+        else:
+            super().__init__(
+                f"{where} holds {actual} messages, the batch expected {expected}: "
+                "another turn was stored first"
+            )
         self.expected = expected
         self.actual = actual
         self.conversation_id = conversation_id
+        self.expected_head = expected_head
+        self.actual_head = actual_head
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.expected, self.actual, self.conversation_id))
+    def __reduce__(self) -> Any:
+        return (
+            _history_changed,
+            (
+                self.expected,
+                self.actual,
+                self.conversation_id,
+                self.expected_head,
+                self.actual_head,
+            ),
+        )
+
+
+def _history_changed(
+    expected: int,
+    actual: int,
+    conversation_id: str | None,
+    expected_head: str | None,
+    actual_head: str | None,
+) -> HistoryChangedError:
+    return HistoryChangedError(
+        expected,
+        actual,
+        conversation_id,
+        expected_head=expected_head,
+        actual_head=actual_head,
+    )
+
+
+class UnknownHeadError(HistoryError, LookupError):
+    """A head move (``rewind``, ``switch``, ``fork``) named a batch or turn the
+    conversation does not hold. Nothing was moved."""
 
 
 class WindowTooSmallError(HistoryError):

@@ -8,6 +8,7 @@ from scope.errors import HistoryError as HistoryError
 from scope.errors import StoreError as StoreError
 from scope.errors import TurnInProgressError as TurnInProgressError
 from scope.errors import TurnInterruptedError as TurnInterruptedError
+from scope.errors import UnknownHeadError as UnknownHeadError
 from scope.errors import WindowTooSmallError as WindowTooSmallError
 from scope.history._adapter import StoreAdapter as StoreAdapter
 from scope.history._batch import Batch as Batch
@@ -27,6 +28,7 @@ from scope.history._protocols import ViewReader as ViewReader
 from scope.history._protocols import Writer as Writer
 from scope.history._tokens import DefaultTokenCounter as DefaultTokenCounter
 from scope.history._tokens import TokenCounter as TokenCounter
+from scope.history._tree import HistoryTree as HistoryTree
 from scope.history._turn import IncompleteReason as IncompleteReason
 from scope.history._turn import IncompleteTurn as IncompleteTurn
 from scope.history._turns import COMPACTION_KEY as COMPACTION_KEY
@@ -46,6 +48,7 @@ __all__ = [
     "HistoryCache",
     "HistoryChangedError",
     "HistoryError",
+    "HistoryTree",
     "HistoryView",
     "IncompleteReason",
     "IncompleteTurn",
@@ -61,6 +64,7 @@ __all__ = [
     "TurnInProgressError",
     "TurnInterruptedError",
     "TurnLeaser",
+    "UnknownHeadError",
     "ViewReader",
     "WindowReader",
     "WindowTooSmallError",

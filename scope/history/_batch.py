@@ -57,6 +57,13 @@ class Batch:
     the append, not part of the batch's content: it is not in ``encoded_messages`` or
     the digest, batches that differ only in it are equal, and a retry of an accepted
     batch returns the equal receipt whatever it says. ``None`` (the default): no fence.
+
+    ``expected_head`` fences the append by the head (DESIGN §6h) the same way: when set,
+    the batch lands only while the conversation's head is that batch (its append id;
+    ``""``: no batch on the head path yet, a new conversation or one rewound to its
+    start), so a batch generated on one branch never lands on another of the same
+    length. ``None`` (the default): the head is not checked. It is a condition, like
+    ``expected_length``: not in the digest or the equality.
     """
 
     conversation_id: ConversationID
@@ -65,6 +72,7 @@ class Batch:
     encoded_messages: bytes = attrs.field(eq=False, repr=False)
     digest: str = attrs.field(repr=False)
     expected_length: int | None = attrs.field(default=None, eq=False)
+    expected_head: str | None = attrs.field(default=None, eq=False)
 
     def __init__(
         self,
@@ -72,6 +80,7 @@ class Batch:
         id: str,
         messages: Iterable[Message],
         expected_length: int | None = None,
+        expected_head: str | None = None,
     ) -> None:
         cid = _conversation_id(conversation_id, InvalidBatchError)
         aid = _append_id(id, InvalidBatchError)
@@ -80,10 +89,13 @@ class Batch:
                 f"batch messages must be a sequence of messages, got {type(messages).__name__}"
             )
         _check_expected_length(expected_length)
+        _check_expected_head(expected_head)
         msgs = tuple(messages)
         _check_messages(msgs)
         encoded = encode_messages(msgs)
-        self.__attrs_init__(cid, aid, msgs, encoded, digest_of(encoded), expected_length)
+        self.__attrs_init__(
+            cid, aid, msgs, encoded, digest_of(encoded), expected_length, expected_head
+        )
 
     @classmethod
     def _verified(
@@ -99,7 +111,7 @@ class Batch:
         digest), without encoding and hashing again. Stores use it for records they have
         verified."""
         batch = cls.__new__(cls)
-        batch.__attrs_init__(conversation_id, id, messages, encoded_messages, digest, None)
+        batch.__attrs_init__(conversation_id, id, messages, encoded_messages, digest, None, None)
         return batch
 
     def __len__(self) -> int:
@@ -108,12 +120,14 @@ class Batch:
     def validate(self) -> None:
         """Check the batch (construction already did)."""
         _check_expected_length(self.expected_length)
+        _check_expected_head(self.expected_head)
         _check_messages(self.messages)
 
-    def fenced(self, expected_length: int | None) -> Batch:
-        """This batch with another ``expected_length`` (``None`` removes the fence); the
-        messages are not encoded or hashed again."""
+    def fenced(self, expected_length: int | None, expected_head: str | None = None) -> Batch:
+        """This batch with another ``expected_length`` and ``expected_head`` (``None``
+        removes that fence); the messages are not encoded or hashed again."""
         _check_expected_length(expected_length)
+        _check_expected_head(expected_head)
         batch = type(self).__new__(type(self))
         batch.__attrs_init__(
             self.conversation_id,
@@ -122,6 +136,7 @@ class Batch:
             self.encoded_messages,
             self.digest,
             expected_length,
+            expected_head,
         )
         return batch
 
@@ -131,7 +146,7 @@ class Batch:
 
     def to_json(self) -> bytes:
         """``{"conversation_id", "digest", "id", "messages"}``, canonical, with
-        ``"expected_length"`` only when it is set."""
+        ``"expected_length"`` and ``"expected_head"`` only when they are set."""
         document: dict[str, Any] = {
             "conversation_id": str(self.conversation_id),
             "digest": self.digest,
@@ -140,6 +155,8 @@ class Batch:
         }
         if self.expected_length is not None:
             document["expected_length"] = self.expected_length
+        if self.expected_head is not None:
+            document["expected_head"] = self.expected_head
         return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
     @classmethod
@@ -156,7 +173,7 @@ class Batch:
         if type(tree) is not dict:
             raise InvalidBatchError("a batch must be a JSON object")
         expected = {"conversation_id", "id", "messages", "digest"}
-        keys = set(tree) - {"expected_length"}
+        keys = set(tree) - {"expected_length", "expected_head"}
         if keys != expected:
             missing = sorted(expected - keys)
             unknown = sorted(keys - expected)
@@ -176,7 +193,12 @@ class Batch:
             raise InvalidBatchError(
                 f"expected_length: expected an integer, got {type(expected_length).__name__}"
             )
-        batch = cls(tree["conversation_id"], tree["id"], messages, expected_length)
+        expected_head = tree.get("expected_head")
+        if expected_head is not None and type(expected_head) is not str:
+            raise InvalidBatchError(
+                f"expected_head: expected a string, got {type(expected_head).__name__}"
+            )
+        batch = cls(tree["conversation_id"], tree["id"], messages, expected_length, expected_head)
         if batch.digest != tree["digest"]:
             raise InvalidBatchError(
                 f"digest mismatch: the document says {tree['digest']}, "
@@ -194,6 +216,17 @@ def _check_expected_length(value: object) -> None:
         )
     if not 0 <= value < 2**63:
         raise InvalidBatchError(f"expected_length must be between 0 and 2**63 - 1, got {value}")
+
+
+def _check_expected_head(value: object) -> None:
+    if value is None or value == "":
+        return
+    if type(value) is not str:
+        raise InvalidBatchError(f"expected_head must be a str or None, got {type(value).__name__}")
+    try:
+        AppendID(value)
+    except InvalidAppendIDError as exc:
+        raise InvalidBatchError(f"expected_head: {exc}") from exc
 
 
 def _check_messages(messages: tuple[Message, ...]) -> None:

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 from scope.chat import Message
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
+from scope.history._tree import HistoryTree
 from scope.history._view import HistoryView
 
 __all__ = [
@@ -47,9 +48,11 @@ class Writer(Protocol):
         In one atomic boundary, in this order: a closed conversation raises
         ``ConversationClosedError``; a retry of an accepted batch (same id, same digest)
         returns an equal receipt and appends nothing, and the same id with another digest
-        raises ``AppendConflictError``; a batch whose ``expected_length`` is set and is
-        not the number of messages the conversation holds raises ``HistoryChangedError``;
-        otherwise the batch is appended. Nothing is appended when it raises.
+        raises ``AppendConflictError`` (append ids are unique across every branch); a
+        batch whose ``expected_length`` is set and is not the number of messages on the
+        head path, or whose ``expected_head`` is set and is not the head, raises
+        ``HistoryChangedError``; otherwise the batch is appended after the head (its
+        parent) and becomes the head. Nothing is appended when it raises.
         """
         ...
 
@@ -138,11 +141,14 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
       ``acquire_turn_view`` sees every batch its previous holder appended with
       ``append_release_turn``.
 
-    Room to grow (documented, not yet part of the protocol): branches (DESIGN §6h: the
-    head a fence names becomes a receipt digest, ``rewind``/``switch``/``branches``
-    move and list heads) and erasure (§6i: ``erase``, ``expire``, owners) are store
-    steps that join this protocol; a simple store gets them from ``StoreAdapter``
-    where they can be derived.
+    - Branches (DESIGN §6h): a conversation is a tree of batches with one head. Every
+      read above sees the head path; an append extends the head (its parent is the
+      head, and it becomes the head); ``read_tree`` reads the whole tree and
+      ``move_head`` moves the head (``scope.history.rewind``/``switch`` build on it).
+      Append ids are idempotency keys across the whole tree.
+
+    Room to grow (documented, not yet part of the protocol): erasure (§6i: ``erase``,
+    ``expire``, owners) joins this protocol as store steps.
     """
 
     async def read_batches(self, conversation_id: str) -> list[Batch]:
@@ -152,6 +158,38 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
         or closed conversation. The messages of the batches, concatenated, are what
         ``read`` returns. An invalid id raises ``InvalidConversationIDError`` before any
         I/O."""
+        ...
+
+    async def read_tree(self, conversation_id: str) -> HistoryTree:
+        """Every batch of every branch, each batch's parent and stored time, and the head,
+        in one atomic read (see ``HistoryTree``). An unknown conversation is an empty
+        tree, a closed one an empty tree with ``closed=True``. An invalid id raises
+        ``InvalidConversationIDError`` before any I/O."""
+        ...
+
+    async def move_head(
+        self,
+        conversation_id: str,
+        head: str,
+        *,
+        expected_head: str,
+        move_id: str | None = None,
+    ) -> int:
+        """Make ``head`` (the append id of a batch of this conversation, on any branch;
+        ``""``: before the first batch) the conversation's head, in one atomic step, and
+        return the number of messages on the new head path.
+
+        In one atomic boundary, in this order: a closed conversation raises
+        ``ConversationClosedError``; a ``move_id`` this conversation already recorded
+        moves nothing and returns the length of the path to the head it recorded, or
+        raises ``AppendConflictError`` when it recorded another ``head`` (the retry of a
+        move is idempotent, like an append); a head other than ``expected_head`` raises
+        ``HistoryChangedError`` (with ``expected_head`` and ``actual_head``; its lengths
+        are the current head path's length); a ``head`` the conversation does not hold
+        raises ``UnknownHeadError``; otherwise the head moves (and ``move_id``, when
+        given, is recorded). Nothing changes when it raises. Leases do not gate it (the
+        fence does, as for appends). Invalid ids raise ``InvalidConversationIDError`` /
+        ``InvalidAppendIDError`` before any I/O."""
         ...
 
     async def acquire_turn_view(

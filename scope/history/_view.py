@@ -38,6 +38,11 @@ def _check_length(instance: Any, attribute: Any, value: Any) -> None:
         raise InvalidViewError(f"view length must be between 0 and 2**63 - 1, got {value}")
 
 
+def _check_head(instance: Any, attribute: Any, value: Any) -> None:
+    if type(value) is not str:
+        raise InvalidViewError(f"view head must be a str, got {type(value).__name__}")
+
+
 def _check_closed(instance: Any, attribute: Any, value: Any) -> None:
     if type(value) is not bool:
         raise InvalidViewError(f"view closed must be a bool, got {type(value).__name__}")
@@ -46,12 +51,16 @@ def _check_closed(instance: Any, attribute: Any, value: Any) -> None:
 @final
 @attrs.frozen
 class HistoryView:
-    """What a ``ViewReader`` returns: a conversation's messages, its length and whether it
-    is closed, from one atomic read.
+    """What a ``ViewReader`` returns: a conversation's messages, its length, whether it
+    is closed and its head, from one atomic read.
 
-    ``length`` is the number of messages the conversation holds. It only grows while the
-    conversation is open, and it is what a fenced batch (``Batch.expected_length``)
-    names. ``messages`` are the stored messages (a store's view) or a projection of
+    ``length`` is the number of messages on the conversation's head path (DESIGN §6h:
+    the path from the first batch to the head). It grows while turns extend the head
+    path; a rewind or switch sets it to the new head path's length. ``head`` is the
+    append id of the last batch on the head path, ``""`` when there is none (a new
+    conversation, one rewound to its start, a closed one). ``length`` and ``head`` are
+    what a fenced batch (``Batch.expected_length``, ``Batch.expected_head``) names.
+    ``messages`` are the stored messages (a store's view) or a projection of
     them (``WindowReader``'s window), so ``length`` may exceed ``len(messages)``. A
     closed conversation has ``closed=True``, ``messages == ()`` and its last length or
     0. Invalid fields raise ``InvalidViewError``.
@@ -60,14 +69,18 @@ class HistoryView:
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     length: int = attrs.field(validator=_check_length)
     closed: bool = attrs.field(default=False, validator=_check_closed)
+    head: str = attrs.field(default="", validator=_check_head)
 
     def __attrs_post_init__(self) -> None:
         if self.closed and self.messages:
             raise InvalidViewError("a closed conversation's view holds no messages")
+        if self.closed and self.head:
+            raise InvalidViewError("a closed conversation's view has no head")
 
     def validate(self) -> None:
         """Check the view (construction already did)."""
         _messages(self.messages)
         _check_length(self, None, self.length)
         _check_closed(self, None, self.closed)
+        _check_head(self, None, self.head)
         self.__attrs_post_init__()

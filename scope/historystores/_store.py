@@ -27,10 +27,12 @@ from scope.historystores._records import (
 from scope.historystores._scan import RecordScanning
 
 __all__ = [
+    "changed_error",
     "check_batch",
     "check_outcome",
     "closed_error",
     "conflict_error",
+    "fence_refuses",
     "releases",
     "RecordStore",
 ]
@@ -63,8 +65,10 @@ def check_outcome(batch: Batch, answer: object, where: str) -> None:
 
     The PostgreSQL function and the Redis script answer ``inserted``, ``closed``,
     ``accepted:<digest>`` (the dedupe record: the same digest is a retry, another one a
-    conflict) or ``changed:<length>`` (the fence refused it), as text or UTF-8 bytes.
-    Anything else is a ``StoreError`` naming ``where`` (the function or script)."""
+    conflict) or ``changed:<length>:<head>`` (the fence refused it; the head path's
+    length and the head's append id, empty before the first batch), as text or UTF-8
+    bytes. Anything else is a ``StoreError`` naming ``where`` (the function or
+    script)."""
     outcome = answer.decode("utf-8", "replace") if isinstance(answer, bytes) else str(answer)
     if outcome == "inserted":
         return
@@ -75,12 +79,33 @@ def check_outcome(batch: Batch, answer: object, where: str) -> None:
         if accepted != batch.digest:
             raise conflict_error(batch, accepted)
         return
-    expected = batch.expected_length
-    if outcome.startswith("changed:") and expected is not None:
-        actual = outcome.removeprefix("changed:")
+    if outcome.startswith("changed:") and (
+        batch.expected_length is not None or batch.expected_head is not None
+    ):
+        actual, _, head = outcome.removeprefix("changed:").partition(":")
         if actual.isdigit():
-            raise HistoryChangedError(expected, int(actual), batch.conversation_id)
+            raise changed_error(batch, int(actual), head)
     raise StoreError(f"{where} returned {outcome!r}")
+
+
+def fence_refuses(batch: Batch, length: int, head: str) -> bool:
+    """Whether ``batch``'s fences refuse a conversation whose head path holds ``length``
+    messages and ends at ``head`` (``""``: no batch)."""
+    return (batch.expected_length is not None and batch.expected_length != length) or (
+        batch.expected_head is not None and batch.expected_head != head
+    )
+
+
+def changed_error(batch: Batch, length: int, head: str) -> HistoryChangedError:
+    """What a fenced append refused at ``length`` messages and ``head`` raises."""
+    expected = batch.expected_length
+    return HistoryChangedError(
+        length if expected is None else expected,
+        length,
+        batch.conversation_id,
+        expected_head=batch.expected_head,
+        actual_head=None if batch.expected_head is None else head,
+    )
 
 
 def releases(batch: Batch, outcome: str) -> bool:
