@@ -4,6 +4,7 @@ atomic read (DESIGN §6h)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import final
 
 import attrs
@@ -13,6 +14,18 @@ from scope.history._batch import Batch
 from scope.history._ids import AppendID
 
 __all__ = ["HistoryTree", "check_head", "check_move_id"]
+
+
+def _batches(value: Iterable[Batch]) -> tuple[Batch, ...]:
+    return tuple(value)
+
+
+def _ints(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
+
+
+def _times(value: Iterable[float | None]) -> tuple[float | None, ...]:
+    return tuple(value)
 
 
 @final
@@ -35,9 +48,9 @@ class HistoryTree:
     the root to ``head`` (``path(head)``). Invalid fields raise ``InvalidViewError``.
     """
 
-    batches: tuple[Batch, ...] = attrs.field(converter=tuple)
-    parents: tuple[int, ...] = attrs.field(converter=tuple)
-    created: tuple[float | None, ...] = attrs.field(converter=tuple)
+    batches: tuple[Batch, ...] = attrs.field(converter=_batches)
+    parents: tuple[int, ...] = attrs.field(converter=_ints)
+    created: tuple[float | None, ...] = attrs.field(converter=_times)
     head: int = -1
     closed: bool = False
 
