@@ -47,7 +47,7 @@ import anyio.to_thread
 
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryCache, HistoryView
+from scope.history import Batch, ConversationID, HistoryCache, HistoryTree, HistoryView
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -58,6 +58,7 @@ from scope.historystores._driver import (
 from scope.historystores._records import (
     Decoder,
     ListedIDs,
+    tree_of,
     view_of,
 )
 from scope.historystores._schema import (
@@ -68,6 +69,7 @@ from scope.historystores._schema import (
 )
 from scope.historystores._store import (
     RecordStore,
+    fence_refuses,
     releases,
 )
 
@@ -239,7 +241,8 @@ class _Pool:
 
 @final
 class _Tables:
-    """Quoted table names for one prefix (validated: plain identifiers only)."""
+    """Quoted table names for one prefix (validated: plain identifiers only), and the
+    statements built on them."""
 
     __slots__ = (
         "append_batch",
@@ -247,8 +250,14 @@ class _Tables:
         "append_state",
         "batches",
         "conversations",
+        "head_id",
         "leases",
+        "moves",
+        "path",
+        "read",
         "schema",
+        "tree",
+        "view",
     )
 
     def __init__(self, prefix: str) -> None:
@@ -256,23 +265,54 @@ class _Tables:
         self.batches = b = f'"{prefix}_batches"'
         self.schema = f'"{prefix}_schema"'
         self.leases = f'"{prefix}_leases"'
+        self.moves = f'"{prefix}_moves"'
         # The append's statements (parameters: the conversation id, the append id):
-        # closed, length (NULL for a new conversation), the digest accepted under the
-        # append id (NULL: none), the last seq (NULL: none); then the length counter
-        # (id, messages added) and the batch row (id, seq, append id, digest, messages).
+        # closed, the head path's length (NULL for a new conversation), the head's seq
+        # (NULL: none), the digest accepted under the append id (NULL: none), the last
+        # seq (NULL: none); then the conversation row (id, messages added, the new
+        # head's seq) and the batch row (id, seq, append id, digest, messages, parent
+        # seq, path length).
         self.append_state = (
-            f"SELECT c.closed, c.length, "
+            f"SELECT c.closed, c.length, c.head, "
             f"(SELECT digest FROM {b} WHERE conversation_id = ?1 AND append_id = ?2), "
             f"(SELECT MAX(seq) FROM {b} WHERE conversation_id = ?1) "
             f"FROM (SELECT 1) LEFT JOIN {c} c ON c.id = ?1"
         )
         self.append_length = (
-            f"INSERT INTO {c} (id, closed, length) VALUES (?, 0, ?) "
-            "ON CONFLICT (id) DO UPDATE SET length = length + excluded.length"
+            f"INSERT INTO {c} (id, closed, length, head) VALUES (?, 0, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET length = length + excluded.length, "
+            "head = excluded.head"
         )
         self.append_batch = (
-            f"INSERT INTO {b} (conversation_id, seq, append_id, digest, messages) "
-            "VALUES (?, ?, ?, ?, ?)"
+            f"INSERT INTO {b} (conversation_id, seq, append_id, digest, messages, parent, "
+            f"created, path_length) VALUES (?, ?, ?, ?, ?, ?, {_NOW}, ?)"
+        )
+        # The head's append id (parameters: the conversation id, the head's seq).
+        self.head_id = f"SELECT append_id FROM {b} WHERE conversation_id = ? AND seq = ?"
+        # The seqs of the head path of a conversation that has branched (parameter ?1:
+        # the conversation id), walking parents up from the head; none for a linear one
+        # (every batch in seq order is its head path, read without the walk).
+        self.path = (
+            "WITH RECURSIVE path(seq) AS ("
+            f"SELECT head FROM {c} WHERE id = ?1 AND branched AND head IS NOT NULL "
+            f"UNION ALL SELECT p.parent FROM path JOIN {b} p "
+            "ON p.conversation_id = ?1 AND p.seq = path.seq WHERE p.parent IS NOT NULL) "
+        )
+        self.read = (
+            f"{self.path}SELECT append_id, digest, messages FROM {b} "
+            f"WHERE conversation_id = ?1 AND (NOT COALESCE((SELECT branched FROM {c} "
+            "WHERE id = ?1), 0) OR seq IN (SELECT seq FROM path)) ORDER BY seq"
+        )
+        self.view = (
+            f"{self.path}SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
+            f"FROM {c} c LEFT JOIN {b} b ON b.conversation_id = c.id AND c.closed = 0 "
+            "AND (NOT c.branched OR b.seq IN (SELECT seq FROM path)) "
+            "WHERE c.id = ?1 ORDER BY b.seq"
+        )
+        self.tree = (
+            f"SELECT c.closed, c.head, b.seq, b.parent, b.created, b.append_id, b.digest, "
+            f"b.messages FROM {c} c LEFT JOIN {b} b ON b.conversation_id = c.id "
+            "AND c.closed = 0 WHERE c.id = ? ORDER BY b.seq"
         )
 
 
@@ -442,10 +482,11 @@ class SQLiteStore(RecordStore):
         return result
 
     async def read_view(self, conversation_id: str) -> HistoryView:
-        """The conversation's messages, length and closure from one statement (a
-        consistent snapshot). A corrupt stored record raises ``StoreError``."""
+        """The conversation's head path (messages, length, head) and closure from one
+        statement (a consistent snapshot). A corrupt stored record raises
+        ``StoreError``."""
         cid = ConversationID(conversation_id)
-        sql = self._view_sql()
+        sql = self._tables.view
         cache = self._cache
 
         def read(conn: sqlite3.Connection) -> HistoryView:
@@ -453,28 +494,89 @@ class SQLiteStore(RecordStore):
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
 
-    def _view_sql(self) -> str:
-        """``read_view``'s one statement (parameter: the conversation id)."""
-        t = self._tables
-        return (
-            f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
-            f"FROM {t.conversations} c LEFT JOIN {t.batches} b "
-            "ON b.conversation_id = c.id AND c.closed = 0 WHERE c.id = ? ORDER BY b.seq"
-        )
-
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
-        """One statement (a consistent snapshot) fetching the conversation's records in
-        order, decoded with ``decode`` on the worker thread."""
-        sql = (
-            f"SELECT append_id, digest, messages FROM {self._tables.batches} "
-            "WHERE conversation_id = ? ORDER BY seq"
-        )
+        """One statement (a consistent snapshot) fetching the head path's records in
+        order, decoded with ``decode`` on the worker thread. A linear conversation is
+        read as every batch in seq order; one that has branched through a walk of
+        parents from its head."""
+        sql = self._tables.read
         cache = self._cache
 
         def read(conn: sqlite3.Connection) -> T:
             return decode(cid, conn.execute(sql, (cid,)).fetchall(), cache)
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
+
+    async def _read_tree(self, cid: ConversationID) -> HistoryTree:
+        # One statement: the conversation row and every batch, in seq order.
+        sql = self._tables.tree
+        cache = self._cache
+
+        def read(conn: sqlite3.Connection) -> HistoryTree:
+            rows = conn.execute(sql, (cid,)).fetchall()
+            if not rows:
+                return HistoryTree((), (), ())
+            closed, head = bool(rows[0][0]), rows[0][1]
+            batches = [tuple(r[2:]) for r in rows if r[2] is not None]
+            return tree_of(cid, closed, head, batches, cache)
+
+        return await self._run(read, f"tree read of conversation {str(cid)!r}")
+
+    async def _move_head(
+        self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
+    ) -> str:
+        # One write transaction: closure, the move record, the fence, the target, the
+        # move (the head's seq and its path length, kept on every batch row: no
+        # messages are read) and the move record.
+        t = self._tables
+        pool = self._pool
+        state = (
+            f"SELECT c.closed, c.length, c.head FROM (SELECT 1) LEFT JOIN {t.conversations} c "
+            "ON c.id = ?"
+        )
+        recorded = f"SELECT head FROM {t.moves} WHERE conversation_id = ? AND move_id = ?"
+        target = (
+            f"SELECT seq, path_length FROM {t.batches} WHERE conversation_id = ? AND append_id = ?"
+        )
+        move = f"UPDATE {t.conversations} SET head = ?, length = ?, branched = 1 WHERE id = ?"
+        record = f"INSERT INTO {t.moves} (conversation_id, move_id, head) VALUES (?, ?, ?)"
+
+        def path_length(conn: sqlite3.Connection, aid: str) -> tuple[Any, int] | None:
+            if not aid:
+                return None, 0
+            row = conn.execute(target, (cid, aid)).fetchone()
+            return None if row is None else (row[0], int(row[1]))
+
+        def body(conn: sqlite3.Connection) -> str:
+            closed, length, current = conn.execute(state, (cid,)).fetchone()
+            if closed:
+                return "closed"
+            if move_id is not None:
+                row = conn.execute(recorded, (cid, move_id)).fetchone()
+                if row is not None:
+                    if row[0] != head:
+                        return f"recorded:{row[0]}"
+                    found = path_length(conn, head)
+                    return "unknown" if found is None else f"moved:{found[1]}"
+            length = length or 0
+            current_id = "" if current is None else conn.execute(t.head_id, (cid, current)).fetchone()[0]
+            if current_id != expected_head:
+                return f"changed:{length}:{current_id}"
+            found = path_length(conn, head)
+            if found is None:
+                return "unknown"
+            seq, new_length = found
+            if seq != current:
+                conn.execute(move, (seq, new_length, cid))
+            if move_id is not None:
+                conn.execute(record, (cid, move_id, head))
+            return f"moved:{new_length}"
+
+        def run(conn: sqlite3.Connection) -> str:
+            with pool.write_lock:
+                return _transaction(conn, lambda: body(conn))
+
+        return await self._run(run, f"head move of conversation {str(cid)!r}")
 
     async def _stored_ids(self, after: Any, limit: int) -> list[Any]:
         # Reads the batches table itself (its primary key orders it), so a batch row
@@ -513,24 +615,30 @@ class SQLiteStore(RecordStore):
         aid = batch.id
         digest = batch.digest
         data = batch.encoded_messages
-        expected = batch.expected_length
+        fenced = batch.expected_length is not None or batch.expected_head is not None
         count = len(batch.messages)
         t = self._tables
         pool = self._pool
 
         def body(conn: sqlite3.Connection) -> str:
-            # One statement reads what the checks need (closure, length, the dedupe
-            # record, the last seq); the write lock and BEGIN IMMEDIATE keep it current.
-            closed, length, accepted, last = conn.execute(t.append_state, (cid, aid)).fetchone()
+            # One statement reads what the checks need (closure, length, head, the
+            # dedupe record, the last seq); the write lock and BEGIN IMMEDIATE keep it
+            # current.
+            closed, length, head, accepted, last = conn.execute(
+                t.append_state, (cid, aid)
+            ).fetchone()
             if closed:
                 return "closed"
             if accepted is not None:  # a retry (same digest: nothing to write) or a conflict
                 return f"accepted:{accepted}"
             length = length or 0
-            if expected is not None and expected != length:
-                return f"changed:{length}"
-            conn.execute(t.append_length, (cid, count))
-            conn.execute(t.append_batch, (cid, (last or 0) + 1, aid, digest, data))
+            if fenced:
+                head_id = "" if head is None else conn.execute(t.head_id, (cid, head)).fetchone()[0]
+                if fence_refuses(batch, length, head_id):
+                    return f"changed:{length}:{head_id}"
+            seq = (last or 0) + 1
+            conn.execute(t.append_length, (cid, count, seq))
+            conn.execute(t.append_batch, (cid, seq, aid, digest, data, head, length + count))
             return "inserted"
 
         # The release of append_release_turn expires the holder's row in place rather
@@ -561,6 +669,7 @@ class SQLiteStore(RecordStore):
                 (cid,),
             )
             conn.execute(f"DELETE FROM {t.batches} WHERE conversation_id = ?", (cid,))
+            conn.execute(f"DELETE FROM {t.moves} WHERE conversation_id = ?", (cid,))
 
         def clear(conn: sqlite3.Connection) -> None:
             with pool.write_lock:
@@ -597,7 +706,7 @@ class SQLiteStore(RecordStore):
     ) -> HistoryView | None:
         # The upsert and the view's statement in one BEGIN IMMEDIATE transaction.
         pool = self._pool
-        acquire, read = self._acquire_sql(), self._view_sql()
+        acquire, read = self._acquire_sql(), self._tables.view
         cache = self._cache
 
         def body(conn: sqlite3.Connection) -> list[Any] | None:
@@ -760,8 +869,74 @@ def _create_schema(conn: sqlite3.Connection, t: _Tables) -> None:
             f"UPDATE {t.conversations} SET length = ? WHERE id = ?",
             [(n, cid) for cid, n in lengths.items()],
         )
+    _upgrade_branches(conn, t)
     conn.execute(
         f"INSERT INTO {t.schema} (id, version) VALUES (1, ?) "
         "ON CONFLICT (id) DO UPDATE SET version = excluded.version",
         (SCHEMA_VERSION,),
+    )
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """The column names of ``table`` (quoted)."""
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _upgrade_branches(conn: sqlite3.Connection, t: _Tables) -> None:
+    """Version 5 (branches, DESIGN §6h), in idempotent steps (each adds what is missing
+    and fills what is unfilled, so running it again changes nothing): the
+    conversation's ``head`` (the head batch's seq; NULL: the empty path) and
+    ``branched`` (0 while the head path is every batch in seq order: the head was
+    never moved), each batch's ``parent`` (seq; NULL for a first batch), ``created``
+    (Unix seconds; NULL for batches stored before) and ``path_length`` (messages from
+    the first batch through it), and the ``_moves`` table (``move_head``'s move ids).
+    Batches stored before are kept as one branch: each one's parent is the batch
+    before it in seq order, the head is the last one, path lengths are running sums."""
+    have = _columns(conn, t.conversations)
+    if "head" not in have:
+        conn.execute(f"ALTER TABLE {t.conversations} ADD COLUMN head INTEGER")
+    if "branched" not in have:
+        conn.execute(
+            f"ALTER TABLE {t.conversations} ADD COLUMN branched INTEGER NOT NULL DEFAULT 0"
+        )
+    have = _columns(conn, t.batches)
+    for column, kind in (("parent", "INTEGER"), ("created", "REAL"), ("path_length", "INTEGER")):
+        if column not in have:
+            conn.execute(f"ALTER TABLE {t.batches} ADD COLUMN {column} {kind}")
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {t.moves} ("
+        "conversation_id TEXT NOT NULL, "
+        "move_id TEXT NOT NULL, "
+        "head TEXT NOT NULL, "
+        "PRIMARY KEY (conversation_id, move_id)"
+        ") WITHOUT ROWID"
+    )
+    # A conversation that never branched has its last batch as its head.
+    conn.execute(
+        f"UPDATE {t.conversations} SET head = (SELECT MAX(seq) FROM {t.batches} b "
+        f"WHERE b.conversation_id = {t.conversations}.id) WHERE head IS NULL AND NOT branched"
+    )
+    # Batches without a path length were stored before version 5: one branch in seq order.
+    rows = conn.execute(
+        f"SELECT conversation_id, seq, path_length, messages FROM {t.batches} "
+        f"WHERE conversation_id IN (SELECT conversation_id FROM {t.batches} "
+        "WHERE path_length IS NULL) ORDER BY conversation_id, seq"
+    ).fetchall()
+    updates: list[tuple[Any, int, Any, int]] = []
+    previous: tuple[Any, Any] = (None, None)  # (conversation id, seq) of the row before
+    total = 0
+    for cid, seq, path_length, data in rows:
+        parent = previous[1] if previous[0] == cid else None
+        if parent is None:
+            total = 0
+        if path_length is None:
+            total += message_count(data)
+            updates.append((parent, total, cid, seq))
+        else:
+            total = int(path_length)
+        previous = (cid, seq)
+    conn.executemany(
+        f"UPDATE {t.batches} SET parent = ?, path_length = ? "
+        "WHERE conversation_id = ? AND seq = ?",
+        updates,
     )
