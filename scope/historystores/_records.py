@@ -128,7 +128,7 @@ def tree_of(
             f"conversation {str(conversation_id)!r} is corrupt: its head {head!r} names no "
             "stored batch"
         )
-    return HistoryTree(batches, parents, created, at, False)
+    return HistoryTree(tuple(batches), tuple(parents), tuple(created), at, False)
 
 
 #: ``decode_records`` or ``decode_batches``: how a read turns a conversation's

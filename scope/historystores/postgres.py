@@ -877,6 +877,7 @@ class _Statements:
             f"DROP FUNCTION IF EXISTS {fn}(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT)",
             f"DROP FUNCTION IF EXISTS {commit_turn}(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT)",
         )
+
         # The seqs of the head path of a conversation that has branched (``cid``: the
         # conversation id's parameter), walking parents up from the head; none for a
         # linear one, whose head path is every batch in seq order (read without it).

@@ -559,7 +559,9 @@ class SQLiteStore(RecordStore):
                     found = path_length(conn, head)
                     return "unknown" if found is None else f"moved:{found[1]}"
             length = length or 0
-            current_id = "" if current is None else conn.execute(t.head_id, (cid, current)).fetchone()[0]
+            current_id = (
+                "" if current is None else conn.execute(t.head_id, (cid, current)).fetchone()[0]
+            )
             if current_id != expected_head:
                 return f"changed:{length}:{current_id}"
             found = path_length(conn, head)
@@ -936,7 +938,6 @@ def _upgrade_branches(conn: sqlite3.Connection, t: _Tables) -> None:
             total = int(path_length)
         previous = (cid, seq)
     conn.executemany(
-        f"UPDATE {t.batches} SET parent = ?, path_length = ? "
-        "WHERE conversation_id = ? AND seq = ?",
+        f"UPDATE {t.batches} SET parent = ?, path_length = ? WHERE conversation_id = ? AND seq = ?",
         updates,
     )

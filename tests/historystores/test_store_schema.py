@@ -422,9 +422,7 @@ async def test_postgres_version_2_gains_the_lease_table(pg: tuple[Any, str, str]
 # ---------------------------------------------------------------- version 3 -> 4 (folded leases)
 
 
-def test_sqlite_version_3_is_upgraded(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_sqlite_version_3_is_upgraded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # SQLite's tables did not change in version 4 (PostgreSQL gained two functions);
     # the upgrade to the current version keeps the data and a lease taken before it.
     path = tmp_path / "h.db"
@@ -651,13 +649,15 @@ async def test_sqlite_version_4_is_upgraded_to_branches(
     write_sqlite_v4(path)
     with pytest.raises(StoreError, match=f"schema version 4, this scope needs {SCHEMA_VERSION}"):
         await SQLiteStore.open(path, create=False)
-    assert await asyncio.to_thread(main, ["history", "migrate", "--store", f"sqlite:///{path}"]) == 0
+    assert (
+        await asyncio.to_thread(main, ["history", "migrate", "--store", f"sqlite:///{path}"]) == 0
+    )
     assert f"is at version {SCHEMA_VERSION}" in capsys.readouterr().out
     conn = sqlite3.connect(path)
     try:
         assert conn.execute(
-            'SELECT conversation_id, seq, parent, created, path_length FROM "scope_history_batches" '
-            "ORDER BY conversation_id, seq"
+            "SELECT conversation_id, seq, parent, created, path_length "
+            'FROM "scope_history_batches" ORDER BY conversation_id, seq'
         ).fetchall() == [
             ("c", 1, None, None, 4),
             ("c", 2, 1, None, 6),
@@ -773,7 +773,11 @@ async def test_postgres_version_4_is_upgraded_to_branches(pg: tuple[Any, str, st
     rows = await conn.fetch(
         f'SELECT id, head, branched, length FROM "{prefix}_conversations" ORDER BY id'
     )
-    assert [tuple(r) for r in rows] == [("c", 3, False, 8), ("d", 1, False, 2), ("gone", None, False, 2)]
+    assert [tuple(r) for r in rows] == [
+        ("c", 3, False, 8),
+        ("d", 1, False, 2),
+        ("gone", None, False, 2),
+    ]
     # Version 4's append functions (no head fence) are gone; one of each name is left.
     found = await conn.fetch(
         "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = ANY($1) ORDER BY 1",
