@@ -116,7 +116,9 @@ def tree_of(
         elif parent in index:
             parents.append(index[parent])
         else:
-            raise corrupt(conversation_id, append_id, f"its parent {parent!r} is not stored before it")
+            raise corrupt(
+                conversation_id, append_id, f"its parent {parent!r} is not stored before it"
+            )
         index[key] = position
         created.append(None if when is None else float(when))
     if head is None:

@@ -40,6 +40,7 @@ __all__ = [
     "changed_error",
     "check_batch",
     "check_head",
+    "check_move_id",
     "check_move_outcome",
     "check_outcome",
     "closed_error",
@@ -123,13 +124,30 @@ def changed_error(batch: Batch, length: int, head: str) -> HistoryChangedError:
 def check_head(value: object, what: str) -> str:
     """A head as ``move_head`` takes it (``what`` names the argument): ``""`` (before the
     first batch) or a valid append id; anything else raises ``InvalidAppendIDError``
-    naming ``what``, before any I/O."""
-    if value == "" and type(value) is str:
+    naming ``what``, before any I/O (as ``scope.history`` checks it)."""
+    if not isinstance(value, str):
+        raise InvalidAppendIDError(
+            f"{what} must be a str (an append id or ''), got {type(value).__name__}"
+        )
+    if value == "":
         return ""
     try:
-        return str(AppendID(value))  # type: ignore[arg-type]
+        return str(AppendID(value))
     except InvalidAppendIDError as exc:
-        raise InvalidAppendIDError(f"{what}: {exc}") from None
+        raise InvalidAppendIDError(f"{what}: {exc}") from exc
+
+
+def check_move_id(value: object) -> str | None:
+    """A move id (an append id's rules; None: none), or ``InvalidAppendIDError`` naming
+    ``move_id``, before any I/O."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidAppendIDError(f"move_id must be a str or None, got {type(value).__name__}")
+    try:
+        return str(AppendID(value))
+    except InvalidAppendIDError as exc:
+        raise InvalidAppendIDError(f"move_id: {exc}") from exc
 
 
 def check_move_outcome(
@@ -365,9 +383,7 @@ class RecordStore(RecordScanning):
         cid = ConversationID(conversation_id)
         target = check_head(head, "head")
         expected = check_head(expected_head, "expected_head")
-        mid = None if move_id is None else check_head(move_id, "move_id")
-        if mid == "":
-            raise InvalidAppendIDError("move_id: append id must not be empty")
+        mid = check_move_id(move_id)
         answer = await self._move_head(cid, target, expected, mid)
         return check_move_outcome(cid, target, expected, mid, answer, self._outcome_source)
 
