@@ -519,10 +519,13 @@ class PostgresStore(RecordStore):
         """The conversation's messages, length and closure from one statement (a
         consistent snapshot). A corrupt stored record raises ``StoreError``."""
         cid = ConversationID(conversation_id)
-        sql = self._sql.view
+        sql = self._sql
 
         async def read(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql, cid))
+            rows = list(await conn.fetch(sql.view, cid))
+            if rows and rows[0][5]:  # branched: the walk from the head
+                rows = list(await conn.fetch(sql.view_path, cid))
+            return rows
 
         rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
         if not rows:
@@ -531,10 +534,13 @@ class PostgresStore(RecordStore):
         return view_of(cid, bool(rows[0][0]), int(rows[0][1]), records, self._cache)
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
-        sql = self._sql.read
+        sql = self._sql
 
         async def read(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql, cid))
+            rows = list(await conn.fetch(sql.read, cid))
+            if not rows:  # empty, unknown, or branched: the walk (nothing for the first two)
+                rows = list(await conn.fetch(sql.read_path, cid))
+            return rows
 
         rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
         return decode(cid, ((r[0], r[1], r[2]) for r in rows), self._cache)
@@ -784,6 +790,7 @@ class _Statements:
         "functions",
         "move_head",
         "read",
+        "read_path",
         "release",
         "scan_ids",
         "scan_ids_first",
@@ -797,6 +804,7 @@ class _Statements:
         "upgrade_from_1",
         "version",
         "view",
+        "view_path",
     )
 
     def __init__(self, prefix: str) -> None:
@@ -878,24 +886,37 @@ class _Statements:
             f"DROP FUNCTION IF EXISTS {commit_turn}(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT)",
         )
 
-        # The seqs of the head path of a conversation that has branched (``cid``: the
-        # conversation id's parameter), walking parents up from the head; none for a
-        # linear one, whose head path is every batch in seq order (read without it).
+        # Reads. A conversation that never branched (its head was never moved) has every
+        # batch in seq order as its head path, read as before branches (a scan of its
+        # primary key), the branched flag checked once, in the key the scan looks up (no
+        # cost per batch); one that has branched
+        # reads nothing there (``read``: no rows; ``view``: its last column set) and
+        # its reader runs ``read_path`` / ``view_path`` instead: the seqs of the head
+        # path, walking parents up from the head (``cid``: the conversation id's
+        # parameter). The flag never goes back, so the second statement sees a
+        # conversation that has branched too (a later snapshot, as consistent).
         def path(cid: str) -> str:
             return (
                 "WITH RECURSIVE path(seq) AS ("
-                f"SELECT h.head FROM {conv} h WHERE h.id = {cid} AND h.branched "
-                "AND h.head IS NOT NULL "
+                f"SELECT h.head FROM {conv} h WHERE h.id = {cid} AND h.head IS NOT NULL "
                 f"UNION ALL SELECT p.parent FROM path JOIN {batches} p "
                 f"ON p.conversation_id = {cid} AND p.seq = path.seq WHERE p.parent IS NOT NULL) "
             )
 
-        def view(cid: str, held: str) -> str:
+        def view(cid: str, held: str, flag: str) -> str:
+            return (
+                f"SELECT {held}c.closed, c.length, b.append_id, b.digest, b.messages{flag} "
+                f"FROM {conv} c LEFT JOIN {batches} b ON b.conversation_id = "
+                "CASE WHEN NOT c.closed AND NOT c.branched THEN c.id END "
+                f"WHERE c.id = {cid} ORDER BY b.seq"
+            )
+
+        def view_path(cid: str, held: str) -> str:
             return (
                 f"{path(cid)}SELECT {held}c.closed, c.length, b.append_id, b.digest, "
                 f"b.messages FROM {conv} c LEFT JOIN {batches} b "
                 "ON b.conversation_id = c.id AND NOT c.closed "
-                "AND (NOT c.branched OR b.seq IN (SELECT path.seq FROM path)) "
+                "AND b.seq IN (SELECT path.seq FROM path) "
                 f"WHERE c.id = {cid} ORDER BY b.seq"
             )
 
@@ -966,7 +987,11 @@ class _Statements:
             "      NULL::BYTEA;\n"
             "    RETURN;\n"
             "  END IF;\n"
-            f"  RETURN QUERY {view('p_cid', 'TRUE, ')};\n"
+            "  IF (SELECT c.branched FROM " + conv + " c WHERE c.id = p_cid) THEN\n"
+            f"    RETURN QUERY {view_path('p_cid', 'TRUE, ')};\n"
+            "  ELSE\n"
+            f"    RETURN QUERY {view('p_cid', 'TRUE, ', '')};\n"
+            "  END IF;\n"
             "  IF NOT FOUND THEN\n"
             "    RETURN QUERY SELECT TRUE, FALSE, 0::BIGINT, NULL::TEXT, NULL::TEXT,\n"
             "      NULL::BYTEA;\n"
@@ -1074,9 +1099,13 @@ class _Statements:
         self.move_head = f"SELECT {move_head}($1, $2, $3, $4)"
         self.acquire_view = f"SELECT * FROM {acquire_view}($1, $2, $3)"
         self.read = (
-            f"{path('$1')}SELECT b.append_id, b.digest, b.messages FROM {batches} b "
-            f"WHERE b.conversation_id = $1 AND (NOT COALESCE((SELECT h.branched FROM {conv} h "
-            "WHERE h.id = $1), FALSE) OR b.seq IN (SELECT path.seq FROM path)) ORDER BY b.seq"
+            f"SELECT append_id, digest, messages FROM {batches} WHERE conversation_id = "
+            f"(SELECT CASE WHEN h.branched THEN NULL ELSE h.id END FROM {conv} h "
+            "WHERE h.id = $1) ORDER BY seq"
+        )
+        self.read_path = (
+            f"{path('$1')}SELECT b.append_id, b.digest, b.messages FROM path JOIN {batches} b "
+            "ON b.conversation_id = $1 AND b.seq = path.seq ORDER BY b.seq"
         )
         self.tree = (
             "SELECT c.closed, c.head, b.seq, b.parent, "
@@ -1100,7 +1129,8 @@ class _Statements:
             f"SELECT seq, append_id, digest, messages FROM {batches} "
             "WHERE conversation_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
         )
-        self.view = view("$1", "")
+        self.view = view("$1", "", ", c.branched")
+        self.view_path = view_path("$1", "")
         self.close = (
             f"INSERT INTO {conv} (id, closed) VALUES ($1, TRUE) "
             "ON CONFLICT (id) DO UPDATE SET closed = TRUE"

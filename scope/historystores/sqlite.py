@@ -253,11 +253,12 @@ class _Tables:
         "head_id",
         "leases",
         "moves",
-        "path",
         "read",
+        "read_path",
         "schema",
         "tree",
         "view",
+        "view_path",
     )
 
     def __init__(self, prefix: str) -> None:
@@ -289,25 +290,41 @@ class _Tables:
         )
         # The head's append id (parameters: the conversation id, the head's seq).
         self.head_id = f"SELECT append_id FROM {b} WHERE conversation_id = ? AND seq = ?"
-        # The seqs of the head path of a conversation that has branched (parameter ?1:
-        # the conversation id), walking parents up from the head; none for a linear one
-        # (every batch in seq order is its head path, read without the walk).
-        self.path = (
+        # Reads (parameter ?1: the conversation id). A conversation that never branched
+        # (its head was never moved) has every batch in seq order as its head path:
+        # ``read`` and ``view`` read it as before branches (a scan of its primary key),
+        # the branched flag checked once, in the key the scan looks up (no cost per
+        # batch). One that has branched reads nothing
+        # there (``read``: no rows; ``view``: the flag, last column, set), and its
+        # reader runs ``read_path`` / ``view_path`` instead: the seqs of the head path,
+        # walking parents up from the head. The flag never goes back, so the second
+        # statement sees a conversation that has branched too (a later snapshot, as
+        # consistent on its own).
+        path = (
             "WITH RECURSIVE path(seq) AS ("
-            f"SELECT head FROM {c} WHERE id = ?1 AND branched AND head IS NOT NULL "
+            f"SELECT head FROM {c} WHERE id = ?1 AND head IS NOT NULL "
             f"UNION ALL SELECT p.parent FROM path JOIN {b} p "
             "ON p.conversation_id = ?1 AND p.seq = path.seq WHERE p.parent IS NOT NULL) "
         )
         self.read = (
-            f"{self.path}SELECT append_id, digest, messages FROM {b} "
-            f"WHERE conversation_id = ?1 AND (NOT COALESCE((SELECT branched FROM {c} "
-            "WHERE id = ?1), 0) OR seq IN (SELECT seq FROM path)) ORDER BY seq"
+            f"SELECT append_id, digest, messages FROM {b} WHERE conversation_id = "
+            f"(SELECT CASE WHEN branched THEN NULL ELSE id END FROM {c} WHERE id = ?1) "
+            "ORDER BY seq"
+        )
+        self.read_path = (
+            f"{path}SELECT b.append_id, b.digest, b.messages FROM path JOIN {b} b "
+            "ON b.conversation_id = ?1 AND b.seq = path.seq ORDER BY b.seq"
         )
         self.view = (
-            f"{self.path}SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
-            f"FROM {c} c LEFT JOIN {b} b ON b.conversation_id = c.id AND c.closed = 0 "
-            "AND (NOT c.branched OR b.seq IN (SELECT seq FROM path)) "
+            f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages, c.branched "
+            f"FROM {c} c LEFT JOIN {b} b ON b.conversation_id = "
+            "CASE WHEN c.closed = 0 AND NOT c.branched THEN c.id END "
             "WHERE c.id = ?1 ORDER BY b.seq"
+        )
+        self.view_path = (
+            f"{path}SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
+            f"FROM {c} c LEFT JOIN {b} b ON b.conversation_id = c.id AND c.closed = 0 "
+            "AND b.seq IN (SELECT seq FROM path) WHERE c.id = ?1 ORDER BY b.seq"
         )
         self.tree = (
             f"SELECT c.closed, c.head, b.seq, b.parent, b.created, b.append_id, b.digest, "
@@ -486,11 +503,11 @@ class SQLiteStore(RecordStore):
         statement (a consistent snapshot). A corrupt stored record raises
         ``StoreError``."""
         cid = ConversationID(conversation_id)
-        sql = self._tables.view
+        t = self._tables
         cache = self._cache
 
         def read(conn: sqlite3.Connection) -> HistoryView:
-            return _view(cid, conn.execute(sql, (cid,)).fetchall(), cache)
+            return _view(cid, _view_rows(conn, t, cid), cache)
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
 
@@ -499,11 +516,14 @@ class SQLiteStore(RecordStore):
         order, decoded with ``decode`` on the worker thread. A linear conversation is
         read as every batch in seq order; one that has branched through a walk of
         parents from its head."""
-        sql = self._tables.read
+        t = self._tables
         cache = self._cache
 
         def read(conn: sqlite3.Connection) -> T:
-            return decode(cid, conn.execute(sql, (cid,)).fetchall(), cache)
+            rows = conn.execute(t.read, (cid,)).fetchall()
+            if not rows:  # empty, unknown, or branched: the walk (nothing for the first two)
+                rows = conn.execute(t.read_path, (cid,)).fetchall()
+            return decode(cid, rows, cache)
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
 
@@ -708,13 +728,13 @@ class SQLiteStore(RecordStore):
     ) -> HistoryView | None:
         # The upsert and the view's statement in one BEGIN IMMEDIATE transaction.
         pool = self._pool
-        acquire, read = self._acquire_sql(), self._tables.view
+        acquire, t = self._acquire_sql(), self._tables
         cache = self._cache
 
         def body(conn: sqlite3.Connection) -> list[Any] | None:
             if conn.execute(acquire, (cid, holder, ttl)).rowcount != 1:
                 return None
-            return conn.execute(read, (cid,)).fetchall()
+            return _view_rows(conn, t, cid)
 
         def acquire_view(conn: sqlite3.Connection) -> HistoryView | None:
             with pool.write_lock:
@@ -751,6 +771,15 @@ class SQLiteStore(RecordStore):
             return [row[0] for row in conn.execute(sql, args)]
 
         return await self._run(conversations, "listing of conversations")
+
+
+def _view_rows(conn: sqlite3.Connection, t: _Tables, cid: ConversationID) -> list[Any]:
+    """``read_view``'s rows (closed, length, then one record per row; none for an
+    unknown conversation): the linear statement, or the walk when it has branched."""
+    rows = conn.execute(t.view, (cid,)).fetchall()
+    if rows and rows[0][5]:
+        rows = conn.execute(t.view_path, (cid,)).fetchall()
+    return rows
 
 
 def _view(cid: ConversationID, rows: list[Any], cache: HistoryCache) -> HistoryView:

@@ -393,28 +393,34 @@ async def test_cancelled_head_moves_settle(kind: str, tmp_path: Path) -> None:
 # -- costs -------------------------------------------------------------------------------
 
 
-def test_sqlite_linear_reads_do_not_walk_the_tree(tmp_path: Path) -> None:
-    # Two conversations with the same 50 batches and the same head path (every batch):
-    # "lin" never branched, "br" was rewound and moved back to its last batch. Reading
-    # "br" walks 50 parents; reading "lin" must not walk at all, so it runs fewer SQLite
-    # VM steps (counted with a progress handler on every step).
+def test_sqlite_linear_reads_cost_what_they_cost_before_branches(tmp_path: Path) -> None:
+    # SQLite VM steps (a progress handler on every step) of the statements a read runs.
+    # A linear conversation's read is the scan of before branches plus a constant (the
+    # branched flag, checked once in the key the scan looks up) and at most one step per
+    # batch (the scan's end is compared with a register, not a literal parameter). A
+    # conversation with the same head path that has branched (rewound and moved back to
+    # its last batch) walks its parents: more steps.
     from scope.historystores.sqlite import SQLiteStore, _Tables
 
     async def fill() -> None:
         async with await SQLiteStore.open(tmp_path / "h.db") as store:
-            for i in range(50):
-                await store.append(Batch("lin", f"a{i}", turn(f"a{i}")))
-                await store.append(Batch("br", f"a{i}", turn(f"a{i}")))
+            for cid, size in (("lin50", 50), ("lin100", 100), ("br", 50)):
+                for i in range(size):
+                    await store.append(Batch(cid, f"a{i}", turn(f"a{i}")))
             await store.move_head("br", "a0", expected_head="a49")
             await store.move_head("br", "a49", expected_head="a0")
-            assert await store.read("br") == await store.read("lin")
+            assert await store.read("br") == await store.read("lin50")
 
     anyio.run(fill)
     t = _Tables("scope_history")
+    before = (  # the read of schema 4
+        "SELECT append_id, digest, messages FROM scope_history_batches "
+        "WHERE conversation_id = ? ORDER BY seq"
+    )
     conn = sqlite3.connect(tmp_path / "h.db")
     try:
 
-        def steps(cid: str, sql: str) -> int:
+        def steps(cid: str, *statements: str) -> tuple[int, int]:
             count = 0
 
             def tick() -> int:
@@ -424,15 +430,22 @@ def test_sqlite_linear_reads_do_not_walk_the_tree(tmp_path: Path) -> None:
 
             conn.set_progress_handler(tick, 1)
             try:
-                rows = conn.execute(sql, (cid,)).fetchall()
+                rows = [len(conn.execute(sql, (cid,)).fetchall()) for sql in statements]
             finally:
                 conn.set_progress_handler(None, 1)
-            assert len(rows) == 50
-            return count
+            return count, rows[-1]
 
-        for sql in (t.read, t.view):
-            linear, walked = steps("lin", sql), steps("br", sql)
-            assert linear < walked, (sql, linear, walked)
+        assert steps("lin50", t.read)[1] == 50 and steps("lin100", t.read)[1] == 100
+        extra = [steps(cid, t.read)[0] - steps(cid, before)[0] for cid in ("lin50", "lin100")]
+        assert 0 <= extra[1] - extra[0] <= 50, extra  # at most one step per batch more
+        assert steps("br", t.read) == (steps("br", t.read)[0], 0)  # branched: nothing here
+        walked, rows = steps("br", t.read, t.read_path)
+        assert rows == 50 and walked > steps("lin50", t.read)[0]
+        # The view: the same.
+        assert steps("lin50", t.view)[1] == 50
+        assert steps("br", t.view)[1] == 1  # the row of the flag
+        walked, rows = steps("br", t.view, t.view_path)
+        assert rows == 50 and walked > steps("lin50", t.view)[0]
     finally:
         conn.close()
 
