@@ -3,30 +3,50 @@
 asyncpg is imported when a store is opened, not when this module is imported. asyncpg is
 asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore`` there).
 
-Schema version 4 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
+Schema version 5 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
 upgraded by ``open(create=True)`` under a transaction-level advisory lock so processes
 opening at once do not race):
 
-    {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN, length BIGINT)
+    {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN, length BIGINT,
+                           head BIGINT, branched BOOLEAN)
     {prefix}_batches(conversation_id TEXT COLLATE "C", seq BIGINT, append_id TEXT,
-                     digest TEXT, messages BYTEA)
+                     digest TEXT, messages BYTEA, parent BIGINT, created TIMESTAMPTZ,
+                     path_length BIGINT)
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
     {prefix}_schema(id INT PRIMARY KEY CHECK (id = 1), version INT)
-    {prefix}_append(cid, aid, digest, messages, count, expected) -> text  -- one round trip
     {prefix}_leases(conversation_id TEXT COLLATE "C" PRIMARY KEY, holder TEXT,
                     expires TIMESTAMPTZ)                 -- turn leases, the server's clock
+    {prefix}_moves(conversation_id TEXT COLLATE "C", move_id TEXT COLLATE "C", head TEXT)
+        PRIMARY KEY (conversation_id, move_id)           -- move_head's move ids
+    {prefix}_append(cid, aid, digest, messages, count, expected, expected_head) -> text
+                                                         -- one round trip
     {prefix}_acquire_view(cid, holder, ttl) -> rows      -- lease + view, one round trip
-    {prefix}_commit_turn(cid, aid, digest, messages, count, expected, holder) -> text
-                                                         -- append + release, one round trip
+    {prefix}_commit_turn(cid, aid, digest, messages, count, expected, expected_head,
+                         holder) -> text                 -- append + release, one round trip
+    {prefix}_move_head(cid, head, expected_head, move_id) -> text  -- one round trip
 
-``length`` counts the conversation's messages (the ``expected_length`` fence compares
-with it). Version 1 (scope 0.1) had no ``length`` and no ``_schema`` table; the upgrade
-adds the column and counts each conversation's messages. Version 2 had no ``_leases``
-table; the upgrade creates it. Version 3 had no ``_acquire_view`` and ``_commit_turn``
-functions (the folded lease steps); the upgrade creates them. ``open(create=False)``
-runs no DDL, so a role with only row rights on the four tables and ``EXECUTE`` on the
-three functions can use the store (the grants on the docs' Stores page, "Migrations
-and least privilege", which a test runs against the server).
+A conversation is a tree of batches (DESIGN §6h): each batch row names its ``parent``
+(the seq of the batch it follows; NULL for a first batch), when it was stored
+(``created``, the server's clock) and its ``path_length`` (the messages from the first
+batch through it). The conversation row holds the ``head`` (the head batch's seq; NULL:
+the empty path) and ``length``, the number of messages on the head path (the
+``expected_length`` fence compares with it, the ``expected_head`` fence with the head's
+append id). An append inserts a batch whose parent is the head and makes it the head,
+reading only the conversation row (no walk of the tree); ``_move_head`` sets the head and
+its path length from the target's row and records the move id. ``branched`` is set once
+the head has moved: until then the head path is every batch in seq order and reads scan
+it as before branches; after, they walk parents from the head. Version 1 (scope 0.1) had
+no ``length`` and no ``_schema`` table; the upgrade adds the column and counts each
+conversation's messages. Version 2 had no ``_leases`` table; the upgrade creates it.
+Version 3 had no ``_acquire_view`` and ``_commit_turn`` functions (the folded lease
+steps); the upgrade creates them. Version 4 had no branches: the upgrade
+(``_upgrade_branches``) adds the columns and the moves table, keeps its batches as one
+branch (each one's parent the batch before it, the head the last one, path lengths the
+running sums, ``created`` NULL) and replaces the append functions by ones that take the
+head fence. ``open(create=False)`` runs no DDL, so a role with only row rights on the
+five tables and ``EXECUTE`` on the four functions can use the store (the grants on the
+docs' Stores page, "Migrations and least privilege", which a test runs against the
+server).
 
 Tables go to the first schema of the connection's ``search_path``. Every store operation
 on one conversation locks that conversation's row first, so appends, retries and clears
@@ -516,8 +536,10 @@ class PostgresStore(RecordStore):
             await conn.execute(statement)
 
     async def read_view(self, conversation_id: str) -> HistoryView:
-        """The conversation's messages, length and closure from one statement (a
-        consistent snapshot). A corrupt stored record raises ``StoreError``."""
+        """The conversation's head path (messages, length, head) and closure from one
+        statement (a consistent snapshot; a conversation that has branched: a second
+        one, consistent on its own, walks the head path). A corrupt stored record
+        raises ``StoreError``."""
         cid = ConversationID(conversation_id)
         sql = self._sql
 

@@ -6,16 +6,33 @@ busy timeout). Every database call runs on a worker thread through
 ``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
 under asyncio and trio.
 
-Schema version 4 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
+Schema version 5 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
 
-    {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER)
-    {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB)
+    {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER,
+                           head INTEGER, branched INTEGER)
+    {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB,
+                     parent INTEGER, created REAL, path_length INTEGER)
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
     {prefix}_schema(id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER)
     {prefix}_leases(conversation_id TEXT PRIMARY KEY, holder TEXT, expires REAL)
+    {prefix}_moves(conversation_id TEXT, move_id TEXT, head TEXT)
+        PRIMARY KEY (conversation_id, move_id)
 
-``length`` counts the conversation's messages (the ``expected_length`` fence compares
-with it); version 1 (scope 0.1) had no ``length`` and no ``_schema`` table, and
+A conversation is a tree of batches (DESIGN §6h): each batch row names its ``parent``
+(the seq of the batch it follows; NULL for a first batch), when it was stored
+(``created``, Unix seconds by the host's clock) and its ``path_length`` (the messages
+from the first batch through it). The conversation row holds the ``head`` (the head
+batch's seq; NULL: the empty path) and ``length``, the number of messages on the head
+path (the ``expected_length`` fence compares with it, the ``expected_head`` fence with
+the head's append id). An append inserts a batch whose parent is the head and makes it
+the head, reading only the conversation row (no walk of the tree); ``move_head`` sets the
+head and its path length from the target's row and records its move id in ``_moves``.
+``branched`` is set once the head has moved: until then the head path is every batch in
+seq order and reads scan it as before branches; after, they walk parents from the head.
+Version 4 had no branches: ``open(create=True)`` upgrades it in place
+(``_upgrade_branches``), keeping its batches as one branch (each one's parent the batch
+before it, the head the last one, path lengths the running sums, ``created`` NULL).
+Version 1 (scope 0.1) had no ``length`` and no ``_schema`` table, and
 ``open(create=True)`` upgrades it in place, counting each conversation's messages.
 Version 2 had no ``_leases`` table (turn leases, ``acquire_turn``/``release_turn``);
 the upgrade creates it. Version 4 changed PostgreSQL only (its folded lease
@@ -379,7 +396,11 @@ class SQLiteStore(RecordStore):
       once while the thread finishes in the background. A cancelled ``append`` therefore
       has either committed entirely or not at all; it *may have committed*, so retry the
       same batch: the retry returns the receipt and appends nothing.
-    - **Reads** (``read`` and ``read_batches``) are one statement, a consistent snapshot;
+    - **Reads** (``read``, ``read_batches``, ``read_view``, ``read_tree``) are one
+      statement each, a consistent snapshot; on a conversation whose head has moved
+      (it has branched) the first statement of ``read``/``read_batches``/``read_view``
+      finds that and a second one, a consistent snapshot on its own, walks the head
+      path;
       every stored batch is checked against its digest, and a corrupt record raises
       ``StoreError`` naming the conversation and append id.
     - **Errors.** Every sqlite3 error (locked past the busy timeout, I/O error, a file

@@ -282,7 +282,13 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
                 model = Middleware(store, store, "c", on_overlap=strategy).call(Answer())
                 await model.call(Request([user_message(strategy)]))
             assert (await store.read_view("c")).length == 12
-            assert len(await store.read_batches("c")) == 6
+            stored = await store.read_batches("c")
+            assert len(stored) == 6
+            # A rewind and a switch back (the move_head function and the moves table).
+            first, last = str(stored[0].id), str(stored[-1].id)
+            assert await store.move_head("c", first, expected_head=last, move_id="r") == 2
+            assert len((await store.read_tree("c")).batches) == 6
+            assert await store.move_head("c", last, expected_head=first) == 12
             assert await store.conversations() == ["c"]
             assert len([r async for r in store.scan_records()]) == 6
             await store.clear("c")
