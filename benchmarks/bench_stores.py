@@ -20,13 +20,21 @@ Measured (best of N, time.perf_counter, asyncio):
   fence. Every bundled store has the folded lease steps of ``scope.history.Store``, so
   its ``reject`` turn makes two store steps too (lease + read, append + release).
 
+- branches (DESIGN §6h): 200 sequential appends fenced by length and head on a linear
+  conversation against 200 on a branch (a conversation rewound by one turn before
+  them, so every append extends a branch), rounds interleaved, best of 5; the ratio is
+  branch / linear (an append keeps each batch's path length: it never walks the
+  tree). And a read of a 1,000-message head path, linear against branched (the same
+  path after a rewind and a switch back: the store walks parents), best of 8.
+
 The persistent scope stores run with their cache off (``cache_bytes=0``), so every read
 decodes and validates every message; one extra row shows SQLiteStore with its default cache
 (repeated reads of a conversation skip decoding). Each column's ratio is to the fastest
 store in it (the floor).
 Run: ``python benchmarks/bench_stores.py``; ``python benchmarks/bench_stores.py --overlap
 [RUNS]`` measures only the overlap rows, RUNS times per store (default 5), and reports
-each store's ratio as min / median / max over the runs (the spread on a shared box).
+each store's ratio as min / median / max over the runs (the spread on a shared box);
+``--branches`` measures only the branch rows.
 """
 
 from __future__ import annotations
@@ -104,6 +112,77 @@ async def measure_fence(store: Any) -> tuple[float, float]:
                 await store.append(b)
             best[fenced] = min(best[fenced], time.perf_counter() - start)
     return best[False] / SEQUENTIAL * 1e6, best[True] / SEQUENTIAL * 1e6
+
+
+async def measure_branches(store: Any) -> tuple[float, float, float, float]:
+    """Best-of microseconds per fenced append (linear, on a branch) and milliseconds per
+    read of a 1,000-message head path (linear, branched)."""
+    run = uuid.uuid4().hex[:6]
+    best = {"linear": float("inf"), "branch": float("inf")}
+    template = batch("x", "x")
+    for round_ in range(5):
+        for shape in ("linear", "branch"):
+            cid = f"branch-{run}-{round_}-{shape}"
+            await store.append(Batch(cid, "p1", template.messages))
+            await store.append(Batch(cid, "p2", template.messages))
+            if shape == "branch":
+                await store.move_head(cid, "p1", expected_head="p2")
+            view = await store.read_view(cid)
+            length, head = view.length, view.head
+            batches = []
+            for i in range(SEQUENTIAL):
+                batches.append(Batch(cid, f"a{i}", template.messages, length, head))
+                length, head = length + 2, f"a{i}"
+            start = time.perf_counter()
+            for b in batches:
+                await store.append(b)
+            best[shape] = min(best[shape], time.perf_counter() - start)
+    reads = {}
+    for shape in ("linear", "branched"):
+        cid = f"branch-read-{run}-{shape}"
+        for i in range(500):
+            await store.append(Batch(cid, f"a{i}", template.messages))
+        if shape == "branched":
+            await store.move_head(cid, "a0", expected_head="a499")
+            await store.move_head(cid, "a499", expected_head="a0")
+
+        async def read(_: int, cid: str = cid) -> None:
+            got = await store.read(cid)
+            assert len(got) == 1000, len(got)
+
+        reads[shape] = await best_of(8, read) * 1e3
+    return (
+        best["linear"] / SEQUENTIAL * 1e6,
+        best["branch"] / SEQUENTIAL * 1e6,
+        reads["linear"],
+        reads["branched"],
+    )
+
+
+def print_branches(width: int, rows: dict[str, tuple[float, float, float, float]]) -> None:
+    print("\nbranches: a fenced append (us/batch), a read of a 1,000-message head path (ms)")
+    for name, (linear, branch, read_linear, read_branched) in rows.items():
+        print(
+            f"{name.ljust(width)}append linear {linear:>8.1f}   on a branch {branch:>8.1f}   "
+            f"branch/linear {branch / linear:>5.2f}x   read linear {read_linear:>7.2f}   "
+            f"branched {read_branched:>7.2f}"
+        )
+
+
+async def branches_only() -> None:
+    """The branch rows alone, per scope store."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with stores(Path(tmp)) as candidates:
+            width = max(len(name) for name, _ in candidates) + 2
+            rows = {}
+            for name, adapter in candidates:
+                if isinstance(adapter, str) or adapter.store is None:
+                    continue
+                try:
+                    rows[name] = await measure_branches(adapter.store)
+                except NotImplementedError:
+                    print(f"{name.ljust(width)}skipped: no branches yet")
+            print_branches(width, rows)
 
 
 def agents_adapter(db_path: str) -> Adapter:
@@ -258,6 +337,7 @@ async def measure(adapter: Adapter) -> dict[str, float]:
 async def main() -> None:
     fences: dict[str, tuple[float, float]] = {}
     overlaps: dict[str, tuple[float, float]] = {}
+    branch_rows: dict[str, tuple[float, float, float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         async with stores(Path(tmp)) as candidates:
             table: dict[str, dict[str, float] | str] = {}
@@ -269,6 +349,8 @@ async def main() -> None:
                     if adapter.store is not None:
                         fences[name] = await measure_fence(adapter.store)
                         overlaps[name] = await measure_overlap(adapter.store)
+                        with contextlib.suppress(NotImplementedError):
+                            branch_rows[name] = await measure_branches(adapter.store)
     measured = {k: v for k, v in table.items() if isinstance(v, dict)}
     columns = list(next(iter(measured.values())))
     floors = {c: min(v[c] for v in measured.values()) for c in columns}
@@ -293,6 +375,7 @@ async def main() -> None:
             f"{name.ljust(width)}fence {fence:>9.1f}   reject {reject:>9.1f}   "
             f"reject/fence {reject / fence:>5.2f}x"
         )
+    print_branches(width, branch_rows)
 
 
 async def overlap_only(runs: int) -> None:
@@ -320,5 +403,7 @@ async def overlap_only(runs: int) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--overlap"]:
         anyio.run(overlap_only, int(sys.argv[2]) if len(sys.argv) > 2 else 5)
+    elif sys.argv[1:2] == ["--branches"]:
+        anyio.run(branches_only)
     else:
         anyio.run(main)

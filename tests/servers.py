@@ -135,10 +135,15 @@ async def drop_tables(dsn: str, prefix: str) -> None:
         await conn.execute(
             f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations", '
             f'"{prefix}_schema", '
-            f'"{prefix}_leases";'
-            f'DROP FUNCTION IF EXISTS "{prefix}_append", "{prefix}_acquire_view", '
-            f'"{prefix}_commit_turn"'
+            f'"{prefix}_leases", "{prefix}_moves";'
         )
+        # Every overload of the store's functions (an older schema's signatures too).
+        for name in ("append", "acquire_view", "commit_turn", "move_head"):
+            for (signature,) in await conn.fetch(
+                "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = $1",
+                f"{prefix}_{name}",
+            ):
+                await conn.execute(f"DROP FUNCTION IF EXISTS {signature}")
     finally:
         await conn.close()
 

@@ -23,7 +23,14 @@ from scope._json import parse_exact_fast
 from scope.chat import Message
 from scope.codec import _decode_canonical, encode_messages
 from scope.errors import InvalidAppendIDError, StoreError
-from scope.history import AppendID, Batch, ConversationID, HistoryCache, HistoryView
+from scope.history import (
+    AppendID,
+    Batch,
+    ConversationID,
+    HistoryCache,
+    HistoryTree,
+    HistoryView,
+)
 
 __all__ = [
     "corrupt",
@@ -32,6 +39,7 @@ __all__ = [
     "decode_records",
     "shown_id",
     "stored_id",
+    "tree_of",
     "view_of",
     "Decoder",
     "ListedIDs",
@@ -59,19 +67,70 @@ def view_of(
     cache: HistoryCache | None = None,
 ) -> HistoryView:
     """The ``HistoryView`` of one atomic read: the closure flag, the stored length and
-    the ``(append_id, digest, encoded_messages)`` records (ignored when closed). The
-    records must hold exactly ``length`` messages, else the store is corrupt."""
+    the ``(append_id, digest, encoded_messages)`` records of the head path (ignored when
+    closed). The records must hold exactly ``length`` messages, else the store is
+    corrupt. The view's ``head`` is the last record's append id (the head path ends at
+    the head), ``""`` when there is none."""
     if closed:
         if cache is not None:
             cache.forget(conversation_id)  # cleared, maybe through another handle
         return HistoryView((), int(length), True)
+    records = records if isinstance(records, list) else list(records)
     messages = decode_records(conversation_id, records, cache)
     if len(messages) != length:
         raise StoreError(
             f"conversation {str(conversation_id)!r} is corrupt: it holds {len(messages)} "
             f"messages, its length record says {length}"
         )
-    return HistoryView(tuple(messages), length)
+    head = records[-1][0] if records else ""
+    if isinstance(head, bytes | bytearray | memoryview):
+        head = bytes(head).decode("utf-8", "replace")
+    return HistoryView(tuple(messages), length, head=str(head))
+
+
+def tree_of(
+    conversation_id: ConversationID,
+    closed: bool,
+    head: Any,
+    rows: Iterable[tuple[Any, Any, Any, Any, Any, Any]],
+    cache: HistoryCache | None = None,
+) -> HistoryTree:
+    """The ``HistoryTree`` of one atomic read: the closure flag, the head's key (None:
+    the empty path) and the ``(key, parent_key, created, append_id, digest,
+    encoded_messages)`` rows of every batch in stored order (a key is whatever names a
+    batch in the backend, a parent key None for a first batch; ``created`` Unix seconds
+    or None). Each batch is checked as ``read_batches`` checks it; a parent or head that
+    names no earlier batch raises ``StoreError`` (the store is corrupt)."""
+    if closed:
+        if cache is not None:
+            cache.forget(conversation_id)
+        return HistoryTree((), (), (), -1, True)
+    rows = list(rows)
+    batches = decode_batches(conversation_id, ((r[3], r[4], r[5]) for r in rows), cache)
+    index: dict[Any, int] = {}
+    parents: list[int] = []
+    created: list[float | None] = []
+    for position, (key, parent, when, append_id, _, _) in enumerate(rows):
+        if parent is None:
+            parents.append(-1)
+        elif parent in index:
+            parents.append(index[parent])
+        else:
+            raise corrupt(
+                conversation_id, append_id, f"its parent {parent!r} is not stored before it"
+            )
+        index[key] = position
+        created.append(None if when is None else float(when))
+    if head is None:
+        at = -1
+    elif head in index:
+        at = index[head]
+    else:
+        raise StoreError(
+            f"conversation {str(conversation_id)!r} is corrupt: its head {head!r} names no "
+            "stored batch"
+        )
+    return HistoryTree(tuple(batches), tuple(parents), tuple(created), at, False)
 
 
 #: ``decode_records`` or ``decode_batches``: how a read turns a conversation's

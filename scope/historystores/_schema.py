@@ -22,7 +22,10 @@ __all__ = [
 #: table holding this number. 3: a ``_leases`` table (``TurnLeaser``, DESIGN §6e).
 #: 4: PostgreSQL's folded lease functions ``_acquire_view`` and ``_commit_turn``
 #: (the folded lease steps); SQLite's tables are those of 3, its upgrade only records 4.
-SCHEMA_VERSION: Final = 4
+#: 5: branches (DESIGN §6h): the head on the conversation row, each batch's parent,
+#: stored time and path length, a ``_moves`` table (``move_head``'s move ids); PostgreSQL's
+#: append functions take the head fence.
+SCHEMA_VERSION: Final = 5
 
 
 _TABLE_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]*\Z")

@@ -14,10 +14,20 @@ from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
     HistoryChangedError,
+    InvalidAppendIDError,
     InvalidBatchError,
     StoreError,
+    UnknownHeadError,
 )
-from scope.history import Batch, ConversationID, HistoryCache, HistoryView, Receipt
+from scope.history import (
+    AppendID,
+    Batch,
+    ConversationID,
+    HistoryCache,
+    HistoryTree,
+    HistoryView,
+    Receipt,
+)
 from scope.historystores._records import (
     Decoder,
     ListedIDs,
@@ -29,6 +39,9 @@ from scope.historystores._scan import RecordScanning
 __all__ = [
     "changed_error",
     "check_batch",
+    "check_head",
+    "check_move_id",
+    "check_move_outcome",
     "check_outcome",
     "closed_error",
     "conflict_error",
@@ -108,6 +121,75 @@ def changed_error(batch: Batch, length: int, head: str) -> HistoryChangedError:
     )
 
 
+def check_head(value: object, what: str) -> str:
+    """A head as ``move_head`` takes it (``what`` names the argument): ``""`` (before the
+    first batch) or a valid append id; anything else raises ``InvalidAppendIDError``
+    naming ``what``, before any I/O (as ``scope.history`` checks it)."""
+    if not isinstance(value, str):
+        raise InvalidAppendIDError(
+            f"{what} must be a str (an append id or ''), got {type(value).__name__}"
+        )
+    if value == "":
+        return ""
+    try:
+        return str(AppendID(value))
+    except InvalidAppendIDError as exc:
+        raise InvalidAppendIDError(f"{what}: {exc}") from exc
+
+
+def check_move_id(value: object) -> str | None:
+    """A move id (an append id's rules; None: none), or ``InvalidAppendIDError`` naming
+    ``move_id``, before any I/O."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidAppendIDError(f"move_id must be a str or None, got {type(value).__name__}")
+    try:
+        return str(AppendID(value))
+    except InvalidAppendIDError as exc:
+        raise InvalidAppendIDError(f"move_id: {exc}") from exc
+
+
+def check_move_outcome(
+    conversation_id: ConversationID,
+    head: str,
+    expected_head: str,
+    move_id: str | None,
+    answer: object,
+    where: str,
+) -> int:
+    """The new head path's length a backend's head move answered, or the error its
+    answer means. The answers (text or UTF-8 bytes), in ``move_head``'s order:
+    ``closed``; ``recorded:<head>`` (``move_id`` was recorded for another head: a
+    conflict); ``changed:<length>:<head>`` (the fence refused it: the head path's
+    length and the current head); ``unknown`` (``head`` names no batch);
+    ``moved:<length>`` (moved, or the retry of a recorded move). Anything else is a
+    ``StoreError`` naming ``where``."""
+    outcome = answer.decode("utf-8", "replace") if isinstance(answer, bytes) else str(answer)
+    cid = str(conversation_id)
+    if outcome.startswith("moved:") and outcome[6:].isdigit():
+        return int(outcome[6:])
+    if outcome == "closed":
+        raise closed_error(conversation_id)
+    if outcome.startswith("recorded:"):
+        raise AppendConflictError(
+            f"move id {move_id!r} of conversation {cid!r} was recorded for head "
+            f"{outcome.removeprefix('recorded:')!r}, this move names {head!r}"
+        )
+    if outcome.startswith("changed:"):
+        length, _, actual = outcome.removeprefix("changed:").partition(":")
+        if length.isdigit():
+            n = int(length)
+            raise HistoryChangedError(
+                n, n, conversation_id, expected_head=expected_head, actual_head=actual
+            )
+    if outcome == "unknown":
+        raise UnknownHeadError(
+            f"conversation {cid!r} holds no batch {head!r}: the head was not moved"
+        )
+    raise StoreError(f"{where} returned {outcome!r}")
+
+
 def releases(batch: Batch, outcome: str) -> bool:
     """Whether ``append_release_turn``'s release goes with this outcome of its append:
     the batch landed, or it is a retry of the same batch (its dedupe record holds this
@@ -133,8 +215,8 @@ class RecordStore(RecordScanning):
     ``_release``).
 
     A subclass sets ``_cache``, ``_listed`` and ``_outcome_source``, implements
-    ``_write``, ``_clear``, ``_list``, ``_read``, the lease steps, ``read_view`` and
-    ``closed``.
+    ``_write``, ``_clear``, ``_list``, ``_read``, ``_read_tree``, ``_move_head``, the
+    lease steps, ``read_view`` and ``closed``.
     """
 
     __slots__ = ()
@@ -275,12 +357,54 @@ class RecordStore(RecordScanning):
         ``StoreError`` naming the conversation."""
         return await self._read(ConversationID(conversation_id), decode_batches)
 
+    async def read_tree(self, conversation_id: str) -> HistoryTree:
+        """Every batch of every branch, each batch's parent and stored time, and the
+        head, in one atomic read (see ``scope.history.Store.read_tree``). An unknown
+        conversation is an empty tree, a closed one an empty tree with ``closed=True``.
+        A corrupt stored record raises ``StoreError``."""
+        return await self._read_tree(ConversationID(conversation_id))
+
+    async def move_head(
+        self,
+        conversation_id: str,
+        head: str,
+        *,
+        expected_head: str,
+        move_id: str | None = None,
+    ) -> int:
+        """Make ``head`` (an append id of this conversation on any branch; ``""``:
+        before the first batch) the head in one atomic step and return the new head
+        path's length (see ``scope.history.Store.move_head`` for the order of the
+        checks). Move ids are recorded apart from append ids. Raises
+        ``ConversationClosedError``, ``AppendConflictError`` (``move_id`` recorded for
+        another head), ``HistoryChangedError`` (the head is not ``expected_head``),
+        ``UnknownHeadError`` or ``StoreError``; invalid ids raise
+        ``InvalidConversationIDError`` / ``InvalidAppendIDError`` before any I/O."""
+        cid = ConversationID(conversation_id)
+        target = check_head(head, "head")
+        expected = check_head(expected_head, "expected_head")
+        mid = check_move_id(move_id)
+        answer = await self._move_head(cid, target, expected, mid)
+        return check_move_outcome(cid, target, expected, mid, answer, self._outcome_source)
+
     async def _write(self, batch: Batch, holder: str | None) -> object:
         """Append ``batch`` in one atomic step: the closed check, the dedupe record and
         the fence (DESIGN §6b's order), then the insert. Answers the outcome
         ``check_outcome`` reads (``inserted``, ``closed``, ``accepted:<digest>``,
-        ``changed:<length>``). With a ``holder`` (``append_release_turn``), the same
+        ``changed:<length>:<head>``). The batch's parent is the head, and it becomes
+        the head. With a ``holder`` (``append_release_turn``), the same
         step releases ``holder``'s lease when ``releases(batch, outcome)``."""
+        raise NotImplementedError
+
+    async def _read_tree(self, cid: ConversationID) -> HistoryTree:
+        """``read_tree`` on a checked id: one atomic read."""
+        raise NotImplementedError
+
+    async def _move_head(
+        self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
+    ) -> object:
+        """``move_head`` on checked arguments, one atomic step answering what
+        ``check_move_outcome`` reads."""
         raise NotImplementedError
 
     async def _acquire(self, cid: ConversationID, holder: str, ttl: float) -> bool:
@@ -301,8 +425,8 @@ class RecordStore(RecordScanning):
         """What must follow a batch that landed, before its receipt (nothing here)."""
 
     async def _clear(self, cid: ConversationID) -> None:
-        """Close ``cid`` and delete its batches in one atomic step; drop it from the
-        listing."""
+        """Close ``cid`` and delete its batches (every branch) and move records in one
+        atomic step; drop it from the listing."""
         raise NotImplementedError
 
     async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
@@ -312,6 +436,7 @@ class RecordStore(RecordScanning):
         raise NotImplementedError
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
-        """Fetch the conversation's ``(append_id, digest, encoded_messages)`` records
-        in stored order, in one round trip, and return ``decode(cid, records, cache)``."""
+        """Fetch the ``(append_id, digest, encoded_messages)`` records of the
+        conversation's head path in order, in one round trip, and return
+        ``decode(cid, records, cache)``."""
         raise NotImplementedError

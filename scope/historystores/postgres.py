@@ -3,30 +3,50 @@
 asyncpg is imported when a store is opened, not when this module is imported. asyncpg is
 asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore`` there).
 
-Schema version 4 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
+Schema version 5 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
 upgraded by ``open(create=True)`` under a transaction-level advisory lock so processes
 opening at once do not race):
 
-    {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN, length BIGINT)
+    {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN, length BIGINT,
+                           head BIGINT, branched BOOLEAN)
     {prefix}_batches(conversation_id TEXT COLLATE "C", seq BIGINT, append_id TEXT,
-                     digest TEXT, messages BYTEA)
+                     digest TEXT, messages BYTEA, parent BIGINT, created TIMESTAMPTZ,
+                     path_length BIGINT)
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
     {prefix}_schema(id INT PRIMARY KEY CHECK (id = 1), version INT)
-    {prefix}_append(cid, aid, digest, messages, count, expected) -> text  -- one round trip
     {prefix}_leases(conversation_id TEXT COLLATE "C" PRIMARY KEY, holder TEXT,
                     expires TIMESTAMPTZ)                 -- turn leases, the server's clock
+    {prefix}_moves(conversation_id TEXT COLLATE "C", move_id TEXT COLLATE "C", head TEXT)
+        PRIMARY KEY (conversation_id, move_id)           -- move_head's move ids
+    {prefix}_append(cid, aid, digest, messages, count, expected, expected_head) -> text
+                                                         -- one round trip
     {prefix}_acquire_view(cid, holder, ttl) -> rows      -- lease + view, one round trip
-    {prefix}_commit_turn(cid, aid, digest, messages, count, expected, holder) -> text
-                                                         -- append + release, one round trip
+    {prefix}_commit_turn(cid, aid, digest, messages, count, expected, expected_head,
+                         holder) -> text                 -- append + release, one round trip
+    {prefix}_move_head(cid, head, expected_head, move_id) -> text  -- one round trip
 
-``length`` counts the conversation's messages (the ``expected_length`` fence compares
-with it). Version 1 (scope 0.1) had no ``length`` and no ``_schema`` table; the upgrade
-adds the column and counts each conversation's messages. Version 2 had no ``_leases``
-table; the upgrade creates it. Version 3 had no ``_acquire_view`` and ``_commit_turn``
-functions (the folded lease steps); the upgrade creates them. ``open(create=False)``
-runs no DDL, so a role with only row rights on the four tables and ``EXECUTE`` on the
-three functions can use the store (the grants on the docs' Stores page, "Migrations
-and least privilege", which a test runs against the server).
+A conversation is a tree of batches (DESIGN §6h): each batch row names its ``parent``
+(the seq of the batch it follows; NULL for a first batch), when it was stored
+(``created``, the server's clock) and its ``path_length`` (the messages from the first
+batch through it). The conversation row holds the ``head`` (the head batch's seq; NULL:
+the empty path) and ``length``, the number of messages on the head path (the
+``expected_length`` fence compares with it, the ``expected_head`` fence with the head's
+append id). An append inserts a batch whose parent is the head and makes it the head,
+reading only the conversation row (no walk of the tree); ``_move_head`` sets the head and
+its path length from the target's row and records the move id. ``branched`` is set once
+the head has moved: until then the head path is every batch in seq order and reads scan
+it as before branches; after, they walk parents from the head. Version 1 (scope 0.1) had
+no ``length`` and no ``_schema`` table; the upgrade adds the column and counts each
+conversation's messages. Version 2 had no ``_leases`` table; the upgrade creates it.
+Version 3 had no ``_acquire_view`` and ``_commit_turn`` functions (the folded lease
+steps); the upgrade creates them. Version 4 had no branches: the upgrade
+(``_upgrade_branches``) adds the columns and the moves table, keeps its batches as one
+branch (each one's parent the batch before it, the head the last one, path lengths the
+running sums, ``created`` NULL) and replaces the append functions by ones that take the
+head fence. ``open(create=False)`` runs no DDL, so a role with only row rights on the
+five tables and ``EXECUTE`` on the four functions can use the store (the grants on the
+docs' Stores page, "Migrations and least privilege", which a test runs against the
+server).
 
 Tables go to the first schema of the connection's ``search_path``. Every store operation
 on one conversation locks that conversation's row first, so appends, retries and clears
@@ -41,7 +61,7 @@ from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryCache, HistoryView
+from scope.history import Batch, ConversationID, HistoryCache, HistoryTree, HistoryView
 from scope.historystores._driver import (
     Driver,
     require_asyncio,
@@ -51,6 +71,7 @@ from scope.historystores._driver import (
 from scope.historystores._records import (
     Decoder,
     ListedIDs,
+    tree_of,
     view_of,
 )
 from scope.historystores._schema import (
@@ -504,16 +525,29 @@ class PostgresStore(RecordStore):
                     await conn.execute(statement)
             for statement in self._sql.schema:
                 await conn.execute(statement)
+            await self._upgrade_branches(conn)
+            for statement in self._sql.functions:
+                await conn.execute(statement)
             await conn.execute(self._sql.set_version, SCHEMA_VERSION)
 
+    async def _upgrade_branches(self, conn: Any) -> None:
+        """Version 5 (branches), in idempotent steps: see ``_Statements.upgrade_branches``."""
+        for statement in self._sql.upgrade_branches:
+            await conn.execute(statement)
+
     async def read_view(self, conversation_id: str) -> HistoryView:
-        """The conversation's messages, length and closure from one statement (a
-        consistent snapshot). A corrupt stored record raises ``StoreError``."""
+        """The conversation's head path (messages, length, head) and closure from one
+        statement (a consistent snapshot; a conversation that has branched: a second
+        one, consistent on its own, walks the head path). A corrupt stored record
+        raises ``StoreError``."""
         cid = ConversationID(conversation_id)
-        sql = self._sql.view
+        sql = self._sql
 
         async def read(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql, cid))
+            rows = list(await conn.fetch(sql.view, cid))
+            if rows and rows[0][5]:  # branched: the walk from the head
+                rows = list(await conn.fetch(sql.view_path, cid))
+            return rows
 
         rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
         if not rows:
@@ -522,13 +556,42 @@ class PostgresStore(RecordStore):
         return view_of(cid, bool(rows[0][0]), int(rows[0][1]), records, self._cache)
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
-        sql = self._sql.read
+        sql = self._sql
+
+        async def read(conn: Any) -> list[Any]:
+            rows = list(await conn.fetch(sql.read, cid))
+            if not rows:  # empty, unknown, or branched: the walk (nothing for the first two)
+                rows = list(await conn.fetch(sql.read_path, cid))
+            return rows
+
+        rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
+        return decode(cid, ((r[0], r[1], r[2]) for r in rows), self._cache)
+
+    async def _read_tree(self, cid: ConversationID) -> HistoryTree:
+        # One statement: the conversation row and every batch, in seq order.
+        sql = self._sql.tree
 
         async def read(conn: Any) -> list[Any]:
             return list(await conn.fetch(sql, cid))
 
-        rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
-        return decode(cid, ((r[0], r[1], r[2]) for r in rows), self._cache)
+        rows = await self._with_connection(read, f"tree read of conversation {str(cid)!r}")
+        if not rows:
+            return HistoryTree((), (), ())
+        batches = [tuple(r[2:]) for r in rows if r[2] is not None]
+        return tree_of(cid, bool(rows[0][0]), rows[0][1], batches, self._cache)
+
+    async def _move_head(
+        self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
+    ) -> str:
+        # One call of the move_head function: one transaction, one round trip.
+        sql = self._sql.move_head
+
+        async def move(conn: Any) -> str:
+            return str(await conn.fetchval(sql, cid, head, expected_head, move_id))
+
+        return await self._with_connection(
+            move, f"head move of conversation {str(cid)!r}", settle=True
+        )
 
     async def _stored_ids(self, after: Any, limit: int) -> list[Any]:
         # The batches table itself (its primary key index orders it), so a batch row
@@ -571,7 +634,7 @@ class PostgresStore(RecordStore):
         cid = str(batch.conversation_id)
         what = f"append to conversation {cid!r}"
         row = (str(batch.id), batch.digest, batch.encoded_messages, len(batch.messages))
-        args = (cid, *row, batch.expected_length)
+        args = (cid, *row, batch.expected_length, batch.expected_head)
         if holder is not None:
             sql = self._sql.commit_turn
 
@@ -582,7 +645,7 @@ class PostgresStore(RecordStore):
         queue = self._appending.get(cid)
         if queue is not None:  # one in flight: wait for the next group
             waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            queue.append(((*row, batch.expected_length), waiter))
+            queue.append(((*row, batch.expected_length, batch.expected_head), waiter))
             return await self._settled(waiter)
         self._appending[cid] = queue = []
         sql = self._sql.append
@@ -653,12 +716,13 @@ class PostgresStore(RecordStore):
             raise
 
     async def _clear(self, cid: ConversationID) -> None:
-        close, delete = self._sql.close, self._sql.delete
+        close, delete, moves = self._sql.close, self._sql.delete, self._sql.delete_moves
 
         async def clear(conn: Any) -> None:
             async with conn.transaction():
                 await conn.execute(close, cid)
                 await conn.execute(delete, cid)
+                await conn.execute(moves, cid)
 
         await self._with_connection(clear, f"clear of conversation {str(cid)!r}", settle=True)
 
@@ -744,7 +808,11 @@ class _Statements:
         "conversations_after",
         "conversations_table",
         "delete",
+        "delete_moves",
+        "functions",
+        "move_head",
         "read",
+        "read_path",
         "release",
         "scan_ids",
         "scan_ids_first",
@@ -753,9 +821,12 @@ class _Statements:
         "schema",
         "schema_table",
         "set_version",
+        "tree",
+        "upgrade_branches",
         "upgrade_from_1",
         "version",
         "view",
+        "view_path",
     )
 
     def __init__(self, prefix: str) -> None:
@@ -766,6 +837,8 @@ class _Statements:
         leases = f'"{prefix}_leases"'
         acquire_view = f'"{prefix}_acquire_view"'
         commit_turn = f'"{prefix}_commit_turn"'
+        moves = f'"{prefix}_moves"'
+        move_head = f'"{prefix}_move_head"'
         # A lease is the holder's when it was free, expired, or already the holder's
         # (a renewal); the upsert locks the row, so two acquires never both win.
         take_lease = (
@@ -797,43 +870,127 @@ class _Statements:
             'conversation_id TEXT COLLATE "C" PRIMARY KEY, '
             "holder TEXT NOT NULL, "
             "expires TIMESTAMPTZ NOT NULL)",
+        )
+        # Version 5: branches (DESIGN §6h), in idempotent steps (each adds what is
+        # missing and fills what is unfilled): the conversation's head (the head
+        # batch's seq; NULL: the empty path) and ``branched`` (false while the head path
+        # is every batch in seq order: the head was never moved); each batch's parent
+        # (seq; NULL for a first batch), stored time (NULL for batches stored before)
+        # and path length (messages from the first batch through it); the move ids.
+        # Batches stored before are one branch: each one's parent is the batch before
+        # it in seq order, the head the last one, path lengths running sums. The append
+        # functions of version 4 (no head fence) are dropped: a process still running
+        # the old version then fails its appends instead of writing rows without a
+        # parent.
+        self.upgrade_branches = (
+            f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS head BIGINT",
+            f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS branched BOOLEAN NOT NULL DEFAULT FALSE",
+            f"ALTER TABLE {batches} ADD COLUMN IF NOT EXISTS parent BIGINT",
+            f"ALTER TABLE {batches} ADD COLUMN IF NOT EXISTS created TIMESTAMPTZ",
+            f"ALTER TABLE {batches} ADD COLUMN IF NOT EXISTS path_length BIGINT",
+            f"CREATE TABLE IF NOT EXISTS {moves} ("
+            'conversation_id TEXT COLLATE "C" NOT NULL, '
+            'move_id TEXT COLLATE "C" NOT NULL, '
+            "head TEXT NOT NULL, "
+            "PRIMARY KEY (conversation_id, move_id))",
+            f"UPDATE {conv} c SET head = (SELECT MAX(b.seq) FROM {batches} b "
+            "WHERE b.conversation_id = c.id) WHERE c.head IS NULL AND NOT c.branched",
+            # json (not jsonb): it accepts every string JSON allows, \u0000 included.
+            f"UPDATE {batches} b SET parent = s.parent, path_length = s.path_length FROM ("
+            "SELECT conversation_id, seq, LAG(seq) OVER w AS parent, "
+            "SUM(json_array_length(convert_from(messages, 'UTF8')::json)) OVER w AS path_length "
+            f"FROM {batches} WHERE conversation_id IN (SELECT conversation_id FROM {batches} "
+            "WHERE path_length IS NULL) "
+            "WINDOW w AS (PARTITION BY conversation_id ORDER BY seq)) s "
+            "WHERE b.conversation_id = s.conversation_id AND b.seq = s.seq "
+            "AND b.path_length IS NULL",
+            f"DROP FUNCTION IF EXISTS {fn}(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT)",
+            f"DROP FUNCTION IF EXISTS {commit_turn}(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT)",
+        )
+
+        # Reads. A conversation that never branched (its head was never moved) has every
+        # batch in seq order as its head path, read as before branches (a scan of its
+        # primary key), the branched flag checked once, in the key the scan looks up (no
+        # cost per batch); one that has branched
+        # reads nothing there (``read``: no rows; ``view``: its last column set) and
+        # its reader runs ``read_path`` / ``view_path`` instead: the seqs of the head
+        # path, walking parents up from the head (``cid``: the conversation id's
+        # parameter). The flag never goes back, so the second statement sees a
+        # conversation that has branched too (a later snapshot, as consistent).
+        def path(cid: str) -> str:
+            return (
+                "WITH RECURSIVE path(seq) AS ("
+                f"SELECT h.head FROM {conv} h WHERE h.id = {cid} AND h.head IS NOT NULL "
+                f"UNION ALL SELECT p.parent FROM path JOIN {batches} p "
+                f"ON p.conversation_id = {cid} AND p.seq = path.seq WHERE p.parent IS NOT NULL) "
+            )
+
+        def view(cid: str, held: str, flag: str) -> str:
+            return (
+                f"SELECT {held}c.closed, c.length, b.append_id, b.digest, b.messages{flag} "
+                f"FROM {conv} c LEFT JOIN {batches} b ON b.conversation_id = "
+                "CASE WHEN NOT c.closed AND NOT c.branched THEN c.id END "
+                f"WHERE c.id = {cid} ORDER BY b.seq"
+            )
+
+        def view_path(cid: str, held: str) -> str:
+            return (
+                f"{path(cid)}SELECT {held}c.closed, c.length, b.append_id, b.digest, "
+                f"b.messages FROM {conv} c LEFT JOIN {batches} b "
+                "ON b.conversation_id = c.id AND NOT c.closed "
+                "AND b.seq IN (SELECT path.seq FROM path) "
+                f"WHERE c.id = {cid} ORDER BY b.seq"
+            )
+
+        self.functions = (
             # Runs as one statement, so one transaction; plpgsql takes a fresh snapshot per
             # statement, so the reads after the row lock see every committed batch. The
-            # order of the checks is DESIGN §6b's: closed, dedupe record, fence.
+            # order of the checks is DESIGN §6b's: closed, dedupe record (across every
+            # branch), fence (the head path's length and the head); the batch's parent
+            # is the head, its path length the head path's plus its own.
             f"CREATE OR REPLACE FUNCTION {fn}("
             "p_cid TEXT, p_aid TEXT, p_digest TEXT, p_messages BYTEA, p_count BIGINT, "
-            "p_expected BIGINT) "
+            "p_expected BIGINT, p_expected_head TEXT) "
             "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
-            "DECLARE v_closed BOOLEAN; v_length BIGINT; v_digest TEXT;\n"
+            "DECLARE v_closed BOOLEAN; v_length BIGINT; v_head BIGINT; v_digest TEXT;\n"
+            "  v_head_id TEXT := ''; v_seq BIGINT;\n"
             "BEGIN\n"
-            f"  SELECT c.closed, c.length INTO v_closed, v_length FROM {conv} c\n"
+            f"  SELECT c.closed, c.length, c.head INTO v_closed, v_length, v_head FROM {conv} c\n"
             "    WHERE c.id = p_cid FOR UPDATE;\n"
             "  IF NOT FOUND THEN\n"
             f"    INSERT INTO {conv} (id) VALUES (p_cid) ON CONFLICT (id) DO NOTHING;\n"
-            f"    SELECT c.closed, c.length INTO v_closed, v_length FROM {conv} c\n"
+            f"    SELECT c.closed, c.length, c.head INTO v_closed, v_length, v_head FROM {conv} c\n"
             "      WHERE c.id = p_cid FOR UPDATE;\n"
             "  END IF;\n"
             "  IF v_closed THEN RETURN 'closed'; END IF;\n"
             f"  SELECT b.digest INTO v_digest FROM {batches} b\n"
             "    WHERE b.conversation_id = p_cid AND b.append_id = p_aid;\n"
             "  IF FOUND THEN RETURN 'accepted:' || v_digest; END IF;\n"
-            "  IF p_expected IS NOT NULL AND p_expected <> v_length THEN\n"
-            "    RETURN 'changed:' || v_length;\n"
+            "  IF p_expected_head IS NOT NULL AND v_head IS NOT NULL THEN\n"
+            f"    SELECT COALESCE(b.append_id, '') INTO v_head_id FROM {batches} b\n"
+            "      WHERE b.conversation_id = p_cid AND b.seq = v_head;\n"
             "  END IF;\n"
-            f"  INSERT INTO {batches} (conversation_id, seq, append_id, digest, messages)\n"
-            "    SELECT p_cid, COALESCE(MAX(b.seq), 0) + 1, p_aid, p_digest, p_messages\n"
-            f"    FROM {batches} b WHERE b.conversation_id = p_cid;\n"
-            f"  UPDATE {conv} SET length = v_length + p_count WHERE id = p_cid;\n"
+            "  IF (p_expected IS NOT NULL AND p_expected <> v_length)\n"
+            "      OR (p_expected_head IS NOT NULL AND p_expected_head <> v_head_id) THEN\n"
+            "    RETURN 'changed:' || v_length || ':' || v_head_id;\n"
+            "  END IF;\n"
+            f"  SELECT COALESCE(MAX(b.seq), 0) + 1 INTO v_seq FROM {batches} b\n"
+            "    WHERE b.conversation_id = p_cid;\n"
+            f"  INSERT INTO {batches} (conversation_id, seq, append_id, digest, messages,\n"
+            "      parent, created, path_length)\n"
+            "    VALUES (p_cid, v_seq, p_aid, p_digest, p_messages, v_head, clock_timestamp(),\n"
+            "      v_length + p_count);\n"
+            f"  UPDATE {conv} SET length = v_length + p_count, head = v_seq WHERE id = p_cid;\n"
             "  RETURN 'inserted';\n"
             "END\n"
             "$fn$",
             # Version 4: the folded lease steps, one round trip each.
-            # acquire_view: the lease upsert, then (when it is the holder's) the view, in
-            # one transaction. The view's statement takes its snapshot after the upsert
-            # holds the lease row, and a previous holder's commit_turn appended and
-            # released in one transaction, so the view holds every batch it appended.
-            # The first column says whether the lease is the holder's (one row of
-            # NULLs when not); an unknown conversation is one row (held, open, 0).
+            # acquire_view: the lease upsert, then (when it is the holder's) the view of
+            # the head path, in one transaction. The view's statement takes its snapshot
+            # after the upsert holds the lease row, and a previous holder's commit_turn
+            # appended and released in one transaction, so the view holds every batch it
+            # appended. The first column says whether the lease is the holder's (one row
+            # of NULLs when not); an unknown conversation is one row (held, open, 0).
             # Its transaction writes only the lease, and commits without waiting for
             # the WAL flush (synchronous_commit off, for this transaction only): a
             # lease is not history, and the flush was most of the step's cost.
@@ -852,10 +1009,11 @@ class _Statements:
             "      NULL::BYTEA;\n"
             "    RETURN;\n"
             "  END IF;\n"
-            "  RETURN QUERY SELECT TRUE, c.closed, c.length, b.append_id, b.digest,\n"
-            f"    b.messages FROM {conv} c\n"
-            f"    LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT c.closed\n"
-            "    WHERE c.id = p_cid ORDER BY b.seq;\n"
+            "  IF (SELECT c.branched FROM " + conv + " c WHERE c.id = p_cid) THEN\n"
+            f"    RETURN QUERY {view_path('p_cid', 'TRUE, ')};\n"
+            "  ELSE\n"
+            f"    RETURN QUERY {view('p_cid', 'TRUE, ', '')};\n"
+            "  END IF;\n"
             "  IF NOT FOUND THEN\n"
             "    RETURN QUERY SELECT TRUE, FALSE, 0::BIGINT, NULL::TEXT, NULL::TEXT,\n"
             "      NULL::BYTEA;\n"
@@ -869,16 +1027,69 @@ class _Statements:
             # an update of the unindexed expiry is a heap-only update.
             f"CREATE OR REPLACE FUNCTION {commit_turn}("
             "p_cid TEXT, p_aid TEXT, p_digest TEXT, p_messages BYTEA, p_count BIGINT, "
-            "p_expected BIGINT, p_holder TEXT) "
+            "p_expected BIGINT, p_expected_head TEXT, p_holder TEXT) "
             "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
             "DECLARE v_outcome TEXT;\n"
             "BEGIN\n"
-            f"  v_outcome := {fn}(p_cid, p_aid, p_digest, p_messages, p_count, p_expected);\n"
+            f"  v_outcome := {fn}(p_cid, p_aid, p_digest, p_messages, p_count, p_expected,\n"
+            "    p_expected_head);\n"
             "  IF v_outcome = 'inserted' OR v_outcome = 'accepted:' || p_digest THEN\n"
             f"    UPDATE {leases} SET expires = '-infinity'\n"
             "      WHERE conversation_id = p_cid AND holder = p_holder;\n"
             "  END IF;\n"
             "  RETURN v_outcome;\n"
+            "END\n"
+            "$fn$",
+            # Version 5: move_head, one transaction: the row lock, closure, the move
+            # record, the fence, the target, the move (the target's seq and its stored
+            # path length: no messages read), the move record.
+            f"CREATE OR REPLACE FUNCTION {move_head}("
+            "p_cid TEXT, p_head TEXT, p_expected TEXT, p_move TEXT) "
+            "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
+            "DECLARE v_closed BOOLEAN; v_length BIGINT; v_head BIGINT; v_current TEXT := '';\n"
+            "  v_recorded TEXT; v_seq BIGINT; v_new BIGINT := 0;\n"
+            "BEGIN\n"
+            f"  SELECT c.closed, c.length, c.head INTO v_closed, v_length, v_head FROM {conv} c\n"
+            "    WHERE c.id = p_cid FOR UPDATE;\n"
+            "  IF NOT FOUND THEN\n"
+            f"    INSERT INTO {conv} (id) VALUES (p_cid) ON CONFLICT (id) DO NOTHING;\n"
+            f"    SELECT c.closed, c.length, c.head INTO v_closed, v_length, v_head FROM {conv} c\n"
+            "      WHERE c.id = p_cid FOR UPDATE;\n"
+            "  END IF;\n"
+            "  IF v_closed THEN RETURN 'closed'; END IF;\n"
+            "  IF p_move IS NOT NULL THEN\n"
+            f"    SELECT m.head INTO v_recorded FROM {moves} m\n"
+            "      WHERE m.conversation_id = p_cid AND m.move_id = p_move;\n"
+            "    IF FOUND THEN\n"
+            "      IF v_recorded <> p_head THEN RETURN 'recorded:' || v_recorded; END IF;\n"
+            "      IF p_head = '' THEN RETURN 'moved:0'; END IF;\n"
+            f"      SELECT b.path_length INTO v_new FROM {batches} b\n"
+            "        WHERE b.conversation_id = p_cid AND b.append_id = p_head;\n"
+            "      IF NOT FOUND THEN RETURN 'unknown'; END IF;\n"
+            "      RETURN 'moved:' || v_new;\n"
+            "    END IF;\n"
+            "  END IF;\n"
+            "  IF v_head IS NOT NULL THEN\n"
+            f"    SELECT COALESCE(b.append_id, '') INTO v_current FROM {batches} b\n"
+            "      WHERE b.conversation_id = p_cid AND b.seq = v_head;\n"
+            "  END IF;\n"
+            "  IF v_current <> p_expected THEN\n"
+            "    RETURN 'changed:' || v_length || ':' || v_current;\n"
+            "  END IF;\n"
+            "  IF p_head <> '' THEN\n"
+            f"    SELECT b.seq, b.path_length INTO v_seq, v_new FROM {batches} b\n"
+            "      WHERE b.conversation_id = p_cid AND b.append_id = p_head;\n"
+            "    IF NOT FOUND THEN RETURN 'unknown'; END IF;\n"
+            "  END IF;\n"
+            "  IF v_seq IS DISTINCT FROM v_head THEN\n"
+            f"    UPDATE {conv} SET head = v_seq, length = v_new, branched = TRUE\n"
+            "      WHERE id = p_cid;\n"
+            "  END IF;\n"
+            "  IF p_move IS NOT NULL THEN\n"
+            f"    INSERT INTO {moves} (conversation_id, move_id, head)\n"
+            "      VALUES (p_cid, p_move, p_head);\n"
+            "  END IF;\n"
+            "  RETURN 'moved:' || v_new;\n"
             "END\n"
             "$fn$",
         )
@@ -897,20 +1108,32 @@ class _Statements:
             f"INSERT INTO {schema} (id, version) VALUES (1, $1) "
             "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version"
         )
-        self.append = f"SELECT {fn}($1, $2, $3, $4, $5, $6)"
+        self.append = f"SELECT {fn}($1, $2, $3, $4, $5, $6, $7)"
         # Group commit (PostgresStore._write): the append function once per batch, in
         # the arrays' order (a function scan returns its rows in order and the select
         # list runs once per row, each call seeing the ones before it), one statement.
         self.append_group = (
-            f"SELECT {fn}($1, a.aid, a.digest, a.messages, a.count, a.expected) FROM "
-            "unnest($2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::bigint[]) "
-            "AS a(aid, digest, messages, count, expected)"
+            f"SELECT {fn}($1, a.aid, a.digest, a.messages, a.count, a.expected, a.head) FROM "
+            "unnest($2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::bigint[], "
+            "$7::text[]) AS a(aid, digest, messages, count, expected, head)"
         )
-        self.commit_turn = f"SELECT {commit_turn}($1, $2, $3, $4, $5, $6, $7)"
+        self.commit_turn = f"SELECT {commit_turn}($1, $2, $3, $4, $5, $6, $7, $8)"
+        self.move_head = f"SELECT {move_head}($1, $2, $3, $4)"
         self.acquire_view = f"SELECT * FROM {acquire_view}($1, $2, $3)"
         self.read = (
-            f"SELECT append_id, digest, messages FROM {batches} "
-            "WHERE conversation_id = $1 ORDER BY seq"
+            f"SELECT append_id, digest, messages FROM {batches} WHERE conversation_id = "
+            f"(SELECT CASE WHEN h.branched THEN NULL ELSE h.id END FROM {conv} h "
+            "WHERE h.id = $1) ORDER BY seq"
+        )
+        self.read_path = (
+            f"{path('$1')}SELECT b.append_id, b.digest, b.messages FROM path JOIN {batches} b "
+            "ON b.conversation_id = $1 AND b.seq = path.seq ORDER BY b.seq"
+        )
+        self.tree = (
+            "SELECT c.closed, c.head, b.seq, b.parent, "
+            "extract(epoch FROM b.created)::float8, b.append_id, b.digest, b.messages "
+            f"FROM {conv} c LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT c.closed "
+            "WHERE c.id = $1 ORDER BY b.seq"
         )
         # scan_records: keyset pages over the primary key (conversation_id, seq).
         self.scan_ids_first = (
@@ -928,16 +1151,14 @@ class _Statements:
             f"SELECT seq, append_id, digest, messages FROM {batches} "
             "WHERE conversation_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
         )
-        self.view = (
-            f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages FROM {conv} c "
-            f"LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT c.closed "
-            "WHERE c.id = $1 ORDER BY b.seq"
-        )
+        self.view = view("$1", "", ", c.branched")
+        self.view_path = view_path("$1", "")
         self.close = (
             f"INSERT INTO {conv} (id, closed) VALUES ($1, TRUE) "
             "ON CONFLICT (id) DO UPDATE SET closed = TRUE"
         )
         self.delete = f"DELETE FROM {batches} WHERE conversation_id = $1"
+        self.delete_moves = f"DELETE FROM {moves} WHERE conversation_id = $1"
         # One statement each.
         self.acquire = f"{take_lease} RETURNING TRUE"
         self.release = (
@@ -945,13 +1166,16 @@ class _Statements:
             "RETURNING expires) SELECT COALESCE(bool_or(expires > clock_timestamp()), FALSE) "
             "FROM gone"
         )
-        # A row whose fenced append was refused holds no batch (length 0): not listed.
+        # A row whose fenced append was refused holds no batch (length 0, never
+        # branched): not listed; one rewound to its start (length 0) still holds its
+        # batches (it has branched): listed.
         # Keyset pages: $1 the last id of the previous page (NULL: from the first), $2
         # the page size (NULL: no limit).
         self.conversations = (
-            f"SELECT id FROM {conv} WHERE NOT closed AND length > 0 ORDER BY id LIMIT $1::bigint"
+            f"SELECT id FROM {conv} WHERE NOT closed AND (length > 0 OR branched) "
+            "ORDER BY id LIMIT $1::bigint"
         )
         self.conversations_after = (
-            f"SELECT id FROM {conv} WHERE NOT closed AND length > 0 AND id > $1 "
+            f"SELECT id FROM {conv} WHERE NOT closed AND (length > 0 OR branched) AND id > $1 "
             "ORDER BY id LIMIT $2::bigint"
         )

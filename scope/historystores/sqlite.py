@@ -6,16 +6,33 @@ busy timeout). Every database call runs on a worker thread through
 ``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
 under asyncio and trio.
 
-Schema version 4 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
+Schema version 5 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
 
-    {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER)
-    {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB)
+    {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER,
+                           head INTEGER, branched INTEGER)
+    {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB,
+                     parent INTEGER, created REAL, path_length INTEGER)
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
     {prefix}_schema(id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER)
     {prefix}_leases(conversation_id TEXT PRIMARY KEY, holder TEXT, expires REAL)
+    {prefix}_moves(conversation_id TEXT, move_id TEXT, head TEXT)
+        PRIMARY KEY (conversation_id, move_id)
 
-``length`` counts the conversation's messages (the ``expected_length`` fence compares
-with it); version 1 (scope 0.1) had no ``length`` and no ``_schema`` table, and
+A conversation is a tree of batches (DESIGN §6h): each batch row names its ``parent``
+(the seq of the batch it follows; NULL for a first batch), when it was stored
+(``created``, Unix seconds by the host's clock) and its ``path_length`` (the messages
+from the first batch through it). The conversation row holds the ``head`` (the head
+batch's seq; NULL: the empty path) and ``length``, the number of messages on the head
+path (the ``expected_length`` fence compares with it, the ``expected_head`` fence with
+the head's append id). An append inserts a batch whose parent is the head and makes it
+the head, reading only the conversation row (no walk of the tree); ``move_head`` sets the
+head and its path length from the target's row and records its move id in ``_moves``.
+``branched`` is set once the head has moved: until then the head path is every batch in
+seq order and reads scan it as before branches; after, they walk parents from the head.
+Version 4 had no branches: ``open(create=True)`` upgrades it in place
+(``_upgrade_branches``), keeping its batches as one branch (each one's parent the batch
+before it, the head the last one, path lengths the running sums, ``created`` NULL).
+Version 1 (scope 0.1) had no ``length`` and no ``_schema`` table, and
 ``open(create=True)`` upgrades it in place, counting each conversation's messages.
 Version 2 had no ``_leases`` table (turn leases, ``acquire_turn``/``release_turn``);
 the upgrade creates it. Version 4 changed PostgreSQL only (its folded lease
@@ -47,7 +64,7 @@ import anyio.to_thread
 
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryCache, HistoryView
+from scope.history import Batch, ConversationID, HistoryCache, HistoryTree, HistoryView
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -58,6 +75,7 @@ from scope.historystores._driver import (
 from scope.historystores._records import (
     Decoder,
     ListedIDs,
+    tree_of,
     view_of,
 )
 from scope.historystores._schema import (
@@ -68,6 +86,7 @@ from scope.historystores._schema import (
 )
 from scope.historystores._store import (
     RecordStore,
+    fence_refuses,
     releases,
 )
 
@@ -239,7 +258,8 @@ class _Pool:
 
 @final
 class _Tables:
-    """Quoted table names for one prefix (validated: plain identifiers only)."""
+    """Quoted table names for one prefix (validated: plain identifiers only), and the
+    statements built on them."""
 
     __slots__ = (
         "append_batch",
@@ -247,8 +267,15 @@ class _Tables:
         "append_state",
         "batches",
         "conversations",
+        "head_id",
         "leases",
+        "moves",
+        "read",
+        "read_path",
         "schema",
+        "tree",
+        "view",
+        "view_path",
     )
 
     def __init__(self, prefix: str) -> None:
@@ -256,23 +283,70 @@ class _Tables:
         self.batches = b = f'"{prefix}_batches"'
         self.schema = f'"{prefix}_schema"'
         self.leases = f'"{prefix}_leases"'
+        self.moves = f'"{prefix}_moves"'
         # The append's statements (parameters: the conversation id, the append id):
-        # closed, length (NULL for a new conversation), the digest accepted under the
-        # append id (NULL: none), the last seq (NULL: none); then the length counter
-        # (id, messages added) and the batch row (id, seq, append id, digest, messages).
+        # closed, the head path's length (NULL for a new conversation), the head's seq
+        # (NULL: none), the digest accepted under the append id (NULL: none), the last
+        # seq (NULL: none); then the conversation row (id, messages added, the new
+        # head's seq) and the batch row (id, seq, append id, digest, messages, parent
+        # seq, path length).
         self.append_state = (
-            f"SELECT c.closed, c.length, "
+            f"SELECT c.closed, c.length, c.head, "
             f"(SELECT digest FROM {b} WHERE conversation_id = ?1 AND append_id = ?2), "
             f"(SELECT MAX(seq) FROM {b} WHERE conversation_id = ?1) "
             f"FROM (SELECT 1) LEFT JOIN {c} c ON c.id = ?1"
         )
         self.append_length = (
-            f"INSERT INTO {c} (id, closed, length) VALUES (?, 0, ?) "
-            "ON CONFLICT (id) DO UPDATE SET length = length + excluded.length"
+            f"INSERT INTO {c} (id, closed, length, head) VALUES (?, 0, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET length = length + excluded.length, "
+            "head = excluded.head"
         )
         self.append_batch = (
-            f"INSERT INTO {b} (conversation_id, seq, append_id, digest, messages) "
-            "VALUES (?, ?, ?, ?, ?)"
+            f"INSERT INTO {b} (conversation_id, seq, append_id, digest, messages, parent, "
+            f"created, path_length) VALUES (?, ?, ?, ?, ?, ?, {_NOW}, ?)"
+        )
+        # The head's append id (parameters: the conversation id, the head's seq).
+        self.head_id = f"SELECT append_id FROM {b} WHERE conversation_id = ? AND seq = ?"
+        # Reads (parameter ?1: the conversation id). A conversation that never branched
+        # (its head was never moved) has every batch in seq order as its head path:
+        # ``read`` and ``view`` read it as before branches (a scan of its primary key),
+        # the branched flag checked once, in the key the scan looks up (no cost per
+        # batch). One that has branched reads nothing
+        # there (``read``: no rows; ``view``: the flag, last column, set), and its
+        # reader runs ``read_path`` / ``view_path`` instead: the seqs of the head path,
+        # walking parents up from the head. The flag never goes back, so the second
+        # statement sees a conversation that has branched too (a later snapshot, as
+        # consistent on its own).
+        path = (
+            "WITH RECURSIVE path(seq) AS ("
+            f"SELECT head FROM {c} WHERE id = ?1 AND head IS NOT NULL "
+            f"UNION ALL SELECT p.parent FROM path JOIN {b} p "
+            "ON p.conversation_id = ?1 AND p.seq = path.seq WHERE p.parent IS NOT NULL) "
+        )
+        self.read = (
+            f"SELECT append_id, digest, messages FROM {b} WHERE conversation_id = "
+            f"(SELECT CASE WHEN branched THEN NULL ELSE id END FROM {c} WHERE id = ?1) "
+            "ORDER BY seq"
+        )
+        self.read_path = (
+            f"{path}SELECT b.append_id, b.digest, b.messages FROM path JOIN {b} b "
+            "ON b.conversation_id = ?1 AND b.seq = path.seq ORDER BY b.seq"
+        )
+        self.view = (
+            f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages, c.branched "
+            f"FROM {c} c LEFT JOIN {b} b ON b.conversation_id = "
+            "CASE WHEN c.closed = 0 AND NOT c.branched THEN c.id END "
+            "WHERE c.id = ?1 ORDER BY b.seq"
+        )
+        self.view_path = (
+            f"{path}SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
+            f"FROM {c} c LEFT JOIN {b} b ON b.conversation_id = c.id AND c.closed = 0 "
+            "AND b.seq IN (SELECT seq FROM path) WHERE c.id = ?1 ORDER BY b.seq"
+        )
+        self.tree = (
+            f"SELECT c.closed, c.head, b.seq, b.parent, b.created, b.append_id, b.digest, "
+            f"b.messages FROM {c} c LEFT JOIN {b} b ON b.conversation_id = c.id "
+            "AND c.closed = 0 WHERE c.id = ? ORDER BY b.seq"
         )
 
 
@@ -322,7 +396,11 @@ class SQLiteStore(RecordStore):
       once while the thread finishes in the background. A cancelled ``append`` therefore
       has either committed entirely or not at all; it *may have committed*, so retry the
       same batch: the retry returns the receipt and appends nothing.
-    - **Reads** (``read`` and ``read_batches``) are one statement, a consistent snapshot;
+    - **Reads** (``read``, ``read_batches``, ``read_view``, ``read_tree``) are one
+      statement each, a consistent snapshot; on a conversation whose head has moved
+      (it has branched) the first statement of ``read``/``read_batches``/``read_view``
+      finds that and a second one, a consistent snapshot on its own, walks the head
+      path;
       every stored batch is checked against its digest, and a corrupt record raises
       ``StoreError`` naming the conversation and append id.
     - **Errors.** Every sqlite3 error (locked past the busy timeout, I/O error, a file
@@ -442,39 +520,106 @@ class SQLiteStore(RecordStore):
         return result
 
     async def read_view(self, conversation_id: str) -> HistoryView:
-        """The conversation's messages, length and closure from one statement (a
-        consistent snapshot). A corrupt stored record raises ``StoreError``."""
+        """The conversation's head path (messages, length, head) and closure from one
+        statement (a consistent snapshot). A corrupt stored record raises
+        ``StoreError``."""
         cid = ConversationID(conversation_id)
-        sql = self._view_sql()
+        t = self._tables
         cache = self._cache
 
         def read(conn: sqlite3.Connection) -> HistoryView:
-            return _view(cid, conn.execute(sql, (cid,)).fetchall(), cache)
+            return _view(cid, _view_rows(conn, t, cid), cache)
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
 
-    def _view_sql(self) -> str:
-        """``read_view``'s one statement (parameter: the conversation id)."""
-        t = self._tables
-        return (
-            f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
-            f"FROM {t.conversations} c LEFT JOIN {t.batches} b "
-            "ON b.conversation_id = c.id AND c.closed = 0 WHERE c.id = ? ORDER BY b.seq"
-        )
-
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
-        """One statement (a consistent snapshot) fetching the conversation's records in
-        order, decoded with ``decode`` on the worker thread."""
-        sql = (
-            f"SELECT append_id, digest, messages FROM {self._tables.batches} "
-            "WHERE conversation_id = ? ORDER BY seq"
-        )
+        """One statement (a consistent snapshot) fetching the head path's records in
+        order, decoded with ``decode`` on the worker thread. A linear conversation is
+        read as every batch in seq order; one that has branched through a walk of
+        parents from its head."""
+        t = self._tables
         cache = self._cache
 
         def read(conn: sqlite3.Connection) -> T:
-            return decode(cid, conn.execute(sql, (cid,)).fetchall(), cache)
+            rows = conn.execute(t.read, (cid,)).fetchall()
+            if not rows:  # empty, unknown, or branched: the walk (nothing for the first two)
+                rows = conn.execute(t.read_path, (cid,)).fetchall()
+            return decode(cid, rows, cache)
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
+
+    async def _read_tree(self, cid: ConversationID) -> HistoryTree:
+        # One statement: the conversation row and every batch, in seq order.
+        sql = self._tables.tree
+        cache = self._cache
+
+        def read(conn: sqlite3.Connection) -> HistoryTree:
+            rows = conn.execute(sql, (cid,)).fetchall()
+            if not rows:
+                return HistoryTree((), (), ())
+            closed, head = bool(rows[0][0]), rows[0][1]
+            batches = [tuple(r[2:]) for r in rows if r[2] is not None]
+            return tree_of(cid, closed, head, batches, cache)
+
+        return await self._run(read, f"tree read of conversation {str(cid)!r}")
+
+    async def _move_head(
+        self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
+    ) -> str:
+        # One write transaction: closure, the move record, the fence, the target, the
+        # move (the head's seq and its path length, kept on every batch row: no
+        # messages are read) and the move record.
+        t = self._tables
+        pool = self._pool
+        state = (
+            f"SELECT c.closed, c.length, c.head FROM (SELECT 1) LEFT JOIN {t.conversations} c "
+            "ON c.id = ?"
+        )
+        recorded = f"SELECT head FROM {t.moves} WHERE conversation_id = ? AND move_id = ?"
+        target = (
+            f"SELECT seq, path_length FROM {t.batches} WHERE conversation_id = ? AND append_id = ?"
+        )
+        move = f"UPDATE {t.conversations} SET head = ?, length = ?, branched = 1 WHERE id = ?"
+        record = f"INSERT INTO {t.moves} (conversation_id, move_id, head) VALUES (?, ?, ?)"
+
+        def path_length(conn: sqlite3.Connection, aid: str) -> tuple[Any, int] | None:
+            if not aid:
+                return None, 0
+            row = conn.execute(target, (cid, aid)).fetchone()
+            return None if row is None else (row[0], int(row[1]))
+
+        def body(conn: sqlite3.Connection) -> str:
+            closed, length, current = conn.execute(state, (cid,)).fetchone()
+            if closed:
+                return "closed"
+            if move_id is not None:
+                row = conn.execute(recorded, (cid, move_id)).fetchone()
+                if row is not None:
+                    if row[0] != head:
+                        return f"recorded:{row[0]}"
+                    found = path_length(conn, head)
+                    return "unknown" if found is None else f"moved:{found[1]}"
+            length = length or 0
+            current_id = (
+                "" if current is None else conn.execute(t.head_id, (cid, current)).fetchone()[0]
+            )
+            if current_id != expected_head:
+                return f"changed:{length}:{current_id}"
+            found = path_length(conn, head)
+            if found is None:
+                return "unknown"
+            seq, new_length = found
+            if seq != current:
+                conn.execute(move, (seq, new_length, cid))
+            if move_id is not None:
+                conn.execute(record, (cid, move_id, head))
+            return f"moved:{new_length}"
+
+        def run(conn: sqlite3.Connection) -> str:
+            with pool.write_lock:
+                return _transaction(conn, lambda: body(conn))
+
+        return await self._run(run, f"head move of conversation {str(cid)!r}")
 
     async def _stored_ids(self, after: Any, limit: int) -> list[Any]:
         # Reads the batches table itself (its primary key orders it), so a batch row
@@ -513,24 +658,30 @@ class SQLiteStore(RecordStore):
         aid = batch.id
         digest = batch.digest
         data = batch.encoded_messages
-        expected = batch.expected_length
+        fenced = batch.expected_length is not None or batch.expected_head is not None
         count = len(batch.messages)
         t = self._tables
         pool = self._pool
 
         def body(conn: sqlite3.Connection) -> str:
-            # One statement reads what the checks need (closure, length, the dedupe
-            # record, the last seq); the write lock and BEGIN IMMEDIATE keep it current.
-            closed, length, accepted, last = conn.execute(t.append_state, (cid, aid)).fetchone()
+            # One statement reads what the checks need (closure, length, head, the
+            # dedupe record, the last seq); the write lock and BEGIN IMMEDIATE keep it
+            # current.
+            closed, length, head, accepted, last = conn.execute(
+                t.append_state, (cid, aid)
+            ).fetchone()
             if closed:
                 return "closed"
             if accepted is not None:  # a retry (same digest: nothing to write) or a conflict
                 return f"accepted:{accepted}"
             length = length or 0
-            if expected is not None and expected != length:
-                return f"changed:{length}"
-            conn.execute(t.append_length, (cid, count))
-            conn.execute(t.append_batch, (cid, (last or 0) + 1, aid, digest, data))
+            if fenced:
+                head_id = "" if head is None else conn.execute(t.head_id, (cid, head)).fetchone()[0]
+                if fence_refuses(batch, length, head_id):
+                    return f"changed:{length}:{head_id}"
+            seq = (last or 0) + 1
+            conn.execute(t.append_length, (cid, count, seq))
+            conn.execute(t.append_batch, (cid, seq, aid, digest, data, head, length + count))
             return "inserted"
 
         # The release of append_release_turn expires the holder's row in place rather
@@ -561,6 +712,7 @@ class SQLiteStore(RecordStore):
                 (cid,),
             )
             conn.execute(f"DELETE FROM {t.batches} WHERE conversation_id = ?", (cid,))
+            conn.execute(f"DELETE FROM {t.moves} WHERE conversation_id = ?", (cid,))
 
         def clear(conn: sqlite3.Connection) -> None:
             with pool.write_lock:
@@ -597,13 +749,13 @@ class SQLiteStore(RecordStore):
     ) -> HistoryView | None:
         # The upsert and the view's statement in one BEGIN IMMEDIATE transaction.
         pool = self._pool
-        acquire, read = self._acquire_sql(), self._view_sql()
+        acquire, t = self._acquire_sql(), self._tables
         cache = self._cache
 
         def body(conn: sqlite3.Connection) -> list[Any] | None:
             if conn.execute(acquire, (cid, holder, ttl)).rowcount != 1:
                 return None
-            return conn.execute(read, (cid,)).fetchall()
+            return _view_rows(conn, t, cid)
 
         def acquire_view(conn: sqlite3.Connection) -> HistoryView | None:
             with pool.write_lock:
@@ -640,6 +792,15 @@ class SQLiteStore(RecordStore):
             return [row[0] for row in conn.execute(sql, args)]
 
         return await self._run(conversations, "listing of conversations")
+
+
+def _view_rows(conn: sqlite3.Connection, t: _Tables, cid: ConversationID) -> list[Any]:
+    """``read_view``'s rows (closed, length, then one record per row; none for an
+    unknown conversation): the linear statement, or the walk when it has branched."""
+    rows = conn.execute(t.view, (cid,)).fetchall()
+    if rows and rows[0][5]:
+        rows = conn.execute(t.view_path, (cid,)).fetchall()
+    return rows
 
 
 def _view(cid: ConversationID, rows: list[Any], cache: HistoryCache) -> HistoryView:
@@ -760,8 +921,73 @@ def _create_schema(conn: sqlite3.Connection, t: _Tables) -> None:
             f"UPDATE {t.conversations} SET length = ? WHERE id = ?",
             [(n, cid) for cid, n in lengths.items()],
         )
+    _upgrade_branches(conn, t)
     conn.execute(
         f"INSERT INTO {t.schema} (id, version) VALUES (1, ?) "
         "ON CONFLICT (id) DO UPDATE SET version = excluded.version",
         (SCHEMA_VERSION,),
+    )
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """The column names of ``table`` (quoted)."""
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _upgrade_branches(conn: sqlite3.Connection, t: _Tables) -> None:
+    """Version 5 (branches, DESIGN §6h), in idempotent steps (each adds what is missing
+    and fills what is unfilled, so running it again changes nothing): the
+    conversation's ``head`` (the head batch's seq; NULL: the empty path) and
+    ``branched`` (0 while the head path is every batch in seq order: the head was
+    never moved), each batch's ``parent`` (seq; NULL for a first batch), ``created``
+    (Unix seconds; NULL for batches stored before) and ``path_length`` (messages from
+    the first batch through it), and the ``_moves`` table (``move_head``'s move ids).
+    Batches stored before are kept as one branch: each one's parent is the batch
+    before it in seq order, the head is the last one, path lengths are running sums."""
+    have = _columns(conn, t.conversations)
+    if "head" not in have:
+        conn.execute(f"ALTER TABLE {t.conversations} ADD COLUMN head INTEGER")
+    if "branched" not in have:
+        conn.execute(
+            f"ALTER TABLE {t.conversations} ADD COLUMN branched INTEGER NOT NULL DEFAULT 0"
+        )
+    have = _columns(conn, t.batches)
+    for column, kind in (("parent", "INTEGER"), ("created", "REAL"), ("path_length", "INTEGER")):
+        if column not in have:
+            conn.execute(f"ALTER TABLE {t.batches} ADD COLUMN {column} {kind}")
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {t.moves} ("
+        "conversation_id TEXT NOT NULL, "
+        "move_id TEXT NOT NULL, "
+        "head TEXT NOT NULL, "
+        "PRIMARY KEY (conversation_id, move_id)"
+        ") WITHOUT ROWID"
+    )
+    # A conversation that never branched has its last batch as its head.
+    conn.execute(
+        f"UPDATE {t.conversations} SET head = (SELECT MAX(seq) FROM {t.batches} b "
+        f"WHERE b.conversation_id = {t.conversations}.id) WHERE head IS NULL AND NOT branched"
+    )
+    # Batches without a path length were stored before version 5: one branch in seq order.
+    rows = conn.execute(
+        f"SELECT conversation_id, seq, path_length, messages FROM {t.batches} "
+        f"WHERE conversation_id IN (SELECT conversation_id FROM {t.batches} "
+        "WHERE path_length IS NULL) ORDER BY conversation_id, seq"
+    ).fetchall()
+    updates: list[tuple[Any, int, Any, int]] = []
+    previous: tuple[Any, Any] = (None, None)  # (conversation id, seq) of the row before
+    total = 0
+    for cid, seq, path_length, data in rows:
+        parent = previous[1] if previous[0] == cid else None
+        if parent is None:
+            total = 0
+        if path_length is None:
+            total += message_count(data)
+            updates.append((parent, total, cid, seq))
+        else:
+            total = int(path_length)
+        previous = (cid, seq)
+    conn.executemany(
+        f"UPDATE {t.batches} SET parent = ?, path_length = ? WHERE conversation_id = ? AND seq = ?",
+        updates,
     )

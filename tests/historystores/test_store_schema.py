@@ -98,7 +98,7 @@ async def test_sqlite_version_1_is_upgraded_and_fenced(tmp_path: Path) -> None:
         await SQLiteStore.open(path, create=False)
     async with await SQLiteStore.open(path) as store:
         assert await store.read_view("c") == HistoryView(
-            tuple(m for b in V1_BATCHES[:2] for m in b.messages), 5, False
+            tuple(m for b in V1_BATCHES[:2] for m in b.messages), 5, False, head="a2"
         )
         assert (await store.read_view("gone")).closed
         with pytest.raises(HistoryChangedError) as caught:
@@ -241,9 +241,10 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
     async with await PostgresStore.open(dsn, table_prefix=prefix):
         pass  # the migration, as the owner
     functions = [
-        f'"{prefix}_append"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT)',
+        f'"{prefix}_append"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT)',
         f'"{prefix}_acquire_view"(TEXT, TEXT, FLOAT8)',
-        f'"{prefix}_commit_turn"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT)',
+        f'"{prefix}_commit_turn"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT, TEXT)',
+        f'"{prefix}_move_head"(TEXT, TEXT, TEXT, TEXT)',
     ]
     # As a database that revokes EXECUTE from PUBLIC: only the documented grant runs them.
     await conn.execute(f"REVOKE EXECUTE ON FUNCTION {', '.join(functions)} FROM PUBLIC")
@@ -281,7 +282,13 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
                 model = Middleware(store, store, "c", on_overlap=strategy).call(Answer())
                 await model.call(Request([user_message(strategy)]))
             assert (await store.read_view("c")).length == 12
-            assert len(await store.read_batches("c")) == 6
+            stored = await store.read_batches("c")
+            assert len(stored) == 6
+            # A rewind and a switch back (the move_head function and the moves table).
+            first, last = str(stored[0].id), str(stored[-1].id)
+            assert await store.move_head("c", first, expected_head=last, move_id="r") == 2
+            assert len((await store.read_tree("c")).batches) == 6
+            assert await store.move_head("c", last, expected_head=first) == 12
             assert await store.conversations() == ["c"]
             assert len([r async for r in store.scan_records()]) == 6
             await store.clear("c")
@@ -421,11 +428,9 @@ async def test_postgres_version_2_gains_the_lease_table(pg: tuple[Any, str, str]
 # ---------------------------------------------------------------- version 3 -> 4 (folded leases)
 
 
-def test_sqlite_version_3_is_recorded_as_4(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # SQLite's tables did not change in version 4 (PostgreSQL gained two functions):
-    # the upgrade records the number, the data and a lease taken before it stay.
+def test_sqlite_version_3_is_upgraded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # SQLite's tables did not change in version 4 (PostgreSQL gained two functions);
+    # the upgrade to the current version keeps the data and a lease taken before it.
     path = tmp_path / "h.db"
 
     async def write() -> None:
@@ -434,7 +439,9 @@ def test_sqlite_version_3_is_recorded_as_4(
             assert await store.acquire_turn("c", "h", 30) is True
 
     async def refused() -> None:
-        with pytest.raises(StoreError, match="schema version 3, this scope needs 4"):
+        with pytest.raises(
+            StoreError, match=f"schema version 3, this scope needs {SCHEMA_VERSION}"
+        ):
             await SQLiteStore.open(path, create=False)
 
     async def use() -> None:
@@ -451,8 +458,10 @@ def test_sqlite_version_3_is_recorded_as_4(
     conn.commit()
     asyncio.run(refused())
     assert main(["history", "migrate", "--store", f"sqlite:///{path}"]) == 0
-    assert "is at version 4" in capsys.readouterr().out
-    assert conn.execute('SELECT version FROM "scope_history_schema"').fetchall() == [(4,)]
+    assert f"is at version {SCHEMA_VERSION}" in capsys.readouterr().out
+    assert conn.execute('SELECT version FROM "scope_history_schema"').fetchall() == [
+        (SCHEMA_VERSION,)
+    ]
     conn.close()
     asyncio.run(use())
 
@@ -472,7 +481,7 @@ async def test_postgres_version_3_gains_the_folded_lease_functions(
     # Version 3: the tables of today, not the two functions.
     await conn.execute(f'DROP FUNCTION "{functions[0]}", "{functions[1]}"')
     await conn.execute(f'UPDATE "{prefix}_schema" SET version = 3')
-    with pytest.raises(StoreError, match="schema version 3, this scope needs 4"):
+    with pytest.raises(StoreError, match=f"schema version 3, this scope needs {SCHEMA_VERSION}"):
         await PostgresStore.open(dsn, table_prefix=prefix, create=False)
 
     async def open_here(url: str, *, create: bool = True) -> Any:
@@ -481,10 +490,10 @@ async def test_postgres_version_3_gains_the_folded_lease_functions(
     monkeypatch.setattr(_stores, "open_cli_store", open_here)
     # `scope history migrate` (its own event loop, so on a thread of its own here).
     assert await asyncio.to_thread(main, ["history", "migrate", "--store", dsn]) == 0
-    assert "is at version 4" in capsys.readouterr().out
+    assert f"is at version {SCHEMA_VERSION}" in capsys.readouterr().out
     found = await conn.fetch("SELECT proname FROM pg_proc WHERE proname = ANY($1)", functions)
     assert sorted(row[0] for row in found) == sorted(functions)
-    assert await conn.fetchval(f'SELECT version FROM "{prefix}_schema"') == 4
+    assert await conn.fetchval(f'SELECT version FROM "{prefix}_schema"') == SCHEMA_VERSION
     async with await PostgresStore.open(dsn, table_prefix=prefix, create=False) as store:
         assert await store.acquire_turn_view("c", "other", 30) is None  # still h's
         view = await store.acquire_turn_view("c", "h", 30)
@@ -525,7 +534,273 @@ async def test_postgres_longest_table_prefix_keeps_every_name_apart(
             "_commit_turn",
             "_conversations",
             "_leases",
+            "_move_head",
+            "_moves",
             "_schema",
         ]
     finally:
         await drop_tables(dsn, prefix)
+
+
+# ---------------------------------------------------------------- version 4 -> 5 (branches)
+
+#: What a schema-4 store held: "c" three batches, "d" one, "gone" cleared.
+V4_BATCHES = [
+    Batch("c", "a1", turn("one", 4)),
+    Batch("d", "a1", turn("d")),
+    Batch("c", "a2", turn("two")),
+    Batch("c", "a3", turn("three")),
+]
+
+
+def v4_rows() -> list[tuple[str, int, Batch]]:
+    """``(conversation id, seq, batch)`` as version 4 numbered them (seq per conversation)."""
+    seqs: dict[str, int] = {}
+    rows = []
+    for batch in V4_BATCHES:
+        seqs[batch.conversation_id] = seqs.get(batch.conversation_id, 0) + 1
+        rows.append((batch.conversation_id, seqs[batch.conversation_id], batch))
+    return rows
+
+
+def write_sqlite_v4(path: Path) -> None:
+    """The tables scope's schema 4 created (statements as version 4 ran them), holding
+    V4_BATCHES, a cleared conversation and a lease."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(
+        'CREATE TABLE "scope_history_conversations" (id TEXT PRIMARY KEY NOT NULL, '
+        "closed INTEGER NOT NULL DEFAULT 0, length INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"
+    )
+    conn.execute(
+        'CREATE TABLE "scope_history_batches" (conversation_id TEXT NOT NULL, '
+        "seq INTEGER NOT NULL, append_id TEXT NOT NULL, digest TEXT NOT NULL, "
+        "messages BLOB NOT NULL, PRIMARY KEY (conversation_id, seq), "
+        "UNIQUE (conversation_id, append_id))"
+    )
+    conn.execute(
+        'CREATE TABLE "scope_history_schema" (id INTEGER PRIMARY KEY CHECK (id = 1), '
+        "version INTEGER NOT NULL)"
+    )
+    conn.execute(
+        'CREATE TABLE "scope_history_leases" (conversation_id TEXT PRIMARY KEY NOT NULL, '
+        "holder TEXT NOT NULL, expires REAL NOT NULL) WITHOUT ROWID"
+    )
+    for cid, seq, batch in v4_rows():
+        conn.execute(
+            'INSERT INTO "scope_history_conversations" (id, closed, length) VALUES (?, 0, ?) '
+            "ON CONFLICT (id) DO UPDATE SET length = length + excluded.length",
+            (cid, len(batch)),
+        )
+        conn.execute(
+            'INSERT INTO "scope_history_batches" VALUES (?, ?, ?, ?, ?)',
+            (cid, seq, batch.id, batch.digest, batch.encoded_messages),
+        )
+    conn.execute(
+        "INSERT INTO \"scope_history_conversations\" (id, closed, length) VALUES ('gone', 1, 2)"
+    )
+    conn.execute(
+        "INSERT INTO \"scope_history_leases\" VALUES ('c', 'h', "
+        "(julianday('now') - 2440587.5) * 86400.0 + 3600)"
+    )
+    conn.execute('INSERT INTO "scope_history_schema" VALUES (1, 4)')
+    conn.commit()
+    conn.close()
+
+
+async def use_upgraded_v4(store: Any) -> None:
+    """What a store upgraded from schema 4 must do with V4_BATCHES: read them as one
+    branch (head the last batch, parents in seq order, no stored times, path lengths
+    the running sums), append, rewind, branch, dedupe across branches."""
+    c = [b for b in V4_BATCHES if b.conversation_id == "c"]
+    view = await store.read_view("c")
+    assert view == HistoryView(tuple(m for b in c for m in b.messages), 8, False, head="a3")
+    tree = await store.read_tree("c")
+    assert tree.batches == tuple(c)
+    assert tree.parents == (-1, 0, 1)
+    assert tree.created == (None, None, None)
+    assert tree.head == 2 and tree.closed is False
+    assert await store.read_batches("d") == [V4_BATCHES[1]]
+    assert (await store.read_view("gone")).closed
+    assert await store.conversations() == ["c", "d"]
+    assert await store.acquire_turn_view("c", "other", 30) is None  # the lease stays h's
+    # The fence by head and length, on the migrated head.
+    with pytest.raises(HistoryChangedError) as caught:
+        await store.append(Batch("c", "x", turn("x"), expected_head="a2"))
+    assert (caught.value.actual, caught.value.actual_head) == (8, "a3")
+    a4 = Batch("c", "a4", turn("four"), expected_length=8, expected_head="a3")
+    await store.append(a4)
+    tree = await store.read_tree("c")
+    assert tree.parents == (-1, 0, 1, 2) and tree.head == 3
+    assert tree.created[3] is not None and tree.created[:3] == (None, None, None)
+    # Rewinds onto migrated batches use their path lengths: 4 through a1, 6 through a2.
+    assert await store.move_head("c", "a2", expected_head="a4", move_id="m1") == 6
+    assert await store.read_batches("c") == c[:2]
+    assert await store.move_head("c", "a1", expected_head="a2") == 4
+    b1 = Batch("c", "b1", turn("b1"), expected_length=4, expected_head="a1")
+    await store.append(b1)
+    assert await store.read_batches("c") == [c[0], b1]
+    # A retry of a batch on another branch: its receipt, the head not moved.
+    assert await store.append(c[2]) == c[2].receipt()
+    assert (await store.read_view("c")).head == "b1"
+    assert await store.move_head("c", "a2", expected_head="nobody", move_id="m1") == 6
+
+
+async def test_sqlite_version_4_is_upgraded_to_branches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scope.historystores.sqlite import _Tables, _upgrade_branches
+
+    path = tmp_path / "h.db"
+    write_sqlite_v4(path)
+    with pytest.raises(StoreError, match=f"schema version 4, this scope needs {SCHEMA_VERSION}"):
+        await SQLiteStore.open(path, create=False)
+    assert (
+        await asyncio.to_thread(main, ["history", "migrate", "--store", f"sqlite:///{path}"]) == 0
+    )
+    assert f"is at version {SCHEMA_VERSION}" in capsys.readouterr().out
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute(
+            "SELECT conversation_id, seq, parent, created, path_length "
+            'FROM "scope_history_batches" ORDER BY conversation_id, seq'
+        ).fetchall() == [
+            ("c", 1, None, None, 4),
+            ("c", 2, 1, None, 6),
+            ("c", 3, 2, None, 8),
+            ("d", 1, None, None, 2),
+        ]
+        assert conn.execute(
+            'SELECT id, head, branched, length FROM "scope_history_conversations" ORDER BY id'
+        ).fetchall() == [("c", 3, 0, 8), ("d", 1, 0, 2), ("gone", None, 0, 2)]
+    finally:
+        conn.close()
+    async with await SQLiteStore.open(path, create=False) as store:
+        await use_upgraded_v4(store)
+    # Every step is idempotent: running the upgrade again on the upgraded (and since
+    # branched) data changes nothing.
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        snapshot = [
+            conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+            for table in ('"scope_history_conversations"', '"scope_history_batches"')
+        ]
+        conn.execute("BEGIN IMMEDIATE")
+        _upgrade_branches(conn, _Tables("scope_history"))
+        conn.execute("COMMIT")
+        assert snapshot == [
+            conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+            for table in ('"scope_history_conversations"', '"scope_history_batches"')
+        ]
+    finally:
+        conn.close()
+
+
+async def write_postgres_v4(conn: Any, prefix: str) -> None:
+    """The tables scope's schema 4 created (statements as version 4 ran them) holding
+    V4_BATCHES, a cleared conversation and a lease, and its three functions' signatures
+    (bodies elided: the upgrade replaces them)."""
+    conv, batches = f'"{prefix}_conversations"', f'"{prefix}_batches"'
+    await conn.execute(
+        f'CREATE TABLE {conv} (id TEXT COLLATE "C" PRIMARY KEY, '
+        "closed BOOLEAN NOT NULL DEFAULT FALSE, length BIGINT NOT NULL DEFAULT 0)"
+    )
+    await conn.execute(
+        f'CREATE TABLE {batches} (conversation_id TEXT COLLATE "C" NOT NULL, '
+        'seq BIGINT NOT NULL, append_id TEXT COLLATE "C" NOT NULL, digest TEXT NOT NULL, '
+        "messages BYTEA NOT NULL, PRIMARY KEY (conversation_id, seq), "
+        "UNIQUE (conversation_id, append_id))"
+    )
+    await conn.execute(
+        f'CREATE TABLE "{prefix}_schema" (id INT PRIMARY KEY CHECK (id = 1), version INT NOT NULL)'
+    )
+    await conn.execute(
+        f'CREATE TABLE "{prefix}_leases" (conversation_id TEXT COLLATE "C" PRIMARY KEY, '
+        "holder TEXT NOT NULL, expires TIMESTAMPTZ NOT NULL)"
+    )
+    for name, args in (
+        ("append", "TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT"),
+        ("commit_turn", "TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT"),
+    ):
+        await conn.execute(
+            f'CREATE FUNCTION "{prefix}_{name}"({args}) RETURNS TEXT LANGUAGE sql '
+            "AS $$ SELECT 'v4' $$"
+        )
+    await conn.execute(
+        f'CREATE FUNCTION "{prefix}_acquire_view"(TEXT, TEXT, FLOAT8) RETURNS TABLE '
+        "(r_held BOOLEAN, r_closed BOOLEAN, r_length BIGINT, r_append_id TEXT, r_digest TEXT, "
+        "r_messages BYTEA) LANGUAGE sql AS $$ SELECT FALSE, NULL::BOOLEAN, NULL::BIGINT, "
+        "NULL::TEXT, NULL::TEXT, NULL::BYTEA $$"
+    )
+    for cid, seq, batch in v4_rows():
+        await conn.execute(
+            f"INSERT INTO {conv} (id, length) VALUES ($1, $2) "
+            "ON CONFLICT (id) DO UPDATE SET length = {conv}.length + EXCLUDED.length".replace(
+                "{conv}", conv
+            ),
+            cid,
+            len(batch),
+        )
+        await conn.execute(
+            f"INSERT INTO {batches} VALUES ($1, $2, $3, $4, $5)",
+            cid,
+            seq,
+            batch.id,
+            batch.digest,
+            batch.encoded_messages,
+        )
+    await conn.execute(f"INSERT INTO {conv} (id, closed, length) VALUES ('gone', TRUE, 2)")
+    await conn.execute(
+        f"INSERT INTO \"{prefix}_leases\" VALUES ('c', 'h', clock_timestamp() + interval '1 hour')"
+    )
+    await conn.execute(f'INSERT INTO "{prefix}_schema" VALUES (1, 4)')
+
+
+@pytest.mark.servers
+async def test_postgres_version_4_is_upgraded_to_branches(pg: tuple[Any, str, str]) -> None:
+    from scope.historystores.postgres import PostgresStore
+
+    conn, dsn, prefix = pg
+    await write_postgres_v4(conn, prefix)
+    with pytest.raises(StoreError, match=f"schema version 4, this scope needs {SCHEMA_VERSION}"):
+        await PostgresStore.open(dsn, table_prefix=prefix, create=False)
+    async with await PostgresStore.open(dsn, table_prefix=prefix):
+        pass  # the upgrade, as the owner
+    rows = await conn.fetch(
+        f'SELECT conversation_id, seq, parent, created, path_length FROM "{prefix}_batches" '
+        "ORDER BY conversation_id, seq"
+    )
+    assert [tuple(r) for r in rows] == [
+        ("c", 1, None, None, 4),
+        ("c", 2, 1, None, 6),
+        ("c", 3, 2, None, 8),
+        ("d", 1, None, None, 2),
+    ]
+    rows = await conn.fetch(
+        f'SELECT id, head, branched, length FROM "{prefix}_conversations" ORDER BY id'
+    )
+    assert [tuple(r) for r in rows] == [
+        ("c", 3, False, 8),
+        ("d", 1, False, 2),
+        ("gone", None, False, 2),
+    ]
+    # Version 4's append functions (no head fence) are gone; one of each name is left.
+    found = await conn.fetch(
+        "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = ANY($1) ORDER BY 1",
+        [f"{prefix}_append", f"{prefix}_commit_turn"],
+    )
+    assert [r[0].split("(")[1] for r in found] == [
+        "text,text,text,bytea,bigint,bigint,text)",
+        "text,text,text,bytea,bigint,bigint,text,text)",
+    ]
+    async with await PostgresStore.open(dsn, table_prefix=prefix, create=False) as store:
+        await use_upgraded_v4(store)
+        # Every step is idempotent: running the upgrade again changes nothing.
+        queries = [
+            f'SELECT * FROM "{prefix}_conversations" ORDER BY 1',
+            f'SELECT * FROM "{prefix}_batches" ORDER BY 1, 2',
+        ]
+        snapshot = [[tuple(r) for r in await conn.fetch(q)] for q in queries]
+        async with conn.transaction():
+            await store._upgrade_branches(conn)
+        assert snapshot == [[tuple(r) for r in await conn.fetch(q)] for q in queries]
