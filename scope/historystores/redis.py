@@ -907,8 +907,8 @@ class RedisStore(RecordStore):
             raise closed_error(cid)
         if kind == "conflict":
             raise AppendConflictError(
-                f"move id {mid!r} of conversation {str(cid)!r} was recorded moving the head "
-                f"to {rest!r}, this move names {target!r}"
+                f"move id {str(mid)!r} of conversation {str(cid)!r} was recorded moving the "
+                f"head to {rest!r}, this move names {str(target)!r}"
             )
         if kind == "changed":
             length, _, actual = rest.partition(":")
@@ -922,7 +922,7 @@ class RedisStore(RecordStore):
                 )
         if outcome == "unknown":
             raise UnknownHeadError(
-                f"conversation {str(cid)!r} holds no batch {target!r} to move its head to"
+                f"conversation {str(cid)!r} holds no batch {str(target)!r} to move its head to"
             )
         raise StoreError(f"Redis head move script returned {outcome!r}")
 
