@@ -853,7 +853,7 @@ class RedisStore(RecordStore):
         count = len(batches)
         raw_head = fields.get(b"head")
         if raw_head is None:  # stored before branches: one branch, its last batch the head
-            return _tree(batches, range(-1, count - 1), (None,) * count, count - 1)
+            return HistoryTree(batches, range(-1, count - 1), (None,) * count, count - 1)
         parents: list[int] = []
         created: list[float | None] = []
         for index, stored in enumerate(batches):
@@ -864,7 +864,7 @@ class RedisStore(RecordStore):
             created.append(when)
         head = _number(cid, raw_head, "the head record")
         try:
-            return _tree(batches, parents, created, head)
+            return HistoryTree(batches, parents, created, head)
         except InvalidViewError as exc:
             raise _corrupt_tree(cid, str(exc)) from None
 
@@ -1163,12 +1163,6 @@ async def _exists_each(client: Any, keys: list[str]) -> list[Any]:
     for key in keys:
         pipe.exists(key)
     return list(await pipe.execute())
-
-
-def _tree(*fields: Any) -> HistoryTree:
-    """``HistoryTree(*fields)`` (its ``converter=tuple`` fields defeat mypy's attrs plugin
-    for typed arguments)."""
-    return HistoryTree(*fields)
 
 
 def _text(cid: str, raw: Any, what: str) -> str:
