@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import math
 import re
 from collections.abc import Awaitable, Callable
@@ -795,7 +796,7 @@ class RedisStore(RecordStore):
         client = self._client
 
         async def read() -> list[Any]:
-            return list(await client.eval(_VIEW, 4, closed_key, length_key, tree_key, batches_key))
+            return list(await _run(client, _VIEW, 4, closed_key, length_key, tree_key, batches_key))
 
         answer = await self._call(read, f"read of conversation {str(cid)!r}")
         return self._view(cid, answer)
@@ -826,7 +827,7 @@ class RedisStore(RecordStore):
         client = self._client
 
         async def read() -> list[Any]:
-            return list(await client.eval(_READ, 2, keys[4], keys[2]))
+            return list(await _run(client, _READ, 2, keys[4], keys[2]))
 
         _, items = await self._call(read, f"read of conversation {str(cid)!r}")
         return decode(cid, (_split(cid, item) for item in items), self._cache)
@@ -841,7 +842,7 @@ class RedisStore(RecordStore):
         client = self._client
 
         async def read() -> list[Any]:
-            return list(await client.eval(_TREE, 3, closed_key, tree_key, batches_key))
+            return list(await _run(client, _TREE, 3, closed_key, tree_key, batches_key))
 
         answer = await self._call(read, f"tree read of conversation {str(cid)!r}")
         if answer[0]:
@@ -895,7 +896,7 @@ class RedisStore(RecordStore):
         client = self._client
 
         async def move() -> Any:
-            return await client.eval(_MOVE, 6, *keys, target, expected, mid)
+            return await _run(client, _MOVE, 6, *keys, target, expected, mid)
 
         answer = await self._call(move, f"head move of conversation {str(cid)!r}")
         _check_adopted(cid, answer)
@@ -1013,10 +1014,10 @@ class RedisStore(RecordStore):
 
         async def append() -> Any:
             if not cluster:  # one script: the listing changes in the same atomic step
-                return await client.eval(
-                    script, n + 7, *lease, *keys[:6], listing, *arguments, member
+                return await _run(
+                    client, script, n + 7, *lease, *keys[:6], listing, *arguments, member
                 )
-            return await client.eval(script, n + 6, *lease, *keys[:6], *arguments)
+            return await _run(client, script, n + 6, *lease, *keys[:6], *arguments)
 
         outcome = await self._call(append, f"append to conversation {str(cid)!r}")
         _check_adopted(cid, outcome)
@@ -1043,13 +1044,13 @@ class RedisStore(RecordStore):
 
         async def clear() -> None:
             if not cluster:
-                await client.eval(_CLEAR, 7, *keys[:3], *keys[4:], listing, member)
+                await _run(client, _CLEAR, 7, *keys[:3], *keys[4:], listing, member)
                 return
             # Another slot: first marked in the listing's slot, so a listing checks this
             # id's closure until it left the listing (see _list), then closed, then
             # unlisted.
             await client.sadd(self._cleared, member)
-            await client.eval(_CLEAR, 6, *keys[:3], *keys[4:])
+            await _run(client, _CLEAR, 6, *keys[:3], *keys[4:])
             await client.zrem(listing, member)
 
         await self._call(clear, f"clear of conversation {str(cid)!r}")
@@ -1065,7 +1066,7 @@ class RedisStore(RecordStore):
         client = self._client
 
         async def acquire() -> Any:
-            return await client.eval(_ACQUIRE, 1, key, holder, millis)
+            return await _run(client, _ACQUIRE, 1, key, holder, millis)
 
         return bool(await self._call(acquire, f"lease of conversation {str(cid)!r}"))
 
@@ -1074,7 +1075,7 @@ class RedisStore(RecordStore):
         client = self._client
 
         async def release() -> Any:
-            return await client.eval(_RELEASE, 1, key, holder)
+            return await _run(client, _RELEASE, 1, key, holder)
 
         return bool(await self._call(release, f"lease release of conversation {str(cid)!r}"))
 
@@ -1089,7 +1090,7 @@ class RedisStore(RecordStore):
         client = self._client
 
         async def acquire_view() -> Any:
-            return await client.eval(_ACQUIRE_VIEW, 5, *keys, holder, millis)
+            return await _run(client, _ACQUIRE_VIEW, 5, *keys, holder, millis)
 
         answer = await self._call(acquire_view, f"lease and read of conversation {str(cid)!r}")
         if answer == 0:
@@ -1135,7 +1136,7 @@ class RedisStore(RecordStore):
         start = b"-" if after is None else b"(" + after
         keys = (self._listing, self._cleared)
         members, flagged = await self._call(
-            lambda: client.eval(_LIST_PAGE, 2, *keys, start, size), "listing of conversations"
+            lambda: _run(client, _LIST_PAGE, 2, *keys, start, size), "listing of conversations"
         )
         page = [bytes(member) for member in members]
         suspects: list[int] = []
@@ -1155,6 +1156,27 @@ class RedisStore(RecordStore):
         if gone:  # closed for ever: forget them
             await self._call(lambda: client.zrem(self._listing, *gone), "listing cleanup")
         return page, [raw for raw in page if raw not in gone]
+
+
+#: Each script's SHA1 (hex), computed once: scripts run with ``EVALSHA``.
+_SHAS: dict[str, str] = {}
+
+
+async def _run(client: Any, script: str, numkeys: int, *args: Any) -> Any:
+    """Run ``script`` by its SHA1 (``EVALSHA``: the request carries 40 bytes, not the
+    script); a server that does not hold it yet (``NOSCRIPT``: a new or restarted
+    server, ``SCRIPT FLUSH``) gets it with ``SCRIPT LOAD`` (every master of a Cluster)
+    and runs it then. Either way the script runs once, as a whole."""
+    import redis.exceptions
+
+    sha = _SHAS.get(script)
+    if sha is None:
+        sha = _SHAS[script] = hashlib.sha1(script.encode("utf-8")).hexdigest()
+    try:
+        return await client.evalsha(sha, numkeys, *args)
+    except redis.exceptions.NoScriptError:
+        await client.script_load(script)
+        return await client.evalsha(sha, numkeys, *args)
 
 
 async def _exists_each(client: Any, keys: list[str]) -> list[Any]:

@@ -11,6 +11,7 @@ Needs ``SCOPE_TEST_REDIS_URL`` / ``SCOPE_TEST_REDIS_CLUSTER_URL`` (see tests/ser
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import time
 import uuid
@@ -601,3 +602,22 @@ async def test_a_cancelled_move_is_all_or_nothing_and_its_retry_resolves_it(
             len(b) for b in await store.read_batches("c")
         )
         assert (await store.read_view("c")).head == target
+
+
+# -- scripts by SHA1 -------------------------------------------------------------------------
+
+
+async def test_a_script_the_server_does_not_hold_is_loaded_and_run_once(
+    store: RedisStore, prefix: str, admin: Any
+) -> None:
+    """Scripts run with EVALSHA; on NOSCRIPT (a new, restarted or flushed server) the
+    script is loaded and run then, once."""
+    from scope.historystores.redis import _run
+
+    key = f"{prefix}:{{t}}:n"
+    script = f"-- {uuid.uuid4().hex}\nreturn redis.call('INCR', KEYS[1])"
+    sha = hashlib.sha1(script.encode()).hexdigest()
+    assert await admin.script_exists(sha) == [False]
+    assert await _run(store._client, script, 1, key) == 1
+    assert await _run(store._client, script, 1, key) == 2
+    assert await admin.get(key) == b"2"
