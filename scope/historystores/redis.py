@@ -6,19 +6,42 @@ client is asyncio-only, so this store runs under asyncio (not trio; use ``SQLite
 Keys (``{P}`` is ``prefix``, default ``scope:history``; ``{H}`` is the hex of the
 conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
 
-    {P}:{{H}}:batches   LIST    one element per batch: digest, "\\n", append id, "\\n", messages
-    {P}:{{H}}:ids       HASH    append id -> digest (the dedupe record)
+    {P}:{{H}}:batches   LIST    every batch of every branch, in stored order: digest, "\\n",
+                                append id, "\\n", messages
+    {P}:{{H}}:ids       HASH    append id -> digest (the dedupe record, across branches)
+    {P}:{{H}}:tree      HASH    "head" -> the head batch's position in batches (-1: before
+                                the first); "<position>" -> "<parent> <run start> <path
+                                length> <created> <append id>" (see below)
+    {P}:{{H}}:nodes     HASH    append id -> its position (move_head's target lookup)
+    {P}:{{H}}:moves     HASH    move id -> the append id it moved the head to ("": none)
     {P}:{{H}}:closed    STRING  closure evidence; never expires
-    {P}:{{H}}:length    STRING  how many messages the conversation holds (the fence's count)
+    {P}:{{H}}:length    STRING  the head path's message count (the fence's count)
     {P}:{{H}}:lease     STRING  the turn lease's holder token, expiring (PX) by the server
     {P}:conversations   ZSET    the open conversations holding a batch, score 0 (lexical order)
     {{P}:conversations}:cleared  SET  Cluster only: every id a clear started on, in the
                                 listing's hash slot (the listing checks only these ids' closure)
 
-One conversation's keys share a hash slot, so its scripts also run on Redis Cluster. The
-append and clear are each one Lua script (atomic in Redis); ``read_view`` is one
-``MULTI``/``EXEC``. A conversation written by scope 0.1 has no ``length`` key: the append
-script counts its stored messages once (with ``cjson``) and records it. The listing sorted set is
+Branches (DESIGN §6h). A batch's tree record holds its parent's position (-1: it starts
+the conversation), the first position of the run of consecutive positions its path ends
+with (0 when its path is positions 0 .. itself, as on every linear history), the
+messages from the root through it, when it was stored (``TIME`` inside the script, the
+server's clock, ``"<s>.<us>"``; ``-`` for batches adopted from before branches) and its
+append id. An append reads the head's record and writes the new one: a constant number
+of commands on a linear history and on a branch. A head-path read whose head's run starts
+at 0 is one ``LRANGE`` (what it was before branches); another path is one ``LRANGE`` per
+run, found from the head back, so batches off the path are never fetched. ``move_head``
+sets the head and the length from the target's record, reading no message.
+
+Conversations stored before branches have no tree: read as one branch (the head their
+last batch), adopted in place as one branch (each batch the parent of the next, path
+lengths counted once with ``cjson``) by their first append or head move, inside that
+script (lazily: ``scope history migrate`` has nothing to do for Redis). A conversation
+written by scope 0.1 has no ``length`` key either; the same adoption records it.
+
+One conversation's keys share a hash slot, so its scripts also run on Redis Cluster.
+Every step on a conversation (append, clear, each read, ``read_tree``, ``move_head``,
+the lease steps) is one Lua script, atomic in Redis, run by its SHA1 (``EVALSHA``; loaded
+on ``NOSCRIPT``). The listing sorted set is
 maintained beside them, before the append script and after the clear script, and
 ``conversations()`` drops closed and empty ids from it, so the listing never shows a
 closed id and shows every acknowledged one (an id stored outside scope that is not a
@@ -436,9 +459,13 @@ class RedisStore(RecordStore):
 
     Guarantees, beyond the store rules of ``scope.history``:
 
-    - **Atomicity.** ``append`` is one Lua script: closed check, dedupe record and push of
-      the batch (one list element) run as a unit; ``clear`` is one script that records the
-      closure and deletes the batches and dedupe records. Both are linearizable across
+    - **Atomicity.** ``append`` is one Lua script: closed check, dedupe record (across
+      every branch), fence (length and head) and push of the batch (one list element,
+      its tree record naming the head as its parent, the head moved to it) run as a
+      unit; ``move_head`` is one script (closed, move id, fence, target, move);
+      ``read``, ``read_batches``, ``read_view`` and ``read_tree`` are one script each;
+      ``clear`` is one script that records the closure and deletes every branch (batches,
+      dedupe records, tree and move records). Both are linearizable across
       clients and hosts. The turn lease (``acquire_turn``/``release_turn``) is one script
       per step, and so are the folded steps: ``acquire_turn_view``
       takes the lease and reads the view, ``append_release_turn`` runs the append script
