@@ -6,19 +6,42 @@ client is asyncio-only, so this store runs under asyncio (not trio; use ``SQLite
 Keys (``{P}`` is ``prefix``, default ``scope:history``; ``{H}`` is the hex of the
 conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
 
-    {P}:{{H}}:batches   LIST    one element per batch: digest, "\\n", append id, "\\n", messages
-    {P}:{{H}}:ids       HASH    append id -> digest (the dedupe record)
+    {P}:{{H}}:batches   LIST    every batch of every branch, in stored order: digest, "\\n",
+                                append id, "\\n", messages
+    {P}:{{H}}:ids       HASH    append id -> digest (the dedupe record, across branches)
+    {P}:{{H}}:tree      HASH    "head" -> the head batch's position in batches (-1: before
+                                the first); "<position>" -> "<parent> <run start> <path
+                                length> <created> <append id>" (see below)
+    {P}:{{H}}:nodes     HASH    append id -> its position (move_head's target lookup)
+    {P}:{{H}}:moves     HASH    move id -> the append id it moved the head to ("": none)
     {P}:{{H}}:closed    STRING  closure evidence; never expires
-    {P}:{{H}}:length    STRING  how many messages the conversation holds (the fence's count)
+    {P}:{{H}}:length    STRING  the head path's message count (the fence's count)
     {P}:{{H}}:lease     STRING  the turn lease's holder token, expiring (PX) by the server
     {P}:conversations   ZSET    the open conversations holding a batch, score 0 (lexical order)
     {{P}:conversations}:cleared  SET  Cluster only: every id a clear started on, in the
                                 listing's hash slot (the listing checks only these ids' closure)
 
-One conversation's keys share a hash slot, so its scripts also run on Redis Cluster. The
-append and clear are each one Lua script (atomic in Redis); ``read_view`` is one
-``MULTI``/``EXEC``. A conversation written by scope 0.1 has no ``length`` key: the append
-script counts its stored messages once (with ``cjson``) and records it. The listing sorted set is
+Branches (DESIGN §6h). A batch's tree record holds its parent's position (-1: it starts
+the conversation), the first position of the run of consecutive positions its path ends
+with (0 when its path is positions 0 .. itself, as on every linear history), the
+messages from the root through it, when it was stored (``TIME`` inside the script, the
+server's clock, ``"<s>.<us>"``; ``-`` for batches adopted from before branches) and its
+append id. An append reads the head's record and writes the new one: a constant number
+of commands on a linear history and on a branch. A head-path read whose head's run starts
+at 0 is one ``LRANGE`` (what it was before branches); another path is one ``LRANGE`` per
+run, found from the head back, so batches off the path are never fetched. ``move_head``
+sets the head and the length from the target's record, reading no message.
+
+Conversations stored before branches have no tree: read as one branch (the head their
+last batch), adopted in place as one branch (each batch the parent of the next, path
+lengths counted once with ``cjson``) by their first append or head move, inside that
+script (lazily: ``scope history migrate`` has nothing to do for Redis). A conversation
+written by scope 0.1 has no ``length`` key either; the same adoption records it.
+
+One conversation's keys share a hash slot, so its scripts also run on Redis Cluster.
+Every step on a conversation (append, clear, each read, ``read_tree``, ``move_head``,
+the lease steps) is one Lua script, atomic in Redis, run by its SHA1 (``EVALSHA``; loaded
+on ``NOSCRIPT``). The listing sorted set is
 maintained beside them, before the append script and after the clear script, and
 ``conversations()`` drops closed and empty ids from it, so the listing never shows a
 closed id and shows every acknowledged one (an id stored outside scope that is not a
@@ -31,14 +54,30 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import math
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_seconds, check_type
-from scope.errors import ScopeWarning, StoreError
-from scope.history import Batch, ConversationID, HistoryCache, HistoryView
+from scope.errors import (
+    AppendConflictError,
+    HistoryChangedError,
+    InvalidAppendIDError,
+    InvalidViewError,
+    ScopeWarning,
+    StoreError,
+    UnknownHeadError,
+)
+from scope.history import (
+    AppendID,
+    Batch,
+    ConversationID,
+    HistoryCache,
+    HistoryTree,
+    HistoryView,
+)
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -52,6 +91,7 @@ from scope.historystores._records import (
     Decoder,
     ListedIDs,
     corrupt,
+    decode_batches,
     decode_records,
     shown_id,
     stored_id,
@@ -60,6 +100,7 @@ from scope.historystores._records import (
 from scope.historystores._scan import UnreadableRecords
 from scope.historystores._store import (
     RecordStore,
+    closed_error,
 )
 
 __all__ = ["RedisStore"]
@@ -68,50 +109,216 @@ T = TypeVar("T")
 
 _PREFIX: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,100}\Z")
 
-# KEYS: closed, ids, batches, length[, listing]. ARGV: append id, digest, record, message
-# count, expected length ('' for no fence)[, listing member]. Checks first (closed, dedupe
-# record, fence: DESIGN §6b's order), writes last, so an error (or an out-of-memory
-# refusal of the first write) leaves nothing behind. Lengths are compared as decimal
-# strings (no float). With a fifth key (one Redis, not Cluster: the listing is in another
-# hash slot there) an inserted batch lists its conversation in the same atomic step.
-_APPEND: Final = """
+# KEYS: tree, batches (the helpers below take key names as arguments, so each script
+# passes its own). A tree record (the ``tree`` hash, field = the batch's 0-based position
+# in ``batches``) is "<parent> <run start> <path length> <created> <append id>": the
+# parent's position (-1: none), the first position of the run of consecutive positions
+# that ends the path to this batch (0: the path is positions 0 .. this one, as on a linear
+# history), the messages from the root through it, its server time ("<s>.<us>" from
+# TIME; "-" when adopted from a version before branches) and its append id (last: it may
+# hold spaces). The field "head" holds the head's position (-1: before the first batch).
+_TREE_LUA: Final = """
+local function meta_of(tree, index)
+  local meta = redis.call('HGET', tree, index)
+  local parent, start, length, created, aid
+  if meta then
+    parent, start, length, created, aid = string.match(meta, '^(%-?%d+) (%d+) (%d+) (%S+) (.*)$')
+  end
+  if not parent then
+    error('scope: the tree record of batch #' .. tostring(index + 1) .. ' is missing or corrupt')
+  end
+  return tonumber(parent), tonumber(start), length, aid
+end
+local function head_of(tree)
+  local raw = redis.call('HGET', tree, 'head')
+  if not raw or raw == '-1' then return -1, 0, '0', '' end
+  local index = tonumber(raw)
+  if not index then error('scope: the head record is corrupt: ' .. raw) end
+  local _, start, length, aid = meta_of(tree, index)
+  return index, start, length, aid
+end
+"""
+
+# KEYS: batches, length, tree, nodes. A conversation stored before branches (batches and
+# no head record) becomes one branch in place: each batch the parent of the next, the
+# head its last, each path length counted once (cjson); the head record is written last,
+# so an interrupted adoption is redone whole. Answers nil, or 'corrupt:<position>' for a
+# record it cannot count (then nothing is written).
+_ADOPT_LUA: Final = """
+local function adopt(batches, length, tree, nodes)
+  if redis.call('HEXISTS', tree, 'head') == 1 then return nil end
+  local records = redis.call('LRANGE', batches, 0, -1)
+  if #records == 0 then return nil end
+  local metas, aids, n = {}, {}, 0
+  for i, record in ipairs(records) do
+    local first = string.find(record, '\\n', 1, true)
+    local second = first and string.find(record, '\\n', first + 1, true)
+    if not second then return 'corrupt:' .. (i - 1) end
+    local ok, messages = pcall(cjson.decode, string.sub(record, second + 1))
+    if not ok or type(messages) ~= 'table' then return 'corrupt:' .. (i - 1) end
+    n = n + #messages
+    aids[i] = string.sub(record, first + 1, second - 1)
+    metas[i] = string.format('%d 0 %d - ', i - 2, n) .. aids[i]
+  end
+  for i = 1, #records do
+    redis.call('HSET', tree, i - 1, metas[i])
+    redis.call('HSET', nodes, aids[i], i - 1)
+  end
+  redis.call('SET', length, string.format('%d', n))
+  redis.call('HSET', tree, 'head', #records - 1)
+  return nil
+end
+"""
+
+# The head path's records and the head's append id. Without a head record (stored before
+# branches, or nothing stored) the history is linear: every record, the head its last. A
+# head whose run starts at 0 (every linear history): one LRANGE. Otherwise one LRANGE per
+# run of consecutive positions on the path, found from the head back, two HGETs a run.
+_PATH_LUA: Final = f"""
+{_TREE_LUA}
+local function head_path(tree, batches)
+  local raw = redis.call('HGET', tree, 'head')
+  if not raw then
+    local records = redis.call('LRANGE', batches, 0, -1)
+    local last, aid = records[#records], ''
+    if last then
+      local first = string.find(last, '\\n', 1, true)
+      local second = first and string.find(last, '\\n', first + 1, true)
+      if second then aid = string.sub(last, first + 1, second - 1) end
+    end
+    return aid, records
+  end
+  local index, start, _, aid = head_of(tree)
+  if index < 0 then return '', {{}} end
+  if start == 0 then return aid, redis.call('LRANGE', batches, 0, index) end
+  local runs = {{}}
+  while true do
+    runs[#runs + 1] = {{start, index}}
+    if start == 0 then break end
+    local parent = meta_of(tree, start)
+    if parent < 0 then break end
+    index = parent
+    _, start = meta_of(tree, index)
+  end
+  local records = {{}}
+  for r = #runs, 1, -1 do
+    for _, record in ipairs(redis.call('LRANGE', batches, runs[r][1], runs[r][2])) do
+      records[#records + 1] = record
+    end
+  end
+  return aid, records
+end
+"""
+
+# KEYS: closed, ids, batches, length, tree, nodes[, listing]. ARGV: append id, digest,
+# record, message count, expected length ('' for no fence), '1' when fenced by head,
+# expected head[, listing member]. Checks first (closed, dedupe record, fence: DESIGN
+# §6b's order), then the one-time adoption of a pre-branch conversation (it changes no
+# answer), then the writes, so an error (or an out-of-memory refusal of the first write)
+# leaves no batch behind. The new batch's parent is the head, and it becomes the head: a
+# constant number of commands, linear history or branch. Lengths are compared as decimal
+# strings (no float). With a seventh key (one Redis, not Cluster: the listing is in
+# another hash slot there) an inserted batch lists its conversation in the same step.
+_APPEND: Final = f"""
+{_TREE_LUA}
+{_ADOPT_LUA}
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'closed' end
 local accepted = redis.call('HGET', KEYS[2], ARGV[1])
 if accepted then return 'accepted:' .. accepted end
-local length = redis.call('GET', KEYS[4])
-if not length then
-  local n = 0
-  for _, record in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
-    local first = string.find(record, '\\n', 1, true)
-    local second = string.find(record, '\\n', first + 1, true)
-    n = n + #cjson.decode(string.sub(record, second + 1))
-  end
-  length = string.format('%d', n)
+local problem = adopt(KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+if problem then return problem end
+local head, start, length, aid = head_of(KEYS[5])
+if (ARGV[5] ~= '' and ARGV[5] ~= length) or (ARGV[6] == '1' and ARGV[7] ~= aid) then
+  return 'changed:' .. length .. ':' .. aid
 end
-if ARGV[5] ~= '' and ARGV[5] ~= length then return 'changed:' .. length end
-redis.call('RPUSH', KEYS[3], ARGV[3])
+local now = redis.call('TIME')
+local index = redis.call('RPUSH', KEYS[3], ARGV[3]) - 1
+if head ~= index - 1 then start = index end
+local total = string.format('%d', tonumber(length) + tonumber(ARGV[4]))
+local created = now[1] .. '.' .. string.format('%06d', tonumber(now[2]))
+redis.call('HSET', KEYS[5], index,
+           string.format('%d %d ', head, start) .. total .. ' ' .. created .. ' ' .. ARGV[1],
+           'head', index)
+redis.call('HSET', KEYS[6], ARGV[1], index)
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('SET', KEYS[4], length)
-redis.call('INCRBY', KEYS[4], ARGV[4])
-if KEYS[5] then redis.call('ZADD', KEYS[5], 0, ARGV[6]) end
+redis.call('SET', KEYS[4], total)
+if KEYS[7] then redis.call('ZADD', KEYS[7], 0, ARGV[8]) end
 return 'inserted'
 """
 
-# KEYS: closed, ids, batches[, listing]. ARGV: [listing member]. The length key stays: a
+# KEYS: closed, ids, batches, tree, nodes, moves[, listing]. ARGV: [listing member]. Every
+# branch goes (batches, dedupe records, tree, move records). The length key stays: a
 # closed conversation's last length. With the listing key the id leaves the listing in
 # the same atomic step.
 _CLEAR: Final = """
 redis.call('SET', KEYS[1], '1')
-redis.call('DEL', KEYS[2], KEYS[3])
-if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[1]) end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+if KEYS[7] then redis.call('ZREM', KEYS[7], ARGV[1]) end
 return 'cleared'
 """
 
-# KEYS: closed, length, batches. One atomic read for read_view (a script, not MULTI, so
-# it runs the same on Redis Cluster): closed flag, length ('' when absent), records.
-_VIEW: Final = """
-return {redis.call('EXISTS', KEYS[1]), redis.call('GET', KEYS[2]) or '',
-        redis.call('LRANGE', KEYS[3], 0, -1)}
+# KEYS: tree, batches. read and read_batches: {head's append id, head path's records}.
+_READ: Final = f"""
+{_PATH_LUA}
+local aid, records = head_path(KEYS[1], KEYS[2])
+return {{aid, records}}
+"""
+
+# KEYS: closed, length, tree, batches. One atomic read for read_view (a script, not
+# MULTI, so it runs the same on Redis Cluster): closed flag, length ('' when absent), the
+# head's append id, the head path's records.
+_VIEW: Final = f"""
+{_PATH_LUA}
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {{1, redis.call('GET', KEYS[2]) or '', '', {{}}}}
+end
+local aid, records = head_path(KEYS[3], KEYS[4])
+return {{0, redis.call('GET', KEYS[2]) or '', aid, records}}
+"""
+
+# KEYS: closed, tree, batches. read_tree: {1} when closed, else {0, every record in stored
+# order, the tree hash (HGETALL; empty before branches)}.
+_TREE: Final = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {1} end
+return {0, redis.call('LRANGE', KEYS[3], 0, -1), redis.call('HGETALL', KEYS[2])}
+"""
+
+# KEYS: closed, batches, length, tree, nodes, moves. ARGV: target append id ('' before the
+# first batch), expected head, move id ('' for none). move_head in its order: closed,
+# move id (the same target: 'moved:<its path length>', another: 'conflict:<target>'),
+# fence ('changed:<length>:<head>'), unknown target ('unknown'), move ('moved:<length>').
+# The new head's path length is its tree record's: no message is read.
+_MOVE: Final = f"""
+{_TREE_LUA}
+{_ADOPT_LUA}
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'closed' end
+local problem = adopt(KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+if problem then return problem end
+local function length_at(target)
+  if target == '' then return -1, '0' end
+  local index = redis.call('HGET', KEYS[5], target)
+  if not index then return nil, nil end
+  local _, _, length = meta_of(KEYS[4], tonumber(index))
+  return tonumber(index), length
+end
+if ARGV[3] ~= '' then
+  local recorded = redis.call('HGET', KEYS[6], ARGV[3])
+  if recorded then
+    if recorded ~= ARGV[1] then return 'conflict:' .. recorded end
+    local _, length = length_at(recorded)
+    return 'moved:' .. length
+  end
+end
+local head, _, length, aid = head_of(KEYS[4])
+if ARGV[2] ~= aid then return 'changed:' .. length .. ':' .. aid end
+local index, target_length = length_at(ARGV[1])
+if not index then return 'unknown' end
+if index ~= head then
+  redis.call('HSET', KEYS[4], 'head', index)
+  redis.call('SET', KEYS[3], target_length)
+end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[6], ARGV[3], ARGV[1]) end
+return 'moved:' .. target_length
 """
 
 # KEYS: lease. ARGV: holder, ttl in ms. Take the free (or expired: Redis dropped it)
@@ -133,7 +340,7 @@ return 0
 
 # The folded lease steps reuse the scripts above as Lua functions
 # whose KEYS and ARGV parameters shadow the globals, so each rule stays written once.
-# KEYS: lease, closed, length, batches. ARGV: holder, ttl in ms. 0 when another
+# KEYS: lease, closed, length, tree, batches. ARGV: holder, ttl in ms. 0 when another
 # holder's live lease has it, else read_view's answer, in the same atomic step.
 _ACQUIRE_VIEW: Final = f"""
 local function acquire(KEYS, ARGV)
@@ -143,7 +350,7 @@ local function view(KEYS, ARGV)
 {_VIEW}
 end
 if acquire({{KEYS[1]}}, {{ARGV[1], ARGV[2]}}) == 0 then return 0 end
-return view({{KEYS[2], KEYS[3], KEYS[4]}}, {{}})
+return view({{KEYS[2], KEYS[3], KEYS[4], KEYS[5]}}, {{}})
 """
 
 # KEYS: lease, then _APPEND's keys. ARGV: holder, then _APPEND's arguments. The append,
@@ -156,8 +363,8 @@ end
 local function release(KEYS, ARGV)
 {_RELEASE}
 end
-local outcome = append({{KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}},
-                       {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]}})
+local outcome = append({{KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}},
+                       {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]}})
 if outcome == 'inserted' or outcome == 'accepted:' .. ARGV[3] then
   release({{KEYS[1]}}, {{ARGV[1]}})
 end
@@ -252,9 +459,13 @@ class RedisStore(RecordStore):
 
     Guarantees, beyond the store rules of ``scope.history``:
 
-    - **Atomicity.** ``append`` is one Lua script: closed check, dedupe record and push of
-      the batch (one list element) run as a unit; ``clear`` is one script that records the
-      closure and deletes the batches and dedupe records. Both are linearizable across
+    - **Atomicity.** ``append`` is one Lua script: closed check, dedupe record (across
+      every branch), fence (length and head) and push of the batch (one list element,
+      its tree record naming the head as its parent, the head moved to it) run as a
+      unit; ``move_head`` is one script (closed, move id, fence, target, move);
+      ``read``, ``read_batches``, ``read_view`` and ``read_tree`` are one script each;
+      ``clear`` is one script that records the closure and deletes every branch (batches,
+      dedupe records, tree and move records). Both are linearizable across
       clients and hosts. The turn lease (``acquire_turn``/``release_turn``) is one script
       per step, and so are the folded steps: ``acquire_turn_view``
       takes the lease and reads the view, ``append_release_turn`` runs the append script
@@ -525,7 +736,7 @@ class RedisStore(RecordStore):
                     cid = stored_id(raw)
                 except ValueError:
                     continue  # left for conversations() to report, never deleted
-                closed, _, batches, _ = self._keys(cid)
+                closed, _, batches, *_ = self._keys(cid)
                 keys += (closed, batches)
                 members.append(raw)
             flags = await self._call(
@@ -563,11 +774,19 @@ class RedisStore(RecordStore):
         """Whether ``aclose()`` was called."""
         return self._closed
 
-    def _keys(self, cid: str) -> tuple[str, str, str, str]:
-        """closed, ids, batches, length: one hash slot."""
+    def _keys(self, cid: str) -> tuple[str, str, str, str, str, str, str]:
+        """closed, ids, batches, length, tree, nodes, moves: one hash slot."""
         tag = cid.encode("utf-8").hex()
         base = f"{self.prefix}:{{{tag}}}"
-        return f"{base}:closed", f"{base}:ids", f"{base}:batches", f"{base}:length"
+        return (
+            f"{base}:closed",
+            f"{base}:ids",
+            f"{base}:batches",
+            f"{base}:length",
+            f"{base}:tree",
+            f"{base}:nodes",
+            f"{base}:moves",
+        )
 
     async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         """Run ``fn()``, retrying once on a fresh connection when the connection dropped;
@@ -596,44 +815,144 @@ class RedisStore(RecordStore):
         )
 
     async def read_view(self, conversation_id: str) -> HistoryView:
-        """The conversation's messages, length and closure from one script (a consistent
-        snapshot, on Redis Cluster too). A corrupt stored record raises ``StoreError``."""
+        """The head path's messages, its length, the head and the closure from one script
+        (a consistent snapshot, on Redis Cluster too). A corrupt stored record raises
+        ``StoreError``."""
         cid = ConversationID(conversation_id)
-        closed_key, _, batches_key, length_key = self._keys(cid)
+        closed_key, _, batches_key, length_key, tree_key, *_ = self._keys(cid)
         client = self._client
 
         async def read() -> list[Any]:
-            return list(await client.eval(_VIEW, 3, closed_key, length_key, batches_key))
+            return list(await _run(client, _VIEW, 4, closed_key, length_key, tree_key, batches_key))
 
         answer = await self._call(read, f"read of conversation {str(cid)!r}")
         return self._view(cid, answer)
 
     def _view(self, cid: ConversationID, answer: list[Any]) -> HistoryView:
         """The ``HistoryView`` of the view script's answer (closed flag, length or '',
-        records)."""
-        closed, raw_length, items = answer
+        head, the head path's records)."""
+        closed, raw_length, raw_head, items = answer
         records = [_split(cid, item) for item in items]
+        head = _text(cid, raw_head, "head")
         if not raw_length:
             if closed:
                 return view_of(cid, True, 0, (), self._cache)
             # Written by scope 0.1 (no length key yet): the stored messages are the count.
             messages = tuple(decode_records(cid, records, self._cache))
-            return HistoryView(messages, len(messages))
+            return HistoryView(messages, len(messages), head=head)
         try:
             length = int(raw_length)
         except ValueError:
             raise StoreError(
                 f"conversation {str(cid)!r} is corrupt: its length is {raw_length!r}"
             ) from None
-        return view_of(cid, bool(closed), length, records, self._cache)
+        view = view_of(cid, bool(closed), length, records, self._cache)
+        return view if view.closed else HistoryView(view.messages, view.length, head=head)
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
-        key = self._keys(cid)[2]
+        keys = self._keys(cid)
         client = self._client
-        items: list[Any] = await self._call(
-            lambda: client.lrange(key, 0, -1), f"read of conversation {str(cid)!r}"
-        )
+
+        async def read() -> list[Any]:
+            return list(await _run(client, _READ, 2, keys[4], keys[2]))
+
+        _, items = await self._call(read, f"read of conversation {str(cid)!r}")
         return decode(cid, (_split(cid, item) for item in items), self._cache)
+
+    async def read_tree(self, conversation_id: str) -> HistoryTree:
+        """Every batch of every branch in stored order, each one's parent and stored time
+        (the server's clock; None for batches stored before branches), the head and the
+        closure, from one script (see ``scope.history.HistoryTree``). A corrupt stored
+        record raises ``StoreError`` naming the conversation."""
+        cid = ConversationID(conversation_id)
+        closed_key, _, batches_key, _, tree_key, *_ = self._keys(cid)
+        client = self._client
+
+        async def read() -> list[Any]:
+            return list(await _run(client, _TREE, 3, closed_key, tree_key, batches_key))
+
+        answer = await self._call(read, f"tree read of conversation {str(cid)!r}")
+        if answer[0]:
+            self._cache.forget(cid)  # cleared, maybe through another handle
+            return HistoryTree((), (), (), -1, True)
+        _, items, flat = answer
+        batches = decode_batches(cid, (_split(cid, item) for item in items), self._cache)
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        count = len(batches)
+        raw_head = fields.get(b"head")
+        if raw_head is None:  # stored before branches: one branch, its last batch the head
+            return HistoryTree(batches, range(-1, count - 1), (None,) * count, count - 1)
+        parents: list[int] = []
+        created: list[float | None] = []
+        for index, stored in enumerate(batches):
+            parent, _, _, when, aid = _meta(cid, index, fields.get(str(index).encode()))
+            if aid != stored.id:
+                raise _corrupt_tree(cid, f"batch #{index + 1}'s tree record names {aid!r}")
+            parents.append(parent)
+            created.append(when)
+        head = _number(cid, raw_head, "the head record")
+        try:
+            return HistoryTree(batches, parents, created, head)
+        except InvalidViewError as exc:
+            raise _corrupt_tree(cid, str(exc)) from None
+
+    async def move_head(
+        self,
+        conversation_id: str,
+        head: str,
+        *,
+        expected_head: str,
+        move_id: str | None = None,
+    ) -> int:
+        """Make ``head`` (an append id of this conversation, on any branch; ``""``: before
+        the first batch) the head in one script, and return the new head path's length
+        (its tree record's: no message is read). In the script, in this order: closed
+        (``ConversationClosedError``), a recorded ``move_id`` (the same target: its
+        length, nothing moved; another: ``AppendConflictError``), the fence
+        (``HistoryChangedError`` with both heads), an unknown ``head``
+        (``UnknownHeadError``), the move (and the ``move_id`` recorded in the
+        conversation's own move records, apart from append ids). Nothing changes when it
+        raises. Invalid arguments raise ``InvalidConversationIDError`` /
+        ``InvalidAppendIDError`` before any I/O."""
+        cid = ConversationID(conversation_id)
+        target = _head_id(head, "head")
+        expected = _head_id(expected_head, "expected_head")
+        mid = "" if move_id is None else _move_id(move_id)
+        closed_key, _, batches_key, length_key, tree_key, nodes_key, moves_key = self._keys(cid)
+        keys = (closed_key, batches_key, length_key, tree_key, nodes_key, moves_key)
+        client = self._client
+
+        async def move() -> Any:
+            return await _run(client, _MOVE, 6, *keys, target, expected, mid)
+
+        answer = await self._call(move, f"head move of conversation {str(cid)!r}")
+        _check_adopted(cid, answer)
+        outcome = _text(cid, answer, "head move outcome")
+        kind, _, rest = outcome.partition(":")
+        if kind == "moved" and rest.isdigit():
+            return int(rest)
+        if outcome == "closed":
+            raise closed_error(cid)
+        if kind == "conflict":
+            raise AppendConflictError(
+                f"move id {str(mid)!r} of conversation {str(cid)!r} was recorded moving the "
+                f"head to {rest!r}, this move names {str(target)!r}"
+            )
+        if kind == "changed":
+            length, _, actual = rest.partition(":")
+            if length.isdigit():
+                raise HistoryChangedError(
+                    int(length),
+                    int(length),
+                    cid,
+                    expected_head=expected,
+                    actual_head=actual,
+                )
+        if outcome == "unknown":
+            raise UnknownHeadError(
+                f"conversation {str(cid)!r} holds no batch {str(target)!r} to move its head to"
+            )
+        raise StoreError(f"Redis head move script returned {outcome!r}")
 
     async def _stored_ids(self, after: Any, limit: int) -> list[Any]:
         # The listing: every conversation scope appended to (ZRANGE only, never the
@@ -706,6 +1025,9 @@ class RedisStore(RecordStore):
         listing = self._listing
         count = len(batch.messages)
         expected = "" if batch.expected_length is None else str(batch.expected_length)
+        fenced, expected_head = (
+            (b"0", b"") if batch.expected_head is None else (b"1", batch.expected_head.encode())
+        )
         cluster = self.cluster
         # With a holder: the folded script, the lease key first and the holder first.
         script, lease, token = (
@@ -715,17 +1037,18 @@ class RedisStore(RecordStore):
         )
         n = len(lease)
 
+        arguments = (*token, aid, digest, record, count, expected, fenced, expected_head)
+
         async def append() -> Any:
             if not cluster:  # one script: the listing changes in the same atomic step
-                return await client.eval(
-                    script, n + 5, *lease, *keys, listing,
-                    *token, aid, digest, record, count, expected, member,
-                )  # fmt: skip
-            return await client.eval(
-                script, n + 4, *lease, *keys, *token, aid, digest, record, count, expected
-            )
+                return await _run(
+                    client, script, n + 7, *lease, *keys[:6], listing, *arguments, member
+                )
+            return await _run(client, script, n + 6, *lease, *keys[:6], *arguments)
 
-        return await self._call(append, f"append to conversation {str(cid)!r}")
+        outcome = await self._call(append, f"append to conversation {str(cid)!r}")
+        _check_adopted(cid, outcome)
+        return outcome
 
     async def _after_append(self, batch: Batch) -> None:
         if not self.cluster:
@@ -748,13 +1071,13 @@ class RedisStore(RecordStore):
 
         async def clear() -> None:
             if not cluster:
-                await client.eval(_CLEAR, 4, *keys[:3], listing, member)
+                await _run(client, _CLEAR, 7, *keys[:3], *keys[4:], listing, member)
                 return
             # Another slot: first marked in the listing's slot, so a listing checks this
             # id's closure until it left the listing (see _list), then closed, then
             # unlisted.
             await client.sadd(self._cleared, member)
-            await client.eval(_CLEAR, 3, *keys[:3])
+            await _run(client, _CLEAR, 6, *keys[:3], *keys[4:])
             await client.zrem(listing, member)
 
         await self._call(clear, f"clear of conversation {str(cid)!r}")
@@ -770,7 +1093,7 @@ class RedisStore(RecordStore):
         client = self._client
 
         async def acquire() -> Any:
-            return await client.eval(_ACQUIRE, 1, key, holder, millis)
+            return await _run(client, _ACQUIRE, 1, key, holder, millis)
 
         return bool(await self._call(acquire, f"lease of conversation {str(cid)!r}"))
 
@@ -779,7 +1102,7 @@ class RedisStore(RecordStore):
         client = self._client
 
         async def release() -> Any:
-            return await client.eval(_RELEASE, 1, key, holder)
+            return await _run(client, _RELEASE, 1, key, holder)
 
         return bool(await self._call(release, f"lease release of conversation {str(cid)!r}"))
 
@@ -788,13 +1111,13 @@ class RedisStore(RecordStore):
     ) -> HistoryView | None:
         # One script (append_release_turn: one script too; on a Cluster the listing is
         # updated after it, as for append).
-        closed_key, _, batches_key, length_key = self._keys(cid)
-        keys = (self._lease_key(cid), closed_key, length_key, batches_key)
+        closed_key, _, batches_key, length_key, tree_key, *_ = self._keys(cid)
+        keys = (self._lease_key(cid), closed_key, length_key, tree_key, batches_key)
         millis = max(1, math.ceil(ttl * 1000))
         client = self._client
 
         async def acquire_view() -> Any:
-            return await client.eval(_ACQUIRE_VIEW, 4, *keys, holder, millis)
+            return await _run(client, _ACQUIRE_VIEW, 5, *keys, holder, millis)
 
         answer = await self._call(acquire_view, f"lease and read of conversation {str(cid)!r}")
         if answer == 0:
@@ -840,7 +1163,7 @@ class RedisStore(RecordStore):
         start = b"-" if after is None else b"(" + after
         keys = (self._listing, self._cleared)
         members, flagged = await self._call(
-            lambda: client.eval(_LIST_PAGE, 2, *keys, start, size), "listing of conversations"
+            lambda: _run(client, _LIST_PAGE, 2, *keys, start, size), "listing of conversations"
         )
         page = [bytes(member) for member in members]
         suspects: list[int] = []
@@ -862,12 +1185,116 @@ class RedisStore(RecordStore):
         return page, [raw for raw in page if raw not in gone]
 
 
+#: Each script's SHA1 (hex), computed once: scripts run with ``EVALSHA``.
+_SHAS: dict[str, str] = {}
+
+
+async def _run(client: Any, script: str, numkeys: int, *args: Any) -> Any:
+    """Run ``script`` by its SHA1 (``EVALSHA``: the request carries 40 bytes, not the
+    script); a server that does not hold it yet (``NOSCRIPT``: a new or restarted
+    server, ``SCRIPT FLUSH``) gets it with ``SCRIPT LOAD`` (every master of a Cluster)
+    and runs it then. Either way the script runs once, as a whole."""
+    import redis.exceptions
+
+    sha = _SHAS.get(script)
+    if sha is None:
+        sha = _SHAS[script] = hashlib.sha1(script.encode("utf-8")).hexdigest()
+    try:
+        return await client.evalsha(sha, numkeys, *args)
+    except redis.exceptions.NoScriptError:
+        await client.script_load(script)
+        return await client.evalsha(sha, numkeys, *args)
+
+
 async def _exists_each(client: Any, keys: list[str]) -> list[Any]:
     """``EXISTS`` of each key, pipelined (one round trip per node)."""
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.exists(key)
     return list(await pipe.execute())
+
+
+def _text(cid: str, raw: Any, what: str) -> str:
+    """A script's text answer (UTF-8 bytes) as ``str``."""
+    if isinstance(raw, bytes):
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    elif isinstance(raw, str):
+        return raw
+    raise StoreError(f"conversation {str(cid)!r} is corrupt: its {what} is {raw!r}")
+
+
+def _corrupt_tree(cid: str, problem: str) -> StoreError:
+    """The error of a tree record that is not what scope wrote."""
+    return StoreError(f"conversation {str(cid)!r} is corrupt: its tree {problem}")
+
+
+def _number(cid: str, raw: Any, what: str) -> int:
+    """A decimal integer record (``-1`` allowed)."""
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
+    if not re.fullmatch(r"-?[0-9]{1,18}", text):
+        raise _corrupt_tree(cid, f"{what} is {raw!r}")
+    return int(text)
+
+
+#: A tree record: parent, run start, path length, created ("-": unknown), append id.
+_META: Final = re.compile(rb"(-?[0-9]{1,18}) ([0-9]{1,18}) ([0-9]{1,18}) (\S+) (.+)", re.DOTALL)
+
+
+def _meta(cid: str, index: int, raw: Any) -> tuple[int, int, int, float | None, str]:
+    """``(parent, run start, path length, created, append id)`` of batch ``index``'s tree
+    record (``StoreError`` when it is missing or malformed)."""
+    found = _META.fullmatch(raw) if isinstance(raw, bytes) else None
+    if found is None:
+        raise _corrupt_tree(cid, f"record of batch #{index + 1} is {raw!r}")
+    parent, start, length, when, aid = found.groups()
+    created: float | None = None
+    if when != b"-":
+        try:
+            created = float(when)
+        except ValueError:
+            raise _corrupt_tree(cid, f"record of batch #{index + 1} is {raw!r}") from None
+    try:
+        text = aid.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _corrupt_tree(cid, f"record of batch #{index + 1} is {raw!r}") from None
+    return int(parent), int(start), int(length), created, text
+
+
+def _check_adopted(cid: str, outcome: Any) -> None:
+    """Raise for the ``corrupt:<position>`` answer of a script that adopts a conversation
+    stored before branches: a record it could not take apart or count."""
+    text = outcome.decode("utf-8", "replace") if isinstance(outcome, bytes) else str(outcome)
+    if text.startswith("corrupt:"):
+        position = text.removeprefix("corrupt:")
+        number = int(position) + 1 if position.isdigit() else position
+        raise StoreError(
+            f"conversation {str(cid)!r} is corrupt: stored batch #{number} is not "
+            "'digest\\nappend id\\nmessages' with a JSON array of messages, so the "
+            "conversation (stored before branches) cannot become one branch; nothing was "
+            "written"
+        )
+
+
+def _head_id(value: object, what: str) -> str:
+    """A head as ``move_head`` takes it: ``""`` (before the first batch) or an append id
+    (``InvalidAppendIDError`` naming ``what`` otherwise)."""
+    if value == "" and isinstance(value, str):
+        return ""
+    try:
+        return AppendID(value)  # type: ignore[arg-type]
+    except InvalidAppendIDError as exc:
+        raise InvalidAppendIDError(f"{what} must be '' or an append id: {exc}") from None
+
+
+def _move_id(value: object) -> str:
+    """A move id: an append id's rules (``InvalidAppendIDError`` otherwise)."""
+    try:
+        return AppendID(value)  # type: ignore[arg-type]
+    except InvalidAppendIDError as exc:
+        raise InvalidAppendIDError(f"move_id must be None or an id: {exc}") from None
 
 
 def _fields(item: Any) -> tuple[Any, Any, Any, str]:

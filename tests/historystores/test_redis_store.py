@@ -131,14 +131,15 @@ async def test_keys_of_a_conversation_share_one_hash_tag(url: str, prefix: str, 
             tags.setdefault(hash_tag(key), set()).add(key)
         # One tag per conversation: the hex of its UTF-8 bytes.
         assert set(tags) == {cid.encode().hex().encode() for cid in hostile}
-        # Open conversations have their batches, dedupe record and length under that tag;
-        # the cleared one its closure evidence and last length.
+        # Open conversations have their batches, dedupe record, length and tree (records
+        # and append id -> position) under that tag; the cleared one its closure
+        # evidence and last length.
         for tag, group in tags.items():
             suffixes = {key.rsplit(b":", 1)[1] for key in group}
             if tag == b"{braces}".hex().encode():
                 assert suffixes == {b"closed", b"length"}
             else:
-                assert suffixes == {b"batches", b"ids", b"length"}
+                assert suffixes == {b"batches", b"ids", b"length", b"tree", b"nodes"}
 
 
 async def test_listing_holds_exactly_the_open_conversations(
