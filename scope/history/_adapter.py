@@ -8,10 +8,11 @@ from typing import Any, final
 
 from scope._validate import check_lease
 from scope.chat import Message
-from scope.errors import InvalidViewError, StoreError
+from scope.errors import HistoryChangedError, InvalidViewError, StoreError, UnknownHeadError
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, Store, Writer
+from scope.history._tree import HistoryTree, check_head, check_move_id
 from scope.history._view import HistoryView
 
 __all__ = ["LeaseTable", "StoreAdapter", "as_store"]
@@ -59,7 +60,8 @@ class StoreAdapter:
     What the wrapped store has of the rest of ``Store`` is used as it is; the adapter
     supplies what it lacks, and says where that is weaker than a store's own:
 
-    - ``read_view``: from ``read``: ``length`` is the number of messages read, and the
+    - ``read_view``: from ``read`` (or ``read_batches``, below): ``length`` is the
+      number of messages read, and the
       view is never ``closed`` (a closed conversation reads as ``[]``: its append then
       raises ``ConversationClosedError``). Not one atomic read: ``atomic_views`` is
       False, and the history ``Middleware`` does not fence turns read through it
@@ -73,6 +75,24 @@ class StoreAdapter:
     - ``read_batches`` and ``conversations`` cannot be derived from messages: without
       the wrapped store's own they raise ``TypeError`` naming what is missing (the
       Middleware never needs them; listing and ``scope history show`` do).
+    - Branches (DESIGN §6h): a simple store keeps one linear history, so the adapter
+      offers that history as a tree of one path whose head is its last batch. The
+      derived ``read_view`` names that head when the store has ``read_batches`` (the
+      view is then read from the batches, still one call; without ``read_batches``
+      its head is ``""``, unknown). ``read_tree`` (without the store's own): the
+      batches ``read_batches`` returns, each following the one before, the last the
+      head, no stored times (``created`` None), never ``closed``. ``move_head``
+      (without the store's own) moves nothing: it checks its arguments, then the fence
+      (``expected_head`` against the last batch: ``HistoryChangedError``), then the
+      target: ``head`` equal to the current head is the one move it can make (a no-op
+      returning the length; ``move_id`` is not recorded, so its retry is the same
+      no-op), a batch it does not hold raises ``UnknownHeadError``, and any other
+      (an earlier batch, or ``""`` on a non-empty history) raises ``StoreError``
+      saying the store keeps no branches. So ``rewind``/``switch`` through the adapter
+      fail cleanly and change nothing. An append's ``expected_head`` reaches the
+      wrapped store as it is: on a history that never branches the head is fixed by
+      the length, so the store's ``expected_length`` fence, when it has one, is the
+      same fence.
 
     ``folds`` says whether the wrapped store has its own folded lease steps
     (``acquire_turn_view`` and ``append_release_turn``); without them the history
@@ -113,9 +133,15 @@ class StoreAdapter:
         if own is not None:
             return await own(conversation_id)  # type: ignore[no-any-return]
         cid = ConversationID(conversation_id)
-        messages = tuple(await self._needed("read")(cid))
+        head = ""
+        if self._own("read_batches") is not None:
+            batches = await self._linear(cid)
+            messages = tuple(message for batch in batches for message in batch.messages)
+            head = str(batches[-1].id) if batches else ""
+        else:
+            messages = tuple(await self._needed("read")(cid))
         try:
-            return HistoryView(messages, len(messages))
+            return HistoryView(messages, len(messages), head=head)
         except InvalidViewError as exc:
             raise StoreError(
                 f"{type(self.store).__name__}.read of conversation {str(cid)!r} returned "
@@ -124,6 +150,63 @@ class StoreAdapter:
 
     async def read_batches(self, conversation_id: str) -> list[Batch]:
         return await self._needed("read_batches")(conversation_id)  # type: ignore[no-any-return]
+
+    async def read_tree(self, conversation_id: str) -> HistoryTree:
+        own = self._own("read_tree")
+        if own is not None:
+            return await own(conversation_id)  # type: ignore[no-any-return]
+        cid = ConversationID(conversation_id)
+        batches = await self._linear(cid)
+        return HistoryTree(
+            batches, range(-1, len(batches) - 1), (None,) * len(batches), len(batches) - 1
+        )
+
+    async def move_head(
+        self,
+        conversation_id: str,
+        head: str,
+        *,
+        expected_head: str,
+        move_id: str | None = None,
+    ) -> int:
+        own = self._own("move_head")
+        if own is not None:
+            return await own(  # type: ignore[no-any-return]
+                conversation_id, head, expected_head=expected_head, move_id=move_id
+            )
+        cid = ConversationID(conversation_id)
+        target = check_head(head, "head")
+        expected = check_head(expected_head, "expected_head")
+        check_move_id(move_id)
+        batches = await self._linear(cid)
+        length = sum(map(len, batches))
+        actual = str(batches[-1].id) if batches else ""
+        if actual != expected:
+            raise HistoryChangedError(
+                length, length, cid, expected_head=expected, actual_head=actual
+            )
+        if target == actual:
+            return length
+        if target and all(batch.id != target for batch in batches):
+            raise UnknownHeadError(
+                f"conversation {str(cid)!r} holds no batch {target!r}: the head was not moved"
+            )
+        raise StoreError(
+            f"{type(self.store).__name__} keeps one linear history (no move_head): the head "
+            f"of conversation {str(cid)!r} cannot move from {actual!r} to {target!r}"
+        )
+
+    async def _linear(self, cid: ConversationID) -> list[Batch]:
+        """The wrapped store's batches (``read_batches``), checked to be batches of
+        ``cid``."""
+        batches = list(await self._needed("read_batches")(cid))
+        for index, batch in enumerate(batches):
+            if type(batch) is not Batch or batch.conversation_id != cid:
+                raise StoreError(
+                    f"{type(self.store).__name__}.read_batches of conversation {str(cid)!r} "
+                    f"returned something that is not its batches at [{index}]"
+                )
+        return batches
 
     async def conversations(
         self, *, after: str | None = None, limit: int | None = None

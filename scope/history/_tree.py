@@ -3,14 +3,29 @@ atomic read (DESIGN §6h)."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from typing import final
 
 import attrs
 
-from scope.errors import InvalidViewError
+from scope.errors import InvalidAppendIDError, InvalidViewError
 from scope.history._batch import Batch
+from scope.history._ids import AppendID
 
-__all__ = ["HistoryTree"]
+__all__ = ["HistoryTree", "check_head", "check_move_id"]
+
+
+def _batches(value: Iterable[Batch]) -> tuple[Batch, ...]:
+    return tuple(value)
+
+
+def _ints(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
+
+
+def _times(value: Iterable[float | None]) -> tuple[float | None, ...]:
+    return tuple(value)
 
 
 @final
@@ -33,9 +48,9 @@ class HistoryTree:
     the root to ``head`` (``path(head)``). Invalid fields raise ``InvalidViewError``.
     """
 
-    batches: tuple[Batch, ...] = attrs.field(converter=tuple)
-    parents: tuple[int, ...] = attrs.field(converter=tuple)
-    created: tuple[float | None, ...] = attrs.field(converter=tuple)
+    batches: tuple[Batch, ...] = attrs.field(converter=_batches)
+    parents: tuple[int, ...] = attrs.field(converter=_ints)
+    created: tuple[float | None, ...] = attrs.field(converter=_times)
     head: int = -1
     closed: bool = False
 
@@ -77,6 +92,49 @@ class HistoryTree:
         path.reverse()
         return tuple(path)
 
+    def chain(self, index: int) -> str:
+        """The chain digest of the path from the root to ``batches[index]`` (DESIGN §6h):
+        ``chain(-1) == ""``; ``chain(i) == "sha256:" + hex(sha256((chain(parents[i]) +
+        "\\n" + batches[i].digest).encode()))``, so it covers every batch of the path, in
+        order. An index outside ``-1 .. len(batches) - 1`` raises ``IndexError``."""
+        if type(index) is not int or not -1 <= index < len(self.batches):
+            raise IndexError(
+                f"chain needs -1 or a batch index below {len(self.batches)}, got {index!r}"
+            )
+        digest = ""
+        for at in self.path(index):
+            text = digest + "\n" + self.batches[at].digest
+            digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        return digest
+
     def head_path(self) -> tuple[Batch, ...]:
         """The batches of the head path, in order: what ``read_batches`` returns."""
         return tuple(self.batches[i] for i in self.path(self.head))
+
+
+def check_head(value: object, what: str) -> str:
+    """``value`` as a head (an append id, or ``""``: before the first batch), or
+    ``InvalidAppendIDError`` naming ``what`` (before any I/O)."""
+    if value == "" and type(value) is str:
+        return ""
+    if type(value) is not str:
+        raise InvalidAppendIDError(
+            f"{what} must be a str (an append id or ''), got {type(value).__name__}"
+        )
+    try:
+        return str(AppendID(value))
+    except InvalidAppendIDError as exc:
+        raise InvalidAppendIDError(f"{what}: {exc}") from exc
+
+
+def check_move_id(value: object) -> AppendID | None:
+    """``value`` as a move id (an append id's rules; None: none), or
+    ``InvalidAppendIDError`` (before any I/O)."""
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise InvalidAppendIDError(f"move_id must be a str or None, got {type(value).__name__}")
+    try:
+        return AppendID(value)
+    except InvalidAppendIDError as exc:
+        raise InvalidAppendIDError(f"move_id: {exc}") from exc

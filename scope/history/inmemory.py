@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 import warnings
-from typing import Any, TypeVar, final
+from typing import Any, final
 
 import attrs
 
@@ -24,17 +25,81 @@ from scope.errors import (
     ConversationClosedError,
     HistoryChangedError,
     InvalidBatchError,
+    UnknownHeadError,
 )
 from scope.history._adapter import LeaseTable
 from scope.history._batch import Batch, Receipt
 from scope.history._cache import DEFAULT_CACHE_BYTES, HistoryCache
 from scope.history._cache import cache_bytes as _cache_bytes
 from scope.history._ids import AppendID, ConversationID
+from scope.history._tree import HistoryTree, check_head, check_move_id
 from scope.history._view import HistoryView
 
 __all__ = ["InMemoryStore"]
 
-T = TypeVar("T")
+
+@final
+class _Tree:
+    """One open conversation's tree, under the store's lock: every accepted batch in
+    stored order, its parent index, stored time and path length (messages from the root
+    through it), the dedupe index (append id -> batch index, across every branch), the
+    recorded head moves (move id -> target index), the head, and the head path kept
+    flat (its batches and messages) so reads are list copies and an append on any
+    branch extends it without walking the tree."""
+
+    __slots__ = (
+        "batches",
+        "created",
+        "head",
+        "index",
+        "lengths",
+        "messages",
+        "moves",
+        "parents",
+        "path",
+    )
+
+    def __init__(self) -> None:
+        self.batches: list[Batch] = []
+        self.parents: list[int] = []
+        self.created: list[float] = []
+        self.lengths: list[int] = []
+        self.index: dict[AppendID, int] = {}
+        self.moves: dict[AppendID, int] = {}
+        self.head = -1
+        self.path: list[Batch] = []
+        self.messages: list[Message] = []
+
+    def length(self, index: int) -> int:
+        """The number of messages on the path from the root through ``index``."""
+        return 0 if index == -1 else self.lengths[index]
+
+    def head_id(self) -> str:
+        return "" if self.head == -1 else str(self.batches[self.head].id)
+
+    def add(self, batch: Batch) -> None:
+        """Store ``batch`` after the head and make it the head."""
+        parent = self.head
+        self.index[batch.id] = len(self.batches)
+        self.batches.append(batch)
+        self.parents.append(parent)
+        self.created.append(time.time())
+        self.lengths.append(self.length(parent) + len(batch.messages))
+        self.head = len(self.batches) - 1
+        self.path.append(batch)
+        self.messages.extend(batch.messages)
+
+    def move(self, index: int) -> None:
+        """Make ``batches[index]`` (-1: before the first batch) the head."""
+        path: list[Batch] = []
+        at = index
+        while at != -1:
+            path.append(self.batches[at])
+            at = self.parents[at]
+        path.reverse()
+        self.head = index
+        self.path = path
+        self.messages = [message for batch in path for message in batch.messages]
 
 
 @final
@@ -45,20 +110,26 @@ class InMemoryStore:
     Guarantees, beyond the store rules every backend keeps (see ``scope.history``):
 
     - **Atomicity.** Each method runs to completion under one lock and never suspends, so
-      it cannot be interrupted half-way: the closed check, the dedupe record, the
-      ``expected_length`` fence and the message insert of an ``append`` happen together
-      or not at all, and a ``read_view`` sees one state. A lease step
+      it cannot be interrupted half-way: the closed check, the dedupe record (across
+      every branch), the ``expected_length``/``expected_head`` fence and the insert of
+      an ``append`` happen together or not at all, and a ``read_view`` or ``read_tree``
+      sees one state; ``move_head`` checks and moves in one step too. A lease step
       (``acquire_turn``/``release_turn``) is one locked step too, and so are the folded
       ones (``acquire_turn_view``: the lease and the view; ``append_release_turn``: the
       append and the release); leases expire by ``time.monotonic()``.
+    - **Branches.** Each conversation is a tree of batches (DESIGN §6h): each batch
+      keeps its parent, its stored time (``time.time()``) and its path length, and the
+      head path is kept flat, so an append on any branch costs what it costs on a
+      linear history and a read is a list copy; ``move_head`` rebuilds the flat head
+      path from the tree (in memory, no message is copied).
     - **Cancellation.** No method has a checkpoint: a call that starts finishes. A task
       cancelled before the call starts leaves the store untouched.
     - **Sharing.** Batches and messages are immutable values, so reads hand out the stored
       objects (the appended ``Batch`` itself) in a new list; callers may change the list
       freely.
     - **Memory.** A cleared conversation keeps only its id (the closure evidence) and its
-      last length; its batches, messages and dedupe records are dropped. Nothing is ever
-      evicted otherwise.
+      last length; every branch's batches, its dedupe and move records are dropped.
+      Nothing is ever evicted otherwise (branching deletes nothing).
     - **Cache.** ``InMemoryStore(cache_bytes=...)`` bounds this handle's
       ``history_cache`` (default 32 MiB; 0 keeps nothing): the replays the history
       Middleware checked, so a turn checks only what is new (the messages themselves
@@ -72,20 +143,11 @@ class InMemoryStore:
     _cache: HistoryCache = attrs.field(init=False, repr=False)
 
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
-    # The accepted batches of each open conversation, in append order, and the same
-    # messages flattened (so read() is a list copy). Both change together, under the lock.
-    _batches: dict[ConversationID, list[Batch]] = attrs.field(factory=dict, init=False, repr=False)
-    _messages: dict[ConversationID, list[Message]] = attrs.field(
-        factory=dict, init=False, repr=False
-    )
-    # Dedupe evidence: append id -> digest of the accepted batch, per conversation, so a
-    # retry is recognised for as long as the conversation is open.
-    _accepted: dict[ConversationID, dict[AppendID, str]] = attrs.field(
-        factory=dict, init=False, repr=False
-    )
+    # The tree of each open conversation (see _Tree); changed only under the lock.
+    _trees: dict[ConversationID, _Tree] = attrs.field(factory=dict, init=False, repr=False)
     # Closure evidence: never expires.
     _closed: set[ConversationID] = attrs.field(factory=set, init=False, repr=False)
-    # How many messages each conversation holds (kept after a clear: its last length).
+    # The last head path length of each cleared conversation (its closed view's length).
     _lengths: dict[ConversationID, int] = attrs.field(factory=dict, init=False, repr=False)
     # Turn leases, by time.monotonic().
     _leases: LeaseTable = attrs.field(factory=LeaseTable, init=False, repr=False)
@@ -99,15 +161,19 @@ class InMemoryStore:
         return self._cache
 
     async def read(self, conversation_id: str) -> list[Message]:
-        """A new list of the conversation's messages in stored order.
+        """A new list of the messages on the conversation's head path, in order.
 
         ``[]`` for an unknown or closed conversation. An invalid id raises
         ``InvalidConversationIDError``.
         """
-        return self._copy(conversation_id, self._messages)
+        cid = ConversationID(conversation_id)
+        with self._lock:
+            tree = self._trees.get(cid)
+            return [] if tree is None else list(tree.messages)
 
     async def read_view(self, conversation_id: str) -> HistoryView:
-        """The conversation's messages, length and closure, under one lock.
+        """The head path's messages, its length, the head and the closure, under one
+        lock.
 
         A closed conversation keeps its last length. An invalid id raises
         ``InvalidConversationIDError``.
@@ -117,36 +183,107 @@ class InMemoryStore:
             return self._view_locked(cid)
 
     def _view_locked(self, cid: ConversationID) -> HistoryView:
-        length = self._lengths.get(cid, 0)
         if cid in self._closed:
-            return HistoryView((), length, True)
-        return HistoryView(tuple(self._messages.get(cid, ())), length)
+            return HistoryView((), self._lengths.get(cid, 0), True)
+        tree = self._trees.get(cid)
+        if tree is None:
+            return HistoryView((), 0)
+        return HistoryView(tuple(tree.messages), tree.length(tree.head), head=tree.head_id())
 
     async def read_batches(self, conversation_id: str) -> list[Batch]:
-        """A new list of the conversation's accepted batches in append order: the
-        ``Batch`` objects that were appended (a retry's batch is not added again).
+        """A new list of the batches on the head path, in order: the ``Batch`` objects
+        that were appended (a retry's batch is not added again).
 
         ``[]`` for an unknown or closed conversation. An invalid id raises
         ``InvalidConversationIDError``.
         """
-        return self._copy(conversation_id, self._batches)
-
-    def _copy(self, conversation_id: str, table: dict[ConversationID, list[T]]) -> list[T]:
-        """A new list of ``table``'s entry for the conversation; ``[]`` when unknown or
-        closed."""
         cid = ConversationID(conversation_id)
         with self._lock:
-            return [] if cid in self._closed else list(table.get(cid, ()))
+            tree = self._trees.get(cid)
+            return [] if tree is None else list(tree.path)
+
+    async def read_tree(self, conversation_id: str) -> HistoryTree:
+        """Every batch of every branch in stored order, their parents and stored times
+        (``time.time()``), and the head, under one lock (see ``scope.history.Store``).
+        An unknown conversation is an empty tree, a closed one an empty tree with
+        ``closed=True``. An invalid id raises ``InvalidConversationIDError``."""
+        cid = ConversationID(conversation_id)
+        with self._lock:
+            if cid in self._closed:
+                return HistoryTree((), (), (), -1, True)
+            tree = self._trees.get(cid)
+            if tree is None:
+                return HistoryTree((), (), ())
+            batches, parents, created = (
+                tuple(tree.batches),
+                tuple(tree.parents),
+                tuple(tree.created),
+            )
+            head = tree.head
+        return HistoryTree(batches, parents, created, head)
+
+    async def move_head(
+        self,
+        conversation_id: str,
+        head: str,
+        *,
+        expected_head: str,
+        move_id: str | None = None,
+    ) -> int:
+        """Make ``head`` (an append id of any branch; ``""``: before the first batch) the
+        head under one lock, and return the new head path's length, with every rule of
+        ``scope.history.Store.move_head`` (closed, the move id's retry or conflict, the
+        ``expected_head`` fence, an unknown head; nothing changes when it raises)."""
+        cid = ConversationID(conversation_id)
+        target_id = check_head(head, "head")
+        expected = check_head(expected_head, "expected_head")
+        mid = check_move_id(move_id)
+        with self._lock:
+            if cid in self._closed:
+                raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
+            tree = self._trees.get(cid)
+            if mid is not None and tree is not None and mid in tree.moves:
+                recorded = tree.moves[mid]
+                recorded_id = "" if recorded == -1 else str(tree.batches[recorded].id)
+                if recorded_id != target_id:
+                    raise AppendConflictError(
+                        f"move id {str(mid)!r} of conversation {str(cid)!r} moved the head "
+                        f"to {recorded_id!r}, this move names {target_id!r}"
+                    )
+                return tree.length(recorded)
+            actual = "" if tree is None else tree.head_id()
+            if actual != expected:
+                length = 0 if tree is None else tree.length(tree.head)
+                raise HistoryChangedError(
+                    length, length, cid, expected_head=expected, actual_head=actual
+                )
+            if target_id == "":
+                target = -1
+            else:
+                found = None if tree is None else tree.index.get(AppendID(target_id))
+                if found is None:
+                    raise UnknownHeadError(
+                        f"conversation {str(cid)!r} holds no batch {target_id!r}: the head "
+                        "was not moved"
+                    )
+                target = found
+            if tree is None:  # an unknown conversation moved to "": nothing to record
+                return 0
+            tree.move(target)
+            if mid is not None:
+                tree.moves[mid] = target
+            return tree.length(target)
 
     async def append(self, batch: Batch) -> Receipt:
-        """Append every message of ``batch``, contiguously and in order, and return its
-        receipt.
+        """Append every message of ``batch`` after the head, contiguously and in order;
+        the batch becomes the head. Returns its receipt.
 
-        A retry of an accepted batch (same conversation, id and digest) returns an equal
-        receipt and appends nothing, whatever its ``expected_length``. The same id with
-        another digest raises ``AppendConflictError``; a closed conversation raises
-        ``ConversationClosedError`` (retries of accepted batches included); a fenced batch
-        whose ``expected_length`` is not the conversation's length raises
+        A retry of an accepted batch (same conversation, id and digest, on any branch)
+        returns an equal receipt and appends nothing (the head does not move), whatever
+        its fences. The same id with another digest raises ``AppendConflictError``; a
+        closed conversation raises ``ConversationClosedError`` (retries of accepted
+        batches included); a fenced batch whose ``expected_length`` is not the head
+        path's length, or whose ``expected_head`` is not the head, raises
         ``HistoryChangedError``; in each case nothing is appended. Anything but a
         ``Batch`` raises ``InvalidBatchError``.
         """
@@ -161,37 +298,48 @@ class InMemoryStore:
         cid = batch.conversation_id
         if cid in self._closed:
             raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
-        accepted = self._accepted.get(cid)
-        digest = None if accepted is None else accepted.get(batch.id)
-        if digest is not None:
+        tree = self._trees.get(cid)
+        found = None if tree is None else tree.index.get(batch.id)
+        if tree is not None and found is not None:
+            digest = tree.batches[found].digest
             if digest != batch.digest:
                 raise AppendConflictError(
                     f"append id {str(batch.id)!r} of conversation {str(cid)!r} was "
                     f"accepted with digest {digest}, this batch has {batch.digest}"
                 )
             return  # a retry of an accepted batch: nothing to write
-        length = self._lengths.get(cid, 0)
+        length = 0 if tree is None else tree.length(tree.head)
+        head = "" if tree is None else tree.head_id()
         expected = batch.expected_length
-        if expected is not None and expected != length:
-            raise HistoryChangedError(expected, length, cid)
-        self._accepted.setdefault(cid, {})[batch.id] = batch.digest
-        self._batches.setdefault(cid, []).append(batch)
-        self._messages.setdefault(cid, []).extend(batch.messages)
-        self._lengths[cid] = length + len(batch.messages)
+        expected_head = batch.expected_head
+        if (expected is not None and expected != length) or (
+            expected_head is not None and expected_head != head
+        ):
+            raise HistoryChangedError(
+                length if expected is None else expected,
+                length,
+                cid,
+                expected_head=expected_head,
+                actual_head=None if expected_head is None else head,
+            )
+        if tree is None:
+            tree = self._trees[cid] = _Tree()
+        tree.add(batch)
 
     async def clear(self, conversation_id: str) -> None:
-        """Close the conversation for ever: its batches are dropped, it reads as ``[]``,
-        leaves the listing, and every later append raises ``ConversationClosedError``.
+        """Close the conversation for ever: every branch is dropped, it reads as ``[]``,
+        leaves the listing, and every later append or head move raises
+        ``ConversationClosedError``.
 
         Idempotent; an id never written is closed too. An invalid id raises
         ``InvalidConversationIDError``.
         """
         cid = ConversationID(conversation_id)
         with self._lock:
+            tree = self._trees.pop(cid, None)
+            if cid not in self._closed:
+                self._lengths[cid] = 0 if tree is None else tree.length(tree.head)
             self._closed.add(cid)
-            self._batches.pop(cid, None)
-            self._messages.pop(cid, None)
-            self._accepted.pop(cid, None)
         self._cache.forget(cid)
 
     async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
@@ -236,14 +384,14 @@ class InMemoryStore:
     async def conversations(
         self, *, after: str | None = None, limit: int | None = None
     ) -> list[ConversationID]:
-        """The open conversations holding at least one message: unique, in lexical
+        """The open conversations holding at least one batch (on any branch): unique, in lexical
         (code point) order; ``[]`` when none. ``after``: only ids after this one (keyset
         pagination); ``limit``: at most this many (an int >= 1; None: all). Bad arguments
         raise ``ValueError`` (``InvalidConversationIDError`` for ``after``)."""
         count = check_limit(limit)
         start = None if after is None else ConversationID(after)
         with self._lock:
-            ids = sorted(self._batches)
+            ids = sorted(self._trees)
         first = 0 if start is None else bisect.bisect_right(ids, start)
         return ids[first:] if count is None else ids[first : first + count]
 

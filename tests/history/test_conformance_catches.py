@@ -63,7 +63,8 @@ _BROKEN_STORE = textwrap.dedent(
                 # The length comes from a second read, after a scheduling point.
                 await anyio.lowlevel.checkpoint()
             length = len(self.state["messages"].get(cid, ()))
-            return HistoryView(messages, length)
+            batches = self.state["batches"].get(cid)
+            return HistoryView(messages, length, head=str(batches[-1].id) if batches else "")
 
         def _fence(self, cid, batch):
             length = len(self.state["messages"].get(cid, ()))

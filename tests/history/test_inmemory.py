@@ -102,11 +102,13 @@ async def test_read_shares_the_immutable_messages() -> None:
 async def test_clear_drops_messages_and_dedupe_records_but_keeps_closure() -> None:
     store = InMemoryStore()
     await store.append(Batch("c", "a1", [user_message("hi")]))
+    await store.append(Batch("c", "a2", [user_message("again")]))
+    await store.move_head("c", "a1", expected_head="a2")  # a second branch
+    await store.append(Batch("c", "a3", [user_message("other")]))
     await store.clear("c")
-    assert store._batches == {}
-    assert store._messages == {}
-    assert store._accepted == {}
+    assert store._trees == {}  # every branch, its dedupe and move records
     assert store._closed == {ConversationID("c")}
+    assert store._lengths == {ConversationID("c"): 2}
 
 
 def test_repr_does_not_dump_the_contents() -> None:

@@ -133,8 +133,9 @@ class TurnRules(Base):
         assert view.closed is False
         assert list(view.messages) == await store.read("c")
         assert view.length == len(messages) + 3
+        assert view.head == "a2"
         assert await store.read_view(ConversationID("other")) == HistoryView(
-            tuple(_turn("o")), 2, False
+            tuple(_turn("o")), 2, False, head="a1"
         )
 
     async def test_view_of_a_closed_conversation(self, store: Any) -> None:
