@@ -573,20 +573,20 @@ class Conversation:
                 f"conversation {str(cid)!r} is closed (cleared): nothing to {what}"
             )
         path = tree.path(tree.head)
-        head = tree.batches[path[-1]].id if path else ""
+        head = str(tree.batches[path[-1]].id) if path else ""
         length = sum(len(tree.batches[i]) for i in path)
         if expected is not None and expected != head:
             raise HistoryChangedError(length, length, cid, expected_head=expected, actual_head=head)
         number = len(path) if turn is None else turn
         if not 1 <= number <= len(path):
             there = f"it has {len(path)} turn{'s' if len(path) != 1 else ''}"
-            asked = "the last turn" if turn is None else f"turn {number}"
+            asked = "last turn" if turn is None else f"turn {number}"
             raise UnknownHeadError(
                 f"conversation {str(cid)!r}: no {asked} to {what} ({there} on its head path)"
             )
         if user is None:
             user = _stored_user(tree.batches[path[number - 1]], number, cid)
-        target = tree.batches[path[number - 2]].id if number > 1 else ""
+        target = str(tree.batches[path[number - 2]].id) if number > 1 else ""
         moved = await store.move_head(cid, target, expected_head=head)
         stored = False
         try:
