@@ -13,6 +13,11 @@ from scope.errors import WindowTooSmallError as WindowTooSmallError
 from scope.history._adapter import StoreAdapter as StoreAdapter
 from scope.history._batch import Batch as Batch
 from scope.history._batch import Receipt as Receipt
+from scope.history._branches import Branch as Branch
+from scope.history._branches import branches as branches
+from scope.history._branches import fork as fork
+from scope.history._branches import rewind as rewind
+from scope.history._branches import switch as switch
 from scope.history._cache import HistoryCache as HistoryCache
 from scope.history._compact import compact as compact
 from scope.history._ids import AppendID as AppendID
@@ -39,6 +44,7 @@ __all__ = [
     "AppendConflictError",
     "AppendID",
     "Batch",
+    "Branch",
     "COMPACTION_KEY",
     "Clearer",
     "CommitError",
@@ -69,7 +75,11 @@ __all__ = [
     "WindowReader",
     "WindowTooSmallError",
     "Writer",
+    "branches",
     "compact",
+    "fork",
+    "rewind",
+    "switch",
 ]
 
 from scope._validate import publish as _publish

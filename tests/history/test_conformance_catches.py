@@ -27,19 +27,42 @@ _BROKEN_STORE = textwrap.dedent(
         ConversationClosedError,
         HistoryChangedError,
         InvalidBatchError,
+        UnknownHeadError,
     )
-    from scope.history import Batch, ConversationID, HistoryView
+    from scope.history import AppendID, Batch, ConversationID, HistoryTree, HistoryView
     from scope.history.storetest import StoreConformance
 
     class Store:
-        """A configurable in-memory store; every name in ``broken`` disables one rule."""
+        """A configurable in-memory store; every name in ``broken`` disables one rule.
+
+        Each conversation is a tree (``state["trees"]``: batches, parents, created
+        times, the head, move records); ``messages`` and ``batches`` keep its head path
+        flat, as the in-memory store does."""
 
         def __init__(self, broken, state=None):
             self.broken = broken
             self.state = state or {
                 "messages": {}, "batches": {}, "accepted": {}, "closed": set(),
-                "leases": {},
+                "leases": {}, "trees": {},
             }
+
+        def _tree(self, cid):
+            return self.state["trees"].get(cid) or {
+                "batches": [], "parents": [], "created": [], "head": -1, "moves": {},
+            }
+
+        def _head(self, tree):
+            return "" if tree["head"] == -1 else str(tree["batches"][tree["head"]].id)
+
+        def _path(self, tree, index):
+            path = []
+            while index != -1:
+                path.append(tree["batches"][index])
+                index = tree["parents"][index]
+            return path[::-1]
+
+        def _length(self, tree, index):
+            return sum(len(b) for b in self._path(tree, index))
 
         async def read(self, conversation_id):
             if "validate-after-io" in self.broken:
@@ -63,14 +86,25 @@ _BROKEN_STORE = textwrap.dedent(
                 # The length comes from a second read, after a scheduling point.
                 await anyio.lowlevel.checkpoint()
             length = len(self.state["messages"].get(cid, ()))
-            batches = self.state["batches"].get(cid)
-            return HistoryView(messages, length, head=str(batches[-1].id) if batches else "")
+            head = "" if "view-head" in self.broken else self._head(self._tree(cid))
+            return HistoryView(messages, length, head=head)
 
         def _fence(self, cid, batch):
             length = len(self.state["messages"].get(cid, ()))
-            if batch.expected_length is not None and batch.expected_length != length:
-                if "fence" not in self.broken:
-                    raise HistoryChangedError(batch.expected_length, length, cid)
+            head = self._head(self._tree(cid))
+            refused = batch.expected_length is not None and batch.expected_length != length
+            if "head-fence" not in self.broken:
+                refused = refused or (
+                    batch.expected_head is not None and batch.expected_head != head
+                )
+            if refused and "fence" not in self.broken:
+                raise HistoryChangedError(
+                    length if batch.expected_length is None else batch.expected_length,
+                    length,
+                    cid,
+                    expected_head=batch.expected_head,
+                    actual_head=None if batch.expected_head is None else head,
+                )
 
         async def read_batches(self, conversation_id):
             if "validate-after-io" in self.broken:
@@ -83,6 +117,76 @@ _BROKEN_STORE = textwrap.dedent(
                 out.reverse()
             return out
 
+        async def read_tree(self, conversation_id):
+            if "validate-after-io" in self.broken:
+                await anyio.lowlevel.checkpoint()
+            cid = ConversationID(conversation_id)
+            if cid in self.state["closed"] and "clear-keeps-branches" not in self.broken:
+                return HistoryTree((), (), (), -1, True)
+            tree = self._tree(cid)
+            parents = tree["parents"]
+            if "tree-parents" in self.broken:
+                parents = list(range(-1, len(parents) - 1))
+            created = tree["created"]
+            if "tree-created" in self.broken:
+                created = [None] * len(created)
+            head = tree["head"]
+            if "tree-head" in self.broken:
+                head = len(tree["batches"]) - 1
+            return HistoryTree(tree["batches"], parents, created, head)
+
+        def _moved(self, cid, tree, index):
+            tree["head"] = index
+            if "head-path" in self.broken:
+                return  # the head moves, the flat head path stays as it was
+            path = self._path(tree, index)
+            self.state["batches"][cid] = path
+            self.state["messages"][cid] = [m for b in path for m in b.messages]
+
+        async def move_head(self, conversation_id, head, *, expected_head, move_id=None):
+            if "validate-after-io" in self.broken:
+                await anyio.lowlevel.checkpoint()
+            cid = ConversationID(conversation_id)
+            head = "" if head == "" else str(AppendID(head))
+            expected_head = "" if expected_head == "" else str(AppendID(expected_head))
+            move_id = None if move_id is None else AppendID(move_id)
+            if cid in self.state["closed"] and "move-closed" not in self.broken:
+                raise ConversationClosedError(cid)
+            tree = self._tree(cid)
+            ids = {str(b.id): i for i, b in enumerate(tree["batches"])}
+            moves = tree["moves"]
+            if move_id is not None and move_id in moves and "move-id" not in self.broken:
+                recorded = moves[move_id]
+                if recorded != head and "move-id-conflict" not in self.broken:
+                    raise AppendConflictError(move_id)
+                return self._length(tree, ids[recorded] if recorded else -1)
+            if "move-ids-shared" in self.broken and move_id is not None and move_id in ids:
+                raise AppendConflictError(move_id)  # move ids taken for append ids
+            if "move-order" in self.broken and head and head not in ids:
+                raise UnknownHeadError(head)
+            actual = self._head(tree)
+            if actual != expected_head and "move-fence" not in self.broken:
+                if "move-partial" in self.broken and move_id is not None:
+                    moves[move_id] = head
+                length = self._length(tree, tree["head"])
+                raise HistoryChangedError(
+                    length, length, cid, expected_head=expected_head, actual_head=actual
+                )
+            if "move-race" in self.broken:
+                # Checks the fence, then yields before moving: not atomic.
+                await anyio.lowlevel.checkpoint()
+            if head and head not in ids:
+                if "move-unknown" not in self.broken:
+                    raise UnknownHeadError(head)
+                head = ""
+            if not tree["batches"]:
+                return 0
+            index = ids[head] if head else -1
+            self._moved(cid, tree, index)
+            if move_id is not None:
+                moves[move_id] = head
+            return self._length(tree, index)
+
         async def append(self, batch):
             if not isinstance(batch, Batch):
                 raise InvalidBatchError("not a batch")
@@ -93,8 +197,15 @@ _BROKEN_STORE = textwrap.dedent(
                 raise ConversationClosedError(cid)
             key = (cid, batch.id) if "global-ids" not in self.broken else batch.id
             seen = self.state["accepted"].get(key)
+            if seen is not None and "dedupe-branch" in self.broken:
+                on_path = any(b.id == batch.id for b in self.state["batches"].get(cid, ()))
+                seen = seen if on_path else None
             if seen is not None and "dedupe" not in self.broken:
                 if seen == batch.digest or "conflict" in self.broken:
+                    if "dedupe-moves-head" in self.broken:
+                        tree = self._tree(cid)
+                        at = [str(b.id) for b in tree["batches"]].index(batch.id)
+                        self._moved(cid, tree, at)
                     return batch.receipt()
                 raise AppendConflictError(batch.id)
             if seen is not None and "conflict" not in self.broken and seen != batch.digest:
@@ -105,6 +216,7 @@ _BROKEN_STORE = textwrap.dedent(
                 await anyio.lowlevel.checkpoint()
             else:
                 self._fence(cid, batch)
+            tree = self.state["trees"].setdefault(cid, self._tree(cid))
             if "atomic" in self.broken:
                 # One message at a time, with a scheduling point between them, and the
                 # dedupe record written last.
@@ -114,6 +226,15 @@ _BROKEN_STORE = textwrap.dedent(
             else:
                 self.state["messages"].setdefault(cid, []).extend(batch.messages)
             self.state["batches"].setdefault(cid, []).append(batch)
+            parent = tree["head"]
+            if "extend-from-last" in self.broken:
+                parent = len(tree["batches"]) - 1
+            tree["batches"].append(batch)
+            tree["parents"].append(parent)
+            tree["created"].append(time.time())
+            tree["head"] = len(tree["batches"]) - 1
+            if "extend-from-last" in self.broken:
+                self._moved(cid, tree, tree["head"])
             self.state["accepted"][key] = batch.digest
             return batch.receipt()
 
@@ -123,6 +244,8 @@ _BROKEN_STORE = textwrap.dedent(
                 self.state["closed"].add(cid)
                 self.state["messages"].pop(cid, None)
                 self.state["batches"].pop(cid, None)
+                if "clear-keeps-branches" not in self.broken:
+                    self.state["trees"].pop(cid, None)
 
         async def acquire_turn(self, conversation_id, holder, ttl):
             cid = ConversationID(conversation_id)
@@ -191,7 +314,10 @@ _BROKEN_STORE = textwrap.dedent(
         async def conversations(self, *, after=None, limit=None):
             if limit is not None and (type(limit) is not int or limit < 1):
                 raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
-            names = list(self.state["messages"])
+            names = [
+                n for n in self.state["trees"]
+                if n not in self.state["closed"] or "closure" in self.broken
+            ]
             if "listing" in self.broken:
                 return names
             names = sorted(names)
@@ -292,6 +418,8 @@ CASES = [
         "invalid",
         {
             "test_invalid_conversation_ids_rejected_before_io",
+            "test_move_head_invalid_arguments_rejected_before_io",
+            "test_tree_invalid_conversation_ids_rejected_before_io",
         },
     ),
     (
@@ -320,6 +448,82 @@ CASES = [
             "test_closed_and_conflict_win_over_the_fence",
         },
     ),
+    (
+        "head-path",
+        "head",
+        {
+            "test_head_path_reads_after_a_rewind",
+            "test_head_append_after_rewind_extends_from_the_new_head",
+            "test_head_moves_return_the_new_head_path_length",
+        },
+    ),
+    (
+        "view-head",
+        "head or views",
+        {"test_head_path_reads_after_a_rewind", "test_views_agree_with_read"},
+    ),
+    ("extend-from-last", "head", {"test_head_append_after_rewind_extends_from_the_new_head"}),
+    ("dedupe-branch", "head", {"test_head_retry_of_a_batch_on_another_branch_returns_its_receipt"}),
+    (
+        "dedupe-moves-head",
+        "head",
+        {"test_head_retry_of_a_batch_on_another_branch_returns_its_receipt"},
+    ),
+    (
+        "head-fence",
+        "head_fence",
+        {
+            "test_head_fence_refuses_another_branch_at_equal_length",
+            "test_head_fence_of_a_new_conversation_is_the_empty_head",
+        },
+    ),
+    ("move-closed", "move_head", {"test_move_head_of_a_closed_conversation_raises_closed"}),
+    (
+        "move-id",
+        "move_head or durable_tree",
+        {
+            "test_move_head_retry_of_a_move_id_moves_nothing",
+            "test_move_head_checks_closed_then_move_id_then_fence_then_head",
+            "test_durable_tree_and_move_ids_survive_reopen",
+        },
+    ),
+    ("move-id-conflict", "move_head", {"test_move_head_move_id_for_another_head_conflicts"}),
+    ("move-ids-shared", "move_head", {"test_move_head_move_ids_are_their_own_namespace"}),
+    (
+        "move-fence",
+        "move_head or racing",
+        {
+            "test_move_head_fenced_by_head_raises_history_changed_with_heads",
+            "test_rewind_racing_fenced_turns_exactly_one_wins",
+            "test_rewind_racing_fenced_turns_across_two_handles",
+        },
+    ),
+    ("move-unknown", "move_head", {"test_move_head_to_an_unknown_head_raises_unknown_head"}),
+    (
+        "move-partial",
+        "move_head",
+        {"test_move_head_fenced_by_head_raises_history_changed_with_heads"},
+    ),
+    ("move-order", "move_head", {"test_move_head_checks_closed_then_move_id_then_fence_then_head"}),
+    (
+        "move-race",
+        "racing",
+        {
+            "test_rewind_racing_fenced_turns_exactly_one_wins",
+            "test_rewind_racing_fenced_turns_across_two_handles",
+        },
+    ),
+    ("tree-created", "tree", {"test_tree_shape_parents_head_and_created_times"}),
+    (
+        "tree-parents",
+        "tree or head",
+        {
+            "test_tree_shape_parents_head_and_created_times",
+            "test_head_append_after_rewind_extends_from_the_new_head",
+        },
+    ),
+    ("tree-head", "tree", {"test_tree_shape_parents_head_and_created_times"}),
+    ("clear-keeps-branches", "clear", {"test_clear_closes_every_branch"}),
     ("fence-race", "fenced", {"test_concurrent_fenced_appends_at_one_length_exactly_one_lands"}),
     ("view-atomic", "view", {"test_views_are_atomic_under_concurrent_appends"}),
     ("durable-messages", "durable", {"test_durable_messages_survive_reopen"}),

@@ -16,16 +16,26 @@ from scope.chat import (
     assistant_message,
     user_message,
 )
-from scope.errors import StoreError, TurnInProgressError
+from scope.errors import (
+    HistoryChangedError,
+    InvalidAppendIDError,
+    InvalidConversationIDError,
+    StoreError,
+    TurnInProgressError,
+    UnknownHeadError,
+)
 from scope.history import (
     Batch,
+    HistoryTree,
     HistoryView,
     Middleware,
     Receipt,
     Store,
     StoreAdapter,
+    rewind,
 )
 from scope.history.inmemory import InMemoryStore
+from scope.history.storetest import StoreConformance
 
 pytestmark = pytest.mark.anyio
 
@@ -195,3 +205,99 @@ async def test_a_middleware_over_a_simple_reader_does_not_fence() -> None:
             first.go.set()
             second.go.set()
     assert sorted(m.text for m in await simple.read("c")) == ["ok", "ok", "one", "two"]
+
+
+class Linear(Simple):
+    """A simple store that also reads its batches: one linear history, no branches."""
+
+    async def read_batches(self, conversation_id: str) -> list[Batch]:
+        return await self.inner.read_batches(conversation_id)
+
+
+async def test_a_linear_store_is_one_path_whose_head_is_its_last_batch() -> None:
+    adapted = StoreAdapter(Linear())
+    assert await adapted.read_tree("c") == HistoryTree((), (), ())
+    assert await adapted.read_view("c") == HistoryView((), 0, head="")
+    first, second = Batch("c", "a1", TURN), Batch("c", "a2", TURN[:1])
+    await adapted.append(first)
+    await adapted.append(second)
+    assert await adapted.read_tree("c") == HistoryTree((first, second), (-1, 0), (None, None), 1)
+    assert await adapted.read_view("c") == HistoryView((*TURN, TURN[0]), 3, head="a2")
+    # Without read_batches the derived view cannot name the head.
+    plain = StoreAdapter(Simple())
+    await plain.append(first)
+    assert await plain.read_view("c") == HistoryView(TURN, 2, head="")
+    with pytest.raises(TypeError, match="Simple has no read_batches"):
+        await plain.read_tree("c")
+    with pytest.raises(TypeError, match="Simple has no read_batches"):
+        await plain.move_head("c", "", expected_head="")
+
+
+async def test_a_linear_store_moves_its_head_only_where_it_is() -> None:
+    linear = Linear()
+    adapted = StoreAdapter(linear)
+    assert await adapted.move_head("c", "", expected_head="") == 0  # empty: a no-op
+    await adapted.append(Batch("c", "a1", TURN))
+    await adapted.append(Batch("c", "a2", TURN))
+    assert await adapted.move_head("c", "a2", expected_head="a2", move_id="m1") == 4
+    assert await adapted.move_head("c", "a2", expected_head="a2", move_id="m1") == 4
+    with pytest.raises(HistoryChangedError) as caught:
+        await adapted.move_head("c", "a1", expected_head="a1")
+    assert (caught.value.expected, caught.value.actual) == (4, 4)
+    assert (caught.value.expected_head, caught.value.actual_head) == ("a1", "a2")
+    with pytest.raises(UnknownHeadError, match="holds no batch 'nope'"):
+        await adapted.move_head("c", "nope", expected_head="a2")
+    for target in ("a1", ""):
+        with pytest.raises(StoreError, match="keeps one linear history"):
+            await adapted.move_head("c", target, expected_head="a2")
+    with pytest.raises(HistoryChangedError):  # rewind fences like a move
+        await rewind(adapted, "c", to=1, expected_head="a1")
+    with pytest.raises(StoreError, match="keeps one linear history"):
+        await rewind(adapted, "c", to=1)
+    assert [b.id for b in await linear.read_batches("c")] == ["a1", "a2"]  # nothing moved
+
+
+@pytest.mark.parametrize("bad", [42, None, " padded", "nl\nid"])
+async def test_a_linear_stores_move_head_checks_its_arguments(bad: Any) -> None:
+    adapted = StoreAdapter(Linear())
+    with pytest.raises(InvalidAppendIDError):
+        await adapted.move_head("c", bad, expected_head="")
+    with pytest.raises(InvalidAppendIDError):
+        await adapted.move_head("c", "", expected_head=bad)
+    if bad is not None:
+        with pytest.raises(InvalidAppendIDError):
+            await adapted.move_head("c", "", expected_head="", move_id=bad)
+    with pytest.raises(InvalidConversationIDError):
+        await adapted.move_head(" c", "", expected_head="")
+
+
+async def test_a_linear_store_whose_batches_are_junk_is_a_store_error() -> None:
+    class Junk(Linear):
+        async def read_batches(self, conversation_id: str) -> list[Any]:
+            return [Batch("other", "a1", TURN)]
+
+    adapted = StoreAdapter(Junk())
+    for call in (adapted.read_view("c"), adapted.read_tree("c")):
+        with pytest.raises(StoreError, match=r"not its batches at \[0\]"):
+            await call
+
+
+class _NoLeases:
+    """Every Store method of an in-memory store but the lease steps: the adapter supplies
+    them (its own lease table) and passes the rest, branches included, through."""
+
+    def __init__(self) -> None:
+        self._store = InMemoryStore()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or "turn" in name:
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+
+class TestAdapterConformance(StoreConformance):
+    @pytest.fixture
+    async def store(self) -> Any:
+        adapted = StoreAdapter(_NoLeases())
+        assert (adapted.atomic_views, adapted.folds) == (True, False)
+        yield adapted

@@ -41,7 +41,13 @@ handles, expiry, holder tokens, renewal, release only by the holder; the expiry 
 sleep ``lease_ttl`` seconds, 0.25 by default; ``acquire_turn_view``: the lease and the
 view in one step, nothing read under another holder's lease; ``append_release_turn``:
 the append's rules, the release only by the holder and only when the append returns;
-turns handed over between tasks and handles never read a stale history). Nothing is
+turns handed over between tasks and handles never read a stale history), and the branch
+rules of DESIGN §6h (``BranchRules``: every read sees the head path; an append extends
+the head; append ids dedupe across the whole tree, a retry never moving the head; the
+``expected_head`` fence, at equal lengths too; ``move_head``'s order of checks, its move
+ids and errors, nothing changed when it raises; ``read_tree``'s shape and stored times; a
+clear closing every branch; a head move racing fenced turns, on one handle and two,
+exactly one winning). Nothing is
 optional: a store that lacks a method fails ``test_store_implements_the_protocol``.
 
 Each rule of the store contract is its own test, named after the rule, so a failure says
@@ -53,6 +59,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scope.history.storetest._branches import BranchRules
 from scope.history.storetest._core import CoreRules
 from scope.history.storetest._leases import LeaseRules
 from scope.history.storetest._runner import on_anyio_runner
@@ -62,7 +69,7 @@ from scope.history.storetest._turns import TurnRules
 __all__ = ["HOSTILE_IDS", "StoreConformance", "rich_messages"]
 
 
-class StoreConformance(CoreRules, TurnRules, LeaseRules):
+class StoreConformance(CoreRules, TurnRules, LeaseRules, BranchRules):
     """The store contract of ``scope.history`` as pytest tests. Subclass it (see the
     module docstring); never instantiate it directly."""
 
