@@ -42,6 +42,11 @@ Guarantees a caller relies on:
   JSON document) into the type with the same strict decoder as tool arguments. An answer
   that does not decode raises ``InvalidResponseError`` — the turn is already stored.
 
+Branches (DESIGN §6h): ``regenerate()`` answers the last turn again and ``edit(turn,
+message)`` replaces a turn (``stream_regenerate``/``stream_edit`` give their events):
+the head is rewound, fenced, and the new turn runs only on the rewound head; nothing is
+deleted, and a new turn that is not stored moves the head back.
+
 The ``middlewares`` (objects with ``call(next)`` and ``stream(next)``, like
 ``scope.otel.Tracing``) wrap the model inside the history Middleware, first outermost: a
 tracing span per model call, with the conversation id on it.
@@ -238,7 +243,9 @@ class Conversation:
     - ``append_retries``: how many times a retryable ``CommitError``'s batch is
       appended again (default 3; 0: raised at once).
 
-    ``ask`` returns the finished turn; ``stream`` gives its events as they happen. Both
+    ``ask`` returns the finished turn; ``stream`` gives its events as they happen;
+    ``regenerate``/``edit`` (and ``stream_regenerate``/``stream_edit``) rewind the head
+    and run a turn again or with another message (needs a ``Store``). They
     work under asyncio and trio; one ``Conversation`` may run overlapping turns (the
     ``on_overlap`` strategy decides what they do). See the module docstring for the
     guarantees. Every invalid argument raises at construction, naming this
