@@ -266,3 +266,20 @@ async def test_verify_checks_the_paths_of_a_store_with_branches() -> None:
     assert await _path_problems(Handle(), "c") == []  # nothing stored: nothing to check
     assert await _path_problems(object(), "c") == []  # a store without branches
     assert await _path_problems(store, " not an id") == []  # named by the record check
+
+
+async def test_show_of_a_conversation_rewound_to_its_start(store: Handle) -> None:
+    from scope.cli._history import show_conversation
+
+    await store.append(turn("c", "a1", "q1"))
+    out = io.StringIO()
+    assert await show_conversation("memory://", "c", as_json=False, out=out) == 0
+    assert "batch a1" in out.getvalue()
+    await rewind(store, "c", to=0)
+    with pytest.raises(
+        CLIError,
+        match=r"no messages on its head path \(rewound to its start\); its 1 batch is on other",
+    ):
+        await show_conversation("memory://", "c", as_json=False, out=io.StringIO())
+    with pytest.raises(CLIError, match=r"'nope' has no messages \(unknown\)"):
+        await show_conversation("memory://", "nope", as_json=False, out=io.StringIO())
