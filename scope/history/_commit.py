@@ -2,9 +2,10 @@
 history it was generated from, appended once, its receipt checked.
 
 ``commit(turn, response, new_append_id)``: a final answer becomes one
-``Batch(open turn + answer)`` under a fresh append id, with ``expected_length`` = the
-length of the view the turn was replayed from (the fence: it lands only if no other
-turn was stored meanwhile), appended through ``turn.append`` (the writer, or the lease's
+``Batch(open turn + answer)`` under a fresh append id, with ``expected_length`` and
+``expected_head`` = the length and head of the view the turn was replayed from (the
+fence: it lands only if no other turn was stored, and the head did not move,
+meanwhile), appended through ``turn.append`` (the writer, or the lease's
 folded append-and-release). A response asking for tools leaves the turn open and
 writes nothing. Failures after the model answered become ``CommitError``;
 cancellation passes unchanged, the batch on ``turn.batch`` for ``on_incomplete``.
@@ -65,7 +66,9 @@ async def commit(
                 "a final response needs an assistant message to complete the turn"
             )
         answer = _stamped(output.message, response)
-        batch = Batch(cid, new_append_id(), (*turn.open_turn, answer), turn.expected)
+        batch = Batch(
+            cid, new_append_id(), (*turn.open_turn, answer), turn.expected, turn.expected_head
+        )
         turn.batch = batch
         span.batch(batch)
         receipt: Any = None

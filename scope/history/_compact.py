@@ -64,11 +64,15 @@ def backoff_delay(retry: int, jitter: float) -> float:
     return delay / 2 + delay / 2 * jitter
 
 
-def compaction_append_id(conversation_id: str, boundary: int) -> AppendID:
+def compaction_append_id(conversation_id: str, boundary: int, head: str = "") -> AppendID:
     """The append id of the compaction of ``conversation_id`` at ``boundary`` (the
-    number of stored messages it covers): derived from both, so a retry lands once and
-    concurrent compactions of one boundary land one message."""
-    digest = hashlib.sha256(f"{conversation_id}\x00{boundary}".encode()).hexdigest()[:32]
+    number of stored messages it covers) after the head ``head`` (the append id of the
+    batch it follows; DESIGN §6h): derived from all three, so concurrent compactions of
+    one view land one message, and a compaction of another branch that reaches the same
+    boundary (after a rewind) is a batch of its own, not a retry of this one (append
+    ids are unique across every branch)."""
+    key = f"{conversation_id}\x00{boundary}" + (f"\x00{head}" if head else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
     return AppendID(f"compact-v1:{digest}")
 
 
@@ -96,7 +100,8 @@ async def compact(
     ``keep_turns``-th newest turn after the newest compaction, and asks ``summarizer``
     for a summary of the merged system message (the previous summary included) and the
     turns before the boundary. Then it appends one fenced batch
-    (``expected_length`` = the view's length; append id ``compaction_append_id``)
+    (``expected_length`` = the view's length, ``expected_head`` = its head; append id
+    ``compaction_append_id``)
     holding one system message with the summary text and the metadata
     ``scope/compaction`` = ``{"covers": <boundary>}``. Nothing is rewritten: ``read()``
     still returns every stored message; ``WindowReader`` replays the summary in place
@@ -162,7 +167,7 @@ async def compact(
         summary = await _summarise(summarizer, prompt, older)
         batch = Batch(
             cid,
-            compaction_append_id(cid, boundary),
+            compaction_append_id(cid, boundary, view.head),
             [
                 Message(
                     Role.SYSTEM,
@@ -171,12 +176,17 @@ async def compact(
                 )
             ],
             expected_length=view.length,
+            expected_head=view.head,
         )
         try:
             receipt = await store.append(batch)
         except HistoryChangedError as exc:
             failure = exc
-            races.append(f"expected {exc.expected} messages, found {exc.actual}")
+            if exc.expected == exc.actual and exc.expected_head != exc.actual_head:
+                # The same length on another branch (a rewind, then a turn).
+                races.append(f"expected head {exc.expected_head!r}, found {exc.actual_head!r}")
+            else:
+                races.append(f"expected {exc.expected} messages, found {exc.actual}")
             continue
         except AppendConflictError as exc:
             failure = exc
@@ -196,7 +206,13 @@ def _gave_up(
     """The error ``compact`` raises when every attempt raced another append: the type
     of the ``last`` failure (its attributes kept), the message naming every attempt."""
     error: HistoryChangedError | AppendConflictError = (
-        HistoryChangedError(last.expected, last.actual, last.conversation_id)
+        HistoryChangedError(
+            last.expected,
+            last.actual,
+            last.conversation_id,
+            expected_head=last.expected_head,
+            actual_head=last.actual_head,
+        )
         if isinstance(last, HistoryChangedError)
         else AppendConflictError()
     )

@@ -89,6 +89,7 @@ def interrupted_batch(
     partial: Response | None,
     reason: str,
     expected_length: int | None,
+    expected_head: str | None = None,
 ) -> Batch:
     """The batch keeping an interrupted turn: ``turn`` plus the partial answer's text,
     reasoning and media, the last message marked ``scope/interrupted = reason``."""
@@ -99,7 +100,7 @@ def interrupted_batch(
     answer = _partial_message(partial)
     messages = [*turn] if answer is None else [*turn, answer]
     messages[-1] = _mark(messages[-1], reason)
-    return Batch(conversation_id, append_id, messages, expected_length)
+    return Batch(conversation_id, append_id, messages, expected_length, expected_head)
 
 
 async def keep(writer: Writer, make_batch: Callable[[], Batch]) -> Batch | None:
@@ -173,5 +174,6 @@ class KeepInterrupted(Layer):
                 partial,
                 str(reason),
                 turn.expected,
+                turn.expected_head,
             ),
         )

@@ -59,8 +59,10 @@ class Middleware:
     raises ``StoreError`` and is never sent.
 
     Exclusive turns (``exclusive_turns=True``, the default, with a ``ViewReader``): the
-    committed batch carries ``expected_length=view.length``, so it lands only if no
-    other turn was stored since the history was read. Of two overlapping turns on one
+    committed batch carries ``expected_length=view.length`` and
+    ``expected_head=view.head``, so it lands only if no other turn was stored, and the
+    head was not moved to another branch (``rewind``, ``switch``: DESIGN §6h), since the
+    history was read. Of two overlapping turns on one
     conversation exactly one commits; the other raises ``CommitError`` with
     ``retryable=False`` and a ``HistoryChangedError`` cause: run that turn again on the
     current history. With ``exclusive_turns=False`` (or a plain ``Reader``) there is no
@@ -313,7 +315,8 @@ class Middleware:
             )
 
     async def _downstream(self, turn: Turn, request: Request) -> Request:
-        """The request to send downstream; sets the commit's fence (``turn.expected``).
+        """The request to send downstream; sets the commit's fences (``turn.expected``,
+        ``turn.expected_head``).
         A lease that read the history with the lease hands its view over instead of a
         second read."""
         cid = self._conversation_id
@@ -336,6 +339,7 @@ class Middleware:
             stored = view.messages
             if self._fenced:
                 turn.expected = view.length
+                turn.expected_head = view.head
         # The replay is checked once per stored message, not once per call (_replay.py);
         # the prefix and the open turn are the caller's already-validated request.
         replay = checked_replay(self._reader, cid, stored)

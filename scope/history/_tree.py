@@ -115,9 +115,9 @@ class HistoryTree:
 def check_head(value: object, what: str) -> str:
     """``value`` as a head (an append id, or ``""``: before the first batch), or
     ``InvalidAppendIDError`` naming ``what`` (before any I/O)."""
-    if value == "" and type(value) is str:
+    if isinstance(value, str) and value == "":
         return ""
-    if type(value) is not str:
+    if not isinstance(value, str):
         raise InvalidAppendIDError(
             f"{what} must be a str (an append id or ''), got {type(value).__name__}"
         )
@@ -132,7 +132,7 @@ def check_move_id(value: object) -> AppendID | None:
     ``InvalidAppendIDError`` (before any I/O)."""
     if value is None:
         return None
-    if type(value) is not str:
+    if not isinstance(value, str):
         raise InvalidAppendIDError(f"move_id must be a str or None, got {type(value).__name__}")
     try:
         return AppendID(value)

@@ -99,7 +99,8 @@ class Turn:
     """The state of one turn (private; see the module docstring).
 
     ``view``: the history read with the lease (a folded acquire), else None: the
-    Middleware reads it. ``expected``: the fence of the commit (the view's length).
+    Middleware reads it. ``expected``/``expected_head``: the fences of the commit (the
+    view's length and head).
     ``asked``: the model was asked and has not answered (an interruption from now on can
     be kept). ``append``: how the commit appends (the writer, or the lease's folded
     append and release). ``run``: how each model await runs (as is, or under the lease:
@@ -115,6 +116,7 @@ class Turn:
         "batch",
         "conversation_id",
         "expected",
+        "expected_head",
         "kept",
         "lease",
         "open_turn",
@@ -137,6 +139,7 @@ class Turn:
         self.run: Callable[[Awaitable[Any]], Awaitable[Any]] = _run
         self.view: HistoryView | None = None
         self.expected: int | None = None
+        self.expected_head: str | None = None
         self.asked = False
         self.accumulator: ResponseAccumulator | None = None
         self.response: Response | None = None

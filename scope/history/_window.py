@@ -173,11 +173,14 @@ class WindowReader:
     whole history fits, the window is the whole history (with its system messages
     merged into one).
 
-    ``read_view`` returns the window as ``messages`` with the whole conversation's
-    ``length`` and ``closed`` (from the wrapped reader's ``read_view`` when it is a
-    ``ViewReader``; otherwise ``length`` is the number of messages ``read`` returned and
-    ``closed`` is False), so the history ``Middleware`` fences its turns correctly
-    through a window.
+    ``read_view`` returns the window as ``messages`` with the whole head path's
+    ``length``, its ``head`` and ``closed`` (from the wrapped reader's ``read_view``
+    when it is a ``ViewReader``; otherwise derived as ``StoreAdapter`` derives them), so
+    the history ``Middleware`` fences its turns correctly through a window. A window is
+    over the head path only (DESIGN §6h), like every read; the projections it
+    remembers are checked against the stored messages themselves (not their number),
+    so after a rewind, or on another branch that reaches the same length, they are
+    rebuilt, never served from the old branch.
 
     ``read`` raises ``WindowTooSmallError`` when the newest turn alone (plus the merged
     system message) does not fit. Cost: the turns, their token counts and the stable
@@ -239,8 +242,8 @@ class WindowReader:
         return self._window(cid, await self.reader.read(cid))
 
     async def read_view(self, conversation_id: str) -> HistoryView:
-        """The window over one atomic read of the conversation, with the whole
-        conversation's ``length`` and ``closed`` (see the class docstring).
+        """The window over one atomic read of the conversation, with the whole head
+        path's ``length``, its ``head`` and ``closed`` (see the class docstring).
 
         The id is validated before the underlying reader is called
         (``InvalidConversationIDError``); ``WindowTooSmallError`` as for ``read``.
@@ -249,7 +252,7 @@ class WindowReader:
         view = await self._viewer.read_view(cid)
         if view.closed:
             return view
-        return HistoryView(self._window(cid, view.messages), view.length)
+        return HistoryView(self._window(cid, view.messages), view.length, head=view.head)
 
     def _window(self, cid: ConversationID, stored: Sequence[Message]) -> list[Message]:
         counter = self.counter if self.counter is not None else self._cache.token_counter

@@ -122,6 +122,7 @@ def _compactions(messages: list[Message]) -> list[Message]:
 async def test_compaction_appends_one_system_message_and_removes_nothing(store: Any) -> None:
     await _fill(store, 5)
     before = await store.read("c")
+    head = (await store.read_view("c")).head
     receipt = await compact(store, "c", Summarizer(), keep_turns=2)
     assert isinstance(receipt, Receipt)
     after = await store.read("c")
@@ -130,7 +131,7 @@ async def test_compaction_appends_one_system_message_and_removes_nothing(store: 
     summary = after[-1]
     assert summary.role is Role.SYSTEM and summary.text == "SUMMARY"
     assert summary.metadata.decode("scope/compaction") == {"covers": 6}
-    assert receipt.id == compaction_append_id("c", 6)
+    assert receipt.id == compaction_append_id("c", 6, head)
 
 
 async def test_replay_is_the_merged_system_message_then_the_retained_turns(store: Any) -> None:
@@ -454,15 +455,16 @@ async def test_conflicting_derived_id_counts_as_done() -> None:
     store = InMemoryStore()
     await _fill(store, 3)
     other = Message(Role.SYSTEM, [text_part("OTHER")], {"scope/compaction": {"covers": 4}})
+    head = (await store.read_view("c")).head
 
     async def race(n: int) -> None:
         if n == 1:
-            await store.append(Batch("c", compaction_append_id("c", 4), [other]))
+            await store.append(Batch("c", compaction_append_id("c", 4, head), [other]))
 
     assert await compact(store, "c", Summarizer(during=race), keep_turns=1) is None
     assert _compactions(await store.read("c")) == [other]
     with pytest.raises(AppendConflictError):  # the id really is taken
-        await store.append(Batch("c", compaction_append_id("c", 4), [system_message("x")]))
+        await store.append(Batch("c", compaction_append_id("c", 4, head), [system_message("x")]))
 
 
 def test_transcript_names_media_and_errors() -> None:

@@ -257,7 +257,7 @@ async def test_read_view_is_the_window_with_the_whole_conversation_length() -> N
     reader = WindowReader(store, 5)
     assert isinstance(reader, ViewReader)
     view = await reader.read_view("c")
-    assert view == HistoryView((system_message("s"), *_tool_turn("2")), 7, False)
+    assert view == HistoryView((system_message("s"), *_tool_turn("2")), 7, False, head="2")
     assert view.messages == tuple(await reader.read("c"))
     # Windows nest: the length stays the whole conversation's.
     nested = await WindowReader(WindowReader(store, 10), 5).read_view("c")
