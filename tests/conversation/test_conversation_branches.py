@@ -7,13 +7,16 @@ Every test runs under asyncio and trio, over the in-memory reference store.
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
+import anyio
 import pytest
 
 from scope.chat import Message, Request, Role, assistant_message, system_message, user_message
 from scope.conversation import Conversation, TurnEventKind
 from scope.errors import (
+    CommitError,
     ConversationClosedError,
     HistoryChangedError,
     ProviderServerError,
@@ -292,3 +295,70 @@ async def test_a_store_without_branches_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="edit needs a store with branches"):
         await conversation.edit(1, "x")
     assert len(answers.asked) == 1
+
+
+class Meddling(Answers):
+    """Answers, and while answering the ``when``-th question does ``act`` to the store."""
+
+    def __init__(self, store: InMemoryStore, when: int, act: str) -> None:
+        super().__init__()
+        self.store, self.when, self.act = store, when, act
+
+    async def __call__(self, request: Request) -> str:  # type: ignore[override]
+        text = Answers.__call__(self, request)
+        if len(self.asked) == self.when:
+            if self.act == "append":
+                other = (user_message("o"), assistant_message("a"))
+                await self.store.append(Batch("c", "other", other))
+            else:
+                await self.store.clear("c")
+        return text
+
+
+async def test_a_turn_landing_while_the_new_turn_runs_wins_the_commit() -> None:
+    store = InMemoryStore()
+    answers = Meddling(store, 3, "append")
+    conversation = Conversation(answers.model(), store, "c")
+    await conversation.ask("q1")
+    await conversation.ask("q2")
+    with pytest.raises(CommitError) as caught:
+        await conversation.regenerate()
+    assert not caught.value.retryable
+    assert isinstance(caught.value.__cause__, HistoryChangedError)
+    assert caught.value.__cause__.expected_head == (await store.read_tree("c")).batches[0].id
+    # The other turn stays the head; the regenerated answer was never stored.
+    assert await texts(store) == ["q1", "answer 1 to q1", "o", "a"]
+    assert len((await store.read_tree("c")).batches) == 3
+
+
+async def test_a_move_back_that_fails_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    store = InMemoryStore()
+    answers = Meddling(store, 2, "clear")
+    conversation = Conversation(answers.model(), store, "c")
+    await conversation.ask("q1")
+    with caplog.at_level(logging.WARNING, logger="scope.conversation"), pytest.raises(CommitError):
+        await conversation.regenerate()
+    assert any(
+        "the head could not move back" in r.getMessage()
+        and "ConversationClosedError" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+async def test_a_cancelled_regenerate_moves_the_head_back() -> None:
+    store, answers = InMemoryStore(), Answers()
+
+    async def slow(request: Request) -> str:
+        text = answers(request)
+        if len(answers.asked) > 1:
+            await anyio.sleep(10)
+        return text
+
+    conversation = Conversation(FunctionModel(slow), store, "c")
+    await conversation.ask("q1")
+    before = await store.read_tree("c")
+    with anyio.move_on_after(0.2) as scope:
+        await conversation.regenerate()
+    assert scope.cancelled_caught
+    assert len(answers.asked) == 2  # it was answering
+    assert await store.read_tree("c") == before
