@@ -296,3 +296,15 @@ async def test_a_malformed_earlier_user_message_is_an_invalid_request() -> None:
 def test_client_ids_live_in_message_metadata() -> None:
     message = Message(user_message("q").role, user_message("q").parts, {CLIENT_MESSAGE_ID_KEY: "u"})
     assert message.metadata.decode(CLIENT_MESSAGE_ID_KEY) == "u"
+
+
+def test_history_diverged_error_is_a_history_error_and_pickles() -> None:
+    import pickle
+
+    from scope.errors import HistoryError
+
+    err = HistoryDivergedError("diverged", conversation_id="c", turn=2, message_id="u2")
+    assert isinstance(err, HistoryError) and not isinstance(err, ValueError)
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is HistoryDivergedError and str(again) == "diverged"
+    assert (again.conversation_id, again.turn, again.message_id) == ("c", 2, "u2")
