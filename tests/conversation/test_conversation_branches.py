@@ -362,3 +362,23 @@ async def test_a_cancelled_regenerate_moves_the_head_back() -> None:
     assert scope.cancelled_caught
     assert len(answers.asked) == 2  # it was answering
     assert await store.read_tree("c") == before
+
+
+async def test_regenerate_through_a_window() -> None:
+    store, answers = InMemoryStore(), Answers()
+    replayed: list[int] = []
+
+    def answer(request: Request) -> str:
+        replayed.append(len(request.messages))
+        return answers(request)
+
+    conversation = Conversation(FunctionModel(answer), store, "c", limit=2)
+    for question in ("q1", "q2", "q3"):
+        await conversation.ask(question)
+    result = await conversation.regenerate()
+    assert result.output == "answer 4 to q3"
+    assert replayed == [1, 3, 3, 3]  # the window: the last stored turn and the question
+    assert (await texts(store))[-2:] == ["q3", "answer 4 to q3"]
+    edited = await conversation.edit(1, "q0")
+    assert edited.output == "answer 5 to q0"
+    assert replayed[-1] == 1
