@@ -191,7 +191,9 @@ async def agui_turn(
       edited with the new message (``stream_edit``, fenced by that head); with
       ``"refuse"`` (the default) ``HistoryDivergedError``;
     - any other difference (a message that is not the stored one, more messages than
-      the store holds): ``HistoryDivergedError``, whatever ``on_divergence`` says.
+      the store holds), and a new message whose id is that of the first stored user
+      message the client lacks (a retried run that was already stored):
+      ``HistoryDivergedError``, whatever ``on_divergence`` says.
 
     ``HistoryDivergedError`` (``turn``: the first turn that differs) comes before any
     model call, nothing moved: answer it with a 409. The new message is stored with its
@@ -231,7 +233,18 @@ async def agui_turn(
             )
     if len(client) == len(stored):
         return conversation.stream(message, output=output, expected_head=head)
-    number = stored[len(client)][0]
+    number, dropped = stored[len(client)]
+    if run.client_message_id is not None and _client_id(dropped) == run.client_message_id:
+        # The new message is the stored user message of the first turn the run lacks:
+        # a retry of a run that was stored, not an edit (answering it again would
+        # regenerate what the client never saw).
+        raise HistoryDivergedError(
+            f"thread {str(cid)!r}: the run's new message {run.client_message_id!r} is "
+            f"already stored as turn {number} (a retried run?): reload the thread",
+            conversation_id=cid,
+            turn=number,
+            message_id=run.client_message_id,
+        )
     if on_divergence == "edit":
         return conversation.stream_edit(number, message, output=output, expected_head=head)
     raise HistoryDivergedError(

@@ -308,3 +308,14 @@ def test_history_diverged_error_is_a_history_error_and_pickles() -> None:
     again = pickle.loads(pickle.dumps(err))
     assert type(again) is HistoryDivergedError and str(again) == "diverged"
     assert (again.conversation_id, again.turn, again.message_id) == ("c", 2, "u2")
+
+
+@pytest.mark.parametrize("on_divergence", ["refuse", "edit"])
+async def test_a_retried_agui_run_that_was_stored_is_not_an_edit(on_divergence: Any) -> None:
+    store, answers, conversation = await two_agui_turns()
+    retried = run_input_from_agui(agui([user("q1", "u1"), answer("a", "r:1"), user("q2", "u2")]))
+    with pytest.raises(HistoryDivergedError, match="'u2' is already stored as turn 2") as caught:
+        await agui_turn(conversation, retried, on_divergence=on_divergence)
+    assert (caught.value.turn, caught.value.message_id) == (2, "u2")
+    assert len(answers.asked) == 2
+    assert len((await store.read_tree("chat")).batches) == 2
