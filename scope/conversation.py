@@ -449,6 +449,21 @@ class Conversation:
 
     # ------------------------------------------------------------ branches (§6h)
 
+    @overload
+    async def regenerate(
+        self, *, turn: int | None = None, output: None = None, expected_head: str | None = None
+    ) -> TurnResult[str]: ...
+
+    @overload
+    async def regenerate(
+        self, *, turn: int | None = None, output: type[T], expected_head: str | None = None
+    ) -> TurnResult[T]: ...
+
+    @overload
+    async def regenerate(
+        self, *, turn: int | None = None, output: object, expected_head: str | None = None
+    ) -> TurnResult[Any]: ...
+
     async def regenerate(
         self, *, turn: int | None = None, output: object = None, expected_head: str | None = None
     ) -> TurnResult[Any]:
@@ -461,6 +476,36 @@ class Conversation:
             _check_turn(turn)
         _check_head(expected_head, "expected_head")
         return await _finish(self._branch_turn(turn, None, output, expected_head, streaming=False))
+
+    @overload
+    async def edit(
+        self,
+        turn: int,
+        message: Message | str,
+        *,
+        output: None = None,
+        expected_head: str | None = None,
+    ) -> TurnResult[str]: ...
+
+    @overload
+    async def edit(
+        self,
+        turn: int,
+        message: Message | str,
+        *,
+        output: type[T],
+        expected_head: str | None = None,
+    ) -> TurnResult[T]: ...
+
+    @overload
+    async def edit(
+        self,
+        turn: int,
+        message: Message | str,
+        *,
+        output: object,
+        expected_head: str | None = None,
+    ) -> TurnResult[Any]: ...
 
     async def edit(
         self,
