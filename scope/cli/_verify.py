@@ -29,10 +29,11 @@ def _bad_line(conversation_id: str, bad: list[str], what: str = "bad batch") -> 
     return safe(f"scope: error: conversation {str(conversation_id)!r}: {many}{found}")
 
 
-async def _path_problems(store: Any, conversation_id: str) -> list[str]:
+async def _path_problems(store: Any, conversation_id: str) -> list[str] | StoreError:
     """The chain problems of every path of a conversation whose records are sound
     (``chain_problems``); none for a store without branches (no ``read_tree``) or an id
-    a read would refuse (already named)."""
+    a read would refuse (already named); the ``StoreError`` when its tree cannot be read
+    (a role that may read records but not run the store's tree read, say)."""
     read_tree = getattr(store, "read_tree", None)
     if not inspect.iscoroutinefunction(read_tree):
         return []
@@ -43,7 +44,7 @@ async def _path_problems(store: Any, conversation_id: str) -> list[str]:
     try:
         tree = await read_tree(cid)
     except StoreError as exc:
-        return [f"its tree cannot be read: {exc}"]
+        return exc
     return chain_problems(tree)
 
 
@@ -59,7 +60,9 @@ async def verify_store(
     read checks it (``StoredRecord.problem``), going on past bad ones, and the chain
     digest of every path (branch) of each conversation whose records are sound
     (``chain_problems``: recomputed from the messages, compared with the chain of the
-    stored digests).
+    stored digests). A conversation whose tree this handle cannot read (``StoreError``:
+    a role allowed to read records only) gets one ``scope: warning:`` line and is
+    counted as not checked in the summary, not as bad.
 
     The store is opened with ``create=False`` and only read (``scan_records``), so a
     role that may only ``SELECT`` runs it; records are streamed ``page_size`` at a time.
@@ -69,6 +72,7 @@ async def verify_store(
     wrong, else 0."""
     batches = conversations = bad_batches = bad_paths = 0
     bad_conversations: list[str] = []
+    unchecked: list[str] = []  # sound records, but a tree this handle cannot read
     seen: set[str] = set()
     async with opened_store(url, create=False) as store:
         progress = Progress(stderr, "verified batches")
@@ -81,7 +85,19 @@ async def verify_store(
                 return
             what = "bad batch"
             if not bad:  # sound records: check the chain of every path
-                bad.extend(await _path_problems(store, current))
+                paths = await _path_problems(store, current)
+                if isinstance(paths, StoreError):
+                    progress.done()
+                    stderr.write(
+                        safe(
+                            f"scope: warning: conversation {str(current)!r}: its paths "
+                            f"were not checked: its tree cannot be read ({paths})"
+                        )
+                        + "\n"
+                    )
+                    unchecked.append(current)
+                    return
+                bad.extend(paths)
                 bad_paths += len(bad)
                 what = "bad path"
             if bad:
@@ -120,6 +136,8 @@ async def verify_store(
         summary += "all sound"
     if missing:
         summary += f"; {_plural(len(missing), 'named conversation')} not found"
+    if unchecked:
+        summary += f"; the paths of {_plural(len(unchecked), 'conversation')} not checked"
     stdout.write(summary + "\n")
     stdout.flush()
     return 1 if bad_batches or bad_paths or missing else 0

@@ -24,6 +24,7 @@ from scope.cli._branches import (
 )
 from scope.cli._errors import CLIError
 from scope.cli._verify import _path_problems
+from scope.errors import StoreError
 from scope.history import Batch, HistoryTree, rewind
 from scope.history.inmemory import InMemoryStore
 
@@ -266,6 +267,18 @@ async def test_verify_checks_the_paths_of_a_store_with_branches() -> None:
     assert await _path_problems(Handle(), "c") == []  # nothing stored: nothing to check
     assert await _path_problems(object(), "c") == []  # a store without branches
     assert await _path_problems(store, " not an id") == []  # named by the record check
+
+
+class Unreadable(Handle):
+    """A store whose tree read is refused (a role that may read records only)."""
+
+    async def read_tree(self, conversation_id: str) -> HistoryTree:
+        raise StoreError("NOPERM this user has no permissions to run the 'evalsha' command")
+
+
+async def test_a_tree_that_cannot_be_read_is_reported_not_hidden() -> None:
+    refused = await _path_problems(Unreadable(), "c")
+    assert isinstance(refused, StoreError) and "NOPERM" in str(refused)
 
 
 async def test_show_of_a_conversation_rewound_to_its_start(store: Handle) -> None:
