@@ -42,6 +42,11 @@ Guarantees a caller relies on:
   JSON document) into the type with the same strict decoder as tool arguments. An answer
   that does not decode raises ``InvalidResponseError`` — the turn is already stored.
 
+Branches (DESIGN §6h): ``regenerate()`` answers the last turn again and ``edit(turn,
+message)`` replaces a turn (``stream_regenerate``/``stream_edit`` give their events):
+the head is rewound, fenced, and the new turn runs only on the rewound head; nothing is
+deleted, and a new turn that is not stored moves the head back.
+
 The ``middlewares`` (objects with ``call(next)`` and ``stream(next)``, like
 ``scope.otel.Tracing``) wrap the model inside the history Middleware, first outermost: a
 tracing span per model call, with the conversation id on it.
@@ -52,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import inspect
+import logging
 import os
 import re
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
@@ -82,6 +88,7 @@ from scope.chat import (
     Request,
     Response,
     ResponseAccumulator,
+    Role,
     Streamer,
     ToolCall,
     ToolDefinition,
@@ -103,17 +110,25 @@ from scope.errors import (
     InvalidResponseError,
     InvalidWindowError,
     MaxStepsError,
+    UnknownHeadError,
 )
 from scope.history import (
     ConversationID,
+    HistoryCache,
+    HistoryError,
+    HistoryTree,
+    HistoryView,
     IncompleteTurn,
     Middleware,
     Reader,
     ReadWriter,
+    Store,
     TurnLeaser,
+    ViewReader,
     WindowReader,
     Writer,
 )
+from scope.metadata import Metadata
 from scope.tools import Tool
 
 __all__ = ["Conversation", "ModelMiddleware", "TurnEvent", "TurnEventKind", "TurnResult"]
@@ -131,6 +146,16 @@ _FINAL: Final = (
 
 #: The options of a conversation made without any (one shared, immutable value).
 _NO_OPTIONS: Final = Options()
+
+#: Seconds the head may take to move back after a failed ``regenerate``/``edit``
+#: (shielded from cancellation, like a lease release).
+RESTORE_TIMEOUT: Final = 5.0
+
+#: The message metadata key the keep-interrupted layer marks a stored turn with; a
+#: regenerated turn's user message is sent again without it.
+_INTERRUPTED_KEY: Final = "scope/interrupted"
+
+_log: Final = logging.getLogger("scope.conversation")
 
 
 @runtime_checkable
@@ -218,7 +243,9 @@ class Conversation:
     - ``append_retries``: how many times a retryable ``CommitError``'s batch is
       appended again (default 3; 0: raised at once).
 
-    ``ask`` returns the finished turn; ``stream`` gives its events as they happen. Both
+    ``ask`` returns the finished turn; ``stream`` gives its events as they happen;
+    ``regenerate``/``edit`` (and ``stream_regenerate``/``stream_edit``) rewind the head
+    and run a turn again or with another message (needs a ``Store``). They
     work under asyncio and trio; one ``Conversation`` may run overlapping turns (the
     ``on_overlap`` strategy decides what they do). See the module docstring for the
     guarantees. Every invalid argument raises at construction, naming this
@@ -231,9 +258,13 @@ class Conversation:
         "_caller",
         "_definitions",
         "_formats",
+        "_layers",
         "_max_steps",
         "_middleware",
+        "_model",
         "_options",
+        "_overlap",
+        "_reader",
         "_store",
         "_streamer",
         "_system",
@@ -312,27 +343,18 @@ class Conversation:
                 )
         # Every argument the Middleware takes was checked above, under this
         # constructor's names: it raises nothing the caller would have to translate.
-        self._middleware = Middleware(
-            reader,
-            store,
-            cid,
-            on_incomplete=on_incomplete,
-            on_overlap=on_overlap,
-            overlap_timeout=overlap_timeout,
-            lease_ttl=lease_ttl,
-            keep_interrupted=keep_interrupted,
-        )
-        history = self._middleware
-        self._caller: Model | None = (
-            wrap(cast(Model, model), history.call, *(layer.call for layer in layers))
-            if calls
-            else None
-        )
-        self._streamer: Streamer | None = (
-            wrap_stream(cast(Streamer, model), history.stream, *(layer.stream for layer in layers))
-            if streams
-            else None
-        )
+        self._overlap: dict[str, Any] = {
+            "on_incomplete": on_incomplete,
+            "on_overlap": on_overlap,
+            "overlap_timeout": overlap_timeout,
+            "lease_ttl": lease_ttl,
+            "keep_interrupted": keep_interrupted,
+        }
+        self._model = model
+        self._layers = layers
+        self._reader = reader
+        self._middleware = Middleware(reader, store, cid, **self._overlap)
+        self._caller, self._streamer = self._wrapped(self._middleware)
         self._store = store
         self._window = reader if isinstance(reader, WindowReader) else None
         self._max_steps = max_steps
@@ -375,29 +397,41 @@ class Conversation:
         return self._max_steps
 
     @overload
-    async def ask(self, message: Message | str, *, output: None = None) -> TurnResult[str]: ...
+    async def ask(
+        self,
+        message: Message | str,
+        *,
+        output: None = None,
+        expected_head: str | None = None,
+    ) -> TurnResult[str]: ...
 
     @overload
-    async def ask(self, message: Message | str, *, output: type[T]) -> TurnResult[T]: ...
+    async def ask(
+        self, message: Message | str, *, output: type[T], expected_head: str | None = None
+    ) -> TurnResult[T]: ...
 
     @overload
-    async def ask(self, message: Message | str, *, output: object) -> TurnResult[Any]: ...
+    async def ask(
+        self, message: Message | str, *, output: object, expected_head: str | None = None
+    ) -> TurnResult[Any]: ...
 
-    async def ask(self, message: Message | str, *, output: object = None) -> TurnResult[Any]:
+    async def ask(
+        self, message: Message | str, *, output: object = None, expected_head: str | None = None
+    ) -> TurnResult[Any]:
         """Run one turn: send ``message`` (a user ``Message`` or its text), run the tools
-        the model asks for, and return the stored turn. See the class docstring."""
-        result: TurnResult[Any] | None = None
-        events = self._turn(_user(message), output, streaming=self._caller is None)
-        async with contextlib.aclosing(events):
-            async for event in events:
-                if event.result is not None:
-                    result = event.result
-        if result is None:  # pragma: no cover - _turn ends with a result or raises
-            raise AssertionError("the turn ended without a result")
-        return result
+        the model asks for, and return the stored turn. See the class docstring.
+
+        ``expected_head``: run the turn only on this head (the append id of the head
+        path's last batch, ``""`` for an empty one, as ``HistoryView.head`` says); a
+        conversation with another head raises ``HistoryChangedError`` before the model
+        is called, and the turn is stored only on that head. Needs a ``Store``."""
+        user = _user(message)
+        _check_head(expected_head, "expected_head")
+        pinned = None if expected_head is None else (expected_head, None)
+        return await _finish(self._turn(user, output, streaming=False, pinned=pinned))
 
     def stream(
-        self, message: Message | str, *, output: object = None
+        self, message: Message | str, *, output: object = None, expected_head: str | None = None
     ) -> AsyncGenerator[TurnEvent[Any], None]:
         """Run one turn as ``ask`` does, yielding its events: the answer's ``chunk``s as
         they arrive (a model that only has ``call`` gives each answer as one chunk), each
@@ -406,31 +440,278 @@ class Conversation:
 
         Nothing happens until the first iteration. Stopping early (``aclose()``, a
         ``break`` inside ``contextlib.aclosing``) ends the turn unstored (or stored as
-        interrupted with ``keep_interrupted=True``).
+        interrupted with ``keep_interrupted=True``). ``expected_head`` as for ``ask``.
         """
-        return self._turn(_user(message), output, streaming=True)
+        user = _user(message)
+        _check_head(expected_head, "expected_head")
+        pinned = None if expected_head is None else (expected_head, None)
+        return self._turn(user, output, streaming=True, pinned=pinned)
+
+    # ------------------------------------------------------------ branches (§6h)
+
+    @overload
+    async def regenerate(
+        self, *, turn: int | None = None, output: None = None, expected_head: str | None = None
+    ) -> TurnResult[str]: ...
+
+    @overload
+    async def regenerate(
+        self, *, turn: int | None = None, output: type[T], expected_head: str | None = None
+    ) -> TurnResult[T]: ...
+
+    @overload
+    async def regenerate(
+        self, *, turn: int | None = None, output: object, expected_head: str | None = None
+    ) -> TurnResult[Any]: ...
+
+    async def regenerate(
+        self, *, turn: int | None = None, output: object = None, expected_head: str | None = None
+    ) -> TurnResult[Any]:
+        """Answer a stored turn again: rewind the head to before turn ``turn`` (default:
+        the last turn of the head path) and run a new turn with that turn's own user
+        message. The old answer stays in the tree, on its own branch
+        (``scope.history.branches``); the new one is the head. Returns the stored turn,
+        as ``ask`` does. See ``stream_regenerate`` for the rules."""
+        if turn is not None:
+            _check_turn(turn)
+        _check_head(expected_head, "expected_head")
+        return await _finish(self._branch_turn(turn, None, output, expected_head, streaming=False))
+
+    @overload
+    async def edit(
+        self,
+        turn: int,
+        message: Message | str,
+        *,
+        output: None = None,
+        expected_head: str | None = None,
+    ) -> TurnResult[str]: ...
+
+    @overload
+    async def edit(
+        self,
+        turn: int,
+        message: Message | str,
+        *,
+        output: type[T],
+        expected_head: str | None = None,
+    ) -> TurnResult[T]: ...
+
+    @overload
+    async def edit(
+        self,
+        turn: int,
+        message: Message | str,
+        *,
+        output: object,
+        expected_head: str | None = None,
+    ) -> TurnResult[Any]: ...
+
+    async def edit(
+        self,
+        turn: int,
+        message: Message | str,
+        *,
+        output: object = None,
+        expected_head: str | None = None,
+    ) -> TurnResult[Any]:
+        """Replace turn ``turn`` (1-based, a turn of the head path): rewind the head to
+        before it and run a new turn with ``message``. The turns from ``turn`` on stay
+        in the tree, on their own branch; the new turn is the head. Returns the stored
+        turn, as ``ask`` does. See ``stream_edit`` for the rules."""
+        _check_turn(turn)
+        user = _user(message)
+        _check_head(expected_head, "expected_head")
+        return await _finish(self._branch_turn(turn, user, output, expected_head, streaming=False))
+
+    def stream_regenerate(
+        self, *, turn: int | None = None, output: object = None, expected_head: str | None = None
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """``regenerate`` as events, like ``stream``.
+
+        The turn's user message is the first message of its stored batch, sent again as
+        stored (without a ``scope/interrupted`` mark); a batch that is not one user turn
+        (a compaction summary, an imported batch of several turns) raises ``ValueError``
+        naming the turn. The rules of ``stream_edit`` apply."""
+        if turn is not None:
+            _check_turn(turn)
+        _check_head(expected_head, "expected_head")
+        return self._branch_turn(turn, None, output, expected_head, streaming=True)
+
+    def stream_edit(
+        self,
+        turn: int,
+        message: Message | str,
+        *,
+        output: object = None,
+        expected_head: str | None = None,
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """``edit`` as events, like ``stream``.
+
+        In order, from the first iteration: the conversation's tree is read once (a
+        closed conversation raises ``ConversationClosedError``); a head other than
+        ``expected_head`` (when given) raises ``HistoryChangedError``; a ``turn`` the
+        head path does not hold raises ``UnknownHeadError``; the head moves to the end
+        of turn ``turn - 1`` (``Store.move_head``, fenced by the head just read: a turn
+        that landed meanwhile makes it raise ``HistoryChangedError``); then the new turn
+        runs as ``stream`` runs it, fenced to start from that head and to be stored only
+        there (a turn that landed between the move and the read raises
+        ``HistoryChangedError`` before the model is called). Nothing is deleted.
+
+        When the new turn is not stored (any error, a cancellation, an early stop), the
+        head moves back to where it was, fenced by the head it moved to (so a turn kept
+        by ``keep_interrupted``, or stored by someone else meanwhile, stays the head),
+        shielded from cancellation and bounded by ``RESTORE_TIMEOUT`` seconds; a move
+        back that fails is logged on the ``scope.conversation`` logger and the turn's
+        own error goes on. ``turn`` must be an int >= 1 (``TypeError``/``ValueError``
+        before any I/O). Needs a ``Store`` (``read_tree``, ``move_head``: every bundled
+        store; ``TypeError`` otherwise)."""
+        _check_turn(turn)
+        user = _user(message)
+        _check_head(expected_head, "expected_head")
+        return self._branch_turn(turn, user, output, expected_head, streaming=True)
 
     # ------------------------------------------------------------------ internals
 
-    async def _turn(
-        self, user: Message, output: object, *, streaming: bool
+    def _wrapped(self, middleware: Middleware) -> tuple[Model | None, Streamer | None]:
+        """The model and the streamer wrapped by ``middleware`` and the model layers."""
+        model, layers = self._model, self._layers
+        caller: Model | None = (
+            wrap(cast(Model, model), middleware.call, *(layer.call for layer in layers))
+            if callable(getattr(model, "call", None))
+            else None
+        )
+        streamer: Streamer | None = (
+            wrap_stream(
+                cast(Streamer, model), middleware.stream, *(layer.stream for layer in layers)
+            )
+            if callable(getattr(model, "stream", None))
+            else None
+        )
+        return caller, streamer
+
+    def _tree_store(self, what: str) -> Store:
+        store = self._store
+        for method in ("read_tree", "move_head", "read_view"):
+            if not inspect.iscoroutinefunction(getattr(store, method, None)):
+                raise TypeError(
+                    f"{what} needs a store with branches (a scope.history.Store: async "
+                    f"read_tree, move_head and read_view; every bundled store), got "
+                    f"{type(store).__name__} without an async {method}()"
+                )
+        return cast(Store, store)
+
+    async def _branch_turn(
+        self,
+        turn: int | None,
+        user: Message | None,
+        output: object,
+        expected: str | None,
+        *,
+        streaming: bool,
     ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """``stream_regenerate`` (``user`` None) and ``stream_edit``: rewind, then the turn."""
+        what = "regenerate" if user is None else "edit"
+        store = self._tree_store(what)
+        cid = self.conversation_id
+        tree = await store.read_tree(cid)
+        if not isinstance(tree, HistoryTree):
+            raise HistoryError(
+                f"{type(store).__name__}.read_tree returned {type(tree).__name__}, not a "
+                "HistoryTree"
+            )
+        if tree.closed:
+            raise ConversationClosedError(
+                f"conversation {str(cid)!r} is closed (cleared): nothing to {what}"
+            )
+        path = tree.path(tree.head)
+        head = str(tree.batches[path[-1]].id) if path else ""
+        length = sum(len(tree.batches[i]) for i in path)
+        if expected is not None and expected != head:
+            raise HistoryChangedError(length, length, cid, expected_head=expected, actual_head=head)
+        number = len(path) if turn is None else turn
+        if not 1 <= number <= len(path):
+            there = f"it has {len(path)} turn{'s' if len(path) != 1 else ''}"
+            asked = "last turn" if turn is None else f"turn {number}"
+            raise UnknownHeadError(
+                f"conversation {str(cid)!r}: no {asked} to {what} ({there} on its head path)"
+            )
+        if user is None:
+            user = _stored_user(tree.batches[path[number - 1]], number, cid)
+        target = str(tree.batches[path[number - 2]].id) if number > 1 else ""
+        moved = await store.move_head(cid, target, expected_head=head)
+        stored = False
+        try:
+            events = self._turn(user, output, streaming=streaming, pinned=(target, moved))
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if event.result is not None:
+                        stored = True
+                    yield event
+        finally:
+            if not stored:
+                await self._restore(store, head, target)
+
+    async def _restore(self, store: Store, head: str, moved_to: str) -> None:
+        """Move the head back to ``head`` after a branch turn that was not stored."""
+        cid = self.conversation_id
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RESTORE_TIMEOUT) as scope:
+            try:
+                await store.move_head(cid, head, expected_head=moved_to)
+            except HistoryChangedError:
+                return  # a turn landed on the new head (kept, or another's): it stays
+            except HistoryError as exc:
+                _log.warning(
+                    "conversation %r: the head could not move back to %r after the turn "
+                    "was not stored (%s: %s); it stays at %r",
+                    str(cid),
+                    head,
+                    type(exc).__name__,
+                    exc,
+                    moved_to,
+                )
+        if scope.cancelled_caught:
+            _log.warning(
+                "conversation %r: moving the head back to %r took longer than %s s; it "
+                "may stay at %r",
+                str(cid),
+                head,
+                RESTORE_TIMEOUT,
+                moved_to,
+            )
+
+    async def _turn(
+        self,
+        user: Message,
+        output: object,
+        *,
+        streaming: bool,
+        pinned: tuple[str, int | None] | None = None,
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        caller, streamer = self._caller, self._streamer
+        if pinned is not None:  # a Middleware of its own, reading through the pin
+            self._tree_store("expected_head")
+            middleware = Middleware(
+                _Pinned(self._reader, *pinned), self._store, self.conversation_id, **self._overlap
+            )
+            caller, streamer = self._wrapped(middleware)
+        streaming = streaming or caller is None
         options, decode = self._format(output)
         turn: list[Message] = [user]
         for step in range(1, self._max_steps + 1):
             request = Request((*self._system, *turn), tools=self._definitions, options=options)
             response: Response | None = None
             try:
-                if streaming and self._streamer is not None:
+                if streaming and streamer is not None:
                     accumulator = ResponseAccumulator()
-                    async with contextlib.aclosing(self._streamer.stream(request)) as chunks:
+                    async with contextlib.aclosing(streamer.stream(request)) as chunks:
                         async for chunk in chunks:
                             accumulator.add(chunk)
                             yield TurnEvent(TurnEventKind.CHUNK, chunk=chunk)
                     response = accumulator.response()
                 else:
-                    assert self._caller is not None  # a model has call, stream or both
-                    response = await self._caller.call(request)
+                    assert caller is not None  # a model has call, stream or both
+                    response = await caller.call(request)
                     if streaming:
                         yield TurnEvent(TurnEventKind.CHUNK, chunk=response)
             except CommitError as err:
@@ -550,6 +831,93 @@ class Conversation:
 
 def _text(response: Response) -> str:
     return response.text
+
+
+async def _finish(events: AsyncGenerator[TurnEvent[Any], None]) -> TurnResult[Any]:
+    """The ``TurnResult`` a turn's events end with."""
+    result: TurnResult[Any] | None = None
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if event.result is not None:
+                result = event.result
+    if result is None:  # pragma: no cover - a turn ends with a result or raises
+        raise AssertionError("the turn ended without a result")
+    return result
+
+
+def _check_turn(turn: object) -> None:
+    if type(turn) is not int:
+        raise TypeError(f"turn must be an int >= 1, got {type(turn).__name__}")
+    if turn < 1:
+        raise ValueError(f"turn must be an int >= 1 (turns count from 1), got {turn}")
+
+
+def _check_head(head: object, name: str) -> None:
+    if head is not None and not isinstance(head, str):
+        raise TypeError(
+            f"{name} must be a str (a batch's append id, or '' before the first) or None, "
+            f"got {type(head).__name__}"
+        )
+
+
+def _stored_user(batch: Any, number: int, cid: ConversationID) -> Message:
+    """The user message a stored turn was asked with (regenerate), unmarked."""
+    messages = batch.messages
+    users = [m for m in messages if m.role is Role.USER]
+    if not messages or messages[0].role is not Role.USER or len(users) != 1:
+        what = (
+            "it holds no user message (a compaction summary?)"
+            if not users
+            else f"it holds {len(users)} user messages (several turns in one batch)"
+            if len(users) > 1
+            else "it does not start with its user message"
+        )
+        raise ValueError(
+            f"conversation {str(cid)!r}: turn {number} (batch {str(batch.id)!r}) is not one "
+            f"user turn: {what}; edit it with a message instead"
+        )
+    user: Message = messages[0]
+    if _INTERRUPTED_KEY in user.metadata:
+        kept = {k: v for k, v in user.metadata.items() if k != _INTERRUPTED_KEY}
+        user = Message(user.role, user.parts, Metadata(kept))
+    return user
+
+
+@final
+class _Pinned:
+    """The reader of one turn that must start from the head ``head``: its view is the
+    reader's, or ``HistoryChangedError`` (before the model is called) when the
+    conversation's head is another. The Middleware then fences the commit by that
+    view's head, so the turn is stored on ``head`` or not at all."""
+
+    __slots__ = ("_head", "_length", "_reader")
+
+    def __init__(self, reader: Reader, head: str, length: int | None) -> None:
+        self._reader = reader
+        self._head = head
+        self._length = length
+
+    @property
+    def history_cache(self) -> HistoryCache | None:
+        """The reader's store handle's cache (the replay's checks use it)."""
+        cache = getattr(self._reader, "history_cache", None)
+        return cache if isinstance(cache, HistoryCache) else None
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        return list((await self.read_view(conversation_id)).messages)
+
+    async def read_view(self, conversation_id: str) -> HistoryView:
+        view = await cast(ViewReader, self._reader).read_view(conversation_id)
+        if not view.closed and view.head != self._head:
+            expected = view.length if self._length is None else self._length
+            raise HistoryChangedError(
+                expected,
+                view.length,
+                conversation_id,
+                expected_head=self._head,
+                actual_head=view.head,
+            )
+        return view
 
 
 def _user(message: Message | str) -> Message:

@@ -28,6 +28,7 @@
     │   ├── ConversationClosedError
     │   ├── HistoryChangedError         a fenced step met another length or head
     │   ├── UnknownHeadError            (also LookupError) a head move named no batch
+    │   ├── HistoryDivergedError        a client's copy of a conversation is not its head path
     │   ├── WindowTooSmallError
     │   ├── StoreError                  a backend failed (I/O, corrupt record)
     │   ├── CommitError                 generation succeeded, persisting it did not (retryable)
@@ -82,6 +83,7 @@ __all__ = [
     "CommitError",
     "ConversationClosedError",
     "HistoryChangedError",
+    "HistoryDivergedError",
     "HistoryError",
     "InvalidAppendIDError",
     "InvalidBatchError",
@@ -298,6 +300,47 @@ def _history_changed(
 class UnknownHeadError(HistoryError, LookupError):
     """A head move (``rewind``, ``switch``, ``fork``) named a batch or turn the
     conversation does not hold. Nothing was moved."""
+
+
+class HistoryDivergedError(HistoryError):
+    """A client's copy of a conversation (the messages a ``scope.web`` request carries)
+    does not match the stored head path, so the request cannot be answered as asked: an
+    AG-UI run whose prior messages are not the stored ones, or an AI SDK request naming
+    a message id the head path does not hold. Raised before any model call; nothing was
+    stored or moved. A service answers it with a 409 (the client reloads the
+    conversation).
+
+    ``conversation_id`` names the conversation; ``turn`` is the first turn (1-based)
+    where the client's copy and the head path differ, when known; ``message_id`` the
+    client's message id the request named, when that is what was not found.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        conversation_id: str,
+        turn: int | None = None,
+        message_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.turn = turn
+        self.message_id = message_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_diverged,
+            (str(self), self.conversation_id, self.turn, self.message_id),
+        )
+
+
+def _rebuild_diverged(
+    message: str, conversation_id: str, turn: int | None, message_id: str | None
+) -> HistoryDivergedError:
+    return HistoryDivergedError(
+        message, conversation_id=conversation_id, turn=turn, message_id=message_id
+    )
 
 
 class WindowTooSmallError(HistoryError):

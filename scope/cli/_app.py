@@ -211,8 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = commands.add_parser(
         "history",
-        help="list, show, export, import, clear, verify, compact stored conversations, or migrate "
-        "a store",
+        help="list, show, inspect, export, import, clear, verify, compact stored conversations, "
+        "list their branches, rewind them, or migrate a store",
         description="Inspect and move stored conversations.",
     )
     store_parent = _Parser(add_help=False)
@@ -247,6 +247,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
     show.add_argument("--json", action="store_true", help="print one canonical JSON line")
+    inspect = actions.add_parser(
+        "inspect",
+        parents=[store_parent],
+        help="print a conversation's tree of batches (every branch)",
+        description="Print a conversation as the tree of batches it is: every batch of "
+        "every branch under the batch it follows, in stored order, with its message count, "
+        "when it was stored and its digest (shortened), the head marked '<- head'; then "
+        "the chain digest of each path. 'show' prints the head path's messages.",
+    )
+    inspect.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
+    branches = actions.add_parser(
+        "branches",
+        parents=[store_parent],
+        help="list a conversation's branches",
+        description="Print each branch of a conversation, one line each (stored order of "
+        "their last batch): '*' for the current one (the head path), its last batch's "
+        "append id ('(start)' for the empty path), its turns, the turn where it diverges "
+        "from the head path, when its last batch was stored and its chain digest.",
+    )
+    branches.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
+    rewind = actions.add_parser(
+        "rewind",
+        parents=[store_parent],
+        help="move a conversation's head back to the end of a turn",
+        description="Move the head of a conversation to the end of turn N of its head "
+        "path (0: before the first turn); the next turn extends from there. Nothing is "
+        "deleted: the turns after N stay on their branch (scope history branches). "
+        "With --expected-head the move happens only while the head is that batch "
+        "(another turn stored meanwhile: exit 1, nothing moved).",
+    )
+    rewind.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
+    rewind.add_argument(
+        "--to", metavar="N", type=_count(0), required=True, help="the turn to end at (0: none)"
+    )
+    rewind.add_argument(
+        "--expected-head",
+        metavar="APPEND_ID",
+        default=None,
+        help="move only while the head is this batch ('' before the first batch)",
+    )
     export = actions.add_parser(
         "export",
         parents=[store_parent, no_create],
@@ -283,11 +323,14 @@ def build_parser() -> argparse.ArgumentParser:
     verify = actions.add_parser(
         "verify",
         parents=[store_parent],
-        help="check every stored batch: digest, canonical bytes, decodable messages",
+        help="check every stored batch: digest, canonical bytes, decodable messages, and "
+        "every branch's chain digest",
         description="Read every stored batch record (or those of the conversations named) "
         "and check what a read checks: the digest matches the stored bytes, the bytes are "
-        "the canonical encoding and every message decodes. Prints one 'scope: error:' line "
-        "per bad conversation (its id, each bad batch and what failed) and a summary; exit "
+        "the canonical encoding and every message decodes; then, for each conversation "
+        "whose records are sound, the chain digest of every path (branch), recomputed "
+        "from its messages. Prints one 'scope: error:' line "
+        "per bad conversation (its id, each bad batch or path and what failed) and a summary; exit "
         "status 1 when anything is wrong. Read-only: the store is opened without creating "
         "anything (a role that may only SELECT runs it), and records are streamed in pages.",
     )
@@ -364,7 +407,9 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         stores_logger.addHandler(logging.NullHandler())
     # Reading commands never create a store: a mistyped SQLite path is refused, not
     # turned into a new empty file. Every command names a missing directory.
-    check_sqlite_location(url, must_exist=action in ("list", "show", "export", "verify"))
+    check_sqlite_location(
+        url, must_exist=action in ("list", "show", "export", "verify", "inspect", "branches")
+    )
     if action == "list":
         return asyncio.run(
             h.list_conversations(url, sys.stdout, stderr=sys.stderr, create=not args.no_create)
@@ -388,6 +433,22 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
         return asyncio.run(
             verify_store(url, args.conversation, stdout=sys.stdout, stderr=sys.stderr)
+        )
+    if action in ("inspect", "branches", "rewind"):
+        from scope.cli import _branches as b
+
+        if action == "inspect":
+            return asyncio.run(b.inspect_conversation(url, args.conversation, out=sys.stdout))
+        if action == "branches":
+            return asyncio.run(b.list_branches(url, args.conversation, out=sys.stdout))
+        return asyncio.run(
+            b.rewind_conversation(
+                url,
+                args.conversation,
+                to=args.to,
+                expected_head=args.expected_head,
+                out=sys.stdout,
+            )
         )
     if action == "compact":
         return _compact(args, url)

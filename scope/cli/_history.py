@@ -182,8 +182,13 @@ async def list_conversations(url: str, out: TextIO, *, stderr: TextIO, create: b
         return _report_invalid_ids(store, stderr)
 
 
+def _count_batches(count: int) -> str:
+    return "1 batch is" if count == 1 else f"{count} batches are"
+
+
 async def show_conversation(url: str, conversation_id: str, *, as_json: bool, out: TextIO) -> int:
-    """Print one conversation readably, or as one export-format JSON line.
+    """Print one conversation's head path readably, or as one export-format JSON line
+    (``inspect`` shows every branch).
 
     The readable form shows each batch's receipt, a ``batch <append id>  <digest>``
     line before its messages (numbered continuously across batches). The JSON line
@@ -195,6 +200,14 @@ async def show_conversation(url: str, conversation_id: str, *, as_json: bool, ou
             raise CLIError(f"conversation {str(cid)!r} is closed (cleared): no messages")
         batches = await store.read_batches(cid)
         messages = [m for batch in batches for m in batch.messages]
+        read_tree = getattr(store, "read_tree", None)  # a store with branches
+        elsewhere = len((await read_tree(cid)).batches) if not messages and read_tree else 0
+    if elsewhere:
+        raise CLIError(
+            f"conversation {str(cid)!r} has no messages on its head path (rewound to its "
+            f"start); its {_count_batches(elsewhere)} on other "
+            "branches: scope history branches lists them"
+        )
     if not messages:
         raise CLIError(f"conversation {str(cid)!r} has no messages (unknown)")
     if as_json:

@@ -33,7 +33,14 @@ from scope.web._core import (
     check_encoder_arguments,
     default_error_text,
 )
-from scope.web._request import conversation_id_field, decode_body, id_field, last_user_message
+from scope.web._request import (
+    CLIENT_MESSAGE_ID_KEY,
+    conversation_id_field,
+    decode_body,
+    id_field,
+    last_user_message,
+    optional_id_field,
+)
 
 __all__ = [
     "AGUI_HEADERS",
@@ -206,27 +213,58 @@ def _agui_part(part: object, path: str) -> Part | None:
 @final
 @attrs.frozen
 class AGUIRunInput:
-    """An AG-UI ``RunAgentInput``, read: ``thread_id`` (the conversation), ``run_id``
-    and the new user ``message``."""
+    """An AG-UI ``RunAgentInput``, read.
+
+    - ``thread_id``: the conversation; ``run_id``: the run.
+    - ``message``: the new user message (the last one).
+    - ``client_message_id``: its ``id``, or None.
+    - ``prior``: the user messages before it, in order, as the client holds them (each
+      with its ``id`` under ``CLIENT_MESSAGE_ID_KEY`` in its metadata, when it has
+      one). They are never stored: ``agui_turn`` compares them with the stored head
+      path to see whether the client's copy of the thread diverged.
+    """
 
     thread_id: ConversationID
     run_id: str
     message: Message
+    client_message_id: str | None = None
+    prior: tuple[Message, ...] = ()
 
 
 def run_input_from_agui(body: bytes | str | Mapping[str, Any]) -> AGUIRunInput:
-    """An AG-UI ``RunAgentInput`` (what ``HttpAgent`` posts): its thread id, run id and
-    new user message.
+    """An AG-UI ``RunAgentInput`` (what ``HttpAgent`` posts): its thread id, run id, new
+    user message and the user messages before it.
 
     ``threadId`` and ``runId`` must each be a valid id (a string, non-empty, at most
-    512 UTF-8 bytes, no control characters, no surrounding whitespace); the message is
-    read as ``user_message_from_agui`` reads it. Every problem raises
-    ``InvalidRequestError`` naming the field: answer it with a 4xx.
+    512 UTF-8 bytes, no control characters, no surrounding whitespace), and so must a
+    user message's ``id`` when present; the new message is read as
+    ``user_message_from_agui`` reads it, each earlier user message the same way. Every
+    problem raises ``InvalidRequestError`` naming the field: answer it with a 4xx.
     """
     decoded = decode_body(body)
     message = user_message_from_agui(decoded)
     thread_id = conversation_id_field(decoded, "threadId")
-    return AGUIRunInput(thread_id, id_field(decoded, "runId"), message)
+    last, path = last_user_message(decoded, "role")
+    messages = decoded["messages"]
+    prior: list[Message] = []
+    for index, raw in enumerate(messages[:-1]):
+        where = f"messages[{index}]"
+        if not isinstance(raw, Mapping):
+            raise InvalidRequestError(f"{where} must be an object, got {type(raw).__name__}")
+        if raw.get("role") != "user":
+            continue
+        user = _agui_user(raw, where)
+        client_id = optional_id_field(raw, "id", f"{where}.id")
+        if client_id is not None:
+            user = Message(user.role, user.parts, {CLIENT_MESSAGE_ID_KEY: client_id})
+        prior.append(user)
+    return AGUIRunInput(
+        thread_id,
+        id_field(decoded, "runId"),
+        message,
+        optional_id_field(last, "id", f"{path}.id"),
+        tuple(prior),
+    )
 
 
 def user_message_from_agui(body: bytes | str | Mapping[str, Any]) -> Message:
@@ -235,10 +273,15 @@ def user_message_from_agui(body: bytes | str | Mapping[str, Any]) -> Message:
     ``body``: the raw request body, or the JSON object already decoded. Only the last
     message is read, and it must be a user message (``content`` a string, or text and
     media parts with data or url sources): the server's store owns the history, so
-    prior messages the client sends are ignored. Raises ``InvalidRequestError`` (naming
-    the field) for a body that is not JSON or carries no new user message.
+    prior messages the client sends are never stored. Raises ``InvalidRequestError``
+    (naming the field) for a body that is not JSON or carries no new user message.
     """
     last, path = last_user_message(decode_body(body), "role")
+    return _agui_user(last, path)
+
+
+def _agui_user(last: Mapping[str, Any], path: str) -> Message:
+    """The user message ``last`` (at ``path``) holds."""
     content = last.get("content")
     if isinstance(content, str):
         if not content:

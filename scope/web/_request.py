@@ -17,7 +17,20 @@ from scope._json import kind
 from scope.errors import InvalidConversationIDError, InvalidRequestError
 from scope.history import ConversationID
 
-__all__ = ["check_trigger", "conversation_id_field", "decode_body", "last_user_message", "id_field"]
+__all__ = [
+    "CLIENT_MESSAGE_ID_KEY",
+    "check_trigger",
+    "conversation_id_field",
+    "decode_body",
+    "id_field",
+    "last_user_message",
+    "optional_id_field",
+]
+
+#: The message metadata key under which ``ui_turn``/``agui_turn`` store the id a
+#: client gave a user message (the AI SDK's ``UIMessage.id``, AG-UI's message ``id``),
+#: so that a later request naming that id finds its stored turn.
+CLIENT_MESSAGE_ID_KEY: Final = "scope/client_message_id"
 
 #: The AI SDK's triggers: a new message, or a new answer to the last one.
 SUBMIT: Final = "submit-message"
@@ -57,24 +70,33 @@ def last_user_message(body: Mapping[str, Any], role_key: str) -> tuple[Mapping[s
     return last, path
 
 
-def check_trigger(body: Mapping[str, Any]) -> None:
-    """The AI SDK's ``trigger``: absent or ``submit-message``. ``regenerate-message``
-    (a new answer to the last question) is refused until branches exist (DESIGN §6h):
-    the store owns the history, and answering the stored question again would store it
-    twice."""
+def check_trigger(body: Mapping[str, Any]) -> str:
+    """The AI SDK's ``trigger``: ``submit-message`` (also when absent) or
+    ``regenerate-message`` (a new answer to a stored question: a rewind and a turn,
+    DESIGN §6h); anything else raises ``InvalidRequestError``."""
     if "trigger" not in body:
-        return
+        return SUBMIT
     trigger = body["trigger"]
-    if trigger == SUBMIT:
-        return
-    if trigger == REGENERATE:
-        raise InvalidRequestError(
-            "trigger 'regenerate-message': regenerating an answer is not supported (the "
-            "server's store owns the history); send the question again as a new message"
-        )
+    if trigger in (SUBMIT, REGENERATE):
+        return str(trigger)
     if not isinstance(trigger, str):
         raise InvalidRequestError(f"trigger must be a string, got {kind(trigger)}")
-    raise InvalidRequestError(f"trigger {trigger!r} is not {SUBMIT!r}")
+    raise InvalidRequestError(f"trigger {trigger!r} is not {SUBMIT!r} or {REGENERATE!r}")
+
+
+def optional_id_field(body: Mapping[str, Any], key: str, path: str) -> str | None:
+    """``body[key]`` as an id (the rules of ``id_field``), or None when it is absent or
+    null; ``InvalidRequestError`` naming ``path``."""
+    if body.get(key) is None:
+        return None
+    value = body[key]
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{path} must be a string, got {kind(value)}")
+    try:
+        return str(ConversationID(value))
+    except InvalidConversationIDError as exc:
+        message = str(exc).replace("conversation id", path, 1)
+        raise InvalidRequestError(message) from exc
 
 
 def id_field(body: Mapping[str, Any], key: str) -> str:

@@ -38,6 +38,7 @@ from scope.web._request import (
     conversation_id_field,
     decode_body,
     last_user_message,
+    optional_id_field,
 )
 
 __all__ = [
@@ -258,39 +259,64 @@ def _media_from_url(url: str, mime: str) -> Media:
 @final
 @attrs.frozen
 class UIChatRequest:
-    """An AI SDK chat request, read: ``chat_id`` (the body's ``id``, the chat the
-    ``Conversation`` keeps) and the new user ``message``."""
+    """An AI SDK chat request, read.
+
+    - ``chat_id``: the body's ``id``, the chat the ``Conversation`` keeps.
+    - ``message``: the user message the request ends with (the new one; for a
+      regenerate request, the question to answer again, as the client holds it).
+    - ``trigger``: ``"submit-message"`` (a new or an edited message) or
+      ``"regenerate-message"``.
+    - ``message_id``: the body's ``messageId``, or None: for ``submit-message`` the id
+      of the earlier user message the new one replaces (an edit), for
+      ``regenerate-message`` the assistant message to answer again.
+    - ``client_message_id``: the ``id`` of the message the request ends with, or None.
+
+    ``ui_turn(conversation, request)`` runs what it asks for.
+    """
 
     chat_id: ConversationID
     message: Message
+    trigger: str = "submit-message"
+    message_id: str | None = None
+    client_message_id: str | None = None
 
 
 def chat_request_from_ui(body: bytes | str | Mapping[str, Any]) -> UIChatRequest:
     """An AI SDK chat request (``DefaultChatTransport``'s body: ``{"id", "messages":
-    [UIMessage, ...], "trigger", ...}``): its chat id and its new user message.
+    [UIMessage, ...], "trigger", "messageId", ...}``): its chat id, its last user
+    message, its trigger and the message ids it names.
 
     ``id`` must be a valid conversation id (a string, non-empty, at most 512 UTF-8
-    bytes, no control characters, no surrounding whitespace), the rest is read as
-    ``user_message_from_ui`` reads it. Every problem raises ``InvalidRequestError``
-    naming the field: answer it with a 4xx.
+    bytes, no control characters, no surrounding whitespace), and so must
+    ``messageId`` and the last message's ``id`` when present (null or absent: None);
+    the message is read as ``user_message_from_ui`` reads it. Every problem raises
+    ``InvalidRequestError`` naming the field: answer it with a 4xx.
     """
     decoded = decode_body(body)
     message = user_message_from_ui(decoded)
-    return UIChatRequest(conversation_id_field(decoded, "id"), message)
+    trigger = check_trigger(decoded)
+    last, path = last_user_message(decoded, "role")
+    return UIChatRequest(
+        conversation_id_field(decoded, "id"),
+        message,
+        trigger,
+        optional_id_field(decoded, "messageId", "messageId"),
+        optional_id_field(last, "id", f"{path}.id"),
+    )
 
 
 def user_message_from_ui(body: bytes | str | Mapping[str, Any]) -> Message:
-    """The new user message of an AI SDK chat request (``DefaultChatTransport``'s body:
-    ``{"id", "messages": [UIMessage, ...], "trigger", ...}``).
+    """The user message an AI SDK chat request ends with (``DefaultChatTransport``'s
+    body: ``{"id", "messages": [UIMessage, ...], "trigger", ...}``).
 
     ``body``: the raw request body, or the JSON object already decoded. Only the last
     message is read, and it must be a user message with at least one text or file part:
     the server's store owns the history, so the prior messages a client sends are
-    ignored, never trusted. ``trigger`` must be absent or ``"submit-message"``:
-    ``"regenerate-message"`` is refused (regenerating needs branches, which the history
-    does not have yet). Raises ``InvalidRequestError`` (naming the field) for a body
-    that is not JSON, has no ``messages``, ends in anything but a new user message or
-    has another trigger.
+    ignored, never trusted. ``trigger`` must be absent, ``"submit-message"`` or
+    ``"regenerate-message"`` (then the last message is the question to answer again:
+    ``ui_turn`` finds its stored turn by its id). Raises ``InvalidRequestError``
+    (naming the field) for a body that is not JSON, has no ``messages``, ends in
+    anything but a user message or has another trigger.
     """
     decoded = decode_body(body)
     check_trigger(decoded)

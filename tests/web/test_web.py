@@ -38,6 +38,7 @@ from scope.testing import FunctionModel, Hang, ScriptedModel
 from scope.tools import tool
 from scope.web import (
     AGUI_HEADERS,
+    CLIENT_MESSAGE_ID_KEY,
     UI_MESSAGE_STREAM_HEADERS,
     InMemoryTurnLog,
     RedisTurnLog,
@@ -752,13 +753,15 @@ async def test_the_encoded_stream_closes_its_source_in_async_with() -> None:
 @pytest.mark.parametrize(
     ("trigger", "problem"),
     [
-        ("regenerate-message", "trigger 'regenerate-message': regenerating an answer is not"),
-        ("submit-user-message", "trigger 'submit-user-message' is not 'submit-message'"),
+        (
+            "submit-user-message",
+            "trigger 'submit-user-message' is not 'submit-message' or 'regenerate-message'",
+        ),
         (None, "trigger must be a string, got null"),
         (1, "trigger must be a string, got a number"),
     ],
 )
-def test_only_the_submit_trigger_is_accepted(trigger: Any, problem: str) -> None:
+def test_only_the_two_triggers_are_accepted(trigger: Any, problem: str) -> None:
     body = {**UI_BODY, "trigger": trigger}
     with pytest.raises(InvalidRequestError, match=problem):
         user_message_from_ui(body)
@@ -772,6 +775,53 @@ def test_chat_request_from_ui_reads_the_chat_id() -> None:
     request = chat_request_from_ui(orjson.dumps(UI_BODY))
     assert request.chat_id == "chat" and type(request.chat_id) is ConversationID
     assert request.message == user_message_from_ui(UI_BODY)
+    assert (request.trigger, request.message_id, request.client_message_id) == (
+        "submit-message",
+        None,
+        "3",
+    )
+
+
+def test_chat_request_from_ui_reads_the_trigger_and_the_message_ids() -> None:
+    regenerate = chat_request_from_ui({**UI_BODY, "trigger": "regenerate-message"})
+    assert regenerate.trigger == "regenerate-message"
+    assert regenerate.message == user_message_from_ui(UI_BODY)  # the question, as sent
+    edit = chat_request_from_ui({**UI_BODY, "messageId": "3"})
+    assert (edit.trigger, edit.message_id) == ("submit-message", "3")
+    assert chat_request_from_ui({**UI_BODY, "messageId": None}).message_id is None
+    without = {k: v for k, v in UI_BODY.items() if k != "trigger"}
+    assert chat_request_from_ui(without).trigger == "submit-message"
+    last = dict(UI_BODY["messages"][-1])  # type: ignore[index]
+    del last["id"]
+    no_id = {**UI_BODY, "messages": [last]}
+    assert chat_request_from_ui(no_id).client_message_id is None
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"messageId": 3}, "messageId must be a string, got a number"),
+        ({"messageId": ""}, "messageId must not be empty"),
+        ({"messageId": " 3"}, "messageId ' 3' must not have surrounding whitespace"),
+        ({"messageId": "a\nb"}, "control characters"),
+    ],
+)
+def test_a_bad_message_id_is_an_invalid_request(change: dict[str, Any], problem: str) -> None:
+    with pytest.raises(InvalidRequestError, match=problem):
+        chat_request_from_ui({**UI_BODY, **change})
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(3, r"messages\[2\].id must be a string, got a number"), ("", "must not be empty")],
+)
+def test_a_bad_last_message_id_is_an_invalid_request(value: Any, problem: str) -> None:
+    messages = [*UI_BODY["messages"][:-1], {**UI_BODY["messages"][-1], "id": value}]  # type: ignore[index]
+    with pytest.raises(InvalidRequestError, match=problem):
+        chat_request_from_ui({**UI_BODY, "messages": messages})
+    agui = [*AGUI_BODY["messages"][:-1], {**AGUI_BODY["messages"][-1], "id": value}]  # type: ignore[index]
+    with pytest.raises(InvalidRequestError, match=problem):
+        run_input_from_agui({**AGUI_BODY, "messages": agui})
 
 
 @pytest.mark.parametrize(
@@ -800,7 +850,9 @@ def test_an_invalid_chat_id_is_an_invalid_request(chat_id: Any, problem: str) ->
 
 def test_run_input_from_agui_reads_the_ids() -> None:
     run = run_input_from_agui(orjson.dumps(AGUI_BODY))
-    assert (run.thread_id, run.run_id) == ("t", "r")
+    assert (run.thread_id, run.run_id, run.client_message_id) == ("t", "r", "3")
+    # The earlier user messages, with their ids; assistant messages are not read.
+    assert [(m.text, m.metadata.decode(CLIENT_MESSAGE_ID_KEY)) for m in run.prior] == [("old", "1")]
     assert type(run.thread_id) is ConversationID
     assert run.message == user_message_from_agui(AGUI_BODY)
     with pytest.raises(InvalidRequestError, match="has no runId"):

@@ -376,3 +376,113 @@ def test_example_page_renders_a_streamed_answer_in_chromium() -> None:
         '<p class="assistant" data-done="true">Hello from scope! You wrote: Hello there. This '
         "answer was streamed to your browser, piece by piece.</p>"
     ) in done.stdout
+
+
+# ---------------------------------------------------------------- branches (§6h)
+
+
+class Counted:
+    """A model answering ``answer <n> to <question>`` (n counts the model calls)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, request: Request) -> str:
+        self.calls += 1
+        return f"answer {self.calls} to {request.messages[-1].text}"
+
+
+def _texts(store: InMemoryStore, chat: str) -> list[dict[str, str]]:
+    return [{"role": str(m.role.value), "text": m.text} for m in anyio.run(store.read, chat)]
+
+
+def test_ai_sdk_chat_edits_and_regenerates_on_the_stored_tree() -> None:
+    # AbstractChat (what useChat runs) builds each request: sendMessage, an edit
+    # (sendMessage with messageId) and regenerate (the last answer, then an earlier one).
+    counted, store = Counted(), InMemoryStore()
+    with live_server(_example().create_app(FunctionModel(counted), store)) as base:
+        steps = ["send:q1", "send:q2", "regenerate", "edit:0:q1 edited", "send:q3", "regenerate:0"]
+        result = _run_node("chat_client.mjs", base, "chat-tree", *steps)
+    shown = [step["messages"] for step in result["steps"]]
+    assert [step["error"] for step in result["steps"]] == [None] * len(steps)
+    assert shown[2][-1] == {"role": "assistant", "text": "answer 3 to q2"}
+    assert shown[3] == [
+        {"role": "user", "text": "q1 edited"},
+        {"role": "assistant", "text": "answer 4 to q1 edited"},
+    ]
+    assert shown[5] == [
+        {"role": "user", "text": "q1 edited"},
+        {"role": "assistant", "text": "answer 6 to q1 edited"},
+    ]
+    # What the client shows is the stored head path; every answer is still in the tree.
+    assert _texts(store, "chat-tree") == shown[-1]
+    tree = anyio.run(store.read_tree, "chat-tree")
+    assert len(tree.batches) == 6 and counted.calls == 6
+    assert tree.parents == (-1, 0, 0, -1, 3, -1)
+
+
+def _agui_run(base: str, messages: list[dict[str, Any]], run_id: str) -> dict[str, Any]:
+    return _run_node(
+        "agui_client.mjs", f"{base}/api/agui", "thread-tree", json.dumps(messages), run_id
+    )
+
+
+@pytest.mark.parametrize("on_divergence", ["refuse", "edit"])
+def test_agui_client_diverging_from_the_stored_thread(on_divergence: str) -> None:
+    counted, store = Counted(), InMemoryStore()
+    app = _example().create_app(FunctionModel(counted), store, on_divergence=on_divergence)
+    with live_server(app) as base:
+        first = _agui_run(base, [{"id": "u1", "role": "user", "content": "q1"}], "r1")
+        second = _agui_run(
+            base, [*first["messages"], {"id": "u2", "role": "user", "content": "q2"}], "r2"
+        )
+        assert (first["error"], second["error"]) == (None, None)
+        # HttpAgent with the thread as it shows it, the second question edited.
+        edited = _agui_run(
+            base, [*first["messages"], {"id": "u3", "role": "user", "content": "q2, edited"}], "r3"
+        )
+    if on_divergence == "refuse":
+        assert edited["error"].startswith("client error: HTTP 409: thread 'thread-tree'")
+        assert "the client dropped turn 2" in edited["error"]
+        assert counted.calls == 2
+        assert [m["text"] for m in _texts(store, "thread-tree")][-1] == "answer 2 to q2"
+    else:
+        assert edited["error"] is None
+        assert edited["messages"][-1]["content"] == "answer 3 to q2, edited"
+        assert _texts(store, "thread-tree") == [
+            {"role": "user", "text": "q1"},
+            {"role": "assistant", "text": "answer 1 to q1"},
+            {"role": "user", "text": "q2, edited"},
+            {"role": "assistant", "text": "answer 3 to q2, edited"},
+        ]
+
+
+def test_example_page_regenerates_an_answer_in_chromium() -> None:
+    chromium = _chromium()
+    counted, store = Counted(), InMemoryStore()
+    with live_server(_example().create_app(FunctionModel(counted), store)) as base:
+        done = subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--virtual-time-budget=15000",
+                "--dump-dom",
+                f"{base}/?q=Hello&regenerate=1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        chats = anyio.run(store.conversations)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (
+        '<p class="assistant" data-regenerated="true" data-done="true">answer 2 to Hello</p>'
+    ) in done.stdout
+    assert len(chats) == 1
+    tree = anyio.run(store.read_tree, chats[0])
+    assert [b.messages[-1].text for b in tree.batches] == ["answer 1 to Hello", "answer 2 to Hello"]
+    assert tree.parents == (-1, -1) and tree.head == 1

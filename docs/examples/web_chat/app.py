@@ -12,11 +12,15 @@ in small pieces), so the page works offline.
 Routes:
 - ``GET /``: the page (``index.html``): it posts like the AI SDK's
   ``DefaultChatTransport`` and renders the UI message stream.
-- ``POST /api/chat``: the AI SDK's chat request -> UI message stream.
+- ``POST /api/chat``: the AI SDK's chat request -> UI message stream: a new message,
+  an edited one (``sendMessage({messageId})``) or a regenerated answer
+  (``regenerate()``), each a turn of the chat's ``Conversation`` (``ui_turn``).
 - ``GET /api/chat/{chat_id}/stream``: the AI SDK's resume request (``useChat({resume:
   true})``), or any reconnect with ``Last-Event-ID``: the rest of the running turn;
   204 when none runs.
-- ``POST /api/agui``: AG-UI's ``RunAgentInput`` -> AG-UI events (``HttpAgent``);
+- ``POST /api/agui``: AG-UI's ``RunAgentInput`` -> AG-UI events (``HttpAgent``); a run
+  whose earlier messages are not the stored thread is a 409, or an edit with
+  ``on_divergence="edit"`` (``agui_turn``);
   ``GET /api/agui/{thread_id}/stream`` with ``Last-Event-ID``: the rest of the run.
 
 Each chat (the AI SDK's chat id, AG-UI's thread id) is one ``Conversation`` over the
@@ -28,8 +32,10 @@ Errors: a malformed request is a 4xx, never a 500 — 415 for a body that is not
 by its content type, 413 for one over ``max_body`` bytes, 400 for every
 ``InvalidRequestError`` (the body, the message, the ids, the trigger: scope.web's one
 error rule), 409 (``TurnInProgressError``) for a second turn of a chat whose turn
-still runs. A failure during a turn reaches the client as the protocol's error event
-and is logged on the ``scope.web`` logger.
+still runs, 409 (``HistoryDivergedError``) for a request whose copy of the chat is not
+the stored one (an edit or regenerate naming a message the chat does not hold). A
+failure during a turn reaches the client as the protocol's error event and is logged
+on the ``scope.web`` logger.
 """
 
 from __future__ import annotations
@@ -49,7 +55,12 @@ from starlette.routing import Route
 from scope.chat import Model, Streamer
 from scope.chat import Request as ChatRequest
 from scope.conversation import Conversation
-from scope.errors import InvalidRequestError, TurnInProgressError, TurnLogError
+from scope.errors import (
+    HistoryDivergedError,
+    InvalidRequestError,
+    TurnInProgressError,
+    TurnLogError,
+)
 from scope.history import ReadWriter
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
@@ -59,9 +70,11 @@ from scope.web import (
     ResumableTurns,
     TurnLog,
     agui_events,
+    agui_turn,
     chat_request_from_ui,
     run_input_from_agui,
     ui_message_stream,
+    ui_turn,
 )
 
 PAGE = pathlib.Path(__file__).with_name("index.html")
@@ -96,13 +109,16 @@ def create_app(
     *,
     log: TurnLog | None = None,
     on_overlap: Literal["fence", "reject", "wait", "interrupt"] = "reject",
+    on_divergence: Literal["refuse", "edit"] = "refuse",
     max_body: int = MAX_BODY,
 ) -> Starlette:
     """The service: ``model`` answers, ``store`` keeps every chat's history, ``log``
     keeps running turns' events (default in memory; ``RedisTurnLog`` for several
     processes), ``on_overlap`` says what a second message does while a chat's turn
     runs (``"reject"``: 409 before any model call; ``"wait"``: it runs after;
-    ``"interrupt"``: it stops the running turn and runs)."""
+    ``"interrupt"``: it stops the running turn and runs), ``on_divergence`` what an
+    AG-UI run whose client dropped stored turns is (``"refuse"``: 409; ``"edit"``: an
+    edit of the first turn it dropped)."""
     turns = ResumableTurns(log)
 
     @contextlib.asynccontextmanager
@@ -136,9 +152,11 @@ def create_app(
             return PlainTextResponse(str(exc), status_code=exc.status)
         except InvalidRequestError as exc:
             return PlainTextResponse(str(exc), status_code=400)
-        frames = ui_message_stream(
-            conversation(asked.chat_id).stream(asked.message), message_id=uuid.uuid4().hex
-        )
+        try:  # a new message, an edit or a regenerate: what the request asks for
+            events = await ui_turn(conversation(asked.chat_id), asked)
+        except HistoryDivergedError as exc:  # it names a message the chat does not hold
+            return PlainTextResponse(str(exc), status_code=409)
+        frames = ui_message_stream(events, message_id=uuid.uuid4().hex)
         try:
             await turns.start(asked.chat_id, frames)
         except TurnInProgressError as exc:  # a turn of this chat is still running
@@ -164,11 +182,11 @@ def create_app(
             return PlainTextResponse(str(exc), status_code=exc.status)
         except InvalidRequestError as exc:
             return PlainTextResponse(str(exc), status_code=400)
-        frames = agui_events(
-            conversation(run.thread_id).stream(run.message),
-            thread_id=run.thread_id,
-            run_id=run.run_id,
-        )
+        try:
+            events = await agui_turn(conversation(run.thread_id), run, on_divergence=on_divergence)
+        except HistoryDivergedError as exc:  # the client's thread is not the stored one
+            return PlainTextResponse(str(exc), status_code=409)
+        frames = agui_events(events, thread_id=run.thread_id, run_id=run.run_id)
         try:
             await turns.start(run.thread_id, frames)
         except TurnInProgressError as exc:
