@@ -31,7 +31,7 @@ from scope.errors import (
 )
 from scope.history import Batch, HistoryTree, HistoryView
 from scope.historystores.redis import RedisStore
-from tests.helpers import texts, turn
+from tests.helpers import nested, texts, turn
 from tests.servers import (
     drop_keys,
     import_driver,
@@ -621,3 +621,17 @@ async def test_a_script_the_server_does_not_hold_is_loaded_and_run_once(
     assert await _run(store._client, script, 1, key) == 1
     assert await _run(store._client, script, 1, key) == 2
     assert await admin.get(key) == b"2"
+
+
+async def test_the_adoption_counts_the_deepest_messages_scope_writes(
+    store: RedisStore, prefix: str, admin: Any
+) -> None:
+    """cjson (inside the adoption script) decodes the deepest JSON a message may hold:
+    metadata nested 512 levels (RawJSON's limit), inside the message's own levels."""
+    from scope.chat import Message, Part, Role
+
+    deep = Part("text", text="deep", metadata={"k": nested(512)})
+    old = [Batch("c", "a1", [Message(Role.USER, [deep]), *turn("t")[1:]]), three()[1]]
+    await write_the_old_way(admin, prefix, "c", old)
+    assert await store.move_head("c", "a1", expected_head="a2") == 2
+    assert await store.read_batches("c") == old[:1]
