@@ -33,8 +33,9 @@ class Reader(Protocol):
     """Reads a conversation (a view of ``Store``)."""
 
     async def read(self, conversation_id: str) -> list[Message]:
-        """A new list of the stored messages in order; ``[]`` for an unknown or closed
-        conversation."""
+        """A new list of the messages on the head path (DESIGN §6h: the first batch's
+        through the head's), in order; ``[]`` for an unknown or closed conversation, or
+        one rewound to its start."""
         ...
 
 
@@ -87,9 +88,10 @@ class ViewReader(Protocol):
 
     async def read_view(self, conversation_id: str) -> HistoryView:
         """The conversation's ``HistoryView``: ``messages`` are what ``read`` returns,
-        ``length`` the number of messages held, ``closed`` whether it was cleared, all
-        from one atomic read. An unknown conversation is ``HistoryView((), 0, False)``;
-        an invalid id raises ``InvalidConversationIDError`` before any I/O."""
+        ``length`` the number of messages on the head path, ``head`` the append id of
+        its last batch (``""``: none), ``closed`` whether it was cleared, all from one
+        atomic read. An unknown conversation is ``HistoryView((), 0, False)``; an
+        invalid id raises ``InvalidConversationIDError`` before any I/O."""
         ...
 
 
@@ -132,8 +134,8 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
       read) and ``read_batches`` (the batches as appended, for receipts and
       verification).
     - Writing: ``append`` against an expected head (the batch's ``expected_length``
-      fence), or ``append_release_turn`` under a lease (the append and the lease's
-      release in one step).
+      and ``expected_head`` fences), or ``append_release_turn`` under a lease (the
+      append and the lease's release in one step).
     - ``clear`` (closure for ever) and ``conversations`` (listing, keyset paged).
     - Leases: ``acquire_turn``/``release_turn``, and ``acquire_turn_view``: the lease
       and the view in one step. A turn under a lease takes two store steps, as a
@@ -152,12 +154,12 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
     """
 
     async def read_batches(self, conversation_id: str) -> list[Batch]:
-        """A new list of the stored batches in stored order, each equal to the batch that
-        was appended (conversation id, append id, messages and digest), so
+        """A new list of the batches on the head path, in order, each equal to the batch
+        that was appended (conversation id, append id, messages and digest), so
         ``batch.receipt()`` equals the receipt its append returned; ``[]`` for an unknown
-        or closed conversation. The messages of the batches, concatenated, are what
-        ``read`` returns. An invalid id raises ``InvalidConversationIDError`` before any
-        I/O."""
+        or closed conversation (``read_tree`` reads every branch). The messages of the
+        batches, concatenated, are what ``read`` returns. An invalid id raises
+        ``InvalidConversationIDError`` before any I/O."""
         ...
 
     async def read_tree(self, conversation_id: str) -> HistoryTree:

@@ -3,8 +3,9 @@
 A backend's test module subclasses it and provides an async ``store`` fixture that yields
 a fresh, empty ``scope.history.Store``. (A simple store wrapped in
 ``scope.history.StoreAdapter`` passes when it has its own ``read_view``,
-``read_batches`` and ``conversations``: the adapter's derived view is not one atomic
-read and never closed, and it cannot derive the other two.)
+``read_batches``, ``conversations``, ``read_tree`` and ``move_head``: the adapter's
+derived view is not one atomic read and never closed, it cannot derive the listing or
+the batches, and what it derives of branches is one linear path that cannot move.)
 
     import pytest
     from scope.history.storetest import StoreConformance
