@@ -13,9 +13,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +36,7 @@ from scope.history import Batch, HistoryTree, HistoryView
 from scope.historystores.redis import RedisStore
 from tests.helpers import nested, texts, turn
 from tests.servers import (
+    _free_ports,
     drop_keys,
     import_driver,
     redis_cluster_url_or_skip,
@@ -40,6 +44,7 @@ from tests.servers import (
     unique_key_prefix,
 )
 
+redis = import_driver("redis")
 aioredis = import_driver("redis.asyncio")
 from redis.asyncio.cluster import RedisCluster  # noqa: E402
 
@@ -450,6 +455,46 @@ async def test_an_interrupted_adoption_is_redone(
 # -- costs (one server's commands, seen by MONITOR) -------------------------------------------
 
 
+def start_server(port: int, where: Path) -> subprocess.Popen[bytes]:
+    """A ``redis-server`` on ``port`` without persistence."""
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
+    command += ["--save", "", "--appendonly", "no", "--dir", str(where)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+
+
+@pytest.fixture
+async def private_url(tmp_path: Path) -> AsyncIterator[str]:
+    """A Redis server of this test's own (no persistence), so MONITOR sees this test's
+    commands only (the shared server's other traffic can hold lines longer than the
+    client's reader takes)."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs redis-server on PATH")
+    [port] = _free_ports(1)
+    process = start_server(port, tmp_path)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = aioredis.Redis.from_url(url)
+        try:
+            for _ in range(100):
+                try:
+                    await client.ping()
+                    break
+                except redis.exceptions.ConnectionError:
+                    await asyncio.sleep(0.05)
+        finally:
+            await client.aclose()
+        yield url
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture
+async def private(private_url: str) -> AsyncIterator[RedisStore]:
+    async with await RedisStore.open(private_url, check_persistence=False) as store:
+        yield store
+
+
 async def commands_of(
     store: RedisStore, url: str, cid: str, step: Callable[[], Awaitable[Any]]
 ) -> list[list[str]]:
@@ -480,10 +525,11 @@ def names(commands: list[list[str]]) -> list[str]:
 
 
 async def test_a_linear_history_reads_with_one_range(
-    store: RedisStore, url: str, cluster: bool
+    private: RedisStore, private_url: str, cluster: bool
 ) -> None:
     if cluster:
-        pytest.skip("one server's MONITOR")
+        pytest.skip("one server's MONITOR (run once)")
+    store, url = private, private_url
     for n in range(6):
         await store.append(Batch("c", f"a{n}", turn(f"t{n}")))
     for read in (store.read, store.read_batches, store.read_view):
@@ -498,20 +544,22 @@ async def test_a_linear_history_reads_with_one_range(
 
 
 async def test_a_branched_path_reads_its_runs_only(
-    store: RedisStore, url: str, cluster: bool
+    private: RedisStore, private_url: str, cluster: bool
 ) -> None:
     if cluster:
-        pytest.skip("one server's MONITOR")
+        pytest.skip("one server's MONITOR (run once)")
+    store, url = private, private_url
     await branched(store)  # positions 0 (a1), 3 (b2), 4 (b3) on the path; 1, 2 off it
     seen = await commands_of(store, url, "c", lambda: store.read_view("c"))
     assert [c[2:] for c in seen if c[0].upper() == "LRANGE"] == [["0", "0"], ["3", "4"]]
 
 
 async def test_an_append_costs_the_same_on_a_branch(
-    store: RedisStore, url: str, cluster: bool
+    private: RedisStore, private_url: str, cluster: bool
 ) -> None:
     if cluster:
-        pytest.skip("one server's MONITOR")
+        pytest.skip("one server's MONITOR (run once)")
+    store, url = private, private_url
     for n in range(8):
         await store.append(Batch("linear", f"a{n}", turn(f"t{n}")))
         await store.append(Batch("branched", f"a{n}", turn(f"t{n}")))
