@@ -683,3 +683,28 @@ async def test_the_adoption_counts_the_deepest_messages_scope_writes(
     await write_the_old_way(admin, prefix, "c", old)
     assert await store.move_head("c", "a1", expected_head="a2") == 2
     assert await store.read_batches("c") == old[:1]
+
+
+# -- scope.history's branch functions on Redis --------------------------------------------------
+
+
+async def test_rewind_branches_switch_and_fork_on_redis(store: RedisStore) -> None:
+    from scope.history import branches, fork, rewind, switch
+
+    for batch in three():
+        await store.append(batch)
+    assert await rewind(store, "c", to=1, rewind_id="r1") == 2
+    assert await rewind(store, "c", to=1, rewind_id="r1") == 2  # the retry
+    await store.append(Batch("c", "b2", turn("u2"), expected_length=2, expected_head="a1"))
+    listed = await branches(store, "c")
+    assert [(b.head and b.head.id, b.turns, b.current, b.diverges_at) for b in listed] == [
+        ("a3", 3, False, 2),
+        ("b2", 2, True, None),
+    ]
+    assert all(b.created is not None for b in listed)
+    assert await switch(store, "c", listed[0].head) == 6  # type: ignore[arg-type]
+    receipts = await fork(store, "c", at=2, new_id="copy")
+    assert [r.id for r in receipts] == ["a1", "a2"]
+    assert await store.read_batches("copy") == three("copy")[:2]
+    await store.clear("copy")
+    assert [b.id for b in await store.read_batches("c")] == ["a1", "a2", "a3"]
