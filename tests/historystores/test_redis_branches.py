@@ -337,6 +337,8 @@ async def test_a_move_on_an_empty_conversation_writes_no_tree(
     store: RedisStore, prefix: str, admin: Any
 ) -> None:
     assert await store.move_head("new", "", expected_head="") == 0
+    # As in the in-memory store: nothing to move, so not even a move id is recorded.
+    assert await store.move_head("new", "", expected_head="", move_id="m") == 0
     assert [key async for key in admin.scan_iter(match=f"{prefix}:*")] == []
     with pytest.raises(UnknownHeadError):
         await store.move_head("new", "a1", expected_head="")
