@@ -313,6 +313,8 @@ local head, _, length, aid = head_of(KEYS[4])
 if ARGV[2] ~= aid then return 'changed:' .. length .. ':' .. aid end
 local index, target_length = length_at(ARGV[1])
 if not index then return 'unknown' end
+-- A conversation holding no batch, moved to '': nothing moves, nothing is recorded.
+if index < 0 and redis.call('EXISTS', KEYS[2]) == 0 then return 'moved:0' end
 if index ~= head then
   redis.call('HSET', KEYS[4], 'head', index)
   redis.call('SET', KEYS[3], target_length)

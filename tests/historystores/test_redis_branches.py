@@ -13,9 +13,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,8 +34,9 @@ from scope.errors import (
 )
 from scope.history import Batch, HistoryTree, HistoryView
 from scope.historystores.redis import RedisStore
-from tests.helpers import texts, turn
+from tests.helpers import nested, texts, turn
 from tests.servers import (
+    _free_ports,
     drop_keys,
     import_driver,
     redis_cluster_url_or_skip,
@@ -40,6 +44,7 @@ from tests.servers import (
     unique_key_prefix,
 )
 
+redis = import_driver("redis")
 aioredis = import_driver("redis.asyncio")
 from redis.asyncio.cluster import RedisCluster  # noqa: E402
 
@@ -332,6 +337,8 @@ async def test_a_move_on_an_empty_conversation_writes_no_tree(
     store: RedisStore, prefix: str, admin: Any
 ) -> None:
     assert await store.move_head("new", "", expected_head="") == 0
+    # As in the in-memory store: nothing to move, so not even a move id is recorded.
+    assert await store.move_head("new", "", expected_head="", move_id="m") == 0
     assert [key async for key in admin.scan_iter(match=f"{prefix}:*")] == []
     with pytest.raises(UnknownHeadError):
         await store.move_head("new", "a1", expected_head="")
@@ -450,6 +457,46 @@ async def test_an_interrupted_adoption_is_redone(
 # -- costs (one server's commands, seen by MONITOR) -------------------------------------------
 
 
+def start_server(port: int, where: Path) -> subprocess.Popen[bytes]:
+    """A ``redis-server`` on ``port`` without persistence."""
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
+    command += ["--save", "", "--appendonly", "no", "--dir", str(where)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+
+
+@pytest.fixture
+async def private_url(tmp_path: Path) -> AsyncIterator[str]:
+    """A Redis server of this test's own (no persistence), so MONITOR sees this test's
+    commands only (the shared server's other traffic can hold lines longer than the
+    client's reader takes)."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs redis-server on PATH")
+    [port] = _free_ports(1)
+    process = start_server(port, tmp_path)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = aioredis.Redis.from_url(url)
+        try:
+            for _ in range(100):
+                try:
+                    await client.ping()
+                    break
+                except redis.exceptions.ConnectionError:
+                    await asyncio.sleep(0.05)
+        finally:
+            await client.aclose()
+        yield url
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture
+async def private(private_url: str) -> AsyncIterator[RedisStore]:
+    async with await RedisStore.open(private_url, check_persistence=False) as store:
+        yield store
+
+
 async def commands_of(
     store: RedisStore, url: str, cid: str, step: Callable[[], Awaitable[Any]]
 ) -> list[list[str]]:
@@ -480,10 +527,11 @@ def names(commands: list[list[str]]) -> list[str]:
 
 
 async def test_a_linear_history_reads_with_one_range(
-    store: RedisStore, url: str, cluster: bool
+    private: RedisStore, private_url: str, cluster: bool
 ) -> None:
     if cluster:
-        pytest.skip("one server's MONITOR")
+        pytest.skip("one server's MONITOR (run once)")
+    store, url = private, private_url
     for n in range(6):
         await store.append(Batch("c", f"a{n}", turn(f"t{n}")))
     for read in (store.read, store.read_batches, store.read_view):
@@ -498,20 +546,22 @@ async def test_a_linear_history_reads_with_one_range(
 
 
 async def test_a_branched_path_reads_its_runs_only(
-    store: RedisStore, url: str, cluster: bool
+    private: RedisStore, private_url: str, cluster: bool
 ) -> None:
     if cluster:
-        pytest.skip("one server's MONITOR")
+        pytest.skip("one server's MONITOR (run once)")
+    store, url = private, private_url
     await branched(store)  # positions 0 (a1), 3 (b2), 4 (b3) on the path; 1, 2 off it
     seen = await commands_of(store, url, "c", lambda: store.read_view("c"))
     assert [c[2:] for c in seen if c[0].upper() == "LRANGE"] == [["0", "0"], ["3", "4"]]
 
 
 async def test_an_append_costs_the_same_on_a_branch(
-    store: RedisStore, url: str, cluster: bool
+    private: RedisStore, private_url: str, cluster: bool
 ) -> None:
     if cluster:
-        pytest.skip("one server's MONITOR")
+        pytest.skip("one server's MONITOR (run once)")
+    store, url = private, private_url
     for n in range(8):
         await store.append(Batch("linear", f"a{n}", turn(f"t{n}")))
         await store.append(Batch("branched", f"a{n}", turn(f"t{n}")))
@@ -621,3 +671,42 @@ async def test_a_script_the_server_does_not_hold_is_loaded_and_run_once(
     assert await _run(store._client, script, 1, key) == 1
     assert await _run(store._client, script, 1, key) == 2
     assert await admin.get(key) == b"2"
+
+
+async def test_the_adoption_counts_the_deepest_messages_scope_writes(
+    store: RedisStore, prefix: str, admin: Any
+) -> None:
+    """cjson (inside the adoption script) decodes the deepest JSON a message may hold:
+    metadata nested 512 levels (RawJSON's limit), inside the message's own levels."""
+    from scope.chat import Message, Part, Role
+
+    deep = Part("text", text="deep", metadata={"k": nested(512)})
+    old = [Batch("c", "a1", [Message(Role.USER, [deep]), *turn("t")[1:]]), three()[1]]
+    await write_the_old_way(admin, prefix, "c", old)
+    assert await store.move_head("c", "a1", expected_head="a2") == 2
+    assert await store.read_batches("c") == old[:1]
+
+
+# -- scope.history's branch functions on Redis --------------------------------------------------
+
+
+async def test_rewind_branches_switch_and_fork_on_redis(store: RedisStore) -> None:
+    from scope.history import branches, fork, rewind, switch
+
+    for batch in three():
+        await store.append(batch)
+    assert await rewind(store, "c", to=1, rewind_id="r1") == 2
+    assert await rewind(store, "c", to=1, rewind_id="r1") == 2  # the retry
+    await store.append(Batch("c", "b2", turn("u2"), expected_length=2, expected_head="a1"))
+    listed = await branches(store, "c")
+    assert [(b.head and b.head.id, b.turns, b.current, b.diverges_at) for b in listed] == [
+        ("a3", 3, False, 2),
+        ("b2", 2, True, None),
+    ]
+    assert all(b.created is not None for b in listed)
+    assert await switch(store, "c", listed[0].head) == 6  # type: ignore[arg-type]
+    receipts = await fork(store, "c", at=2, new_id="copy")
+    assert [r.id for r in receipts] == ["a1", "a2"]
+    assert await store.read_batches("copy") == three("copy")[:2]
+    await store.clear("copy")
+    assert [b.id for b in await store.read_batches("c")] == ["a1", "a2", "a3"]
