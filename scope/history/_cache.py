@@ -46,6 +46,11 @@ class HistoryCache:
       conversation (``scope.history._turns.project``), so the next turn groups, counts
       and replays only what is new.
 
+    No entry is served on a conversation's length alone, so a head moved to another
+    branch (DESIGN §6h: a rewind, then turns reaching the same length) never gets the
+    old branch's: decoded batches are keyed by digest, a replay is reused only for the
+    very message objects it checked, a projection only for equal stored messages.
+
     Sizes: an entry counts twice the canonical encoded size of its messages (media
     included): the encoding each message keeps for re-encoding, and the decoded values
     themselves; a projection adds a little per message and per turn for its structure.

@@ -38,8 +38,9 @@ class HistoryTree:
     - ``parents[i]``: the index in ``batches`` of the batch ``batches[i]`` follows, or -1
       for a batch that starts the conversation. A parent is always stored before its
       children (``parents[i] < i``).
-    - ``created[i]``: when ``batches[i]`` was stored, in Unix seconds by the store's
-      clock; None where the store did not record it (data written before branches).
+    - ``created[i]``: when ``batches[i]`` was stored, in Unix seconds (a ``float``) by
+      the store's clock; None where the store did not record it (data written before
+      branches).
     - ``head``: the index of the head batch, -1 when the head path is empty (a new
       conversation, or one rewound to its start).
     - ``closed``: whether the conversation was cleared (then everything else is empty).
@@ -74,6 +75,11 @@ class HistoryTree:
             if type(parent) is not int or not -1 <= parent < index:
                 raise InvalidViewError(
                     f"parents[{index}] must be -1 or the index of an earlier batch, got {parent!r}"
+                )
+        for index, stamp in enumerate(self.created):
+            if stamp is not None and (type(stamp) is not float or stamp != stamp):
+                raise InvalidViewError(
+                    f"created[{index}] must be a float (Unix seconds) or None, got {stamp!r}"
                 )
         if type(self.head) is not int or not -1 <= self.head < n:
             raise InvalidViewError(f"head must be -1 or a batch index below {n}, got {self.head!r}")

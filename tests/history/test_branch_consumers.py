@@ -18,11 +18,14 @@ from scope.chat import (
     Response,
     Role,
     StreamerFunc,
+    ToolOutput,
+    ToolResult,
     assistant_message,
     collect,
+    tool_message,
     user_message,
 )
-from scope.errors import CommitError, HistoryChangedError, ProviderServerError
+from scope.errors import CommitError, HistoryChangedError, ProviderServerError, StoreError
 from scope.history import (
     COMPACTION_KEY,
     Batch,
@@ -216,3 +219,19 @@ async def test_window_view_of_a_rewound_conversation_is_empty_with_no_head() -> 
     await _fill(store, "t1")
     await rewind(store, "c", to=0)
     assert await WindowReader(store, 4).read_view("c") == HistoryView((), 0, head="")
+
+
+async def test_the_checked_replay_of_another_branch_of_equal_length_is_not_reused() -> None:
+    # The replay the Middleware checked for t1 t2 must not vouch for t1 + a broken
+    # branch of the same length: that branch is checked, and refused.
+    store = InMemoryStore()
+    await _fill(store, "t1", "t2")
+    mw = Middleware(store, store, "c")
+    await mw.call(FunctionModel(lambda request: "ok")).call(Request([user_message("q?")]))
+    await rewind(store, "c", to=1)
+    orphan = tool_message(ToolResult("nope", "lookup", ToolOutput.of_text("x")))
+    await store.append(Batch("c", "bad", [user_message("b?"), orphan]))
+    await store.append(Batch("c", "b2", [user_message("c?"), assistant_message("c!")]))
+    assert (await store.read_view("c")).length == 6  # as long as the checked history
+    with pytest.raises(StoreError, match="cannot be replayed"):
+        await mw.call(FunctionModel(lambda request: "never")).call(Request([user_message("q2?")]))

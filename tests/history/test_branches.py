@@ -18,6 +18,7 @@ from scope.errors import (
     HistoryChangedError,
     InvalidAppendIDError,
     InvalidConversationIDError,
+    InvalidViewError,
     UnknownHeadError,
 )
 from scope.history import (
@@ -71,6 +72,40 @@ def test_chain_of_no_batch_raises_index_error(bad: Any) -> None:
     tree = HistoryTree((Batch("c", "a", _turn("a")),), (-1,), (None,), 0)
     with pytest.raises(IndexError):
         tree.chain(bad)
+
+
+_A = Batch("c", "a", [user_message("a?"), assistant_message("a!")])
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"batches": (_A,), "parents": (), "created": (None,)}, "one parent and one created"),
+        ({"batches": ("x",), "parents": (-1,), "created": (None,)}, r"batches\[0\] must be"),
+        ({"batches": (_A,), "parents": (0,), "created": (None,)}, r"parents\[0\] must be"),
+        ({"batches": (_A,), "parents": (-2,), "created": (None,)}, r"parents\[0\] must be"),
+        ({"batches": (_A,), "parents": (-1,), "created": ("now",)}, r"created\[0\] must be"),
+        ({"batches": (_A,), "parents": (-1,), "created": (1,)}, r"created\[0\] must be"),
+        ({"batches": (_A,), "parents": (-1,), "created": (float("nan"),)}, r"created\[0\]"),
+        ({"batches": (_A,), "parents": (-1,), "created": (None,), "head": 1}, "head must be"),
+        ({"batches": (), "parents": (), "created": (), "head": True}, "head must be"),
+        ({"batches": (), "parents": (), "created": (), "closed": 1}, "closed must be"),
+        (
+            {"batches": (_A,), "parents": (-1,), "created": (None,), "closed": True},
+            "closed conversation's tree holds no batches",
+        ),
+    ],
+)
+def test_tree_validation(fields: dict[str, Any], match: str) -> None:
+    with pytest.raises(InvalidViewError, match=match):
+        HistoryTree(**fields)
+
+
+def test_tree_paths() -> None:
+    b = Batch("c", "b", _turn("b"))
+    tree = HistoryTree((_A, b, b), (-1, 0, -1), (1.5, None, 2.0), 1)
+    assert tree.path(1) == (0, 1) and tree.path(2) == (2,) and tree.path(-1) == ()
+    assert tree.head_path() == (_A, b)
 
 
 # -- rewind -----------------------------------------------------------------------------

@@ -182,6 +182,10 @@ _BROKEN_STORE = textwrap.dedent(
             if not tree["batches"]:
                 return 0
             index = ids[head] if head else -1
+            if "move-atomic" in self.broken:
+                # The head first, then the flat head path after a scheduling point.
+                tree["head"] = index
+                await anyio.lowlevel.checkpoint()
             self._moved(cid, tree, index)
             if move_id is not None:
                 moves[move_id] = head
@@ -512,6 +516,11 @@ CASES = [
             "test_rewind_racing_fenced_turns_exactly_one_wins",
             "test_rewind_racing_fenced_turns_across_two_handles",
         },
+    ),
+    (
+        "move-atomic",
+        "move_head_cancelled",
+        {"test_move_head_cancelled_moves_all_or_nothing_and_retry_resolves"},
     ),
     ("tree-created", "tree", {"test_tree_shape_parents_head_and_created_times"}),
     (

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from scope.chat import assistant_message, user_message
+from scope.errors import HistoryChangedError
 from scope.history import Batch, ConversationID, Lister, Store
 from scope.history.inmemory import InMemoryStore as InMemoryStore
 from scope.history.storetest import StoreConformance
@@ -123,3 +124,49 @@ def test_the_old_name_still_works_for_one_release_and_warns() -> None:
     assert old is InMemoryStore
     with pytest.raises(AttributeError, match="no attribute 'Stores'"):
         module.Stores  # noqa: B018
+
+
+def test_branching_is_safe_across_threads() -> None:
+    # Threads (asyncio and trio alternately) append and rewind one conversation, each
+    # step fenced by the view it read: the tree stays one tree and the views agree.
+    store = InMemoryStore()
+    errors: list[BaseException] = []
+    landed: list[str] = []
+
+    def worker(n: int) -> None:
+        async def main() -> None:
+            for j in range(30):
+                view = await store.read_view("c")
+                try:
+                    if j % 3 == 2 and view.length:
+                        await store.move_head("c", "", expected_head=view.head)
+                    else:
+                        batch = Batch(
+                            "c", f"{n}.{j}", [user_message(f"{n}.{j}")], view.length, view.head
+                        )
+                        await store.append(batch)
+                        landed.append(f"{n}.{j}")
+                except HistoryChangedError:
+                    pass
+
+        try:
+            anyio.run(main, backend="trio" if n % 2 else "asyncio")
+        except BaseException as exc:  # reported to the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+    async def check() -> None:
+        tree = await store.read_tree("c")
+        assert sorted(str(b.id) for b in tree.batches) == sorted(landed)
+        view = await store.read_view("c")
+        path = tree.head_path()
+        assert list(view.messages) == [m for b in path for m in b.messages]
+        assert view.length == len(path) and view.head == (str(path[-1].id) if path else "")
+
+    anyio.run(check)

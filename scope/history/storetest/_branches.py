@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from scope.errors import (
@@ -411,6 +413,45 @@ class BranchRules(Base):
         async with self._reopened(store) as again:
             for round in range(4):
                 await self._race([store, again], f"race{round}", moves_first=round % 2 == 1)
+
+    # -- cancellation ------------------------------------------------------------------
+
+    async def test_move_head_cancelled_moves_all_or_nothing_and_retry_resolves(
+        self, store: Any
+    ) -> None:
+        # Cancel the move after 0, 1, 2, ... scheduling rounds (before, inside and after
+        # the store's work), then once more in a cancelled scope: the head is the old one
+        # or the target, every read agrees with the tree, and the retry (same move id)
+        # lands the move exactly once.
+        for round_ in itertools.chain(range(self.cancellation_rounds), [-1]):
+            cid = f"cancel-{round_}"
+            await store.append(Batch(cid, "a1", _turn("a1")))
+            await store.append(Batch(cid, "a2", _turn("a2", 3)))
+
+            async def move(cid: str = cid) -> None:
+                await store.move_head(cid, "a1", expected_head="a2", move_id="m1")
+
+            if round_ < 0:
+                with anyio.CancelScope() as scope:
+                    scope.cancel()
+                    await move()
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(move)
+                    for _ in range(round_):
+                        await anyio.lowlevel.checkpoint()
+                    tg.cancel_scope.cancel()
+            tree = await store.read_tree(cid)
+            view = await store.read_view(cid)
+            head = str(tree.batches[tree.head].id)
+            assert head in ("a1", "a2"), f"round {round_}: head {head!r}"
+            assert (view.head, list(view.messages)) == (head, _flatten(tree.head_path())), (
+                f"round {round_}: a cancelled move left the view and the tree apart"
+            )
+            assert view.length == len(view.messages)
+            assert await store.read_batches(cid) == list(tree.head_path())
+            assert await store.move_head(cid, "a1", expected_head="a2", move_id="m1") == 2
+            assert (await store.read_view(cid)).head == "a1", f"round {round_}"
 
     # -- durability --------------------------------------------------------------------
 
