@@ -191,8 +191,9 @@ class PostgresStore(RecordStore):
       commit as the server's ``synchronous_commit`` says.
     - **Reconnects.** When the connection drops (server restart, ``pg_terminate_backend``,
       network), the operation is retried once on a fresh connection; every operation is
-      idempotent (an append's retry is recognised by its append id), so the batch lands
-      exactly once. If the retry fails too, ``StoreError`` is raised with the driver
+      idempotent (an append's retry is recognised by its append id, a head move's by its
+      move id or, without one, by the head already being its target), so the batch
+      lands exactly once. If the retry fails too, ``StoreError`` is raised with the driver
       error chained; an append that raised ``StoreError`` may still have committed, and
       retrying the same batch resolves it.
     - **Timeouts.** Every statement is bounded by ``command_timeout`` on the server
@@ -583,11 +584,23 @@ class PostgresStore(RecordStore):
     async def _move_head(
         self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
     ) -> str:
-        # One call of the move_head function: one transaction, one round trip.
+        # One call of the move_head function: one transaction, one round trip. When the
+        # connection drops, the call is retried once (see the class docstring): with a
+        # move id the record answers the retry; without one, a retry that finds the
+        # head already at the target (the first attempt committed before its reply was
+        # lost) answers the move instead of the fence's refusal.
         sql = self._sql.move_head
+        attempts = 0
 
         async def move(conn: Any) -> str:
-            return str(await conn.fetchval(sql, cid, head, expected_head, move_id))
+            nonlocal attempts
+            attempts += 1
+            answer = str(await conn.fetchval(sql, cid, head, expected_head, move_id))
+            if attempts > 1 and move_id is None and answer.startswith("changed:"):
+                length, _, actual = answer.removeprefix("changed:").partition(":")
+                if actual == head:
+                    return f"moved:{length}"
+            return answer
 
         return await self._with_connection(
             move, f"head move of conversation {str(cid)!r}", settle=True

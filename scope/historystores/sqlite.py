@@ -521,8 +521,9 @@ class SQLiteStore(RecordStore):
 
     async def read_view(self, conversation_id: str) -> HistoryView:
         """The conversation's head path (messages, length, head) and closure from one
-        statement (a consistent snapshot). A corrupt stored record raises
-        ``StoreError``."""
+        statement (a consistent snapshot; a conversation that has branched: a second
+        one, consistent on its own, walks the head path). A corrupt stored record
+        raises ``StoreError``."""
         cid = ConversationID(conversation_id)
         t = self._tables
         cache = self._cache
@@ -533,10 +534,10 @@ class SQLiteStore(RecordStore):
         return await self._run(read, f"read of conversation {str(cid)!r}")
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
-        """One statement (a consistent snapshot) fetching the head path's records in
-        order, decoded with ``decode`` on the worker thread. A linear conversation is
-        read as every batch in seq order; one that has branched through a walk of
-        parents from its head."""
+        """The head path's records in order, decoded with ``decode`` on the worker
+        thread: one statement (a consistent snapshot) reading every batch in seq order
+        of a linear conversation; for one that has branched (that statement finds
+        nothing), a second one walking parents from its head."""
         t = self._tables
         cache = self._cache
 

@@ -197,6 +197,42 @@ async def test_retry_after_connection_killed_after_commit_lands_once(
         assert texts(await store.read("c")) == ["hello", "hello!"]
 
 
+@pytest.mark.parametrize("move_id", [None, "m1"])
+async def test_head_move_retried_after_connection_killed_after_commit(
+    dsn: str, prefix: str, app_name: str, monkeypatch: pytest.MonkeyPatch, move_id: str | None
+) -> None:
+    """A head move commits, then its session is terminated before the client reads the
+    reply: the store's retry on a fresh connection answers the move (from its move id,
+    or, without one, because the head is already the target), not the fence."""
+    original = PostgresStore._with_connection
+    killed: list[int] = []
+
+    async def lose_the_reply(
+        self: PostgresStore, fn: Callable[[Any], Awaitable[Any]], what: str, **options: Any
+    ) -> Any:
+        async def commit_then_die(conn: Any) -> Any:
+            result = await fn(conn)  # committed
+            if what.startswith("head move") and not killed:
+                killed.append(await terminate(dsn, app_name))
+                await conn.fetchval("SELECT 1")  # the dead session: a real driver error
+            return result
+
+        return await original(self, commit_then_die, what, **options)
+
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name
+    ) as store:
+        await store.append(batch("c", "a1"))
+        await store.append(batch("c", "a2"))
+        monkeypatch.setattr(PostgresStore, "_with_connection", lose_the_reply)
+        assert await store.move_head("c", "a1", expected_head="a2", move_id=move_id) == 2
+        assert killed and killed[0] >= 1
+        assert (await store.read_view("c")).head == "a1"
+        # A second move from the old head is refused by the fence, as it must be.
+        with pytest.raises(HistoryChangedError):
+            await store.move_head("c", "a1", expected_head="a2")
+
+
 async def test_every_pooled_connection_killed_between_calls(
     dsn: str, prefix: str, app_name: str
 ) -> None:

@@ -387,7 +387,47 @@ async def test_cancelled_head_moves_settle(kind: str, tmp_path: Path) -> None:
             )
             assert (await store.read_view("c")).head == target
             head = target
+        assert cancelled > 0  # some moves were cancelled (before or during their step)
         assert (await shape(store, "c"))[:2] == (["a1", "a2", "a3"], [-1, 0, 1])  # no batch added
+
+
+@pytest.mark.anyio
+@over_backends(*SQL)
+async def test_a_broken_parent_chain_is_reported(kind: str, tmp_path: Path) -> None:
+    # A parent changed outside scope: read_tree names the batch, the head path's reads
+    # find its messages do not add up to the stored length; nothing is returned.
+    async with fresh_backend(kind, tmp_path) as backend, await backend.open() as store:
+        for aid in ("a1", "a2", "a3"):
+            await store.append(Batch("c", aid, turn(aid)))
+        await store.move_head("c", "a2", expected_head="a3")
+        await store.move_head("c", "a3", expected_head="a2")  # branched: reads walk
+        await set_parent(backend, "c", "a3", 7)
+        with pytest.raises(StoreError, match=r"'a3'.*parent 7"):
+            await store.read_tree("c")
+        with pytest.raises(StoreError, match="corrupt"):
+            await store.read_view("c")
+
+
+async def set_parent(backend: Any, cid: str, aid: str, parent: int) -> None:
+    """Set batch ``aid``'s stored parent seq, bypassing scope."""
+    table = f'"{backend.prefix}_batches"'
+    if backend.kind == "sqlite":
+        with sqlite3.connect(backend.url, isolation_level=None) as conn:
+            conn.execute(
+                f"UPDATE {table} SET parent = ? WHERE conversation_id = ? AND append_id = ?",
+                (parent, cid, aid),
+            )
+        return
+    conn = await import_driver("asyncpg").connect(backend.url)
+    try:
+        await conn.execute(
+            f"UPDATE {table} SET parent = $1 WHERE conversation_id = $2 AND append_id = $3",
+            parent,
+            cid,
+            aid,
+        )
+    finally:
+        await conn.close()
 
 
 # -- costs -------------------------------------------------------------------------------
