@@ -276,13 +276,6 @@ local aid, records = head_path(KEYS[3], KEYS[4])
 return {{0, redis.call('GET', KEYS[2]) or '', aid, records}}
 """
 
-# KEYS: closed, tree, batches. read_tree: {1} when closed, else {0, every record in stored
-# order, the tree hash (HGETALL; empty before branches)}.
-_TREE: Final = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {1} end
-return {0, redis.call('LRANGE', KEYS[3], 0, -1), redis.call('HGETALL', KEYS[2])}
-"""
-
 # KEYS: closed, batches, length, tree, nodes, moves. ARGV: target append id ('' before the
 # first batch), expected head, move id ('' for none). move_head in its order: closed,
 # move id (the same target: 'moved:<its path length>', another: 'conflict:<target>'),
@@ -864,24 +857,51 @@ class RedisStore(RecordStore):
     async def read_tree(self, conversation_id: str) -> HistoryTree:
         """Every batch of every branch in stored order, each one's parent and stored time
         (the server's clock; None for batches stored before branches), the head and the
-        closure, from one script (see ``scope.history.HistoryTree``). A corrupt stored
-        record raises ``StoreError`` naming the conversation."""
+        closure, from one snapshot (see ``scope.history.HistoryTree``). A corrupt stored
+        record raises ``StoreError`` naming the conversation.
+
+        Plain reads, no script, so a user limited to ``+@read`` reads trees too
+        (``scope history verify``): one pipelined round trip of ``LLEN`` of the
+        records, ``HGETALL`` of the tree and ``LRANGE`` of the records, in that order.
+        Records are only ever appended, and a record and its tree entry are written by
+        one script, so the tree read names a prefix of the records read after it: the
+        snapshot is the tree's moment (a conversation stored before branches: the
+        ``LLEN``'s). A clear between the reads leaves fewer records than the tree names,
+        and the read is made again (it then finds the conversation closed)."""
         cid = ConversationID(conversation_id)
         closed_key, _, batches_key, _, tree_key, *_ = self._keys(cid)
         client = self._client
 
         async def read() -> list[Any]:
-            return list(await _run(client, _TREE, 3, closed_key, tree_key, batches_key))
+            pipe = client.pipeline(transaction=False)
+            pipe.exists(closed_key)
+            pipe.llen(batches_key)
+            pipe.hgetall(tree_key)
+            pipe.lrange(batches_key, 0, -1)
+            return list(await pipe.execute())
 
-        answer = await self._call(read, f"tree read of conversation {str(cid)!r}")
-        if answer[0]:
-            self._cache.forget(cid)  # cleared, maybe through another handle
-            return HistoryTree((), (), (), -1, True)
-        _, items, flat = answer
+        for _ in range(3):
+            closed, count, fields, items = await self._call(
+                read, f"tree read of conversation {str(cid)!r}"
+            )
+            if closed:
+                self._cache.forget(cid)  # cleared, maybe through another handle
+                return HistoryTree((), (), (), -1, True)
+            raw_head = fields.get(b"head")
+            if raw_head is not None:  # the tree's own count: every position it names
+                count = sum(1 for key in fields if key.isdigit())
+            if len(items) < count:
+                continue  # cleared between the reads: read again
+            return self._tree(cid, items[:count], fields, raw_head)
+        raise StoreError(
+            f"conversation {str(cid)!r} changed under three tree reads in a row; read again"
+        )
+
+    def _tree(
+        self, cid: ConversationID, items: list[Any], fields: dict[bytes, Any], raw_head: Any
+    ) -> HistoryTree:
         batches = decode_batches(cid, (_split(cid, item) for item in items), self._cache)
-        fields = dict(zip(flat[::2], flat[1::2], strict=True))
         count = len(batches)
-        raw_head = fields.get(b"head")
         if raw_head is None:  # stored before branches: one branch, its last batch the head
             return HistoryTree(batches, range(-1, count - 1), (None,) * count, count - 1)
         parents: list[int] = []
