@@ -115,6 +115,7 @@ EXPECTED: dict[str, list[str]] = {
         "ConversationClosedError",
         "ConversationID",
         "DefaultTokenCounter",
+        "ErasureReceipt",
         "HistoryCache",
         "HistoryChangedError",
         "HistoryError",
@@ -140,6 +141,9 @@ EXPECTED: dict[str, list[str]] = {
         "WindowTooSmallError",
         "Writer",
         "compact",
+        "erase",
+        "erase_owner",
+        "retain",
     ],
     "scope.historystores": [
         "OpeningStore",

@@ -15,6 +15,7 @@ from scope.history._batch import Batch as Batch
 from scope.history._batch import Receipt as Receipt
 from scope.history._cache import HistoryCache as HistoryCache
 from scope.history._compact import compact as compact
+from scope.history._erasure import ErasureReceipt as ErasureReceipt
 from scope.history._ids import AppendID as AppendID
 from scope.history._ids import ConversationID as ConversationID
 from scope.history._middleware import Middleware as Middleware
@@ -26,6 +27,9 @@ from scope.history._protocols import Store as Store
 from scope.history._protocols import TurnLeaser as TurnLeaser
 from scope.history._protocols import ViewReader as ViewReader
 from scope.history._protocols import Writer as Writer
+from scope.history._retention import erase as erase
+from scope.history._retention import erase_owner as erase_owner
+from scope.history._retention import retain as retain
 from scope.history._tokens import DefaultTokenCounter as DefaultTokenCounter
 from scope.history._tokens import TokenCounter as TokenCounter
 from scope.history._tree import HistoryTree as HistoryTree
@@ -45,6 +49,7 @@ __all__ = [
     "ConversationClosedError",
     "ConversationID",
     "DefaultTokenCounter",
+    "ErasureReceipt",
     "HistoryCache",
     "HistoryChangedError",
     "HistoryError",
@@ -70,6 +75,9 @@ __all__ = [
     "WindowTooSmallError",
     "Writer",
     "compact",
+    "erase",
+    "erase_owner",
+    "retain",
 ]
 
 from scope._validate import publish as _publish

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -377,3 +378,53 @@ async def test_adapter_passes_owners_and_erasure_to_a_store_that_has_them() -> N
     receipt = await adapter.erase("c")
     assert receipt.batches == 1
     assert await owning.read("c") == []
+
+
+# -- erase_owner over 10,000 conversations ----------------------------------------------
+
+
+async def test_erase_owner_of_ten_thousand_conversations_resumes_in_memory() -> None:
+    from scope.history.storetest._erasure import erase_owner_resumes
+
+    await erase_owner_resumes(InMemoryStore(), 10_000)
+
+
+async def test_erase_owner_of_ten_thousand_conversations_resumes_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    from scope.history.storetest._erasure import erase_owner_resumes
+    from scope.historystores.sqlite import SQLiteStore
+
+    if not hasattr(SQLiteStore, "erase_owned"):
+        pytest.skip("this SQLiteStore has no erasure yet")
+    async with await SQLiteStore.open(tmp_path / "h.db") as store:
+        await erase_owner_resumes(store, 10_000)
+
+
+async def test_erase_owner_checks_its_arguments_before_any_io() -> None:
+    from scope.history import erase_owner
+
+    store = InMemoryStore()
+    await store.append(_batch("c", "a"), owner="alice")
+    with pytest.raises(ValueError, match="owner"):
+        await erase_owner(store, "")
+    with pytest.raises(ValueError, match="page"):
+        await erase_owner(store, "alice", page=0)
+    assert await store.conversations(owner="alice") == ["c"]
+
+
+async def test_history_functions_retain_and_erase() -> None:
+    from scope.history import erase, retain
+
+    clock = _Clock()
+    store = InMemoryStore(clock=clock)
+    await store.append(_batch("c", "a"))
+    await retain(store, "c", dt.datetime.fromtimestamp(clock.now + 10, UTC))
+    clock.now += 11
+    assert await store.read("c") == []
+    with pytest.raises(ValueError, match="aware"):
+        await retain(store, "d", dt.datetime(2030, 1, 1))
+    receipt = await erase(store, "c")
+    assert receipt.batches == 1  # expired, not yet removed: erase removes it
+    with pytest.raises(TypeError, match="has no erase"):
+        await erase(_Simple(), "c")

@@ -41,8 +41,18 @@ handles, expiry, holder tokens, renewal, release only by the holder; the expiry 
 sleep ``lease_ttl`` seconds, 0.25 by default; ``acquire_turn_view``: the lease and the
 view in one step, nothing read under another holder's lease; ``append_release_turn``:
 the append's rules, the release only by the holder and only when the append returns;
-turns handed over between tasks and handles never read a stale history). Nothing is
-optional: a store that lacks a method fails ``test_store_implements_the_protocol``.
+turns handed over between tasks and handles never read a stale history), and retention
+and erasure (DESIGN §6i: owners recorded by the first append and listed by owner;
+``retain``, store-wide retention and ``expire``; ``erase`` and its receipt, closure for
+ever, leases and cache entries gone, under load and racing appends; ``erase_owned``
+paging and ``erase_owner`` resumed after a cancellation; ``check_erased``). The
+store-wide retention checks open their own store through the ``open_store(retention=...)``
+hook (without it they skip and say why):
+
+    async def open_store(self, *, retention=None):
+        return await MyStore.open(..., retention=retention)   # fresh and empty
+
+Nothing is optional: a store that lacks a method fails ``test_store_implements_the_protocol``.
 
 Each rule of the store contract is its own test, named after the rule, so a failure says
 which rule a backend breaks. The suite needs pytest and anyio; it imports nothing from a
@@ -54,6 +64,7 @@ from __future__ import annotations
 from typing import Any
 
 from scope.history.storetest._core import CoreRules
+from scope.history.storetest._erasure import ErasureRules
 from scope.history.storetest._leases import LeaseRules
 from scope.history.storetest._runner import on_anyio_runner
 from scope.history.storetest._support import HOSTILE_IDS, rich_messages
@@ -62,7 +73,7 @@ from scope.history.storetest._turns import TurnRules
 __all__ = ["HOSTILE_IDS", "StoreConformance", "rich_messages"]
 
 
-class StoreConformance(CoreRules, TurnRules, LeaseRules):
+class StoreConformance(CoreRules, TurnRules, LeaseRules, ErasureRules):
     """The store contract of ``scope.history`` as pytest tests. Subclass it (see the
     module docstring); never instantiate it directly."""
 
