@@ -123,6 +123,7 @@ class ErasureRules(Base):
     @pytest.mark.parametrize("owner", _BAD_OWNERS, ids=lambda o: repr(o)[:12])
     async def test_invalid_owners_rejected_before_io(self, store: Any, owner: str) -> None:
         batch = _batch("c", "a1")
+        rejected = False
         with anyio.CancelScope() as scope:
             scope.cancel()  # the first checkpoint would raise Cancelled instead
             with pytest.raises(ValueError, match="owner"):
@@ -133,6 +134,8 @@ class ErasureRules(Base):
                 await store.erase_owned(owner)
             with pytest.raises(ValueError, match="owner"):
                 await store.conversations(owner=owner)
+            rejected = True
+        assert rejected, "a store step suspended before rejecting an invalid owner"
         assert await store.read("c") == []
 
     # -- retention --------------------------------------------------------------------
@@ -226,12 +229,15 @@ class ErasureRules(Base):
 
     @pytest.mark.parametrize("limit", [0, -1, True, 1.5, None, "10"])
     async def test_expire_rejects_bad_limits_before_io(self, store: Any, limit: Any) -> None:
+        rejected = False
         with anyio.CancelScope() as scope:
             scope.cancel()
             with pytest.raises(ValueError, match="limit"):
                 await store.expire(limit=limit)
             with pytest.raises(ValueError, match="limit"):
                 await store.erase_owned("alice", limit=limit)
+            rejected = True
+        assert rejected, "a store step suspended before rejecting an invalid limit"
 
     async def test_expire_rejects_a_naive_now_before_io(self, store: Any) -> None:
         await self._rejects_without_suspending(ValueError, store.expire, _dt.datetime.now())
@@ -394,6 +400,7 @@ class ErasureRules(Base):
         async def load(n: int) -> None:
             for j in range(rounds):
                 await store.append(_batch(f"load{n}", f"a{j}"), owner="bob")
+                await anyio.lowlevel.checkpoint()  # let the erasures interleave
 
         receipts: list[ErasureReceipt] = []
 
