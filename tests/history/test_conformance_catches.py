@@ -235,12 +235,13 @@ _ERASURE_LAYER = textwrap.dedent(
     import datetime as _dt
 
     from scope._validate import check_limit
-    from scope.history import ErasureReceipt, HistoryCache
+    from scope.history import ErasureReceipt, HistoryCache, HistoryTree
     from scope.history._erasure import (
         check_erase_limit, check_now, check_owner, check_until, new_secret, tombstone,
     )
 
     _OWNER = contextvars.ContextVar("owner", default=None)
+    _Plain = Store
 
     class Store(Store):
         def __init__(self, broken, state=None, retention=None):
@@ -319,6 +320,23 @@ _ERASURE_LAYER = textwrap.dedent(
                 and (owner is None or "owner-listing" in self.broken or owners.get(n) == owner)
             ]
             return names if count is None else names[:count]
+
+        if hasattr(_Plain, "move_head"):  # the branch steps, where the store has them
+
+            async def move_head(self, conversation_id, head, *, expected_head, move_id=None):
+                if self._gone(ConversationID(conversation_id)):
+                    raise ConversationClosedError(conversation_id)
+                return await super().move_head(
+                    conversation_id, head, expected_head=expected_head, move_id=move_id
+                )
+
+        if hasattr(_Plain, "read_tree"):
+
+            async def read_tree(self, conversation_id):
+                tree = await super().read_tree(conversation_id)
+                if self._gone(ConversationID(conversation_id)):
+                    return HistoryTree((), (), (), -1, True)
+                return tree
 
         async def retain(self, conversation_id, until):
             cid = ConversationID(conversation_id)

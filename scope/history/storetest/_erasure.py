@@ -54,6 +54,13 @@ async def _closed_for_ever(store: Any, cid: str) -> None:
         await store.append_release_turn(_batch(cid, "after-2"), "holder")
     with pytest.raises(ConversationClosedError):
         await store.retain(cid, _now() + _HOUR)
+    # The branch steps (DESIGN §6h) of a store that has them: closed too.
+    if callable(getattr(store, "read_tree", None)):
+        tree = await store.read_tree(cid)
+        assert tree.closed is True and tree.batches == ()
+    if callable(getattr(store, "move_head", None)):
+        with pytest.raises(ConversationClosedError):
+            await store.move_head(cid, "", expected_head="")
 
 
 @tests_on_anyio_runner
@@ -266,6 +273,17 @@ class ErasureRules(Base):
         assert before - _dt.timedelta(minutes=1) <= receipt.erased_at
         assert receipt.erased_at <= after + _dt.timedelta(minutes=1)
         assert ErasureReceipt.from_json(receipt.to_json()) == receipt
+        if callable(getattr(store, "move_head", None)):
+            # Every batch of every branch (DESIGN §6h), in stored order.
+            tree = [_batch("b", "a1"), _batch("b", "a2"), _batch("b", "a3")]
+            await store.append(tree[0])
+            await store.append(tree[1])
+            await store.move_head("b", "a1", expected_head="a2")
+            await store.append(tree[2])
+            branched = await store.erase("b")
+            assert branched.batches == 3
+            assert branched.digest == erasure_digest(b.digest for b in tree)
+            assert branched.bytes == sum(len(b.encoded_messages) for b in tree)
 
     async def test_erased_conversation_is_closed_for_ever(self, store: Any) -> None:
         batch = _batch("c", "a1")
