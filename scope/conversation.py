@@ -242,6 +242,11 @@ class Conversation:
     - ``options``: request ``Options`` (model, temperature, ...), default none.
     - ``append_retries``: how many times a retryable ``CommitError``'s batch is
       appended again (default 3; 0: raised at once).
+    - ``owner``: the principal the conversation belongs to (DESIGN §6i; a string of 1
+      to 256 characters), passed to every append: the first one records it, and
+      ``scope.history.erase_owner(store, owner)`` erases all of one owner's
+      conversations. Default None (no owner); ``store``'s append must take ``owner=``
+      (every bundled store's does).
 
     ``ask`` returns the finished turn; ``stream`` gives its events as they happen;
     ``regenerate``/``edit`` (and ``stream_regenerate``/``stream_edit``) rewind the head
@@ -264,6 +269,7 @@ class Conversation:
         "_model",
         "_options",
         "_overlap",
+        "_owner",
         "_reader",
         "_store",
         "_streamer",
@@ -292,6 +298,7 @@ class Conversation:
         system: str | None = None,
         options: Options | None = None,
         append_retries: int = 3,
+        owner: str | None = None,
     ) -> None:
         calls = callable(getattr(model, "call", None))
         streams = callable(getattr(model, "stream", None))
@@ -342,19 +349,23 @@ class Conversation:
                     f"scope.otel.Tracing), got {type(layer).__name__}"
                 )
         # Every argument the Middleware takes was checked above, under this
-        # constructor's names: it raises nothing the caller would have to translate.
+        # constructor's names, but ``owner``: the Middleware checks it, and its errors
+        # name ``owner=`` and the store as this constructor would, so it raises nothing
+        # the caller would have to translate.
         self._overlap: dict[str, Any] = {
             "on_incomplete": on_incomplete,
             "on_overlap": on_overlap,
             "overlap_timeout": overlap_timeout,
             "lease_ttl": lease_ttl,
             "keep_interrupted": keep_interrupted,
+            "owner": owner,
         }
         self._model = model
         self._layers = layers
         self._reader = reader
         self._middleware = Middleware(reader, store, cid, **self._overlap)
         self._caller, self._streamer = self._wrapped(self._middleware)
+        self._owner = owner
         self._store = store
         self._window = reader if isinstance(reader, WindowReader) else None
         self._max_steps = max_steps
@@ -750,7 +761,11 @@ class Conversation:
             if attempt:
                 await anyio.sleep(0.01 * 2 ** (attempt - 1))
             try:
-                receipt = await self._store.append(err.batch)
+                receipt = await (
+                    self._store.append(err.batch)
+                    if self._owner is None
+                    else self._store.append(err.batch, owner=self._owner)  # type: ignore[call-arg]
+                )
                 receipt.validate_for(err.batch)
             except _FINAL as exc:
                 raise CommitError(

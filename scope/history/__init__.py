@@ -20,6 +20,7 @@ from scope.history._branches import rewind as rewind
 from scope.history._branches import switch as switch
 from scope.history._cache import HistoryCache as HistoryCache
 from scope.history._compact import compact as compact
+from scope.history._erasure import ErasureReceipt as ErasureReceipt
 from scope.history._ids import AppendID as AppendID
 from scope.history._ids import ConversationID as ConversationID
 from scope.history._middleware import Middleware as Middleware
@@ -31,6 +32,9 @@ from scope.history._protocols import Store as Store
 from scope.history._protocols import TurnLeaser as TurnLeaser
 from scope.history._protocols import ViewReader as ViewReader
 from scope.history._protocols import Writer as Writer
+from scope.history._retention import erase as erase
+from scope.history._retention import erase_owner as erase_owner
+from scope.history._retention import retain as retain
 from scope.history._tokens import DefaultTokenCounter as DefaultTokenCounter
 from scope.history._tokens import TokenCounter as TokenCounter
 from scope.history._tree import HistoryTree as HistoryTree
@@ -51,6 +55,7 @@ __all__ = [
     "ConversationClosedError",
     "ConversationID",
     "DefaultTokenCounter",
+    "ErasureReceipt",
     "HistoryCache",
     "HistoryChangedError",
     "HistoryError",
@@ -77,7 +82,10 @@ __all__ = [
     "Writer",
     "branches",
     "compact",
+    "erase",
+    "erase_owner",
     "fork",
+    "retain",
     "rewind",
     "switch",
 ]

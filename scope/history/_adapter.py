@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as _dt
+import inspect
 import threading
 import time
 from typing import Any, final
@@ -10,12 +12,13 @@ from scope._validate import check_lease
 from scope.chat import Message
 from scope.errors import HistoryChangedError, InvalidViewError, StoreError, UnknownHeadError
 from scope.history._batch import Batch, Receipt
+from scope.history._erasure import ErasureReceipt, check_owner
 from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, Store, Writer
 from scope.history._tree import HistoryTree, check_head, check_move_id
 from scope.history._view import HistoryView
 
-__all__ = ["LeaseTable", "StoreAdapter", "as_store"]
+__all__ = ["LeaseTable", "StoreAdapter", "as_store", "takes_owner"]
 
 
 def as_store(store: object) -> Store:
@@ -49,6 +52,14 @@ class LeaseTable:
             return False
         del self._leases[cid]
         return current[1] > time.monotonic()
+
+    def drop(self, cid: ConversationID) -> None:
+        """Delete the conversation's lease, whoever holds it (erasure, expiry)."""
+        self._leases.pop(cid, None)
+
+    def conversations(self) -> list[ConversationID]:
+        """The conversations with a lease entry (live or expired)."""
+        return list(self._leases)
 
 
 @final
@@ -93,6 +104,14 @@ class StoreAdapter:
       wrapped store as it is: on a history that never branches the head is fixed by
       the length, so the store's ``expected_length`` fence, when it has one, is the
       same fence.
+    - Retention and erasure (``retain``, ``expire``, ``erase``, ``erase_owned``,
+      ``check_erased``) cannot be derived either (a ``clear`` keeps the id, an erasure
+      must not): without the wrapped store's own they raise ``TypeError``. Owners:
+      ``owners`` says whether the wrapped ``append`` takes ``owner=``; an append (or
+      ``append_release_turn``) with an owner through an adapter whose store takes none
+      raises ``TypeError`` before any I/O (the history ``Middleware`` checks it at
+      construction), and so does ``conversations(owner=...)`` through a store whose
+      listing takes none. Without an owner the wrapped methods are called without it.
 
     ``folds`` says whether the wrapped store has its own folded lease steps
     (``acquire_turn_view`` and ``append_release_turn``); without them the history
@@ -100,7 +119,7 @@ class StoreAdapter:
     so a cancellation during that release still reports the turn as stored.
     """
 
-    __slots__ = ("_leases", "_lock", "atomic_views", "folds", "store")
+    __slots__ = ("_leases", "_lock", "atomic_views", "folds", "owners", "store")
 
     def __init__(self, store: object) -> None:
         if not isinstance(store, (Reader, Writer)):
@@ -116,6 +135,8 @@ class StoreAdapter:
             self._own("acquire_turn_view"),
             self._own("append_release_turn"),
         )
+        #: Whether the wrapped ``append`` takes ``owner=`` (DESIGN §6i).
+        self.owners: bool = _takes_owner(self._own("append"))
         self._leases = LeaseTable()
         self._lock = threading.Lock()
 
@@ -209,10 +230,18 @@ class StoreAdapter:
         return batches
 
     async def conversations(
-        self, *, after: str | None = None, limit: int | None = None
+        self, *, after: str | None = None, limit: int | None = None, owner: str | None = None
     ) -> list[ConversationID]:
         listing = self._needed("conversations")
-        return await listing(after=after, limit=limit)  # type: ignore[no-any-return]
+        if owner is None:
+            return await listing(after=after, limit=limit)  # type: ignore[no-any-return]
+        check_owner(owner)
+        if not _takes_owner(listing):
+            raise TypeError(
+                f"{type(self.store).__name__}.conversations takes no owner: the adapter "
+                "cannot list by owner"
+            )
+        return await listing(after=after, limit=limit, owner=owner)  # type: ignore[no-any-return]
 
     def _needed(self, name: str) -> Any:
         own = self._own(name)
@@ -222,8 +251,19 @@ class StoreAdapter:
             )
         return own
 
-    async def append(self, batch: Batch) -> Receipt:
-        return await self._needed("append")(batch)  # type: ignore[no-any-return]
+    async def append(self, batch: Batch, *, owner: str | None = None) -> Receipt:
+        append = self._needed("append")
+        if owner is None:
+            return await append(batch)  # type: ignore[no-any-return]
+        self._check_owner(owner)
+        return await append(batch, owner=owner)  # type: ignore[no-any-return]
+
+    def _check_owner(self, owner: str) -> None:
+        check_owner(owner)
+        if not self.owners:
+            raise TypeError(
+                f"{type(self.store).__name__}.append takes no owner: the adapter cannot record one"
+            )
 
     async def clear(self, conversation_id: str) -> None:
         await self._needed("clear")(conversation_id)
@@ -258,11 +298,62 @@ class StoreAdapter:
             return None
         return await self.read_view(cid)
 
-    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+    async def append_release_turn(
+        self, batch: Batch, holder: str, *, owner: str | None = None
+    ) -> Receipt:
         own = self._own("append_release_turn")
+        if owner is not None:
+            self._check_owner(owner)
         if own is not None:
-            return await own(batch, holder)  # type: ignore[no-any-return]
+            if owner is None:
+                return await own(batch, holder)  # type: ignore[no-any-return]
+            if not _takes_owner(own):
+                raise TypeError(
+                    f"{type(self.store).__name__}.append_release_turn takes no owner: the "
+                    "adapter cannot record one"
+                )
+            return await own(batch, holder, owner=owner)  # type: ignore[no-any-return]
         check_lease(holder, 1.0)
-        receipt = await self.append(batch)
+        receipt = await self.append(batch, owner=owner)
         await self.release_turn(batch.conversation_id, holder)
         return receipt
+
+    # Retention and erasure: the wrapped store's own, or TypeError (see the docstring).
+
+    async def retain(self, conversation_id: str, until: _dt.datetime | None) -> None:
+        await self._needed("retain")(conversation_id, until)
+
+    async def expire(self, now: _dt.datetime | None = None, *, limit: int = 1000) -> int:
+        return await self._needed("expire")(now, limit=limit)  # type: ignore[no-any-return]
+
+    async def erase(self, conversation_id: str) -> ErasureReceipt:
+        return await self._needed("erase")(conversation_id)  # type: ignore[no-any-return]
+
+    async def erase_owned(self, owner: str, *, limit: int = 100) -> list[ErasureReceipt]:
+        return await self._needed("erase_owned")(owner, limit=limit)  # type: ignore[no-any-return]
+
+    async def check_erased(self, receipt: ErasureReceipt) -> list[str]:
+        return await self._needed("check_erased")(receipt)  # type: ignore[no-any-return]
+
+
+def takes_owner(writer: object, method: str = "append") -> bool:
+    """Whether ``writer``'s ``method`` records an ``owner=`` (a ``StoreAdapter``: its
+    wrapped store's)."""
+    if isinstance(writer, StoreAdapter):
+        own = writer._own(method)
+        return writer.owners if own is None else _takes_owner(own)  # None: derived from append
+    return _takes_owner(getattr(writer, method, None))
+
+
+def _takes_owner(method: Any) -> bool:
+    """Whether ``method`` (a store's ``append``, listing ...) takes an ``owner`` keyword."""
+    if method is None:
+        return False
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        (p.name == "owner" and p.kind is not p.POSITIONAL_ONLY) or p.kind is p.VAR_KEYWORD
+        for p in parameters
+    )

@@ -8,10 +8,12 @@ Every bundled store implements all of ``Store``; a simple third-party store (``r
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Protocol, runtime_checkable
 
 from scope.chat import Message
 from scope.history._batch import Batch, Receipt
+from scope.history._erasure import ErasureReceipt
 from scope.history._ids import ConversationID
 from scope.history._tree import HistoryTree
 from scope.history._view import HistoryView
@@ -72,11 +74,13 @@ class Lister(Protocol):
     """Lists conversations (a view of ``Store``)."""
 
     async def conversations(
-        self, *, after: str | None = None, limit: int | None = None
+        self, *, after: str | None = None, limit: int | None = None, owner: str | None = None
     ) -> list[ConversationID]:
         """Unique open conversation ids in lexical order; ``[]`` when none. ``after``:
         only ids after this one (keyset pagination: the last id of the previous page);
-        ``limit``: at most this many (an int >= 1; None: all)."""
+        ``limit``: at most this many (an int >= 1; None: all); ``owner``: only the
+        conversations this owner's first append recorded (None: every owner's, and
+        those without one). Expired conversations are never listed."""
         ...
 
 
@@ -149,9 +153,36 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
       ``move_head`` moves the head (``scope.history.rewind``/``switch`` build on it).
       Append ids are idempotency keys across the whole tree.
 
-    Room to grow (documented, not yet part of the protocol): erasure (§6i: ``erase``,
-    ``expire``, owners) joins this protocol as store steps.
+    - Retention and erasure (DESIGN §6i): ``retain``, ``expire``, ``erase``,
+      ``erase_owned`` and ``check_erased`` below, and owners (``append``'s ``owner``,
+      ``conversations(owner=...)``).
+
+    **Retention.** Every store takes a store-wide ``retention`` (a ``datetime.timedelta``
+    > 0, or None: nothing expires by itself) as an open option or constructor keyword
+    (``InMemoryStore(retention=...)``, ``SQLiteStore.open(path, retention=...)`` ...): a
+    conversation without its own setting (``retain``) expires ``retention`` after its
+    last append. A conversation expires when the store's clock reaches its expiry:
+    from that moment it reads as ``[]`` (a closed view, a closed tree), leaves every
+    listing, and ``append``, ``append_release_turn``, ``move_head`` and ``retain``
+    raise ``ConversationClosedError`` (expiry is closure); ``expire`` then removes what
+    it held. The store clock is the store's own (the database server's for a server
+    store).
+
+    **Erasure.** ``erase`` deletes a conversation (every branch, dedupe records,
+    leases, moves, owner, expiry) and keeps only a tombstone, ``"hmac-sha256:" +
+    hex(HMAC-SHA256(store secret, id))``; the conversation stays closed for ever. The
+    store secret is 32 random bytes created with the store and kept in it: anyone with
+    the store (so the secret) and a candidate id can test whether that id was erased,
+    but the id itself is gone.
     """
+
+    async def append(self, batch: Batch, *, owner: str | None = None) -> Receipt:
+        """``Writer.append``, and ``owner`` (DESIGN §6i; a principal string): the append
+        that lands a conversation's first batch records it as the conversation's owner
+        (None: no owner); every later append's owner is ignored, so an owner never
+        changes. It is not part of the batch or its digest. An invalid owner raises
+        ``ValueError`` (``TypeError`` for a non-string) before any I/O."""
+        ...
 
     async def read_batches(self, conversation_id: str) -> list[Batch]:
         """A new list of the batches on the head path, in order, each equal to the batch
@@ -205,7 +236,9 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
         ``acquire_turn`` and ``read_view`` say."""
         ...
 
-    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+    async def append_release_turn(
+        self, batch: Batch, holder: str, *, owner: str | None = None
+    ) -> Receipt:
         """``append(batch)`` and, when it returns a receipt (the batch landed, or it is a
         retry of an accepted batch), ``release_turn(batch.conversation_id, holder)``, in
         one atomic step. The append keeps every rule of ``Writer.append`` (the lease
@@ -213,6 +246,56 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
         compare-and-delete (another holder's lease stays). When the append raises
         (``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError``, a
         store error, a cancellation), the lease is left as it was, so the caller still
-        releases it with ``release_turn``. Invalid arguments (``InvalidBatchError``, a
-        bad holder: ``ValueError``) raise before any I/O."""
+        releases it with ``release_turn``. ``owner`` as for ``append``. Invalid arguments
+        (``InvalidBatchError``, a bad holder or owner: ``ValueError``) raise before any
+        I/O."""
+        ...
+
+    # -- retention and erasure (DESIGN §6i) -------------------------------------------
+
+    async def retain(self, conversation_id: str, until: _dt.datetime | None) -> None:
+        """Set the conversation's own expiry: it expires at ``until`` (an aware
+        ``datetime``; a time already past expires it at once), or never when ``until``
+        is None (the store-wide ``retention`` no longer applies to it). It replaces any
+        earlier setting and later appends do not move it. An id never written may be
+        retained (the setting waits for its first append). A closed (cleared, expired or
+        erased) conversation raises ``ConversationClosedError``. A naive ``until``
+        raises ``ValueError``, a non-datetime ``TypeError``, an invalid id
+        ``InvalidConversationIDError``, before any I/O."""
+        ...
+
+    async def expire(self, now: _dt.datetime | None = None, *, limit: int = 1000) -> int:
+        """Remove up to ``limit`` conversations expired at ``now`` (an aware datetime;
+        None: the store's clock) and return how many: their batches, dedupe records,
+        leases and moves are deleted; each stays closed, as after ``clear`` (its owner
+        is kept, so ``erase_owned`` still finds it). Call it until it returns less than
+        ``limit`` to remove them all. Expired conversations read as closed whether or
+        not it ran. A bad ``limit`` (not an int >= 1) or a naive ``now`` raises
+        ``ValueError`` before any I/O."""
+        ...
+
+    async def erase(self, conversation_id: str) -> ErasureReceipt:
+        """Erase the conversation in one atomic step and return the receipt: every batch
+        of every branch, the conversation's record, dedupe records, leases, move records,
+        expiry and owner are deleted, and its tombstone written (see ``Store``). It stays
+        closed for ever (``append``, ``retain``, ``move_head`` raise
+        ``ConversationClosedError``; reads are empty); the handle's ``history_cache``
+        forgets it. An unknown, cleared or already erased id gives a receipt with
+        ``batches=0`` and ``bytes=0`` (the tombstone is written all the same). An invalid
+        id raises ``InvalidConversationIDError`` before any I/O."""
+        ...
+
+    async def erase_owned(self, owner: str, *, limit: int = 100) -> list[ErasureReceipt]:
+        """Erase up to ``limit`` of ``owner``'s conversations not yet erased (open,
+        cleared or expired), each in its own atomic ``erase``, and return their receipts
+        (``[]`` when none is left). A conversation is erased once: a later call never
+        returns a receipt for it again. A bad owner or ``limit`` raises ``ValueError``
+        before any I/O."""
+        ...
+
+    async def check_erased(self, receipt: ErasureReceipt) -> list[str]:
+        """What contradicts ``receipt`` in this store, one line each; ``[]`` proves the
+        erasure: the store holds the receipt's tombstone, and no conversation id it
+        stores anywhere (open or closed, in any table or key) hashes to it. Anything but
+        an ``ErasureReceipt`` raises ``TypeError``."""
         ...

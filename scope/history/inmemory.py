@@ -11,9 +11,11 @@ trio: its only synchronisation is a ``threading.Lock`` that is never held across
 from __future__ import annotations
 
 import bisect
+import datetime as _dt
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any, final
 
 import attrs
@@ -31,6 +33,16 @@ from scope.history._adapter import LeaseTable
 from scope.history._batch import Batch, Receipt
 from scope.history._cache import DEFAULT_CACHE_BYTES, HistoryCache
 from scope.history._cache import cache_bytes as _cache_bytes
+from scope.history._erasure import (
+    ErasureReceipt,
+    check_erase_limit,
+    check_now,
+    check_owner,
+    check_retention,
+    check_until,
+    new_secret,
+    tombstone,
+)
 from scope.history._ids import AppendID, ConversationID
 from scope.history._tree import HistoryTree, check_head, check_move_id
 from scope.history._view import HistoryView
@@ -135,11 +147,22 @@ class InMemoryStore:
       Middleware checked, so a turn checks only what is new (the messages themselves
       are the stored objects; nothing is decoded). A clear drops the conversation's
       entries.
+    - **Retention and erasure** (see ``scope.history.Store``).
+      ``InMemoryStore(retention=timedelta(...))`` is the store-wide retention;
+      ``clock`` is the store's clock (a callable returning Unix seconds,
+      ``time.time`` by default; a test may pass its own to move time). The store
+      secret of the tombstones is 32 random bytes made with each instance (so it lives
+      and dies with the data). An owner is kept after a clear or an expiry (so
+      ``erase_owned`` finds the conversation) until ``erase``.
     """
 
     cache_bytes: int = attrs.field(
         default=DEFAULT_CACHE_BYTES, kw_only=True, converter=_cache_bytes, repr=False
     )
+    retention: _dt.timedelta | None = attrs.field(
+        default=None, kw_only=True, converter=check_retention, repr=False
+    )
+    clock: Callable[[], float] = attrs.field(default=time.time, kw_only=True, repr=False)
     _cache: HistoryCache = attrs.field(init=False, repr=False)
 
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
@@ -151,6 +174,14 @@ class InMemoryStore:
     _lengths: dict[ConversationID, int] = attrs.field(factory=dict, init=False, repr=False)
     # Turn leases, by time.monotonic().
     _leases: LeaseTable = attrs.field(factory=LeaseTable, init=False, repr=False)
+    # Retention and erasure: owners (recorded by the first append, kept until erase),
+    # expiry times by self.clock (removed when expire() removes the conversation), the
+    # conversations with their own setting (retain), the store secret, the tombstones.
+    _owners: dict[ConversationID, str] = attrs.field(factory=dict, init=False, repr=False)
+    _expires: dict[ConversationID, float] = attrs.field(factory=dict, init=False, repr=False)
+    _retained: set[ConversationID] = attrs.field(factory=set, init=False, repr=False)
+    _secret: bytes = attrs.field(factory=new_secret, init=False, repr=False)
+    _tombstones: set[str] = attrs.field(factory=set, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._cache = HistoryCache(self.cache_bytes)
@@ -168,7 +199,7 @@ class InMemoryStore:
         """
         cid = ConversationID(conversation_id)
         with self._lock:
-            tree = self._trees.get(cid)
+            tree = None if self._gone_locked(cid) else self._trees.get(cid)
             return [] if tree is None else list(tree.messages)
 
     async def read_view(self, conversation_id: str) -> HistoryView:
@@ -183,7 +214,7 @@ class InMemoryStore:
             return self._view_locked(cid)
 
     def _view_locked(self, cid: ConversationID) -> HistoryView:
-        if cid in self._closed:
+        if cid in self._closed or self._gone_locked(cid):
             return HistoryView((), self._lengths.get(cid, 0), True)
         tree = self._trees.get(cid)
         if tree is None:
@@ -199,7 +230,7 @@ class InMemoryStore:
         """
         cid = ConversationID(conversation_id)
         with self._lock:
-            tree = self._trees.get(cid)
+            tree = None if self._gone_locked(cid) else self._trees.get(cid)
             return [] if tree is None else list(tree.path)
 
     async def read_tree(self, conversation_id: str) -> HistoryTree:
@@ -209,7 +240,7 @@ class InMemoryStore:
         ``closed=True``. An invalid id raises ``InvalidConversationIDError``."""
         cid = ConversationID(conversation_id)
         with self._lock:
-            if cid in self._closed:
+            if cid in self._closed or self._gone_locked(cid):
                 return HistoryTree((), (), (), -1, True)
             tree = self._trees.get(cid)
             if tree is None:
@@ -239,7 +270,7 @@ class InMemoryStore:
         expected = check_head(expected_head, "expected_head")
         mid = check_move_id(move_id)
         with self._lock:
-            if cid in self._closed:
+            if cid in self._closed or self._gone_locked(cid):
                 raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
             tree = self._trees.get(cid)
             if mid is not None and tree is not None and mid in tree.moves:
@@ -274,7 +305,7 @@ class InMemoryStore:
                 tree.moves[mid] = target
             return tree.length(target)
 
-    async def append(self, batch: Batch) -> Receipt:
+    async def append(self, batch: Batch, *, owner: str | None = None) -> Receipt:
         """Append every message of ``batch`` after the head, contiguously and in order;
         the batch becomes the head. Returns its receipt.
 
@@ -285,12 +316,13 @@ class InMemoryStore:
         batches included); a fenced batch whose ``expected_length`` is not the head
         path's length, or whose ``expected_head`` is not the head, raises
         ``HistoryChangedError``; in each case nothing is appended. Anything but a
-        ``Batch`` raises ``InvalidBatchError``.
+        ``Batch`` raises ``InvalidBatchError``. ``owner``: see ``scope.history.Store``.
         """
         if not isinstance(batch, Batch):
             raise InvalidBatchError(f"append needs a Batch, got {type(batch).__name__}")
+        owner = None if owner is None else check_owner(owner)
         with self._lock:
-            self._append_locked(batch)
+            self._owned_append_locked(batch, owner)
         return batch.receipt()
 
     def _append_locked(self, batch: Batch) -> None:
@@ -370,30 +402,177 @@ class InMemoryStore:
                 return None
             return self._view_locked(cid)
 
-    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+    async def append_release_turn(
+        self, batch: Batch, holder: str, *, owner: str | None = None
+    ) -> Receipt:
         """``append`` and, when it returns, ``release_turn`` under one lock (see
         ``scope.history.Store``); when the append raises, the lease stays."""
         if not isinstance(batch, Batch):
             raise InvalidBatchError(f"append needs a Batch, got {type(batch).__name__}")
         holder, _ = check_lease(holder, 1.0)
+        owner = None if owner is None else check_owner(owner)
         with self._lock:
-            self._append_locked(batch)
+            self._owned_append_locked(batch, owner)
             self._leases.release(batch.conversation_id, holder)
         return batch.receipt()
 
     async def conversations(
-        self, *, after: str | None = None, limit: int | None = None
+        self, *, after: str | None = None, limit: int | None = None, owner: str | None = None
     ) -> list[ConversationID]:
         """The open conversations holding at least one batch (on any branch): unique, in lexical
         (code point) order; ``[]`` when none. ``after``: only ids after this one (keyset
-        pagination); ``limit``: at most this many (an int >= 1; None: all). Bad arguments
-        raise ``ValueError`` (``InvalidConversationIDError`` for ``after``)."""
+        pagination); ``limit``: at most this many (an int >= 1; None: all); ``owner``:
+        only this owner's. Expired conversations are left out. Bad arguments raise
+        ``ValueError`` (``InvalidConversationIDError`` for ``after``)."""
         count = check_limit(limit)
         start = None if after is None else ConversationID(after)
+        owner = None if owner is None else check_owner(owner)
         with self._lock:
-            ids = sorted(self._trees)
+            now = self.clock()
+            expires, owners = self._expires, self._owners
+            ids = sorted(
+                cid
+                for cid in self._trees
+                if (owner is None or owners.get(cid) == owner)
+                and not (cid in expires and expires[cid] <= now)
+            )
         first = 0 if start is None else bisect.bisect_right(ids, start)
         return ids[first:] if count is None else ids[first : first + count]
+
+    # -- retention and erasure (DESIGN §6i) -------------------------------------------
+
+    def _gone_locked(self, cid: ConversationID) -> bool:
+        """Whether ``cid`` is expired (by the clock) or erased; the caller holds the
+        lock. (``_closed`` holds the cleared ones and those ``expire`` removed.)"""
+        expires = self._expires.get(cid)
+        if expires is not None and expires <= self.clock():
+            return True
+        return bool(self._tombstones) and tombstone(self._secret, cid) in self._tombstones
+
+    def _owned_append_locked(self, batch: Batch, owner: str | None) -> None:
+        """``_append_locked`` with expiry and erasure closing the conversation, and the
+        owner and the store-wide expiry recorded when the batch lands."""
+        cid = batch.conversation_id
+        if cid not in self._closed and self._gone_locked(cid):
+            raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
+        tree = self._trees.get(cid)
+        before = 0 if tree is None else len(tree.batches)
+        self._append_locked(batch)
+        if len(self._trees[cid].batches) == before:
+            return  # a retry of an accepted batch: nothing landed
+        if before == 0 and owner is not None:
+            self._owners.setdefault(cid, owner)
+        if self.retention is not None and cid not in self._retained:
+            self._expires[cid] = self.clock() + self.retention.total_seconds()
+
+    async def retain(self, conversation_id: str, until: _dt.datetime | None) -> None:
+        """Set the conversation's own expiry (``until``; None: never), see
+        ``scope.history.Store``."""
+        cid = ConversationID(conversation_id)
+        when = check_until(until)
+        with self._lock:
+            if cid in self._closed or self._gone_locked(cid):
+                raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
+            self._retained.add(cid)
+            if when is None:
+                self._expires.pop(cid, None)
+            else:
+                self._expires[cid] = when.timestamp()
+
+    def _drop_locked(self, cid: ConversationID) -> list[Batch]:
+        """Delete what ``cid`` holds (its tree: every branch's batches, the dedupe and
+        move records; its lease) and return its batches in stored order; the caller
+        holds the lock."""
+        tree = self._trees.pop(cid, None)
+        self._leases.drop(cid)
+        return [] if tree is None else tree.batches
+
+    async def expire(self, now: _dt.datetime | None = None, *, limit: int = 1000) -> int:
+        """Remove up to ``limit`` conversations expired at ``now`` (default: the
+        clock), soonest expiry first; each stays closed. See ``scope.history.Store``."""
+        when = check_now(now)
+        count = check_erase_limit(limit)
+        removed: list[ConversationID] = []
+        with self._lock:
+            at = self.clock() if when is None else when.timestamp()
+            due = sorted((t, cid) for cid, t in self._expires.items() if t <= at)
+            for _, cid in due:
+                del self._expires[cid]
+                self._retained.discard(cid)
+                if cid in self._closed:
+                    continue  # cleared before it expired: nothing left to remove
+                self._drop_locked(cid)
+                self._closed.add(cid)
+                removed.append(cid)
+                if len(removed) == count:
+                    break
+        for cid in removed:
+            self._cache.forget(cid)
+        return len(removed)
+
+    def _erase_locked(self, cid: ConversationID) -> ErasureReceipt:
+        batches = self._drop_locked(cid)
+        for table in (self._lengths, self._owners, self._expires):
+            table.pop(cid, None)
+        self._closed.discard(cid)
+        self._retained.discard(cid)
+        mark = tombstone(self._secret, cid)
+        self._tombstones.add(mark)
+        return ErasureReceipt.of(
+            tombstone=mark,
+            digests=[batch.digest for batch in batches],
+            bytes=sum(len(batch.encoded_messages) for batch in batches),
+            erased_at=_dt.datetime.fromtimestamp(self.clock(), _dt.UTC),
+            store="memory",
+        )
+
+    async def erase(self, conversation_id: str) -> ErasureReceipt:
+        """Erase the conversation under one lock and return the receipt (see
+        ``scope.history.Store``)."""
+        cid = ConversationID(conversation_id)
+        with self._lock:
+            receipt = self._erase_locked(cid)
+        self._cache.forget(cid)
+        return receipt
+
+    async def erase_owned(self, owner: str, *, limit: int = 100) -> list[ErasureReceipt]:
+        """Erase up to ``limit`` of ``owner``'s conversations (lexical order of their
+        ids), see ``scope.history.Store``."""
+        owner = check_owner(owner)
+        count = check_erase_limit(limit)
+        with self._lock:
+            owned = sorted(cid for cid, who in self._owners.items() if who == owner)[:count]
+            receipts = [self._erase_locked(cid) for cid in owned]
+        for cid in owned:
+            self._cache.forget(cid)
+        return receipts
+
+    async def check_erased(self, receipt: ErasureReceipt) -> list[str]:
+        """What contradicts ``receipt`` here (``[]``: proven), see
+        ``scope.history.Store``."""
+        if not isinstance(receipt, ErasureReceipt):
+            raise TypeError(f"check_erased needs an ErasureReceipt, got {type(receipt).__name__}")
+        problems: list[str] = []
+        if receipt.store != "memory":
+            problems.append(f"the receipt was issued by a {receipt.store} store, not a memory one")
+        with self._lock:
+            if receipt.tombstone not in self._tombstones:
+                problems.append(f"no tombstone {receipt.tombstone} in this store")
+            tables: dict[str, Any] = {
+                "trees": self._trees,
+                "closed conversations": self._closed,
+                "lengths": self._lengths,
+                "owners": self._owners,
+                "expiry times": self._expires,
+                "retention settings": self._retained,
+                "leases": self._leases.conversations(),
+            }
+            for where, ids in tables.items():
+                if any(tombstone(self._secret, cid) == receipt.tombstone for cid in ids):
+                    problems.append(
+                        f"a conversation id hashing to the tombstone is held in {where}"
+                    )
+        return problems
 
 
 def __getattr__(name: str) -> Any:

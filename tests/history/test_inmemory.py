@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +21,9 @@ class TestInMemoryStore(StoreConformance):
     @pytest.fixture
     async def store(self) -> AsyncIterator[InMemoryStore]:
         yield InMemoryStore()
+
+    async def open_store(self, *, retention: dt.timedelta | None = None) -> InMemoryStore:
+        return InMemoryStore(retention=retention)
 
 
 class _Handle:
@@ -45,6 +49,9 @@ class TestInMemoryStoreThroughSecondHandle(StoreConformance):
 
     async def reopen(self, store: Any) -> Any:
         return _Handle(store)
+
+    async def open_store(self, *, retention: dt.timedelta | None = None) -> InMemoryStore:
+        return InMemoryStore(retention=retention)
 
 
 def test_store_is_a_store_and_lister() -> None:

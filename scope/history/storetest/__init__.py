@@ -48,8 +48,18 @@ the head; append ids dedupe across the whole tree, a retry never moving the head
 ``expected_head`` fence, at equal lengths too; ``move_head``'s order of checks, its move
 ids and errors, nothing changed when it raises; ``read_tree``'s shape and stored times; a
 clear closing every branch; a head move racing fenced turns, on one handle and two,
-exactly one winning). Nothing is
-optional: a store that lacks a method fails ``test_store_implements_the_protocol``.
+exactly one winning), and retention
+and erasure (DESIGN §6i: owners recorded by the first append and listed by owner;
+``retain``, store-wide retention and ``expire``; ``erase`` and its receipt, closure for
+ever, leases and cache entries gone, under load and racing appends; ``erase_owned``
+paging and ``erase_owner`` resumed after a cancellation; ``check_erased``). The
+store-wide retention checks open their own store through the ``open_store(retention=...)``
+hook (without it they skip and say why):
+
+    async def open_store(self, *, retention=None):
+        return await MyStore.open(..., retention=retention)   # fresh and empty
+
+Nothing is optional: a store that lacks a method fails ``test_store_implements_the_protocol``.
 
 Each rule of the store contract is its own test, named after the rule, so a failure says
 which rule a backend breaks. The suite needs pytest and anyio; it imports nothing from a
@@ -62,6 +72,7 @@ from typing import Any
 
 from scope.history.storetest._branches import BranchRules
 from scope.history.storetest._core import CoreRules
+from scope.history.storetest._erasure import ErasureRules
 from scope.history.storetest._leases import LeaseRules
 from scope.history.storetest._runner import on_anyio_runner
 from scope.history.storetest._support import HOSTILE_IDS, rich_messages
@@ -70,7 +81,7 @@ from scope.history.storetest._turns import TurnRules
 __all__ = ["HOSTILE_IDS", "StoreConformance", "rich_messages"]
 
 
-class StoreConformance(CoreRules, TurnRules, LeaseRules, BranchRules):
+class StoreConformance(CoreRules, TurnRules, LeaseRules, BranchRules, ErasureRules):
     """The store contract of ``scope.history`` as pytest tests. Subclass it (see the
     module docstring); never instantiate it directly."""
 

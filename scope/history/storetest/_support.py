@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
@@ -176,6 +177,33 @@ class Base:
             f"{type(self).__name__} defines no reopen(store): durability checks need a second "
             "handle on the same data"
         )
+
+    #: Retention and erasure (DESIGN §6i): the store-wide retention the expiry checks
+    #: open a store with (seconds; they sleep about twice it), how many conversations
+    #: the resumable ``erase_owner`` check erases, and how many tasks append to other
+    #: conversations while one is erased.
+    retention_ttl: ClassVar[float] = 1.0
+    erase_owner_conversations: ClassVar[int] = 200
+    erase_under_load_tasks: ClassVar[int] = 8
+
+    async def open_store(self, *, retention: _dt.timedelta | None = None) -> Any:
+        """Override: return a fresh, empty store opened with these options (the store's
+        own open option or constructor keyword ``retention``); the retention checks use
+        it, and close it with ``aclose()`` when it has one."""
+        pytest.skip(
+            f"{type(self).__name__} defines no open_store(retention=...): the store-wide "
+            "retention checks need a store opened with a retention"
+        )
+
+    @contextlib.asynccontextmanager
+    async def _opened(self, *, retention: _dt.timedelta | None = None) -> AsyncIterator[Any]:
+        store = await self.open_store(retention=retention)
+        try:
+            yield store
+        finally:
+            aclose = getattr(store, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     @contextlib.asynccontextmanager
     async def _reopened(self, store: Any) -> AsyncIterator[Any]:
