@@ -112,6 +112,9 @@ class StoreAdapter:
       raises ``TypeError`` before any I/O (the history ``Middleware`` checks it at
       construction), and so does ``conversations(owner=...)`` through a store whose
       listing takes none. Without an owner the wrapped methods are called without it.
+      When the adapter supplies the lease steps (its own in-process table), ``erase``
+      drops the conversation's lease there too; ``erase_owned`` cannot (its receipts
+      name no id), so such a lease lasts until its ttl passes.
 
     ``folds`` says whether the wrapped store has its own folded lease steps
     (``acquire_turn_view`` and ``append_release_turn``); without them the history
@@ -327,7 +330,11 @@ class StoreAdapter:
         return await self._needed("expire")(now, limit=limit)  # type: ignore[no-any-return]
 
     async def erase(self, conversation_id: str) -> ErasureReceipt:
-        return await self._needed("erase")(conversation_id)  # type: ignore[no-any-return]
+        receipt: ErasureReceipt = await self._needed("erase")(conversation_id)
+        if self._own("acquire_turn") is None:  # the leases are this adapter's own
+            with self._lock:
+                self._leases.drop(ConversationID(conversation_id))
+        return receipt
 
     async def erase_owned(self, owner: str, *, limit: int = 100) -> list[ErasureReceipt]:
         return await self._needed("erase_owned")(owner, limit=limit)  # type: ignore[no-any-return]

@@ -488,6 +488,9 @@ _ERASURE_LAYER = textwrap.dedent(
                         del state[table][name]
             for key in [k for k in state["accepted"] if type(k) is tuple and k[0] == cid]:
                 del state["accepted"][key]
+            for name in list(state.get("trees", ())):  # every branch (DESIGN §6h)
+                if name == cid or ("erase-prefix" in self.broken and name.startswith(cid)):
+                    del state["trees"][name]
             if "erase-keeps-leases" not in self.broken:
                 state["leases"].pop(cid, None)
 
@@ -515,7 +518,8 @@ _ERASURE_LAYER = textwrap.dedent(
         async def erase(self, conversation_id):
             cid = ConversationID(conversation_id)
             state = self.state
-            batches = list(state["batches"].get(cid, ()))
+            tree = state.get("trees", {}).get(cid)  # every branch's batches, stored order
+            batches = list(tree["batches"] if tree else state["batches"].get(cid, ()))
             if "erase-nonatomic" in self.broken:
                 await anyio.lowlevel.checkpoint()  # appends landing now are not counted
             if "erase-rewrite" in self.broken:
@@ -577,6 +581,7 @@ _ERASURE_LAYER = textwrap.dedent(
             ids = set(state["messages"]) | set(state["batches"]) | set(state["leases"])
             ids |= state["closed"] | set(state["owners"]) | set(state["expires"])
             ids |= state["retained"] | {k[0] for k in state["accepted"] if type(k) is tuple}
+            ids |= set(state.get("trees", ()))
             if any(tombstone(state["secret"], c) == receipt.tombstone for c in ids):
                 problems.append("a stored id hashes to the tombstone")
             return problems
