@@ -22,7 +22,10 @@ __all__ = [
 #: table holding this number. 3: a ``_leases`` table (``TurnLeaser``, DESIGN §6e).
 #: 4: PostgreSQL's folded lease functions ``_acquire_view`` and ``_commit_turn``
 #: (the folded lease steps); SQLite's tables are those of 3, its upgrade only records 4.
-SCHEMA_VERSION: Final = 4
+#: 5: retention and erasure (DESIGN §6i): ``owner``, ``expires_at`` and ``retained``
+#: columns on the conversations table, the ``_secret`` and ``_tombstones`` tables (each
+#: store's ``_upgrade_erasure``, idempotent steps).
+SCHEMA_VERSION: Final = 5
 
 
 _TABLE_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]*\Z")

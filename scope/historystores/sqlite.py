@@ -35,6 +35,7 @@ every commit and survives power loss, at a cost in append throughput.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import os
 import sqlite3
 import threading
@@ -48,6 +49,7 @@ import anyio.to_thread
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryCache, HistoryView
+from scope.history._erasure import check_retention, new_secret, tombstone
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -136,6 +138,8 @@ class _Pool:
         self.busy_timeout = busy_timeout
         self.max_idle = max_idle
         self.tables = tables
+        # The store secret (the tombstones' HMAC key), read at open.
+        self.secret = b""
         self.lock = threading.Lock()
         self.write_lock = threading.Lock()
         self.idle: list[sqlite3.Connection] = []
@@ -248,32 +252,56 @@ class _Tables:
         "batches",
         "conversations",
         "leases",
+        "prefix",
         "schema",
+        "secret",
+        "tombstones",
     )
 
     def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
         self.conversations = c = f'"{prefix}_conversations"'
         self.batches = b = f'"{prefix}_batches"'
         self.schema = f'"{prefix}_schema"'
         self.leases = f'"{prefix}_leases"'
+        # Version 5 (retention and erasure): the store secret, the erased ids' tombstones.
+        self.secret = f'"{prefix}_secret"'
+        self.tombstones = f'"{prefix}_tombstones"'
         # The append's statements (parameters: the conversation id, the append id):
-        # closed, length (NULL for a new conversation), the digest accepted under the
-        # append id (NULL: none), the last seq (NULL: none); then the length counter
-        # (id, messages added) and the batch row (id, seq, append id, digest, messages).
+        # closed or expired (NULL for a new conversation), length, the digest accepted
+        # under the append id (NULL: none), the last seq (NULL: none); then the length
+        # counter (id, messages added, the owner of a first batch, the store-wide
+        # retention in seconds or NULL: it moves the expiry unless the conversation has
+        # its own) and the batch row (id, seq, append id, digest, messages).
         self.append_state = (
-            f"SELECT c.closed, c.length, "
+            f"SELECT {_closed('c')}, c.length, "
             f"(SELECT digest FROM {b} WHERE conversation_id = ?1 AND append_id = ?2), "
             f"(SELECT MAX(seq) FROM {b} WHERE conversation_id = ?1) "
             f"FROM (SELECT 1) LEFT JOIN {c} c ON c.id = ?1"
         )
         self.append_length = (
-            f"INSERT INTO {c} (id, closed, length) VALUES (?, 0, ?) "
-            "ON CONFLICT (id) DO UPDATE SET length = length + excluded.length"
+            f"INSERT INTO {c} (id, closed, length, owner, expires_at) "
+            f"VALUES (?1, 0, ?2, ?3, {_NOW} + ?4) "
+            "ON CONFLICT (id) DO UPDATE SET length = length + excluded.length, "
+            "owner = COALESCE(owner, excluded.owner), expires_at = CASE "
+            "WHEN retained <> 0 OR ?4 IS NULL THEN expires_at ELSE excluded.expires_at END"
         )
         self.append_batch = (
             f"INSERT INTO {b} (conversation_id, seq, append_id, digest, messages) "
             "VALUES (?, ?, ?, ?, ?)"
         )
+
+
+def _closed(alias: str) -> str:
+    """SQL: whether the conversations row ``alias`` is closed or expired by the clock
+    (NULL when there is no row)."""
+    return f"({alias}.closed <> 0 OR COALESCE({alias}.expires_at <= {_NOW}, 0))"
+
+
+def _tombstoned(conn: sqlite3.Connection, t: _Tables, secret: bytes, cid: str) -> bool:
+    """Whether ``cid`` was erased (its tombstone is stored)."""
+    sql = f"SELECT 1 FROM {t.tombstones} WHERE tombstone = ?"
+    return conn.execute(sql, (tombstone(secret, cid),)).fetchone() is not None
 
 
 def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
@@ -336,15 +364,29 @@ class SQLiteStore(RecordStore):
         "_listed",
         "_outcome_source",
         "_pool",
+        "_retention",
+        "_secret",
         "_tables",
         "path",
+        "retention",
         "synchronous",
         "table_prefix",
     )
 
-    def __init__(self, pool: _Pool, table_prefix: str, cache: HistoryCache) -> None:
+    _store_kind = "sqlite"
+
+    def __init__(
+        self,
+        pool: _Pool,
+        table_prefix: str,
+        cache: HistoryCache,
+        retention: _dt.timedelta | None = None,
+    ) -> None:
         """Internal: use ``await SQLiteStore.open(path)``."""
         self._pool = pool
+        self._secret = pool.secret
+        self.retention: Final = retention
+        self._retention = None if retention is None else retention.total_seconds()
         self._cache = cache
         self._tables = pool.tables
         self.path: Final = pool.path
@@ -364,6 +406,7 @@ class SQLiteStore(RecordStore):
         max_idle_connections: int = 4,
         cache_bytes: int = HistoryCache.DEFAULT_MAX_BYTES,
         create: bool = True,
+        retention: _dt.timedelta | None = None,
     ) -> SQLiteStore:
         """Open (creating when missing) the database at ``path`` and its tables.
 
@@ -381,11 +424,16 @@ class SQLiteStore(RecordStore):
         decoding; every record is still checked against its digest on every read)
         and the replays the history Middleware checked, each counted at twice its
         encoded size, media included (see ``scope.history.HistoryCache``).
+        ``retention`` (a ``timedelta`` > 0; None, the default: nothing expires by
+        itself): a conversation without its own expiry (``retain``) expires this long
+        after its last append through this handle, by the clock of the host running
+        SQLite (a handle without it leaves the expiry an append finds).
         Bad arguments raise
         ``ValueError`` (before any I/O); a file that cannot be opened as a database
         raises ``StoreError``.
         """
         prefix = validate_table_prefix(table_prefix)
+        kept = check_retention(retention)
         cache = HistoryCache(cache_bytes)
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(
@@ -408,7 +456,7 @@ class SQLiteStore(RecordStore):
             fspath, synchronous, float(busy_timeout), max_idle_connections, _Tables(prefix)
         )
         await anyio.to_thread.run_sync(_open_schema, pool, create)
-        return cls(pool, prefix, cache)
+        return cls(pool, prefix, cache, kept)
 
     def __repr__(self) -> str:
         return f"SQLiteStore(path={self.path!r}, table_prefix={self.table_prefix!r})"
@@ -447,9 +495,13 @@ class SQLiteStore(RecordStore):
         cid = ConversationID(conversation_id)
         sql = self._view_sql()
         cache = self._cache
+        t, secret = self._tables, self._secret
 
         def read(conn: sqlite3.Connection) -> HistoryView:
-            return _view(cid, conn.execute(sql, (cid,)).fetchall(), cache)
+            rows = conn.execute(sql, (cid,)).fetchall()
+            if not rows and _tombstoned(conn, t, secret, cid):  # erased: closed for ever
+                return HistoryView((), 0, True)
+            return _view(cid, rows, cache)
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
 
@@ -457,17 +509,19 @@ class SQLiteStore(RecordStore):
         """``read_view``'s one statement (parameter: the conversation id)."""
         t = self._tables
         return (
-            f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
+            f"SELECT {_closed('c')}, c.length, b.append_id, b.digest, b.messages "
             f"FROM {t.conversations} c LEFT JOIN {t.batches} b "
-            "ON b.conversation_id = c.id AND c.closed = 0 WHERE c.id = ? ORDER BY b.seq"
+            f"ON b.conversation_id = c.id AND NOT {_closed('c')} WHERE c.id = ? ORDER BY b.seq"
         )
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
         """One statement (a consistent snapshot) fetching the conversation's records in
         order, decoded with ``decode`` on the worker thread."""
-        sql = (
-            f"SELECT append_id, digest, messages FROM {self._tables.batches} "
-            "WHERE conversation_id = ? ORDER BY seq"
+        t = self._tables
+        sql = (  # an expired conversation's batches (until expire() runs) are not read
+            f"SELECT append_id, digest, messages FROM {t.batches} "
+            f"WHERE conversation_id = ?1 AND NOT EXISTS (SELECT 1 FROM {t.conversations} "
+            f"WHERE id = ?1 AND expires_at <= {_NOW}) ORDER BY seq"
         )
         cache = self._cache
 
@@ -506,7 +560,7 @@ class SQLiteStore(RecordStore):
 
         return await self._run(page, f"scan of conversation {raw_id!r}")
 
-    async def _write(self, batch: Batch, holder: str | None) -> str:
+    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> str:
         # One write transaction (see the class docstring for cancellation); with a
         # holder (append_release_turn) the release is in the same transaction.
         cid = batch.conversation_id
@@ -517,19 +571,22 @@ class SQLiteStore(RecordStore):
         count = len(batch.messages)
         t = self._tables
         pool = self._pool
+        secret, retention = self._secret, self._retention
 
         def body(conn: sqlite3.Connection) -> str:
-            # One statement reads what the checks need (closure, length, the dedupe
-            # record, the last seq); the write lock and BEGIN IMMEDIATE keep it current.
+            # One statement reads what the checks need (closure or expiry, length, the
+            # dedupe record, the last seq); the write lock and BEGIN IMMEDIATE keep it
+            # current. No row: a new conversation, or an erased one (its tombstone).
             closed, length, accepted, last = conn.execute(t.append_state, (cid, aid)).fetchone()
-            if closed:
+            if closed or (closed is None and _tombstoned(conn, t, secret, cid)):
                 return "closed"
             if accepted is not None:  # a retry (same digest: nothing to write) or a conflict
                 return f"accepted:{accepted}"
             length = length or 0
             if expected is not None and expected != length:
                 return f"changed:{length}"
-            conn.execute(t.append_length, (cid, count))
+            first_owner = owner if last is None else None  # the first batch records it
+            conn.execute(t.append_length, (cid, count, first_owner, retention))
             conn.execute(t.append_batch, (cid, (last or 0) + 1, aid, digest, data))
             return "inserted"
 
@@ -553,11 +610,14 @@ class SQLiteStore(RecordStore):
     async def _clear(self, cid: ConversationID) -> None:
         t = self._tables
         pool = self._pool
+        secret = self._secret
 
         def body(conn: sqlite3.Connection) -> None:
+            if _tombstoned(conn, t, secret, cid):
+                return  # erased: closed for ever, and its id is kept nowhere
             conn.execute(
                 f"INSERT INTO {t.conversations} (id, closed) VALUES (?, 1) "
-                "ON CONFLICT (id) DO UPDATE SET closed = 1",
+                "ON CONFLICT (id) DO UPDATE SET closed = 1, expires_at = NULL, retained = 0",
                 (cid,),
             )
             conn.execute(f"DELETE FROM {t.batches} WHERE conversation_id = ?", (cid,))
@@ -629,17 +689,154 @@ class SQLiteStore(RecordStore):
 
         return await self._run(release, f"lease release of conversation {str(cid)!r}")
 
-    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+    async def _list(
+        self, after: ConversationID | None, limit: int | None, owner: str | None
+    ) -> list[Any]:
         t = self._tables.conversations
-        where = "closed = 0" if after is None else "closed = 0 AND id > ?"
+        # A row without a batch (retained before its first append) is not listed.
+        where = f"closed = 0 AND length > 0 AND NOT COALESCE(expires_at <= {_NOW}, 0)"
+        args: tuple[object, ...] = ()
+        if owner is not None:  # the (owner, id) index: a keyset range of one owner
+            where, args = f"{where} AND owner = ?", (owner,)
+        if after is not None:
+            where, args = f"{where} AND id > ?", (*args, after)
         sql = f"SELECT id FROM {t} WHERE {where} ORDER BY id LIMIT ?"
-        count = -1 if limit is None else limit  # LIMIT -1: no limit
-        args: tuple[object, ...] = (count,) if after is None else (after, count)
+        args = (*args, -1 if limit is None else limit)  # LIMIT -1: no limit
 
         def conversations(conn: sqlite3.Connection) -> list[Any]:
             return [row[0] for row in conn.execute(sql, args)]
 
         return await self._run(conversations, "listing of conversations")
+
+    # -- retention and erasure (DESIGN §6i) -------------------------------------------
+
+    async def _retain(self, cid: ConversationID, until: float | None) -> bool:
+        # One write transaction: the closure (or expiry, or tombstone) check, then the
+        # setting, on a new row when the id was never written.
+        t = self._tables
+        pool = self._pool
+        secret = self._secret
+
+        def body(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                f"SELECT {_closed('c')} FROM {t.conversations} c WHERE c.id = ?", (cid,)
+            ).fetchone()
+            if row is None:
+                if _tombstoned(conn, t, secret, cid):
+                    return False
+            elif row[0]:
+                return False
+            conn.execute(
+                f"INSERT INTO {t.conversations} (id, retained, expires_at) VALUES (?, 1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET retained = 1, expires_at = excluded.expires_at",
+                (cid, until),
+            )
+            return True
+
+        def retain(conn: sqlite3.Connection) -> bool:
+            with pool.write_lock:
+                return _transaction(conn, lambda: body(conn))
+
+        return await self._run(retain, f"retention of conversation {str(cid)!r}")
+
+    async def _expire_page(self, now: float | None, limit: int) -> list[ConversationID]:
+        # One write transaction: the page of due ids (the expiry index), their batches
+        # and leases deleted, their rows closed (owner and length kept).
+        t = self._tables
+        pool = self._pool
+        due = (
+            f"SELECT id FROM {t.conversations} WHERE closed = 0 AND expires_at <= "
+            f"COALESCE(?, {_NOW}) ORDER BY expires_at LIMIT ?"
+        )
+
+        def body(conn: sqlite3.Connection) -> list[Any]:
+            ids = [row[0] for row in conn.execute(due, (now, limit))]
+            rows = [(cid,) for cid in ids]
+            for table in (t.batches, t.leases):
+                conn.executemany(f"DELETE FROM {table} WHERE conversation_id = ?", rows)
+            conn.executemany(
+                f"UPDATE {t.conversations} SET closed = 1, expires_at = NULL, retained = 0 "
+                "WHERE id = ?",
+                rows,
+            )
+            return ids
+
+        def expire(conn: sqlite3.Connection) -> list[Any]:
+            with pool.write_lock:
+                return _transaction(conn, lambda: body(conn))
+
+        return await self._run(expire, "expiry of conversations")
+
+    async def _erase(
+        self, cid: ConversationID, mark: str
+    ) -> tuple[list[tuple[Any, str, int]], float]:
+        # One write transaction: every row holding the id deleted, the tombstone written.
+        t = self._tables
+        pool = self._pool
+
+        def body(conn: sqlite3.Connection) -> tuple[list[tuple[Any, str, int]], float]:
+            records = conn.execute(
+                f"DELETE FROM {t.batches} WHERE conversation_id = ? "
+                "RETURNING seq, digest, length(messages)",
+                (cid,),
+            ).fetchall()
+            conn.execute(f"DELETE FROM {t.leases} WHERE conversation_id = ?", (cid,))
+            conn.execute(f"DELETE FROM {t.conversations} WHERE id = ?", (cid,))
+            (now,) = conn.execute(
+                f"INSERT INTO {t.tombstones} (tombstone, erased_at) VALUES (?, {_NOW}) "
+                "ON CONFLICT (tombstone) DO UPDATE SET erased_at = excluded.erased_at "
+                "RETURNING erased_at",
+                (mark,),
+            ).fetchone()
+            return [tuple(r) for r in records], float(now)
+
+        def erase(conn: sqlite3.Connection) -> tuple[list[tuple[Any, str, int]], float]:
+            with pool.write_lock:
+                return _transaction(conn, lambda: body(conn))
+
+        return await self._run(erase, f"erasure of conversation {str(cid)!r}")
+
+    async def _owned(self, owner: str, limit: int) -> list[ConversationID]:
+        sql = f"SELECT id FROM {self._tables.conversations} WHERE owner = ? ORDER BY id LIMIT ?"
+
+        def owned(conn: sqlite3.Connection) -> list[Any]:
+            return [row[0] for row in conn.execute(sql, (owner, limit))]
+
+        return [ConversationID(cid) for cid in await self._run(owned, "listing by owner")]
+
+    async def _erasure_problems(self, mark: str) -> list[str]:
+        # Every id stored in every table that holds one, read in keyset pages (one
+        # statement each) and hashed on the worker thread.
+        t = self._tables
+        secret = self._secret
+        places = (
+            ("the conversations table", t.conversations, "id"),
+            ("the batches table", t.batches, "conversation_id"),
+            ("the leases table", t.leases, "conversation_id"),
+        )
+
+        def problems(conn: sqlite3.Connection) -> list[str]:
+            found: list[str] = []
+            sql = f"SELECT 1 FROM {t.tombstones} WHERE tombstone = ?"
+            if conn.execute(sql, (mark,)).fetchone() is None:
+                found.append(f"no tombstone {mark} in this store")
+            for where, table, column in places:
+                last: Any = None
+                page = (
+                    f"SELECT DISTINCT {column} FROM {table} WHERE ?1 IS NULL OR {column} > ?1 "
+                    f"ORDER BY {column} LIMIT 1000"
+                )
+                while True:
+                    ids = [row[0] for row in conn.execute(page, (last,))]
+                    if any(tombstone(secret, str(cid)) == mark for cid in ids):
+                        found.append(f"a conversation id hashing to the tombstone is in {where}")
+                        break
+                    if len(ids) < 1000:
+                        break
+                    last = ids[-1]
+            return found
+
+        return await self._run(problems, "check of an erasure")
 
 
 def _view(cid: ConversationID, rows: list[Any], cache: HistoryCache) -> HistoryView:
@@ -666,6 +863,13 @@ def _open_schema(pool: _Pool, create: bool) -> None:
             version = _schema_version(conn, t)
             if version != SCHEMA_VERSION:
                 raise schema_mismatch(f"SQLite database {pool.path!r}", t.schema, version)
+        row = conn.execute(f"SELECT secret FROM {t.secret} WHERE id = 1").fetchone()
+        if row is None or not isinstance(row[0], bytes) or len(row[0]) != 32:
+            raise StoreError(
+                f"SQLite database {pool.path!r} has no store secret in {t.secret} (a row "
+                "written with the schema, needed by erase): restore it from a backup"
+            )
+        pool.secret = row[0]
     except sqlite3.Error as exc:
         conn.close()
         raise _DRIVER.failed(exc, f"open of {pool.path!r}") from exc
@@ -760,8 +964,48 @@ def _create_schema(conn: sqlite3.Connection, t: _Tables) -> None:
             f"UPDATE {t.conversations} SET length = ? WHERE id = ?",
             [(n, cid) for cid, n in lengths.items()],
         )
+    _upgrade_erasure(conn, t)
     conn.execute(
         f"INSERT INTO {t.schema} (id, version) VALUES (1, ?) "
         "ON CONFLICT (id) DO UPDATE SET version = excluded.version",
         (SCHEMA_VERSION,),
+    )
+
+
+def _upgrade_erasure(conn: sqlite3.Connection, t: _Tables) -> None:
+    """Schema 5's retention and erasure (DESIGN §6i), in idempotent steps (each one a
+    no-op when already done, so it composes with the other steps to 5): the
+    conversations table's ``owner`` (the first append's principal, NULL: none),
+    ``expires_at`` (Unix seconds by the clock of the host running SQLite, NULL: never)
+    and ``retained`` (1: the conversation's own setting, which appends do not move)
+    columns and their indexes; the ``_secret`` table and its one row, 32 random bytes
+    made here (the tombstones' HMAC key); the ``_tombstones`` table (one row per erased
+    id: its keyed hash, and when)."""
+    columns = {row[1] for row in conn.execute(f"PRAGMA table_info({t.conversations})")}
+    for name, declaration in (
+        ("owner", "TEXT"),
+        ("expires_at", "REAL"),
+        ("retained", "INTEGER NOT NULL DEFAULT 0"),
+    ):
+        if name not in columns:
+            conn.execute(f"ALTER TABLE {t.conversations} ADD COLUMN {name} {declaration}")
+    conn.execute(
+        f'CREATE INDEX IF NOT EXISTS "{t.prefix}_conversations_owner" '
+        f"ON {t.conversations} (owner, id) WHERE owner IS NOT NULL"
+    )
+    conn.execute(
+        f'CREATE INDEX IF NOT EXISTS "{t.prefix}_conversations_expiry" '
+        f"ON {t.conversations} (expires_at) WHERE expires_at IS NOT NULL"
+    )
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {t.secret} ("
+        "id INTEGER PRIMARY KEY CHECK (id = 1), secret BLOB NOT NULL)"
+    )
+    conn.execute(
+        f"INSERT INTO {t.secret} (id, secret) VALUES (1, ?) ON CONFLICT (id) DO NOTHING",
+        (new_secret(),),
+    )
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {t.tombstones} ("
+        "tombstone TEXT PRIMARY KEY NOT NULL, erased_at REAL NOT NULL) WITHOUT ROWID"
     )
