@@ -135,7 +135,7 @@ async def drop_tables(dsn: str, prefix: str) -> None:
         await conn.execute(
             f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations", '
             f'"{prefix}_schema", '
-            f'"{prefix}_leases";'
+            f'"{prefix}_leases", "{prefix}_secret", "{prefix}_tombstones";'
             f'DROP FUNCTION IF EXISTS "{prefix}_append", "{prefix}_acquire_view", '
             f'"{prefix}_commit_turn"'
         )

@@ -36,12 +36,14 @@ of one conversation are linearizable across connections, pools and hosts.
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryCache, HistoryView
+from scope.history._erasure import check_retention, new_secret, tombstone
 from scope.historystores._driver import (
     Driver,
     require_asyncio,
@@ -68,6 +70,9 @@ T = TypeVar("T")
 
 #: The most appends one group-commit statement carries (``PostgresStore._write``).
 _GROUP: Final = 64
+
+#: How many stored ids one page of ``check_erased`` reads.
+_ID_PAGE: Final = 1000
 
 #: The advisory lock key held while the schema is created (any fixed 64-bit number).
 _SCHEMA_LOCK: Final = 0x5C09E_4157_0001
@@ -210,10 +215,15 @@ class PostgresStore(RecordStore):
         "_max_size",
         "_outcome_source",
         "_pool",
+        "_retention",
         "_running",
+        "_secret",
         "_sql",
+        "retention",
         "table_prefix",
     )
+
+    _store_kind = "postgres"
 
     def __init__(
         self,
@@ -224,9 +234,13 @@ class PostgresStore(RecordStore):
         command_timeout: float | None = None,
         acquire_timeout: float | None = None,
         max_size: int = 10,
+        retention: _dt.timedelta | None = None,
     ) -> None:
         """Internal: use ``await PostgresStore.open(dsn)``."""
         self._pool = pool
+        self._secret = b""  # read at open (see _read_secret)
+        self.retention: Final = retention
+        self._retention = None if retention is None else retention.total_seconds()
         self._command_timeout = command_timeout
         self._acquire_timeout = acquire_timeout
         self._max_size = max_size
@@ -255,6 +269,7 @@ class PostgresStore(RecordStore):
         acquire_timeout: float | None = 10.0,
         cache_bytes: int = HistoryCache.DEFAULT_MAX_BYTES,
         create: bool = True,
+        retention: _dt.timedelta | None = None,
     ) -> PostgresStore:
         """Connect a pool to ``dsn`` (a libpq URI such as
         ``postgresql://user:password@host:5432/db``) and create the tables when missing.
@@ -277,12 +292,17 @@ class PostgresStore(RecordStore):
         ``acquire_timeout`` (seconds, default 10; None: no bound) bounds the wait for a
         pool connection when all ``max_size`` are busy; ``connect_timeout`` bounds each
         new connection. A timeout raises ``StoreError`` (see the class docstring).
+        ``retention`` (a ``timedelta`` > 0; None, the default: nothing expires by
+        itself): a conversation without its own expiry (``retain``) expires this long
+        after its last append through this handle, by the server's clock (a handle
+        without it leaves the expiry an append finds).
         Bad arguments
         (the prefix, pool sizes, timeouts, a DSN asyncpg cannot parse) raise
         ``ValueError`` before any I/O; an unreachable server raises ``StoreError``.
         Needs asyncio.
         """
         prefix = validate_table_prefix(table_prefix)
+        kept = check_retention(retention)
         command_timeout = _check_timeout("command_timeout", command_timeout)
         acquire_timeout = _check_timeout("acquire_timeout", acquire_timeout)
         connect_timeout = check_seconds(connect_timeout, "connect_timeout", positive=True)
@@ -340,12 +360,14 @@ class PostgresStore(RecordStore):
             command_timeout=command_timeout,
             acquire_timeout=acquire_timeout,
             max_size=max_size,
+            retention=kept,
         )
         try:
             if create:
                 await store._with_connection(store._create_schema, "schema creation")
             else:
                 await store._with_connection(store._check_schema, "schema check")
+            await store._with_connection(store._read_secret, "read of the store secret")
         except (ValueError, StoreError) as exc:
             pool.terminate()
             # With min_size=0 the pool parses the DSN only now, on its first connection.
@@ -504,18 +526,48 @@ class PostgresStore(RecordStore):
                     await conn.execute(statement)
             for statement in self._sql.schema:
                 await conn.execute(statement)
+            await self._upgrade_erasure(conn)
             await conn.execute(self._sql.set_version, SCHEMA_VERSION)
+
+    async def _upgrade_erasure(self, conn: Any) -> None:
+        """Schema 5's retention and erasure (DESIGN §6i), idempotent steps (so they
+        compose with the other steps to 5): the conversations table's ``owner``,
+        ``expires_at`` (the server's clock; NULL: never) and ``retained`` (the
+        conversation's own setting, which appends do not move) columns and their
+        indexes; the ``_secret`` table and its one row (32 random bytes made here, the
+        tombstones' HMAC key); the ``_tombstones`` table; the functions of version 4
+        with their earlier argument lists dropped (the append functions now take the
+        owner, the tombstone and the retention, ``_acquire_view`` the tombstone)."""
+        for statement in self._sql.upgrade_erasure:
+            await conn.execute(statement)
+        await conn.execute(self._sql.create_secret, new_secret())
+
+    async def _read_secret(self, conn: Any) -> None:
+        secret = await conn.fetchval(self._sql.secret)
+        if not isinstance(secret, bytes) or len(secret) != 32:
+            raise StoreError(
+                f"PostgreSQL table prefix {self.table_prefix!r} has no store secret (a row of "
+                f"{self._sql.secret_table}, written with the schema, needed by erase): "
+                "restore it from a backup"
+            )
+        self._secret = secret
 
     async def read_view(self, conversation_id: str) -> HistoryView:
         """The conversation's messages, length and closure from one statement (a
         consistent snapshot). A corrupt stored record raises ``StoreError``."""
         cid = ConversationID(conversation_id)
-        sql = self._sql.view
+        sql, erased = self._sql.view, self._sql.erased
+        mark = tombstone(self._secret, cid)
 
-        async def read(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql, cid))
+        async def read(conn: Any) -> list[Any] | None:
+            rows = list(await conn.fetch(sql, cid))
+            if not rows and await conn.fetchval(erased, mark):
+                return None  # erased: closed for ever
+            return rows
 
         rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
+        if rows is None:
+            return HistoryView((), 0, True)
         if not rows:
             return HistoryView((), 0)
         records = [(r[2], r[3], r[4]) for r in rows if r[2] is not None]
@@ -555,7 +607,7 @@ class PostgresStore(RecordStore):
         rows = await self._with_connection(page, f"scan of conversation {raw_id!r}")
         return [(r[0], r[1], r[2], r[3], "") for r in rows]
 
-    async def _write(self, batch: Batch, holder: str | None) -> str:
+    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> str:
         """One append (``holder`` None) or commit_turn (a holder: the commit_turn
         function, which also releases the holder's lease when the append landed or was a
         retry).
@@ -571,7 +623,8 @@ class PostgresStore(RecordStore):
         cid = str(batch.conversation_id)
         what = f"append to conversation {cid!r}"
         row = (str(batch.id), batch.digest, batch.encoded_messages, len(batch.messages))
-        args = (cid, *row, batch.expected_length)
+        mark = tombstone(self._secret, cid)
+        args = (cid, *row, batch.expected_length, owner, mark, self._retention)
         if holder is not None:
             sql = self._sql.commit_turn
 
@@ -582,7 +635,7 @@ class PostgresStore(RecordStore):
         queue = self._appending.get(cid)
         if queue is not None:  # one in flight: wait for the next group
             waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            queue.append(((*row, batch.expected_length), waiter))
+            queue.append(((*row, batch.expected_length, owner), waiter))
             return await self._settled(waiter)
         self._appending[cid] = queue = []
         sql = self._sql.append
@@ -606,6 +659,7 @@ class PostgresStore(RecordStore):
         """Send the appends queued on ``cid`` in groups (see ``_write``) until none is
         left; each waiter gets its own outcome, or the group's error."""
         sql = self._sql.append_group
+        tail = (tombstone(self._secret, cid), self._retention)
         group: list[tuple[tuple[Any, ...], asyncio.Future[str]]] = []
         try:
             while queue:
@@ -616,7 +670,7 @@ class PostgresStore(RecordStore):
                 ]
 
                 async def append(conn: Any, columns: list[list[Any]] = columns) -> list[str]:
-                    return [str(r[0]) for r in await conn.fetch(sql, cid, *columns)]
+                    return [str(r[0]) for r in await conn.fetch(sql, cid, *columns, *tail)]
 
                 try:
                     outcomes = await self._with_connection(append, what, settle=True)
@@ -653,12 +707,16 @@ class PostgresStore(RecordStore):
             raise
 
     async def _clear(self, cid: ConversationID) -> None:
-        close, delete = self._sql.close, self._sql.delete
+        close, delete, forget = self._sql.close, self._sql.delete, self._sql.forget_erased
+        mark = tombstone(self._secret, cid)
 
         async def clear(conn: Any) -> None:
             async with conn.transaction():
                 await conn.execute(close, cid)
                 await conn.execute(delete, cid)
+                # An erased id keeps no row (its tombstone is its closure); read after the
+                # row lock, so an erase that committed meanwhile is seen.
+                await conn.execute(forget, cid, mark)
 
         await self._with_connection(clear, f"clear of conversation {str(cid)!r}", settle=True)
 
@@ -678,9 +736,10 @@ class PostgresStore(RecordStore):
         # One call of the _acquire_view function, one transaction (append_release_turn:
         # the _commit_turn function).
         sql = self._sql.acquire_view
+        mark = tombstone(self._secret, cid)
 
         async def acquire_view(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql, cid, holder, ttl))
+            return list(await conn.fetch(sql, cid, holder, ttl, mark))
 
         rows = await self._with_connection(
             acquire_view, f"lease and read of conversation {str(cid)!r}", settle=True
@@ -700,15 +759,114 @@ class PostgresStore(RecordStore):
             release, f"lease release of conversation {str(cid)!r}", settle=True
         )
 
-    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+    async def _list(
+        self, after: ConversationID | None, limit: int | None, owner: str | None
+    ) -> list[Any]:
         sql = self._sql
 
         async def conversations(conn: Any) -> list[Any]:
+            if owner is not None:
+                return [row[0] for row in await conn.fetch(sql.owned_open, owner, after, limit)]
             if after is None:
                 return [row[0] for row in await conn.fetch(sql.conversations, limit)]
             return [row[0] for row in await conn.fetch(sql.conversations_after, after, limit)]
 
         return await self._with_connection(conversations, "listing of conversations")
+
+    # -- retention and erasure (DESIGN §6i) -------------------------------------------
+
+    async def _retain(self, cid: ConversationID, until: float | None) -> bool:
+        # One transaction: the row locked (created for an id never written), the
+        # tombstone read after the lock, then the setting.
+        sql = self._sql
+        mark = tombstone(self._secret, cid)
+
+        async def retain(conn: Any) -> bool:
+            async with conn.transaction():
+                await conn.execute(sql.ensure_row, cid)
+                closed = await conn.fetchval(sql.lock_row, cid)
+                if await conn.fetchval(sql.erased, mark):
+                    await conn.execute(sql.delete_row, cid)
+                    return False
+                if closed:
+                    return False
+                await conn.execute(sql.retain, cid, until)
+                return True
+
+        return await self._with_connection(
+            retain, f"retention of conversation {str(cid)!r}", settle=True
+        )
+
+    async def _expire_page(self, now: float | None, limit: int) -> list[ConversationID]:
+        # One transaction: the due rows locked first, then (fresh snapshots, so every
+        # committed batch is seen) their batches and leases deleted, the rows closed.
+        sql = self._sql
+
+        async def expire(conn: Any) -> list[Any]:
+            async with conn.transaction():
+                ids = [row[0] for row in await conn.fetch(sql.due, now, limit)]
+                if ids:
+                    await conn.execute(sql.expire_batches, ids)
+                    await conn.execute(sql.expire_leases, ids)
+                    await conn.execute(sql.expire_rows, ids)
+                return ids
+
+        ids = await self._with_connection(expire, "expiry of conversations", settle=True)
+        return [ConversationID(cid) for cid in ids]
+
+    async def _erase(
+        self, cid: ConversationID, mark: str
+    ) -> tuple[list[tuple[Any, str, int]], float]:
+        # One transaction. The row is created or locked first (an INSERT waits for an
+        # append creating it), so no append lands around the deletes; an append or
+        # retain that creates the row after this commits finds the tombstone.
+        sql = self._sql
+
+        async def erase(conn: Any) -> tuple[list[tuple[Any, str, int]], float]:
+            async with conn.transaction():
+                await conn.execute(sql.ensure_row, cid)
+                await conn.fetchval(sql.lock_row, cid)
+                records = [tuple(r) for r in await conn.fetch(sql.erase_batches, cid)]
+                await conn.execute(sql.erase_leases, cid)
+                await conn.execute(sql.delete_row, cid)
+                erased_at = await conn.fetchval(sql.write_tombstone, mark)
+                return records, float(erased_at)
+
+        return await self._with_connection(
+            erase, f"erasure of conversation {str(cid)!r}", settle=True
+        )
+
+    async def _owned(self, owner: str, limit: int) -> list[ConversationID]:
+        sql = self._sql.owned
+
+        async def owned(conn: Any) -> list[Any]:
+            return [row[0] for row in await conn.fetch(sql, owner, limit)]
+
+        ids = await self._with_connection(owned, "listing by owner")
+        return [ConversationID(cid) for cid in ids]
+
+    async def _erasure_problems(self, mark: str) -> list[str]:
+        # Every id stored in every table holding one, in keyset pages, hashed here.
+        sql = self._sql
+        secret = self._secret
+
+        async def problems(conn: Any) -> list[str]:
+            found: list[str] = []
+            if not await conn.fetchval(sql.erased, mark):
+                found.append(f"no tombstone {mark} in this store")
+            for where, page in sql.id_pages:
+                last = None
+                while True:
+                    ids = [row[0] for row in await conn.fetch(page, last)]
+                    if any(tombstone(secret, str(cid)) == mark for cid in ids):
+                        found.append(f"a conversation id hashing to the tombstone is in {where}")
+                        break
+                    if len(ids) < _ID_PAGE:
+                        break
+                    last = ids[-1]
+            return found
+
+        return await self._with_connection(problems, "check of an erasure")
 
 
 async def _wait_through_cancellation(task: asyncio.Future[Any], bound: float | None) -> None:
@@ -743,19 +901,39 @@ class _Statements:
         "conversations",
         "conversations_after",
         "conversations_table",
+        "create_secret",
         "delete",
+        "delete_row",
+        "due",
+        "ensure_row",
+        "erase_batches",
+        "erase_leases",
+        "erased",
+        "expire_batches",
+        "expire_leases",
+        "expire_rows",
+        "forget_erased",
+        "id_pages",
+        "lock_row",
+        "owned",
+        "owned_open",
         "read",
         "release",
+        "retain",
         "scan_ids",
         "scan_ids_first",
         "scan_records",
         "scan_records_first",
         "schema",
         "schema_table",
+        "secret",
+        "secret_table",
         "set_version",
+        "upgrade_erasure",
         "upgrade_from_1",
         "version",
         "view",
+        "write_tombstone",
     )
 
     def __init__(self, prefix: str) -> None:
@@ -766,6 +944,11 @@ class _Statements:
         leases = f'"{prefix}_leases"'
         acquire_view = f'"{prefix}_acquire_view"'
         commit_turn = f'"{prefix}_commit_turn"'
+        secret = f'"{prefix}_secret"'
+        tombstones = f'"{prefix}_tombstones"'
+        # Closed, or expired by the server's clock (DESIGN §6i: expiry is closure).
+        shut = "(c.closed OR COALESCE(c.expires_at <= clock_timestamp(), FALSE))"
+        self.secret_table = secret
         # A lease is the holder's when it was free, expired, or already the holder's
         # (a renewal); the upsert locks the row, so two acquires never both win.
         take_lease = (
@@ -800,18 +983,27 @@ class _Statements:
             # Runs as one statement, so one transaction; plpgsql takes a fresh snapshot per
             # statement, so the reads after the row lock see every committed batch. The
             # order of the checks is DESIGN §6b's: closed, dedupe record, fence.
+            # Version 5: an expired conversation is closed; a row the append creates is
+            # checked for the id's tombstone (read after the row lock, so an erase that
+            # committed meanwhile is seen; the row is then removed again); the insert of
+            # a first batch records p_owner; an inserted batch moves the expiry by
+            # p_retention seconds (NULL: none) unless the conversation has its own.
             f"CREATE OR REPLACE FUNCTION {fn}("
             "p_cid TEXT, p_aid TEXT, p_digest TEXT, p_messages BYTEA, p_count BIGINT, "
-            "p_expected BIGINT) "
+            "p_expected BIGINT, p_owner TEXT, p_tombstone TEXT, p_retention FLOAT8) "
             "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
-            "DECLARE v_closed BOOLEAN; v_length BIGINT; v_digest TEXT;\n"
+            "DECLARE v_closed BOOLEAN; v_length BIGINT; v_digest TEXT; v_last BIGINT;\n"
             "BEGIN\n"
-            f"  SELECT c.closed, c.length INTO v_closed, v_length FROM {conv} c\n"
+            f"  SELECT {shut}, c.length INTO v_closed, v_length FROM {conv} c\n"
             "    WHERE c.id = p_cid FOR UPDATE;\n"
             "  IF NOT FOUND THEN\n"
             f"    INSERT INTO {conv} (id) VALUES (p_cid) ON CONFLICT (id) DO NOTHING;\n"
-            f"    SELECT c.closed, c.length INTO v_closed, v_length FROM {conv} c\n"
+            f"    SELECT {shut}, c.length INTO v_closed, v_length FROM {conv} c\n"
             "      WHERE c.id = p_cid FOR UPDATE;\n"
+            f"    IF EXISTS (SELECT 1 FROM {tombstones} t WHERE t.tombstone = p_tombstone) THEN\n"
+            f"      DELETE FROM {conv} WHERE id = p_cid;\n"
+            "      RETURN 'closed';\n"
+            "    END IF;\n"
             "  END IF;\n"
             "  IF v_closed THEN RETURN 'closed'; END IF;\n"
             f"  SELECT b.digest INTO v_digest FROM {batches} b\n"
@@ -820,10 +1012,14 @@ class _Statements:
             "  IF p_expected IS NOT NULL AND p_expected <> v_length THEN\n"
             "    RETURN 'changed:' || v_length;\n"
             "  END IF;\n"
+            f"  SELECT MAX(b.seq) INTO v_last FROM {batches} b WHERE b.conversation_id = p_cid;\n"
             f"  INSERT INTO {batches} (conversation_id, seq, append_id, digest, messages)\n"
-            "    SELECT p_cid, COALESCE(MAX(b.seq), 0) + 1, p_aid, p_digest, p_messages\n"
-            f"    FROM {batches} b WHERE b.conversation_id = p_cid;\n"
-            f"  UPDATE {conv} SET length = v_length + p_count WHERE id = p_cid;\n"
+            "    VALUES (p_cid, COALESCE(v_last, 0) + 1, p_aid, p_digest, p_messages);\n"
+            f"  UPDATE {conv} SET length = v_length + p_count,\n"
+            "    owner = CASE WHEN v_last IS NULL THEN COALESCE(owner, p_owner) ELSE owner END,\n"
+            "    expires_at = CASE WHEN retained OR p_retention IS NULL THEN expires_at\n"
+            "      ELSE clock_timestamp() + p_retention * interval '1 second' END\n"
+            "    WHERE id = p_cid;\n"
             "  RETURN 'inserted';\n"
             "END\n"
             "$fn$",
@@ -837,8 +1033,10 @@ class _Statements:
             # Its transaction writes only the lease, and commits without waiting for
             # the WAL flush (synchronous_commit off, for this transaction only): a
             # lease is not history, and the flush was most of the step's cost.
+            # Version 5: expired is closed, and an unknown id closed when its tombstone
+            # (p_tombstone) is stored.
             f"CREATE OR REPLACE FUNCTION {acquire_view}("
-            "p_cid TEXT, p_holder TEXT, p_ttl FLOAT8) "
+            "p_cid TEXT, p_holder TEXT, p_ttl FLOAT8, p_tombstone TEXT) "
             "RETURNS TABLE (r_held BOOLEAN, r_closed BOOLEAN, r_length BIGINT, "
             "r_append_id TEXT, r_digest TEXT, r_messages BYTEA) "
             "LANGUAGE plpgsql AS $fn$\n"
@@ -852,13 +1050,14 @@ class _Statements:
             "      NULL::BYTEA;\n"
             "    RETURN;\n"
             "  END IF;\n"
-            "  RETURN QUERY SELECT TRUE, c.closed, c.length, b.append_id, b.digest,\n"
+            f"  RETURN QUERY SELECT TRUE, {shut}, c.length, b.append_id, b.digest,\n"
             f"    b.messages FROM {conv} c\n"
-            f"    LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT c.closed\n"
+            f"    LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT {shut}\n"
             "    WHERE c.id = p_cid ORDER BY b.seq;\n"
             "  IF NOT FOUND THEN\n"
-            "    RETURN QUERY SELECT TRUE, FALSE, 0::BIGINT, NULL::TEXT, NULL::TEXT,\n"
-            "      NULL::BYTEA;\n"
+            "    RETURN QUERY SELECT TRUE,\n"
+            f"      EXISTS (SELECT 1 FROM {tombstones} t WHERE t.tombstone = p_tombstone),\n"
+            "      0::BIGINT, NULL::TEXT, NULL::TEXT, NULL::BYTEA;\n"
             "  END IF;\n"
             "END\n"
             "$fn$",
@@ -869,11 +1068,13 @@ class _Statements:
             # an update of the unindexed expiry is a heap-only update.
             f"CREATE OR REPLACE FUNCTION {commit_turn}("
             "p_cid TEXT, p_aid TEXT, p_digest TEXT, p_messages BYTEA, p_count BIGINT, "
-            "p_expected BIGINT, p_holder TEXT) "
+            "p_expected BIGINT, p_owner TEXT, p_tombstone TEXT, p_retention FLOAT8, "
+            "p_holder TEXT) "
             "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
             "DECLARE v_outcome TEXT;\n"
             "BEGIN\n"
-            f"  v_outcome := {fn}(p_cid, p_aid, p_digest, p_messages, p_count, p_expected);\n"
+            f"  v_outcome := {fn}(p_cid, p_aid, p_digest, p_messages, p_count, p_expected,\n"
+            "    p_owner, p_tombstone, p_retention);\n"
             "  IF v_outcome = 'inserted' OR v_outcome = 'accepted:' || p_digest THEN\n"
             f"    UPDATE {leases} SET expires = '-infinity'\n"
             "      WHERE conversation_id = p_cid AND holder = p_holder;\n"
@@ -897,20 +1098,22 @@ class _Statements:
             f"INSERT INTO {schema} (id, version) VALUES (1, $1) "
             "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version"
         )
-        self.append = f"SELECT {fn}($1, $2, $3, $4, $5, $6)"
+        self.append = f"SELECT {fn}($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         # Group commit (PostgresStore._write): the append function once per batch, in
         # the arrays' order (a function scan returns its rows in order and the select
         # list runs once per row, each call seeing the ones before it), one statement.
         self.append_group = (
-            f"SELECT {fn}($1, a.aid, a.digest, a.messages, a.count, a.expected) FROM "
-            "unnest($2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::bigint[]) "
-            "AS a(aid, digest, messages, count, expected)"
+            f"SELECT {fn}($1, a.aid, a.digest, a.messages, a.count, a.expected, a.owner, "
+            "$8, $9) FROM "
+            "unnest($2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::bigint[], "
+            "$7::text[]) AS a(aid, digest, messages, count, expected, owner)"
         )
-        self.commit_turn = f"SELECT {commit_turn}($1, $2, $3, $4, $5, $6, $7)"
-        self.acquire_view = f"SELECT * FROM {acquire_view}($1, $2, $3)"
-        self.read = (
+        self.commit_turn = f"SELECT {commit_turn}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+        self.acquire_view = f"SELECT * FROM {acquire_view}($1, $2, $3, $4)"
+        self.read = (  # an expired conversation's batches (until expire()) are not read
             f"SELECT append_id, digest, messages FROM {batches} "
-            "WHERE conversation_id = $1 ORDER BY seq"
+            f"WHERE conversation_id = $1 AND NOT EXISTS (SELECT 1 FROM {conv} c "
+            "WHERE c.id = $1 AND c.expires_at <= clock_timestamp()) ORDER BY seq"
         )
         # scan_records: keyset pages over the primary key (conversation_id, seq).
         self.scan_ids_first = (
@@ -929,13 +1132,13 @@ class _Statements:
             "WHERE conversation_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
         )
         self.view = (
-            f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages FROM {conv} c "
-            f"LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT c.closed "
+            f"SELECT {shut}, c.length, b.append_id, b.digest, b.messages FROM {conv} c "
+            f"LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT {shut} "
             "WHERE c.id = $1 ORDER BY b.seq"
         )
         self.close = (
             f"INSERT INTO {conv} (id, closed) VALUES ($1, TRUE) "
-            "ON CONFLICT (id) DO UPDATE SET closed = TRUE"
+            "ON CONFLICT (id) DO UPDATE SET closed = TRUE, expires_at = NULL, retained = FALSE"
         )
         self.delete = f"DELETE FROM {batches} WHERE conversation_id = $1"
         # One statement each.
@@ -948,10 +1151,83 @@ class _Statements:
         # A row whose fenced append was refused holds no batch (length 0): not listed.
         # Keyset pages: $1 the last id of the previous page (NULL: from the first), $2
         # the page size (NULL: no limit).
-        self.conversations = (
-            f"SELECT id FROM {conv} WHERE NOT closed AND length > 0 ORDER BY id LIMIT $1::bigint"
+        listed = (
+            "NOT closed AND length > 0 AND NOT COALESCE(expires_at <= clock_timestamp(), FALSE)"
         )
+        self.conversations = f"SELECT id FROM {conv} WHERE {listed} ORDER BY id LIMIT $1::bigint"
         self.conversations_after = (
-            f"SELECT id FROM {conv} WHERE NOT closed AND length > 0 AND id > $1 "
-            "ORDER BY id LIMIT $2::bigint"
+            f"SELECT id FROM {conv} WHERE {listed} AND id > $1 ORDER BY id LIMIT $2::bigint"
+        )
+        # -- version 5: retention and erasure (DESIGN §6i) ------------------------------
+        old_append = "TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT"
+        self.upgrade_erasure = (
+            f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS owner TEXT",
+            f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS expires_at TIMESTAMPTZ",
+            f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS retained BOOLEAN NOT NULL DEFAULT FALSE",
+            f'CREATE INDEX IF NOT EXISTS "{prefix}_owners" ON {conv} (owner, id) '
+            "WHERE owner IS NOT NULL",
+            f'CREATE INDEX IF NOT EXISTS "{prefix}_expiry" ON {conv} (expires_at) '
+            "WHERE expires_at IS NOT NULL",
+            f"CREATE TABLE IF NOT EXISTS {secret} ("
+            "id INT PRIMARY KEY CHECK (id = 1), secret BYTEA NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {tombstones} ("
+            'tombstone TEXT COLLATE "C" PRIMARY KEY, erased_at TIMESTAMPTZ NOT NULL)',
+            # Version 4's argument lists (the new ones are created with the schema).
+            f"DROP FUNCTION IF EXISTS {commit_turn}({old_append}, TEXT)",
+            f"DROP FUNCTION IF EXISTS {fn}({old_append})",
+            f"DROP FUNCTION IF EXISTS {acquire_view}(TEXT, TEXT, FLOAT8)",
+        )
+        self.create_secret = (
+            f"INSERT INTO {secret} (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING"
+        )
+        self.secret = f"SELECT secret FROM {secret} WHERE id = 1"
+        self.erased = f"SELECT EXISTS (SELECT 1 FROM {tombstones} WHERE tombstone = $1)"
+        self.forget_erased = (
+            f"DELETE FROM {conv} WHERE id = $1 AND "
+            f"EXISTS (SELECT 1 FROM {tombstones} WHERE tombstone = $2)"
+        )
+        self.owned_open = (
+            f"SELECT id FROM {conv} WHERE {listed} AND owner = $1 "
+            "AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3::bigint"
+        )
+        self.owned = f"SELECT id FROM {conv} WHERE owner = $1 ORDER BY id LIMIT $2::bigint"
+        self.ensure_row = f"INSERT INTO {conv} (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
+        self.lock_row = f"SELECT {shut} FROM {conv} c WHERE c.id = $1 FOR UPDATE"
+        self.delete_row = f"DELETE FROM {conv} WHERE id = $1"
+        self.retain = (
+            f"UPDATE {conv} SET retained = TRUE, expires_at = to_timestamp($2::float8) "
+            "WHERE id = $1"
+        )
+        self.due = (
+            f"SELECT id FROM {conv} WHERE NOT closed AND expires_at <= "
+            "COALESCE(to_timestamp($1::float8), clock_timestamp()) "
+            "ORDER BY expires_at LIMIT $2::bigint FOR UPDATE"
+        )
+        self.expire_batches = f"DELETE FROM {batches} WHERE conversation_id = ANY($1::text[])"
+        self.expire_leases = f"DELETE FROM {leases} WHERE conversation_id = ANY($1::text[])"
+        self.expire_rows = (
+            f"UPDATE {conv} SET closed = TRUE, expires_at = NULL, retained = FALSE "
+            "WHERE id = ANY($1::text[])"
+        )
+        self.erase_batches = (
+            f"DELETE FROM {batches} WHERE conversation_id = $1 "
+            "RETURNING seq, digest, octet_length(messages)"
+        )
+        self.erase_leases = f"DELETE FROM {leases} WHERE conversation_id = $1"
+        self.write_tombstone = (
+            f"INSERT INTO {tombstones} (tombstone, erased_at) VALUES ($1, clock_timestamp()) "
+            "ON CONFLICT (tombstone) DO UPDATE SET erased_at = EXCLUDED.erased_at "
+            "RETURNING extract(epoch FROM erased_at)::float8"
+        )
+        self.id_pages = tuple(
+            (
+                where,
+                f"SELECT DISTINCT {column} FROM {table} WHERE $1::text IS NULL OR {column} > $1 "
+                f"ORDER BY {column} LIMIT {_ID_PAGE}",
+            )
+            for where, table, column in (
+                ("the conversations table", conv, "id"),
+                ("the batches table", batches, "conversation_id"),
+                ("the leases table", leases, "conversation_id"),
+            )
         )

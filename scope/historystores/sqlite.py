@@ -990,11 +990,11 @@ def _upgrade_erasure(conn: sqlite3.Connection, t: _Tables) -> None:
         if name not in columns:
             conn.execute(f"ALTER TABLE {t.conversations} ADD COLUMN {name} {declaration}")
     conn.execute(
-        f'CREATE INDEX IF NOT EXISTS "{t.prefix}_conversations_owner" '
+        f'CREATE INDEX IF NOT EXISTS "{t.prefix}_owners" '
         f"ON {t.conversations} (owner, id) WHERE owner IS NOT NULL"
     )
     conn.execute(
-        f'CREATE INDEX IF NOT EXISTS "{t.prefix}_conversations_expiry" '
+        f'CREATE INDEX IF NOT EXISTS "{t.prefix}_expiry" '
         f"ON {t.conversations} (expires_at) WHERE expires_at IS NOT NULL"
     )
     conn.execute(
