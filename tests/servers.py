@@ -155,7 +155,11 @@ async def drop_keys(url: str, prefix: str, *, cluster: bool = False) -> None:
     else:
         client = import_driver("redis.asyncio").Redis.from_url(url)
     try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        keys = [
+            key
+            for match in (f"{prefix}:*", f"{{{prefix}:*")  # the indexes' keys: {prefix:...}
+            async for key in client.scan_iter(match=match, count=1000)
+        ]
         if cluster:
             for key in keys:
                 await client.delete(key)

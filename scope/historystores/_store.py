@@ -216,7 +216,7 @@ class RecordStore(RecordScanning):
         the same batch (``releases``); a refused append leaves the lease."""
         outcome = await self._write(batch, holder, owner)
         check_outcome(batch, outcome, self._outcome_source)
-        await self._after_append(batch)
+        await self._after_append(batch, owner)
         self._cache.remember(batch)
         return batch.receipt()
 
@@ -445,7 +445,7 @@ class RecordStore(RecordScanning):
         """``release_turn`` on checked arguments."""
         raise NotImplementedError
 
-    async def _after_append(self, batch: Batch) -> None:
+    async def _after_append(self, batch: Batch, owner: str | None) -> None:
         """What must follow a batch that landed, before its receipt (nothing here)."""
 
     async def _clear(self, cid: ConversationID) -> None:

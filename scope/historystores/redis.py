@@ -29,7 +29,9 @@ store that must survive a server restart; ``RedisStore.open`` checks it.
 
 from __future__ import annotations
 
+import binascii
 import contextlib
+import datetime as _dt
 import functools
 import math
 import re
@@ -39,6 +41,7 @@ from typing import Any, Final, TypeVar, final
 from scope._validate import check_seconds, check_type
 from scope.errors import ScopeWarning, StoreError
 from scope.history import Batch, ConversationID, HistoryCache, HistoryView
+from scope.history._erasure import check_retention, tombstone
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -68,14 +71,39 @@ T = TypeVar("T")
 
 _PREFIX: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,100}\Z")
 
-# KEYS: closed, ids, batches, length[, listing]. ARGV: append id, digest, record, message
-# count, expected length ('' for no fence)[, listing member]. Checks first (closed, dedupe
-# record, fence: DESIGN §6b's order), writes last, so an error (or an out-of-memory
-# refusal of the first write) leaves nothing behind. Lengths are compared as decimal
-# strings (no float). With a fifth key (one Redis, not Cluster: the listing is in another
-# hash slot there) an inserted batch lists its conversation in the same atomic step.
-_APPEND: Final = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 'closed' end
+# The server's clock in Lua, in Unix milliseconds (expiry times are compared with it).
+_NOW_MS: Final = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+"""
+
+# Whether the conversation is closed: KEYS closed, meta (its owner, expiry and
+# retention flag), its slot's tombstone set; ARGV the id's tombstone. Expects _NOW_MS.
+_SHUT: Final = """
+local function shut(closed, meta, tombs, mark)
+  if redis.call('EXISTS', closed) == 1 then return true end
+  local exp = redis.call('HGET', meta, 'exp')
+  if exp and tonumber(exp) <= now then return true end
+  return redis.call('SISMEMBER', tombs, mark) == 1
+end
+"""
+
+# KEYS: closed, ids, batches, length, meta, tombstones[, listing, expiring[, owner's
+# index]]. ARGV: append id, digest, record, message count, expected length ('' for no
+# fence), listing member, owner ('' none), tombstone, retention in ms ('' none).
+# Checks first (closed, expired or erased; dedupe record; fence: DESIGN §6b's order),
+# writes last, so an error (or an out-of-memory refusal of the first write) leaves
+# nothing behind. Lengths are compared as decimal strings (no float). The first batch
+# records the owner; an inserted batch moves the expiry by the retention unless the
+# conversation has its own (meta's retained), and the batches and dedupe records
+# expire natively then (PEXPIREAT). With the index keys (one Redis, not Cluster: they
+# are in another hash slot there) an inserted batch lists its conversation (and its
+# expiry, and its owner's index) in the same atomic step.
+_APPEND: Final = (
+    _NOW_MS
+    + _SHUT
+    + """
+if shut(KEYS[1], KEYS[5], KEYS[6], ARGV[8]) then return 'closed' end
 local accepted = redis.call('HGET', KEYS[2], ARGV[1])
 if accepted then return 'accepted:' .. accepted end
 local length = redis.call('GET', KEYS[4])
@@ -89,30 +117,60 @@ if not length then
   length = string.format('%d', n)
 end
 if ARGV[5] ~= '' and ARGV[5] ~= length then return 'changed:' .. length end
+local first = redis.call('HLEN', KEYS[2]) == 0
 redis.call('RPUSH', KEYS[3], ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('SET', KEYS[4], length)
 redis.call('INCRBY', KEYS[4], ARGV[4])
-if KEYS[5] then redis.call('ZADD', KEYS[5], 0, ARGV[6]) end
+local owned = first and ARGV[7] ~= '' and redis.call('HSETNX', KEYS[5], 'owner', ARGV[7]) == 1
+local exp = redis.call('HGET', KEYS[5], 'exp')
+if ARGV[9] ~= '' and redis.call('HGET', KEYS[5], 'retained') ~= '1' then
+  exp = string.format('%d', now + tonumber(ARGV[9]))
+  redis.call('HSET', KEYS[5], 'exp', exp)
+end
+if exp then
+  redis.call('PEXPIREAT', KEYS[2], exp)
+  redis.call('PEXPIREAT', KEYS[3], exp)
+end
+if KEYS[7] then
+  redis.call('ZADD', KEYS[7], 0, ARGV[6])
+  if exp then redis.call('ZADD', KEYS[8], exp, ARGV[6]) end
+  if owned and KEYS[9] then redis.call('ZADD', KEYS[9], 0, ARGV[6]) end
+end
 return 'inserted'
 """
+)
 
-# KEYS: closed, ids, batches[, listing]. ARGV: [listing member]. The length key stays: a
-# closed conversation's last length. With the listing key the id leaves the listing in
-# the same atomic step.
+# KEYS: closed, ids, batches, meta, tombstones[, listing, expiring]. ARGV: listing member,
+# tombstone. The length key stays: a closed conversation's last length; so does the
+# owner (erase_owned finds it). With the listing keys the id leaves them in the same
+# atomic step. An erased id is left as it is: its tombstone closes it, and no key
+# naming it is written again.
 _CLEAR: Final = """
+if redis.call('SISMEMBER', KEYS[5], ARGV[2]) == 1 then return 'erased' end
 redis.call('SET', KEYS[1], '1')
 redis.call('DEL', KEYS[2], KEYS[3])
-if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[1]) end
+redis.call('HDEL', KEYS[4], 'exp', 'retained')
+if KEYS[6] then
+  redis.call('ZREM', KEYS[6], ARGV[1])
+  redis.call('ZREM', KEYS[7], ARGV[1])
+end
 return 'cleared'
 """
 
-# KEYS: closed, length, batches. One atomic read for read_view (a script, not MULTI, so
-# it runs the same on Redis Cluster): closed flag, length ('' when absent), records.
-_VIEW: Final = """
-return {redis.call('EXISTS', KEYS[1]), redis.call('GET', KEYS[2]) or '',
-        redis.call('LRANGE', KEYS[3], 0, -1)}
+# KEYS: closed, length, batches, meta, tombstones. ARGV: tombstone. One atomic read for
+# read_view (a script, not MULTI, so it runs the same on Redis Cluster): closed flag
+# (closed, expired or erased), length ('' when absent), records.
+_VIEW: Final = (
+    _NOW_MS
+    + _SHUT
+    + """
+if shut(KEYS[1], KEYS[4], KEYS[5], ARGV[1]) then
+  return {1, redis.call('GET', KEYS[2]) or '', {}}
+end
+return {0, redis.call('GET', KEYS[2]) or '', redis.call('LRANGE', KEYS[3], 0, -1)}
 """
+)
 
 # KEYS: lease. ARGV: holder, ttl in ms. Take the free (or expired: Redis dropped it)
 # lease with SET NX PX, or renew the holder's own: compare and set, one atomic step.
@@ -133,8 +191,9 @@ return 0
 
 # The folded lease steps reuse the scripts above as Lua functions
 # whose KEYS and ARGV parameters shadow the globals, so each rule stays written once.
-# KEYS: lease, closed, length, batches. ARGV: holder, ttl in ms. 0 when another
-# holder's live lease has it, else read_view's answer, in the same atomic step.
+# KEYS: lease, closed, length, batches, meta, tombstones. ARGV: holder, ttl in ms,
+# tombstone. 0 when another holder's live lease has it, else read_view's answer, in the
+# same atomic step.
 _ACQUIRE_VIEW: Final = f"""
 local function acquire(KEYS, ARGV)
 {_ACQUIRE}
@@ -143,7 +202,7 @@ local function view(KEYS, ARGV)
 {_VIEW}
 end
 if acquire({{KEYS[1]}}, {{ARGV[1], ARGV[2]}}) == 0 then return 0 end
-return view({{KEYS[2], KEYS[3], KEYS[4]}}, {{}})
+return view({{KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}}, {{ARGV[3]}})
 """
 
 # KEYS: lease, then _APPEND's keys. ARGV: holder, then _APPEND's arguments. The append,
@@ -156,12 +215,101 @@ end
 local function release(KEYS, ARGV)
 {_RELEASE}
 end
-local outcome = append({{KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}},
-                       {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]}})
+local outcome = append({{KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
+                         KEYS[9], KEYS[10]}},
+                       {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8],
+                         ARGV[9], ARGV[10]}})
 if outcome == 'inserted' or outcome == 'accepted:' .. ARGV[3] then
   release({{KEYS[1]}}, {{ARGV[1]}})
 end
 return outcome
+"""
+
+# KEYS: closed, ids, batches, meta, tombstones[, expiring]. ARGV: the expiry in Unix
+# ms ('' never), listing member, tombstone. retain: 'closed', or the setting recorded
+# (and the batches' native expiry set or removed) in one atomic step.
+_RETAIN: Final = (
+    _NOW_MS
+    + _SHUT
+    + """
+if shut(KEYS[1], KEYS[4], KEYS[5], ARGV[3]) then return 'closed' end
+redis.call('HSET', KEYS[4], 'retained', '1')
+if ARGV[1] == '' then
+  redis.call('HDEL', KEYS[4], 'exp')
+  redis.call('PERSIST', KEYS[2])
+  redis.call('PERSIST', KEYS[3])
+  if KEYS[6] then redis.call('ZREM', KEYS[6], ARGV[2]) end
+else
+  redis.call('HSET', KEYS[4], 'exp', ARGV[1])
+  redis.call('PEXPIREAT', KEYS[2], ARGV[1])
+  redis.call('PEXPIREAT', KEYS[3], ARGV[1])
+  if KEYS[6] then redis.call('ZADD', KEYS[6], ARGV[1], ARGV[2]) end
+end
+return 'retained'
+"""
+)
+
+# KEYS: closed, ids, batches, lease, meta[, listing, expiring]. ARGV: now in Unix ms,
+# listing member. expire() of one conversation: {1} when it was due and is now closed
+# (batches, dedupe records, lease deleted; owner and length kept), else {0, its
+# expiry or ''} (cleared, or an append or retain moved it: the index is fixed).
+_EXPIRE_ONE: Final = """
+local exp = redis.call('HGET', KEYS[5], 'exp')
+if redis.call('EXISTS', KEYS[1]) == 1 or not exp or tonumber(exp) > tonumber(ARGV[1]) then
+  if KEYS[6] then
+    if exp and redis.call('EXISTS', KEYS[1]) == 0 then
+      redis.call('ZADD', KEYS[7], exp, ARGV[2])
+    else
+      redis.call('ZREM', KEYS[7], ARGV[2])
+    end
+  end
+  return {0, exp or ''}
+end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('SET', KEYS[1], '1')
+redis.call('HDEL', KEYS[5], 'exp', 'retained')
+if KEYS[6] then
+  redis.call('ZREM', KEYS[6], ARGV[2])
+  redis.call('ZREM', KEYS[7], ARGV[2])
+end
+return {1}
+"""
+
+# KEYS: closed, ids, batches, length, lease, meta, tombstones[, listing, expiring,
+# owner's index]. ARGV: tombstone, listing member, the owner the caller read ('' none).
+# erase: every key of the conversation deleted and the tombstone added, in one atomic
+# step; with the index keys (one Redis) the id leaves them in the same step ({'owner',
+# owner} when the owner is not the one the caller named its index for: call again).
+# Answers {'erased', seconds, microseconds, owner, {digest, bytes, ...}}.
+_ERASE: Final = """
+local owner = redis.call('HGET', KEYS[6], 'owner') or ''
+if KEYS[8] and owner ~= ARGV[3] then return {'owner', owner} end
+local out = {}
+for _, record in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+  local first = string.find(record, '\\n', 1, true)
+  local second = string.find(record, '\\n', first + 1, true)
+  out[#out + 1] = string.sub(record, 1, first - 1)
+  out[#out + 1] = #record - second
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('SADD', KEYS[7], ARGV[1])
+if KEYS[8] then
+  redis.call('ZREM', KEYS[8], ARGV[2])
+  redis.call('ZREM', KEYS[9], ARGV[2])
+  if KEYS[10] then redis.call('ZREM', KEYS[10], ARGV[2]) end
+end
+local clock = redis.call('TIME')
+return {'erased', clock[1], clock[2], owner, out}
+"""
+
+# Cluster: the index entries of an erased (or expired) id, in the listing's slot.
+# KEYS: listing, expiring, cleared[, owner's index]. ARGV: member.
+_UNINDEX: Final = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('SREM', KEYS[3], ARGV[1])
+if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[1]) end
+return 1
 """
 
 #: How many listed ids one ``conversations()`` round trip fetches.
@@ -174,17 +322,43 @@ _PAGE: Final = 1000
 #: ``RedisStore._list``); the upgrade checks every listed id once more.
 _LISTING_VERSION: Final = b"3"
 
-# Cluster listing page. KEYS: listing, cleared set (one slot). ARGV: start (ZRANGEBYLEX
-# syntax), page size. Returns {members, flagged}: the page, and the 0-based indices of
-# its ids a clear started on (then their closure is checked across slots).
-_LIST_PAGE: Final = """
+# Listing page. KEYS: listing (or an owner's index), cleared set, expiring (one slot)[,
+# the listing, for an owner's index]. ARGV: start (ZRANGEBYLEX syntax), page size.
+# Returns {members, flagged, skipped}: the page, the 0-based indices of its ids a clear
+# started on (Cluster: then their closure is checked across slots), and those of its ids
+# left out (expired by the server's clock, or an owner's id that is not listed: closed).
+_LIST_PAGE: Final = (
+    _NOW_MS
+    + """
 local members = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, ARGV[2])
-local flagged = {}
+local flagged, skipped = {}, {}
 for index, member in ipairs(members) do
-  if redis.call('SISMEMBER', KEYS[2], member) == 1 then flagged[#flagged + 1] = index - 1 end
+  local exp = redis.call('ZSCORE', KEYS[3], member)
+  if (KEYS[4] and not redis.call('ZSCORE', KEYS[4], member))
+     or (exp and tonumber(exp) <= now) then
+    skipped[#skipped + 1] = index - 1
+  elseif redis.call('SISMEMBER', KEYS[2], member) == 1 then
+    flagged[#flagged + 1] = index - 1
+  end
 end
-return {members, flagged}
+return {members, flagged, skipped}
 """
+)
+
+
+@functools.cache
+def _slot_tags() -> tuple[str, ...]:
+    """For each of Redis Cluster's 16,384 hash slots, a short hash tag in it (the
+    smallest decimal number whose CRC16 lands there): the tombstone set of a slot is
+    named with it, so a conversation's scripts reach its slot's tombstones (with no key
+    naming an erased id). Computed once per process (about 110,000 CRCs)."""
+    tags: dict[int, str] = {}
+    n = 0
+    while len(tags) < 16384:
+        tag = str(n)
+        tags.setdefault(binascii.crc_hqx(tag.encode("ascii"), 0) % 16384, tag)
+        n += 1
+    return tuple(tags[slot] for slot in range(16384))
 
 
 def _redis() -> Any:
@@ -286,14 +460,20 @@ class RedisStore(RecordStore):
         "_client",
         "_closed",
         "_driver",
+        "_expiring",
         "_listed",
         "_listing",
         "_listing_checked",
         "_outcome_source",
+        "_retention",
+        "_secret",
         "_socket_timeout",
         "cluster",
         "prefix",
+        "retention",
     )
+
+    _store_kind = "redis"
 
     def __init__(
         self,
@@ -302,8 +482,14 @@ class RedisStore(RecordStore):
         cache: HistoryCache,
         socket_timeout: float | None = None,
         cluster: bool = False,
+        retention: _dt.timedelta | None = None,
     ) -> None:
         """Internal: use ``await RedisStore.open(url)``."""
+        self._secret = b""  # read (or made) at open: the key {prefix}:secret
+        self.retention: Final = retention
+        self._retention = (
+            "" if retention is None else str(max(1, math.ceil(retention.total_seconds() * 1000)))
+        )
         self._client: Any = client
         self._socket_timeout = socket_timeout
         self._cache = cache
@@ -313,6 +499,9 @@ class RedisStore(RecordStore):
         # Cluster: the ids a clear started on, in the listing's hash slot (the hash tag
         # is the listing's whole name, which is what the listing key hashes by).
         self._cleared = f"{{{self._listing}}}:cleared"
+        # The expiry index (id -> expiry in Unix ms) and the owners' indexes, in the
+        # listing's slot too.
+        self._expiring = f"{{{self._listing}}}:expiring"
         self._listing_checked = False
         self.prefix: Final = prefix
         self.cluster: Final = cluster
@@ -332,6 +521,7 @@ class RedisStore(RecordStore):
         check_persistence: bool = True,
         require_durable: bool = False,
         cluster: bool = False,
+        retention: _dt.timedelta | None = None,
     ) -> RedisStore:
         """Connect to ``url`` (``redis://[[user]:password@]host:port/db`` or ``rediss://``
         for TLS) and check the server answers.
@@ -364,9 +554,17 @@ class RedisStore(RecordStore):
         listed id's closure (see the class docstring). The persistence check asks every
         master.
 
+        ``retention`` (a ``timedelta`` > 0; None, the default: nothing expires by
+        itself): a conversation without its own expiry (``retain``) expires this long
+        after its last append through this handle, by the server's clock; its batches
+        and dedupe records expire natively then (``PEXPIREAT``), ``expire()`` closes it
+        and cleans the indexes. The store secret (the tombstones' HMAC key) is the key
+        ``{prefix}:secret``, set once (``SET NX``) by the first open.
+
         A bad prefix, URL, cache size or option combination raises ``ValueError``
         before any I/O; an unreachable server raises ``StoreError``. Needs asyncio.
         """
+        kept = check_retention(retention)
         if require_durable and not check_persistence:
             raise ValueError("require_durable=True needs check_persistence=True")
         check_type(cluster, bool, "cluster", "a bool")
@@ -404,9 +602,10 @@ class RedisStore(RecordStore):
                 client = aioredis.Redis.from_url(url, **options)
         except ValueError as exc:
             raise ValueError(f"invalid Redis URL: {exc}") from exc
-        store = cls(client, prefix, cache, socket_timeout, cluster)
+        store = cls(client, prefix, cache, socket_timeout, cluster, kept)
         try:
             await store._call(lambda: client.ping(), "connect")
+            await store._read_secret()
             if check_persistence:
                 problem = await store._persistence_problem()
                 if problem is not None:
@@ -421,6 +620,22 @@ class RedisStore(RecordStore):
             await client.aclose()
             raise
         return store
+
+    async def _read_secret(self) -> None:
+        """Make the store secret (``SET NX``: the first open's 32 random bytes win) and
+        read it."""
+        from scope.history._erasure import new_secret
+
+        client = self._client
+        key = f"{self.prefix}:secret"
+        await self._call(lambda: client.set(key, new_secret(), nx=True), "store secret")
+        secret = await self._call(lambda: client.get(key), "store secret")
+        if not isinstance(secret, bytes) or len(secret) != 32:
+            raise StoreError(
+                f"Redis key {key!r} does not hold a 32-byte store secret (written outside "
+                "scope?): erase needs it; restore it from a backup"
+            )
+        self._secret = secret
 
     async def _persistence_problem(self) -> str | None:
         """What a server restart would lose, or None when AOF is on."""
@@ -569,6 +784,21 @@ class RedisStore(RecordStore):
         base = f"{self.prefix}:{{{tag}}}"
         return f"{base}:closed", f"{base}:ids", f"{base}:batches", f"{base}:length"
 
+    def _erasure_keys(self, cid: str) -> tuple[str, str, str]:
+        """meta (owner, expiry, retained), the slot's tombstone set, the tombstone."""
+        raw = cid.encode("utf-8")
+        slot = binascii.crc_hqx(raw.hex().encode("ascii"), 0) % 16384
+        return (
+            f"{self.prefix}:{{{raw.hex()}}}:meta",
+            f"{self.prefix}:{{{_slot_tags()[slot]}}}:tombstones",
+            tombstone(self._secret, cid),
+        )
+
+    def _owner_index(self, owner: str) -> str:
+        """The owner's index (its conversations, open or closed until erased), in the
+        listing's slot."""
+        return f"{{{self._listing}}}:owner:{owner.encode('utf-8').hex()}"
+
     async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         """Run ``fn()``, retrying once on a fresh connection when the connection dropped;
         map driver errors to ``StoreError`` (``retry_once``); re-raise a cancellation
@@ -600,10 +830,13 @@ class RedisStore(RecordStore):
         snapshot, on Redis Cluster too). A corrupt stored record raises ``StoreError``."""
         cid = ConversationID(conversation_id)
         closed_key, _, batches_key, length_key = self._keys(cid)
+        meta, tombs, mark = self._erasure_keys(cid)
         client = self._client
 
         async def read() -> list[Any]:
-            return list(await client.eval(_VIEW, 3, closed_key, length_key, batches_key))
+            return list(
+                await client.eval(_VIEW, 5, closed_key, length_key, batches_key, meta, tombs, mark)
+            )
 
         answer = await self._call(read, f"read of conversation {str(cid)!r}")
         return self._view(cid, answer)
@@ -693,7 +926,7 @@ class RedisStore(RecordStore):
         held = await self._call(lambda: client.type(key), f"type of key {key!r}")
         return held.decode("utf-8", "replace") if isinstance(held, bytes) else str(held)
 
-    async def _write(self, batch: Batch, holder: str | None) -> Any:
+    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> Any:
         # One script; with a holder (append_release_turn) the folded script, which also
         # releases the holder's lease when the append landed or was a retry.
         cid = batch.conversation_id
@@ -707,6 +940,10 @@ class RedisStore(RecordStore):
         count = len(batch.messages)
         expected = "" if batch.expected_length is None else str(batch.expected_length)
         cluster = self.cluster
+        meta, tombs, mark = self._erasure_keys(cid)
+        keys = (*keys, meta, tombs)
+        indexes = (listing, self._expiring) + (() if owner is None else (self._owner_index(owner),))
+        extra = (member, owner or "", mark, self._retention)
         # With a holder: the folded script, the lease key first and the holder first.
         script, lease, token = (
             (_APPEND, (), ())
@@ -718,44 +955,62 @@ class RedisStore(RecordStore):
         async def append() -> Any:
             if not cluster:  # one script: the listing changes in the same atomic step
                 return await client.eval(
-                    script, n + 5, *lease, *keys, listing,
-                    *token, aid, digest, record, count, expected, member,
+                    script, n + 6 + len(indexes), *lease, *keys, *indexes,
+                    *token, aid, digest, record, count, expected, *extra,
                 )  # fmt: skip
             return await client.eval(
-                script, n + 4, *lease, *keys, *token, aid, digest, record, count, expected
+                script, n + 6, *lease, *keys, *token, aid, digest, record, count, expected, *extra
             )
 
         return await self._call(append, f"append to conversation {str(cid)!r}")
 
-    async def _after_append(self, batch: Batch) -> None:
+    async def _after_append(self, batch: Batch, owner: str | None) -> None:
         if not self.cluster:
             return
         # The listing is in another hash slot: listed after the batch landed (and again
-        # on a retry), before the receipt, so every acknowledged id is listed.
+        # on a retry), before the receipt, so every acknowledged id is listed. So are
+        # its expiry and owner (read from the conversation's meta) when it has them.
         cid = batch.conversation_id
         client = self._client
         member = cid.encode("utf-8")
         await self._call(
             lambda: client.zadd(self._listing, {member: 0}), f"listing of {str(cid)!r}"
         )
+        if owner is None and not self._retention:
+            return
+        meta = self._erasure_keys(cid)[0]
+        recorded, exp = await self._call(
+            lambda: client.hmget(meta, "owner", "exp"), f"listing of {str(cid)!r}"
+        )
+        if exp is not None:
+            await self._call(
+                lambda: client.zadd(self._expiring, {member: int(exp)}), f"listing of {cid!r}"
+            )
+        if recorded is not None and owner is not None:
+            index = self._owner_index(recorded.decode("utf-8"))
+            await self._call(lambda: client.zadd(index, {member: 0}), f"listing of {cid!r}")
 
     async def _clear(self, cid: ConversationID) -> None:
-        keys = self._keys(cid)
+        meta, tombs, mark = self._erasure_keys(cid)
+        keys = (*self._keys(cid)[:3], meta, tombs)
         client = self._client
-        listing = self._listing
+        indexes = (self._listing, self._expiring)
         member = cid.encode("utf-8")
         cluster = self.cluster
 
         async def clear() -> None:
             if not cluster:
-                await client.eval(_CLEAR, 4, *keys[:3], listing, member)
+                await client.eval(_CLEAR, 7, *keys, *indexes, member, mark)
                 return
             # Another slot: first marked in the listing's slot, so a listing checks this
             # id's closure until it left the listing (see _list), then closed, then
-            # unlisted.
+            # unlisted. An erased id is not marked (no key names it again).
+            if await client.sismember(tombs, mark):
+                return
             await client.sadd(self._cleared, member)
-            await client.eval(_CLEAR, 3, *keys[:3])
-            await client.zrem(listing, member)
+            await client.eval(_CLEAR, 5, *keys, member, mark)
+            await client.zrem(self._listing, member)
+            await client.zrem(self._expiring, member)
 
         await self._call(clear, f"clear of conversation {str(cid)!r}")
 
@@ -789,19 +1044,22 @@ class RedisStore(RecordStore):
         # One script (append_release_turn: one script too; on a Cluster the listing is
         # updated after it, as for append).
         closed_key, _, batches_key, length_key = self._keys(cid)
-        keys = (self._lease_key(cid), closed_key, length_key, batches_key)
+        meta, tombs, mark = self._erasure_keys(cid)
+        keys = (self._lease_key(cid), closed_key, length_key, batches_key, meta, tombs)
         millis = max(1, math.ceil(ttl * 1000))
         client = self._client
 
         async def acquire_view() -> Any:
-            return await client.eval(_ACQUIRE_VIEW, 4, *keys, holder, millis)
+            return await client.eval(_ACQUIRE_VIEW, 6, *keys, holder, millis, mark)
 
         answer = await self._call(acquire_view, f"lease and read of conversation {str(cid)!r}")
         if answer == 0:
             return None
         return self._view(cid, list(answer))
 
-    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+    async def _list(
+        self, after: ConversationID | None, limit: int | None, owner: str | None
+    ) -> list[Any]:
         """One round trip per 1,000 listed ids (``limit`` or all), in code point order
         (the sorted set orders members by their UTF-8 bytes).
 
@@ -812,17 +1070,17 @@ class RedisStore(RecordStore):
         its id after its script. So a listed id can only be closed when it is in the
         cleared set (a clear that died before unlisting it, or an append's listing that
         came after a clear): each page comes with those flags from one script, and only
-        the flagged ids' closure is checked (normally none); a closed one is unlisted."""
+        the flagged ids' closure is checked (normally none); a closed one is unlisted.
+        Every page leaves out the ids expired by the server's clock (the expiry index,
+        in the listing's slot); an owner's listing pages through the owner's index and
+        keeps the ids that are listed."""
         if not self._listing_checked:
             await self._upgrade_listing()
         out: list[bytes] = []
         cursor = None if after is None else after.encode("utf-8")
         while limit is None or len(out) < limit:
             want = _PAGE if limit is None else min(_PAGE, limit - len(out))
-            if self.cluster:
-                page, listed = await self._cluster_page(cursor, want)
-            else:
-                page = listed = await self._listing_page(cursor, "listing of conversations", want)
+            page, listed = await self._cluster_page(cursor, want, owner)
             if not page:
                 break
             cursor = page[-1]
@@ -832,17 +1090,34 @@ class RedisStore(RecordStore):
         return out
 
     async def _cluster_page(
-        self, after: bytes | None, size: int
+        self, after: bytes | None, size: int, owner: str | None = None
     ) -> tuple[list[bytes], list[bytes]]:
-        """One Cluster listing page (``_LIST_PAGE``): the ids fetched, and those of them
-        not found closed (the closed ones are unlisted)."""
+        """One listing page (``_LIST_PAGE``): the ids fetched, and those of them listed:
+        not expired (nor, for an owner, unlisted) and not found closed (Cluster: the
+        closed ones are unlisted)."""
         client = self._client
         start = b"-" if after is None else b"(" + after
-        keys = (self._listing, self._cleared)
-        members, flagged = await self._call(
-            lambda: client.eval(_LIST_PAGE, 2, *keys, start, size), "listing of conversations"
+        keys: tuple[str, ...] = (self._listing, self._cleared, self._expiring)
+        if owner is not None:
+            keys = (self._owner_index(owner), self._cleared, self._expiring, self._listing)
+        members, flagged, skipped = await self._call(
+            lambda: client.eval(_LIST_PAGE, len(keys), *keys, start, size),
+            "listing of conversations",
         )
-        page = [bytes(member) for member in members]
+        every = [bytes(member) for member in members]
+        left_out = {int(index) for index in skipped}
+        page = [raw if index not in left_out else b"" for index, raw in enumerate(every)]
+        if left_out:
+            listed, _ = await self._closure_checked(page, flagged)
+            return every, [raw for raw in listed if raw]
+        return await self._closure_checked(every, flagged)
+
+    async def _closure_checked(
+        self, page: list[bytes], flagged: list[Any]
+    ) -> tuple[list[bytes], list[bytes]]:
+        """``page`` and its ids not found closed among the ``flagged`` ones (a closed one
+        is unlisted)."""
+        client = self._client
         suspects: list[int] = []
         closed_keys: list[str] = []
         for index in flagged:
@@ -860,6 +1135,225 @@ class RedisStore(RecordStore):
         if gone:  # closed for ever: forget them
             await self._call(lambda: client.zrem(self._listing, *gone), "listing cleanup")
         return page, [raw for raw in page if raw not in gone]
+
+    # -- retention and erasure (DESIGN §6i) -------------------------------------------
+
+    async def _retain(self, cid: ConversationID, until: float | None) -> bool:
+        # One script (Cluster: the expiry index, in another slot, after it).
+        closed_key, ids, batches, _ = self._keys(cid)
+        meta, tombs, mark = self._erasure_keys(cid)
+        keys = (closed_key, ids, batches, meta, tombs)
+        at = "" if until is None else str(math.floor(until * 1000))
+        member = cid.encode("utf-8")
+        client = self._client
+        cluster = self.cluster
+
+        async def retain() -> Any:
+            if not cluster:
+                return await client.eval(_RETAIN, 6, *keys, self._expiring, at, member, mark)
+            answer = await client.eval(_RETAIN, 5, *keys, at, member, mark)
+            if _text(answer) == "retained":
+                if until is None:
+                    await client.zrem(self._expiring, member)
+                else:
+                    await client.zadd(self._expiring, {member: int(at)})
+            return answer
+
+        answer = await self._call(retain, f"retention of conversation {str(cid)!r}")
+        return _text(answer) == "retained"
+
+    async def _expire_page(self, now: float | None, limit: int) -> list[ConversationID]:
+        # The due ids from the expiry index (by the server's clock unless given), then
+        # one script each (one Redis: the indexes in it; Cluster: after it).
+        client = self._client
+        if now is None:
+            seconds, micros = await self._call(lambda: client.time(), "expiry of conversations")
+            at = int(seconds) * 1000 + int(micros) // 1000
+        else:
+            at = math.floor(now * 1000)
+        due = await self._call(
+            lambda: client.zrangebyscore(self._expiring, "-inf", at, start=0, num=limit),
+            "expiry of conversations",
+        )
+        gone: list[ConversationID] = []
+        for raw in due:
+            try:
+                cid = stored_id(bytes(raw))
+            except ValueError:
+                continue  # not scope's: left alone
+            closed_key, ids, batches, _ = self._keys(cid)
+            keys = (closed_key, ids, batches, self._lease_key(cid), self._erasure_keys(cid)[0])
+            member = bytes(raw)
+
+            async def one(keys: tuple[str, ...] = keys, member: bytes = member) -> Any:
+                if not self.cluster:
+                    indexes = (self._listing, self._expiring)
+                    return await client.eval(_EXPIRE_ONE, 7, *keys, *indexes, at, member)
+                answer = await client.eval(_EXPIRE_ONE, 5, *keys, at, member)
+                if int(answer[0]) == 1:
+                    await client.zrem(self._listing, member)
+                    await client.zrem(self._expiring, member)
+                elif answer[1]:
+                    await client.zadd(self._expiring, {member: int(answer[1])})
+                else:
+                    await client.zrem(self._expiring, member)
+                return answer
+
+            answer = await self._call(one, f"expiry of conversation {str(cid)!r}")
+            if int(answer[0]) == 1:
+                gone.append(cid)
+        return gone
+
+    async def _erase(
+        self, cid: ConversationID, mark: str
+    ) -> tuple[list[tuple[Any, str, int]], float]:
+        # One script in the conversation's slot. One Redis: the indexes in it too (the
+        # owner's index named from the owner read first; the script checks it). Cluster:
+        # the index entries (another slot) are removed after it, by _unindex.
+        closed_key, ids, batches, length = self._keys(cid)
+        meta, tombs, _ = self._erasure_keys(cid)
+        keys = (closed_key, ids, batches, length, self._lease_key(cid), meta, tombs)
+        member = cid.encode("utf-8")
+        client = self._client
+        cluster = self.cluster
+        what = f"erasure of conversation {str(cid)!r}"
+
+        async def erase() -> Any:
+            if cluster:
+                return await client.eval(_ERASE, 7, *keys, mark, member, "")
+            owner = await client.hget(meta, "owner")
+            for _ in range(3):  # an owner recorded meanwhile: once more with its index
+                named = "" if owner is None else owner.decode("utf-8")
+                indexes = (self._listing, self._expiring)
+                if owner is not None:
+                    indexes += (self._owner_index(named),)
+                answer = await client.eval(
+                    _ERASE, 7 + len(indexes), *keys, *indexes, mark, member, named
+                )
+                if _text(answer[0]) == "erased":
+                    return answer
+                owner = answer[1] or None
+            raise StoreError(f"Redis {what}: its owner kept changing")
+
+        answer = await self._call(erase, what)
+        _, seconds, micros, owner, flat = answer
+        if cluster:
+            await self._unindex(cid, _text(owner) or None)
+        records = [
+            (index, _text(flat[2 * index]), int(flat[2 * index + 1]))
+            for index in range(len(flat) // 2)
+        ]
+        return records, int(seconds) + int(micros) / 1e6
+
+    async def _unindex(self, cid: ConversationID, owner: str | None) -> None:
+        """Cluster: remove an erased id from the indexes in the listing's slot."""
+        keys = [self._listing, self._expiring, self._cleared]
+        if owner is not None:
+            keys.append(self._owner_index(owner))
+        client = self._client
+        member = cid.encode("utf-8")
+        await self._call(
+            lambda: client.eval(_UNINDEX, len(keys), *keys, member),
+            f"erasure of conversation {str(cid)!r}",
+        )
+
+    async def erase_owned(self, owner: str, *, limit: int = 100) -> list[Any]:
+        """``RecordStore.erase_owned``; on a Cluster an id whose erasure was cut short
+        between its two steps (the conversation's script ran, its index entries were
+        not removed yet) is only unindexed: it was erased, so it gets no second
+        receipt."""
+        if not self.cluster:
+            return await super().erase_owned(owner, limit=limit)
+        from scope.history._erasure import check_erase_limit, check_owner
+
+        who = check_owner(owner)
+        count = check_erase_limit(limit)
+        client = self._client
+        receipts = []
+        for cid in await self._owned(who, count):
+            _, tombs, mark = self._erasure_keys(cid)
+            check = functools.partial(client.sismember, tombs, mark)
+            erased = await self._call(check, "erasure check")
+            if erased:
+                await self._unindex(cid, who)
+                continue
+            receipts.append(await self.erase(cid))
+        return receipts
+
+    async def _owned(self, owner: str, limit: int) -> list[ConversationID]:
+        client = self._client
+        index = self._owner_index(owner)
+        found = await self._call(
+            lambda: client.zrange(index, b"-", b"+", bylex=True, offset=0, num=limit),
+            "listing by owner",
+        )
+        owned: list[ConversationID] = []
+        for raw in found:
+            try:
+                owned.append(stored_id(bytes(raw)))
+            except ValueError:
+                continue
+        return owned
+
+    async def _erasure_problems(self, mark: str) -> list[str]:
+        # SCAN every key under the prefix: the tombstone sets, the conversations' keys
+        # (the id is the hex in their hash tag) and the indexes' members.
+        client = self._client
+        secret = self._secret
+        prefix = self.prefix.encode("utf-8")
+        found: list[str] = []
+        places: set[str] = set()
+        stored = False
+
+        def held(raw: bytes, where: str) -> None:
+            try:
+                cid = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return
+            if tombstone(secret, cid) == mark:
+                places.add(where)
+
+        async def scan() -> None:
+            nonlocal stored
+            async for key in client.scan_iter(match=f"{self.prefix}:*", count=1000):
+                key = bytes(key)
+                await self._scan_key(key, prefix, mark, held)
+                if key.endswith(b":tombstones") and await client.sismember(key, mark):
+                    stored = True
+            async for key in client.scan_iter(match=f"{{{self.prefix}:*", count=1000):
+                await self._scan_key(bytes(key), prefix, mark, held)
+
+        await self._call(scan, "check of an erasure")
+        if not stored:
+            found.append(f"no tombstone {mark} in this store")
+        found += [f"a conversation id hashing to the tombstone is in {p}" for p in sorted(places)]
+        return found
+
+    async def _scan_key(self, key: bytes, prefix: bytes, mark: str, held: Any) -> None:
+        """The ids one key holds: in its name (a conversation's key) or as members (an
+        index)."""
+        client = self._client
+        tag_start = key.find(b"{")
+        if key.startswith(prefix + b":{") and key.endswith(
+            (b":closed", b":ids", b":batches", b":length", b":lease", b":meta")
+        ):
+            tag = key[tag_start + 1 : key.find(b"}", tag_start)]
+            with contextlib.suppress(ValueError):
+                held(bytes.fromhex(tag.decode("ascii")), f"key {key.decode('utf-8', 'replace')}")
+            return
+        kind = _text(await client.type(key))
+        where = f"index {key.decode('utf-8', 'replace')}"
+        if kind == "zset":
+            async for member, _ in client.zscan_iter(key, count=1000):
+                held(bytes(member), where)
+        elif kind == "set" and not key.endswith(b":tombstones"):
+            async for member in client.sscan_iter(key, count=1000):
+                held(bytes(member), where)
+
+
+def _text(value: Any) -> str:
+    """A script's answer as text."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 async def _exists_each(client: Any, keys: list[str]) -> list[Any]:

@@ -69,11 +69,21 @@ class TestRedisConformance(StoreConformance):
     @pytest.fixture
     async def store(self, url: str, prefix: str) -> AsyncIterator[RedisStore]:
         async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
-            self.url = url
             yield store
 
     async def reopen(self, store: Any) -> Any:
         return await RedisStore.open(self.url, prefix=store.prefix, check_persistence=False)
+
+    @pytest.fixture(autouse=True)
+    async def _places(self, url: str, prefix: str) -> AsyncIterator[None]:
+        self.url, self.prefix = url, prefix
+        yield
+        await drop_keys(url, f"{prefix}-r")
+
+    async def open_store(self, *, retention: Any = None) -> Any:
+        return await RedisStore.open(
+            self.url, prefix=f"{self.prefix}-r", check_persistence=False, retention=retention
+        )
 
 
 async def kill_clients(admin: Any, name: str) -> int:
