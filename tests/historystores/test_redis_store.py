@@ -136,7 +136,7 @@ async def test_keys_of_a_conversation_share_one_hash_tag(url: str, prefix: str, 
         keys = [key async for key in admin.scan_iter(match=f"{prefix}:*")]
         tags: dict[bytes, set[bytes]] = {}
         for key in keys:
-            if key in (f"{prefix}:conversations".encode(), f"{prefix}:schema".encode()):
+            if key in (f"{prefix}:{name}".encode() for name in ("conversations", "schema", "secret")):
                 continue
             tags.setdefault(hash_tag(key), set()).add(key)
         # One tag per conversation: the hex of its UTF-8 bytes.
@@ -335,7 +335,7 @@ class FakeRedis:
                 args = []
                 for _ in range(int(header[1:])):
                     size = int((await reader.readline())[1:])
-                    args.append((await reader.readexactly(size + 2))[:-2].decode())
+                    args.append((await reader.readexactly(size + 2))[:-2].decode("latin-1"))
                 reply = self._reply([a.upper() if i == 0 else a for i, a in enumerate(args)])
                 if reply is not None:
                     writer.write(reply)
@@ -350,8 +350,10 @@ class FakeRedis:
             return b"%1\r\n$5\r\nproto\r\n:3\r\n"
         if args[0] == "PING":
             return b"+PONG\r\n"
-        if args[0] == "CLIENT":
+        if args[0] in ("CLIENT", "SET"):  # SET NX of the store secret at open
             return b"+OK\r\n"
+        if args[0] == "GET" and args[1].endswith(":secret"):
+            return b"$32\r\n" + b"s" * 32 + b"\r\n"
         if args[0] == "CONFIG":
             if self.config_error:
                 return f"-{self.config_error}\r\n".encode()

@@ -241,9 +241,10 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
     async with await PostgresStore.open(dsn, table_prefix=prefix):
         pass  # the migration, as the owner
     functions = [
-        f'"{prefix}_append"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT)',
-        f'"{prefix}_acquire_view"(TEXT, TEXT, FLOAT8)',
-        f'"{prefix}_commit_turn"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT)',
+        f'"{prefix}_append"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT, TEXT, FLOAT8)',
+        f'"{prefix}_acquire_view"(TEXT, TEXT, FLOAT8, TEXT)',
+        f'"{prefix}_commit_turn"'
+        "(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT, TEXT, FLOAT8, TEXT)",
     ]
     # As a database that revokes EXECUTE from PUBLIC: only the documented grant runs them.
     await conn.execute(f"REVOKE EXECUTE ON FUNCTION {', '.join(functions)} FROM PUBLIC")
@@ -421,11 +422,11 @@ async def test_postgres_version_2_gains_the_lease_table(pg: tuple[Any, str, str]
 # ---------------------------------------------------------------- version 3 -> 4 (folded leases)
 
 
-def test_sqlite_version_3_is_recorded_as_4(
+def test_sqlite_version_3_is_upgraded_to_5(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # SQLite's tables did not change in version 4 (PostgreSQL gained two functions):
-    # the upgrade records the number, the data and a lease taken before it stay.
+    # the upgrade (through 5) keeps the data and a lease taken before it.
     path = tmp_path / "h.db"
 
     async def write() -> None:
@@ -434,7 +435,7 @@ def test_sqlite_version_3_is_recorded_as_4(
             assert await store.acquire_turn("c", "h", 30) is True
 
     async def refused() -> None:
-        with pytest.raises(StoreError, match="schema version 3, this scope needs 4"):
+        with pytest.raises(StoreError, match="schema version 3, this scope needs 5"):
             await SQLiteStore.open(path, create=False)
 
     async def use() -> None:
@@ -451,8 +452,8 @@ def test_sqlite_version_3_is_recorded_as_4(
     conn.commit()
     asyncio.run(refused())
     assert main(["history", "migrate", "--store", f"sqlite:///{path}"]) == 0
-    assert "is at version 4" in capsys.readouterr().out
-    assert conn.execute('SELECT version FROM "scope_history_schema"').fetchall() == [(4,)]
+    assert "is at version 5" in capsys.readouterr().out
+    assert conn.execute('SELECT version FROM "scope_history_schema"').fetchall() == [(5,)]
     conn.close()
     asyncio.run(use())
 
@@ -472,7 +473,7 @@ async def test_postgres_version_3_gains_the_folded_lease_functions(
     # Version 3: the tables of today, not the two functions.
     await conn.execute(f'DROP FUNCTION "{functions[0]}", "{functions[1]}"')
     await conn.execute(f'UPDATE "{prefix}_schema" SET version = 3')
-    with pytest.raises(StoreError, match="schema version 3, this scope needs 4"):
+    with pytest.raises(StoreError, match="schema version 3, this scope needs 5"):
         await PostgresStore.open(dsn, table_prefix=prefix, create=False)
 
     async def open_here(url: str, *, create: bool = True) -> Any:
@@ -481,10 +482,10 @@ async def test_postgres_version_3_gains_the_folded_lease_functions(
     monkeypatch.setattr(_stores, "open_cli_store", open_here)
     # `scope history migrate` (its own event loop, so on a thread of its own here).
     assert await asyncio.to_thread(main, ["history", "migrate", "--store", dsn]) == 0
-    assert "is at version 4" in capsys.readouterr().out
+    assert "is at version 5" in capsys.readouterr().out
     found = await conn.fetch("SELECT proname FROM pg_proc WHERE proname = ANY($1)", functions)
     assert sorted(row[0] for row in found) == sorted(functions)
-    assert await conn.fetchval(f'SELECT version FROM "{prefix}_schema"') == 4
+    assert await conn.fetchval(f'SELECT version FROM "{prefix}_schema"') == 5
     async with await PostgresStore.open(dsn, table_prefix=prefix, create=False) as store:
         assert await store.acquire_turn_view("c", "other", 30) is None  # still h's
         view = await store.acquire_turn_view("c", "h", 30)
@@ -526,6 +527,8 @@ async def test_postgres_longest_table_prefix_keeps_every_name_apart(
             "_conversations",
             "_leases",
             "_schema",
+            "_secret",
+            "_tombstones",
         ]
     finally:
         await drop_tables(dsn, prefix)
