@@ -941,7 +941,7 @@ class RedisStore(RecordStore):
         expected = "" if batch.expected_length is None else str(batch.expected_length)
         cluster = self.cluster
         meta, tombs, mark = self._erasure_keys(cid)
-        keys = (*keys, meta, tombs)
+        every = (*keys, meta, tombs)
         indexes = (listing, self._expiring) + (() if owner is None else (self._owner_index(owner),))
         extra = (member, owner or "", mark, self._retention)
         # With a holder: the folded script, the lease key first and the holder first.
@@ -955,11 +955,11 @@ class RedisStore(RecordStore):
         async def append() -> Any:
             if not cluster:  # one script: the listing changes in the same atomic step
                 return await client.eval(
-                    script, n + 6 + len(indexes), *lease, *keys, *indexes,
+                    script, n + 6 + len(indexes), *lease, *every, *indexes,
                     *token, aid, digest, record, count, expected, *extra,
                 )  # fmt: skip
             return await client.eval(
-                script, n + 6, *lease, *keys, *token, aid, digest, record, count, expected, *extra
+                script, n + 6, *lease, *every, *token, aid, digest, record, count, expected, *extra
             )
 
         return await self._call(append, f"append to conversation {str(cid)!r}")
@@ -1224,7 +1224,7 @@ class RedisStore(RecordStore):
             owner = await client.hget(meta, "owner")
             for _ in range(3):  # an owner recorded meanwhile: once more with its index
                 named = "" if owner is None else owner.decode("utf-8")
-                indexes = (self._listing, self._expiring)
+                indexes: tuple[str, ...] = (self._listing, self._expiring)
                 if owner is not None:
                     indexes += (self._owner_index(named),)
                 answer = await client.eval(

@@ -26,6 +26,12 @@ processes sharing the file agree on it.
 A batch is one row holding its canonical encoded messages; reading checks every row
 against its digest, so a record changed outside scope raises ``StoreError``.
 
+Erasure on disk: every connection runs with ``PRAGMA secure_delete = ON``, so what
+``erase`` (and ``clear``, ``expire``) deletes is overwritten with zeros in the pages it
+frees; the WAL file still holds the frames written when the batches were appended until
+it is checkpointed and truncated: ``PRAGMA wal_checkpoint(TRUNCATE)`` finishes the job
+(``VACUUM`` also shrinks the file).
+
 Durability: ``synchronous="NORMAL"`` (the default) with WAL loses nothing a killed
 process acknowledged; after a power loss or OS crash the last acknowledged transactions
 may be rolled back (never torn). ``synchronous="FULL"`` (or ``"EXTRA"``) syncs the WAL on
@@ -161,6 +167,9 @@ class _Pool:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            # Deleted content is overwritten with zeros (whatever the build's default),
+            # so an erased conversation leaves nothing in free pages (see erase).
+            conn.execute("PRAGMA secure_delete = ON")
         except BaseException:
             conn.close()
             raise

@@ -136,7 +136,9 @@ async def test_keys_of_a_conversation_share_one_hash_tag(url: str, prefix: str, 
         keys = [key async for key in admin.scan_iter(match=f"{prefix}:*")]
         tags: dict[bytes, set[bytes]] = {}
         for key in keys:
-            if key in (f"{prefix}:{name}".encode() for name in ("conversations", "schema", "secret")):
+            if key in (
+                f"{prefix}:{name}".encode() for name in ("conversations", "schema", "secret")
+            ):
                 continue
             tags.setdefault(hash_tag(key), set()).add(key)
         # One tag per conversation: the hex of its UTF-8 bytes.
