@@ -114,6 +114,8 @@ from scope.history import (
     WindowReader,
     Writer,
 )
+from scope.history._adapter import takes_owner
+from scope.history._erasure import check_owner
 from scope.tools import Tool
 
 __all__ = ["Conversation", "ModelMiddleware", "TurnEvent", "TurnEventKind", "TurnResult"]
@@ -217,6 +219,11 @@ class Conversation:
     - ``options``: request ``Options`` (model, temperature, ...), default none.
     - ``append_retries``: how many times a retryable ``CommitError``'s batch is
       appended again (default 3; 0: raised at once).
+    - ``owner``: the principal the conversation belongs to (DESIGN §6i; a string of 1
+      to 256 characters), passed to every append: the first one records it, and
+      ``scope.history.erase_owner(store, owner)`` erases all of one owner's
+      conversations. Default None (no owner); ``store``'s append must take ``owner=``
+      (every bundled store's does).
 
     ``ask`` returns the finished turn; ``stream`` gives its events as they happen. Both
     work under asyncio and trio; one ``Conversation`` may run overlapping turns (the
@@ -234,6 +241,7 @@ class Conversation:
         "_max_steps",
         "_middleware",
         "_options",
+        "_owner",
         "_store",
         "_streamer",
         "_system",
@@ -261,6 +269,7 @@ class Conversation:
         system: str | None = None,
         options: Options | None = None,
         append_retries: int = 3,
+        owner: str | None = None,
     ) -> None:
         calls = callable(getattr(model, "call", None))
         streams = callable(getattr(model, "stream", None))
@@ -310,6 +319,13 @@ class Conversation:
                     f"middlewares[{index}] must have call(next) and stream(next) methods (like "
                     f"scope.otel.Tracing), got {type(layer).__name__}"
                 )
+        if owner is not None:
+            check_owner(owner)
+            if not takes_owner(store):
+                raise TypeError(
+                    f"owner= needs a store whose append takes owner= (every bundled "
+                    f"store's does); {type(store).__name__}.append does not"
+                )
         # Every argument the Middleware takes was checked above, under this
         # constructor's names: it raises nothing the caller would have to translate.
         self._middleware = Middleware(
@@ -321,7 +337,9 @@ class Conversation:
             overlap_timeout=overlap_timeout,
             lease_ttl=lease_ttl,
             keep_interrupted=keep_interrupted,
+            owner=owner,
         )
+        self._owner = owner
         history = self._middleware
         self._caller: Model | None = (
             wrap(cast(Model, model), history.call, *(layer.call for layer in layers))
@@ -469,7 +487,11 @@ class Conversation:
             if attempt:
                 await anyio.sleep(0.01 * 2 ** (attempt - 1))
             try:
-                receipt = await self._store.append(err.batch)
+                receipt = await (
+                    self._store.append(err.batch)
+                    if self._owner is None
+                    else self._store.append(err.batch, owner=self._owner)  # type: ignore[call-arg]
+                )
                 receipt.validate_for(err.batch)
             except _FINAL as exc:
                 raise CommitError(

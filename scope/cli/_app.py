@@ -211,8 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = commands.add_parser(
         "history",
-        help="list, show, export, import, clear, verify, compact stored conversations, or migrate "
-        "a store",
+        help="list, show, export, import, clear, erase, expire, verify, compact stored "
+        "conversations, or migrate a store",
         description="Inspect and move stored conversations.",
     )
     store_parent = _Parser(add_help=False)
@@ -292,6 +292,41 @@ def build_parser() -> argparse.ArgumentParser:
         "anything (a role that may only SELECT runs it), and records are streamed in pages.",
     )
     verify.add_argument("conversation", metavar="CONVERSATION", nargs="*", type=_conversation_id)
+    verify.add_argument(
+        "--erased",
+        metavar="RECEIPT_FILE",
+        help="instead, check the erasure receipts in RECEIPT_FILE (- for stdin; one JSON "
+        "receipt per line, as scope history erase prints them): each tombstone is in the "
+        "store and no stored conversation id hashes to it",
+    )
+    erase_ = actions.add_parser(
+        "erase",
+        parents=[store_parent],
+        help="erase a conversation (or every conversation of an owner), with a receipt",
+        description="Erase a conversation: every batch of every branch, its dedupe, lease "
+        "and move records, expiry and owner are deleted and the id is closed for ever; "
+        "only a tombstone (a keyed hash of the id) remains. With --owner, every "
+        "conversation of that owner (open, cleared or expired), page by page; running it "
+        "again after an interruption finishes the job. Prints one JSON erasure receipt per "
+        "erased conversation on stdout: keep them, and check them later with scope "
+        "history verify --erased FILE. Asks for confirmation on a terminal; without a "
+        "terminal, or at end of input, the answer is no. What stays on disk until the "
+        "database compacts: see docs/retention.md.",
+    )
+    erase_.add_argument("conversation", metavar="CONVERSATION", nargs="?", type=_conversation_id)
+    erase_.add_argument("--owner", metavar="OWNER", help="erase every conversation of OWNER")
+    erase_.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    expire = actions.add_parser(
+        "expire",
+        parents=[store_parent],
+        help="remove expired conversations",
+        description="Remove the conversations whose retention ran out (they already read as "
+        "closed): their batches and records are deleted and each id stays closed. Removes "
+        "them all, 1000 at a time, or at most --limit N.",
+    )
+    expire.add_argument(
+        "--limit", metavar="N", type=_count(1), default=None, help="remove at most N"
+    )
     compact = actions.add_parser(
         "compact",
         parents=[store_parent],
@@ -364,7 +399,9 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         stores_logger.addHandler(logging.NullHandler())
     # Reading commands never create a store: a mistyped SQLite path is refused, not
     # turned into a new empty file. Every command names a missing directory.
-    check_sqlite_location(url, must_exist=action in ("list", "show", "export", "verify"))
+    check_sqlite_location(
+        url, must_exist=action in ("list", "show", "export", "verify", "erase", "expire")
+    )
     if action == "list":
         return asyncio.run(
             h.list_conversations(url, sys.stdout, stderr=sys.stderr, create=not args.no_create)
@@ -383,6 +420,8 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 create=not args.no_create,
             )
         )
+    if action in ("erase", "expire") or (action == "verify" and args.erased is not None):
+        return _erasure(args, url, parser)
     if action == "verify":
         from scope.cli._verify import verify_store
 
@@ -402,6 +441,34 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         h.clear_conversation(
             url,
             args.conversation,
+            yes=args.yes,
+            stdin=sys.stdin,
+            stdout=sys.stdout,
+            stderr=sys.stderr,
+        )
+    )
+
+
+def _erasure(args: argparse.Namespace, url: str, parser: argparse.ArgumentParser) -> int:
+    from scope.cli import _erasure as e
+
+    if args.action == "expire":
+        return asyncio.run(e.expire_command(url, args.limit, stdout=sys.stdout))
+    if args.action == "verify":
+        if args.conversation:
+            parser.exit(2, f"{_PROG}: error: verify --erased takes no CONVERSATION\n")
+        return asyncio.run(
+            e.verify_erased(
+                url, args.erased, stdin=sys.stdin.buffer, stdout=sys.stdout, stderr=sys.stderr
+            )
+        )
+    if (args.conversation is None) == (args.owner is None):
+        parser.exit(2, f"{_PROG}: error: erase needs one CONVERSATION or --owner OWNER\n")
+    return asyncio.run(
+        e.erase_command(
+            url,
+            args.conversation,
+            args.owner,
             yes=args.yes,
             stdin=sys.stdin,
             stdout=sys.stdout,

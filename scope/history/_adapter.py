@@ -17,7 +17,7 @@ from scope.history._ids import ConversationID
 from scope.history._protocols import Reader, Store, Writer
 from scope.history._view import HistoryView
 
-__all__ = ["LeaseTable", "StoreAdapter", "as_store"]
+__all__ = ["LeaseTable", "StoreAdapter", "as_store", "takes_owner"]
 
 
 def as_store(store: object) -> Store:
@@ -251,6 +251,15 @@ class StoreAdapter:
 
     async def check_erased(self, receipt: ErasureReceipt) -> list[str]:
         return await self._needed("check_erased")(receipt)  # type: ignore[no-any-return]
+
+
+def takes_owner(writer: object, method: str = "append") -> bool:
+    """Whether ``writer``'s ``method`` records an ``owner=`` (a ``StoreAdapter``: its
+    wrapped store's)."""
+    if isinstance(writer, StoreAdapter):
+        own = writer._own(method)
+        return writer.owners if own is None else _takes_owner(own)  # None: derived from append
+    return _takes_owner(getattr(writer, method, None))
 
 
 def _takes_owner(method: Any) -> bool:

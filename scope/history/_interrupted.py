@@ -102,9 +102,12 @@ def interrupted_batch(
     return Batch(conversation_id, append_id, messages, expected_length)
 
 
-async def keep(writer: Writer, make_batch: Callable[[], Batch]) -> Batch | None:
-    """Append the batch ``make_batch()`` builds, shielded from cancellation and bounded
-    by ``KEEP_TIMEOUT``: the batch when it landed (receipt checked), else None.
+async def keep(
+    writer: Writer, make_batch: Callable[[], Batch], *, owner: str | None = None
+) -> Batch | None:
+    """Append the batch ``make_batch()`` builds (with ``owner`` when set), shielded from
+    cancellation and bounded by ``KEEP_TIMEOUT``: the batch when it landed (receipt
+    checked), else None.
 
     Never raises an ``Exception``: a failure (the fence refused it, the store failed,
     the time ran out) is logged on the ``scope.history`` logger, since the caller is
@@ -120,7 +123,9 @@ async def keep(writer: Writer, make_batch: Callable[[], Batch]) -> Batch | None:
         span.batch(batch)
         with anyio.move_on_after(KEEP_TIMEOUT, shield=True) as scope:
             try:
-                receipt = await writer.append(batch)
+                receipt = await (
+                    writer.append(batch) if owner is None else writer.append(batch, owner=owner)  # type: ignore[call-arg]
+                )
                 if not isinstance(receipt, Receipt):
                     raise TypeError(f"the writer returned {type(receipt).__name__}, not a Receipt")
                 receipt.validate_for(batch)
@@ -153,11 +158,14 @@ class KeepInterrupted(Layer):
     fenced by the turn's view, under a fresh append id; ``turn.kept`` is the batch when
     it landed."""
 
-    __slots__ = ("_new_append_id", "_writer")
+    __slots__ = ("_new_append_id", "_owner", "_writer")
 
-    def __init__(self, writer: Writer, new_append_id: Callable[[], str]) -> None:
+    def __init__(
+        self, writer: Writer, new_append_id: Callable[[], str], *, owner: str | None = None
+    ) -> None:
         self._writer = writer
         self._new_append_id = new_append_id
+        self._owner = owner  # passed to the append (DESIGN §6i)
 
     async def failed(self, turn: Turn, exc: BaseException) -> None:
         reason = failure_reason(exc)
@@ -174,4 +182,5 @@ class KeepInterrupted(Layer):
                 str(reason),
                 turn.expected,
             ),
+            owner=self._owner,
         )

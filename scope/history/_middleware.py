@@ -8,18 +8,20 @@ Where each step lives: the turn's state and how it ends (``_turn.py``), the leas
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Callable
-from typing import Final, Never, NoReturn, final
+from typing import Any, Final, Never, NoReturn, final
 
 import attrs
 
 from scope.chat import Model, Request, Response, ResponseAccumulator, Role, Streamer
 from scope.errors import ConversationClosedError, InvalidResponseError, StoreError
 from scope.history import _commit, _trace
-from scope.history._adapter import StoreAdapter, as_store
+from scope.history._adapter import StoreAdapter, as_store, takes_owner
+from scope.history._erasure import check_owner
 from scope.history._ids import ConversationID
 from scope.history._interrupted import KeepInterrupted
 from scope.history._overlap import Leases, OnOverlap
@@ -141,6 +143,15 @@ class Middleware:
        that retries such a turn sends the question again: it is stored twice, the first
        copy marked.
     4. The replay and the commit (above).
+
+    ``owner`` (DESIGN §6i; a principal string, default None): passed to every append of
+    the conversation (the commit, the folded commit of a lease, a kept interrupted
+    turn), so the append that lands its first batch records the conversation's owner
+    (``scope.history.erase_owner`` erases by it). It is not part of any batch. An
+    invalid owner raises ``ValueError`` (``TypeError`` for a non-string), and a writer
+    (or, with a lease strategy, a leaser) whose append takes no ``owner`` raises
+    ``TypeError``, at construction. Retrying ``err.batch`` of a ``CommitError`` by hand:
+    ``writer.append(err.batch, owner=...)``.
     """
 
     __slots__ = (
@@ -152,6 +163,7 @@ class Middleware:
         "_new_append_id",
         "_on_incomplete",
         "_on_overlap",
+        "_owner",
         "_read_view",
         "_reader",
         "_writer",
@@ -170,6 +182,7 @@ class Middleware:
         on_overlap: OnOverlap = "fence",
         overlap_timeout: float = 30.0,
         lease_ttl: float = 15.0,
+        owner: str | None = None,
     ) -> None:
         if not isinstance(reader, Reader):
             raise TypeError(
@@ -198,6 +211,14 @@ class Middleware:
         overlap_timeout, lease_ttl = Leases.check(
             on_overlap, overlap_timeout, lease_ttl, exclusive_turns
         )
+        if owner is not None:
+            check_owner(owner)
+            if not takes_owner(writer):
+                raise TypeError(
+                    f"Middleware owner= needs a writer whose append takes owner= (every "
+                    f"bundled store's does); {type(writer).__name__}.append does not"
+                )
+        self._owner = owner
         self._conversation_id = ConversationID(conversation_id)
         self._reader = reader
         self._writer = writer
@@ -215,15 +236,22 @@ class Middleware:
         # The layers, outermost first (the class docstring gives the order).
         layers: list[Layer] = []
         if on_overlap != "fence":
-            layers.append(Leases(on_overlap, overlap_timeout, lease_ttl, reader, writer))
+            layers.append(
+                Leases(on_overlap, overlap_timeout, lease_ttl, reader, writer, owner=owner)
+            )
         if keep_interrupted:
-            layers.append(KeepInterrupted(writer, new_append_id))
+            layers.append(KeepInterrupted(writer, new_append_id, owner=owner))
         self._layers: tuple[Layer, ...] = tuple(layers)
 
     @property
     def conversation_id(self) -> ConversationID:
         """The conversation this middleware keeps."""
         return self._conversation_id
+
+    @property
+    def owner(self) -> str | None:
+        """The owner passed to this middleware's appends (see the class docstring)."""
+        return self._owner
 
     @property
     def exclusive_turns(self) -> bool:
@@ -268,7 +296,10 @@ class Middleware:
     # ------------------------------------------------------------------ internals
 
     def _turn(self, request: Request) -> Turn:
-        return Turn(self._conversation_id, request, self._writer.append)
+        append: Any = self._writer.append
+        if self._owner is not None:  # the writer takes it (checked at construction)
+            append = functools.partial(append, owner=self._owner)
+        return Turn(self._conversation_id, request, append)
 
     async def _enter(self, turn: Turn) -> None:
         for layer in self._layers:

@@ -64,7 +64,7 @@ import anyio.lowlevel
 
 from scope._validate import check_seconds
 from scope.errors import StoreError, TurnInProgressError, TurnInterruptedError
-from scope.history._adapter import StoreAdapter, as_store
+from scope.history._adapter import StoreAdapter, as_store, takes_owner
 from scope.history._ids import ConversationID
 from scope.history._protocols import Store, TurnLeaser
 from scope.history._turn import Layer, Turn
@@ -116,11 +116,28 @@ _slots_lock: Final = threading.Lock()
 class Leases(Layer):
     """The lease layer of a Middleware: its strategy, checked at construction."""
 
-    __slots__ = ("fold_commit", "fold_read", "handle", "leaser", "strategy", "timeout", "ttl")
+    __slots__ = (
+        "fold_commit",
+        "fold_read",
+        "handle",
+        "leaser",
+        "owner",
+        "strategy",
+        "timeout",
+        "ttl",
+    )
 
     def __init__(
-        self, strategy: str, timeout: float, ttl: float, reader: object, writer: object
+        self,
+        strategy: str,
+        timeout: float,
+        ttl: float,
+        reader: object,
+        writer: object,
+        *,
+        owner: str | None = None,
     ) -> None:
+        self.owner: Final = owner  # passed to the folded commit (DESIGN §6i)
         self.strategy: Final = strategy
         self.timeout: Final = timeout
         self.ttl: Final = ttl
@@ -134,6 +151,12 @@ class Leases(Layer):
             folds = not isinstance(self.leaser, StoreAdapter) or self.leaser.folds
             self.fold_read: Final = folds and leaser is reader
             self.fold_commit: Final = folds and leaser is writer
+            folds_owner = takes_owner(leaser, "append_release_turn")
+            if owner is not None and self.fold_commit and not folds_owner:
+                raise TypeError(
+                    f"Middleware owner= needs a store whose append_release_turn takes "
+                    f"owner=; {type(leaser).__name__}.append_release_turn does not"
+                )
             return
         raise TypeError(
             f"on_overlap={strategy!r} needs a writer or reader that is a "
@@ -170,6 +193,8 @@ class Leases(Layer):
         turn.run = lease.run
         if self.fold_commit:
             turn.append = functools.partial(self.leaser.append_release_turn, holder=lease.holder)
+            if self.owner is not None:
+                turn.append = functools.partial(turn.append, owner=self.owner)
         turn.lease = lease
 
     async def exit(self, turn: Turn) -> None:

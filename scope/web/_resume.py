@@ -37,6 +37,10 @@ class TurnLog(Protocol):
     ``(event_id, data)`` after ``after`` (all of them for None), waits for more while
     the turn runs and stops after ``end``; it raises ``TurnLogError`` for an unknown
     or expired turn, or when events after ``after`` were already dropped.
+
+    A log may also have ``async erase(turn_id)`` (both bundled logs do): delete the
+    turn's log at once, whether it runs or ended (DESIGN §6i); ``ResumableTurns.erase``
+    needs it.
     """
 
     async def open(self, turn_id: str) -> None: ...
@@ -127,6 +131,20 @@ class InMemoryTurnLog:
             if turn is None or turn.ended_at is not None:
                 return
             turn.ended_at = time.monotonic()
+            waiters, turn.waiters = turn.waiters, []
+        for waiter in waiters:
+            waiter.set()
+
+    async def erase(self, turn_id: str) -> None:
+        """Delete the turn's log (its events are dropped at once; readers stop, as at
+        its end; a later ``events`` raises ``TurnLogError``). Nothing for an unknown
+        turn."""
+        with self._lock:
+            turn = self._turns.pop(turn_id, None)
+            if turn is None:
+                return
+            turn.entries = []
+            turn.ended_at = turn.ended_at or time.monotonic()
             waiters, turn.waiters = turn.waiters, []
         for waiter in waiters:
             waiter.set()
@@ -277,6 +295,12 @@ class RedisTurnLog:
     async def end(self, turn_id: str) -> None:
         """Mark the turn ended."""
         await self._add(turn_id, {"e": b"1"})
+
+    async def erase(self, turn_id: str) -> None:
+        """Delete the turn's stream (``DEL {prefix}:{turn_id}``): its events are gone
+        at once (from the AOF only at its next rewrite: see docs/retention.md); a
+        reader still waiting on it raises ``TurnLogError`` within ``block_ms``."""
+        await self._client.delete(self._key(turn_id))
 
     async def events(
         self, turn_id: str, after: str | None = None
@@ -529,6 +553,24 @@ class ResumableTurns:
                     await log.end(turn_id)
             finally:
                 running.done.set()
+
+    async def erase(self, turn_id: str) -> None:
+        """Erase the turn log of ``turn_id`` (the conversation id, when turns are
+        started under it as the examples do), for ``scope.history.erase``: a turn of
+        that id this object runs is cancelled first (nothing of it is stored: the
+        conversation is being erased) and waited for, then the log's own ``erase``
+        deletes every event. ``TypeError`` for a log without ``erase`` or a bad
+        ``turn_id``."""
+        if not isinstance(turn_id, str) or not turn_id:
+            raise TypeError(f"turn_id must be a non-empty str, got {turn_id!r}")
+        erase = getattr(self.log, "erase", None)
+        if erase is None:
+            raise TypeError(f"{type(self.log).__name__} has no erase(turn_id)")
+        running = self._running.get(turn_id)
+        if running is not None:
+            running.scope.cancel()
+            await running.done.wait()
+        await erase(turn_id)
 
     async def stream(self, turn_id: str, last_event_id: str | None = None) -> AsyncIterator[bytes]:
         """The turn's SSE bytes after ``last_event_id`` (all for None), each event with

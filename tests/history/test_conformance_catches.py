@@ -226,6 +226,340 @@ _BROKEN_STORE = textwrap.dedent(
 )
 
 
+# Retention and erasure (DESIGN §6i): a layer over the configurable store above (it
+# rebinds the name ``Store``, so the Base below builds the layered one), with its own
+# breakages, and a Base giving the suite its open_store(retention=...) hook.
+_ERASURE_LAYER = textwrap.dedent(
+    """
+    import contextvars
+    import datetime as _dt
+
+    from scope._validate import check_limit
+    from scope.history import ErasureReceipt, HistoryCache, HistoryTree
+    from scope.history._erasure import (
+        check_erase_limit, check_now, check_owner, check_until, new_secret, tombstone,
+    )
+
+    _OWNER = contextvars.ContextVar("owner", default=None)
+    _Plain = Store
+
+    class Store(Store):
+        def __init__(self, broken, state=None, retention=None):
+            super().__init__(broken, state)
+            for key, empty in (
+                ("owners", dict), ("expires", dict), ("retained", set), ("tombstones", set),
+            ):
+                self.state.setdefault(key, empty())
+            self.state.setdefault("secret", new_secret())
+            self.retention = retention
+            self.history_cache = HistoryCache()
+
+        def _gone(self, cid):
+            expires = self.state["expires"].get(cid)
+            if expires is not None and expires <= time.time():
+                if "expiry-reads" not in self.broken:
+                    return True
+            if "erase-reopens" in self.broken:
+                return False
+            return tombstone(self.state["secret"], cid) in self.state["tombstones"]
+
+        async def read(self, conversation_id):
+            out = await super().read(conversation_id)
+            return [] if self._gone(ConversationID(conversation_id)) else out
+
+        async def read_batches(self, conversation_id):
+            out = await super().read_batches(conversation_id)
+            return [] if self._gone(ConversationID(conversation_id)) else out
+
+        async def read_view(self, conversation_id):
+            view = await super().read_view(conversation_id)
+            if self._gone(ConversationID(conversation_id)):
+                return HistoryView((), 0, True)
+            return view
+
+        async def append(self, batch, *, owner=None):
+            if not isinstance(batch, Batch):
+                raise InvalidBatchError("not a batch")
+            if owner is None:
+                owner = _OWNER.get()
+            elif "owner-validate-after-io" in self.broken:
+                await anyio.lowlevel.checkpoint()
+            if owner is not None:
+                check_owner(owner)
+            cid = batch.conversation_id
+            if self._gone(cid):
+                raise ConversationClosedError(cid)
+            before = len(self.state["batches"].get(cid, ()))
+            receipt = await super().append(batch)
+            if len(self.state["batches"].get(cid, ())) > before:
+                if owner is not None and (before == 0 or "owner-overwrite" in self.broken):
+                    self.state["owners"][cid] = owner
+                first_only = "retention-first-append" in self.broken and before > 0
+                if self.retention and cid not in self.state["retained"] and not first_only:
+                    self.state["expires"][cid] = time.time() + self.retention.total_seconds()
+            return receipt
+
+        async def append_release_turn(self, batch, holder, *, owner=None):
+            if owner is not None:
+                check_owner(owner)
+            token = _OWNER.set(owner)
+            try:
+                return await super().append_release_turn(batch, holder)
+            finally:
+                _OWNER.reset(token)
+
+        async def conversations(self, *, after=None, limit=None, owner=None):
+            count = check_limit(limit)
+            if owner is not None:
+                check_owner(owner)
+            names = await super().conversations(after=after)
+            owners = self.state["owners"]
+            names = [
+                n for n in names
+                if not self._gone(n)
+                and (owner is None or "owner-listing" in self.broken or owners.get(n) == owner)
+            ]
+            return names if count is None else names[:count]
+
+        if hasattr(_Plain, "move_head"):  # the branch steps, where the store has them
+
+            async def move_head(self, conversation_id, head, *, expected_head, move_id=None):
+                if self._gone(ConversationID(conversation_id)):
+                    raise ConversationClosedError(conversation_id)
+                return await super().move_head(
+                    conversation_id, head, expected_head=expected_head, move_id=move_id
+                )
+
+        if hasattr(_Plain, "read_tree"):
+
+            async def read_tree(self, conversation_id):
+                tree = await super().read_tree(conversation_id)
+                if self._gone(ConversationID(conversation_id)):
+                    return HistoryTree((), (), (), -1, True)
+                return tree
+
+        async def retain(self, conversation_id, until):
+            cid = ConversationID(conversation_id)
+            when = check_until(until)
+            if cid in self.state["closed"] or self._gone(cid):
+                raise ConversationClosedError(cid)
+            self.state["retained"].add(cid)
+            if when is None:
+                self.state["expires"].pop(cid, None)
+            else:
+                self.state["expires"][cid] = when.timestamp()
+
+        def _drop(self, cid):
+            state = self.state
+            for table in ("messages", "batches"):
+                for name in list(state[table]):
+                    if name == cid or ("erase-prefix" in self.broken and name.startswith(cid)):
+                        del state[table][name]
+            for key in [k for k in state["accepted"] if type(k) is tuple and k[0] == cid]:
+                del state["accepted"][key]
+            if "erase-keeps-leases" not in self.broken:
+                state["leases"].pop(cid, None)
+
+        async def expire(self, now=None, *, limit=1000):
+            when = check_now(now)
+            count = check_erase_limit(limit)
+            at = time.time() if when is None else when.timestamp()
+            state = self.state
+            removed = 0
+            for _, cid in sorted((t, c) for c, t in state["expires"].items() if t <= at):
+                del state["expires"][cid]
+                state["retained"].discard(cid)
+                if cid in state["closed"]:
+                    continue
+                self._drop(cid)
+                if "expire-reopens" not in self.broken:
+                    state["closed"].add(cid)
+                if "expire-drops-owner" in self.broken:
+                    state["owners"].pop(cid, None)
+                removed += 1
+                if removed == count and "expire-limit" not in self.broken:
+                    break
+            return removed
+
+        async def erase(self, conversation_id):
+            cid = ConversationID(conversation_id)
+            state = self.state
+            batches = list(state["batches"].get(cid, ()))
+            if "erase-nonatomic" in self.broken:
+                await anyio.lowlevel.checkpoint()  # appends landing now are not counted
+            if "erase-rewrite" in self.broken:
+                # Rewrites the shared tables from a copy taken before a scheduling point.
+                copies = {
+                    t: {k: list(v) for k, v in state[t].items() if k != cid}
+                    for t in ("messages", "batches")
+                }
+                await anyio.lowlevel.checkpoint()
+                state.update(copies)
+            self._drop(cid)
+            for table in ("owners", "expires"):
+                state[table].pop(cid, None)
+            state["retained"].discard(cid)
+            if "erase-keeps-id" in self.broken:
+                state["closed"].add(cid)
+            else:
+                state["closed"].discard(cid)
+            mark = tombstone(state["secret"], cid)
+            state["tombstones"].add(mark)
+            if "erase-cache" not in self.broken:
+                self.history_cache.forget(cid)
+            size = sum(len(b.encoded_messages) for b in batches)
+            return ErasureReceipt.of(
+                tombstone=mark,
+                digests=[b.digest for b in batches],
+                bytes=0 if "erase-counts" in self.broken else size,
+                erased_at=_dt.datetime.now(_dt.UTC),
+                store="memory",
+            )
+
+        async def erase_owned(self, owner, *, limit=100):
+            check_owner(owner)
+            count = check_erase_limit(limit)
+            owners = self.state["owners"]
+            owned = sorted(c for c, o in owners.items() if o == owner)
+            if "erase-owned-limit" not in self.broken:
+                owned = owned[:count]
+            receipts = []
+            for cid in owned:
+                if "erase-owned-halfway" in self.broken:
+                    # Deletes the batches, then the rest after a scheduling point.
+                    self._drop(cid)
+                    await anyio.lowlevel.checkpoint()
+                receipts.append(await self.erase(cid))
+                if "erase-owned-reissue" in self.broken:
+                    owners[cid] = owner
+            return receipts
+
+        async def check_erased(self, receipt):
+            if not isinstance(receipt, ErasureReceipt):
+                raise TypeError("check_erased needs an ErasureReceipt")
+            if "check-lies" in self.broken:
+                return []
+            state = self.state
+            problems = []
+            if receipt.tombstone not in state["tombstones"]:
+                problems.append("no tombstone")
+            ids = set(state["messages"]) | set(state["batches"]) | set(state["leases"])
+            ids |= state["closed"] | set(state["owners"]) | set(state["expires"])
+            ids |= state["retained"] | {k[0] for k in state["accepted"] if type(k) is tuple}
+            if any(tombstone(state["secret"], c) == receipt.tombstone for c in ids):
+                problems.append("a stored id hashes to the tombstone")
+            return problems
+    """
+)
+
+_ERASURE_BASE = textwrap.dedent(
+    """
+
+    class Base(Base):
+        async def open_store(self, *, retention=None):
+            return Store({self.BREAK}, retention=retention)
+    """
+)
+
+_BROKEN_STORE = (
+    _BROKEN_STORE.replace(
+        "\n\nclass Base(StoreConformance):", _ERASURE_LAYER + "\n\nclass Base(StoreConformance):", 1
+    )
+    + _ERASURE_BASE
+)
+
+_ERASURE_CASES = [
+    (
+        "owner-overwrite",
+        "owner",
+        {
+            "test_owner_is_recorded_by_the_first_append_only",
+            "test_owner_of_a_first_append_without_one_is_never_set",
+        },
+    ),
+    (
+        "owner-listing",
+        "owner",
+        {
+            "test_owner_is_recorded_by_the_first_append_only",
+            "test_conversations_by_owner_page_in_lexical_order",
+            "test_owners_keep_hostile_strings_apart",
+        },
+    ),
+    ("owner-validate-after-io", "invalid_owners", {"test_invalid_owners_rejected_before_io"}),
+    (
+        "expiry-reads",
+        "retain or retention or closed_ones",
+        {
+            "test_retain_in_the_past_expires_at_once",
+            "test_store_retention_expires_a_conversation_after_its_last_append",
+            "test_conversations_by_owner_leave_out_closed_ones",
+        },
+    ),
+    ("expire-limit", "expire", {"test_expire_pages_and_counts"}),
+    (
+        "expire-reopens",
+        "expire or retain",
+        {"test_expire_pages_and_counts", "test_retain_in_the_future_keeps_it_until_then"},
+    ),
+    (
+        "expire-drops-owner",
+        "owner",
+        {"test_expired_conversation_keeps_its_owner_for_erase_owned"},
+    ),
+    (
+        "retention-first-append",
+        "retention",
+        {"test_store_retention_expires_a_conversation_after_its_last_append"},
+    ),
+    ("erase-counts", "erase_receipt", {"test_erase_receipt_counts_batches_bytes_and_digest"}),
+    (
+        "erase-reopens",
+        "erase or erased",
+        {
+            "test_erased_conversation_is_closed_for_ever",
+            "test_erase_of_an_unknown_id_closes_it",
+            "test_durable_erasure_survives_reopen",
+        },
+    ),
+    (
+        "erase-keeps-id",
+        "erase or erased",
+        {
+            "test_erase_of_a_cleared_conversation_removes_its_closure",
+            "test_check_erased_is_empty_after_erase",
+            "test_erase_again_gives_an_empty_receipt",
+        },
+    ),
+    ("erase-cache", "cache", {"test_erase_makes_the_cache_forget"}),
+    ("erase-prefix", "hostile", {"test_erase_keeps_hostile_ids_apart"}),
+    ("erase-keeps-leases", "leases", {"test_erase_drops_the_leases"}),
+    ("check-lies", "check_erased", {"test_check_erased_reports_a_forged_receipt"}),
+    ("erase-nonatomic", "racing", {"test_erase_racing_appends_is_all_or_nothing"}),
+    (
+        "erase-rewrite",
+        "under_load",
+        {"test_erase_under_load_loses_nothing_of_other_conversations"},
+    ),
+    (
+        "erase-owned-limit",
+        "erase_owned_pages",
+        {"test_erase_owned_pages_through_open_cleared_and_expired"},
+    ),
+    (
+        # Not the erase_owner test: it would erase the same conversations for ever.
+        "erase-owned-reissue",
+        "erase_owned_pages",
+        {"test_erase_owned_pages_through_open_cleared_and_expired"},
+    ),
+    (
+        "erase-owned-halfway",
+        "cancelled_midway",
+        {"test_erase_owner_cancelled_midway_finishes_when_run_again"},
+    ),
+]
+
+
 CASES = [
     (
         "dedupe",
@@ -392,6 +726,7 @@ CASES = [
             "test_folded_append_retry_returns_the_receipt_and_releases",
         },
     ),
+    *_ERASURE_CASES,
 ]
 
 

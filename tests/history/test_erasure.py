@@ -428,3 +428,123 @@ async def test_history_functions_retain_and_erase() -> None:
     assert receipt.batches == 1  # expired, not yet removed: erase removes it
     with pytest.raises(TypeError, match="has no erase"):
         await erase(_Simple(), "c")
+
+
+# -- Middleware and Conversation owner= -------------------------------------------------
+
+
+def _answer(text: str) -> Any:
+    from scope.chat import FinishReason, Output, Response
+
+    return Response(Output(assistant_message(text), FinishReason.STOP))
+
+
+@pytest.mark.parametrize("on_overlap", ["fence", "reject"])
+async def test_middleware_owner_is_recorded_by_the_first_commit(on_overlap: str) -> None:
+    from scope.chat import Request, wrap
+    from scope.history import Middleware
+    from scope.testing import ScriptedModel
+
+    store = InMemoryStore()
+    mw = Middleware(store, store, "c", owner="alice", on_overlap=on_overlap)  # type: ignore[arg-type]
+    assert mw.owner == "alice"
+    model = wrap(ScriptedModel(_answer("one"), _answer("two")), mw.call)
+    await model.call(Request([user_message("hi")]))
+    later = Middleware(store, store, "c", owner="bob")
+    await wrap(ScriptedModel(_answer("three")), later.call).call(Request([user_message("x")]))
+    assert await store.conversations(owner="alice") == ["c"]
+    assert await store.conversations(owner="bob") == []
+    # The owner is no part of the batches.
+    assert [b.digest for b in await store.read_batches("c")] == [
+        b.receipt().digest for b in await store.read_batches("c")
+    ]
+
+
+async def test_middleware_keeps_an_interrupted_first_turn_under_its_owner() -> None:
+    from scope.chat import Request, wrap
+    from scope.history import Middleware
+    from scope.testing import ScriptedModel
+
+    store = InMemoryStore()
+    mw = Middleware(store, store, "c", owner="alice", keep_interrupted=True)
+    model = wrap(ScriptedModel(RuntimeError("the model failed")), mw.call)
+    with pytest.raises(RuntimeError):
+        await model.call(Request([user_message("hi")]))
+    assert await store.conversations(owner="alice") == ["c"]
+
+
+def test_middleware_owner_is_checked_at_construction() -> None:
+    from scope.history import Middleware
+
+    store = InMemoryStore()
+    with pytest.raises(ValueError, match="owner"):
+        Middleware(store, store, "c", owner="")
+    with pytest.raises(TypeError, match="owner"):
+        Middleware(store, store, "c", owner=5)  # type: ignore[arg-type]
+    simple = StoreAdapter(_Simple())
+    with pytest.raises(TypeError, match="append takes owner"):
+        Middleware(simple, simple, "c", owner="alice")
+    with pytest.raises(TypeError, match="append takes owner"):
+        Middleware(store, _Simple(), "c", owner="alice")  # type: ignore[arg-type]
+    Middleware(simple, simple, "c")  # no owner: any writer
+
+
+class _NoOwnerFold(InMemoryStore):
+    """A store whose folded append takes no owner (its append does)."""
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Any:  # type: ignore[override]
+        return await super().append_release_turn(batch, holder)
+
+
+def test_middleware_owner_with_a_lease_needs_an_owning_folded_append() -> None:
+    from scope.history import Middleware
+
+    store = _NoOwnerFold()
+    Middleware(store, store, "c", owner="alice")  # fence: the folded append is not used
+    with pytest.raises(TypeError, match="append_release_turn takes owner"):
+        Middleware(store, store, "c", owner="alice", on_overlap="wait")
+
+
+async def test_conversation_owner_is_recorded_and_erase_owner_erases_it() -> None:
+    from scope.conversation import Conversation
+    from scope.history import erase_owner
+    from scope.testing import ScriptedModel
+
+    store = InMemoryStore()
+    for cid in ("c1", "c2"):
+        conversation = Conversation(ScriptedModel(_answer("ok")), store, cid, owner="alice")
+        await conversation.ask("hello")
+    await Conversation(ScriptedModel(_answer("ok")), store, "c3", owner="bob").ask("hi")
+    assert await store.conversations(owner="alice") == ["c1", "c2"]
+    receipts = await erase_owner(store, "alice")
+    assert [r.batches for r in receipts] == [1, 1]
+    assert await store.conversations() == ["c3"]
+    with pytest.raises(ValueError, match="owner"):
+        Conversation(ScriptedModel(), store, "c", owner="x" * 257)
+    with pytest.raises(TypeError, match="owner"):
+        Conversation(ScriptedModel(), _Simple(), "c", owner="alice")  # type: ignore[arg-type]
+
+
+class _FlakyOwning(InMemoryStore):
+    """Fails the first append: the Conversation's retry must carry the owner too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = 1
+
+    async def append(self, batch: Batch, *, owner: str | None = None) -> Any:
+        if self.fail:
+            self.fail -= 1
+            from scope.errors import StoreError
+
+            raise StoreError("the store is down")
+        return await super().append(batch, owner=owner)
+
+
+async def test_conversation_retries_the_append_with_the_owner() -> None:
+    from scope.conversation import Conversation
+    from scope.testing import ScriptedModel
+
+    store = _FlakyOwning()
+    await Conversation(ScriptedModel(_answer("ok")), store, "c", owner="alice").ask("hello")
+    assert await store.conversations(owner="alice") == ["c"]

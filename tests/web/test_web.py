@@ -1011,3 +1011,81 @@ async def test_a_stream_failing_before_its_first_item_still_starts() -> None:
         "error",
         "[DONE]",
     ]
+
+
+# ------------------------------------------------------------------ erasing turn logs
+
+
+async def test_log_erase_deletes_the_turn(log: TurnLog) -> None:
+    await log.open("t")
+    await log.append("t", b"e0")
+    await log.end("t")
+    await log.open("other")
+    await log.append("other", b"kept")
+    await log.end("other")
+    await log.erase("t")  # type: ignore[attr-defined]
+    with pytest.raises(TurnLogError, match="unknown or expired"):
+        await _read(log, "t")
+    assert [data for _, data in await _read(log, "other")] == [b"kept"]
+    await log.erase("never-opened")  # type: ignore[attr-defined]
+    await log.open("t")  # a new turn of the erased id starts afresh
+    await log.append("t", b"new")
+    await log.end("t")
+    assert [data for _, data in await _read(log, "t")] == [b"new"]
+
+
+async def test_redis_log_erase_leaves_no_key(anyio_backend: str) -> None:
+    if anyio_backend != "asyncio":
+        pytest.skip("redis-py's asyncio client runs under asyncio only")
+    url = redis_url_or_skip()
+    aioredis = import_driver("redis.asyncio")
+    client = aioredis.Redis.from_url(url)
+    prefix = unique_key_prefix()
+    try:
+        log = RedisTurnLog(client, prefix=prefix)
+        await log.open("c")
+        await log.append("c", b"secret words")
+        await log.end("c")
+        assert [key async for key in client.scan_iter(match=f"{prefix}:*")] != []
+        await log.erase("c")
+        assert [key async for key in client.scan_iter(match=f"{prefix}:*")] == []
+    finally:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+
+
+async def test_resumable_turns_erase_stops_a_running_turn_and_deletes_its_log(
+    log: TurnLog,
+) -> None:
+    gate = anyio.Event()
+    store = InMemoryStore()
+    conversation = Conversation(_gated_model(gate), store, "c")
+    with anyio.fail_after(10):
+        async with ResumableTurns(log) as turns:
+            await turns.start("c", ui_message_stream(conversation.stream("hi")))
+            reader = turns.stream("c")
+            await anext(reader)
+            await reader.aclose()
+            await turns.erase("c")
+            with pytest.raises(TurnLogError):
+                await _collect(turns.stream("c"))
+    assert await store.read("c") == []  # the running turn was stopped, nothing stored
+
+
+async def test_resumable_turns_erase_needs_a_log_that_erases() -> None:
+    class NoErase:
+        async def open(self, turn_id: str) -> None: ...
+        async def append(self, turn_id: str, data: bytes) -> str:
+            return "1"
+
+        async def end(self, turn_id: str) -> None: ...
+        def events(self, turn_id: str, after: str | None = None) -> Any:
+            raise NotImplementedError
+
+    turns = ResumableTurns(NoErase())
+    with pytest.raises(TypeError, match="has no erase"):
+        await turns.erase("c")
+    with pytest.raises(TypeError, match="turn_id"):
+        await ResumableTurns().erase("")

@@ -16,6 +16,7 @@ from scope.errors import (
     InvalidConversationIDError,
 )
 from scope.history._batch import Batch
+from scope.history._cache import HistoryCache
 from scope.history._erasure import EMPTY_DIGEST, STORE_KINDS, ErasureReceipt, erasure_digest
 from scope.history._retention import erase_owner
 from scope.history.storetest._runner import tests_on_anyio_runner
@@ -53,6 +54,13 @@ async def _closed_for_ever(store: Any, cid: str) -> None:
         await store.append_release_turn(_batch(cid, "after-2"), "holder")
     with pytest.raises(ConversationClosedError):
         await store.retain(cid, _now() + _HOUR)
+    # The branch steps (DESIGN §6h) of a store that has them: closed too.
+    if callable(getattr(store, "read_tree", None)):
+        tree = await store.read_tree(cid)
+        assert tree.closed is True and tree.batches == ()
+    if callable(getattr(store, "move_head", None)):
+        with pytest.raises(ConversationClosedError):
+            await store.move_head(cid, "", expected_head="")
 
 
 @tests_on_anyio_runner
@@ -123,6 +131,7 @@ class ErasureRules(Base):
     @pytest.mark.parametrize("owner", _BAD_OWNERS, ids=lambda o: repr(o)[:12])
     async def test_invalid_owners_rejected_before_io(self, store: Any, owner: str) -> None:
         batch = _batch("c", "a1")
+        rejected = False
         with anyio.CancelScope() as scope:
             scope.cancel()  # the first checkpoint would raise Cancelled instead
             with pytest.raises(ValueError, match="owner"):
@@ -133,6 +142,8 @@ class ErasureRules(Base):
                 await store.erase_owned(owner)
             with pytest.raises(ValueError, match="owner"):
                 await store.conversations(owner=owner)
+            rejected = True
+        assert rejected, "a store step suspended before rejecting an invalid owner"
         assert await store.read("c") == []
 
     # -- retention --------------------------------------------------------------------
@@ -226,12 +237,15 @@ class ErasureRules(Base):
 
     @pytest.mark.parametrize("limit", [0, -1, True, 1.5, None, "10"])
     async def test_expire_rejects_bad_limits_before_io(self, store: Any, limit: Any) -> None:
+        rejected = False
         with anyio.CancelScope() as scope:
             scope.cancel()
             with pytest.raises(ValueError, match="limit"):
                 await store.expire(limit=limit)
             with pytest.raises(ValueError, match="limit"):
                 await store.erase_owned("alice", limit=limit)
+            rejected = True
+        assert rejected, "a store step suspended before rejecting an invalid limit"
 
     async def test_expire_rejects_a_naive_now_before_io(self, store: Any) -> None:
         await self._rejects_without_suspending(ValueError, store.expire, _dt.datetime.now())
@@ -259,6 +273,17 @@ class ErasureRules(Base):
         assert before - _dt.timedelta(minutes=1) <= receipt.erased_at
         assert receipt.erased_at <= after + _dt.timedelta(minutes=1)
         assert ErasureReceipt.from_json(receipt.to_json()) == receipt
+        if callable(getattr(store, "move_head", None)):
+            # Every batch of every branch (DESIGN §6h), in stored order.
+            tree = [_batch("b", "a1"), _batch("b", "a2"), _batch("b", "a3")]
+            await store.append(tree[0])
+            await store.append(tree[1])
+            await store.move_head("b", "a1", expected_head="a2")
+            await store.append(tree[2])
+            branched = await store.erase("b")
+            assert branched.batches == 3
+            assert branched.digest == erasure_digest(b.digest for b in tree)
+            assert branched.bytes == sum(len(b.encoded_messages) for b in tree)
 
     async def test_erased_conversation_is_closed_for_ever(self, store: Any) -> None:
         batch = _batch("c", "a1")
@@ -305,8 +330,8 @@ class ErasureRules(Base):
 
     async def test_erase_makes_the_cache_forget(self, store: Any) -> None:
         cache = getattr(store, "history_cache", None)
-        if cache is None:
-            pytest.skip(f"{type(store).__name__} has no history_cache")
+        if not isinstance(cache, HistoryCache):
+            pytest.skip(f"{type(store).__name__} has no history_cache (a HistoryCache)")
         batch = _batch("c", "a1")
         await store.append(batch)
         cache.remember(batch)
@@ -394,6 +419,7 @@ class ErasureRules(Base):
         async def load(n: int) -> None:
             for j in range(rounds):
                 await store.append(_batch(f"load{n}", f"a{j}"), owner="bob")
+                await anyio.lowlevel.checkpoint()  # let the erasures interleave
 
         receipts: list[ErasureReceipt] = []
 
