@@ -135,7 +135,7 @@ async def drop_tables(dsn: str, prefix: str) -> None:
         await conn.execute(
             f'DROP TABLE IF EXISTS "{prefix}_batches", "{prefix}_conversations", '
             f'"{prefix}_schema", '
-            f'"{prefix}_leases", "{prefix}_moves";'
+            f'"{prefix}_leases", "{prefix}_moves", "{prefix}_secret", "{prefix}_tombstones";'
         )
         # Every overload of the store's functions (an older schema's signatures too).
         for name in ("append", "acquire_view", "commit_turn", "move_head"):
@@ -160,7 +160,11 @@ async def drop_keys(url: str, prefix: str, *, cluster: bool = False) -> None:
     else:
         client = import_driver("redis.asyncio").Redis.from_url(url)
     try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        keys = [
+            key
+            for match in (f"{prefix}:*", f"{{{prefix}:*")  # the indexes' keys: {prefix:...}
+            async for key in client.scan_iter(match=match, count=1000)
+        ]
         if cluster:
             for key in keys:
                 await client.delete(key)

@@ -176,6 +176,21 @@ EXPECTED: dict[str, list[str]] = {
     "scope.history.inmemory": [
         "InMemoryStore",
     ],
+    "scope.history.storekit": [
+        "MAX_OWNER_CHARS",
+        "SECRET_BYTES",
+        "STORE_KINDS",
+        "check_erase_limit",
+        "check_head",
+        "check_move_id",
+        "check_now",
+        "check_owner",
+        "check_retention",
+        "check_until",
+        "erasure_digest",
+        "new_secret",
+        "tombstone",
+    ],
     "scope.history.storetest": [
         "HOSTILE_IDS",
         "StoreConformance",

@@ -25,12 +25,14 @@ when a store is opened.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Coroutine, Generator, Iterable
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast, final, runtime_checkable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from scope._validate import publish as _publish
 from scope.history import Store
+from scope.history.storekit import check_retention
 from scope.historystores._scan import DEFAULT_PAGE_SIZE, StoredRecord
 from scope.historystores._schema import SCHEMA_VERSION
 
@@ -88,7 +90,12 @@ _USAGE = (
 
 
 def open_store(
-    url: str, *, prefix: str | None = None, create: bool = True, require_durable: bool = False
+    url: str,
+    *,
+    prefix: str | None = None,
+    create: bool = True,
+    require_durable: bool = False,
+    retention: timedelta | None = None,
 ) -> OpeningStore:
     """Open the store a URL names: ``await open_store(url)``, or ``async with
     open_store(url) as store`` (closed when the block ends).
@@ -105,10 +112,13 @@ def open_store(
     upgrade the schema when it is not current; ``False``: only check it); Redis has no
     schema to create. ``require_durable`` (Redis) refuses a server whose persistence
     loses acknowledged writes instead of warning (see ``RedisStore.open``); the SQL
-    stores are durable. A URL of another form raises ``ValueError`` with a one-line
+    stores are durable. ``retention`` (a ``timedelta`` > 0, or None: nothing expires by
+    itself) is the store-wide retention every store's ``open`` takes (DESIGN §6i): a
+    conversation without its own expiry (``retain``) expires that long after its last
+    append. A URL of another form raises ``ValueError`` with a one-line
     message (never echoing credentials); an unreachable server ``StoreError``.
     """
-    return OpeningStore(_open(url, prefix, create, require_durable))
+    return OpeningStore(_open(url, prefix, create, require_durable, check_retention(retention)))
 
 
 @final
@@ -140,7 +150,7 @@ class OpeningStore:
 
 
 async def _open(
-    url: str, prefix: str | None, create: bool, require_durable: bool
+    url: str, prefix: str | None, create: bool, require_durable: bool, retention: timedelta | None
 ) -> PersistentStore:
     if not isinstance(url, str):
         raise ValueError(f"store URL must be a string, got {type(url).__name__}")
@@ -171,12 +181,16 @@ async def _open(
             table_prefix="scope_history" if prefix is None else prefix,
             synchronous=cast("Synchronous", synchronous),
             create=create,
+            retention=retention,
         )
     if scheme in ("postgresql", "postgres"):
         from scope.historystores.postgres import PostgresStore
 
         return await PostgresStore.open(
-            url, table_prefix="scope_history" if prefix is None else prefix, create=create
+            url,
+            table_prefix="scope_history" if prefix is None else prefix,
+            create=create,
+            retention=retention,
         )
     if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         from scope.historystores.redis import RedisStore
@@ -189,6 +203,7 @@ async def _open(
             prefix="scope:history" if prefix is None else prefix,
             cluster=cluster,
             require_durable=require_durable,
+            retention=retention,
         )
     raise ValueError(f"unsupported store URL scheme {scheme!r}: {_USAGE}")
 

@@ -23,8 +23,11 @@ __all__ = [
 #: 4: PostgreSQL's folded lease functions ``_acquire_view`` and ``_commit_turn``
 #: (the folded lease steps); SQLite's tables are those of 3, its upgrade only records 4.
 #: 5: branches (DESIGN §6h): the head on the conversation row, each batch's parent,
-#: stored time and path length, a ``_moves`` table (``move_head``'s move ids); PostgreSQL's
-#: append functions take the head fence.
+#: stored time and path length, a ``_moves`` table (``move_head``'s move ids); retention
+#: and erasure (§6i): ``owner``, ``expires_at`` and ``retained`` columns on the
+#: conversations table, the ``_secret`` and ``_tombstones`` tables. PostgreSQL's append
+#: functions take the head fence, the owner, the tombstone and the retention. Each
+#: store's ``_upgrade_branches`` and ``_upgrade_erasure``: idempotent steps.
 SCHEMA_VERSION: Final = 5
 
 

@@ -5,8 +5,9 @@ context manager.
 
 from __future__ import annotations
 
+import datetime as _dt
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from scope._validate import check_lease, check_limit
 from scope.chat import Message
@@ -23,10 +24,18 @@ from scope.history import (
     AppendID,
     Batch,
     ConversationID,
+    ErasureReceipt,
     HistoryCache,
     HistoryTree,
     HistoryView,
     Receipt,
+)
+from scope.history.storekit import (
+    check_erase_limit,
+    check_now,
+    check_owner,
+    check_until,
+    tombstone,
 )
 from scope.historystores._records import (
     Decoder,
@@ -197,6 +206,11 @@ def releases(batch: Batch, outcome: str) -> bool:
     return outcome == "inserted" or outcome == f"accepted:{batch.digest}"
 
 
+def _owner(owner: object) -> str | None:
+    """An append's or listing's ``owner``: None, or checked (``check_owner``)."""
+    return None if owner is None else check_owner(owner)
+
+
 class RecordStore(RecordScanning):
     """Base of the persistent stores: the append sequence, ``clear``, the listing and
     the lease steps around one backend primitive each; the async context manager and
@@ -261,32 +275,37 @@ class RecordStore(RecordScanning):
         logged once as a warning on the ``scope.historystores`` logger."""
         return self._listed.invalid
 
-    async def append(self, batch: Batch) -> Receipt:
+    async def append(self, batch: Batch, *, owner: str | None = None) -> Receipt:
         """Append ``batch`` atomically and return its receipt. Raises
-        ``ConversationClosedError``, ``AppendConflictError``, ``HistoryChangedError`` (a
-        fenced batch at another length), ``InvalidBatchError`` (not a Batch, before any
-        I/O) or ``StoreError``."""
-        return await self._append(check_batch(batch), None)
+        ``ConversationClosedError`` (closed, expired or erased), ``AppendConflictError``,
+        ``HistoryChangedError`` (a fenced batch at another length), ``InvalidBatchError``
+        (not a Batch, before any I/O) or ``StoreError``. ``owner``: the append that lands
+        the conversation's first batch records it, in the same atomic step (see
+        ``scope.history.Store``); a bad owner raises ``ValueError`` before any I/O."""
+        batch = check_batch(batch)
+        return await self._append(batch, None, _owner(owner))
 
-    async def _append(self, batch: Batch, holder: str | None) -> Receipt:
+    async def _append(self, batch: Batch, holder: str | None, owner: str | None) -> Receipt:
         """The append sequence for a checked ``batch``. With a ``holder``
         (``append_release_turn``) ``_write`` also releases that
         holder's lease in its one atomic step when the batch landed or was a retry of
         the same batch (``releases``); a refused append leaves the lease."""
-        outcome = await self._write(batch, holder)
+        outcome = await self._write(batch, holder, owner)
         check_outcome(batch, outcome, self._outcome_source)
-        await self._after_append(batch)
+        await self._after_append(batch, owner)
         self._cache.remember(batch)
         return batch.receipt()
 
-    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+    async def append_release_turn(
+        self, batch: Batch, holder: str, *, owner: str | None = None
+    ) -> Receipt:
         """``append`` and ``release_turn`` in one atomic step (see
         ``scope.history.Store``): the lease is released with the append when the batch
         landed or was a retry of the same batch; a refused append (it raises) wrote
-        nothing and leaves the lease."""
+        nothing and leaves the lease. ``owner`` as for ``append``."""
         batch = check_batch(batch)
         holder, _ = check_lease(holder, 1.0)
-        return await self._append(batch, holder)
+        return await self._append(batch, holder, _owner(owner))
 
     async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
         """Take or renew the conversation's turn lease for ``ttl`` seconds in one atomic
@@ -324,13 +343,16 @@ class RecordStore(RecordScanning):
         self._cache.forget(cid)
 
     async def conversations(
-        self, *, after: str | None = None, limit: int | None = None
+        self, *, after: str | None = None, limit: int | None = None, owner: str | None = None
     ) -> list[ConversationID]:
-        """Open conversations holding at least one batch, in code point order.
+        """Open conversations holding at least one batch, in code point order; an
+        expired one is left out from the moment it expires (by the store's clock).
 
         - ``after``: only ids after this one (keyset pagination: pass the last id of
           the previous page); None (the default): from the first.
         - ``limit``: at most this many ids (an int >= 1); None (the default): all.
+        - ``owner``: only the conversations this owner's first append recorded (None:
+          every conversation).
 
         Paging through a store (``after`` = the last id returned, until a page is
         shorter than ``limit``) lists each open conversation once in bounded memory. A
@@ -340,7 +362,8 @@ class RecordStore(RecordScanning):
         ``after``) before any I/O."""
         count = check_limit(limit)
         start = None if after is None else ConversationID(after)
-        return self._listed.valid(await self._list(start, count))
+        who = _owner(owner)
+        return self._listed.valid(await self._list(start, count, who))
 
     async def read(self, conversation_id: str) -> list[Message]:
         """The conversation's messages in stored order (``[]`` when unknown or closed).
@@ -387,13 +410,132 @@ class RecordStore(RecordScanning):
         answer = await self._move_head(cid, target, expected, mid)
         return check_move_outcome(cid, target, expected, mid, answer, self._outcome_source)
 
-    async def _write(self, batch: Batch, holder: str | None) -> object:
+    # -- retention and erasure (DESIGN §6i) -------------------------------------------
+
+    async def retain(self, conversation_id: str, until: _dt.datetime | None) -> None:
+        """Set the conversation's own expiry, in one atomic step: ``until`` (an aware
+        datetime) or never (None); the store-wide ``retention`` no longer applies to it
+        and later appends do not move it. An id never written may be retained (the
+        setting waits for its first append). A closed (cleared, expired or erased)
+        conversation raises ``ConversationClosedError``; a naive ``until``
+        ``ValueError``, a non-datetime ``TypeError``, both before any I/O."""
+        cid = ConversationID(conversation_id)
+        when = check_until(until)
+        if not await self._retain(cid, None if when is None else when.timestamp()):
+            raise closed_error(cid)
+
+    async def expire(self, now: _dt.datetime | None = None, *, limit: int = 1000) -> int:
+        """Remove up to ``limit`` conversations expired at ``now`` (an aware datetime;
+        None: the store's clock), soonest expiry first, in pages of at most
+        ``EXPIRE_PAGE`` conversations (one atomic step each), and return how many:
+        their batches, dedupe records and leases are deleted; each stays closed, as
+        after ``clear``, keeping its owner (so ``erase_owned`` still finds it). Call it
+        until it returns less than ``limit``. A bad ``limit`` or a naive ``now`` raises
+        ``ValueError`` before any I/O."""
+        when = check_now(now)
+        count = check_erase_limit(limit)
+        at = None if when is None else when.timestamp()
+        removed = 0
+        while removed < count:
+            page = min(self.EXPIRE_PAGE, count - removed)
+            gone = await self._expire_page(at, page)
+            for cid in gone:
+                self._cache.forget(cid)
+            removed += len(gone)
+            if len(gone) < page:
+                break
+        return removed
+
+    async def erase(self, conversation_id: str) -> ErasureReceipt:
+        """Erase the conversation in one atomic step and return the receipt (see
+        ``scope.history.Store``): its batches, its record (closure, length, owner,
+        expiry), dedupe records and lease are deleted and its tombstone written; it
+        stays closed for ever. The handle's ``history_cache`` forgets it. An invalid id
+        raises ``InvalidConversationIDError`` before any I/O."""
+        cid = ConversationID(conversation_id)
+        mark = tombstone(self._secret, cid)
+        records, erased_at = await self._erase(cid, mark)
+        self._cache.forget(cid)
+        records.sort()
+        return ErasureReceipt.of(
+            tombstone=mark,
+            digests=[str(digest) for _, digest, _ in records],
+            bytes=sum(int(size) for _, _, size in records),
+            erased_at=_dt.datetime.fromtimestamp(erased_at, _dt.UTC),
+            store=self._store_kind,
+        )
+
+    async def erase_owned(self, owner: str, *, limit: int = 100) -> list[ErasureReceipt]:
+        """Erase up to ``limit`` of ``owner``'s conversations not yet erased (open,
+        cleared or expired; lexical order of their ids), each in its own atomic
+        ``erase``, and return their receipts (``[]`` when none is left). An erased
+        conversation keeps no owner, so a later call never finds it again. A bad
+        ``owner`` or ``limit`` raises ``ValueError`` before any I/O."""
+        who = check_owner(owner)
+        count = check_erase_limit(limit)
+        return [await self.erase(cid) for cid in await self._owned(who, count)]
+
+    async def check_erased(self, receipt: ErasureReceipt) -> list[str]:
+        """What contradicts ``receipt`` in this store, one line each (``[]``: proven):
+        a receipt of another kind of store, no tombstone, or a stored conversation id
+        (in any table or key, open or closed) hashing to the tombstone. It reads every
+        stored id (in pages). Anything but an ``ErasureReceipt`` raises ``TypeError``."""
+        if not isinstance(receipt, ErasureReceipt):
+            raise TypeError(f"check_erased needs an ErasureReceipt, got {type(receipt).__name__}")
+        problems: list[str] = []
+        if receipt.store != self._store_kind:
+            problems.append(
+                f"the receipt was issued by a {receipt.store} store, not a {self._store_kind} one"
+            )
+        problems += await self._erasure_problems(receipt.tombstone)
+        return problems
+
+    #: The most conversations one atomic step of ``expire`` removes.
+    EXPIRE_PAGE: ClassVar[int] = 100
+
+    #: ``ErasureReceipt.store`` of this backend.
+    _store_kind: ClassVar[str]
+    #: The store secret (read at open): the key of the tombstones' HMAC.
+    _secret: bytes
+
+    async def _retain(self, cid: ConversationID, until: float | None) -> bool:
+        """Set ``cid``'s own expiry (Unix seconds; None: never) in one atomic step;
+        False (nothing written) when it is closed, expired or erased."""
+        raise NotImplementedError
+
+    async def _expire_page(self, now: float | None, limit: int) -> list[ConversationID]:
+        """Remove up to ``limit`` conversations expired at ``now`` (Unix seconds; None:
+        the server's clock) in one atomic step; the ids removed."""
+        raise NotImplementedError
+
+    async def _erase(
+        self, cid: ConversationID, mark: str
+    ) -> tuple[list[tuple[Any, str, int]], float]:
+        """Erase ``cid`` in one atomic step, writing the tombstone ``mark``: the
+        ``(stored order key, digest, encoded bytes)`` of each batch deleted, and the
+        time by the server's clock (Unix seconds)."""
+        raise NotImplementedError
+
+    async def _owned(self, owner: str, limit: int) -> list[ConversationID]:
+        """Up to ``limit`` ids whose recorded owner is ``owner`` (any state), in code
+        point order."""
+        raise NotImplementedError
+
+    async def _erasure_problems(self, mark: str) -> list[str]:
+        """Whether the tombstone ``mark`` is stored, and every place a stored id hashing
+        to it is held, as ``check_erased`` reports them."""
+        raise NotImplementedError
+
+    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> object:
         """Append ``batch`` in one atomic step: the closed check, the dedupe record and
         the fence (DESIGN §6b's order), then the insert. Answers the outcome
         ``check_outcome`` reads (``inserted``, ``closed``, ``accepted:<digest>``,
         ``changed:<length>:<head>``). The batch's parent is the head, and it becomes
         the head. With a ``holder`` (``append_release_turn``), the same
-        step releases ``holder``'s lease when ``releases(batch, outcome)``."""
+        step releases ``holder``'s lease when ``releases(batch, outcome)``. An expired
+        or erased conversation is ``closed``; an inserted first batch records ``owner``
+        and every inserted batch moves the store-wide expiry (unless ``retain`` set the
+        conversation's own), in the same step."""
         raise NotImplementedError
 
     async def _read_tree(self, cid: ConversationID) -> HistoryTree:
@@ -421,7 +563,7 @@ class RecordStore(RecordScanning):
         """``release_turn`` on checked arguments."""
         raise NotImplementedError
 
-    async def _after_append(self, batch: Batch) -> None:
+    async def _after_append(self, batch: Batch, owner: str | None) -> None:
         """What must follow a batch that landed, before its receipt (nothing here)."""
 
     async def _clear(self, cid: ConversationID) -> None:
@@ -429,10 +571,12 @@ class RecordStore(RecordScanning):
         atomic step; drop it from the listing."""
         raise NotImplementedError
 
-    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+    async def _list(
+        self, after: ConversationID | None, limit: int | None, owner: str | None
+    ) -> list[Any]:
         """Up to ``limit`` (all when None) listed ids after ``after`` (from the first
-        when None), as the driver returns them, in code point order: the open
-        conversations that hold a batch."""
+        when None), as the driver returns them, in code point order: the open,
+        unexpired conversations that hold a batch (``owner``'s only, when given)."""
         raise NotImplementedError
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:

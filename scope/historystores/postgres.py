@@ -8,7 +8,9 @@ upgraded by ``open(create=True)`` under a transaction-level advisory lock so pro
 opening at once do not race):
 
     {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN, length BIGINT,
-                           head BIGINT, branched BOOLEAN)
+                           head BIGINT, branched BOOLEAN, owner TEXT,
+                           expires_at TIMESTAMPTZ, retained BOOLEAN)
+        INDEX {prefix}_owners (owner, id), INDEX {prefix}_expiry (expires_at)
     {prefix}_batches(conversation_id TEXT COLLATE "C", seq BIGINT, append_id TEXT,
                      digest TEXT, messages BYTEA, parent BIGINT, created TIMESTAMPTZ,
                      path_length BIGINT)
@@ -18,12 +20,14 @@ opening at once do not race):
                     expires TIMESTAMPTZ)                 -- turn leases, the server's clock
     {prefix}_moves(conversation_id TEXT COLLATE "C", move_id TEXT COLLATE "C", head TEXT)
         PRIMARY KEY (conversation_id, move_id)           -- move_head's move ids
-    {prefix}_append(cid, aid, digest, messages, count, expected, expected_head) -> text
-                                                         -- one round trip
-    {prefix}_acquire_view(cid, holder, ttl) -> rows      -- lease + view, one round trip
+    {prefix}_secret(id INT PRIMARY KEY CHECK (id = 1), secret BYTEA)  -- tombstones' key
+    {prefix}_tombstones(tombstone TEXT COLLATE "C" PRIMARY KEY, erased_at TIMESTAMPTZ)
+    {prefix}_append(cid, aid, digest, messages, count, expected, expected_head, owner,
+                    tombstone, retention) -> text        -- one round trip
+    {prefix}_acquire_view(cid, holder, ttl, tombstone) -> rows  -- lease + view
     {prefix}_commit_turn(cid, aid, digest, messages, count, expected, expected_head,
-                         holder) -> text                 -- append + release, one round trip
-    {prefix}_move_head(cid, head, expected_head, move_id) -> text  -- one round trip
+                         owner, tombstone, retention, holder) -> text  -- append + release
+    {prefix}_move_head(cid, head, expected_head, move_id, tombstone) -> text
 
 A conversation is a tree of batches (DESIGN §6h): each batch row names its ``parent``
 (the seq of the batch it follows; NULL for a first batch), when it was stored
@@ -42,11 +46,16 @@ Version 3 had no ``_acquire_view`` and ``_commit_turn`` functions (the folded le
 steps); the upgrade creates them. Version 4 had no branches: the upgrade
 (``_upgrade_branches``) adds the columns and the moves table, keeps its batches as one
 branch (each one's parent the batch before it, the head the last one, path lengths the
-running sums, ``created`` NULL) and replaces the append functions by ones that take the
-head fence. ``open(create=False)`` runs no DDL, so a role with only row rights on the
-five tables and ``EXECUTE`` on the four functions can use the store (the grants on the
-docs' Stores page, "Migrations and least privilege", which a test runs against the
-server).
+running sums, ``created`` NULL), and had no retention and erasure: the upgrade
+(``_upgrade_erasure``) adds the owner and expiry columns, the secret (made then) and the
+tombstones table. Both run, in idempotent steps; every earlier argument list of the
+functions is dropped and one definition of each is created, taking the head fence and
+the owner, tombstone and retention arguments (DESIGN §6h, §6i). An expired conversation
+(``expires_at`` passed by the server's clock) is closed in every step; an erased one has
+no row, and its tombstone closes it. ``open(create=False)`` runs no DDL, so a role with
+only row rights on the seven tables and ``EXECUTE`` on the four functions can use the
+store (the grants on the docs' Stores page, "Migrations and least privilege", which a
+test runs against the server).
 
 Tables go to the first schema of the connection's ``search_path``. Every store operation
 on one conversation locks that conversation's row first, so appends, retries and clears
@@ -56,12 +65,14 @@ of one conversation are linearizable across connections, pools and hosts.
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryCache, HistoryTree, HistoryView
+from scope.history.storekit import check_retention, new_secret, tombstone
 from scope.historystores._driver import (
     Driver,
     require_asyncio,
@@ -89,6 +100,9 @@ T = TypeVar("T")
 
 #: The most appends one group-commit statement carries (``PostgresStore._write``).
 _GROUP: Final = 64
+
+#: How many stored ids one page of ``check_erased`` reads.
+_ID_PAGE: Final = 1000
 
 #: The advisory lock key held while the schema is created (any fixed 64-bit number).
 _SCHEMA_LOCK: Final = 0x5C09E_4157_0001
@@ -232,10 +246,15 @@ class PostgresStore(RecordStore):
         "_max_size",
         "_outcome_source",
         "_pool",
+        "_retention",
         "_running",
+        "_secret",
         "_sql",
+        "retention",
         "table_prefix",
     )
+
+    _store_kind = "postgres"
 
     def __init__(
         self,
@@ -246,9 +265,13 @@ class PostgresStore(RecordStore):
         command_timeout: float | None = None,
         acquire_timeout: float | None = None,
         max_size: int = 10,
+        retention: _dt.timedelta | None = None,
     ) -> None:
         """Internal: use ``await PostgresStore.open(dsn)``."""
         self._pool = pool
+        self._secret = b""  # read at open (see _read_secret)
+        self.retention: Final = retention
+        self._retention = None if retention is None else retention.total_seconds()
         self._command_timeout = command_timeout
         self._acquire_timeout = acquire_timeout
         self._max_size = max_size
@@ -277,6 +300,7 @@ class PostgresStore(RecordStore):
         acquire_timeout: float | None = 10.0,
         cache_bytes: int = HistoryCache.DEFAULT_MAX_BYTES,
         create: bool = True,
+        retention: _dt.timedelta | None = None,
     ) -> PostgresStore:
         """Connect a pool to ``dsn`` (a libpq URI such as
         ``postgresql://user:password@host:5432/db``) and create the tables when missing.
@@ -299,12 +323,17 @@ class PostgresStore(RecordStore):
         ``acquire_timeout`` (seconds, default 10; None: no bound) bounds the wait for a
         pool connection when all ``max_size`` are busy; ``connect_timeout`` bounds each
         new connection. A timeout raises ``StoreError`` (see the class docstring).
+        ``retention`` (a ``timedelta`` > 0; None, the default: nothing expires by
+        itself): a conversation without its own expiry (``retain``) expires this long
+        after its last append through this handle, by the server's clock (a handle
+        without it leaves the expiry an append finds).
         Bad arguments
         (the prefix, pool sizes, timeouts, a DSN asyncpg cannot parse) raise
         ``ValueError`` before any I/O; an unreachable server raises ``StoreError``.
         Needs asyncio.
         """
         prefix = validate_table_prefix(table_prefix)
+        kept = check_retention(retention)
         command_timeout = _check_timeout("command_timeout", command_timeout)
         acquire_timeout = _check_timeout("acquire_timeout", acquire_timeout)
         connect_timeout = check_seconds(connect_timeout, "connect_timeout", positive=True)
@@ -362,12 +391,14 @@ class PostgresStore(RecordStore):
             command_timeout=command_timeout,
             acquire_timeout=acquire_timeout,
             max_size=max_size,
+            retention=kept,
         )
         try:
             if create:
                 await store._with_connection(store._create_schema, "schema creation")
             else:
                 await store._with_connection(store._check_schema, "schema check")
+            await store._with_connection(store._read_secret, "read of the store secret")
         except (ValueError, StoreError) as exc:
             pool.terminate()
             # With min_size=0 the pool parses the DSN only now, on its first connection.
@@ -527,6 +558,7 @@ class PostgresStore(RecordStore):
             for statement in self._sql.schema:
                 await conn.execute(statement)
             await self._upgrade_branches(conn)
+            await self._upgrade_erasure(conn)
             for statement in self._sql.functions:
                 await conn.execute(statement)
             await conn.execute(self._sql.set_version, SCHEMA_VERSION)
@@ -536,6 +568,30 @@ class PostgresStore(RecordStore):
         for statement in self._sql.upgrade_branches:
             await conn.execute(statement)
 
+    async def _upgrade_erasure(self, conn: Any) -> None:
+        """Schema 5's retention and erasure (DESIGN §6i), idempotent steps (so they
+        compose with the branch steps to 5): the conversations table's ``owner``,
+        ``expires_at`` (the server's clock; NULL: never) and ``retained`` (the
+        conversation's own setting, which appends do not move) columns and their
+        indexes; the ``_secret`` table and its one row (32 random bytes made here, the
+        tombstones' HMAC key); the ``_tombstones`` table; every earlier argument list
+        of the functions dropped (the functions created next take the head fence and
+        the owner, the tombstone and the retention, ``_acquire_view`` and
+        ``_move_head`` the tombstone)."""
+        for statement in self._sql.upgrade_erasure:
+            await conn.execute(statement)
+        await conn.execute(self._sql.create_secret, new_secret())
+
+    async def _read_secret(self, conn: Any) -> None:
+        secret = await conn.fetchval(self._sql.secret)
+        if not isinstance(secret, bytes) or len(secret) != 32:
+            raise StoreError(
+                f"PostgreSQL table prefix {self.table_prefix!r} has no store secret (a row of "
+                f"{self._sql.secret_table}, written with the schema, needed by erase): "
+                "restore it from a backup"
+            )
+        self._secret = secret
+
     async def read_view(self, conversation_id: str) -> HistoryView:
         """The conversation's head path (messages, length, head) and closure from one
         statement (a consistent snapshot; a conversation that has branched: a second
@@ -543,14 +599,19 @@ class PostgresStore(RecordStore):
         raises ``StoreError``."""
         cid = ConversationID(conversation_id)
         sql = self._sql
+        mark = tombstone(self._secret, cid)
 
-        async def read(conn: Any) -> list[Any]:
+        async def read(conn: Any) -> list[Any] | None:
             rows = list(await conn.fetch(sql.view, cid))
-            if rows and rows[0][5]:  # branched: the walk from the head
+            if rows and rows[0][5]:  # branched (and open): the walk from the head
                 rows = list(await conn.fetch(sql.view_path, cid))
+            if not rows and await conn.fetchval(sql.erased, mark):
+                return None  # erased: closed for ever
             return rows
 
         rows = await self._with_connection(read, f"read of conversation {str(cid)!r}")
+        if rows is None:
+            return HistoryView((), 0, True)
         if not rows:
             return HistoryView((), 0)
         records = [(r[2], r[3], r[4]) for r in rows if r[2] is not None]
@@ -569,13 +630,21 @@ class PostgresStore(RecordStore):
         return decode(cid, ((r[0], r[1], r[2]) for r in rows), self._cache)
 
     async def _read_tree(self, cid: ConversationID) -> HistoryTree:
-        # One statement: the conversation row and every batch, in seq order.
-        sql = self._sql.tree
+        # One statement: the conversation row and every batch, in seq order (nothing of
+        # a closed or expired one); an id without a row: its tombstone checked (erased:
+        # closed).
+        sql = self._sql
+        mark = tombstone(self._secret, cid)
 
-        async def read(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql, cid))
+        async def read(conn: Any) -> list[Any] | None:
+            rows = list(await conn.fetch(sql.tree, cid))
+            if not rows and await conn.fetchval(sql.erased, mark):
+                return None
+            return rows
 
         rows = await self._with_connection(read, f"tree read of conversation {str(cid)!r}")
+        if rows is None:
+            return tree_of(cid, True, None, (), self._cache)
         if not rows:
             return HistoryTree((), (), ())
         batches = [tuple(r[2:]) for r in rows if r[2] is not None]
@@ -590,12 +659,13 @@ class PostgresStore(RecordStore):
         # head already at the target (the first attempt committed before its reply was
         # lost) answers the move instead of the fence's refusal.
         sql = self._sql.move_head
+        mark = tombstone(self._secret, cid)
         attempts = 0
 
         async def move(conn: Any) -> str:
             nonlocal attempts
             attempts += 1
-            answer = str(await conn.fetchval(sql, cid, head, expected_head, move_id))
+            answer = str(await conn.fetchval(sql, cid, head, expected_head, move_id, mark))
             if attempts > 1 and move_id is None and answer.startswith("changed:"):
                 length, _, actual = answer.removeprefix("changed:").partition(":")
                 if actual == head:
@@ -631,7 +701,7 @@ class PostgresStore(RecordStore):
         rows = await self._with_connection(page, f"scan of conversation {raw_id!r}")
         return [(r[0], r[1], r[2], r[3], "") for r in rows]
 
-    async def _write(self, batch: Batch, holder: str | None) -> str:
+    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> str:
         """One append (``holder`` None) or commit_turn (a holder: the commit_turn
         function, which also releases the holder's lease when the append landed or was a
         retry).
@@ -647,7 +717,16 @@ class PostgresStore(RecordStore):
         cid = str(batch.conversation_id)
         what = f"append to conversation {cid!r}"
         row = (str(batch.id), batch.digest, batch.encoded_messages, len(batch.messages))
-        args = (cid, *row, batch.expected_length, batch.expected_head)
+        mark = tombstone(self._secret, cid)
+        args = (
+            cid,
+            *row,
+            batch.expected_length,
+            batch.expected_head,
+            owner,
+            mark,
+            self._retention,
+        )
         if holder is not None:
             sql = self._sql.commit_turn
 
@@ -658,7 +737,7 @@ class PostgresStore(RecordStore):
         queue = self._appending.get(cid)
         if queue is not None:  # one in flight: wait for the next group
             waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            queue.append(((*row, batch.expected_length, batch.expected_head), waiter))
+            queue.append(((*row, batch.expected_length, batch.expected_head, owner), waiter))
             return await self._settled(waiter)
         self._appending[cid] = queue = []
         sql = self._sql.append
@@ -682,6 +761,7 @@ class PostgresStore(RecordStore):
         """Send the appends queued on ``cid`` in groups (see ``_write``) until none is
         left; each waiter gets its own outcome, or the group's error."""
         sql = self._sql.append_group
+        tail = (tombstone(self._secret, cid), self._retention)
         group: list[tuple[tuple[Any, ...], asyncio.Future[str]]] = []
         try:
             while queue:
@@ -692,7 +772,7 @@ class PostgresStore(RecordStore):
                 ]
 
                 async def append(conn: Any, columns: list[list[Any]] = columns) -> list[str]:
-                    return [str(r[0]) for r in await conn.fetch(sql, cid, *columns)]
+                    return [str(r[0]) for r in await conn.fetch(sql, cid, *columns, *tail)]
 
                 try:
                     outcomes = await self._with_connection(append, what, settle=True)
@@ -729,13 +809,17 @@ class PostgresStore(RecordStore):
             raise
 
     async def _clear(self, cid: ConversationID) -> None:
-        close, delete, moves = self._sql.close, self._sql.delete, self._sql.delete_moves
+        sql = self._sql
+        mark = tombstone(self._secret, cid)
 
         async def clear(conn: Any) -> None:
             async with conn.transaction():
-                await conn.execute(close, cid)
-                await conn.execute(delete, cid)
-                await conn.execute(moves, cid)
+                await conn.execute(sql.close, cid)
+                await conn.execute(sql.delete, cid)
+                await conn.execute(sql.delete_moves, cid)
+                # An erased id keeps no row (its tombstone is its closure); read after the
+                # row lock, so an erase that committed meanwhile is seen.
+                await conn.execute(sql.forget_erased, cid, mark)
 
         await self._with_connection(clear, f"clear of conversation {str(cid)!r}", settle=True)
 
@@ -755,9 +839,10 @@ class PostgresStore(RecordStore):
         # One call of the _acquire_view function, one transaction (append_release_turn:
         # the _commit_turn function).
         sql = self._sql.acquire_view
+        mark = tombstone(self._secret, cid)
 
         async def acquire_view(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql, cid, holder, ttl))
+            return list(await conn.fetch(sql, cid, holder, ttl, mark))
 
         rows = await self._with_connection(
             acquire_view, f"lease and read of conversation {str(cid)!r}", settle=True
@@ -777,15 +862,118 @@ class PostgresStore(RecordStore):
             release, f"lease release of conversation {str(cid)!r}", settle=True
         )
 
-    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+    async def _list(
+        self, after: ConversationID | None, limit: int | None, owner: str | None
+    ) -> list[Any]:
         sql = self._sql
 
         async def conversations(conn: Any) -> list[Any]:
+            if owner is not None:
+                return [row[0] for row in await conn.fetch(sql.owned_open, owner, after, limit)]
             if after is None:
                 return [row[0] for row in await conn.fetch(sql.conversations, limit)]
             return [row[0] for row in await conn.fetch(sql.conversations_after, after, limit)]
 
         return await self._with_connection(conversations, "listing of conversations")
+
+    # -- retention and erasure (DESIGN §6i) -------------------------------------------
+
+    async def _retain(self, cid: ConversationID, until: float | None) -> bool:
+        # One transaction: the row locked (created for an id never written), the
+        # tombstone read after the lock, then the setting.
+        sql = self._sql
+        mark = tombstone(self._secret, cid)
+
+        async def retain(conn: Any) -> bool:
+            async with conn.transaction():
+                await conn.execute(sql.ensure_row, cid)
+                closed = await conn.fetchval(sql.lock_row, cid)
+                if await conn.fetchval(sql.erased, mark):
+                    await conn.execute(sql.delete_row, cid)
+                    return False
+                if closed:
+                    return False
+                await conn.execute(sql.retain, cid, until)
+                return True
+
+        return await self._with_connection(
+            retain, f"retention of conversation {str(cid)!r}", settle=True
+        )
+
+    async def _expire_page(self, now: float | None, limit: int) -> list[ConversationID]:
+        # One transaction: the due rows locked first, then (fresh snapshots, so every
+        # committed batch is seen) their batches (every branch), leases and move records
+        # deleted, the rows closed.
+        sql = self._sql
+
+        async def expire(conn: Any) -> list[Any]:
+            async with conn.transaction():
+                ids = [row[0] for row in await conn.fetch(sql.due, now, limit)]
+                if ids:
+                    await conn.execute(sql.expire_batches, ids)
+                    await conn.execute(sql.expire_leases, ids)
+                    await conn.execute(sql.expire_moves, ids)
+                    await conn.execute(sql.expire_rows, ids)
+                return ids
+
+        ids = await self._with_connection(expire, "expiry of conversations", settle=True)
+        return [ConversationID(cid) for cid in ids]
+
+    async def _erase(
+        self, cid: ConversationID, mark: str
+    ) -> tuple[list[tuple[Any, str, int]], float]:
+        # One transaction. The row is created or locked first (an INSERT waits for an
+        # append creating it), so no append lands around the deletes; an append or
+        # retain that creates the row after this commits finds the tombstone. Every
+        # branch's batches and the move records go with the row.
+        sql = self._sql
+
+        async def erase(conn: Any) -> tuple[list[tuple[Any, str, int]], float]:
+            async with conn.transaction():
+                await conn.execute(sql.ensure_row, cid)
+                await conn.fetchval(sql.lock_row, cid)
+                records = [tuple(r) for r in await conn.fetch(sql.erase_batches, cid)]
+                await conn.execute(sql.erase_leases, cid)
+                await conn.execute(sql.delete_moves, cid)
+                await conn.execute(sql.delete_row, cid)
+                erased_at = await conn.fetchval(sql.write_tombstone, mark)
+                return records, float(erased_at)
+
+        return await self._with_connection(
+            erase, f"erasure of conversation {str(cid)!r}", settle=True
+        )
+
+    async def _owned(self, owner: str, limit: int) -> list[ConversationID]:
+        sql = self._sql.owned
+
+        async def owned(conn: Any) -> list[Any]:
+            return [row[0] for row in await conn.fetch(sql, owner, limit)]
+
+        ids = await self._with_connection(owned, "listing by owner")
+        return [ConversationID(cid) for cid in ids]
+
+    async def _erasure_problems(self, mark: str) -> list[str]:
+        # Every id stored in every table holding one, in keyset pages, hashed here.
+        sql = self._sql
+        secret = self._secret
+
+        async def problems(conn: Any) -> list[str]:
+            found: list[str] = []
+            if not await conn.fetchval(sql.erased, mark):
+                found.append(f"no tombstone {mark} in this store")
+            for where, page in sql.id_pages:
+                last = None
+                while True:
+                    ids = [row[0] for row in await conn.fetch(page, last)]
+                    if any(tombstone(secret, str(cid)) == mark for cid in ids):
+                        found.append(f"a conversation id hashing to the tombstone is in {where}")
+                        break
+                    if len(ids) < _ID_PAGE:
+                        break
+                    last = ids[-1]
+            return found
+
+        return await self._with_connection(problems, "check of an erasure")
 
 
 async def _wait_through_cancellation(task: asyncio.Future[Any], bound: float | None) -> None:
@@ -820,26 +1008,47 @@ class _Statements:
         "conversations",
         "conversations_after",
         "conversations_table",
+        "create_secret",
         "delete",
         "delete_moves",
+        "delete_row",
+        "due",
+        "ensure_row",
+        "erase_batches",
+        "erase_leases",
+        "erased",
+        "expire_batches",
+        "expire_leases",
+        "expire_moves",
+        "expire_rows",
+        "forget_erased",
         "functions",
+        "id_pages",
+        "lock_row",
         "move_head",
+        "owned",
+        "owned_open",
         "read",
         "read_path",
         "release",
+        "retain",
         "scan_ids",
         "scan_ids_first",
         "scan_records",
         "scan_records_first",
         "schema",
         "schema_table",
+        "secret",
+        "secret_table",
         "set_version",
         "tree",
         "upgrade_branches",
+        "upgrade_erasure",
         "upgrade_from_1",
         "version",
         "view",
         "view_path",
+        "write_tombstone",
     )
 
     def __init__(self, prefix: str) -> None:
@@ -852,6 +1061,16 @@ class _Statements:
         commit_turn = f'"{prefix}_commit_turn"'
         moves = f'"{prefix}_moves"'
         move_head = f'"{prefix}_move_head"'
+        secret = f'"{prefix}_secret"'
+        tombstones = f'"{prefix}_tombstones"'
+
+        def expired(alias: str) -> str:
+            """Whether the conversation row ``alias`` has expired by the server's clock."""
+            return f"COALESCE({alias}.expires_at <= clock_timestamp(), FALSE)"
+
+        # Closed, or expired by the server's clock (DESIGN §6i: expiry is closure).
+        shut = f"(c.closed OR {expired('c')})"
+        self.secret_table = secret
         # A lease is the holder's when it was free, expired, or already the holder's
         # (a renewal); the upsert locks the row, so two acquires never both win.
         take_lease = (
@@ -895,6 +1114,7 @@ class _Statements:
         # functions of version 4 (no head fence) are dropped: a process still running
         # the old version then fails its appends instead of writing rows without a
         # parent.
+        v4_append = "TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT"
         self.upgrade_branches = (
             f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS head BIGINT",
             f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS branched BOOLEAN NOT NULL DEFAULT FALSE",
@@ -917,8 +1137,8 @@ class _Statements:
             "WINDOW w AS (PARTITION BY conversation_id ORDER BY seq)) s "
             "WHERE b.conversation_id = s.conversation_id AND b.seq = s.seq "
             "AND b.path_length IS NULL",
-            f"DROP FUNCTION IF EXISTS {fn}(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT)",
-            f"DROP FUNCTION IF EXISTS {commit_turn}(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT)",
+            f"DROP FUNCTION IF EXISTS {fn}({v4_append})",
+            f"DROP FUNCTION IF EXISTS {commit_turn}({v4_append}, TEXT)",
         )
 
         # Reads. A conversation that never branched (its head was never moved) has every
@@ -929,53 +1149,73 @@ class _Statements:
         # its reader runs ``read_path`` / ``view_path`` instead: the seqs of the head
         # path, walking parents up from the head (``cid``: the conversation id's
         # parameter). The flag never goes back, so the second statement sees a
-        # conversation that has branched too (a later snapshot, as consistent).
+        # conversation that has branched too (a later snapshot, as consistent). A
+        # closed or expired conversation reads no batch (expired: until expire()
+        # deletes them).
         def path(cid: str) -> str:
             return (
                 "WITH RECURSIVE path(seq) AS ("
                 f"SELECT h.head FROM {conv} h WHERE h.id = {cid} AND h.head IS NOT NULL "
+                f"AND NOT h.closed AND NOT {expired('h')} "
                 f"UNION ALL SELECT p.parent FROM path JOIN {batches} p "
                 f"ON p.conversation_id = {cid} AND p.seq = path.seq WHERE p.parent IS NOT NULL) "
             )
 
         def view(cid: str, held: str, flag: str) -> str:
             return (
-                f"SELECT {held}c.closed, c.length, b.append_id, b.digest, b.messages{flag} "
+                f"SELECT {held}{shut}, c.length, b.append_id, b.digest, b.messages{flag} "
                 f"FROM {conv} c LEFT JOIN {batches} b ON b.conversation_id = "
-                "CASE WHEN NOT c.closed AND NOT c.branched THEN c.id END "
+                f"CASE WHEN NOT {shut} AND NOT c.branched THEN c.id END "
                 f"WHERE c.id = {cid} ORDER BY b.seq"
             )
 
         def view_path(cid: str, held: str) -> str:
             return (
-                f"{path(cid)}SELECT {held}c.closed, c.length, b.append_id, b.digest, "
+                f"{path(cid)}SELECT {held}{shut}, c.length, b.append_id, b.digest, "
                 f"b.messages FROM {conv} c LEFT JOIN {batches} b "
-                "ON b.conversation_id = c.id AND NOT c.closed "
+                f"ON b.conversation_id = c.id AND NOT {shut} "
                 "AND b.seq IN (SELECT path.seq FROM path) "
                 f"WHERE c.id = {cid} ORDER BY b.seq"
             )
 
+        # The conversation row of p_cid locked (created when missing: an id created so
+        # is checked for its tombstone, read after the row lock so an erase that
+        # committed meanwhile is seen, and removed again when erased). v_closed: closed
+        # or expired.
+        lock_conversation = (
+            f"  SELECT {shut}, c.length, c.head INTO v_closed, v_length, v_head FROM {conv} c\n"
+            "    WHERE c.id = p_cid FOR UPDATE;\n"
+            "  IF NOT FOUND THEN\n"
+            f"    INSERT INTO {conv} (id) VALUES (p_cid) ON CONFLICT (id) DO NOTHING;\n"
+            f"    SELECT {shut}, c.length, c.head INTO v_closed, v_length, v_head FROM {conv} c\n"
+            "      WHERE c.id = p_cid FOR UPDATE;\n"
+            f"    IF EXISTS (SELECT 1 FROM {tombstones} t WHERE t.tombstone = p_tombstone) THEN\n"
+            f"      DELETE FROM {conv} WHERE id = p_cid;\n"
+            "      RETURN 'closed';\n"
+            "    END IF;\n"
+            "  END IF;\n"
+            "  IF v_closed THEN RETURN 'closed'; END IF;\n"
+        )
+        # One definition of each function (the upgrade drops every earlier argument
+        # list, see upgrade_erasure).
         self.functions = (
             # Runs as one statement, so one transaction; plpgsql takes a fresh snapshot per
             # statement, so the reads after the row lock see every committed batch. The
-            # order of the checks is DESIGN §6b's: closed, dedupe record (across every
-            # branch), fence (the head path's length and the head); the batch's parent
-            # is the head, its path length the head path's plus its own.
+            # order of the checks is DESIGN §6b's: closed (cleared, expired or erased),
+            # dedupe record (across every branch), fence (the head path's length and the
+            # head); the batch's parent is the head, its path length the head path's plus
+            # its own. The first batch of the conversation records p_owner; an inserted
+            # batch moves the expiry by p_retention seconds (NULL: none) unless the
+            # conversation has its own (retained).
             f"CREATE OR REPLACE FUNCTION {fn}("
             "p_cid TEXT, p_aid TEXT, p_digest TEXT, p_messages BYTEA, p_count BIGINT, "
-            "p_expected BIGINT, p_expected_head TEXT) "
+            "p_expected BIGINT, p_expected_head TEXT, p_owner TEXT, p_tombstone TEXT, "
+            "p_retention FLOAT8) "
             "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
             "DECLARE v_closed BOOLEAN; v_length BIGINT; v_head BIGINT; v_digest TEXT;\n"
             "  v_head_id TEXT := ''; v_seq BIGINT;\n"
             "BEGIN\n"
-            f"  SELECT c.closed, c.length, c.head INTO v_closed, v_length, v_head FROM {conv} c\n"
-            "    WHERE c.id = p_cid FOR UPDATE;\n"
-            "  IF NOT FOUND THEN\n"
-            f"    INSERT INTO {conv} (id) VALUES (p_cid) ON CONFLICT (id) DO NOTHING;\n"
-            f"    SELECT c.closed, c.length, c.head INTO v_closed, v_length, v_head FROM {conv} c\n"
-            "      WHERE c.id = p_cid FOR UPDATE;\n"
-            "  END IF;\n"
-            "  IF v_closed THEN RETURN 'closed'; END IF;\n"
+            f"{lock_conversation}"
             f"  SELECT b.digest INTO v_digest FROM {batches} b\n"
             "    WHERE b.conversation_id = p_cid AND b.append_id = p_aid;\n"
             "  IF FOUND THEN RETURN 'accepted:' || v_digest; END IF;\n"
@@ -993,7 +1233,11 @@ class _Statements:
             "      parent, created, path_length)\n"
             "    VALUES (p_cid, v_seq, p_aid, p_digest, p_messages, v_head, clock_timestamp(),\n"
             "      v_length + p_count);\n"
-            f"  UPDATE {conv} SET length = v_length + p_count, head = v_seq WHERE id = p_cid;\n"
+            f"  UPDATE {conv} SET length = v_length + p_count, head = v_seq,\n"
+            "    owner = CASE WHEN v_seq = 1 THEN COALESCE(owner, p_owner) ELSE owner END,\n"
+            "    expires_at = CASE WHEN retained OR p_retention IS NULL THEN expires_at\n"
+            "      ELSE clock_timestamp() + p_retention * interval '1 second' END\n"
+            "    WHERE id = p_cid;\n"
             "  RETURN 'inserted';\n"
             "END\n"
             "$fn$",
@@ -1007,8 +1251,11 @@ class _Statements:
             # Its transaction writes only the lease, and commits without waiting for
             # the WAL flush (synchronous_commit off, for this transaction only): a
             # lease is not history, and the flush was most of the step's cost.
+            # Version 5: the head path (a walk from the head once the conversation has
+            # branched); expired is closed, and an unknown id closed when its tombstone
+            # (p_tombstone) is stored.
             f"CREATE OR REPLACE FUNCTION {acquire_view}("
-            "p_cid TEXT, p_holder TEXT, p_ttl FLOAT8) "
+            "p_cid TEXT, p_holder TEXT, p_ttl FLOAT8, p_tombstone TEXT) "
             "RETURNS TABLE (r_held BOOLEAN, r_closed BOOLEAN, r_length BIGINT, "
             "r_append_id TEXT, r_digest TEXT, r_messages BYTEA) "
             "LANGUAGE plpgsql AS $fn$\n"
@@ -1022,14 +1269,15 @@ class _Statements:
             "      NULL::BYTEA;\n"
             "    RETURN;\n"
             "  END IF;\n"
-            "  IF (SELECT c.branched FROM " + conv + " c WHERE c.id = p_cid) THEN\n"
+            f"  IF (SELECT c.branched AND NOT {shut} FROM {conv} c WHERE c.id = p_cid) THEN\n"
             f"    RETURN QUERY {view_path('p_cid', 'TRUE, ')};\n"
             "  ELSE\n"
             f"    RETURN QUERY {view('p_cid', 'TRUE, ', '')};\n"
             "  END IF;\n"
             "  IF NOT FOUND THEN\n"
-            "    RETURN QUERY SELECT TRUE, FALSE, 0::BIGINT, NULL::TEXT, NULL::TEXT,\n"
-            "      NULL::BYTEA;\n"
+            "    RETURN QUERY SELECT TRUE,\n"
+            f"      EXISTS (SELECT 1 FROM {tombstones} t WHERE t.tombstone = p_tombstone),\n"
+            "      0::BIGINT, NULL::TEXT, NULL::TEXT, NULL::BYTEA;\n"
             "  END IF;\n"
             "END\n"
             "$fn$",
@@ -1040,12 +1288,13 @@ class _Statements:
             # an update of the unindexed expiry is a heap-only update.
             f"CREATE OR REPLACE FUNCTION {commit_turn}("
             "p_cid TEXT, p_aid TEXT, p_digest TEXT, p_messages BYTEA, p_count BIGINT, "
-            "p_expected BIGINT, p_expected_head TEXT, p_holder TEXT) "
+            "p_expected BIGINT, p_expected_head TEXT, p_owner TEXT, p_tombstone TEXT, "
+            "p_retention FLOAT8, p_holder TEXT) "
             "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
             "DECLARE v_outcome TEXT;\n"
             "BEGIN\n"
             f"  v_outcome := {fn}(p_cid, p_aid, p_digest, p_messages, p_count, p_expected,\n"
-            "    p_expected_head);\n"
+            "    p_expected_head, p_owner, p_tombstone, p_retention);\n"
             "  IF v_outcome = 'inserted' OR v_outcome = 'accepted:' || p_digest THEN\n"
             f"    UPDATE {leases} SET expires = '-infinity'\n"
             "      WHERE conversation_id = p_cid AND holder = p_holder;\n"
@@ -1053,23 +1302,17 @@ class _Statements:
             "  RETURN v_outcome;\n"
             "END\n"
             "$fn$",
-            # Version 5: move_head, one transaction: the row lock, closure, the move
-            # record, the fence, the target, the move (the target's seq and its stored
-            # path length: no messages read), the move record.
+            # Version 5: move_head, one transaction: the row lock, closure (cleared,
+            # expired, or erased: p_tombstone), the move record, the fence, the target,
+            # the move (the target's seq and its stored path length: no messages read),
+            # the move record. A move does not change the expiry (not an append).
             f"CREATE OR REPLACE FUNCTION {move_head}("
-            "p_cid TEXT, p_head TEXT, p_expected TEXT, p_move TEXT) "
+            "p_cid TEXT, p_head TEXT, p_expected TEXT, p_move TEXT, p_tombstone TEXT) "
             "RETURNS TEXT LANGUAGE plpgsql AS $fn$\n"
             "DECLARE v_closed BOOLEAN; v_length BIGINT; v_head BIGINT; v_current TEXT := '';\n"
             "  v_recorded TEXT; v_seq BIGINT; v_new BIGINT := 0;\n"
             "BEGIN\n"
-            f"  SELECT c.closed, c.length, c.head INTO v_closed, v_length, v_head FROM {conv} c\n"
-            "    WHERE c.id = p_cid FOR UPDATE;\n"
-            "  IF NOT FOUND THEN\n"
-            f"    INSERT INTO {conv} (id) VALUES (p_cid) ON CONFLICT (id) DO NOTHING;\n"
-            f"    SELECT c.closed, c.length, c.head INTO v_closed, v_length, v_head FROM {conv} c\n"
-            "      WHERE c.id = p_cid FOR UPDATE;\n"
-            "  END IF;\n"
-            "  IF v_closed THEN RETURN 'closed'; END IF;\n"
+            f"{lock_conversation}"
             "  IF p_move IS NOT NULL THEN\n"
             f"    SELECT m.head INTO v_recorded FROM {moves} m\n"
             "      WHERE m.conversation_id = p_cid AND m.move_id = p_move;\n"
@@ -1121,31 +1364,33 @@ class _Statements:
             f"INSERT INTO {schema} (id, version) VALUES (1, $1) "
             "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version"
         )
-        self.append = f"SELECT {fn}($1, $2, $3, $4, $5, $6, $7)"
+        self.append = f"SELECT {fn}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
         # Group commit (PostgresStore._write): the append function once per batch, in
         # the arrays' order (a function scan returns its rows in order and the select
         # list runs once per row, each call seeing the ones before it), one statement.
         self.append_group = (
-            f"SELECT {fn}($1, a.aid, a.digest, a.messages, a.count, a.expected, a.head) FROM "
+            f"SELECT {fn}($1, a.aid, a.digest, a.messages, a.count, a.expected, a.head, "
+            "a.owner, $9, $10) FROM "
             "unnest($2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::bigint[], "
-            "$7::text[]) AS a(aid, digest, messages, count, expected, head)"
+            "$7::text[], $8::text[]) AS a(aid, digest, messages, count, expected, head, owner)"
         )
-        self.commit_turn = f"SELECT {commit_turn}($1, $2, $3, $4, $5, $6, $7, $8)"
-        self.move_head = f"SELECT {move_head}($1, $2, $3, $4)"
-        self.acquire_view = f"SELECT * FROM {acquire_view}($1, $2, $3)"
+        self.commit_turn = f"SELECT {commit_turn}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        self.move_head = f"SELECT {move_head}($1, $2, $3, $4, $5)"
+        self.acquire_view = f"SELECT * FROM {acquire_view}($1, $2, $3, $4)"
+        # Nothing of an expired conversation (until expire()) is read.
         self.read = (
             f"SELECT append_id, digest, messages FROM {batches} WHERE conversation_id = "
-            f"(SELECT CASE WHEN h.branched THEN NULL ELSE h.id END FROM {conv} h "
-            "WHERE h.id = $1) ORDER BY seq"
+            f"(SELECT CASE WHEN h.branched OR {expired('h')} THEN NULL ELSE h.id END "
+            f"FROM {conv} h WHERE h.id = $1) ORDER BY seq"
         )
         self.read_path = (
             f"{path('$1')}SELECT b.append_id, b.digest, b.messages FROM path JOIN {batches} b "
             "ON b.conversation_id = $1 AND b.seq = path.seq ORDER BY b.seq"
         )
         self.tree = (
-            "SELECT c.closed, c.head, b.seq, b.parent, "
+            f"SELECT {shut}, c.head, b.seq, b.parent, "
             "extract(epoch FROM b.created)::float8, b.append_id, b.digest, b.messages "
-            f"FROM {conv} c LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT c.closed "
+            f"FROM {conv} c LEFT JOIN {batches} b ON b.conversation_id = c.id AND NOT {shut} "
             "WHERE c.id = $1 ORDER BY b.seq"
         )
         # scan_records: keyset pages over the primary key (conversation_id, seq).
@@ -1164,11 +1409,12 @@ class _Statements:
             f"SELECT seq, append_id, digest, messages FROM {batches} "
             "WHERE conversation_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
         )
-        self.view = view("$1", "", ", c.branched")
+        # The last column: the head path is a walk (branched, and open).
+        self.view = view("$1", "", f", c.branched AND NOT {shut}")
         self.view_path = view_path("$1", "")
         self.close = (
             f"INSERT INTO {conv} (id, closed) VALUES ($1, TRUE) "
-            "ON CONFLICT (id) DO UPDATE SET closed = TRUE"
+            "ON CONFLICT (id) DO UPDATE SET closed = TRUE, expires_at = NULL, retained = FALSE"
         )
         self.delete = f"DELETE FROM {batches} WHERE conversation_id = $1"
         self.delete_moves = f"DELETE FROM {moves} WHERE conversation_id = $1"
@@ -1179,16 +1425,100 @@ class _Statements:
             "RETURNING expires) SELECT COALESCE(bool_or(expires > clock_timestamp()), FALSE) "
             "FROM gone"
         )
-        # A row whose fenced append was refused holds no batch (length 0, never
-        # branched): not listed; one rewound to its start (length 0) still holds its
-        # batches (it has branched): listed.
+        # Listed: open, unexpired, holding a batch. A row whose fenced append was
+        # refused holds no batch (length 0, never branched): not listed; one rewound to
+        # its start (length 0) still holds its batches (it has branched): listed.
         # Keyset pages: $1 the last id of the previous page (NULL: from the first), $2
         # the page size (NULL: no limit).
-        self.conversations = (
-            f"SELECT id FROM {conv} WHERE NOT closed AND (length > 0 OR branched) "
-            "ORDER BY id LIMIT $1::bigint"
+        listed = (
+            "NOT closed AND (length > 0 OR branched) "
+            "AND NOT COALESCE(expires_at <= clock_timestamp(), FALSE)"
         )
+        self.conversations = f"SELECT id FROM {conv} WHERE {listed} ORDER BY id LIMIT $1::bigint"
         self.conversations_after = (
-            f"SELECT id FROM {conv} WHERE NOT closed AND (length > 0 OR branched) AND id > $1 "
-            "ORDER BY id LIMIT $2::bigint"
+            f"SELECT id FROM {conv} WHERE {listed} AND id > $1 ORDER BY id LIMIT $2::bigint"
+        )
+        # -- version 5: retention and erasure (DESIGN §6i) ------------------------------
+        # Every argument list the functions had before this one (version 4's, and the
+        # version 5 lists of the branch-only and erasure-only development lines: a
+        # function with one name has one definition, so GRANT EXECUTE names one).
+        earlier = (
+            f"{fn}({v4_append})",
+            f"{fn}({v4_append}, TEXT)",
+            f"{fn}({v4_append}, TEXT, TEXT, FLOAT8)",
+            f"{commit_turn}({v4_append}, TEXT)",
+            f"{commit_turn}({v4_append}, TEXT, TEXT)",
+            f"{commit_turn}({v4_append}, TEXT, TEXT, FLOAT8, TEXT)",
+            f"{acquire_view}(TEXT, TEXT, FLOAT8)",
+            f"{move_head}(TEXT, TEXT, TEXT, TEXT)",
+        )
+        self.upgrade_erasure = (
+            f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS owner TEXT",
+            f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS expires_at TIMESTAMPTZ",
+            f"ALTER TABLE {conv} ADD COLUMN IF NOT EXISTS retained BOOLEAN NOT NULL DEFAULT FALSE",
+            f'CREATE INDEX IF NOT EXISTS "{prefix}_owners" ON {conv} (owner, id) '
+            "WHERE owner IS NOT NULL",
+            f'CREATE INDEX IF NOT EXISTS "{prefix}_expiry" ON {conv} (expires_at) '
+            "WHERE expires_at IS NOT NULL",
+            f"CREATE TABLE IF NOT EXISTS {secret} ("
+            "id INT PRIMARY KEY CHECK (id = 1), secret BYTEA NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {tombstones} ("
+            'tombstone TEXT COLLATE "C" PRIMARY KEY, erased_at TIMESTAMPTZ NOT NULL)',
+            *(f"DROP FUNCTION IF EXISTS {signature}" for signature in earlier),
+        )
+        self.create_secret = (
+            f"INSERT INTO {secret} (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING"
+        )
+        self.secret = f"SELECT secret FROM {secret} WHERE id = 1"
+        self.erased = f"SELECT EXISTS (SELECT 1 FROM {tombstones} WHERE tombstone = $1)"
+        self.forget_erased = (
+            f"DELETE FROM {conv} WHERE id = $1 AND "
+            f"EXISTS (SELECT 1 FROM {tombstones} WHERE tombstone = $2)"
+        )
+        self.owned_open = (
+            f"SELECT id FROM {conv} WHERE {listed} AND owner = $1 "
+            "AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3::bigint"
+        )
+        self.owned = f"SELECT id FROM {conv} WHERE owner = $1 ORDER BY id LIMIT $2::bigint"
+        self.ensure_row = f"INSERT INTO {conv} (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
+        self.lock_row = f"SELECT {shut} FROM {conv} c WHERE c.id = $1 FOR UPDATE"
+        self.delete_row = f"DELETE FROM {conv} WHERE id = $1"
+        self.retain = (
+            f"UPDATE {conv} SET retained = TRUE, expires_at = to_timestamp($2::float8) "
+            "WHERE id = $1"
+        )
+        self.due = (
+            f"SELECT id FROM {conv} WHERE NOT closed AND expires_at <= "
+            "COALESCE(to_timestamp($1::float8), clock_timestamp()) "
+            "ORDER BY expires_at LIMIT $2::bigint FOR UPDATE"
+        )
+        self.expire_batches = f"DELETE FROM {batches} WHERE conversation_id = ANY($1::text[])"
+        self.expire_leases = f"DELETE FROM {leases} WHERE conversation_id = ANY($1::text[])"
+        self.expire_moves = f"DELETE FROM {moves} WHERE conversation_id = ANY($1::text[])"
+        self.expire_rows = (
+            f"UPDATE {conv} SET closed = TRUE, expires_at = NULL, retained = FALSE "
+            "WHERE id = ANY($1::text[])"
+        )
+        self.erase_batches = (
+            f"DELETE FROM {batches} WHERE conversation_id = $1 "
+            "RETURNING seq, digest, octet_length(messages)"
+        )
+        self.erase_leases = f"DELETE FROM {leases} WHERE conversation_id = $1"
+        self.write_tombstone = (
+            f"INSERT INTO {tombstones} (tombstone, erased_at) VALUES ($1, clock_timestamp()) "
+            "ON CONFLICT (tombstone) DO UPDATE SET erased_at = EXCLUDED.erased_at "
+            "RETURNING extract(epoch FROM erased_at)::float8"
+        )
+        self.id_pages = tuple(
+            (
+                where,
+                f"SELECT DISTINCT {column} FROM {table} WHERE $1::text IS NULL OR {column} > $1 "
+                f"ORDER BY {column} LIMIT {_ID_PAGE}",
+            )
+            for where, table, column in (
+                ("the conversations table", conv, "id"),
+                ("the batches table", batches, "conversation_id"),
+                ("the leases table", leases, "conversation_id"),
+                ("the moves table", moves, "conversation_id"),
+            )
         )

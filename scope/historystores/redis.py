@@ -20,6 +20,12 @@ conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
     {P}:conversations   ZSET    the open conversations holding a batch, score 0 (lexical order)
     {{P}:conversations}:cleared  SET  Cluster only: every id a clear started on, in the
                                 listing's hash slot (the listing checks only these ids' closure)
+    {P}:{{H}}:meta      HASH    owner (the first append's), exp (Unix ms), retained ("1")
+    {P}:{{T}}:tombstones SET    the erased ids' tombstones of one hash slot (``T``: a
+                                short tag in the conversation's slot, naming no id)
+    {P}:secret          STRING  the store secret (the tombstones' HMAC key), SET NX at open
+    {{P}:conversations}:expiring   ZSET  id -> expiry (Unix ms): expire() and listings
+    {{P}:conversations}:owner:{O}  ZSET  an owner's conversations (``O``: hex of the owner)
 
 Branches (DESIGN §6h). A batch's tree record holds its parent's position (-1: it starts
 the conversation), the first position of the run of consecutive positions its path ends
@@ -38,10 +44,20 @@ lengths counted once with ``cjson``) by their first append or head move, inside 
 script (lazily: ``scope history migrate`` has nothing to do for Redis). A conversation
 written by scope 0.1 has no ``length`` key either; the same adoption records it.
 
+Retention and erasure (DESIGN §6i). A conversation with an expiry (``meta``'s ``exp``:
+the store's ``retention`` after its last append, or ``retain``'s) is closed from that
+moment by the server's clock in every script; its data keys (``batches``, ``ids``,
+``length``, ``tree``, ``nodes``, ``moves``) carry the same ``PEXPIREAT``, so Redis drops
+them itself, and ``expire()`` closes it and cleans what native expiry cannot (the
+indexes). ``erase`` deletes every key of the conversation, every branch's included, and
+adds its tombstone to its slot's tombstone set in one script; a tombstoned id is closed
+for ever.
+
 One conversation's keys share a hash slot, so its scripts also run on Redis Cluster.
-Every step on a conversation (append, clear, each read, ``read_tree``, ``move_head``,
-the lease steps) is one Lua script, atomic in Redis, run by its SHA1 (``EVALSHA``; loaded
-on ``NOSCRIPT``). The listing sorted set is
+Every step on a conversation (append, clear, each read, ``move_head``, the lease steps,
+``retain``, ``erase`` and each conversation ``expire`` removes) is one Lua script, atomic
+in Redis, run by its SHA1 (``EVALSHA``; loaded on ``NOSCRIPT``); ``read_tree`` is plain
+reads in one pipelined round trip (see ``RedisStore.read_tree``). The listing sorted set is
 maintained beside them, before the append script and after the clear script, and
 ``conversations()`` drops closed and empty ids from it, so the listing never shows a
 closed id and shows every acknowledged one (an id stored outside scope that is not a
@@ -52,7 +68,9 @@ store that must survive a server restart; ``RedisStore.open`` checks it.
 
 from __future__ import annotations
 
+import binascii
 import contextlib
+import datetime as _dt
 import functools
 import hashlib
 import math
@@ -78,6 +96,7 @@ from scope.history import (
     HistoryTree,
     HistoryView,
 )
+from scope.history.storekit import check_erase_limit, check_owner, check_retention, tombstone
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -109,6 +128,32 @@ T = TypeVar("T")
 
 _PREFIX: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,100}\Z")
 
+# The server's clock in Lua, in Unix milliseconds (expiry times are compared with it).
+_NOW_MS: Final = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+"""
+
+# Whether the conversation is closed: KEYS closed, meta (its owner, expiry and
+# retention flag), its slot's tombstone set; ARGV the id's tombstone. Expects _NOW_MS.
+# keep(meta, keys): the conversation's expiry (if it has one) on each of ``keys`` (keys
+# a script created or SET anew carry it too).
+_SHUT: Final = """
+local function shut(closed, meta, tombs, mark)
+  if redis.call('EXISTS', closed) == 1 then return true end
+  local exp = redis.call('HGET', meta, 'exp')
+  if exp and tonumber(exp) <= now then return true end
+  return redis.call('SISMEMBER', tombs, mark) == 1
+end
+local function keep(meta, keys)
+  local exp = redis.call('HGET', meta, 'exp')
+  if exp then
+    for _, key in ipairs(keys) do redis.call('PEXPIREAT', key, exp) end
+  end
+  return exp
+end
+"""
+
 # KEYS: tree, batches (the helpers below take key names as arguments, so each script
 # passes its own). A tree record (the ``tree`` hash, field = the batch's 0-based position
 # in ``batches``) is "<parent> <run start> <path length> <created> <append id>": the
@@ -139,13 +184,14 @@ local function head_of(tree)
 end
 """
 
-# KEYS: batches, length, tree, nodes. A conversation stored before branches (batches and
-# no head record) becomes one branch in place: each batch the parent of the next, the
-# head its last, each path length counted once (cjson); the head record is written last,
-# so an interrupted adoption is redone whole. Answers nil, or 'corrupt:<position>' for a
-# record it cannot count (then nothing is written).
+# KEYS: batches, length, tree, nodes, meta. A conversation stored before branches
+# (batches and no head record) becomes one branch in place: each batch the parent of
+# the next, the head its last, each path length counted once (cjson); the head record is
+# written last, so an interrupted adoption is redone whole. The keys it writes take the
+# conversation's expiry (``keep``, from _SHUT). Answers nil, or 'corrupt:<position>' for
+# a record it cannot count (then nothing is written).
 _ADOPT_LUA: Final = """
-local function adopt(batches, length, tree, nodes)
+local function adopt(batches, length, tree, nodes, meta)
   if redis.call('HEXISTS', tree, 'head') == 1 then return nil end
   local records = redis.call('LRANGE', batches, 0, -1)
   if #records == 0 then return nil end
@@ -164,8 +210,9 @@ local function adopt(batches, length, tree, nodes)
     redis.call('HSET', tree, i - 1, metas[i])
     redis.call('HSET', nodes, aids[i], i - 1)
   end
-  redis.call('SET', length, string.format('%d', n))
+  redis.call('SET', length, string.format('%d', n), 'KEEPTTL')
   redis.call('HSET', tree, 'head', #records - 1)
+  keep(meta, {tree, nodes, length})
   return nil
 end
 """
@@ -210,82 +257,114 @@ local function head_path(tree, batches)
 end
 """
 
-# KEYS: closed, ids, batches, length, tree, nodes[, listing]. ARGV: append id, digest,
-# record, message count, expected length ('' for no fence), '1' when fenced by head,
-# expected head[, listing member]. Checks first (closed, dedupe record, fence: DESIGN
-# §6b's order), then the one-time adoption of a pre-branch conversation (it changes no
+# KEYS: closed, ids, batches, length, tree, nodes, moves, meta, tombstones[, listing,
+# expiring[, owner's index]]. ARGV: append id, digest, record, message count, expected
+# length ('' for no fence), '1' when fenced by head, expected head, listing member, owner
+# ('' none), tombstone, retention in ms ('' none). Checks first (closed, expired or
+# erased; dedupe record across every branch; fence by length and head: DESIGN §6b's
+# order), then the one-time adoption of a pre-branch conversation (it changes no
 # answer), then the writes, so an error (or an out-of-memory refusal of the first write)
 # leaves no batch behind. The new batch's parent is the head, and it becomes the head: a
 # constant number of commands, linear history or branch. Lengths are compared as decimal
-# strings (no float). With a seventh key (one Redis, not Cluster: the listing is in
-# another hash slot there) an inserted batch lists its conversation in the same step.
+# strings (no float). The first batch records the owner; an inserted batch moves the
+# expiry by the retention unless the conversation has its own (meta's retained), and
+# every data key of the conversation expires natively then (PEXPIREAT). With the index
+# keys (one Redis, not Cluster: they are in another hash slot there) an inserted batch
+# lists its conversation (and its expiry, and its owner's index) in the same step.
 _APPEND: Final = f"""
+{_NOW_MS}
+{_SHUT}
 {_TREE_LUA}
 {_ADOPT_LUA}
-if redis.call('EXISTS', KEYS[1]) == 1 then return 'closed' end
+if shut(KEYS[1], KEYS[8], KEYS[9], ARGV[10]) then return 'closed' end
 local accepted = redis.call('HGET', KEYS[2], ARGV[1])
 if accepted then return 'accepted:' .. accepted end
-local problem = adopt(KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+local problem = adopt(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8])
 if problem then return problem end
 local head, start, length, aid = head_of(KEYS[5])
 if (ARGV[5] ~= '' and ARGV[5] ~= length) or (ARGV[6] == '1' and ARGV[7] ~= aid) then
   return 'changed:' .. length .. ':' .. aid
 end
-local now = redis.call('TIME')
+local first = redis.call('HLEN', KEYS[2]) == 0
 local index = redis.call('RPUSH', KEYS[3], ARGV[3]) - 1
 if head ~= index - 1 then start = index end
 local total = string.format('%d', tonumber(length) + tonumber(ARGV[4]))
-local created = now[1] .. '.' .. string.format('%06d', tonumber(now[2]))
+local created = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2]))
 redis.call('HSET', KEYS[5], index,
            string.format('%d %d ', head, start) .. total .. ' ' .. created .. ' ' .. ARGV[1],
            'head', index)
 redis.call('HSET', KEYS[6], ARGV[1], index)
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('SET', KEYS[4], total)
-if KEYS[7] then redis.call('ZADD', KEYS[7], 0, ARGV[8]) end
+local owned = first and ARGV[9] ~= '' and redis.call('HSETNX', KEYS[8], 'owner', ARGV[9]) == 1
+if ARGV[11] ~= '' and redis.call('HGET', KEYS[8], 'retained') ~= '1' then
+  redis.call('HSET', KEYS[8], 'exp', string.format('%d', now + tonumber(ARGV[11])))
+end
+local exp = keep(KEYS[8], {{KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]}})
+if KEYS[10] then
+  redis.call('ZADD', KEYS[10], 0, ARGV[8])
+  if exp then redis.call('ZADD', KEYS[11], exp, ARGV[8]) end
+  if owned and KEYS[12] then redis.call('ZADD', KEYS[12], 0, ARGV[8]) end
+end
 return 'inserted'
 """
 
-# KEYS: closed, ids, batches, tree, nodes, moves[, listing]. ARGV: [listing member]. Every
-# branch goes (batches, dedupe records, tree, move records). The length key stays: a
-# closed conversation's last length. With the listing key the id leaves the listing in
-# the same atomic step.
+# KEYS: closed, ids, batches, tree, nodes, moves, meta, tombstones, length[, listing,
+# expiring]. ARGV: listing member, tombstone. Every branch goes (batches, dedupe
+# records, tree, move records). The length key stays (no expiry now): a closed
+# conversation's last length; so does the owner (erase_owned finds it). With the
+# listing keys the id leaves them in the same atomic step. An erased id is left as it
+# is: its tombstone closes it, and no key naming it is written again.
 _CLEAR: Final = """
+if redis.call('SISMEMBER', KEYS[8], ARGV[2]) == 1 then return 'erased' end
 redis.call('SET', KEYS[1], '1')
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
-if KEYS[7] then redis.call('ZREM', KEYS[7], ARGV[1]) end
+redis.call('HDEL', KEYS[7], 'exp', 'retained')
+redis.call('PERSIST', KEYS[9])
+if KEYS[10] then
+  redis.call('ZREM', KEYS[10], ARGV[1])
+  redis.call('ZREM', KEYS[11], ARGV[1])
+end
 return 'cleared'
 """
 
 # KEYS: tree, batches. read and read_batches: {head's append id, head path's records}.
+# An expired conversation's keys are gone (native expiry), an erased one's deleted.
 _READ: Final = f"""
 {_PATH_LUA}
 local aid, records = head_path(KEYS[1], KEYS[2])
 return {{aid, records}}
 """
 
-# KEYS: closed, length, tree, batches. One atomic read for read_view (a script, not
-# MULTI, so it runs the same on Redis Cluster): closed flag, length ('' when absent), the
-# head's append id, the head path's records.
+# KEYS: closed, length, tree, batches, meta, tombstones. ARGV: tombstone. One atomic
+# read for read_view (a script, not MULTI, so it runs the same on Redis Cluster): closed
+# flag (closed, expired or erased), length ('' when absent), the head's append id, the
+# head path's records.
 _VIEW: Final = f"""
+{_NOW_MS}
+{_SHUT}
 {_PATH_LUA}
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if shut(KEYS[1], KEYS[5], KEYS[6], ARGV[1]) then
   return {{1, redis.call('GET', KEYS[2]) or '', '', {{}}}}
 end
 local aid, records = head_path(KEYS[3], KEYS[4])
 return {{0, redis.call('GET', KEYS[2]) or '', aid, records}}
 """
 
-# KEYS: closed, batches, length, tree, nodes, moves. ARGV: target append id ('' before the
-# first batch), expected head, move id ('' for none). move_head in its order: closed,
-# move id (the same target: 'moved:<its path length>', another: 'conflict:<target>'),
-# fence ('changed:<length>:<head>'), unknown target ('unknown'), move ('moved:<length>').
-# The new head's path length is its tree record's: no message is read.
+# KEYS: closed, batches, length, tree, nodes, moves, meta, tombstones. ARGV: target
+# append id ('' before the first batch), expected head, move id ('' for none),
+# tombstone. move_head in its order: closed (expired or erased too), move id (the same
+# target: 'moved:<its path length>', another: 'conflict:<target>'), fence
+# ('changed:<length>:<head>'), unknown target ('unknown'), move ('moved:<length>').
+# The new head's path length is its tree record's: no message is read. The length keeps
+# its expiry (KEEPTTL) and a new move records hash takes the conversation's.
 _MOVE: Final = f"""
+{_NOW_MS}
+{_SHUT}
 {_TREE_LUA}
 {_ADOPT_LUA}
-if redis.call('EXISTS', KEYS[1]) == 1 then return 'closed' end
-local problem = adopt(KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+if shut(KEYS[1], KEYS[7], KEYS[8], ARGV[4]) then return 'closed' end
+local problem = adopt(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7])
 if problem then return problem end
 local function length_at(target)
   if target == '' then return -1, '0' end
@@ -310,9 +389,12 @@ if not index then return 'unknown' end
 if index < 0 and redis.call('EXISTS', KEYS[2]) == 0 then return 'moved:0' end
 if index ~= head then
   redis.call('HSET', KEYS[4], 'head', index)
-  redis.call('SET', KEYS[3], target_length)
+  redis.call('SET', KEYS[3], target_length, 'KEEPTTL')
 end
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[6], ARGV[3], ARGV[1]) end
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[6], ARGV[3], ARGV[1])
+  keep(KEYS[7], {{KEYS[6]}})
+end
 return 'moved:' .. target_length
 """
 
@@ -335,8 +417,9 @@ return 0
 
 # The folded lease steps reuse the scripts above as Lua functions
 # whose KEYS and ARGV parameters shadow the globals, so each rule stays written once.
-# KEYS: lease, closed, length, tree, batches. ARGV: holder, ttl in ms. 0 when another
-# holder's live lease has it, else read_view's answer, in the same atomic step.
+# KEYS: lease, closed, length, tree, batches, meta, tombstones. ARGV: holder, ttl in ms,
+# tombstone. 0 when another holder's live lease has it, else read_view's answer, in the
+# same atomic step.
 _ACQUIRE_VIEW: Final = f"""
 local function acquire(KEYS, ARGV)
 {_ACQUIRE}
@@ -345,7 +428,7 @@ local function view(KEYS, ARGV)
 {_VIEW}
 end
 if acquire({{KEYS[1]}}, {{ARGV[1], ARGV[2]}}) == 0 then return 0 end
-return view({{KEYS[2], KEYS[3], KEYS[4], KEYS[5]}}, {{}})
+return view({{KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]}}, {{ARGV[3]}})
 """
 
 # KEYS: lease, then _APPEND's keys. ARGV: holder, then _APPEND's arguments. The append,
@@ -358,12 +441,103 @@ end
 local function release(KEYS, ARGV)
 {_RELEASE}
 end
-local outcome = append({{KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}},
-                       {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]}})
+local inner_keys, inner_argv = {{}}, {{}}
+for i = 2, #KEYS do inner_keys[i - 1] = KEYS[i] end
+for i = 2, #ARGV do inner_argv[i - 1] = ARGV[i] end
+local outcome = append(inner_keys, inner_argv)
 if outcome == 'inserted' or outcome == 'accepted:' .. ARGV[3] then
   release({{KEYS[1]}}, {{ARGV[1]}})
 end
 return outcome
+"""
+
+# KEYS: closed, ids, batches, meta, tombstones, length, tree, nodes, moves[, expiring].
+# ARGV: the expiry in Unix ms ('' never), listing member, tombstone. retain: 'closed', or
+# the setting recorded (and every data key's native expiry set or removed) in one
+# atomic step.
+_RETAIN: Final = f"""
+{_NOW_MS}
+{_SHUT}
+if shut(KEYS[1], KEYS[4], KEYS[5], ARGV[3]) then return 'closed' end
+redis.call('HSET', KEYS[4], 'retained', '1')
+local data = {{KEYS[2], KEYS[3], KEYS[6], KEYS[7], KEYS[8], KEYS[9]}}
+if ARGV[1] == '' then
+  redis.call('HDEL', KEYS[4], 'exp')
+  for _, key in ipairs(data) do redis.call('PERSIST', key) end
+  if KEYS[10] then redis.call('ZREM', KEYS[10], ARGV[2]) end
+else
+  redis.call('HSET', KEYS[4], 'exp', ARGV[1])
+  for _, key in ipairs(data) do redis.call('PEXPIREAT', key, ARGV[1]) end
+  if KEYS[10] then redis.call('ZADD', KEYS[10], ARGV[1], ARGV[2]) end
+end
+return 'retained'
+"""
+
+# KEYS: closed, ids, batches, lease, meta, tree, nodes, moves, length[, listing,
+# expiring]. ARGV: now in Unix ms, listing member. expire() of one conversation: {1}
+# when it was due and is now closed (every branch's batches, dedupe records, tree and
+# move records and the lease deleted; owner and length kept), else {0, its expiry or
+# ''} (cleared, or an append or retain moved it: the index is fixed).
+_EXPIRE_ONE: Final = """
+local exp = redis.call('HGET', KEYS[5], 'exp')
+if redis.call('EXISTS', KEYS[1]) == 1 or not exp or tonumber(exp) > tonumber(ARGV[1]) then
+  if KEYS[10] then
+    if exp and redis.call('EXISTS', KEYS[1]) == 0 then
+      redis.call('ZADD', KEYS[11], exp, ARGV[2])
+    else
+      redis.call('ZREM', KEYS[11], ARGV[2])
+    end
+  end
+  return {0, exp or ''}
+end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8])
+redis.call('PERSIST', KEYS[9])
+redis.call('SET', KEYS[1], '1')
+redis.call('HDEL', KEYS[5], 'exp', 'retained')
+if KEYS[10] then
+  redis.call('ZREM', KEYS[10], ARGV[2])
+  redis.call('ZREM', KEYS[11], ARGV[2])
+end
+return {1}
+"""
+
+# KEYS: closed, ids, batches, length, lease, meta, tree, nodes, moves, tombstones[,
+# listing, expiring[, owner's index]]. ARGV: tombstone, listing member, the owner the
+# caller read ('' none). erase: every key of the conversation (every branch's batches,
+# tree and move records) deleted and the tombstone added, in one atomic step; with the
+# index keys (one Redis) the id leaves them in the same step ({'owner', owner} when the
+# owner is not the one the caller named its index for: call again). Answers {'erased',
+# seconds, microseconds, owner, {digest, bytes, ...}} (every stored batch, in order).
+_ERASE: Final = """
+local owner = redis.call('HGET', KEYS[6], 'owner') or ''
+if KEYS[11] and owner ~= ARGV[3] then return {'owner', owner} end
+local out = {}
+for _, record in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+  local first = string.find(record, '\\n', 1, true)
+  local second = string.find(record, '\\n', first + 1, true)
+  out[#out + 1] = string.sub(record, 1, first - 1)
+  out[#out + 1] = #record - second
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
+           KEYS[9])
+redis.call('SADD', KEYS[10], ARGV[1])
+if KEYS[11] then
+  redis.call('ZREM', KEYS[11], ARGV[2])
+  redis.call('ZREM', KEYS[12], ARGV[2])
+  if KEYS[13] then redis.call('ZREM', KEYS[13], ARGV[2]) end
+end
+local clock = redis.call('TIME')
+return {'erased', clock[1], clock[2], owner, out}
+"""
+
+# Cluster: the index entries of an erased (or expired) id, in the listing's slot.
+# KEYS: listing, expiring, cleared[, owner's index]. ARGV: member.
+_UNINDEX: Final = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('SREM', KEYS[3], ARGV[1])
+if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[1]) end
+return 1
 """
 
 #: How many listed ids one ``conversations()`` round trip fetches.
@@ -376,17 +550,43 @@ _PAGE: Final = 1000
 #: ``RedisStore._list``); the upgrade checks every listed id once more.
 _LISTING_VERSION: Final = b"3"
 
-# Cluster listing page. KEYS: listing, cleared set (one slot). ARGV: start (ZRANGEBYLEX
-# syntax), page size. Returns {members, flagged}: the page, and the 0-based indices of
-# its ids a clear started on (then their closure is checked across slots).
-_LIST_PAGE: Final = """
+# Listing page. KEYS: listing (or an owner's index), cleared set, expiring (one slot)[,
+# the listing, for an owner's index]. ARGV: start (ZRANGEBYLEX syntax), page size.
+# Returns {members, flagged, skipped}: the page, the 0-based indices of its ids a clear
+# started on (Cluster: then their closure is checked across slots), and those of its ids
+# left out (expired by the server's clock, or an owner's id that is not listed: closed).
+_LIST_PAGE: Final = (
+    _NOW_MS
+    + """
 local members = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, ARGV[2])
-local flagged = {}
+local flagged, skipped = {}, {}
 for index, member in ipairs(members) do
-  if redis.call('SISMEMBER', KEYS[2], member) == 1 then flagged[#flagged + 1] = index - 1 end
+  local exp = redis.call('ZSCORE', KEYS[3], member)
+  if (KEYS[4] and not redis.call('ZSCORE', KEYS[4], member))
+     or (exp and tonumber(exp) <= now) then
+    skipped[#skipped + 1] = index - 1
+  elseif redis.call('SISMEMBER', KEYS[2], member) == 1 then
+    flagged[#flagged + 1] = index - 1
+  end
 end
-return {members, flagged}
+return {members, flagged, skipped}
 """
+)
+
+
+@functools.cache
+def _slot_tags() -> tuple[str, ...]:
+    """For each of Redis Cluster's 16,384 hash slots, a short hash tag in it (the
+    smallest decimal number whose CRC16 lands there): the tombstone set of a slot is
+    named with it, so a conversation's scripts reach its slot's tombstones (with no key
+    naming an erased id). Computed once per process (about 110,000 CRCs)."""
+    tags: dict[int, str] = {}
+    n = 0
+    while len(tags) < 16384:
+        tag = str(n)
+        tags.setdefault(binascii.crc_hqx(tag.encode("ascii"), 0) % 16384, tag)
+        n += 1
+    return tuple(tags[slot] for slot in range(16384))
 
 
 def _redis() -> Any:
@@ -458,9 +658,12 @@ class RedisStore(RecordStore):
       every branch), fence (length and head) and push of the batch (one list element,
       its tree record naming the head as its parent, the head moved to it) run as a
       unit; ``move_head`` is one script (closed, move id, fence, target, move);
-      ``read``, ``read_batches``, ``read_view`` and ``read_tree`` are one script each;
+      ``read``, ``read_batches`` and ``read_view`` are one script each, ``read_tree``
+      one pipelined round trip of plain reads;
       ``clear`` is one script that records the closure and deletes every branch (batches,
-      dedupe records, tree and move records). Both are linearizable across
+      dedupe records, tree and move records); ``erase`` is one script that deletes every
+      key of the conversation (every branch's) and writes its tombstone, ``retain`` one
+      that sets its expiry on every data key. Both are linearizable across
       clients and hosts. The turn lease (``acquire_turn``/``release_turn``) is one script
       per step, and so are the folded steps: ``acquire_turn_view``
       takes the lease and reads the view, ``append_release_turn`` runs the append script
@@ -492,14 +695,20 @@ class RedisStore(RecordStore):
         "_client",
         "_closed",
         "_driver",
+        "_expiring",
         "_listed",
         "_listing",
         "_listing_checked",
         "_outcome_source",
+        "_retention",
+        "_secret",
         "_socket_timeout",
         "cluster",
         "prefix",
+        "retention",
     )
+
+    _store_kind = "redis"
 
     def __init__(
         self,
@@ -508,8 +717,14 @@ class RedisStore(RecordStore):
         cache: HistoryCache,
         socket_timeout: float | None = None,
         cluster: bool = False,
+        retention: _dt.timedelta | None = None,
     ) -> None:
         """Internal: use ``await RedisStore.open(url)``."""
+        self._secret = b""  # read (or made) at open: the key {prefix}:secret
+        self.retention: Final = retention
+        self._retention = (
+            "" if retention is None else str(max(1, math.ceil(retention.total_seconds() * 1000)))
+        )
         self._client: Any = client
         self._socket_timeout = socket_timeout
         self._cache = cache
@@ -519,6 +734,9 @@ class RedisStore(RecordStore):
         # Cluster: the ids a clear started on, in the listing's hash slot (the hash tag
         # is the listing's whole name, which is what the listing key hashes by).
         self._cleared = f"{{{self._listing}}}:cleared"
+        # The expiry index (id -> expiry in Unix ms) and the owners' indexes, in the
+        # listing's slot too.
+        self._expiring = f"{{{self._listing}}}:expiring"
         self._listing_checked = False
         self.prefix: Final = prefix
         self.cluster: Final = cluster
@@ -538,6 +756,7 @@ class RedisStore(RecordStore):
         check_persistence: bool = True,
         require_durable: bool = False,
         cluster: bool = False,
+        retention: _dt.timedelta | None = None,
     ) -> RedisStore:
         """Connect to ``url`` (``redis://[[user]:password@]host:port/db`` or ``rediss://``
         for TLS) and check the server answers.
@@ -570,9 +789,18 @@ class RedisStore(RecordStore):
         listed id's closure (see the class docstring). The persistence check asks every
         master.
 
+        ``retention`` (a ``timedelta`` > 0; None, the default: nothing expires by
+        itself): a conversation without its own expiry (``retain``) expires this long
+        after its last append through this handle, by the server's clock; its data keys
+        (every branch's) expire natively then (``PEXPIREAT``), ``expire()`` closes it
+        and cleans the indexes. The store secret (the tombstones' HMAC key) is the key
+        ``{prefix}:secret``, set once (``SET NX``) by the first open; a handle that
+        finds it already there only reads it (so a read-only user opens the store).
+
         A bad prefix, URL, cache size or option combination raises ``ValueError``
         before any I/O; an unreachable server raises ``StoreError``. Needs asyncio.
         """
+        kept = check_retention(retention)
         if require_durable and not check_persistence:
             raise ValueError("require_durable=True needs check_persistence=True")
         check_type(cluster, bool, "cluster", "a bool")
@@ -610,9 +838,10 @@ class RedisStore(RecordStore):
                 client = aioredis.Redis.from_url(url, **options)
         except ValueError as exc:
             raise ValueError(f"invalid Redis URL: {exc}") from exc
-        store = cls(client, prefix, cache, socket_timeout, cluster)
+        store = cls(client, prefix, cache, socket_timeout, cluster, kept)
         try:
             await store._call(lambda: client.ping(), "connect")
+            await store._read_secret()
             if check_persistence:
                 problem = await store._persistence_problem()
                 if problem is not None:
@@ -627,6 +856,25 @@ class RedisStore(RecordStore):
             await client.aclose()
             raise
         return store
+
+    async def _read_secret(self) -> None:
+        """Read the store secret, making it first when there is none (``SET NX``: the
+        first open's 32 random bytes win). A secret already there is only read, so a
+        user without write rights opens the store."""
+        from scope.history.storekit import new_secret
+
+        client = self._client
+        key = f"{self.prefix}:secret"
+        secret = await self._call(lambda: client.get(key), "store secret")
+        if secret is None:
+            await self._call(lambda: client.set(key, new_secret(), nx=True), "store secret")
+            secret = await self._call(lambda: client.get(key), "store secret")
+        if not isinstance(secret, bytes) or len(secret) != 32:
+            raise StoreError(
+                f"Redis key {key!r} does not hold a 32-byte store secret (written outside "
+                "scope?): erase needs it; restore it from a backup"
+            )
+        self._secret = secret
 
     async def _persistence_problem(self) -> str | None:
         """What a server restart would lose, or None when AOF is on."""
@@ -783,6 +1031,21 @@ class RedisStore(RecordStore):
             f"{base}:moves",
         )
 
+    def _erasure_keys(self, cid: str) -> tuple[str, str, str]:
+        """meta (owner, expiry, retained), the slot's tombstone set, the tombstone."""
+        raw = cid.encode("utf-8")
+        slot = binascii.crc_hqx(raw.hex().encode("ascii"), 0) % 16384
+        return (
+            f"{self.prefix}:{{{raw.hex()}}}:meta",
+            f"{self.prefix}:{{{_slot_tags()[slot]}}}:tombstones",
+            tombstone(self._secret, cid),
+        )
+
+    def _owner_index(self, owner: str) -> str:
+        """The owner's index (its conversations, open or closed until erased), in the
+        listing's slot."""
+        return f"{{{self._listing}}}:owner:{owner.encode('utf-8').hex()}"
+
     async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         """Run ``fn()``, retrying once on a fresh connection when the connection dropped;
         map driver errors to ``StoreError`` (``retry_once``); re-raise a cancellation
@@ -815,10 +1078,12 @@ class RedisStore(RecordStore):
         ``StoreError``."""
         cid = ConversationID(conversation_id)
         closed_key, _, batches_key, length_key, tree_key, *_ = self._keys(cid)
+        meta, tombs, mark = self._erasure_keys(cid)
+        keys = (closed_key, length_key, tree_key, batches_key, meta, tombs)
         client = self._client
 
         async def read() -> list[Any]:
-            return list(await _run(client, _VIEW, 4, closed_key, length_key, tree_key, batches_key))
+            return list(await _run(client, _VIEW, 6, *keys, mark))
 
         answer = await self._call(read, f"read of conversation {str(cid)!r}")
         return self._view(cid, answer)
@@ -861,41 +1126,77 @@ class RedisStore(RecordStore):
         record raises ``StoreError`` naming the conversation.
 
         Plain reads, no script, so a user limited to ``+@read`` reads trees too
-        (``scope history verify``): one pipelined round trip of ``LLEN`` of the
-        records, ``HGETALL`` of the tree and ``LRANGE`` of the records, in that order.
-        Records are only ever appended, and a record and its tree entry are written by
-        one script, so the tree read names a prefix of the records read after it: the
-        snapshot is the tree's moment (a conversation stored before branches: the
-        ``LLEN``'s). A clear between the reads leaves fewer records than the tree names,
-        and the read is made again (it then finds the conversation closed)."""
+        (``scope history verify``): one pipelined round trip of the closure reads
+        (``EXISTS`` of the closed key, ``SISMEMBER`` of the tombstone, ``HGET`` of the
+        expiry), ``LLEN`` of the records, ``HGETALL`` of the tree and ``LRANGE`` of the
+        records, in that order. Records are only ever appended, and a record and its
+        tree entry are written by one script, so the tree read names a prefix of the
+        records read after it: the snapshot is the tree's moment (a conversation stored
+        before branches: the ``LLEN``'s). A clear or an expiry between the reads leaves
+        fewer records than the tree names, and the read is made again (it then finds
+        the conversation closed). A cleared, erased or expired conversation is an
+        empty closed tree. Expiry: the data keys expire natively with the conversation,
+        so records read mean it was live then; only a conversation with an expiry and
+        no record asks the server's clock (``TIME``; a user refused it is answered by
+        this machine's clock)."""
         cid = ConversationID(conversation_id)
         closed_key, _, batches_key, _, tree_key, *_ = self._keys(cid)
+        meta, tombs, mark = self._erasure_keys(cid)
         client = self._client
 
         async def read() -> list[Any]:
             pipe = client.pipeline(transaction=False)
             pipe.exists(closed_key)
+            pipe.sismember(tombs, mark)
+            pipe.hget(meta, "exp")
             pipe.llen(batches_key)
             pipe.hgetall(tree_key)
             pipe.lrange(batches_key, 0, -1)
             return list(await pipe.execute())
 
         for _ in range(3):
-            closed, count, fields, items = await self._call(
+            closed, erased, exp, count, fields, items = await self._call(
                 read, f"tree read of conversation {str(cid)!r}"
             )
-            if closed:
-                self._cache.forget(cid)  # cleared, maybe through another handle
+            if not closed and not erased and exp is not None and not count and not fields:
+                closed = await self._expired(cid, exp)
+            if closed or erased:
+                self._cache.forget(cid)  # cleared or erased, maybe through another handle
                 return HistoryTree((), (), (), -1, True)
             raw_head = fields.get(b"head")
             if raw_head is not None:  # the tree's own count: every position it names
                 count = sum(1 for key in fields if key.isdigit())
             if len(items) < count:
-                continue  # cleared between the reads: read again
+                continue  # cleared or expired between the reads: read again
             return self._tree(cid, items[:count], fields, raw_head)
         raise StoreError(
             f"conversation {str(cid)!r} changed under three tree reads in a row; read again"
         )
+
+    async def _expired(self, cid: ConversationID, exp: Any) -> bool:
+        """Whether the expiry ``exp`` (Unix ms, as stored) has passed by the server's
+        clock (``TIME``); by this machine's when the server refuses ``TIME`` to this
+        user."""
+        import time
+
+        import redis.exceptions
+
+        client = self._client
+        try:
+            seconds, micros = await self._call(
+                lambda: client.time(), f"tree read of conversation {str(cid)!r}"
+            )
+            now = int(seconds) * 1000 + int(micros) // 1000
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, redis.exceptions.ResponseError):
+                raise
+            now = math.floor(time.time() * 1000)
+        try:
+            return int(exp) <= now
+        except ValueError:
+            raise StoreError(
+                f"conversation {str(cid)!r} is corrupt: its expiry is {exp!r}"
+            ) from None
 
     def _tree(
         self, cid: ConversationID, items: list[Any], fields: dict[bytes, Any], raw_head: Any
@@ -929,23 +1230,24 @@ class RedisStore(RecordStore):
         """Make ``head`` (an append id of this conversation, on any branch; ``""``: before
         the first batch) the head in one script, and return the new head path's length
         (its tree record's: no message is read). In the script, in this order: closed
-        (``ConversationClosedError``), a recorded ``move_id`` (the same target: its
-        length, nothing moved; another: ``AppendConflictError``), the fence
-        (``HistoryChangedError`` with both heads), an unknown ``head``
-        (``UnknownHeadError``), the move (and the ``move_id`` recorded in the
-        conversation's own move records, apart from append ids). Nothing changes when it
-        raises. Invalid arguments raise ``InvalidConversationIDError`` /
-        ``InvalidAppendIDError`` before any I/O."""
+        (``ConversationClosedError``: cleared, expired or erased), a recorded
+        ``move_id`` (the same target: its length, nothing moved; another:
+        ``AppendConflictError``), the fence (``HistoryChangedError`` with both
+        heads), an unknown ``head`` (``UnknownHeadError``), the move (and the
+        ``move_id`` recorded in the conversation's own move records, apart from append
+        ids). Nothing changes when it raises. Invalid arguments raise
+        ``InvalidConversationIDError`` / ``InvalidAppendIDError`` before any I/O."""
         cid = ConversationID(conversation_id)
         target = _head_id(head, "head")
         expected = _head_id(expected_head, "expected_head")
         mid = "" if move_id is None else _move_id(move_id)
         closed_key, _, batches_key, length_key, tree_key, nodes_key, moves_key = self._keys(cid)
-        keys = (closed_key, batches_key, length_key, tree_key, nodes_key, moves_key)
+        meta, tombs, mark = self._erasure_keys(cid)
+        keys = (closed_key, batches_key, length_key, tree_key, nodes_key, moves_key, meta, tombs)
         client = self._client
 
         async def move() -> Any:
-            return await _run(client, _MOVE, 6, *keys, target, expected, mid)
+            return await _run(client, _MOVE, 8, *keys, target, expected, mid, mark)
 
         answer = await self._call(move, f"head move of conversation {str(cid)!r}")
         _check_adopted(cid, answer)
@@ -1034,73 +1336,97 @@ class RedisStore(RecordStore):
         held = await self._call(lambda: client.type(key), f"type of key {key!r}")
         return held.decode("utf-8", "replace") if isinstance(held, bytes) else str(held)
 
-    async def _write(self, batch: Batch, holder: str | None) -> Any:
+    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> Any:
         # One script; with a holder (append_release_turn) the folded script, which also
         # releases the holder's lease when the append landed or was a retry.
         cid = batch.conversation_id
         aid = str(batch.id).encode("utf-8")
         digest = batch.digest.encode("ascii")
         record = b"".join((digest, b"\n", aid, b"\n", batch.encoded_messages))
-        keys = self._keys(cid)
+        meta, tombs, mark = self._erasure_keys(cid)
+        every = (*self._keys(cid), meta, tombs)
         member = cid.encode("utf-8")
         client = self._client
-        listing = self._listing
         count = len(batch.messages)
         expected = "" if batch.expected_length is None else str(batch.expected_length)
         fenced, expected_head = (
             (b"0", b"") if batch.expected_head is None else (b"1", batch.expected_head.encode())
         )
         cluster = self.cluster
+        indexes: tuple[str, ...] = (self._listing, self._expiring)
+        if owner is not None:
+            indexes += (self._owner_index(owner),)
         # With a holder: the folded script, the lease key first and the holder first.
         script, lease, token = (
             (_APPEND, (), ())
             if holder is None
             else (_APPEND_RELEASE, (self._lease_key(cid),), (holder,))
         )
-        n = len(lease)
-
-        arguments = (*token, aid, digest, record, count, expected, fenced, expected_head)
+        n = len(lease) + len(every)
+        arguments = (
+            *token, aid, digest, record, count, expected, fenced, expected_head,
+            member, owner or "", mark, self._retention,
+        )  # fmt: skip
 
         async def append() -> Any:
-            if not cluster:  # one script: the listing changes in the same atomic step
+            if not cluster:  # one script: the indexes change in the same atomic step
                 return await _run(
-                    client, script, n + 7, *lease, *keys[:6], listing, *arguments, member
+                    client, script, n + len(indexes), *lease, *every, *indexes, *arguments
                 )
-            return await _run(client, script, n + 6, *lease, *keys[:6], *arguments)
+            return await _run(client, script, n, *lease, *every, *arguments)
 
         outcome = await self._call(append, f"append to conversation {str(cid)!r}")
         _check_adopted(cid, outcome)
         return outcome
 
-    async def _after_append(self, batch: Batch) -> None:
+    async def _after_append(self, batch: Batch, owner: str | None) -> None:
         if not self.cluster:
             return
         # The listing is in another hash slot: listed after the batch landed (and again
-        # on a retry), before the receipt, so every acknowledged id is listed.
+        # on a retry), before the receipt, so every acknowledged id is listed. So are
+        # its expiry and owner (read from the conversation's meta) when it has them.
         cid = batch.conversation_id
         client = self._client
         member = cid.encode("utf-8")
         await self._call(
             lambda: client.zadd(self._listing, {member: 0}), f"listing of {str(cid)!r}"
         )
+        if owner is None and not self._retention:
+            return
+        meta = self._erasure_keys(cid)[0]
+        recorded, exp = await self._call(
+            lambda: client.hmget(meta, "owner", "exp"), f"listing of {str(cid)!r}"
+        )
+        if exp is not None:
+            await self._call(
+                lambda: client.zadd(self._expiring, {member: int(exp)}), f"listing of {cid!r}"
+            )
+        if recorded is not None and owner is not None:
+            index = self._owner_index(recorded.decode("utf-8"))
+            await self._call(lambda: client.zadd(index, {member: 0}), f"listing of {cid!r}")
 
     async def _clear(self, cid: ConversationID) -> None:
-        keys = self._keys(cid)
+        closed_key, ids, batches, length, tree, nodes, moves = self._keys(cid)
+        meta, tombs, mark = self._erasure_keys(cid)
+        keys = (closed_key, ids, batches, tree, nodes, moves, meta, tombs, length)
         client = self._client
-        listing = self._listing
+        indexes = (self._listing, self._expiring)
         member = cid.encode("utf-8")
         cluster = self.cluster
 
         async def clear() -> None:
             if not cluster:
-                await _run(client, _CLEAR, 7, *keys[:3], *keys[4:], listing, member)
+                await _run(client, _CLEAR, len(keys) + 2, *keys, *indexes, member, mark)
                 return
             # Another slot: first marked in the listing's slot, so a listing checks this
             # id's closure until it left the listing (see _list), then closed, then
-            # unlisted.
+            # unlisted. An erased id is not marked (no key names it again).
+            if await client.sismember(tombs, mark):
+                return
             await client.sadd(self._cleared, member)
-            await _run(client, _CLEAR, 6, *keys[:3], *keys[4:])
-            await client.zrem(listing, member)
+            await _run(client, _CLEAR, len(keys), *keys, member, mark)
+            await client.zrem(self._listing, member)
+            await client.zrem(self._expiring, member)
 
         await self._call(clear, f"clear of conversation {str(cid)!r}")
 
@@ -1134,19 +1460,22 @@ class RedisStore(RecordStore):
         # One script (append_release_turn: one script too; on a Cluster the listing is
         # updated after it, as for append).
         closed_key, _, batches_key, length_key, tree_key, *_ = self._keys(cid)
-        keys = (self._lease_key(cid), closed_key, length_key, tree_key, batches_key)
+        meta, tombs, mark = self._erasure_keys(cid)
+        keys = (self._lease_key(cid), closed_key, length_key, tree_key, batches_key, meta, tombs)
         millis = max(1, math.ceil(ttl * 1000))
         client = self._client
 
         async def acquire_view() -> Any:
-            return await _run(client, _ACQUIRE_VIEW, 5, *keys, holder, millis)
+            return await _run(client, _ACQUIRE_VIEW, 7, *keys, holder, millis, mark)
 
         answer = await self._call(acquire_view, f"lease and read of conversation {str(cid)!r}")
         if answer == 0:
             return None
         return self._view(cid, list(answer))
 
-    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+    async def _list(
+        self, after: ConversationID | None, limit: int | None, owner: str | None
+    ) -> list[Any]:
         """One round trip per 1,000 listed ids (``limit`` or all), in code point order
         (the sorted set orders members by their UTF-8 bytes).
 
@@ -1157,17 +1486,17 @@ class RedisStore(RecordStore):
         its id after its script. So a listed id can only be closed when it is in the
         cleared set (a clear that died before unlisting it, or an append's listing that
         came after a clear): each page comes with those flags from one script, and only
-        the flagged ids' closure is checked (normally none); a closed one is unlisted."""
+        the flagged ids' closure is checked (normally none); a closed one is unlisted.
+        Every page leaves out the ids expired by the server's clock (the expiry index,
+        in the listing's slot); an owner's listing pages through the owner's index and
+        keeps the ids that are listed."""
         if not self._listing_checked:
             await self._upgrade_listing()
         out: list[bytes] = []
         cursor = None if after is None else after.encode("utf-8")
         while limit is None or len(out) < limit:
             want = _PAGE if limit is None else min(_PAGE, limit - len(out))
-            if self.cluster:
-                page, listed = await self._cluster_page(cursor, want)
-            else:
-                page = listed = await self._listing_page(cursor, "listing of conversations", want)
+            page, listed = await self._cluster_page(cursor, want, owner)
             if not page:
                 break
             cursor = page[-1]
@@ -1177,17 +1506,34 @@ class RedisStore(RecordStore):
         return out
 
     async def _cluster_page(
-        self, after: bytes | None, size: int
+        self, after: bytes | None, size: int, owner: str | None = None
     ) -> tuple[list[bytes], list[bytes]]:
-        """One Cluster listing page (``_LIST_PAGE``): the ids fetched, and those of them
-        not found closed (the closed ones are unlisted)."""
+        """One listing page (``_LIST_PAGE``): the ids fetched, and those of them listed:
+        not expired (nor, for an owner, unlisted) and not found closed (Cluster: the
+        closed ones are unlisted)."""
         client = self._client
         start = b"-" if after is None else b"(" + after
-        keys = (self._listing, self._cleared)
-        members, flagged = await self._call(
-            lambda: _run(client, _LIST_PAGE, 2, *keys, start, size), "listing of conversations"
+        keys: tuple[str, ...] = (self._listing, self._cleared, self._expiring)
+        if owner is not None:
+            keys = (self._owner_index(owner), self._cleared, self._expiring, self._listing)
+        members, flagged, skipped = await self._call(
+            lambda: _run(client, _LIST_PAGE, len(keys), *keys, start, size),
+            "listing of conversations",
         )
-        page = [bytes(member) for member in members]
+        every = [bytes(member) for member in members]
+        left_out = {int(index) for index in skipped}
+        page = [raw if index not in left_out else b"" for index, raw in enumerate(every)]
+        if left_out:
+            listed, _ = await self._closure_checked(page, flagged)
+            return every, [raw for raw in listed if raw]
+        return await self._closure_checked(every, flagged)
+
+    async def _closure_checked(
+        self, page: list[bytes], flagged: list[Any]
+    ) -> tuple[list[bytes], list[bytes]]:
+        """``page`` and its ids not found closed among the ``flagged`` ones (a closed one
+        is unlisted)."""
+        client = self._client
         suspects: list[int] = []
         closed_keys: list[str] = []
         for index in flagged:
@@ -1205,6 +1551,230 @@ class RedisStore(RecordStore):
         if gone:  # closed for ever: forget them
             await self._call(lambda: client.zrem(self._listing, *gone), "listing cleanup")
         return page, [raw for raw in page if raw not in gone]
+
+    # -- retention and erasure (DESIGN §6i) -------------------------------------------
+
+    async def _retain(self, cid: ConversationID, until: float | None) -> bool:
+        # One script (Cluster: the expiry index, in another slot, after it).
+        closed_key, ids, batches, length, tree, nodes, moves = self._keys(cid)
+        meta, tombs, mark = self._erasure_keys(cid)
+        keys = (closed_key, ids, batches, meta, tombs, length, tree, nodes, moves)
+        at = "" if until is None else str(math.floor(until * 1000))
+        member = cid.encode("utf-8")
+        client = self._client
+        cluster = self.cluster
+
+        async def retain() -> Any:
+            if not cluster:
+                return await _run(client, _RETAIN, 10, *keys, self._expiring, at, member, mark)
+            answer = await _run(client, _RETAIN, 9, *keys, at, member, mark)
+            if _answer(answer) == "retained":
+                if until is None:
+                    await client.zrem(self._expiring, member)
+                else:
+                    await client.zadd(self._expiring, {member: int(at)})
+            return answer
+
+        answer = await self._call(retain, f"retention of conversation {str(cid)!r}")
+        return _answer(answer) == "retained"
+
+    async def _expire_page(self, now: float | None, limit: int) -> list[ConversationID]:
+        # The due ids from the expiry index (by the server's clock unless given), then
+        # one script each (one Redis: the indexes in it; Cluster: after it).
+        client = self._client
+        if now is None:
+            seconds, micros = await self._call(lambda: client.time(), "expiry of conversations")
+            at = int(seconds) * 1000 + int(micros) // 1000
+        else:
+            at = math.floor(now * 1000)
+        due = await self._call(
+            lambda: client.zrangebyscore(self._expiring, "-inf", at, start=0, num=limit),
+            "expiry of conversations",
+        )
+        gone: list[ConversationID] = []
+        for raw in due:
+            try:
+                cid = stored_id(bytes(raw))
+            except ValueError:
+                continue  # not scope's: left alone
+            closed_key, ids, batches, length, tree, nodes, moves = self._keys(cid)
+            meta, lease = self._erasure_keys(cid)[0], self._lease_key(cid)
+            keys = (closed_key, ids, batches, lease, meta, tree, nodes, moves, length)
+            member = bytes(raw)
+
+            async def one(keys: tuple[str, ...] = keys, member: bytes = member) -> Any:
+                if not self.cluster:
+                    indexes = (self._listing, self._expiring)
+                    return await _run(client, _EXPIRE_ONE, 11, *keys, *indexes, at, member)
+                answer = await _run(client, _EXPIRE_ONE, 9, *keys, at, member)
+                if int(answer[0]) == 1:
+                    await client.zrem(self._listing, member)
+                    await client.zrem(self._expiring, member)
+                elif answer[1]:
+                    await client.zadd(self._expiring, {member: int(answer[1])})
+                else:
+                    await client.zrem(self._expiring, member)
+                return answer
+
+            answer = await self._call(one, f"expiry of conversation {str(cid)!r}")
+            if int(answer[0]) == 1:
+                gone.append(cid)
+        return gone
+
+    async def _erase(
+        self, cid: ConversationID, mark: str
+    ) -> tuple[list[tuple[Any, str, int]], float]:
+        # One script in the conversation's slot. One Redis: the indexes in it too (the
+        # owner's index named from the owner read first; the script checks it). Cluster:
+        # the index entries (another slot) are removed after it, by _unindex.
+        closed_key, ids, batches, length, tree, nodes, moves = self._keys(cid)
+        meta, tombs, _ = self._erasure_keys(cid)
+        lease = self._lease_key(cid)
+        keys = (closed_key, ids, batches, length, lease, meta, tree, nodes, moves, tombs)
+        member = cid.encode("utf-8")
+        client = self._client
+        cluster = self.cluster
+        what = f"erasure of conversation {str(cid)!r}"
+
+        async def erase() -> Any:
+            if cluster:
+                return await _run(client, _ERASE, 10, *keys, mark, member, "")
+            owner = await client.hget(meta, "owner")
+            for _ in range(3):  # an owner recorded meanwhile: once more with its index
+                named = "" if owner is None else owner.decode("utf-8")
+                indexes: tuple[str, ...] = (self._listing, self._expiring)
+                if owner is not None:
+                    indexes += (self._owner_index(named),)
+                answer = await _run(
+                    client, _ERASE, 10 + len(indexes), *keys, *indexes, mark, member, named
+                )
+                if _answer(answer[0]) == "erased":
+                    return answer
+                owner = answer[1] or None
+            raise StoreError(f"Redis {what}: its owner kept changing")
+
+        answer = await self._call(erase, what)
+        _, seconds, micros, owner, flat = answer
+        if cluster:
+            await self._unindex(cid, _answer(owner) or None)
+        records = [
+            (index, _answer(flat[2 * index]), int(flat[2 * index + 1]))
+            for index in range(len(flat) // 2)
+        ]
+        return records, int(seconds) + int(micros) / 1e6
+
+    async def _unindex(self, cid: ConversationID, owner: str | None) -> None:
+        """Cluster: remove an erased id from the indexes in the listing's slot."""
+        keys = [self._listing, self._expiring, self._cleared]
+        if owner is not None:
+            keys.append(self._owner_index(owner))
+        client = self._client
+        member = cid.encode("utf-8")
+        await self._call(
+            lambda: _run(client, _UNINDEX, len(keys), *keys, member),
+            f"erasure of conversation {str(cid)!r}",
+        )
+
+    async def erase_owned(self, owner: str, *, limit: int = 100) -> list[Any]:
+        """``RecordStore.erase_owned``; on a Cluster an id whose erasure was cut short
+        between its two steps (the conversation's script ran, its index entries were
+        not removed yet) is only unindexed: it was erased, so it gets no second
+        receipt."""
+        if not self.cluster:
+            return await super().erase_owned(owner, limit=limit)
+        who = check_owner(owner)
+        count = check_erase_limit(limit)
+        client = self._client
+        receipts = []
+        for cid in await self._owned(who, count):
+            _, tombs, mark = self._erasure_keys(cid)
+            check = functools.partial(client.sismember, tombs, mark)
+            erased = await self._call(check, "erasure check")
+            if erased:
+                await self._unindex(cid, who)
+                continue
+            receipts.append(await self.erase(cid))
+        return receipts
+
+    async def _owned(self, owner: str, limit: int) -> list[ConversationID]:
+        client = self._client
+        index = self._owner_index(owner)
+        found = await self._call(
+            lambda: client.zrange(index, b"-", b"+", bylex=True, offset=0, num=limit),
+            "listing by owner",
+        )
+        owned: list[ConversationID] = []
+        for raw in found:
+            try:
+                owned.append(stored_id(bytes(raw)))
+            except ValueError:
+                continue
+        return owned
+
+    async def _erasure_problems(self, mark: str) -> list[str]:
+        # SCAN every key under the prefix: the tombstone sets, the conversations' keys
+        # (the id is the hex in their hash tag) and the indexes' members.
+        client = self._client
+        secret = self._secret
+        prefix = self.prefix.encode("utf-8")
+        found: list[str] = []
+        places: set[str] = set()
+        stored = False
+
+        def held(raw: bytes, where: str) -> None:
+            try:
+                cid = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return
+            if tombstone(secret, cid) == mark:
+                places.add(where)
+
+        async def scan() -> None:
+            nonlocal stored
+            async for key in client.scan_iter(match=f"{self.prefix}:*", count=1000):
+                key = bytes(key)
+                await self._scan_key(key, prefix, mark, held)
+                if key.endswith(b":tombstones") and await client.sismember(key, mark):
+                    stored = True
+            async for key in client.scan_iter(match=f"{{{self.prefix}:*", count=1000):
+                await self._scan_key(bytes(key), prefix, mark, held)
+
+        await self._call(scan, "check of an erasure")
+        if not stored:
+            found.append(f"no tombstone {mark} in this store")
+        found += [f"a conversation id hashing to the tombstone is in {p}" for p in sorted(places)]
+        return found
+
+    async def _scan_key(self, key: bytes, prefix: bytes, mark: str, held: Any) -> None:
+        """The ids one key holds: in its name (a conversation's key) or as members (an
+        index)."""
+        client = self._client
+        tag_start = key.find(b"{")
+        if key.startswith(prefix + b":{") and key.endswith(
+            (
+                b":closed",
+                b":ids",
+                b":batches",
+                b":length",
+                b":lease",
+                b":meta",
+                b":tree",
+                b":nodes",
+                b":moves",
+            )
+        ):
+            tag = key[tag_start + 1 : key.find(b"}", tag_start)]
+            with contextlib.suppress(ValueError):
+                held(bytes.fromhex(tag.decode("ascii")), f"key {key.decode('utf-8', 'replace')}")
+            return
+        kind = _answer(await client.type(key))
+        where = f"index {key.decode('utf-8', 'replace')}"
+        if kind == "zset":
+            async for member, _ in client.zscan_iter(key, count=1000):
+                held(bytes(member), where)
+        elif kind == "set" and not key.endswith(b":tombstones"):
+            async for member in client.sscan_iter(key, count=1000):
+                held(bytes(member), where)
 
 
 #: Each script's SHA1 (hex), computed once: scripts run with ``EVALSHA``.
@@ -1234,6 +1804,11 @@ async def _exists_each(client: Any, keys: list[str]) -> list[Any]:
     for key in keys:
         pipe.exists(key)
     return list(await pipe.execute())
+
+
+def _answer(value: Any) -> str:
+    """A script's answer as text."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _text(cid: str, raw: Any, what: str) -> str:

@@ -9,7 +9,9 @@ under asyncio and trio.
 Schema version 5 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
 
     {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER,
-                           head INTEGER, branched INTEGER)
+                           head INTEGER, branched INTEGER, owner TEXT,
+                           expires_at REAL, retained INTEGER)
+        INDEX {prefix}_owners (owner, id), INDEX {prefix}_expiry (expires_at)
     {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB,
                      parent INTEGER, created REAL, path_length INTEGER)
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
@@ -17,6 +19,8 @@ Schema version 5 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
     {prefix}_leases(conversation_id TEXT PRIMARY KEY, holder TEXT, expires REAL)
     {prefix}_moves(conversation_id TEXT, move_id TEXT, head TEXT)
         PRIMARY KEY (conversation_id, move_id)
+    {prefix}_secret(id INTEGER PRIMARY KEY CHECK (id = 1), secret BLOB)
+    {prefix}_tombstones(tombstone TEXT PRIMARY KEY, erased_at REAL)
 
 A conversation is a tree of batches (DESIGN §6h): each batch row names its ``parent``
 (the seq of the batch it follows; NULL for a first batch), when it was stored
@@ -29,9 +33,18 @@ the head, reading only the conversation row (no walk of the tree); ``move_head``
 head and its path length from the target's row and records its move id in ``_moves``.
 ``branched`` is set once the head has moved: until then the head path is every batch in
 seq order and reads scan it as before branches; after, they walk parents from the head.
-Version 4 had no branches: ``open(create=True)`` upgrades it in place
-(``_upgrade_branches``), keeping its batches as one branch (each one's parent the batch
-before it, the head the last one, path lengths the running sums, ``created`` NULL).
+Retention and erasure (DESIGN §6i): the conversation row holds the ``owner`` its first
+append recorded, ``expires_at`` (Unix seconds by the host's clock; NULL: never) and
+``retained`` (1: its own setting, which appends do not move); an expired conversation is
+closed in every step from that moment. ``erase`` deletes every row naming the id (every
+branch's batches, its lease, move records and conversation row) and writes its
+tombstone, the HMAC-SHA256 of the id under the store secret (``_secret``, 32 random
+bytes made with the schema).
+Version 4 had neither: ``open(create=True)`` upgrades it in place
+(``_upgrade_branches`` then ``_upgrade_erasure``, idempotent steps), keeping its batches
+as one branch (each one's parent the batch before it, the head the last one, path
+lengths the running sums, ``created`` NULL) and every conversation without an owner or
+an expiry.
 Version 1 (scope 0.1) had no ``length`` and no ``_schema`` table, and
 ``open(create=True)`` upgrades it in place, counting each conversation's messages.
 Version 2 had no ``_leases`` table (turn leases, ``acquire_turn``/``release_turn``);
@@ -43,6 +56,12 @@ processes sharing the file agree on it.
 A batch is one row holding its canonical encoded messages; reading checks every row
 against its digest, so a record changed outside scope raises ``StoreError``.
 
+Erasure on disk: every connection runs with ``PRAGMA secure_delete = ON``, so what
+``erase`` (and ``clear``, ``expire``) deletes is overwritten with zeros in the pages it
+frees; the WAL file still holds the frames written when the batches were appended until
+it is checkpointed and truncated: ``PRAGMA wal_checkpoint(TRUNCATE)`` finishes the job
+(``VACUUM`` also shrinks the file).
+
 Durability: ``synchronous="NORMAL"`` (the default) with WAL loses nothing a killed
 process acknowledged; after a power loss or OS crash the last acknowledged transactions
 may be rolled back (never torn). ``synchronous="FULL"`` (or ``"EXTRA"``) syncs the WAL on
@@ -52,6 +71,7 @@ every commit and survives power loss, at a cost in append throughput.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import os
 import sqlite3
 import threading
@@ -65,6 +85,7 @@ import anyio.to_thread
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryCache, HistoryTree, HistoryView
+from scope.history.storekit import check_retention, new_secret, tombstone
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -155,6 +176,8 @@ class _Pool:
         self.busy_timeout = busy_timeout
         self.max_idle = max_idle
         self.tables = tables
+        # The store secret (the tombstones' HMAC key), read at open.
+        self.secret = b""
         self.lock = threading.Lock()
         self.write_lock = threading.Lock()
         self.idle: list[sqlite3.Connection] = []
@@ -176,6 +199,9 @@ class _Pool:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            # Deleted content is overwritten with zeros (whatever the build's default),
+            # so an erased conversation leaves nothing in free pages (see erase).
+            conn.execute("PRAGMA secure_delete = ON")
         except BaseException:
             conn.close()
             raise
@@ -270,36 +296,47 @@ class _Tables:
         "head_id",
         "leases",
         "moves",
+        "prefix",
         "read",
         "read_path",
         "schema",
+        "secret",
+        "tombstones",
         "tree",
         "view",
         "view_path",
     )
 
     def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
         self.conversations = c = f'"{prefix}_conversations"'
         self.batches = b = f'"{prefix}_batches"'
         self.schema = f'"{prefix}_schema"'
         self.leases = f'"{prefix}_leases"'
         self.moves = f'"{prefix}_moves"'
+        # Version 5 (retention and erasure): the store secret, the erased ids' tombstones.
+        self.secret = f'"{prefix}_secret"'
+        self.tombstones = f'"{prefix}_tombstones"'
         # The append's statements (parameters: the conversation id, the append id):
-        # closed, the head path's length (NULL for a new conversation), the head's seq
-        # (NULL: none), the digest accepted under the append id (NULL: none), the last
-        # seq (NULL: none); then the conversation row (id, messages added, the new
-        # head's seq) and the batch row (id, seq, append id, digest, messages, parent
-        # seq, path length).
+        # closed or expired (NULL for a new conversation), the head path's length, the
+        # head's seq (NULL: none), the digest accepted under the append id anywhere in
+        # the tree (NULL: none), the last seq (NULL: none); then the conversation row
+        # (id, messages added, the new head's seq, the owner of a first batch, the
+        # store-wide retention in seconds or NULL: it moves the expiry unless the
+        # conversation has its own) and the batch row (id, seq, append id, digest,
+        # messages, parent seq, path length).
         self.append_state = (
-            f"SELECT c.closed, c.length, c.head, "
+            f"SELECT {_closed('c')}, c.length, c.head, "
             f"(SELECT digest FROM {b} WHERE conversation_id = ?1 AND append_id = ?2), "
             f"(SELECT MAX(seq) FROM {b} WHERE conversation_id = ?1) "
             f"FROM (SELECT 1) LEFT JOIN {c} c ON c.id = ?1"
         )
         self.append_length = (
-            f"INSERT INTO {c} (id, closed, length, head) VALUES (?, 0, ?, ?) "
+            f"INSERT INTO {c} (id, closed, length, head, owner, expires_at) "
+            f"VALUES (?1, 0, ?2, ?3, ?4, {_NOW} + ?5) "
             "ON CONFLICT (id) DO UPDATE SET length = length + excluded.length, "
-            "head = excluded.head"
+            "head = excluded.head, owner = COALESCE(owner, excluded.owner), expires_at = CASE "
+            "WHEN retained <> 0 OR ?5 IS NULL THEN expires_at ELSE excluded.expires_at END"
         )
         self.append_batch = (
             f"INSERT INTO {b} (conversation_id, seq, append_id, digest, messages, parent, "
@@ -310,44 +347,60 @@ class _Tables:
         # Reads (parameter ?1: the conversation id). A conversation that never branched
         # (its head was never moved) has every batch in seq order as its head path:
         # ``read`` and ``view`` read it as before branches (a scan of its primary key),
-        # the branched flag checked once, in the key the scan looks up (no cost per
-        # batch). One that has branched reads nothing
+        # the branched flag and the closure or expiry checked once, in the key the scan
+        # looks up (no cost per batch). One that has branched reads nothing
         # there (``read``: no rows; ``view``: the flag, last column, set), and its
         # reader runs ``read_path`` / ``view_path`` instead: the seqs of the head path,
-        # walking parents up from the head. The flag never goes back, so the second
-        # statement sees a conversation that has branched too (a later snapshot, as
-        # consistent on its own).
+        # walking parents up from the head (none when closed or expired). The flag
+        # never goes back, so the second statement sees a conversation that has
+        # branched too (a later snapshot, as consistent on its own). A closed or
+        # expired conversation's batches (an expired one keeps them until ``expire``
+        # runs) are never read.
         path = (
             "WITH RECURSIVE path(seq) AS ("
-            f"SELECT head FROM {c} WHERE id = ?1 AND head IS NOT NULL "
+            f"SELECT c.head FROM {c} c WHERE c.id = ?1 AND c.head IS NOT NULL "
+            f"AND NOT {_closed('c')} "
             f"UNION ALL SELECT p.parent FROM path JOIN {b} p "
             "ON p.conversation_id = ?1 AND p.seq = path.seq WHERE p.parent IS NOT NULL) "
         )
         self.read = (
             f"SELECT append_id, digest, messages FROM {b} WHERE conversation_id = "
-            f"(SELECT CASE WHEN branched THEN NULL ELSE id END FROM {c} WHERE id = ?1) "
-            "ORDER BY seq"
+            f"(SELECT CASE WHEN c.branched OR {_closed('c')} THEN NULL ELSE c.id END "
+            f"FROM {c} c WHERE c.id = ?1) ORDER BY seq"
         )
         self.read_path = (
             f"{path}SELECT b.append_id, b.digest, b.messages FROM path JOIN {b} b "
             "ON b.conversation_id = ?1 AND b.seq = path.seq ORDER BY b.seq"
         )
         self.view = (
-            f"SELECT c.closed, c.length, b.append_id, b.digest, b.messages, c.branched "
+            f"SELECT {_closed('c')}, c.length, b.append_id, b.digest, b.messages, c.branched "
             f"FROM {c} c LEFT JOIN {b} b ON b.conversation_id = "
-            "CASE WHEN c.closed = 0 AND NOT c.branched THEN c.id END "
+            f"CASE WHEN NOT {_closed('c')} AND NOT c.branched THEN c.id END "
             "WHERE c.id = ?1 ORDER BY b.seq"
         )
         self.view_path = (
-            f"{path}SELECT c.closed, c.length, b.append_id, b.digest, b.messages "
-            f"FROM {c} c LEFT JOIN {b} b ON b.conversation_id = c.id AND c.closed = 0 "
+            f"{path}SELECT {_closed('c')}, c.length, b.append_id, b.digest, b.messages "
+            f"FROM {c} c LEFT JOIN {b} b ON b.conversation_id = "
+            f"CASE WHEN NOT {_closed('c')} THEN c.id END "
             "AND b.seq IN (SELECT seq FROM path) WHERE c.id = ?1 ORDER BY b.seq"
         )
         self.tree = (
-            f"SELECT c.closed, c.head, b.seq, b.parent, b.created, b.append_id, b.digest, "
-            f"b.messages FROM {c} c LEFT JOIN {b} b ON b.conversation_id = c.id "
-            "AND c.closed = 0 WHERE c.id = ? ORDER BY b.seq"
+            f"SELECT {_closed('c')}, c.head, b.seq, b.parent, b.created, b.append_id, "
+            f"b.digest, b.messages FROM {c} c LEFT JOIN {b} b ON b.conversation_id = "
+            f"CASE WHEN NOT {_closed('c')} THEN c.id END WHERE c.id = ?1 ORDER BY b.seq"
         )
+
+
+def _closed(alias: str) -> str:
+    """SQL: whether the conversations row ``alias`` is closed or expired by the clock
+    (NULL when there is no row)."""
+    return f"({alias}.closed <> 0 OR COALESCE({alias}.expires_at <= {_NOW}, 0))"
+
+
+def _tombstoned(conn: sqlite3.Connection, t: _Tables, secret: bytes, cid: str) -> bool:
+    """Whether ``cid`` was erased (its tombstone is stored)."""
+    sql = f"SELECT 1 FROM {t.tombstones} WHERE tombstone = ?"
+    return conn.execute(sql, (tombstone(secret, cid),)).fetchone() is not None
 
 
 def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
@@ -414,15 +467,29 @@ class SQLiteStore(RecordStore):
         "_listed",
         "_outcome_source",
         "_pool",
+        "_retention",
+        "_secret",
         "_tables",
         "path",
+        "retention",
         "synchronous",
         "table_prefix",
     )
 
-    def __init__(self, pool: _Pool, table_prefix: str, cache: HistoryCache) -> None:
+    _store_kind = "sqlite"
+
+    def __init__(
+        self,
+        pool: _Pool,
+        table_prefix: str,
+        cache: HistoryCache,
+        retention: _dt.timedelta | None = None,
+    ) -> None:
         """Internal: use ``await SQLiteStore.open(path)``."""
         self._pool = pool
+        self._secret = pool.secret
+        self.retention: Final = retention
+        self._retention = None if retention is None else retention.total_seconds()
         self._cache = cache
         self._tables = pool.tables
         self.path: Final = pool.path
@@ -442,6 +509,7 @@ class SQLiteStore(RecordStore):
         max_idle_connections: int = 4,
         cache_bytes: int = HistoryCache.DEFAULT_MAX_BYTES,
         create: bool = True,
+        retention: _dt.timedelta | None = None,
     ) -> SQLiteStore:
         """Open (creating when missing) the database at ``path`` and its tables.
 
@@ -459,11 +527,16 @@ class SQLiteStore(RecordStore):
         decoding; every record is still checked against its digest on every read)
         and the replays the history Middleware checked, each counted at twice its
         encoded size, media included (see ``scope.history.HistoryCache``).
+        ``retention`` (a ``timedelta`` > 0; None, the default: nothing expires by
+        itself): a conversation without its own expiry (``retain``) expires this long
+        after its last append through this handle, by the clock of the host running
+        SQLite (a handle without it leaves the expiry an append finds).
         Bad arguments raise
         ``ValueError`` (before any I/O); a file that cannot be opened as a database
         raises ``StoreError``.
         """
         prefix = validate_table_prefix(table_prefix)
+        kept = check_retention(retention)
         cache = HistoryCache(cache_bytes)
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(
@@ -486,7 +559,7 @@ class SQLiteStore(RecordStore):
             fspath, synchronous, float(busy_timeout), max_idle_connections, _Tables(prefix)
         )
         await anyio.to_thread.run_sync(_open_schema, pool, create)
-        return cls(pool, prefix, cache)
+        return cls(pool, prefix, cache, kept)
 
     def __repr__(self) -> str:
         return f"SQLiteStore(path={self.path!r}, table_prefix={self.table_prefix!r})"
@@ -525,11 +598,11 @@ class SQLiteStore(RecordStore):
         one, consistent on its own, walks the head path). A corrupt stored record
         raises ``StoreError``."""
         cid = ConversationID(conversation_id)
-        t = self._tables
+        t, secret = self._tables, self._secret
         cache = self._cache
 
         def read(conn: sqlite3.Connection) -> HistoryView:
-            return _view(cid, _view_rows(conn, t, cid), cache)
+            return _view(cid, _view_rows(conn, t, secret, cid), cache)
 
         return await self._run(read, f"read of conversation {str(cid)!r}")
 
@@ -537,7 +610,9 @@ class SQLiteStore(RecordStore):
         """The head path's records in order, decoded with ``decode`` on the worker
         thread: one statement (a consistent snapshot) reading every batch in seq order
         of a linear conversation; for one that has branched (that statement finds
-        nothing), a second one walking parents from its head."""
+        nothing), a second one walking parents from its head. A closed or expired
+        conversation reads nothing (an expired one's batches, until ``expire()`` runs,
+        are not read)."""
         t = self._tables
         cache = self._cache
 
@@ -550,13 +625,16 @@ class SQLiteStore(RecordStore):
         return await self._run(read, f"read of conversation {str(cid)!r}")
 
     async def _read_tree(self, cid: ConversationID) -> HistoryTree:
-        # One statement: the conversation row and every batch, in seq order.
-        sql = self._tables.tree
+        # One statement: the conversation row and every batch, in seq order (none when
+        # closed or expired); no row: unknown, or erased (its tombstone: closed).
+        t, secret = self._tables, self._secret
         cache = self._cache
 
         def read(conn: sqlite3.Connection) -> HistoryTree:
-            rows = conn.execute(sql, (cid,)).fetchall()
+            rows = conn.execute(t.tree, (cid,)).fetchall()
             if not rows:
+                if _tombstoned(conn, t, secret, cid):
+                    return HistoryTree((), (), (), -1, True)
                 return HistoryTree((), (), ())
             closed, head = bool(rows[0][0]), rows[0][1]
             batches = [tuple(r[2:]) for r in rows if r[2] is not None]
@@ -567,14 +645,15 @@ class SQLiteStore(RecordStore):
     async def _move_head(
         self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
     ) -> str:
-        # One write transaction: closure, the move record, the fence, the target, the
-        # move (the head's seq and its path length, kept on every batch row: no
-        # messages are read) and the move record.
+        # One write transaction: closure (cleared, expired or erased), the move record,
+        # the fence, the target, the move (the head's seq and its path length, kept on
+        # every batch row: no messages are read) and the move record.
         t = self._tables
         pool = self._pool
+        secret = self._secret
         state = (
-            f"SELECT c.closed, c.length, c.head FROM (SELECT 1) LEFT JOIN {t.conversations} c "
-            "ON c.id = ?"
+            f"SELECT {_closed('c')}, c.length, c.head FROM (SELECT 1) "
+            f"LEFT JOIN {t.conversations} c ON c.id = ?"
         )
         recorded = f"SELECT head FROM {t.moves} WHERE conversation_id = ? AND move_id = ?"
         target = (
@@ -591,7 +670,7 @@ class SQLiteStore(RecordStore):
 
         def body(conn: sqlite3.Connection) -> str:
             closed, length, current = conn.execute(state, (cid,)).fetchone()
-            if closed:
+            if closed or (closed is None and _tombstoned(conn, t, secret, cid)):
                 return "closed"
             if move_id is not None:
                 row = conn.execute(recorded, (cid, move_id)).fetchone()
@@ -652,7 +731,7 @@ class SQLiteStore(RecordStore):
 
         return await self._run(page, f"scan of conversation {raw_id!r}")
 
-    async def _write(self, batch: Batch, holder: str | None) -> str:
+    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> str:
         # One write transaction (see the class docstring for cancellation); with a
         # holder (append_release_turn) the release is in the same transaction.
         cid = batch.conversation_id
@@ -663,15 +742,17 @@ class SQLiteStore(RecordStore):
         count = len(batch.messages)
         t = self._tables
         pool = self._pool
+        secret, retention = self._secret, self._retention
 
         def body(conn: sqlite3.Connection) -> str:
-            # One statement reads what the checks need (closure, length, head, the
-            # dedupe record, the last seq); the write lock and BEGIN IMMEDIATE keep it
-            # current.
+            # One statement reads what the checks need (closure or expiry, length, head,
+            # the dedupe record across the whole tree, the last seq); the write lock and
+            # BEGIN IMMEDIATE keep it current. No row: a new conversation, or an erased
+            # one (its tombstone).
             closed, length, head, accepted, last = conn.execute(
                 t.append_state, (cid, aid)
             ).fetchone()
-            if closed:
+            if closed or (closed is None and _tombstoned(conn, t, secret, cid)):
                 return "closed"
             if accepted is not None:  # a retry (same digest: nothing to write) or a conflict
                 return f"accepted:{accepted}"
@@ -681,7 +762,8 @@ class SQLiteStore(RecordStore):
                 if fence_refuses(batch, length, head_id):
                     return f"changed:{length}:{head_id}"
             seq = (last or 0) + 1
-            conn.execute(t.append_length, (cid, count, seq))
+            first_owner = owner if last is None else None  # the first batch records it
+            conn.execute(t.append_length, (cid, count, seq, first_owner, retention))
             conn.execute(t.append_batch, (cid, seq, aid, digest, data, head, length + count))
             return "inserted"
 
@@ -705,11 +787,14 @@ class SQLiteStore(RecordStore):
     async def _clear(self, cid: ConversationID) -> None:
         t = self._tables
         pool = self._pool
+        secret = self._secret
 
         def body(conn: sqlite3.Connection) -> None:
+            if _tombstoned(conn, t, secret, cid):
+                return  # erased: closed for ever, and its id is kept nowhere
             conn.execute(
                 f"INSERT INTO {t.conversations} (id, closed) VALUES (?, 1) "
-                "ON CONFLICT (id) DO UPDATE SET closed = 1",
+                "ON CONFLICT (id) DO UPDATE SET closed = 1, expires_at = NULL, retained = 0",
                 (cid,),
             )
             conn.execute(f"DELETE FROM {t.batches} WHERE conversation_id = ?", (cid,))
@@ -750,13 +835,13 @@ class SQLiteStore(RecordStore):
     ) -> HistoryView | None:
         # The upsert and the view's statement in one BEGIN IMMEDIATE transaction.
         pool = self._pool
-        acquire, t = self._acquire_sql(), self._tables
+        acquire, t, secret = self._acquire_sql(), self._tables, self._secret
         cache = self._cache
 
         def body(conn: sqlite3.Connection) -> list[Any] | None:
             if conn.execute(acquire, (cid, holder, ttl)).rowcount != 1:
                 return None
-            return _view_rows(conn, t, cid)
+            return _view_rows(conn, t, secret, cid)
 
         def acquire_view(conn: sqlite3.Connection) -> HistoryView | None:
             with pool.write_lock:
@@ -782,24 +867,177 @@ class SQLiteStore(RecordStore):
 
         return await self._run(release, f"lease release of conversation {str(cid)!r}")
 
-    async def _list(self, after: ConversationID | None, limit: int | None) -> list[Any]:
+    async def _list(
+        self, after: ConversationID | None, limit: int | None, owner: str | None
+    ) -> list[Any]:
         t = self._tables.conversations
-        where = "closed = 0" if after is None else "closed = 0 AND id > ?"
+        # Listed: a conversation holding a batch on any branch (a head, or a head moved:
+        # one rewound to its start holds batches); a row without a batch (retained
+        # before its first append) is not.
+        where = (
+            "closed = 0 AND (length > 0 OR head IS NOT NULL OR branched <> 0) "
+            f"AND NOT COALESCE(expires_at <= {_NOW}, 0)"
+        )
+        args: tuple[object, ...] = ()
+        if owner is not None:  # the (owner, id) index: a keyset range of one owner
+            where, args = f"{where} AND owner = ?", (owner,)
+        if after is not None:
+            where, args = f"{where} AND id > ?", (*args, after)
         sql = f"SELECT id FROM {t} WHERE {where} ORDER BY id LIMIT ?"
-        count = -1 if limit is None else limit  # LIMIT -1: no limit
-        args: tuple[object, ...] = (count,) if after is None else (after, count)
+        args = (*args, -1 if limit is None else limit)  # LIMIT -1: no limit
 
         def conversations(conn: sqlite3.Connection) -> list[Any]:
             return [row[0] for row in conn.execute(sql, args)]
 
         return await self._run(conversations, "listing of conversations")
 
+    # -- retention and erasure (DESIGN §6i) -------------------------------------------
 
-def _view_rows(conn: sqlite3.Connection, t: _Tables, cid: ConversationID) -> list[Any]:
-    """``read_view``'s rows (closed, length, then one record per row; none for an
-    unknown conversation): the linear statement, or the walk when it has branched."""
+    async def _retain(self, cid: ConversationID, until: float | None) -> bool:
+        # One write transaction: the closure (or expiry, or tombstone) check, then the
+        # setting, on a new row when the id was never written.
+        t = self._tables
+        pool = self._pool
+        secret = self._secret
+
+        def body(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                f"SELECT {_closed('c')} FROM {t.conversations} c WHERE c.id = ?", (cid,)
+            ).fetchone()
+            if row is None:
+                if _tombstoned(conn, t, secret, cid):
+                    return False
+            elif row[0]:
+                return False
+            conn.execute(
+                f"INSERT INTO {t.conversations} (id, retained, expires_at) VALUES (?, 1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET retained = 1, expires_at = excluded.expires_at",
+                (cid, until),
+            )
+            return True
+
+        def retain(conn: sqlite3.Connection) -> bool:
+            with pool.write_lock:
+                return _transaction(conn, lambda: body(conn))
+
+        return await self._run(retain, f"retention of conversation {str(cid)!r}")
+
+    async def _expire_page(self, now: float | None, limit: int) -> list[ConversationID]:
+        # One write transaction: the page of due ids (the expiry index), their batches
+        # (every branch), leases and move records deleted, their rows closed (owner and
+        # length kept).
+        t = self._tables
+        pool = self._pool
+        due = (
+            f"SELECT id FROM {t.conversations} WHERE closed = 0 AND expires_at <= "
+            f"COALESCE(?, {_NOW}) ORDER BY expires_at LIMIT ?"
+        )
+
+        def body(conn: sqlite3.Connection) -> list[Any]:
+            ids = [row[0] for row in conn.execute(due, (now, limit))]
+            rows = [(cid,) for cid in ids]
+            for table in (t.batches, t.leases, t.moves):
+                conn.executemany(f"DELETE FROM {table} WHERE conversation_id = ?", rows)
+            conn.executemany(
+                f"UPDATE {t.conversations} SET closed = 1, expires_at = NULL, retained = 0 "
+                "WHERE id = ?",
+                rows,
+            )
+            return ids
+
+        def expire(conn: sqlite3.Connection) -> list[Any]:
+            with pool.write_lock:
+                return _transaction(conn, lambda: body(conn))
+
+        return await self._run(expire, "expiry of conversations")
+
+    async def _erase(
+        self, cid: ConversationID, mark: str
+    ) -> tuple[list[tuple[Any, str, int]], float]:
+        # One write transaction: every row holding the id deleted (every branch's
+        # batches, the lease, the move records, the conversation row with its head,
+        # owner and expiry), the tombstone written.
+        t = self._tables
+        pool = self._pool
+
+        def body(conn: sqlite3.Connection) -> tuple[list[tuple[Any, str, int]], float]:
+            records = conn.execute(
+                f"DELETE FROM {t.batches} WHERE conversation_id = ? "
+                "RETURNING seq, digest, length(messages)",
+                (cid,),
+            ).fetchall()
+            conn.execute(f"DELETE FROM {t.leases} WHERE conversation_id = ?", (cid,))
+            conn.execute(f"DELETE FROM {t.moves} WHERE conversation_id = ?", (cid,))
+            conn.execute(f"DELETE FROM {t.conversations} WHERE id = ?", (cid,))
+            (now,) = conn.execute(
+                f"INSERT INTO {t.tombstones} (tombstone, erased_at) VALUES (?, {_NOW}) "
+                "ON CONFLICT (tombstone) DO UPDATE SET erased_at = excluded.erased_at "
+                "RETURNING erased_at",
+                (mark,),
+            ).fetchone()
+            return [tuple(r) for r in records], float(now)
+
+        def erase(conn: sqlite3.Connection) -> tuple[list[tuple[Any, str, int]], float]:
+            with pool.write_lock:
+                return _transaction(conn, lambda: body(conn))
+
+        return await self._run(erase, f"erasure of conversation {str(cid)!r}")
+
+    async def _owned(self, owner: str, limit: int) -> list[ConversationID]:
+        sql = f"SELECT id FROM {self._tables.conversations} WHERE owner = ? ORDER BY id LIMIT ?"
+
+        def owned(conn: sqlite3.Connection) -> list[Any]:
+            return [row[0] for row in conn.execute(sql, (owner, limit))]
+
+        return [ConversationID(cid) for cid in await self._run(owned, "listing by owner")]
+
+    async def _erasure_problems(self, mark: str) -> list[str]:
+        # Every id stored in every table that holds one, read in keyset pages (one
+        # statement each) and hashed on the worker thread.
+        t = self._tables
+        secret = self._secret
+        places = (
+            ("the conversations table", t.conversations, "id"),
+            ("the batches table", t.batches, "conversation_id"),
+            ("the leases table", t.leases, "conversation_id"),
+            ("the moves table", t.moves, "conversation_id"),
+        )
+
+        def problems(conn: sqlite3.Connection) -> list[str]:
+            found: list[str] = []
+            sql = f"SELECT 1 FROM {t.tombstones} WHERE tombstone = ?"
+            if conn.execute(sql, (mark,)).fetchone() is None:
+                found.append(f"no tombstone {mark} in this store")
+            for where, table, column in places:
+                last: Any = None
+                page = (
+                    f"SELECT DISTINCT {column} FROM {table} WHERE ?1 IS NULL OR {column} > ?1 "
+                    f"ORDER BY {column} LIMIT 1000"
+                )
+                while True:
+                    ids = [row[0] for row in conn.execute(page, (last,))]
+                    if any(tombstone(secret, str(cid)) == mark for cid in ids):
+                        found.append(f"a conversation id hashing to the tombstone is in {where}")
+                        break
+                    if len(ids) < 1000:
+                        break
+                    last = ids[-1]
+            return found
+
+        return await self._run(problems, "check of an erasure")
+
+
+def _view_rows(
+    conn: sqlite3.Connection, t: _Tables, secret: bytes, cid: ConversationID
+) -> list[Any]:
+    """``read_view``'s rows (closed or expired, length, then one record per row; none
+    for an unknown conversation): the linear statement, or the walk when it has
+    branched. An erased conversation (no row, its tombstone stored) is one closed row
+    of length 0: closed for ever."""
     rows = conn.execute(t.view, (cid,)).fetchall()
-    if rows and rows[0][5]:
+    if not rows:
+        return [(1, 0, None, None, None)] if _tombstoned(conn, t, secret, cid) else rows
+    if rows[0][5]:
         rows = conn.execute(t.view_path, (cid,)).fetchall()
     return rows
 
@@ -828,6 +1066,13 @@ def _open_schema(pool: _Pool, create: bool) -> None:
             version = _schema_version(conn, t)
             if version != SCHEMA_VERSION:
                 raise schema_mismatch(f"SQLite database {pool.path!r}", t.schema, version)
+        row = conn.execute(f"SELECT secret FROM {t.secret} WHERE id = 1").fetchone()
+        if row is None or not isinstance(row[0], bytes) or len(row[0]) != 32:
+            raise StoreError(
+                f"SQLite database {pool.path!r} has no store secret in {t.secret} (a row "
+                "written with the schema, needed by erase): restore it from a backup"
+            )
+        pool.secret = row[0]
     except sqlite3.Error as exc:
         conn.close()
         raise _DRIVER.failed(exc, f"open of {pool.path!r}") from exc
@@ -922,7 +1167,9 @@ def _create_schema(conn: sqlite3.Connection, t: _Tables) -> None:
             f"UPDATE {t.conversations} SET length = ? WHERE id = ?",
             [(n, cid) for cid, n in lengths.items()],
         )
+    # Version 5: branches and retention/erasure, each in idempotent steps.
     _upgrade_branches(conn, t)
+    _upgrade_erasure(conn, t)
     conn.execute(
         f"INSERT INTO {t.schema} (id, version) VALUES (1, ?) "
         "ON CONFLICT (id) DO UPDATE SET version = excluded.version",
@@ -991,4 +1238,43 @@ def _upgrade_branches(conn: sqlite3.Connection, t: _Tables) -> None:
     conn.executemany(
         f"UPDATE {t.batches} SET parent = ?, path_length = ? WHERE conversation_id = ? AND seq = ?",
         updates,
+    )
+
+
+def _upgrade_erasure(conn: sqlite3.Connection, t: _Tables) -> None:
+    """Schema 5's retention and erasure (DESIGN §6i), in idempotent steps (each one a
+    no-op when already done, so it composes with the other steps to 5): the
+    conversations table's ``owner`` (the first append's principal, NULL: none),
+    ``expires_at`` (Unix seconds by the clock of the host running SQLite, NULL: never)
+    and ``retained`` (1: the conversation's own setting, which appends do not move)
+    columns and their indexes; the ``_secret`` table and its one row, 32 random bytes
+    made here (the tombstones' HMAC key); the ``_tombstones`` table (one row per erased
+    id: its keyed hash, and when)."""
+    columns = _columns(conn, t.conversations)
+    for name, declaration in (
+        ("owner", "TEXT"),
+        ("expires_at", "REAL"),
+        ("retained", "INTEGER NOT NULL DEFAULT 0"),
+    ):
+        if name not in columns:
+            conn.execute(f"ALTER TABLE {t.conversations} ADD COLUMN {name} {declaration}")
+    conn.execute(
+        f'CREATE INDEX IF NOT EXISTS "{t.prefix}_owners" '
+        f"ON {t.conversations} (owner, id) WHERE owner IS NOT NULL"
+    )
+    conn.execute(
+        f'CREATE INDEX IF NOT EXISTS "{t.prefix}_expiry" '
+        f"ON {t.conversations} (expires_at) WHERE expires_at IS NOT NULL"
+    )
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {t.secret} ("
+        "id INTEGER PRIMARY KEY CHECK (id = 1), secret BLOB NOT NULL)"
+    )
+    conn.execute(
+        f"INSERT INTO {t.secret} (id, secret) VALUES (1, ?) ON CONFLICT (id) DO NOTHING",
+        (new_secret(),),
+    )
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {t.tombstones} ("
+        "tombstone TEXT PRIMARY KEY NOT NULL, erased_at REAL NOT NULL) WITHOUT ROWID"
     )

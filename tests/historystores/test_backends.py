@@ -251,7 +251,7 @@ async def plant_listed_ids(backend: Backend, ids: list[str | bytes]) -> None:
     if backend.kind == "sqlite":
         with sqlite3.connect(backend.url, isolation_level=None) as conn:
             conn.executemany(
-                f"INSERT INTO {backend.prefix}_conversations (id, closed) VALUES (?, 0)",
+                f"INSERT INTO {backend.prefix}_conversations (id, closed, length) VALUES (?, 0, 2)",
                 [(i,) for i in ids],  # bytes: a blob, no text affinity
             )
     elif backend.kind == "postgres":

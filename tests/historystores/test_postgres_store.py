@@ -64,6 +64,18 @@ class TestPostgresConformance(StoreConformance):
     async def reopen(self, store: Any) -> Any:
         return await PostgresStore.open(self.dsn, table_prefix=store.table_prefix)
 
+    @pytest.fixture(autouse=True)
+    async def _retention_prefix(self, dsn: str) -> AsyncIterator[None]:
+        self._retention_tables = unique_table_prefix()
+        self.dsn = dsn
+        yield
+        await drop_tables(dsn, self._retention_tables)
+
+    async def open_store(self, *, retention: Any = None) -> Any:
+        return await PostgresStore.open(
+            self.dsn, table_prefix=self._retention_tables, retention=retention
+        )
+
 
 async def admin(dsn: str, sql: str, *args: Any) -> Any:
     conn = await asyncpg.connect(dsn)

@@ -68,11 +68,25 @@ class TestRedisClusterConformance(StoreConformance):
     @pytest.fixture
     async def store(self, url: str, prefix: str) -> AsyncIterator[RedisStore]:
         async with await open_cluster(url, prefix) as store:
-            self.url = url
             yield store
 
     async def reopen(self, store: Any) -> Any:
         return await open_cluster(self.url, store.prefix)
+
+    @pytest.fixture(autouse=True)
+    async def _places(self, url: str, prefix: str) -> AsyncIterator[None]:
+        self.url, self.prefix = url, prefix
+        yield
+        await drop_keys(url, f"{prefix}-r", cluster=True)
+
+    async def open_store(self, *, retention: Any = None) -> Any:
+        return await RedisStore.open(
+            self.url,
+            prefix=f"{self.prefix}-r",
+            cluster=True,
+            check_persistence=False,
+            retention=retention,
+        )
 
 
 async def test_conversations_spread_over_every_master(url: str, prefix: str, admin: Any) -> None:

@@ -69,11 +69,21 @@ class TestRedisConformance(StoreConformance):
     @pytest.fixture
     async def store(self, url: str, prefix: str) -> AsyncIterator[RedisStore]:
         async with await RedisStore.open(url, prefix=prefix, check_persistence=False) as store:
-            self.url = url
             yield store
 
     async def reopen(self, store: Any) -> Any:
         return await RedisStore.open(self.url, prefix=store.prefix, check_persistence=False)
+
+    @pytest.fixture(autouse=True)
+    async def _places(self, url: str, prefix: str) -> AsyncIterator[None]:
+        self.url, self.prefix = url, prefix
+        yield
+        await drop_keys(url, f"{prefix}-r")
+
+    async def open_store(self, *, retention: Any = None) -> Any:
+        return await RedisStore.open(
+            self.url, prefix=f"{self.prefix}-r", check_persistence=False, retention=retention
+        )
 
 
 async def kill_clients(admin: Any, name: str) -> int:
@@ -126,7 +136,9 @@ async def test_keys_of_a_conversation_share_one_hash_tag(url: str, prefix: str, 
         keys = [key async for key in admin.scan_iter(match=f"{prefix}:*")]
         tags: dict[bytes, set[bytes]] = {}
         for key in keys:
-            if key in (f"{prefix}:conversations".encode(), f"{prefix}:schema".encode()):
+            if key in (
+                f"{prefix}:{name}".encode() for name in ("conversations", "schema", "secret")
+            ):
                 continue
             tags.setdefault(hash_tag(key), set()).add(key)
         # One tag per conversation: the hex of its UTF-8 bytes.
@@ -326,7 +338,7 @@ class FakeRedis:
                 args = []
                 for _ in range(int(header[1:])):
                     size = int((await reader.readline())[1:])
-                    args.append((await reader.readexactly(size + 2))[:-2].decode())
+                    args.append((await reader.readexactly(size + 2))[:-2].decode("latin-1"))
                 reply = self._reply([a.upper() if i == 0 else a for i, a in enumerate(args)])
                 if reply is not None:
                     writer.write(reply)
@@ -341,8 +353,10 @@ class FakeRedis:
             return b"%1\r\n$5\r\nproto\r\n:3\r\n"
         if args[0] == "PING":
             return b"+PONG\r\n"
-        if args[0] == "CLIENT":
+        if args[0] in ("CLIENT", "SET"):  # SET NX of the store secret at open
             return b"+OK\r\n"
+        if args[0] == "GET" and args[1].endswith(":secret"):
+            return b"$32\r\n" + b"s" * 32 + b"\r\n"
         if args[0] == "CONFIG":
             if self.config_error:
                 return f"-{self.config_error}\r\n".encode()

@@ -34,6 +34,13 @@ class TestSQLiteConformance(StoreConformance):
     async def reopen(self, store: Any) -> Any:
         return await SQLiteStore.open(store.path, table_prefix=store.table_prefix)
 
+    @pytest.fixture(autouse=True)
+    def _retention_path(self, tmp_path: Path) -> None:
+        self._retention_db = tmp_path / "retention.db"
+
+    async def open_store(self, *, retention: Any = None) -> Any:
+        return await SQLiteStore.open(self._retention_db, retention=retention)
+
 
 class TestSQLiteConformanceFullSync(StoreConformance):
     """The same rules with synchronous=FULL and a non-default table prefix."""

@@ -18,7 +18,7 @@ import pytest
 
 from scope.chat import FinishReason, Output, Request, Response, assistant_message, user_message
 from scope.cli import main
-from scope.errors import HistoryChangedError, StoreError
+from scope.errors import ConversationClosedError, HistoryChangedError, StoreError
 from scope.history import Batch, HistoryView, Middleware
 from scope.historystores._schema import SCHEMA_VERSION
 from scope.historystores.sqlite import SQLiteStore
@@ -240,12 +240,16 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
     role = f"scope_app_{uuid.uuid4().hex[:8]}"
     async with await PostgresStore.open(dsn, table_prefix=prefix):
         pass  # the migration, as the owner
+    # Every function the store defined, as the server names it (one definition each:
+    # the head fence and the owner, tombstone and retention arguments in one list).
+    names = [f"{prefix}_{name}" for name in ("append", "acquire_view", "commit_turn", "move_head")]
     functions = [
-        f'"{prefix}_append"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT)',
-        f'"{prefix}_acquire_view"(TEXT, TEXT, FLOAT8)',
-        f'"{prefix}_commit_turn"(TEXT, TEXT, TEXT, BYTEA, BIGINT, BIGINT, TEXT, TEXT)',
-        f'"{prefix}_move_head"(TEXT, TEXT, TEXT, TEXT)',
+        row[0]
+        for row in await conn.fetch(
+            "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = ANY($1) ORDER BY 1", names
+        )
     ]
+    assert len(functions) == len(names), functions
     # As a database that revokes EXECUTE from PUBLIC: only the documented grant runs them.
     await conn.execute(f"REVOKE EXECUTE ON FUNCTION {', '.join(functions)} FROM PUBLIC")
     await conn.execute(f'CREATE ROLE "{role}" LOGIN')
@@ -429,8 +433,9 @@ async def test_postgres_version_2_gains_the_lease_table(pg: tuple[Any, str, str]
 
 
 def test_sqlite_version_3_is_upgraded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # SQLite's tables did not change in version 4 (PostgreSQL gained two functions);
-    # the upgrade to the current version keeps the data and a lease taken before it.
+    # SQLite's tables did not change in version 4 (PostgreSQL gained two functions):
+    # the upgrade to the current version (through 5: branches, retention and erasure)
+    # keeps the data and a lease taken before it.
     path = tmp_path / "h.db"
 
     async def write() -> None:
@@ -537,6 +542,8 @@ async def test_postgres_longest_table_prefix_keeps_every_name_apart(
             "_move_head",
             "_moves",
             "_schema",
+            "_secret",
+            "_tombstones",
         ]
     finally:
         await drop_tables(dsn, prefix)
@@ -611,7 +618,8 @@ def write_sqlite_v4(path: Path) -> None:
 async def use_upgraded_v4(store: Any) -> None:
     """What a store upgraded from schema 4 must do with V4_BATCHES: read them as one
     branch (head the last batch, parents in seq order, no stored times, path lengths
-    the running sums), append, rewind, branch, dedupe across branches."""
+    the running sums), append, rewind, branch, dedupe across branches; the migrated
+    conversations have no owner and no expiry, and an erase removes every branch."""
     c = [b for b in V4_BATCHES if b.conversation_id == "c"]
     view = await store.read_view("c")
     assert view == HistoryView(tuple(m for b in c for m in b.messages), 8, False, head="a3")
@@ -644,12 +652,26 @@ async def use_upgraded_v4(store: Any) -> None:
     assert await store.append(c[2]) == c[2].receipt()
     assert (await store.read_view("c")).head == "b1"
     assert await store.move_head("c", "a2", expected_head="nobody", move_id="m1") == 6
+    # Retention and erasure on the migrated data: no owner was recorded (a later append
+    # does not record one), nothing expires by itself; erase takes every branch.
+    await store.append(Batch("d", "d2", turn("d2")), owner="alice")
+    assert await store.conversations(owner="alice") == []
+    assert await store.erase_owned("alice") == []
+    assert await store.expire() == 0
+    receipt = await store.erase("c")
+    assert receipt.batches == 5  # a1, a2, a3 (migrated), a4 and b1 (on two branches)
+    assert await store.check_erased(receipt) == []
+    tree = await store.read_tree("c")
+    assert tree.closed is True and tree.batches == ()
+    with pytest.raises(ConversationClosedError):
+        await store.move_head("c", "", expected_head="")
+    assert await store.conversations() == ["d"]
 
 
 async def test_sqlite_version_4_is_upgraded_to_branches(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from scope.historystores.sqlite import _Tables, _upgrade_branches
+    from scope.historystores.sqlite import _Tables, _upgrade_branches, _upgrade_erasure
 
     path = tmp_path / "h.db"
     write_sqlite_v4(path)
@@ -671,26 +693,38 @@ async def test_sqlite_version_4_is_upgraded_to_branches(
             ("d", 1, None, None, 2),
         ]
         assert conn.execute(
-            'SELECT id, head, branched, length FROM "scope_history_conversations" ORDER BY id'
-        ).fetchall() == [("c", 3, 0, 8), ("d", 1, 0, 2), ("gone", None, 0, 2)]
+            "SELECT id, head, branched, length, owner, expires_at, retained "
+            'FROM "scope_history_conversations" ORDER BY id'
+        ).fetchall() == [
+            ("c", 3, 0, 8, None, None, 0),
+            ("d", 1, 0, 2, None, None, 0),
+            ("gone", None, 0, 2, None, None, 0),
+        ]
+        [(secret,)] = conn.execute('SELECT secret FROM "scope_history_secret"').fetchall()
+        assert isinstance(secret, bytes) and len(secret) == 32
+        assert conn.execute('SELECT count(*) FROM "scope_history_tombstones"').fetchone() == (0,)
     finally:
         conn.close()
     async with await SQLiteStore.open(path, create=False) as store:
         await use_upgraded_v4(store)
-    # Every step is idempotent: running the upgrade again on the upgraded (and since
-    # branched) data changes nothing.
+    # Every step is idempotent: running both upgrades again on the upgraded (and since
+    # branched and erased) data changes nothing, the store secret included.
+    tables = [
+        f'"scope_history_{name}"'
+        for name in ("conversations", "batches", "moves", "secret", "tombstones")
+    ]
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         snapshot = [
-            conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-            for table in ('"scope_history_conversations"', '"scope_history_batches"')
+            conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() for table in tables
         ]
+        assert snapshot[4] != []  # the tombstone of "c"
         conn.execute("BEGIN IMMEDIATE")
         _upgrade_branches(conn, _Tables("scope_history"))
+        _upgrade_erasure(conn, _Tables("scope_history"))
         conn.execute("COMMIT")
         assert snapshot == [
-            conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-            for table in ('"scope_history_conversations"', '"scope_history_batches"')
+            conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() for table in tables
         ]
     finally:
         conn.close()
@@ -784,15 +818,21 @@ async def test_postgres_version_4_is_upgraded_to_branches(pg: tuple[Any, str, st
         ("d", 1, False, 2),
         ("gone", None, False, 2),
     ]
-    # Version 4's append functions (no head fence) are gone; one of each name is left.
+    # Version 4's functions (no head fence, owner, tombstone or retention) are gone;
+    # one of each name is left.
+    names = [f"{prefix}_{name}" for name in ("append", "acquire_view", "commit_turn", "move_head")]
     found = await conn.fetch(
-        "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = ANY($1) ORDER BY 1",
-        [f"{prefix}_append", f"{prefix}_commit_turn"],
+        "SELECT proname, oidvectortypes(proargtypes) FROM pg_proc WHERE proname = ANY($1) "
+        "ORDER BY 1",
+        names,
     )
-    assert [r[0].split("(")[1] for r in found] == [
-        "text,text,text,bytea,bigint,bigint,text)",
-        "text,text,text,bytea,bigint,bigint,text,text)",
-    ]
+    assert sorted(r[0] for r in found) == sorted(names)
+    v4 = {
+        f"{prefix}_append": "text, text, text, bytea, bigint, bigint",
+        f"{prefix}_commit_turn": "text, text, text, bytea, bigint, bigint, text",
+        f"{prefix}_acquire_view": "text, text, double precision",
+    }
+    assert not [r for r in found if v4.get(r[0]) == r[1]], found
     async with await PostgresStore.open(dsn, table_prefix=prefix, create=False) as store:
         await use_upgraded_v4(store)
         # Every step is idempotent: running the upgrade again changes nothing.
