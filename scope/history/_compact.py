@@ -176,7 +176,7 @@ async def compact(
                 )
             ],
             expected_length=view.length,
-            expected_head=view.head,
+            expected_head=view.fence_head,
         )
         try:
             receipt = await store.append(batch)

@@ -62,7 +62,7 @@ class Middleware:
 
     Exclusive turns (``exclusive_turns=True``, the default, with a ``ViewReader``): the
     committed batch carries ``expected_length=view.length`` and
-    ``expected_head=view.head``, so it lands only if no other turn was stored, and the
+    ``expected_head=view.fence_head``, so it lands only if no other turn was stored, and the
     head was not moved to another branch (``rewind``, ``switch``: DESIGN §6h), since the
     history was read. Of two overlapping turns on one
     conversation exactly one commits; the other raises ``CommitError`` with
@@ -370,7 +370,7 @@ class Middleware:
             stored = view.messages
             if self._fenced:
                 turn.expected = view.length
-                turn.expected_head = view.head
+                turn.expected_head = view.fence_head
         # The replay is checked once per stored message, not once per call (_replay.py);
         # the prefix and the open turn are the caller's already-validated request.
         replay = checked_replay(self._reader, cid, stored)

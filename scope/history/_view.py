@@ -77,6 +77,17 @@ class HistoryView:
         if self.closed and self.head:
             raise InvalidViewError("a closed conversation's view has no head")
 
+    @property
+    def fence_head(self) -> str | None:
+        """The head a batch generated from this view is fenced by
+        (``Batch.expected_head``): ``head``, or None when the view carries no head
+        information, so the fence names the length only. A view of a non-empty head
+        path whose ``head`` is ``""`` is one: a ``ViewReader`` that does not track heads
+        (``StoreAdapter`` over a store without ``read_batches``, a reader of one's own)
+        builds it. A view of length 0 with head ``""`` is exact either way: the empty
+        path."""
+        return self.head if self.head or not self.length else None
+
     def validate(self) -> None:
         """Check the view (construction already did)."""
         _messages(self.messages)

@@ -235,3 +235,43 @@ async def test_the_checked_replay_of_another_branch_of_equal_length_is_not_reuse
     assert (await store.read_view("c")).length == 6  # as long as the checked history
     with pytest.raises(StoreError, match="cannot be replayed"):
         await mw.call(FunctionModel(lambda request: "never")).call(Request([user_message("q2?")]))
+
+
+def test_a_view_without_a_head_fences_by_length_only() -> None:
+    # A non-empty path has a head batch: "" there means the reader does not track heads.
+    assert HistoryView(tuple(_turn("a")), 2).fence_head is None
+    assert HistoryView(tuple(_turn("a")), 2, head="a").fence_head == "a"
+    assert HistoryView((), 0).fence_head == ""  # the empty path: exact either way
+    assert HistoryView((), 2, head="a").fence_head == "a"  # a window over the head path
+
+
+class _Messages:
+    """A plain ``Reader`` of a store's messages (no views, no batches: no heads)."""
+
+    def __init__(self, store: InMemoryStore) -> None:
+        self.store = store
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        return await self.store.read(conversation_id)
+
+
+async def test_a_reader_that_tracks_no_heads_commits_fenced_by_length() -> None:
+    # A window over a plain Reader: its views say head "" on a non-empty history, so
+    # the commit is fenced by the length alone, and lands (fenced by that "", every
+    # commit on a non-empty history was refused).
+    store = InMemoryStore()
+    await _fill(store, "t1", "t2")
+    mw = Middleware(WindowReader(_Messages(store), 100), store, "c")
+    for n in range(3):
+        await mw.call(FunctionModel(lambda _: "ok")).call(Request([user_message(f"q{n}?")]))
+    assert len(await store.read("c")) == 4 + 3 * 2
+
+    async def answer(request: Request) -> str:
+        await store.append(Batch("c", "other", _turn("other")))
+        return "late!"
+
+    with pytest.raises(CommitError) as caught:  # the length fence still holds
+        await mw.call(FunctionModel(answer)).call(Request([user_message("q?")]))
+    cause = caught.value.__cause__
+    assert isinstance(cause, HistoryChangedError)
+    assert (cause.expected, cause.actual, cause.expected_head) == (10, 12, None)
