@@ -147,8 +147,9 @@ def _metadata_in(cls: type[Metadata], error: type[Exception]) -> Structurer:
     """
     raw = _raw_json_in(InvalidMetadataError)
     check_key = cls._check_key
-    plain_keys = cls.__dict__.get("_check_key", Metadata.__dict__["_check_key"]) is (
-        Metadata.__dict__["_check_key"]
+    plain_keys = (
+        cls.__dict__.get("_check_key", Metadata.__dict__["_check_key"])
+        is (Metadata.__dict__["_check_key"])
     )
     set_raw = RawJSON.__dict__["_raw_json_bytes"].__set__
     set_data, set_hash, set_json = (
@@ -373,7 +374,8 @@ def _field_lines(
             *_guarded(indent + "    ", [f"{fn}(v)"], wire),
         ]
     if optional is not None and attrs.has(optional):  # inlined: a part's media, say
-        return _guarded(indent, [f"{local} = None if v is None else {_dispatch(optional, 'v')}"], wire)
+        read = _dispatch(optional, "v")
+        return _guarded(indent, [f"{local} = None if v is None else {read}"], wire)
     if item is not None and attrs.has(item):
         # Inlined: a list comprehension; on failure the loop structurer re-runs to name
         # the index of the bad element.
