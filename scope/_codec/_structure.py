@@ -237,7 +237,7 @@ def _classes_in(
     runs again to name the index of the bad element, which fails the same way."""
     loop = _tuple_in(_class_in(cls), error)
     name = f"{container.__name__}_of_{error.__name__}"  # one function per pair
-    make = constant("structure", cls, name, container)
+    make = constant("structure", cls, name, tuple) if container is tuple else ""
     bad = constant("structure", cls, f"{name}_error", error)
     again = constant("structure", cls, f"{name}_loop", loop)
     return define(
