@@ -113,7 +113,9 @@ def _bytes_in(error: type[Exception]) -> Structurer:
         if type(value) is not str:
             raise expected("a base64 string", value, error)
         try:
-            data = base64.b64decode(value, validate=True)
+            # base64.b64decode(value, validate=True) without its copy of the str:
+            # a2b_base64 reads an ASCII str itself (ValueError for any other str).
+            data = binascii.a2b_base64(value, strict_mode=True)
         except (binascii.Error, ValueError):
             raise Fail("invalid base64 (standard alphabet, padded)", error) from None
         # validate=True already refused stray characters and bad padding; what remains
