@@ -149,10 +149,8 @@ def _metadata_in(cls: type[Metadata], error: type[Exception]) -> Structurer:
     """
     raw = _raw_json_in(InvalidMetadataError)
     check_key = cls._check_key
-    plain_keys = (
-        cls.__dict__.get("_check_key", Metadata.__dict__["_check_key"])
-        is (Metadata.__dict__["_check_key"])
-    )
+    # The rule the class has, inherited or its own (Extensions adds to Metadata's).
+    plain_keys = getattr(check_key, "__func__", None) is Metadata.__dict__["_check_key"].__func__
     set_raw = RawJSON.__dict__["_raw_json_bytes"].__set__
     set_data, set_hash, set_json = (
         Metadata.__dict__[name].__set__ for name in ("_data", "_hash", "_json")

@@ -27,7 +27,7 @@ from scope._codec._generated import NAMESPACE
 from scope._json import parse_exact_fast
 from scope.chat import Message, Request, Response, ToolCall, ToolResult
 from scope.codec import from_builtins, from_json, to_json
-from scope.errors import InvalidToolCallError
+from scope.errors import InvalidMetadataError, InvalidToolCallError
 from scope.jsonvalue import RawJSON
 from scope.metadata import Extensions, Metadata
 from tests.strategies import json_texts, messages, requests, responses
@@ -332,3 +332,20 @@ def test_metadata_entries_decode_as_the_constructor_checks_them(
         ]
     else:
         assert isinstance(decoded, tuple) and decoded[0] is constructed
+
+
+def test_a_metadata_subclass_keeps_the_key_rule_it_inherits() -> None:
+    """The ASCII-key shortcut is Metadata's own rule only: a subclass of Extensions
+    that does not restate ``_check_key`` still has Extensions' rule applied."""
+
+    class Vendor(Extensions):
+        __slots__ = ()
+
+    with pytest.raises(ValueError, match=r"\['nons'\]: extensions key 'nons' must be") as info:
+        from_json(b'{"nons":1}', Vendor)
+    assert type(info.value.__cause__) is InvalidMetadataError
+    with pytest.raises(InvalidMetadataError):
+        Vendor({"nons": 1})
+    decoded = from_json(b'{"vendor.io/k":1.50}', Vendor)
+    assert type(decoded) is Vendor and bytes(decoded["vendor.io/k"].bytes) == b"1.50"
+    assert decoded == Vendor({"vendor.io/k": RawJSON.parse("1.50")})
