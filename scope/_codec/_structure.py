@@ -113,7 +113,9 @@ def _bytes_in(error: type[Exception]) -> Structurer:
         if type(value) is not str:
             raise expected("a base64 string", value, error)
         try:
-            data = base64.b64decode(value, validate=True)
+            # base64.b64decode(value, validate=True) without its copy of the str:
+            # a2b_base64 reads an ASCII str itself (ValueError for any other str).
+            data = binascii.a2b_base64(value, strict_mode=True)
         except (binascii.Error, ValueError):
             raise Fail("invalid base64 (standard alphabet, padded)", error) from None
         # validate=True already refused stray characters and bad padding; what remains
@@ -138,8 +140,22 @@ def _raw_json_in(error: type[Exception]) -> Structurer:
 
 
 def _metadata_in(cls: type[Metadata], error: type[Exception]) -> Structurer:
+    """Each key checked (``cls._check_key``), each value a RawJSON (``_raw_json_in``).
+
+    Inlined, for the commonest entries: a non-empty ASCII ``str`` key is one that
+    ``Metadata._check_key`` accepts (a class with its own key rule always runs it), and
+    a ``Num`` token's canonical bytes are its spelling (what ``canonical`` writes for
+    it). The value is assembled as ``cls._trusted`` would, through the slot setters.
+    """
     raw = _raw_json_in(InvalidMetadataError)
     check_key = cls._check_key
+    # The rule the class has, inherited or its own (Extensions adds to Metadata's).
+    plain_keys = getattr(check_key, "__func__", None) is Metadata.__dict__["_check_key"].__func__
+    set_raw = RawJSON.__dict__["_raw_json_bytes"].__set__
+    set_data, set_hash, set_json = (
+        Metadata.__dict__[name].__set__ for name in ("_data", "_hash", "_json")
+    )
+    new = object.__new__
 
     def structure(value: Any) -> Metadata:
         if type(value) is not dict:
@@ -147,13 +163,22 @@ def _metadata_in(cls: type[Metadata], error: type[Exception]) -> Structurer:
         data: dict[str, RawJSON] = {}
         for key, item in value.items():
             try:
-                check_key(key)
-                data[key] = raw(item)
+                if not (plain_keys and type(key) is str and key and key.isascii()):
+                    check_key(key)
+                if type(item) is Num:
+                    data[key] = entry = new(RawJSON)
+                    set_raw(entry, item.encode())
+                else:
+                    data[key] = raw(item)
             except Fail as fail:
                 raise fail.at(Key(key)) from None
             except InvalidMetadataError as exc:
                 raise Fail(str(exc), InvalidMetadataError, exc).at(Key(key)) from None
-        return cls._trusted(data)
+        metadata: Metadata = new(cls)
+        set_data(metadata, data)
+        set_hash(metadata, None)
+        set_json(metadata, None)
+        return metadata
 
     return structure
 
@@ -204,6 +229,33 @@ def _optional_in(inner: Structurer) -> Structurer:
     return structure
 
 
+def _classes_in(
+    cls: type, error: type[Exception], container: type[list[Any]] | type[tuple[Any, ...]]
+) -> Structurer:
+    """The structurer of an array of ``cls`` values (a list or tuple of them): one
+    comprehension of ``_dispatch`` calls; on a failure the element loop (``_tuple_in``)
+    runs again to name the index of the bad element, which fails the same way."""
+    loop = _tuple_in(_class_in(cls), error)
+    name = f"{container.__name__}_of_{error.__name__}"  # one function per pair
+    make = constant("structure", cls, name, tuple) if container is tuple else ""
+    bad = constant("structure", cls, f"{name}_error", error)
+    again = constant("structure", cls, f"{name}_loop", loop)
+    return define(
+        "structure",
+        cls,
+        [
+            "    if type(value) is not list:",
+            f"        raise expected('an array', value, {bad})",
+            "    try:",
+            f"        return {make}([{_dispatch(cls, 'e')} for e in value])",
+            "    except Fail:",
+            f"        {again}(value)",
+            "        raise",  # pragma: no cover - the loop fails the same way
+        ],
+        name,
+    )
+
+
 #: The structurer of every registered class (generated, or the class's own).
 CLASS_IN: Final[dict[type, Structurer]] = {}
 
@@ -236,9 +288,13 @@ def structurer_for(hint: Any, error: type[Exception]) -> Structurer:
     origin = typing.get_origin(hint)
     if origin is tuple:
         item_type, _ellipsis = typing.get_args(hint)
+        if attrs.has(item_type):
+            return _classes_in(item_type, error, tuple)
         return _tuple_in(structurer_for(item_type, error), error)
     if origin is list:
         (item_type,) = typing.get_args(hint)
+        if attrs.has(item_type):
+            return _classes_in(item_type, error, list)
         return _list_in(structurer_for(item_type, error), error)
     leaf = _LEAVES.get(hint)
     if leaf is not None:
@@ -267,6 +323,18 @@ _LEAVES: Final[dict[Any, Callable[[type[Exception]], Structurer]]] = {
 NAMESPACE.update(
     Fail=Fail, ScopeError=ScopeError, expected=expected, MISSING=object(), new=object.__new__
 )
+
+
+def _dispatch(cls: type, var: str) -> str:
+    """The expression that structures ``var`` as ``cls``: the structurer of its key
+    layout when one was learned (``_make_class_in``), called directly, else the class's
+    structurer (which checks it is an object, reads it and learns its layout). It returns
+    and raises what ``structure_<Class>(var)`` would, one call shorter."""
+    name = hook_name("structure", cls)
+    return (
+        f"(_{name}_shapes.get(tuple({var})) or {name})({var}) "
+        f"if type({var}) is dict else {name}({var})"
+    )
 
 
 def _guarded(indent: str, body: list[str], wire: str) -> list[str]:
@@ -306,17 +374,16 @@ def _field_lines(
             *_guarded(indent + "    ", [f"{fn}(v)"], wire),
         ]
     if optional is not None and attrs.has(optional):  # inlined: a part's media, say
-        nested = hook_name("structure", optional)
-        return _guarded(indent, [f"{local} = None if v is None else {nested}(v)"], wire)
+        read = _dispatch(optional, "v")
+        return _guarded(indent, [f"{local} = None if v is None else {read}"], wire)
     if item is not None and attrs.has(item):
         # Inlined: a list comprehension; on failure the loop structurer re-runs to name
         # the index of the bad element.
-        nested = hook_name("structure", item)
         return [
             f"{indent}try:",
             f"{indent}    if type(v) is not list:",
             f"{indent}        raise Fail('', {error})",
-            f"{indent}    {local} = tuple([{nested}(e) for e in v])",
+            f"{indent}    {local} = tuple([{_dispatch(item, 'e')} for e in v])",
             f"{indent}except Fail:",
             *_guarded(indent + "    ", [f"{fn}(v)"], wire),
             f"{indent}    raise",  # pragma: no cover - the loop fails the same way
@@ -464,6 +531,7 @@ def register_own(cls: type, error: type[Exception], from_tree: Callable[[Any], A
 
     ERRORS[cls] = error
     CLASS_IN[cls] = NAMESPACE[hook_name("structure", cls)] = structure
+    constant("structure", cls, "shapes", {})  # no layouts: ``_dispatch`` calls ``structure``
 
 
 # ---------------------------------------------------------------- top-level targets

@@ -21,12 +21,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scope import codec
-from scope._codec._errors import Fail
+from scope._codec import _structure
+from scope._codec._errors import Fail, decode_error_for, raise_as
 from scope._codec._generated import NAMESPACE
-from scope.chat import Request, Response, ToolCall, ToolResult
+from scope._json import parse_exact_fast
+from scope.chat import Message, Request, Response, ToolCall, ToolResult
 from scope.codec import from_builtins, from_json, to_json
-from scope.errors import InvalidToolCallError
-from tests.strategies import requests, responses
+from scope.errors import InvalidMetadataError, InvalidToolCallError
+from scope.jsonvalue import RawJSON
+from scope.metadata import Extensions, Metadata
+from tests.strategies import json_texts, messages, requests, responses
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 GOLDEN_CASES = [("request", Request), ("response", Response), ("chunk", Response)]
@@ -243,3 +247,105 @@ def test_layouts_are_learned_once_each_and_bounded() -> None:
     assert 1 <= len(table) <= _SHAPES
     with pytest.raises(InvalidToolCallError, match="unknown field 'extra'"):
         from_builtins({"id": "a", "name": "b", "extra": 1}, ToolCall)
+
+
+def _element_loop(raw: bytes, container: type) -> Any:
+    """What ``from_json(raw, list[Message])`` (or ``tuple[...]``) gave before the
+    top-level comprehension: each element through ``structure_Message`` in a loop that
+    names the index of the first bad one."""
+    loop = _structure._tuple_in(_structure._class_in(Message), decode_error_for(Message))
+    try:
+        try:
+            return container(loop(parse_exact_fast(raw)))
+        except Fail as fail:
+            raise_as(list[Message], fail)
+    except ValueError as exc:
+        return (type(exc), str(exc), type(exc.__cause__))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(messages(), max_size=4), st.data())
+def test_a_top_level_array_decodes_as_the_element_loop(drawn: list[Message], data: Any) -> None:
+    """``list[Message]`` and ``tuple[Message, ...]`` (one comprehension calling the
+    learned layouts directly) return and raise exactly what the element loop does, for
+    valid arrays and for arrays with elements or members changed, learned or not."""
+    tree = orjson.loads(to_json(drawn))
+    for _ in range(data.draw(st.integers(0, 2))):
+        objects = _objects(tree)
+        if objects and data.draw(st.booleans()):
+            target = data.draw(st.sampled_from(objects))
+            keys = sorted(target) or ["text"]
+            target[data.draw(st.sampled_from(keys))] = data.draw(st.sampled_from(MUTATIONS))
+        elif tree:
+            tree[data.draw(st.integers(0, len(tree) - 1))] = data.draw(st.sampled_from(MUTATIONS))
+    raw = orjson.dumps(tree)
+    for container, cls in ((list, list[Message]), (tuple, tuple[Message, ...])):
+        expected = _element_loop(raw, container)
+        assert _outcome(raw, cls) == expected
+        with generic_structurers():
+            assert _outcome(raw, cls) == expected
+
+
+def _metadata_outcome(data: bytes, cls: type[Metadata]) -> Any:
+    try:
+        return from_json(data, cls)
+    except ValueError as exc:
+        return (type(exc), str(exc))
+
+
+def _metadata_constructed(entries: list[tuple[str, str]], cls: type[Metadata]) -> Any:
+    """The outcome of building the same entries through ``cls(...)`` (keys checked by
+    ``cls._check_key``, each value its exact JSON text), as ``from_json`` reports it."""
+    try:
+        return cls({key: RawJSON.parse(text) for key, text in entries})
+    except ValueError as exc:
+        # from_json names the bad key first in the path: ["key"]: message.
+        return type(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.sampled_from(["", "a", "x/y", "vendor.io/k", "é", "a b"]), st.text()),
+            json_texts(max_leaves=4),
+        ),
+        max_size=3,
+        unique_by=lambda entry: entry[0],
+    ),
+    st.sampled_from([Metadata, Extensions]),
+)
+def test_metadata_entries_decode_as_the_constructor_checks_them(
+    entries: list[tuple[str, str]], cls: type[Metadata]
+) -> None:
+    """Metadata decoding (its ASCII-key and ``Num`` shortcuts) accepts exactly what the
+    class's constructor accepts, keeps every number's spelling, and refuses the rest
+    with the same error type; a class with its own key rule (Extensions) applies it."""
+    raw = b"{" + b",".join(orjson.dumps(key) + b":" + text.encode() for key, text in entries) + b"}"
+    decoded = _metadata_outcome(raw, cls)
+    constructed = _metadata_constructed(entries, cls)
+    if isinstance(constructed, Metadata):
+        assert decoded == constructed
+        assert type(decoded) is cls
+        assert [bytes(decoded[key].bytes) for key, _ in entries] == [
+            RawJSON.parse(text).bytes for _, text in entries
+        ]
+    else:
+        assert isinstance(decoded, tuple) and decoded[0] is constructed
+
+
+def test_a_metadata_subclass_keeps_the_key_rule_it_inherits() -> None:
+    """The ASCII-key shortcut is Metadata's own rule only: a subclass of Extensions
+    that does not restate ``_check_key`` still has Extensions' rule applied."""
+
+    class Vendor(Extensions):
+        __slots__ = ()
+
+    with pytest.raises(ValueError, match=r"\['nons'\]: extensions key 'nons' must be") as info:
+        from_json(b'{"nons":1}', Vendor)
+    assert type(info.value.__cause__) is InvalidMetadataError
+    with pytest.raises(InvalidMetadataError):
+        Vendor({"nons": 1})
+    decoded = from_json(b'{"vendor.io/k":1.50}', Vendor)
+    assert type(decoded) is Vendor and bytes(decoded["vendor.io/k"].bytes) == b"1.50"
+    assert decoded == Vendor({"vendor.io/k": RawJSON.parse("1.50")})
