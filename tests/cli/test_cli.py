@@ -588,7 +588,10 @@ def test_list_and_export_skip_an_invalid_stored_id_and_exit_1(
 
     conn = sqlite3.connect(source, isolation_level=None)
     try:
-        conn.execute("INSERT INTO scope_history_conversations (id, closed) VALUES ('bad\nid', 0)")
+        # Listed: open and holding messages (length 1), as a row scope wrote would be.
+        conn.execute(
+            "INSERT INTO scope_history_conversations (id, closed, length) VALUES ('bad\nid', 0, 1)"
+        )
     finally:
         conn.close()
     url = sqlite_url(source)

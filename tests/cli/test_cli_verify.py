@@ -392,7 +392,8 @@ async def test_verify_runs_as_a_select_only_postgres_role(
     await admin.execute(f'CREATE ROLE "{role}" LOGIN')
     try:
         tables = ", ".join(
-            f'"{backend.prefix}_{t}"' for t in ("conversations", "batches", "schema")
+            f'"{backend.prefix}_{t}"'
+            for t in ("conversations", "batches", "schema", "secret", "tombstones", "moves")
         )
         await admin.execute(f'GRANT SELECT ON {tables} TO "{role}"')
         reader_dsn = backend.url.replace("://scope@", f"://{role}@", 1)
