@@ -3,27 +3,34 @@
 asyncpg is imported when a store is opened, not when this module is imported. asyncpg is
 asyncio-only, so this store runs under asyncio (not trio; use ``SQLiteStore`` there).
 
-Schema version 4 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
+Schema version 5 (``{prefix}`` is ``table_prefix``, default ``scope_history``; created or
 upgraded by ``open(create=True)`` under a transaction-level advisory lock so processes
 opening at once do not race):
 
-    {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN, length BIGINT)
+    {prefix}_conversations(id TEXT COLLATE "C" PRIMARY KEY, closed BOOLEAN, length BIGINT,
+                           owner TEXT, expires_at TIMESTAMPTZ, retained BOOLEAN)
     {prefix}_batches(conversation_id TEXT COLLATE "C", seq BIGINT, append_id TEXT,
                      digest TEXT, messages BYTEA)
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
     {prefix}_schema(id INT PRIMARY KEY CHECK (id = 1), version INT)
-    {prefix}_append(cid, aid, digest, messages, count, expected) -> text  -- one round trip
+    {prefix}_secret(id INT PRIMARY KEY CHECK (id = 1), secret BYTEA)  -- the HMAC key
+    {prefix}_tombstones(tombstone TEXT COLLATE "C" PRIMARY KEY, erased_at TIMESTAMPTZ)
+    {prefix}_append(cid, aid, digest, messages, count, expected, owner, tombstone,
+                    retention) -> text                  -- one round trip
     {prefix}_leases(conversation_id TEXT COLLATE "C" PRIMARY KEY, holder TEXT,
                     expires TIMESTAMPTZ)                 -- turn leases, the server's clock
-    {prefix}_acquire_view(cid, holder, ttl) -> rows      -- lease + view, one round trip
-    {prefix}_commit_turn(cid, aid, digest, messages, count, expected, holder) -> text
+    {prefix}_acquire_view(cid, holder, ttl, tombstone) -> rows  -- lease + view, one trip
+    {prefix}_commit_turn(cid, aid, digest, messages, count, expected, owner, tombstone,
+                         retention, holder) -> text
                                                          -- append + release, one round trip
 
 ``length`` counts the conversation's messages (the ``expected_length`` fence compares
 with it). Version 1 (scope 0.1) had no ``length`` and no ``_schema`` table; the upgrade
 adds the column and counts each conversation's messages. Version 2 had no ``_leases``
 table; the upgrade creates it. Version 3 had no ``_acquire_view`` and ``_commit_turn``
-functions (the folded lease steps); the upgrade creates them. ``open(create=False)``
+functions (the folded lease steps); the upgrade creates them. Version 4 had no retention and
+erasure (DESIGN §6i): the upgrade (``_upgrade_erasure``) adds the columns, the secret and
+tombstone tables and the functions' new argument lists. ``open(create=False)``
 runs no DDL, so a role with only row rights on the four tables and ``EXECUTE`` on the
 three functions can use the store (the grants on the docs' Stores page, "Migrations
 and least privilege", which a test runs against the server).

@@ -14,6 +14,12 @@ conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
     {P}:conversations   ZSET    the open conversations holding a batch, score 0 (lexical order)
     {{P}:conversations}:cleared  SET  Cluster only: every id a clear started on, in the
                                 listing's hash slot (the listing checks only these ids' closure)
+    {P}:{{H}}:meta      HASH    owner (the first append's), exp (Unix ms), retained ("1")
+    {P}:{{T}}:tombstones SET    the erased ids' tombstones of one hash slot (``T``: a
+                                short tag in the conversation's slot, naming no id)
+    {P}:secret          STRING  the store secret (the tombstones' HMAC key), SET NX at open
+    {{P}:conversations}:expiring   ZSET  id -> expiry (Unix ms): expire() and listings
+    {{P}:conversations}:owner:{O}  ZSET  an owner's conversations (``O``: hex of the owner)
 
 One conversation's keys share a hash slot, so its scripts also run on Redis Cluster. The
 append and clear are each one Lua script (atomic in Redis); ``read_view`` is one

@@ -6,13 +6,16 @@ busy timeout). Every database call runs on a worker thread through
 ``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
 under asyncio and trio.
 
-Schema version 4 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
+Schema version 5 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
 
-    {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER)
+    {prefix}_conversations(id TEXT PRIMARY KEY, closed INTEGER, length INTEGER,
+                           owner TEXT, expires_at REAL, retained INTEGER)
     {prefix}_batches(conversation_id, seq, append_id, digest, messages BLOB)
         PRIMARY KEY (conversation_id, seq), UNIQUE (conversation_id, append_id)
     {prefix}_schema(id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER)
     {prefix}_leases(conversation_id TEXT PRIMARY KEY, holder TEXT, expires REAL)
+    {prefix}_secret(id INTEGER PRIMARY KEY CHECK (id = 1), secret BLOB)
+    {prefix}_tombstones(tombstone TEXT PRIMARY KEY, erased_at REAL)
 
 ``length`` counts the conversation's messages (the ``expected_length`` fence compares
 with it); version 1 (scope 0.1) had no ``length`` and no ``_schema`` table, and
@@ -22,6 +25,11 @@ the upgrade creates it. Version 4 changed PostgreSQL only (its folded lease
 functions): upgrading a version 3 file records the number. A lease's ``expires`` is
 Unix time in seconds by the clock of the host running SQLite (``julianday('now')``), so
 processes sharing the file agree on it.
+Version 5 (retention and erasure, DESIGN §6i, ``_upgrade_erasure``): a conversation's
+``owner`` (recorded by the append of its first batch), ``expires_at`` (the same clock;
+NULL: never; moved by each append under a store-wide ``retention`` unless ``retained``,
+its own ``retain`` setting) and the erased ids' tombstones, keyed by an HMAC of the id
+under the store secret made with the schema.
 
 A batch is one row holding its canonical encoded messages; reading checks every row
 against its digest, so a record changed outside scope raises ``StoreError``.
