@@ -52,6 +52,11 @@ the upgrade creates it. Version 4 changed PostgreSQL only (its folded lease
 functions): upgrading a version 3 file records the number. A lease's ``expires`` is
 Unix time in seconds by the clock of the host running SQLite (``julianday('now')``), so
 processes sharing the file agree on it.
+Version 5 (retention and erasure, DESIGN §6i, ``_upgrade_erasure``): a conversation's
+``owner`` (recorded by the append of its first batch), ``expires_at`` (the same clock;
+NULL: never; moved by each append under a store-wide ``retention`` unless ``retained``,
+its own ``retain`` setting) and the erased ids' tombstones, keyed by an HMAC of the id
+under the store secret made with the schema.
 
 A batch is one row holding its canonical encoded messages; reading checks every row
 against its digest, so a record changed outside scope raises ``StoreError``.

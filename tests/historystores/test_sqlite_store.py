@@ -58,6 +58,15 @@ class TestSQLiteConformanceFullSync(StoreConformance):
     async def reopen(self, store: Any) -> Any:
         return await SQLiteStore.open(store.path, table_prefix="other", synchronous="FULL")
 
+    @pytest.fixture(autouse=True)
+    def _retention_path(self, tmp_path: Path) -> None:
+        self._retention_db = tmp_path / "retention-full.db"
+
+    async def open_store(self, *, retention: Any = None) -> Any:
+        return await SQLiteStore.open(
+            self._retention_db, table_prefix="other", synchronous="FULL", retention=retention
+        )
+
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:

@@ -314,3 +314,31 @@ async def test_redis_expiry_is_native(redis_place: tuple[Any, str, str]) -> None
         assert await admin.exists(f"{base}:closed") == 1
         assert await admin.zscore(f"{{{prefix}:conversations}}:expiring", "c") is None
         assert [r.batches for r in await store.erase_owned("alice")] == [0]
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_redis_cluster_keys_hold_nothing_of_an_erased_conversation() -> None:
+    import_driver("redis")
+    from redis.asyncio.cluster import RedisCluster
+
+    from scope.historystores.redis import RedisStore
+    from tests.servers import redis_cluster_url_or_skip
+
+    url = redis_cluster_url_or_skip()
+    prefix = unique_key_prefix()
+    admin: Any = RedisCluster.from_url(url)
+    await admin.initialize()
+    try:
+        async with await RedisStore.open(
+            url, prefix=prefix, cluster=True, check_persistence=False
+        ) as store:
+            gone, text = await erase_one_of_two(store)
+            await store.conversations()
+        everything = await every_key_and_value(admin, prefix)  # SCAN on every master
+        assert b"kept text" in everything
+        for needle in (text.encode(), gone.encode(), gone.encode().hex().encode()):
+            assert needle not in everything, needle
+    finally:
+        await admin.aclose()
+        await drop_keys(url, prefix, cluster=True)
