@@ -15,13 +15,11 @@ from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
     HistoryChangedError,
-    InvalidAppendIDError,
     InvalidBatchError,
     StoreError,
     UnknownHeadError,
 )
 from scope.history import (
-    AppendID,
     Batch,
     ConversationID,
     ErasureReceipt,
@@ -32,6 +30,8 @@ from scope.history import (
 )
 from scope.history.storekit import (
     check_erase_limit,
+    check_head,
+    check_move_id,
     check_now,
     check_owner,
     check_until,
@@ -48,8 +48,6 @@ from scope.historystores._scan import RecordScanning
 __all__ = [
     "changed_error",
     "check_batch",
-    "check_head",
-    "check_move_id",
     "check_move_outcome",
     "check_outcome",
     "closed_error",
@@ -128,35 +126,6 @@ def changed_error(batch: Batch, length: int, head: str) -> HistoryChangedError:
         expected_head=batch.expected_head,
         actual_head=None if batch.expected_head is None else head,
     )
-
-
-def check_head(value: object, what: str) -> str:
-    """A head as ``move_head`` takes it (``what`` names the argument): ``""`` (before the
-    first batch) or a valid append id; anything else raises ``InvalidAppendIDError``
-    naming ``what``, before any I/O (as ``scope.history`` checks it)."""
-    if not isinstance(value, str):
-        raise InvalidAppendIDError(
-            f"{what} must be a str (an append id or ''), got {type(value).__name__}"
-        )
-    if value == "":
-        return ""
-    try:
-        return str(AppendID(value))
-    except InvalidAppendIDError as exc:
-        raise InvalidAppendIDError(f"{what}: {exc}") from exc
-
-
-def check_move_id(value: object) -> str | None:
-    """A move id (an append id's rules; None: none), or ``InvalidAppendIDError`` naming
-    ``move_id``, before any I/O."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidAppendIDError(f"move_id must be a str or None, got {type(value).__name__}")
-    try:
-        return str(AppendID(value))
-    except InvalidAppendIDError as exc:
-        raise InvalidAppendIDError(f"move_id: {exc}") from exc
 
 
 def check_move_outcome(
