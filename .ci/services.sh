@@ -25,7 +25,11 @@ PGDATA_DIR="$STATE/pgdata"
 PGSOCK_DIR="$STATE/pgsock"
 REDIS_DIR="$STATE/redis"
 ENV_FILE="$STATE/env.sh"
-PG_DSN="postgresql://scope@127.0.0.1:${PG_PORT}/postgres"
+# The loopback server has no TLS, so the DSN says so: with asyncpg's default
+# (sslmode=prefer) every new connection, cancel requests included, first asks for TLS,
+# and a cancel request torn down mid-connect leaves an unretrieved future whose
+# "unexpected connection_lost() call" the test runner reports in whatever test runs next.
+PG_DSN="postgresql://scope@127.0.0.1:${PG_PORT}/postgres?sslmode=disable"
 REDIS_URL="redis://127.0.0.1:${REDIS_PORT}/0"
 CLUSTER_URL="redis://127.0.0.1:${CLUSTER_PORT}/0"
 CLUSTER_DIR="$STATE/redis-cluster"
