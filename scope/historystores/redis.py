@@ -82,21 +82,26 @@ from scope._validate import check_seconds, check_type
 from scope.errors import (
     AppendConflictError,
     HistoryChangedError,
-    InvalidAppendIDError,
     InvalidViewError,
     ScopeWarning,
     StoreError,
     UnknownHeadError,
 )
 from scope.history import (
-    AppendID,
     Batch,
     ConversationID,
     HistoryCache,
     HistoryTree,
     HistoryView,
 )
-from scope.history.storekit import check_erase_limit, check_owner, check_retention, tombstone
+from scope.history.storekit import (
+    check_erase_limit,
+    check_head,
+    check_move_id,
+    check_owner,
+    check_retention,
+    tombstone,
+)
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -1238,9 +1243,9 @@ class RedisStore(RecordStore):
         ids). Nothing changes when it raises. Invalid arguments raise
         ``InvalidConversationIDError`` / ``InvalidAppendIDError`` before any I/O."""
         cid = ConversationID(conversation_id)
-        target = _head_id(head, "head")
-        expected = _head_id(expected_head, "expected_head")
-        mid = "" if move_id is None else _move_id(move_id)
+        target = check_head(head, "head")
+        expected = check_head(expected_head, "expected_head")
+        mid = check_move_id(move_id) or ""
         closed_key, _, batches_key, length_key, tree_key, nodes_key, moves_key = self._keys(cid)
         meta, tombs, mark = self._erasure_keys(cid)
         keys = (closed_key, batches_key, length_key, tree_key, nodes_key, moves_key, meta, tombs)
@@ -1873,25 +1878,6 @@ def _check_adopted(cid: str, outcome: Any) -> None:
             "conversation (stored before branches) cannot become one branch; nothing was "
             "written"
         )
-
-
-def _head_id(value: object, what: str) -> str:
-    """A head as ``move_head`` takes it: ``""`` (before the first batch) or an append id
-    (``InvalidAppendIDError`` naming ``what`` otherwise)."""
-    if value == "" and isinstance(value, str):
-        return ""
-    try:
-        return AppendID(value)  # type: ignore[arg-type]
-    except InvalidAppendIDError as exc:
-        raise InvalidAppendIDError(f"{what} must be '' or an append id: {exc}") from None
-
-
-def _move_id(value: object) -> str:
-    """A move id: an append id's rules (``InvalidAppendIDError`` otherwise)."""
-    try:
-        return AppendID(value)  # type: ignore[arg-type]
-    except InvalidAppendIDError as exc:
-        raise InvalidAppendIDError(f"move_id must be None or an id: {exc}") from None
 
 
 def _fields(item: Any) -> tuple[Any, Any, Any, str]:
