@@ -59,7 +59,7 @@ _DIVERGENCE: Final = ("refuse", "edit")
 _INTERRUPTED_KEY: Final = "scope/interrupted"
 #: How many times a new turn whose fence found another turn stored (before its model
 #: was called) reads the conversation again and decides anew.
-_ATTEMPTS: Final = 4
+_ATTEMPTS: Final = 8
 
 _Events = AsyncGenerator[TurnEvent[Any], None]
 
@@ -266,19 +266,44 @@ async def ui_turn(
     as the turn's events (``Conversation.stream``'s; hand them to
     ``ui_message_stream``):
 
-    - ``submit-message`` without ``messageId``: ``conversation.stream(message)``;
+    - ``submit-message`` without ``messageId``: a new turn,
+      ``conversation.stream(message, expected_head=<the head read here>)``;
     - ``submit-message`` with ``messageId``: the stored turn whose user message has that
       id is edited (``stream_edit``) with the new message;
     - ``regenerate-message``: the stored turn whose user message has the id of the
       message the request ends with is answered again (``stream_regenerate``).
 
-    The new user message is stored with its client id (``CLIENT_MESSAGE_ID_KEY``). A
-    submit reads nothing here; an edit or a regenerate reads the head path once, here,
-    and raises ``HistoryDivergedError`` (409) when no turn of it has the id (nothing
-    moved, no model called); the rewind is then fenced by the head read here
-    (``HistoryChangedError`` in the stream when it moved meanwhile). A regenerate request
-    whose last message has no id raises ``HistoryDivergedError`` too. ``output`` as for
-    ``Conversation.stream``. ``TypeError`` for arguments of the wrong kind.
+    The new user message is stored with its client id (``CLIENT_MESSAGE_ID_KEY``), and
+    the conversation's tree is read once, here (a message without an id: nothing is
+    read, and nothing tells a resend from a new message). A **resent** request is
+    never stored twice:
+
+    - a submit whose message id the head path's last turn holds, with the same content,
+      gets that turn again: its events replayed from the store (one chunk per stored
+      answer, ``tool_call``/``tool_result`` events, ``done``; finish reason ``stop``),
+      no model call, nothing written; when that turn was kept unfinished
+      (``keep_interrupted``) it is answered again in place (``stream_regenerate``);
+    - an edit whose message is already the head turn's (the same id and content) gets
+      that turn again the same way (so an "edit" that changes nothing is no new answer:
+      that is ``regenerate-message``);
+    - a submit whose id is stored with other content, with turns after it, or only on
+      a branch the chat left raises ``HistoryDivergedError`` (409);
+    - a resend that overlaps the first request: the new turn is fenced by the head read
+      here, so when the first request's turn lands before the resend's model call (it
+      waited: ``on_overlap="wait"``), the tree is read again and the resend gets that
+      turn as above; ``"reject"`` refuses it (``TurnInProgressError``) and
+      ``"interrupt"`` stops the first (the turn is stored once, the resend's). Another
+      turn that lands first is simply waited for, as before: the submit runs on the
+      history as it is then.
+
+    An edit or a regenerate raises ``HistoryDivergedError`` (409) when no turn of the
+    head path has the id (nothing moved, no model called); the rewind is then fenced by
+    the head read here (``HistoryChangedError`` in the stream when it moved meanwhile).
+    A regenerate request whose last message has no id raises ``HistoryDivergedError``
+    too (a resent regenerate is not told from a second one: each answers again, the
+    earlier answer kept on its branch). ``output`` as for ``Conversation.stream``.
+    Needs a store with branches (every bundled store; ``TypeError`` otherwise).
+    ``TypeError`` for arguments of the wrong kind.
     """
     conversation = _check(conversation, request, UIChatRequest, "request")
     cid = conversation.conversation_id
@@ -350,22 +375,33 @@ async def agui_turn(
     """What an AG-UI run (``run_input_from_agui``) asks of ``conversation``, as the
     turn's events (hand them to ``agui_events``).
 
-    The head path is read once, here, and the run's earlier user messages
+    The conversation's tree is read once, here, and the run's earlier user messages
     (``run.prior``) are compared with the user messages of its turns (the same parts,
     and the same id where both carry one; assistant and tool messages the client holds
     are the server's answers and are not compared):
 
     - the same: a new turn, ``conversation.stream(message, expected_head=<that head>)``
       (a turn that lands meanwhile makes it fail with ``HistoryChangedError`` before
-      the model is called);
+      the model is called), unless its id is stored already (a resend: below);
     - the client's stop short of the stored ones, which they begin (it edited a message
       and dropped the rest): with ``on_divergence="edit"`` the first turn it lacks is
       edited with the new message (``stream_edit``, fenced by that head); with
       ``"refuse"`` (the default) ``HistoryDivergedError``;
+    - a new message whose id is that of the first stored user message the client
+      lacks, with the same content: a resent run. When that turn is the head path's
+      last, the run gets it again, as ``ui_turn`` gives a resent submit (replayed from
+      the store, no model call; answered again in place when it was kept unfinished),
+      whatever ``on_divergence`` says; with turns after it, ``HistoryDivergedError``.
+      With other content (the client edited the message and kept its id) the rules for
+      an edit above apply;
     - any other difference (a message that is not the stored one, more messages than
-      the store holds), and a new message whose id is that of the first stored user
-      message the client lacks (a retried run that was already stored):
+      the store holds, a new message whose id is stored elsewhere in the tree):
       ``HistoryDivergedError``, whatever ``on_divergence`` says.
+
+    A new turn that finds another turn stored before its model is called (it waited,
+    ``on_overlap="wait"``) fails with ``HistoryChangedError`` in its stream (the run's
+    copy of the thread is stale), unless the turn that landed is the run's own new
+    message (a resend overlapping the first request): then the run gets that turn.
 
     ``HistoryDivergedError`` (``turn``: the first turn that differs) comes before any
     model call, nothing moved: answer it with a 409. The new message is stored with its
