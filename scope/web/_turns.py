@@ -18,6 +18,16 @@ that id finds its turn on the stored head path:
   dropped what followed) is an edit of the first turn it lacks, when the service opts in
   (``on_divergence="edit"``); every other divergence is refused.
 
+A resent request (the browser posts the same body again: a dropped connection, a
+retry) is recognised by the same ids: a new message whose client id is already stored
+is never stored a second time. When it is the stored head turn, with the same content,
+the request gets that turn again, replayed from the store (no model call); a turn kept
+unfinished (``keep_interrupted``) is answered again in place (``stream_regenerate``);
+anything else (the id stored with other content, on another branch, or with turns after
+it) is a ``HistoryDivergedError``. A new turn is fenced by the head read here, so a
+resend that overlaps the first request (``on_overlap="wait"``) finds the first one's
+turn stored when its turn may start, and replays it instead of calling the model.
+
 An id the head path does not hold, and a refused divergence, raise
 ``HistoryDivergedError`` (answer 409) before any model call and before anything moves.
 Each rewind is fenced by the head these functions read, so a turn that lands in between
@@ -27,14 +37,15 @@ turn.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Final, Literal
 
-from scope.chat import Message, Role
-from scope.conversation import Conversation, TurnEvent
-from scope.errors import HistoryDivergedError
-from scope.history import Batch
+from scope.chat import FinishReason, Message, Output, Response, Role
+from scope.conversation import Conversation, TurnEvent, TurnEventKind, TurnResult
+from scope.errors import HistoryChangedError, HistoryDivergedError
+from scope.history import Batch, HistoryTree
 from scope.web._agui import AGUIRunInput
 from scope.web._request import CLIENT_MESSAGE_ID_KEY, REGENERATE
 from scope.web._ui import UIChatRequest
@@ -43,6 +54,14 @@ __all__ = ["agui_turn", "ui_turn"]
 
 OnDivergence = Literal["refuse", "edit"]
 _DIVERGENCE: Final = ("refuse", "edit")
+
+#: The history's mark on a turn kept unfinished (``keep_interrupted``, DESIGN §6c).
+_INTERRUPTED_KEY: Final = "scope/interrupted"
+#: How many times a new turn whose fence found another turn stored (before its model
+#: was called) reads the conversation again and decides anew.
+_ATTEMPTS: Final = 8
+
+_Events = AsyncGenerator[TurnEvent[Any], None]
 
 
 def _stamped(message: Message, client_id: str | None) -> Message:
@@ -74,18 +93,22 @@ def _check(conversation: object, request: object, wanted: type, name: str) -> Co
     return conversation
 
 
-async def _head_path(conversation: Conversation) -> list[Batch]:
-    """The batches of the conversation's head path (one read)."""
+async def _read_tree(conversation: Conversation) -> HistoryTree:
+    """The conversation's tree of batches (one read)."""
     store: Any = conversation.store
-    read_batches = getattr(store, "read_batches", None)
-    if not inspect.iscoroutinefunction(read_batches):
+    read_tree = getattr(store, "read_tree", None)
+    if not inspect.iscoroutinefunction(read_tree):
         raise TypeError(
-            "editing and regenerating need a store with branches (a scope.history.Store: "
-            f"async read_batches, read_tree, move_head; every bundled store), got "
+            "ui_turn and agui_turn need a store with branches (a scope.history.Store: "
+            f"async read_tree, read_view, move_head; every bundled store), got "
             f"{type(store).__name__}"
         )
-    batches: list[Batch] = await read_batches(conversation.conversation_id)
-    return batches
+    tree: HistoryTree = await read_tree(conversation.conversation_id)
+    return tree
+
+
+def _head(batches: Sequence[Batch]) -> str:
+    return str(batches[-1].id) if batches else ""
 
 
 def _user_turns(batches: Sequence[Batch]) -> list[tuple[int, Message]]:
@@ -105,6 +128,137 @@ def _find(batches: Sequence[Batch], client_id: str) -> int | None:
     return None
 
 
+def _in_tree(tree: HistoryTree, client_id: str) -> bool:
+    """Whether any batch of the tree, on any branch, starts with the user message
+    ``client_id``."""
+    return _find(tree.batches, client_id) is not None
+
+
+def _complete(batch: Batch) -> bool:
+    """Whether a stored turn ended with a final answer (not kept unfinished)."""
+    last = batch.messages[-1]
+    return (
+        last.role is Role.ASSISTANT
+        and not last.tool_calls
+        and not any(_INTERRUPTED_KEY in m.metadata for m in batch.messages)
+    )
+
+
+async def _replay(
+    batch: Batch, decode: Callable[[Response], Any]
+) -> AsyncGenerator[TurnEvent[Any], None]:
+    """The events of a stored turn, as ``Conversation.stream`` gave them when it ran
+    (no model call, nothing stored): per answer one chunk with the whole message, its
+    tool calls and the tool results, then ``done`` with the stored messages. Finish
+    reasons are not stored: ``tool_calls`` for a step that called tools, ``stop`` for
+    the final answer."""
+    steps = 0
+    response: Response | None = None
+    for message in batch.messages[1:]:
+        if message.role is Role.ASSISTANT:
+            calls = message.tool_calls
+            reason = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
+            response = Response(Output(message, reason))
+            steps += 1
+            yield TurnEvent(TurnEventKind.CHUNK, chunk=response)
+            for call in calls:
+                yield TurnEvent(TurnEventKind.TOOL_CALL, tool_call=call)
+        elif message.role is Role.TOOL:
+            for result in message.tool_results:
+                yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=result)
+    assert response is not None  # _complete: the batch ends with an answer
+    yield TurnEvent(
+        TurnEventKind.DONE,
+        result=TurnResult(response, decode(response), steps, batch.messages),
+    )
+
+
+def _again(
+    conversation: Conversation, batches: Sequence[Batch], number: int, output: object
+) -> _Events:
+    """What a resent request gets for its turn ``number``, the head path's last: the
+    stored turn replayed, or, when it was kept unfinished, answered again in place."""
+    batch = batches[number - 1]
+    if _complete(batch):
+        # The decoder ``output`` asks for, as Conversation.stream would apply it.
+        _, decode = conversation._format(output)
+        return _replay(batch, decode)
+    return conversation.stream_regenerate(turn=number, output=output, expected_head=_head(batches))
+
+
+def _resent(
+    conversation: Conversation,
+    tree: HistoryTree,
+    message: Message,
+    client_id: str,
+    output: object,
+    noun: str,
+) -> _Events | None:
+    """A new message whose client id the tree already holds: what the resent request
+    gets (``_again``), or ``HistoryDivergedError``; None when the id is not stored."""
+    cid = conversation.conversation_id
+    batches = tree.head_path()
+    number = _find(batches, client_id)
+    if number is None:
+        if not _in_tree(tree, client_id):
+            return None
+        raise HistoryDivergedError(
+            f"{noun} {str(cid)!r}: the new message {client_id!r} is already stored, on a "
+            "branch the conversation has left (a late resend?): reload the "
+            f"{noun}",
+            conversation_id=cid,
+            message_id=client_id,
+        )
+    stored = batches[number - 1].messages[0]
+    if stored.parts != message.parts:
+        raise HistoryDivergedError(
+            f"{noun} {str(cid)!r}: the new message {client_id!r} is already stored as turn "
+            f"{number}, with other content (to change a message, edit it): reload the "
+            f"{noun}",
+            conversation_id=cid,
+            turn=number,
+            message_id=client_id,
+        )
+    if number != len(batches):
+        raise HistoryDivergedError(
+            f"{noun} {str(cid)!r}: the new message {client_id!r} is already stored as turn "
+            f"{number}, and {len(batches) - number} more turn"
+            f"{'s' if len(batches) - number != 1 else ''} follow (a stale resend?): reload "
+            f"the {noun}",
+            conversation_id=cid,
+            turn=number,
+            message_id=client_id,
+        )
+    return _again(conversation, batches, number, output)
+
+
+async def _fenced(
+    conversation: Conversation,
+    events: _Events,
+    decide: Callable[[HistoryTree], _Events | None],
+) -> AsyncGenerator[TurnEvent[Any], None]:
+    """A new turn's events, fenced by the head it was decided on. When the fence finds
+    another turn stored before the model was called (``HistoryChangedError`` before any
+    event: an overlapping turn, the first copy of a resent request among them), the
+    conversation is read again and ``decide`` says what the request gets now (None:
+    the fence's error stands)."""
+    for attempt in range(1, _ATTEMPTS + 1):
+        started = False
+        try:
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    started = True
+                    yield event
+            return
+        except HistoryChangedError:
+            if started or attempt == _ATTEMPTS:
+                raise
+            again = decide(await _read_tree(conversation))
+            if again is None:
+                raise
+            events = again
+
+
 async def ui_turn(
     conversation: Conversation, request: UIChatRequest, *, output: object = None
 ) -> AsyncGenerator[TurnEvent[Any], None]:
@@ -112,19 +266,44 @@ async def ui_turn(
     as the turn's events (``Conversation.stream``'s; hand them to
     ``ui_message_stream``):
 
-    - ``submit-message`` without ``messageId``: ``conversation.stream(message)``;
+    - ``submit-message`` without ``messageId``: a new turn,
+      ``conversation.stream(message, expected_head=<the head read here>)``;
     - ``submit-message`` with ``messageId``: the stored turn whose user message has that
       id is edited (``stream_edit``) with the new message;
     - ``regenerate-message``: the stored turn whose user message has the id of the
       message the request ends with is answered again (``stream_regenerate``).
 
-    The new user message is stored with its client id (``CLIENT_MESSAGE_ID_KEY``). A
-    submit reads nothing here; an edit or a regenerate reads the head path once, here,
-    and raises ``HistoryDivergedError`` (409) when no turn of it has the id (nothing
-    moved, no model called); the rewind is then fenced by the head read here
-    (``HistoryChangedError`` in the stream when it moved meanwhile). A regenerate request
-    whose last message has no id raises ``HistoryDivergedError`` too. ``output`` as for
-    ``Conversation.stream``. ``TypeError`` for arguments of the wrong kind.
+    The new user message is stored with its client id (``CLIENT_MESSAGE_ID_KEY``), and
+    the conversation's tree is read once, here (a message without an id: nothing is
+    read, and nothing tells a resend from a new message). A **resent** request is
+    never stored twice:
+
+    - a submit whose message id the head path's last turn holds, with the same content,
+      gets that turn again: its events replayed from the store (one chunk per stored
+      answer, ``tool_call``/``tool_result`` events, ``done``; finish reason ``stop``),
+      no model call, nothing written; when that turn was kept unfinished
+      (``keep_interrupted``) it is answered again in place (``stream_regenerate``);
+    - an edit whose message is already the head turn's (the same id and content) gets
+      that turn again the same way (so an "edit" that changes nothing is no new answer:
+      that is ``regenerate-message``);
+    - a submit whose id is stored with other content, with turns after it, or only on
+      a branch the chat left raises ``HistoryDivergedError`` (409);
+    - a resend that overlaps the first request: the new turn is fenced by the head read
+      here, so when the first request's turn lands before the resend's model call (it
+      waited: ``on_overlap="wait"``), the tree is read again and the resend gets that
+      turn as above; ``"reject"`` refuses it (``TurnInProgressError``) and
+      ``"interrupt"`` stops the first (the turn is stored once, the resend's). Another
+      turn that lands first is simply waited for, as before: the submit runs on the
+      history as it is then.
+
+    An edit or a regenerate raises ``HistoryDivergedError`` (409) when no turn of the
+    head path has the id (nothing moved, no model called); the rewind is then fenced by
+    the head read here (``HistoryChangedError`` in the stream when it moved meanwhile).
+    A regenerate request whose last message has no id raises ``HistoryDivergedError``
+    too (a resent regenerate is not told from a second one: each answers again, the
+    earlier answer kept on its branch). ``output`` as for ``Conversation.stream``.
+    Needs a store with branches (every bundled store; ``TypeError`` otherwise).
+    ``TypeError`` for arguments of the wrong kind.
     """
     conversation = _check(conversation, request, UIChatRequest, "request")
     cid = conversation.conversation_id
@@ -137,10 +316,20 @@ async def ui_turn(
                 "its stored turn cannot be found",
                 conversation_id=cid,
             )
-        return conversation.stream(
-            _stamped(request.message, request.client_message_id), output=output
-        )
-    batches = await _head_path(conversation)
+        client_id = request.client_message_id
+        if client_id is None:  # nothing to know a resend by: a new turn
+            return conversation.stream(request.message, output=output)
+        message = _stamped(request.message, client_id)
+
+        def submit(tree: HistoryTree) -> _Events:
+            resent = _resent(conversation, tree, message, client_id, output, "chat")
+            if resent is not None:
+                return resent
+            head = _head(tree.head_path())
+            return conversation.stream(message, output=output, expected_head=head)
+
+        return _fenced(conversation, submit(await _read_tree(conversation)), submit)
+    batches = (await _read_tree(conversation)).head_path()
     number = _find(batches, named)
     if number is None:
         what = "answer again" if regenerate else "edit"
@@ -152,9 +341,17 @@ async def ui_turn(
             conversation_id=cid,
             message_id=named,
         )
-    head = str(batches[-1].id)
+    head = _head(batches)
     if regenerate:
         return conversation.stream_regenerate(turn=number, output=output, expected_head=head)
+    if (
+        number == len(batches)
+        and request.client_message_id in (None, named)
+        and batches[-1].messages[0].parts == request.message.parts
+        and _complete(batches[-1])
+    ):
+        # The edit is stored already, as the head turn: a resent edit gets it again.
+        return _again(conversation, batches, number, output)
     message = _stamped(request.message, request.message_id)
     return conversation.stream_edit(number, message, output=output, expected_head=head)
 
@@ -178,22 +375,33 @@ async def agui_turn(
     """What an AG-UI run (``run_input_from_agui``) asks of ``conversation``, as the
     turn's events (hand them to ``agui_events``).
 
-    The head path is read once, here, and the run's earlier user messages
+    The conversation's tree is read once, here, and the run's earlier user messages
     (``run.prior``) are compared with the user messages of its turns (the same parts,
     and the same id where both carry one; assistant and tool messages the client holds
     are the server's answers and are not compared):
 
     - the same: a new turn, ``conversation.stream(message, expected_head=<that head>)``
       (a turn that lands meanwhile makes it fail with ``HistoryChangedError`` before
-      the model is called);
+      the model is called), unless its id is stored already (a resend: below);
     - the client's stop short of the stored ones, which they begin (it edited a message
       and dropped the rest): with ``on_divergence="edit"`` the first turn it lacks is
       edited with the new message (``stream_edit``, fenced by that head); with
       ``"refuse"`` (the default) ``HistoryDivergedError``;
+    - a new message whose id is that of the first stored user message the client
+      lacks, with the same content: a resent run. When that turn is the head path's
+      last, the run gets it again, as ``ui_turn`` gives a resent submit (replayed from
+      the store, no model call; answered again in place when it was kept unfinished),
+      whatever ``on_divergence`` says; with turns after it, ``HistoryDivergedError``.
+      With other content (the client edited the message and kept its id) the rules for
+      an edit above apply;
     - any other difference (a message that is not the stored one, more messages than
-      the store holds), and a new message whose id is that of the first stored user
-      message the client lacks (a retried run that was already stored):
+      the store holds, a new message whose id is stored elsewhere in the tree):
       ``HistoryDivergedError``, whatever ``on_divergence`` says.
+
+    A new turn that finds another turn stored before its model is called (it waited,
+    ``on_overlap="wait"``) fails with ``HistoryChangedError`` in its stream (the run's
+    copy of the thread is stale), unless the turn that landed is the run's own new
+    message (a resend overlapping the first request): then the run gets that turn.
 
     ``HistoryDivergedError`` (``turn``: the first turn that differs) comes before any
     model call, nothing moved: answer it with a 409. The new message is stored with its
@@ -206,12 +414,40 @@ async def agui_turn(
             f"on_divergence must be one of {', '.join(map(repr, _DIVERGENCE))}, got "
             f"{on_divergence!r}"
         )
+    client_id = run.client_message_id
+
+    def plan(tree: HistoryTree) -> _Events:
+        return _agui_plan(conversation, run, tree, on_divergence, output)
+
+    def again(tree: HistoryTree) -> _Events | None:
+        # Another turn landed first: the run's own (a resend overlapping it) gets it
+        # again; any other keeps the fence's HistoryChangedError.
+        if client_id is None or _find(tree.head_path(), client_id) is None:
+            return None
+        return plan(tree)
+
+    tree = await _read_tree(conversation)
+    batches = tree.head_path()
+    if len(run.prior) == len(_user_turns(batches)):  # a new turn, if any: fenced
+        return _fenced(conversation, plan(tree), again)
+    return plan(tree)
+
+
+def _agui_plan(
+    conversation: Conversation,
+    run: AGUIRunInput,
+    tree: HistoryTree,
+    on_divergence: OnDivergence,
+    output: object,
+) -> _Events:
+    """``agui_turn``'s decision on the tree just read (its docstring gives the rules)."""
     cid = conversation.conversation_id
-    batches = await _head_path(conversation)
-    head = str(batches[-1].id) if batches else ""
+    batches = tree.head_path()
+    head = _head(batches)
     stored = _user_turns(batches)
     client = run.prior
-    message = _stamped(run.message, run.client_message_id)
+    client_id = run.client_message_id
+    message = _stamped(run.message, client_id)
     for index, held in enumerate(client):
         if index >= len(stored):
             raise HistoryDivergedError(
@@ -232,18 +468,34 @@ async def agui_turn(
                 turn=number,
             )
     if len(client) == len(stored):
+        if client_id is not None:
+            resent = _resent(conversation, tree, message, client_id, output, "thread")
+            if resent is not None:
+                return resent
         return conversation.stream(message, output=output, expected_head=head)
     number, dropped = stored[len(client)]
-    if run.client_message_id is not None and _client_id(dropped) == run.client_message_id:
-        # The new message is the stored user message of the first turn the run lacks:
-        # a retry of a run that was stored, not an edit (answering it again would
-        # regenerate what the client never saw).
+    if client_id is not None and _client_id(dropped) == client_id:
+        # The new message has the id of the first stored turn the run lacks: a resent
+        # run (the same content) or an edit that kept the id (other content).
+        if dropped.parts == run.message.parts:
+            if number == len(batches):  # it is the head turn: the run gets it again
+                return _again(conversation, batches, number, output)
+            raise HistoryDivergedError(
+                f"thread {str(cid)!r}: the run's new message {client_id!r} is already "
+                f"stored as turn {number}, and turns follow (a retried run?): reload the "
+                "thread",
+                conversation_id=cid,
+                turn=number,
+                message_id=client_id,
+            )
+    elif client_id is not None and _in_tree(tree, client_id):
         raise HistoryDivergedError(
-            f"thread {str(cid)!r}: the run's new message {run.client_message_id!r} is "
-            f"already stored as turn {number} (a retried run?): reload the thread",
+            f"thread {str(cid)!r}: the run's new message {client_id!r} is already stored, "
+            f"but not as turn {number}, the turn it would replace (a stale run?): reload "
+            "the thread",
             conversation_id=cid,
             turn=number,
-            message_id=run.client_message_id,
+            message_id=client_id,
         )
     if on_divergence == "edit":
         return conversation.stream_edit(number, message, output=output, expected_head=head)

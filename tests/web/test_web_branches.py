@@ -314,8 +314,12 @@ def test_history_diverged_error_is_a_history_error_and_pickles() -> None:
 async def test_a_retried_agui_run_that_was_stored_is_not_an_edit(on_divergence: Any) -> None:
     store, answers, conversation = await two_agui_turns()
     retried = run_input_from_agui(agui([user("q1", "u1"), answer("a", "r:1"), user("q2", "u2")]))
-    with pytest.raises(HistoryDivergedError, match="'u2' is already stored as turn 2") as caught:
-        await agui_turn(conversation, retried, on_divergence=on_divergence)
-    assert (caught.value.turn, caught.value.message_id) == (2, "u2")
+    # The stored head turn: it is replayed, not answered again (test_web_resend).
+    result = await run(await agui_turn(conversation, retried, on_divergence=on_divergence))
+    assert result == "answer 2 to q2"
     assert len(answers.asked) == 2
     assert len((await store.read_tree("chat")).batches) == 2
+    # An earlier turn, retried: refused.
+    with pytest.raises(HistoryDivergedError, match="'u1' is already stored as turn 1") as caught:
+        await agui_turn(conversation, run_input_from_agui(agui([user("q1", "u1")])))
+    assert (caught.value.turn, caught.value.message_id) == (1, "u1")

@@ -421,6 +421,25 @@ def test_ai_sdk_chat_edits_and_regenerates_on_the_stored_tree() -> None:
     assert tree.parents == (-1, 0, 0, -1, 3, -1)
 
 
+def test_ai_sdk_chat_resending_a_request_stores_the_turn_once() -> None:
+    # The same request body posted twice (the first answer lost on the way): the chat
+    # gets the stored turn again, parsed by the AI SDK's own stream reader.
+    counted, store = Counted(), InMemoryStore()
+    with live_server(_example().create_app(FunctionModel(counted), store)) as base:
+        result = _run_node("chat_client.mjs", base, "chat-resend", "send:q1", "resend:q2")
+    assert result["lastBodyPostedTwice"] is True
+    assert [step["error"] for step in result["steps"]] == [None, None]
+    assert result["steps"][-1]["messages"] == [
+        {"role": "user", "text": "q1"},
+        {"role": "assistant", "text": "answer 1 to q1"},
+        {"role": "user", "text": "q2"},
+        {"role": "assistant", "text": "answer 2 to q2"},
+    ]
+    assert counted.calls == 2  # the resend called no model
+    assert _texts(store, "chat-resend") == result["steps"][-1]["messages"]
+    assert len(anyio.run(store.read_tree, "chat-resend").batches) == 2
+
+
 def _agui_run(base: str, messages: list[dict[str, Any]], run_id: str) -> dict[str, Any]:
     return _run_node(
         "agui_client.mjs", f"{base}/api/agui", "thread-tree", json.dumps(messages), run_id
@@ -455,6 +474,19 @@ def test_agui_client_diverging_from_the_stored_thread(on_divergence: str) -> Non
             {"role": "user", "text": "q2, edited"},
             {"role": "assistant", "text": "answer 3 to q2, edited"},
         ]
+
+
+def test_agui_client_resending_a_run_stores_the_turn_once() -> None:
+    counted, store = Counted(), InMemoryStore()
+    with live_server(_example().create_app(FunctionModel(counted), store)) as base:
+        run = [{"id": "u1", "role": "user", "content": "q1"}]
+        first = _agui_run(base, run, "r1")
+        again = _agui_run(base, run, "r1")  # the same RunAgentInput, posted again
+    assert (first["error"], again["error"]) == (None, None)
+    assert again["messages"][-1]["content"] == first["messages"][-1]["content"]
+    assert first["messages"][-1]["content"] == "answer 1 to q1"
+    assert counted.calls == 1
+    assert [m["text"] for m in _texts(store, "thread-tree")] == ["q1", "answer 1 to q1"]
 
 
 def test_example_page_regenerates_an_answer_in_chromium() -> None:

@@ -259,3 +259,53 @@ def test_a_second_message_while_a_turn_runs_is_409_before_the_model(service: Ser
     while len(anyio.run(service.store.read, chat)) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)  # the first turn runs on after its client left, and completes
     assert [m.role for m in anyio.run(service.store.read, chat)] == ["user", "assistant"]
+
+
+def _deltas(text: str, kind: str = "text-delta") -> str:
+    return "".join(
+        part["delta"]
+        for line in text.splitlines()
+        if line.startswith("data: {") and (part := json.loads(line[6:]))["type"] == kind
+    )
+
+
+def test_a_resent_request_gets_the_stored_answer_with_no_model_call(service: Service) -> None:
+    # The browser posts the same body again (a dropped connection, a retry): the turn
+    # is not stored twice; the resend streams the stored answer.
+    body = _ui("chat-resent", parts=[{"type": "text", "text": "Once only"}])
+    expected = service.module.offline_answer(Request([user_message("Once only")]))
+    with httpx.Client(base_url=service.base, timeout=10) as client:
+        first = client.post("/api/chat", content=body, headers=JSON)
+        calls = len(service.questions)
+        again = client.post("/api/chat", content=body, headers=JSON)
+        other = client.post(
+            "/api/chat",
+            content=_ui("chat-resent", parts=[{"type": "text", "text": "Other"}]),
+            headers=JSON,
+        )
+        run = _agui(
+            threadId="thread-resent", messages=[{"id": "u1", "role": "user", "content": "Hi"}]
+        )
+        agui_first = client.post("/api/agui", content=run, headers=JSON)
+        agui_calls = len(service.questions)
+        agui_again = client.post("/api/agui", content=run, headers=JSON)
+    assert first.status_code == again.status_code == agui_again.status_code == 200
+    assert _deltas(first.text) == _deltas(again.text) == expected
+    assert '"finishReason":"stop"' in again.text
+    assert other.status_code == 409 and "'m1' is already stored as turn 1" in other.text
+    assert agui_first.status_code == 200
+
+    def agui_text(text: str) -> str:
+        return "".join(
+            json.loads(line[6:]).get("delta", "")
+            for line in text.splitlines()
+            if line.startswith("data: {")
+        )
+
+    assert agui_text(agui_again.text) == agui_text(agui_first.text)
+    assert agui_text(agui_first.text).startswith("Hello from scope! You wrote: Hi.")
+    assert "RUN_FINISHED" in agui_again.text
+    assert len(service.questions) == agui_calls == calls + 1  # no model call for a resend
+    stored = anyio.run(service.store.read, "chat-resent")
+    assert [m.text for m in stored] == ["Once only", expected]  # stored once
+    assert len(anyio.run(service.store.read, "thread-resent")) == 2

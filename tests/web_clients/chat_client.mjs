@@ -5,6 +5,9 @@
 //   edit:N:TEXT       replace the N-th user message (0-based) with TEXT
 //   regenerate        a new answer to the last question
 //   regenerate:N      a new answer to the N-th assistant message (0-based)
+//   resend:TEXT       a new user message whose request is posted twice, the same body:
+//                     the first answer is read to its end and dropped (the connection
+//                     was lost), the chat gets the second
 // Prints {steps: [{messages: [{role, text}], error}]} as JSON.
 //   node chat_client.mjs BASE_URL CHAT_ID STEP...
 import { AbstractChat, DefaultChatTransport } from "ai";
@@ -38,9 +41,20 @@ class Chat extends AbstractChat {
 }
 
 let failure = null;
+let resend = false;
+const posted = [];
+async function fetchTwice(url, init) {
+  posted.push(init?.body);
+  if (resend && init?.method === "POST") {
+    const lost = await fetch(url, init);
+    await lost.text(); // the server finished; the client never saw it
+    posted.push(init.body);
+  }
+  return fetch(url, init);
+}
 const chat = new Chat({
   id: chatId,
-  transport: new DefaultChatTransport({ api: `${base}/api/chat` }),
+  transport: new DefaultChatTransport({ api: `${base}/api/chat`, fetch: fetchTwice }),
   onError: (error) => {
     failure = String(error?.message ?? error);
   },
@@ -56,7 +70,8 @@ const results = [];
 for (const step of steps) {
   failure = null;
   const [kind, ...rest] = step.split(":");
-  if (kind === "send") {
+  resend = kind === "resend";
+  if (kind === "send" || kind === "resend") {
     await chat.sendMessage({ text: rest.join(":") });
   } else if (kind === "edit") {
     const users = chat.messages.filter((message) => message.role === "user");
@@ -74,4 +89,5 @@ for (const step of steps) {
     error: failure ?? (chat.error ? String(chat.error.message ?? chat.error) : null),
   });
 }
-console.log(JSON.stringify({ steps: results }));
+const same = posted.length >= 2 && posted.at(-1) === posted.at(-2);
+console.log(JSON.stringify({ steps: results, lastBodyPostedTwice: same }));

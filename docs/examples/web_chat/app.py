@@ -26,7 +26,9 @@ Routes:
 Each chat (the AI SDK's chat id, AG-UI's thread id) is one ``Conversation`` over the
 store, which owns the history: a request contributes only its new user message.
 Turns run apart from the requests (``ResumableTurns``): a client that disconnects can
-come back for the rest, and the turn is stored once either way.
+come back for the rest, and the turn is stored once either way. A request posted again
+(the same message id) is never stored twice: it streams the stored answer (no model
+call), or is a 409 while the first one's turn still runs.
 
 Errors: a malformed request is a 4xx, never a 500 — 415 for a body that is not JSON
 by its content type, 413 for one over ``max_body`` bytes, 400 for every
