@@ -354,8 +354,8 @@ async def test_a_lease_step_that_never_answers_is_a_store_error(
 
 
 async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> None:
-    # The per-process queue and the leftover tokens are dropped once empty (a leftover
-    # once its ttl has passed), so no store handle is kept alive by them.
+    # The handle's queue of a conversation and its leftover tokens are dropped once
+    # empty (a leftover once its ttl has passed).
     from scope.history import _overlap
 
     class NoRelease(Unfolded):
@@ -372,7 +372,8 @@ async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> 
             .call(Answer())
             .call(Request([user_message("refused")]))
         )
-    assert not [key for key in _overlap._slots if key[1] == "done"]
+    assert store.history_cache.turns == {}  # kept in the handle's own state
+    assert _overlap.slots_of(store) is store.history_cache.turns
     leaser = NoRelease(store)
     leaser.hang_after_acquire = True
     for cid in ("first", "second"):
@@ -383,13 +384,18 @@ async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> 
                 .call(Request([user_message("q")]))
             )
         await anyio.sleep(0.15)  # the first leftover expires before the second is left
-    assert [key[1] for key in _overlap._slots if key[0] == id(leaser)] == ["second"]
+    assert list(_overlap.slots_of(leaser)) == ["second"]  # beside a leaser with no cache
+    assert store.history_cache.turns == {}
 
 
 async def test_a_turn_interrupted_before_its_model_call_never_calls_it() -> None:
     class SlowRead(Unfolded):
+        reading = anyio.Event()
+        proceed = anyio.Event()
+
         async def read_view(self, conversation_id: str) -> Any:
-            await anyio.sleep(0.1)  # the newer turn arrives meanwhile
+            self.reading.set()
+            await self.proceed.wait()  # the newer turn arrives meanwhile
             return await self.store.read_view(conversation_id)
 
     store = InMemoryStore()
@@ -404,11 +410,16 @@ async def test_a_turn_interrupted_before_its_model_call_never_calls_it() -> None
         except TurnInterruptedError as exc:
             outcome.append(exc)
 
+    async def newer() -> None:
+        mw = Middleware(leaser, leaser, "c", on_overlap="interrupt")
+        await mw.call(second).call(Request([user_message("newer")]))
+
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
             group.start_soon(older)
-            await anyio.wait_all_tasks_blocked()
-            mw = Middleware(leaser, leaser, "c", on_overlap="interrupt")
-            await mw.call(second).call(Request([user_message("newer")]))
+            await leaser.reading.wait()  # the older turn holds the lease, reading
+            group.start_soon(newer)
+            await anyio.wait_all_tasks_blocked()  # it stopped the older one, and waits
+            leaser.proceed.set()
     assert len(outcome) == 1 and first.calls == 0 and second.calls == 1
     assert [m.text for m in await store.read("c")] == ["newer", "ok"]
