@@ -40,8 +40,10 @@ Two handles are two sets of slots: to each other they are two processes.
   passes); the next turn of this process that finds the lease held releases those
   tokens first, and a refusal says when the holder is such a leftover.
 - **Renewal: one task per lease.** Once the lease is taken one task is started for it
-  (outside the caller's task tree: a task of asyncio's loop, or a trio system task,
-  with the turn's context) and it ends at the release. While the model is awaited
+  (outside the caller's task tree, with the turn's context: a trio system task; under
+  asyncio a task of the loop, which a timer armed with the lease starts when the first
+  renewal falls due, so a turn shorter than ``ttl / 3`` starts none) and it ends at
+  the release. While the model is awaited
   (``Lease.run``: a call, or the next chunk of a stream) it renews the lease every
   ``ttl / 3`` seconds; between two awaits (a stream's consumer holding a chunk) it
   waits, so a stream its consumer left unclosed holds the lease no longer than a ttl.
@@ -70,7 +72,7 @@ loop (use one store handle per event loop, as every store asks).
 from __future__ import annotations
 
 # The one use of an event loop's own API here: a task outside the caller's task tree
-# (``_spawn``), under asyncio and trio alike.
+# (``Lease.start_renewal``), under asyncio and trio alike.
 import asyncio  # noqa: TID251
 import collections
 import contextvars
@@ -78,9 +80,9 @@ import functools
 import hashlib
 import logging
 import math
+import os
 import sys
 import time
-import uuid
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, Final, Literal, TypeVar, final
@@ -113,6 +115,7 @@ MAX_POLL: Final = 0.1
 
 _log: Final = logging.getLogger("scope.history")
 _END: Final = object()
+_RENEWAL: Final = "scope turn lease renewal"
 
 
 def marker_id(conversation_id: ConversationID) -> ConversationID:
@@ -284,7 +287,7 @@ class Lease:
     def __init__(self, leases: Leases, conversation_id: ConversationID) -> None:
         self.leases = leases
         self.conversation_id = conversation_id
-        self.holder = uuid.uuid4().hex
+        self.holder = os.urandom(16).hex()  # a random token, 128 bits
         self.started_at = time.time()
         self.stopped: str | None = None  # why the turn must stop, once asked
         #: The history read in the same store step as the lease (``fold_read``), else None.
@@ -330,7 +333,7 @@ class Lease:
                 held_until = 0.0 if running is None else running._renewed + running.leases.ttl
                 contend = head and held_until <= now
                 if contend and await self._try(slot):
-                    self._renewed = anyio.current_time()
+                    self._renewed = now  # from before the step: renewed early, never late
                     slot.running = self
                     return
                 if strategy == "reject":
@@ -375,7 +378,8 @@ class Lease:
         store call still on its way, and an unconfirmed token is a leftover)."""
         try:
             taken = False
-            with anyio.move_on_after(RELEASE_TIMEOUT, shield=True) as bound:
+            bound = anyio.CancelScope(deadline=anyio.current_time() + RELEASE_TIMEOUT, shield=True)
+            with bound:
                 taken = await self._acquire_step()
                 if not taken and slot.leftovers and await self._reclaim(slot):
                     taken = await self._acquire_step()
@@ -518,9 +522,24 @@ class Lease:
             yield chunk
 
     def start_renewal(self) -> None:
-        """Start the lease's renewal task (once; ``release`` ends it)."""
-        if self._task is None and not self._ended:
-            self._task = _spawn(self._renew_while_held)
+        """Start the lease's renewal task (once; ``release`` ends it). Under asyncio a
+        timer armed now starts it when the first renewal falls due (``ttl / 3`` after
+        the lease was taken), so a turn that ends sooner starts none; under trio it
+        starts now."""
+        if self._task is not None or self._ended:
+            return
+        trio: Any = sys.modules.get("trio")
+        if trio is not None and _in_trio(trio):
+            self._task = trio.lowlevel.spawn_system_task(
+                self._renew_while_held, name=_RENEWAL, context=contextvars.copy_context()
+            )
+            return
+        loop = asyncio.get_running_loop()
+
+        def start() -> None:  # runs in a copy of this context (the timer's)
+            self._task = loop.create_task(self._renew_while_held(), name=_RENEWAL)
+
+        self._task = loop.call_later(self.leases.ttl / 3, start)
 
     async def _renew_while_held(self) -> None:
         """The renewal task: while a model await is under way (``run``), renew every
@@ -585,6 +604,8 @@ class Lease:
         slot = self._slot
         assert slot is not None
         self._ended = True
+        if isinstance(self._task, asyncio.TimerHandle):
+            self._task.cancel()  # the task never started
         if self._poke is not None:
             self._poke.set()
         try:
@@ -645,19 +666,10 @@ def _prune(slots: Slots, conversation_id: str, slot: _Slot) -> None:
         del slots[conversation_id]
 
 
-def _spawn(renewal: Any) -> object:
-    """Start ``renewal()`` as a task of the running event loop outside the caller's
-    task tree (it must outlive the await that starts it, and a ``yield`` of the
-    Middleware's stream), in a copy of the caller's context: a trio system task
-    under trio, a task of the running loop under asyncio."""
-    trio: Any = sys.modules.get("trio")
-    if trio is not None:
-        try:
-            trio.lowlevel.current_task()
-        except RuntimeError:
-            pass  # not in a trio run
-        else:
-            return trio.lowlevel.spawn_system_task(
-                renewal, name="scope turn lease renewal", context=contextvars.copy_context()
-            )
-    return asyncio.get_running_loop().create_task(renewal(), name="scope turn lease renewal")
+def _in_trio(trio: Any) -> bool:
+    """Whether this runs in a trio run (``trio``: the module, already imported)."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
