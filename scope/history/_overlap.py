@@ -97,6 +97,7 @@ from scope.history._ids import ConversationID
 from scope.history._protocols import Store, TurnLeaser
 from scope.history._replay import cache_of
 from scope.history._turn import Layer, Turn
+from scope.history.inmemory import InMemoryStore
 
 __all__ = ["RELEASE_TIMEOUT", "STRATEGIES", "Lease", "Leases", "OnOverlap"]
 
@@ -175,6 +176,7 @@ class Leases(Layer):
     __slots__ = (
         "fold_commit",
         "fold_read",
+        "instant",
         "leaser",
         "owner",
         "slots",
@@ -202,6 +204,9 @@ class Leases(Layer):
             #: The store handle's slots (see the module docstring).
             self.slots: Final = slots_of(leaser)
             self.leaser: Final[Store] = as_store(leaser)
+            #: Whether the lease steps never suspend (an ``InMemoryStore``'s: no await
+            #: in them), so no cancellation or deadline can land during one.
+            self.instant: Final = type(leaser) is InMemoryStore
             # Whether the lease steps fold into the read and into the commit: with the
             # store's own folded steps (the adapter's two-step ones would hold the
             # read, or the commit's receipt, inside the lease step).
@@ -377,17 +382,24 @@ class Lease:
         native asyncio cancellation pierces the shield: the give-back then races a
         store call still on its way, and an unconfirmed token is a leftover)."""
         try:
-            taken = False
-            bound = anyio.CancelScope(deadline=anyio.current_time() + RELEASE_TIMEOUT, shield=True)
-            with bound:
+            if self.leases.instant:  # nothing to shield or bound: the same outcome
                 taken = await self._acquire_step()
                 if not taken and slot.leftovers and await self._reclaim(slot):
                     taken = await self._acquire_step()
-            if bound.cancelled_caught:
-                raise StoreError(
-                    f"the turn lease of conversation {str(self.conversation_id)!r} was not "
-                    f"answered within {RELEASE_TIMEOUT:g} s; nothing was stored"
+            else:
+                taken = False
+                bound = anyio.CancelScope(
+                    deadline=anyio.current_time() + RELEASE_TIMEOUT, shield=True
                 )
+                with bound:
+                    taken = await self._acquire_step()
+                    if not taken and slot.leftovers and await self._reclaim(slot):
+                        taken = await self._acquire_step()
+                if bound.cancelled_caught:
+                    raise StoreError(
+                        f"the turn lease of conversation {str(self.conversation_id)!r} was "
+                        f"not answered within {RELEASE_TIMEOUT:g} s; nothing was stored"
+                    )
             await anyio.lowlevel.checkpoint_if_cancelled()
         except BaseException:
             await self._give_back(self.conversation_id, unsure=True)
@@ -504,7 +516,8 @@ class Lease:
             error = exc
         finally:
             self._scope = None
-            await self._renewed_in_full()
+            if self._renewal is not None:
+                await self._renewed_in_full()
         self._check()
         if error is not None:
             raise error
@@ -609,7 +622,8 @@ class Lease:
         if self._poke is not None:
             self._poke.set()
         try:
-            await self._renewed_in_full()
+            if self._renewal is not None:
+                await self._renewed_in_full()
             if store:
                 await self._give_back(self.conversation_id)
         finally:
