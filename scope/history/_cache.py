@@ -60,9 +60,23 @@ class HistoryCache:
     whole replay). The least recently used entries leave first; ``forget`` drops a
     conversation's entries (its store does on ``clear`` and when ``read_view`` finds it
     closed). Thread-safe (SQLite decodes on worker threads).
+
+    ``turns`` is the rest of the handle's state in this process: the lease layer's
+    per-conversation queues (``scope.history._overlap``: the turn holding the
+    conversation's lease through this handle, the turns waiting for it, the leases left
+    behind). Not an entry: neither bounded by ``max_bytes`` nor touched by ``forget`` and
+    ``clear``; that layer drops a conversation's queue once it is empty.
     """
 
-    __slots__ = ("_by_conversation", "_bytes", "_counter", "_entries", "_lock", "max_bytes")
+    __slots__ = (
+        "_by_conversation",
+        "_bytes",
+        "_counter",
+        "_entries",
+        "_lock",
+        "max_bytes",
+        "turns",
+    )
 
     #: The default bound of a store handle's cache (the stores' ``cache_bytes``): 32 MiB.
     DEFAULT_MAX_BYTES: Final = DEFAULT_CACHE_BYTES
@@ -75,6 +89,8 @@ class HistoryCache:
         self._by_conversation: dict[str, set[tuple[str, ...]]] = {}
         self._bytes = 0
         self._counter: DefaultTokenCounter | None = None
+        #: conversation id -> the lease layer's queue of it (see the class docstring).
+        self.turns: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         entries, size = self.size

@@ -2,10 +2,10 @@
 gives ``on_overlap="reject"``, ``"wait"`` and ``"interrupt"`` on a store's ``TurnLeaser``.
 
 The layer is the outermost: it takes the conversation's lease before the history is
-read (``enter``), renews it while the model runs (``Turn.run``: one renewal task beside
-each await of the model, waking every ``ttl / 3`` seconds) and releases it after
-everything else, the commit and the kept interrupted turn included (``exit``: shielded
-from cancellation, bounded by ``RELEASE_TIMEOUT``). The fence (§6b) stays on.
+read (``enter``), renews it while the model runs (one renewal task per lease, below)
+and releases it after everything else, the commit and the kept interrupted turn
+included (``exit``: shielded from cancellation, bounded by ``RELEASE_TIMEOUT``). The
+fence (§6b) stays on.
 
 The leaser is a ``Store`` (``as_store``: a store that is not gets the steps it lacks
 from ``StoreAdapter``). When the Middleware's reader is the leaser and has its own
@@ -15,9 +15,13 @@ commit appends and releases in one step (``append_release_turn`` as ``Turn.appen
 A folded commit that raises leaves the lease held, and ``exit`` releases it with
 ``release_turn``.
 
-In this process, per store handle and conversation (a ``_Slot``): the lease running
-here, the turns waiting for it in arrival order, and the leases this process may have
-left behind.
+Per store handle and conversation (a ``_Slot``, kept in the handle's own state: its
+``history_cache``, see ``HistoryCache.turns``): the lease running through the handle,
+the turns waiting for it in arrival order, and the leases this process may have left
+behind. A leaser with no ``history_cache`` (a third-party store) has no state of its
+own to keep them in; its slots are kept beside it, weakly (``_beside``: dropped with
+the leaser; a leaser that cannot be referenced weakly keeps them per Middleware).
+Two handles are two sets of slots: to each other they are two processes.
 
 - **Arrival order.** Every leased turn joins the slot's queue when it starts; only the
   head contends for the store's lease (polling with backoff, 2 ms doubling to 100 ms,
@@ -35,6 +39,24 @@ left behind.
   still be on its way) leaves the token in the slot (``leftovers``, until its ttl
   passes); the next turn of this process that finds the lease held releases those
   tokens first, and a refusal says when the holder is such a leftover.
+- **Renewal: one task per lease.** Once the lease is taken one task is started for it
+  (outside the caller's task tree, with the turn's context: a trio system task; under
+  asyncio a task of the loop, which a timer armed with the lease starts when the first
+  renewal falls due, so a turn shorter than ``ttl / 3`` starts none) and it ends at
+  the release. While the model is awaited
+  (``Lease.run``: a call, or the next chunk of a stream) it renews the lease every
+  ``ttl / 3`` seconds; between two awaits (a stream's consumer holding a chunk) it
+  waits, so a stream its consumer left unclosed holds the lease no longer than a ttl.
+  A task group could not do this: it cannot stay open across a ``yield`` of the
+  Middleware's stream. The task never cancels anything it does not own: each await of
+  the model runs in a cancel scope of the awaiting frame (entered and left within one
+  ``run``, never across a ``yield``), and a stop (``Lease.stop``: the lease lost, the
+  interrupt marker held, a newer turn here) sets the turn's flag and cancels that
+  scope, so the await ends at once and ``run`` raises ``TurnInterruptedError``; a stop
+  between awaits is raised by the next ``run``. A renewal under way finishes (shielded,
+  bounded) before ``run`` returns and before the release, so it never takes the lease
+  again after it was given back. A cancellation of the turn is never turned into
+  anything else.
 - **Interrupting.** Within the process a newer ``"interrupt"`` turn stops the turn
   running when it arrives, at once (cancelling its model await:
   ``TurnInterruptedError``), and queues behind the turns already waiting. Across processes
@@ -43,19 +65,25 @@ left behind.
   checks at each renewal: finding it held, it stops. A turn whose renewal finds its own
   lease taken (it expired, say while the process was paused) stops too.
 
-The slots are guarded by a thread lock; events and cancellation are delivered on the
-turn's own event loop (use one store handle per event loop, as every store asks).
+The slots are touched, and events and cancellation delivered, on the turn's own event
+loop (use one store handle per event loop, as every store asks).
 """
 
 from __future__ import annotations
 
+# The one use of an event loop's own API here: a task outside the caller's task tree
+# (``Lease.start_renewal``), under asyncio and trio alike.
+import asyncio  # noqa: TID251
 import collections
+import contextvars
 import functools
 import hashlib
 import logging
-import threading
+import math
+import os
+import sys
 import time
-import uuid
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, Final, Literal, TypeVar, final
 
@@ -67,7 +95,9 @@ from scope.errors import StoreError, TurnInProgressError, TurnInterruptedError
 from scope.history._adapter import StoreAdapter, as_store, takes_owner
 from scope.history._ids import ConversationID
 from scope.history._protocols import Store, TurnLeaser
+from scope.history._replay import cache_of
 from scope.history._turn import Layer, Turn
+from scope.history.inmemory import InMemoryStore
 
 __all__ = ["RELEASE_TIMEOUT", "STRATEGIES", "Lease", "Leases", "OnOverlap"]
 
@@ -86,6 +116,7 @@ MAX_POLL: Final = 0.1
 
 _log: Final = logging.getLogger("scope.history")
 _END: Final = object()
+_RENEWAL: Final = "scope turn lease renewal"
 
 
 def marker_id(conversation_id: ConversationID) -> ConversationID:
@@ -98,18 +129,44 @@ def marker_id(conversation_id: ConversationID) -> ConversationID:
 class _Slot:
     """One store handle's conversation in this process (see the module docstring)."""
 
-    __slots__ = ("leaser", "leftovers", "running", "waiters")
+    __slots__ = ("leftovers", "running", "waiters")
 
-    def __init__(self, leaser: object) -> None:
-        self.leaser = leaser  # held, so its id() is not reused while the slot exists
+    def __init__(self) -> None:
         self.running: Lease | None = None
         self.waiters: collections.deque[Lease] = collections.deque()
         #: holder token -> time.monotonic() after which its lease has expired anyway
         self.leftovers: dict[str, float] = {}
 
 
-_slots: dict[tuple[int, ConversationID], _Slot] = {}
-_slots_lock: Final = threading.Lock()
+Slots = dict[str, _Slot]
+
+#: The slots of leasers that have no ``history_cache`` (third-party stores), by id of
+#: the leaser, each with a weak reference to it that drops the entry with the leaser.
+_beside: Final[dict[int, tuple[weakref.ref[object], Slots]]] = {}
+
+
+def slots_of(leaser: object) -> Slots:
+    """The lease slots of a store handle: kept in its ``history_cache``; a leaser with
+    none keeps them beside it (see the module docstring)."""
+    cache = cache_of(leaser)
+    if cache is not None:
+        return cache.turns
+    key = id(leaser)
+    found = _beside.get(key)
+    if found is not None and found[0]() is leaser:
+        return found[1]
+
+    def drop(ref: weakref.ref[object], key: int = key) -> None:
+        if _beside.get(key, (None,))[0] is ref:
+            del _beside[key]
+
+    try:
+        ref = weakref.ref(leaser, drop)
+    except TypeError:  # not weakly referable: per Middleware
+        return {}
+    slots: Slots = {}
+    _beside[key] = (ref, slots)
+    return slots
 
 
 @final
@@ -119,9 +176,10 @@ class Leases(Layer):
     __slots__ = (
         "fold_commit",
         "fold_read",
-        "handle",
+        "instant",
         "leaser",
         "owner",
+        "slots",
         "strategy",
         "timeout",
         "ttl",
@@ -143,8 +201,12 @@ class Leases(Layer):
         self.ttl: Final = ttl
         leaser = next((c for c in (writer, reader) if isinstance(c, TurnLeaser)), None)
         if leaser is not None:
-            self.handle: Final[object] = leaser  # the store handle the slots are kept for
+            #: The store handle's slots (see the module docstring).
+            self.slots: Final = slots_of(leaser)
             self.leaser: Final[Store] = as_store(leaser)
+            #: Whether the lease steps never suspend (an ``InMemoryStore``'s: no await
+            #: in them), so no cancellation or deadline can land during one.
+            self.instant: Final = type(leaser) is InMemoryStore
             # Whether the lease steps fold into the read and into the commit: with the
             # store's own folded steps (the adapter's two-step ones would hold the
             # read, or the commit's receipt, inside the lease step).
@@ -196,6 +258,7 @@ class Leases(Layer):
             if self.owner is not None:
                 turn.append = functools.partial(turn.append, owner=self.owner)
         turn.lease = lease
+        lease.start_renewal()  # exit releases it from here on, and stops the renewal
 
     async def exit(self, turn: Turn) -> None:
         lease: Lease | None = turn.lease
@@ -209,11 +272,14 @@ class Lease:
     """One turn's hold on its conversation (see the module docstring)."""
 
     __slots__ = (
-        "_key",
+        "_ended",
         "_marker_held",
+        "_poke",
+        "_renewal",
         "_renewed",
         "_scope",
         "_slot",
+        "_task",
         "_wake",
         "conversation_id",
         "holder",
@@ -226,17 +292,24 @@ class Lease:
     def __init__(self, leases: Leases, conversation_id: ConversationID) -> None:
         self.leases = leases
         self.conversation_id = conversation_id
-        self.holder = uuid.uuid4().hex
+        self.holder = os.urandom(16).hex()  # a random token, 128 bits
         self.started_at = time.time()
         self.stopped: str | None = None  # why the turn must stop, once asked
         #: The history read in the same store step as the lease (``fold_read``), else None.
         self.view: Any = None
-        self._key = (id(leases.handle), conversation_id)
         self._slot: _Slot | None = None
+        #: The cancel scope of the model await under way (``run``), else None.
         self._scope: anyio.CancelScope | None = None
-        self._wake = anyio.Event()
+        #: Set (by ``release``) to wake this turn while it waits in the queue.
+        self._wake: anyio.Event | None = None
         self._renewed = 0.0
         self._marker_held = False
+        # The renewal task: its handle, whether it is to end, the event it waits on
+        # (None: it is not waiting), the event a renewal under way sets when done.
+        self._task: object = None
+        self._ended = False
+        self._poke: anyio.Event | None = None
+        self._renewal: anyio.Event | None = None
 
     # -- taking the lease ---------------------------------------------------------
 
@@ -244,11 +317,11 @@ class Lease:
         """Take the lease in arrival order, or raise ``TurnInProgressError`` as the
         strategy says."""
         strategy = self.leases.strategy
-        with _slots_lock:
-            slot = _slots.get(self._key)
-            if slot is None:
-                slot = _slots[self._key] = _Slot(self.leases.handle)
-            slot.waiters.append(self)
+        slots, cid = self.leases.slots, self.conversation_id
+        slot = slots.get(cid)
+        if slot is None:
+            slot = slots[cid] = _Slot()
+        slot.waiters.append(self)
         self._slot = slot
         start = anyio.current_time()
         deadline = start + self.leases.timeout
@@ -261,10 +334,11 @@ class Lease:
                 # one that has not renewed it for a whole ttl (a stream its consumer
                 # left unclosed, say) is contended for like another process's.
                 running = slot.running
+                now = start if arrival else anyio.current_time()
                 held_until = 0.0 if running is None else running._renewed + running.leases.ttl
-                contend = head and held_until <= anyio.current_time()
+                contend = head and held_until <= now
                 if contend and await self._try(slot):
-                    self._renewed = anyio.current_time()
+                    self._renewed = now  # from before the step: renewed early, never late
                     slot.running = self
                     return
                 if strategy == "reject":
@@ -280,20 +354,23 @@ class Lease:
                     wait, delay = min(delay, wait), min(delay * 2, MAX_POLL)
                 elif head:
                     wait = min(wait, max(held_until - now, 0.0) + FIRST_POLL)
+                wake = self._wake = anyio.Event()
                 with anyio.move_on_after(wait):
-                    await self._wake.wait()
-                self._wake = anyio.Event()
+                    await wake.wait()
         finally:
-            with _slots_lock:
-                slot.waiters.remove(self)
-                after = slot.waiters[0] if slot.waiters else None
-            if after is not None:
-                after._wake.set()
+            slot.waiters.remove(self)
+            self._wake = None
+            if slot.waiters:
+                slot.waiters[0]._wake_up()
             if self._marker_held:
                 self._marker_held = False
                 await self._give_back(marker_id(self.conversation_id))
             if slot.running is not self:
-                _prune(self._key, slot)
+                _prune(slots, cid, slot)
+
+    def _wake_up(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
     async def _try(self, slot: _Slot) -> bool:
         """One attempt at the lease (with ``fold_read`` it reads the view too); when
@@ -305,16 +382,24 @@ class Lease:
         native asyncio cancellation pierces the shield: the give-back then races a
         store call still on its way, and an unconfirmed token is a leftover)."""
         try:
-            taken = False
-            with anyio.move_on_after(RELEASE_TIMEOUT, shield=True) as bound:
+            if self.leases.instant:  # nothing to shield or bound: the same outcome
                 taken = await self._acquire_step()
                 if not taken and slot.leftovers and await self._reclaim(slot):
                     taken = await self._acquire_step()
-            if bound.cancelled_caught:
-                raise StoreError(
-                    f"the turn lease of conversation {str(self.conversation_id)!r} was not "
-                    f"answered within {RELEASE_TIMEOUT:g} s; nothing was stored"
+            else:
+                taken = False
+                bound = anyio.CancelScope(
+                    deadline=anyio.current_time() + RELEASE_TIMEOUT, shield=True
                 )
+                with bound:
+                    taken = await self._acquire_step()
+                    if not taken and slot.leftovers and await self._reclaim(slot):
+                        taken = await self._acquire_step()
+                if bound.cancelled_caught:
+                    raise StoreError(
+                        f"the turn lease of conversation {str(self.conversation_id)!r} was "
+                        f"not answered within {RELEASE_TIMEOUT:g} s; nothing was stored"
+                    )
             await anyio.lowlevel.checkpoint_if_cancelled()
         except BaseException:
             await self._give_back(self.conversation_id, unsure=True)
@@ -396,7 +481,8 @@ class Lease:
 
     def stop(self, why: str) -> None:
         """Ask the turn to stop: its current model await is cancelled, and it raises
-        ``TurnInterruptedError``. Called on the turn's own event loop."""
+        ``TurnInterruptedError``. Called on the turn's own event loop (from the
+        renewal task, or a newer turn's)."""
         if self.stopped is None:
             self.stopped = why
         if self._scope is not None:
@@ -411,34 +497,36 @@ class Lease:
             )
 
     async def run(self, step: Awaitable[T]) -> T:
-        """``await step`` (a model call, or the next chunk of a stream) beside the
-        renewal task; a stop request cancels it and raises ``TurnInterruptedError``.
-        Errors of ``step`` pass unchanged. (A task group cannot span a ``yield`` of the
-        Middleware's stream, so the renewal task lives as long as one await.)"""
+        """``await step`` (a model call, or the next chunk of a stream) in a cancel
+        scope of this frame, while the renewal task renews the lease; a stop request
+        cancels it and raises ``TurnInterruptedError``. Errors of ``step`` pass
+        unchanged; a cancellation of the turn passes as it is."""
         if self.stopped is not None:
             getattr(step, "close", _nothing)()  # a coroutine that will never run
             self._check()
         error: Exception | None = None
         result: Any = None
-        async with anyio.create_task_group() as group:
-            done = anyio.Event()
-            group.start_soon(self._renew_until, done)
-            self._scope = group.cancel_scope
-            try:
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                if self._poke is not None:  # the renewal task waits for an await
+                    self._poke.set()
                 result = await step
-            except Exception as exc:  # re-raised below, outside the task group
-                error = exc
-            finally:
-                self._scope = None
-                done.set()
+        except Exception as exc:  # re-raised below, after the stop check
+            error = exc
+        finally:
+            self._scope = None
+            if self._renewal is not None:
+                await self._renewed_in_full()
         self._check()
         if error is not None:
             raise error
         return result  # type: ignore[no-any-return]
 
     async def chunks(self, inner: AsyncIterator[T]) -> AsyncGenerator[T, None]:
-        """The chunks of ``inner``, each awaited through ``run`` (the renewal task and
-        the cancel scope never span a ``yield``). It does not close ``inner``."""
+        """The chunks of ``inner``, each awaited through ``run`` (its cancel scope
+        never spans a ``yield``; the renewal task is the lease's, not the chunk's). It
+        does not close ``inner``."""
         end: Any = _END
         while True:
             chunk = await self.run(anext(inner, end))
@@ -446,16 +534,60 @@ class Lease:
                 return
             yield chunk
 
-    async def _renew_until(self, done: anyio.Event) -> None:
+    def start_renewal(self) -> None:
+        """Start the lease's renewal task (once; ``release`` ends it). Under asyncio a
+        timer armed now starts it when the first renewal falls due (``ttl / 3`` after
+        the lease was taken), so a turn that ends sooner starts none; under trio it
+        starts now."""
+        if self._task is not None or self._ended:
+            return
+        trio: Any = sys.modules.get("trio")
+        if trio is not None and _in_trio(trio):
+            self._task = trio.lowlevel.spawn_system_task(
+                self._renew_while_held, name=_RENEWAL, context=contextvars.copy_context()
+            )
+            return
+        loop = asyncio.get_running_loop()
+
+        def start() -> None:  # runs in a copy of this context (the timer's)
+            self._task = loop.create_task(self._renew_while_held(), name=_RENEWAL)
+
+        self._task = loop.call_later(self.leases.ttl / 3, start)
+
+    async def _renew_while_held(self) -> None:
+        """The renewal task: while a model await is under way (``run``), renew every
+        ``ttl / 3`` seconds; otherwise wait for the next await. It ends at the release,
+        or once the turn was asked to stop (it will not await the model again)."""
         interval = self.leases.ttl / 3
-        while not done.is_set():
-            with anyio.move_on_after(max(0.0, self._renewed + interval - anyio.current_time())):
-                await done.wait()
-                return
-            # Shielded: a renewal under way finishes (an abandoned one could take the
-            # lease again after the release).
-            with anyio.move_on_after(RELEASE_TIMEOUT, shield=True):
-                await self._renew()
+        try:
+            while not self._ended and self.stopped is None:
+                due = math.inf
+                if self._scope is not None:
+                    due = self._renewed + interval - anyio.current_time()
+                if due > 0:
+                    poke = self._poke = anyio.Event()
+                    with anyio.move_on_after(due):
+                        await poke.wait()
+                    self._poke = None
+                    continue
+                # Shielded: a renewal under way finishes (an abandoned one could take
+                # the lease again after the release); run and release wait for it.
+                done = self._renewal = anyio.Event()
+                try:
+                    with anyio.move_on_after(RELEASE_TIMEOUT, shield=True):
+                        await self._renew()
+                finally:
+                    self._renewal = None
+                    done.set()
+        except Exception:  # never out of a task nobody awaits (a trio system task)
+            _log.exception("the renewal task of conversation %r failed", str(self.conversation_id))
+
+    async def _renewed_in_full(self) -> None:
+        """Wait for a renewal under way (shielded; it is bounded itself)."""
+        renewal = self._renewal
+        if renewal is not None:
+            with anyio.CancelScope(shield=True):
+                await renewal.wait()
 
     async def _renew(self) -> None:
         """One renewal; a lost lease or a held interrupt marker stops the turn. A store
@@ -479,21 +611,27 @@ class Lease:
     # -- giving it back -----------------------------------------------------------
 
     async def release(self, store: bool = True) -> None:
-        """Release the lease (``store``: with a store step; not after a folded commit
-        that landed), then wake the next turn of this process waiting for it."""
+        """End the renewal task, release the lease (``store``: with a store step; not
+        after a folded commit that landed), then wake the next turn of this process
+        waiting for it."""
         slot = self._slot
         assert slot is not None
+        self._ended = True
+        if isinstance(self._task, asyncio.TimerHandle):
+            self._task.cancel()  # the task never started
+        if self._poke is not None:
+            self._poke.set()
         try:
+            if self._renewal is not None:
+                await self._renewed_in_full()
             if store:
                 await self._give_back(self.conversation_id)
         finally:
-            with _slots_lock:
-                if slot.running is self:
-                    slot.running = None
-                after = slot.waiters[0] if slot.waiters else None
-            if after is not None:
-                after._wake.set()
-            _prune(self._key, slot)
+            if slot.running is self:
+                slot.running = None
+            if slot.waiters:
+                slot.waiters[0]._wake_up()
+            _prune(self.leases.slots, self.conversation_id, slot)
 
     async def _give_back(self, conversation_id: ConversationID, unsure: bool = False) -> None:
         """``release_turn``, shielded from cancellation and bounded by
@@ -518,24 +656,34 @@ class Lease:
             # (A native asyncio cancellation pierces the shield: unsettled as well.)
             if not settled and conversation_id == self.conversation_id and self._slot:
                 self._slot.leftovers[self.holder] = time.monotonic() + self.leases.ttl
-                # Rare: forget every other slot whose leftovers have all expired, so a
-                # conversation never used again does not keep its store handle alive.
-                for key, slot in list(_slots.items()):
+                # Rare: forget every other slot of the handle whose leftovers have all
+                # expired, so conversations never used again are not kept for ever.
+                slots = self.leases.slots
+                for cid, slot in list(slots.items()):
                     if slot is not self._slot:
-                        _prune(key, slot)
+                        _prune(slots, cid, slot)
 
 
 def _nothing() -> None:
     pass
 
 
-def _prune(key: tuple[int, ConversationID], slot: _Slot) -> None:
+def _prune(slots: Slots, conversation_id: str, slot: _Slot) -> None:
     """Forget a slot with nothing in it (no running turn, no waiter, no live leftover)."""
-    now = time.monotonic()
-    with _slots_lock:
+    if slot.leftovers:
+        now = time.monotonic()
         for holder, expires in list(slot.leftovers.items()):
             if expires <= now:
                 del slot.leftovers[holder]
-        empty = slot.running is None and not slot.waiters and not slot.leftovers
-        if empty and _slots.get(key) is slot:
-            del _slots[key]
+    empty = slot.running is None and not slot.waiters and not slot.leftovers
+    if empty and slots.get(conversation_id) is slot:
+        del slots[conversation_id]
+
+
+def _in_trio(trio: Any) -> bool:
+    """Whether this runs in a trio run (``trio``: the module, already imported)."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True

@@ -31,7 +31,7 @@ from scope.chat import (
 from scope.errors import CommitError, StoreError, TurnInProgressError, TurnInterruptedError
 from scope.history import Batch, IncompleteReason, IncompleteTurn, Middleware, Receipt
 from scope.history.inmemory import InMemoryStore
-from tests.servers import fresh_store
+from tests.servers import fresh_backend, fresh_store
 
 pytestmark = pytest.mark.anyio
 
@@ -354,8 +354,8 @@ async def test_a_lease_step_that_never_answers_is_a_store_error(
 
 
 async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> None:
-    # The per-process queue and the leftover tokens are dropped once empty (a leftover
-    # once its ttl has passed), so no store handle is kept alive by them.
+    # The handle's queue of a conversation and its leftover tokens are dropped once
+    # empty (a leftover once its ttl has passed).
     from scope.history import _overlap
 
     class NoRelease(Unfolded):
@@ -372,7 +372,8 @@ async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> 
             .call(Answer())
             .call(Request([user_message("refused")]))
         )
-    assert not [key for key in _overlap._slots if key[1] == "done"]
+    assert store.history_cache.turns == {}  # kept in the handle's own state
+    assert _overlap.slots_of(store) is store.history_cache.turns
     leaser = NoRelease(store)
     leaser.hang_after_acquire = True
     for cid in ("first", "second"):
@@ -383,13 +384,18 @@ async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> 
                 .call(Request([user_message("q")]))
             )
         await anyio.sleep(0.15)  # the first leftover expires before the second is left
-    assert [key[1] for key in _overlap._slots if key[0] == id(leaser)] == ["second"]
+    assert list(_overlap.slots_of(leaser)) == ["second"]  # beside a leaser with no cache
+    assert store.history_cache.turns == {}
 
 
 async def test_a_turn_interrupted_before_its_model_call_never_calls_it() -> None:
     class SlowRead(Unfolded):
+        reading = anyio.Event()
+        proceed = anyio.Event()
+
         async def read_view(self, conversation_id: str) -> Any:
-            await anyio.sleep(0.1)  # the newer turn arrives meanwhile
+            self.reading.set()
+            await self.proceed.wait()  # the newer turn arrives meanwhile
             return await self.store.read_view(conversation_id)
 
     store = InMemoryStore()
@@ -404,11 +410,197 @@ async def test_a_turn_interrupted_before_its_model_call_never_calls_it() -> None
         except TurnInterruptedError as exc:
             outcome.append(exc)
 
+    async def newer() -> None:
+        mw = Middleware(leaser, leaser, "c", on_overlap="interrupt")
+        await mw.call(second).call(Request([user_message("newer")]))
+
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
             group.start_soon(older)
-            await anyio.wait_all_tasks_blocked()
-            mw = Middleware(leaser, leaser, "c", on_overlap="interrupt")
-            await mw.call(second).call(Request([user_message("newer")]))
+            await leaser.reading.wait()  # the older turn holds the lease, reading
+            group.start_soon(newer)
+            await anyio.wait_all_tasks_blocked()  # it stopped the older one, and waits
+            leaser.proceed.set()
     assert len(outcome) == 1 and first.calls == 0 and second.calls == 1
     assert [m.text for m in await store.read("c")] == ["newer", "ok"]
+
+
+# ------------------------------------------------------ one renewal task per lease
+
+
+class Renewals(Folded):
+    """Records which task renews the lease (an ``acquire_turn`` of the conversation
+    itself, after the folded acquire); ``lose``: a renewal finds the lease taken."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self.tasks: list[object] = []  # the task objects themselves (ids are reused)
+        self.lose = False
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        if conversation_id == "c":
+            self.tasks.append(_current_task())
+            if self.lose:
+                return False
+        return await super().acquire_turn(conversation_id, holder, ttl)
+
+
+def _current_task() -> object:
+    """The running task object (under trio, trio's; else asyncio's)."""
+    import trio
+
+    try:
+        return trio.lowlevel.current_task()
+    except RuntimeError:  # not in a trio run
+        return asyncio.current_task()
+
+
+class LongStream:
+    """``chunks`` chunks, each after ``pause`` seconds; then, with ``hang``, a chunk
+    that never comes."""
+
+    def __init__(self, chunks: int, pause: float, hang: bool = False) -> None:
+        self.chunks, self.pause, self.hang = chunks, pause, hang
+        self.started = anyio.Event()
+
+    async def stream(self, request: Request) -> AsyncIterator[Response]:
+        for i in range(self.chunks):
+            await anyio.sleep(self.pause)
+            self.started.set()
+            last = i == self.chunks - 1 and not self.hang
+            yield Response(Output(assistant_message(f"{i} "), FinishReason.STOP if last else None))
+        if self.hang:
+            await anyio.sleep_forever()
+
+    async def call(self, request: Request) -> Response:
+        self.started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def test_a_long_stream_is_renewed_by_one_task_per_lease() -> None:
+    # The renewal task is the lease's: started with it, ended at its release; not one
+    # per awaited chunk (nor the consumer's own task).
+    store = InMemoryStore()
+    leaser = Renewals(store)
+    ttl = 0.15
+    mw = Middleware(leaser, leaser, "c", on_overlap="wait", lease_ttl=ttl)
+    per_turn: list[list[object]] = []
+    with anyio.fail_after(10):
+        for text in ("first", "second"):
+            leaser.tasks.clear()
+            chunks = [
+                c.text
+                async for c in mw.stream(LongStream(12, ttl / 5)).stream(
+                    Request([user_message(text)])
+                )
+            ]
+            assert len(chunks) == 12
+            per_turn.append(list(leaser.tasks))
+        renewed = len(leaser.tasks)
+        await anyio.sleep(ttl)  # ended at the release: nothing renews any more
+        assert len(leaser.tasks) == renewed
+    consumer = _current_task()
+    for tasks in per_turn:
+        assert len(tasks) >= 2  # 12 chunks of ttl / 5: renewed every ttl / 3
+        assert len({id(task) for task in tasks}) == 1 and tasks[0] is not consumer
+    assert per_turn[0][0] is not per_turn[1][0]  # each lease has its own
+    assert await _free(store)
+
+
+@pytest.mark.parametrize("how", ["lost", "marker"])
+@pytest.mark.parametrize("kind", ["call", "stream"])
+async def test_a_lost_lease_or_an_interrupt_marker_stops_the_model_await(
+    how: str, kind: str
+) -> None:
+    # The renewal task stops the turn from outside its await: the await under way (a
+    # call, or a stream's next chunk) is cancelled at once and the turn raises
+    # TurnInterruptedError; nothing is stored and the lease is given back.
+    from scope.history._overlap import marker_id
+
+    store = InMemoryStore()
+    leaser = Renewals(store)
+    ttl = 0.15
+    reports = Reports()
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap="reject", lease_ttl=ttl)
+    model = LongStream(1, 0, hang=True)
+    request = Request([user_message("q")])
+    seen: list[str] = []
+
+    async def turn() -> None:
+        if kind == "call":
+            await mw.call(model).call(request)
+        else:
+            async for chunk in mw.stream(model).stream(request):
+                seen.append(chunk.text)
+
+    async def intrude() -> None:
+        await model.started.wait()
+        if how == "lost":
+            leaser.lose = True  # the next renewal finds another holder's lease
+        else:
+            assert await store.acquire_turn(marker_id("c"), "newer", 30)  # another process
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(intrude)
+            with pytest.raises(TurnInterruptedError) as caught:
+                await turn()
+    reason = "taken over" if how == "lost" else "interrupted by a newer turn"
+    assert reason in str(caught.value)
+    assert seen == (["0 "] if kind == "stream" else [])
+    assert [r.reason for r in reports] == [IncompleteReason.INTERRUPTED]
+    assert await store.read("c") == []
+    assert await _free(store)
+
+
+async def test_a_cancellation_of_a_leased_stream_stays_a_cancellation() -> None:
+    # The await's own cancel scope only absorbs a stop: the caller's cancellation goes
+    # on as it is (reported as cancelled, not interrupted), and the lease is given back.
+    store = InMemoryStore()
+    leaser = Renewals(store)
+    reports = Reports()
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap="reject", lease_ttl=0.15)
+    model = LongStream(1, 0, hang=True)
+    with anyio.fail_after(5):
+        with anyio.move_on_after(0.2) as scope:
+            async for _ in mw.stream(model).stream(Request([user_message("q")])):
+                pass
+    assert scope.cancelled_caught
+    assert len(leaser.tasks) >= 1  # renewed meanwhile
+    assert [r.reason for r in reports] == [IncompleteReason.CANCELLED]
+    assert await _free(store)
+
+
+# ------------------------------------------------- the slots belong to the store handle
+
+
+async def test_the_slots_are_the_store_handles(tmp_path: Path, anyio_backend: str) -> None:
+    import gc
+
+    from scope.history import _overlap
+
+    store = InMemoryStore()
+    assert _overlap.slots_of(store) is store.history_cache.turns
+    async with (  # two handles on one file: to each other, two processes
+        fresh_backend("sqlite", tmp_path) as backend,
+        await backend.open() as one,
+        await backend.open() as two,
+    ):
+        assert _overlap.slots_of(one) is one.history_cache.turns
+        assert _overlap.slots_of(one) is not _overlap.slots_of(two)
+    # A leaser with no history_cache: kept beside it, as long as it lives.
+    leaser = Unfolded(store)
+    assert _overlap.slots_of(leaser) is _overlap.slots_of(leaser)
+    key = id(leaser)
+    assert key in _overlap._beside
+    del leaser
+    gc.collect()
+    assert key not in _overlap._beside
+
+    class NoWeakref:
+        __slots__ = ()
+
+    # One that cannot be referenced weakly: the slots are the Middleware's own.
+    handle = NoWeakref()
+    assert _overlap.slots_of(handle) is not _overlap.slots_of(handle)
