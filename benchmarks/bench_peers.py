@@ -254,7 +254,10 @@ async def scope_postgres(tmp: Path) -> AsyncIterator[Handle]:
 
 @contextlib.asynccontextmanager
 async def agents_postgres(tmp: Path) -> AsyncIterator[Handle]:
+    # SQLAlchemy's asyncpg dialect passes the URL's query to asyncpg.connect, which
+    # takes ssl= and not libpq's sslmode= (the CI DSN names sslmode=disable).
     dsn = _postgres_dsn().replace("postgresql://", "postgresql+asyncpg://", 1)
+    dsn = dsn.replace("sslmode=", "ssl=")
     async with agents_sqlalchemy(dsn) as handle:
         yield handle
 
