@@ -107,21 +107,35 @@ async def test_sqlite_erase_owner_of_10000_cancelled_and_run_again(tmp_path: Pat
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
 async def test_sqlite_expiry_is_closure_at_the_moment_and_expire_pages(tmp_path: Path) -> None:
+    """Expiry closes at the moment on the store's clock (a short retention, a few
+    conversations, so a loaded box cannot expire one before the count); ``expire``
+    deletes in pages, soonest first, up to its limit (250 conversations, expired by
+    passing ``now`` an hour ahead, so no clock race)."""
     async with await SQLiteStore.open(
-        tmp_path / "h.db", retention=_dt.timedelta(seconds=0.6)
+        tmp_path / "short.db", retention=_dt.timedelta(seconds=0.6)
+    ) as store:
+        for i in range(3):
+            await store.append(secret_turn(f"c{i:03d}", "a1", "t"))
+        await store.append(secret_turn("kept", "a1", "t"))
+        await store.retain("kept", None)
+        assert len(await store.conversations()) == 4
+        await anyio.sleep(0.7)
+        assert await store.conversations() == ["kept"]
+        assert await store.read("c000") == []
+        assert await store.expire() == 3
+    async with await SQLiteStore.open(
+        tmp_path / "h.db", retention=_dt.timedelta(minutes=1)
     ) as store:
         for i in range(250):
             await store.append(secret_turn(f"c{i:03d}", "a1", "t"))
         await store.append(secret_turn("kept", "a1", "t"))
         await store.retain("kept", None)
         assert len(await store.conversations()) == 251
-        await anyio.sleep(0.7)
-        assert await store.conversations() == ["kept"]
-        assert await store.read("c000") == []
+        later = _dt.datetime.now(_dt.UTC) + _dt.timedelta(hours=1)
         # Pages of EXPIRE_PAGE (100) conversations, one transaction each, to the limit.
-        assert await store.expire(limit=120) == 120
-        assert await store.expire() == 130
-        assert await store.expire() == 0
+        assert await store.expire(later, limit=120) == 120
+        assert await store.expire(later) == 130
+        assert await store.expire(later) == 0
     with sqlite3.connect(tmp_path / "h.db") as conn:
         assert conn.execute("SELECT count(*) FROM scope_history_batches").fetchone() == (1,)
         closed = conn.execute("SELECT count(*) FROM scope_history_conversations WHERE closed = 1")
