@@ -165,6 +165,15 @@ class _Handler(BaseHTTPRequestHandler):
         for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
+        try:
+            self._write_pieces(exchange, pieces)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client closed the connection while the stream was still being
+            # written (a cancellation that came before the hold, on a loaded box).
+            self.server.owner.closed_by_client.set()
+            self.close_connection = True
+
+    def _write_pieces(self, exchange: dict[str, Any], pieces: Any) -> None:
         out = self.wfile
         wire = exchange.get("_wire")
         if wire is None and exchange.get("burst"):
