@@ -17,11 +17,13 @@ import functools
 import json
 from typing import Any
 
+import orjson
 from hypothesis import strategies as st
 
 from scope.chat import (
     FinishReason,
     Message,
+    NativeItem,
     Options,
     Output,
     OutputFormat,
@@ -298,6 +300,26 @@ def _tool_result_parts() -> st.SearchStrategy[Part]:
     )
 
 
+def _object_from(members: dict[str, str]) -> RawJSON:
+    body = ",".join(f"{orjson.dumps(key).decode()}:{value}" for key, value in members.items())
+    return RawJSON.parse("{" + body + "}")
+
+
+@functools.cache
+def _native_parts() -> st.SearchStrategy[Part]:
+    """Native parts (DESIGN §6k): a provider's item as a JSON object, number spellings
+    as written."""
+    item = st.builds(
+        NativeItem,
+        st.sampled_from(("openai.responses", "anthropic.messages", "gemini", "x.custom")),
+        strings(min_size=1, max_size=8).filter(lambda s: s.strip() == s),
+        st.dictionaries(strings(max_size=6), json_texts(max_leaves=4), max_size=3).map(
+            _object_from
+        ),
+    )
+    return st.builds(Part, st.just(PartKind.NATIVE), native=item, metadata=_part_metadata())
+
+
 @functools.cache
 def parts(kind: PartKind | None = None) -> st.SearchStrategy[Part]:
     """Parts of one kind, or of any kind."""
@@ -310,6 +332,7 @@ def parts(kind: PartKind | None = None) -> st.SearchStrategy[Part]:
         PartKind.TOOL_CALL: _tool_call_parts(),
         PartKind.TOOL_CALL_DELTA: _tool_call_delta_parts(),
         PartKind.TOOL_RESULT: _tool_result_parts(),
+        PartKind.NATIVE: _native_parts(),
     }
     if kind is not None:
         return by_kind[kind]
@@ -319,7 +342,13 @@ def parts(kind: PartKind | None = None) -> st.SearchStrategy[Part]:
 _ROLE_KINDS: dict[Role, tuple[PartKind, ...]] = {
     Role.SYSTEM: (PartKind.TEXT,),
     Role.USER: (PartKind.TEXT, PartKind.MEDIA),
-    Role.ASSISTANT: (PartKind.TEXT, PartKind.MEDIA, PartKind.REASONING, PartKind.TOOL_CALL),
+    Role.ASSISTANT: (
+        PartKind.TEXT,
+        PartKind.MEDIA,
+        PartKind.REASONING,
+        PartKind.TOOL_CALL,
+        PartKind.NATIVE,
+    ),
     Role.TOOL: (PartKind.TOOL_RESULT,),
 }
 

@@ -14,6 +14,7 @@ from typing import Any, Final
 from scope._json import Num
 from scope.chat import (
     Message,
+    NativeItem,
     Options,
     Output,
     OutputFormat,
@@ -68,6 +69,7 @@ VALUE_ERRORS: Final[dict[type, type[Exception]]] = {
     ToolCallDelta: InvalidToolCallError,
     ToolOutput: InvalidToolResultError,
     ToolResult: InvalidToolResultError,
+    NativeItem: InvalidPartError,
     Part: InvalidPartError,
     Message: InvalidMessageError,
     ToolDefinition: InvalidToolDefinitionError,

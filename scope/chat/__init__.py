@@ -8,6 +8,7 @@ from scope.chat._fallback import DEFAULT_FALLBACK_ERRORS as DEFAULT_FALLBACK_ERR
 from scope.chat._fallback import Fallback as Fallback
 from scope.chat._fallback import fallback as fallback
 from scope.chat._message import Message as Message
+from scope.chat._message import NativeItem as NativeItem
 from scope.chat._message import Part as Part
 from scope.chat._message import ToolCall as ToolCall
 from scope.chat._message import ToolCallDelta as ToolCallDelta
@@ -15,6 +16,7 @@ from scope.chat._message import ToolOutput as ToolOutput
 from scope.chat._message import ToolResult as ToolResult
 from scope.chat._message import assistant_message as assistant_message
 from scope.chat._message import media_part as media_part
+from scope.chat._message import native_part as native_part
 from scope.chat._message import reasoning_part as reasoning_part
 from scope.chat._message import system_message as system_message
 from scope.chat._message import text_part as text_part
@@ -55,6 +57,7 @@ __all__ = [
     "Message",
     "Model",
     "ModelFunc",
+    "NativeItem",
     "Options",
     "Output",
     "OutputFormat",
@@ -81,6 +84,7 @@ __all__ = [
     "collect",
     "fallback",
     "media_part",
+    "native_part",
     "reasoning_part",
     "response_metadata",
     "system_message",

@@ -59,6 +59,7 @@ def _setters(cls: type, *names: str) -> tuple[Any, ...]:
     _part_call_delta,
     _part_result,
     _part_metadata,
+    _part_native,
 ) = _setters(
     Part,
     "kind",
@@ -69,6 +70,7 @@ def _setters(cls: type, *names: str) -> tuple[Any, ...]:
     "tool_call_delta",
     "tool_result",
     "metadata",
+    "native",
 )
 _message_role, _message_parts, _message_metadata, _message_json = _setters(
     Message, "role", "parts", "metadata", "_json"
@@ -195,6 +197,7 @@ def text_delta(
         _part_call_delta(part, None)
         _part_result(part, None)
         _part_metadata(part, metadata)
+        _part_native(part, None)
         message = _new(Message)
         _message_role(message, _ASSISTANT)
         _message_parts(message, (part,))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, TypeAlias, TypeVar, final
 
 import attrs
 
@@ -21,6 +21,7 @@ from scope.metadata import EMPTY_METADATA, Metadata
 
 __all__ = [
     "Message",
+    "NativeItem",
     "Part",
     "ToolCall",
     "ToolCallDelta",
@@ -28,6 +29,7 @@ __all__ = [
     "ToolResult",
     "assistant_message",
     "media_part",
+    "native_part",
     "reasoning_part",
     "system_message",
     "text_part",
@@ -195,12 +197,64 @@ class ToolResult:
             )
 
 
-_PAYLOADS: Final = ("media", "tool_call", "tool_call_delta", "tool_result")
+#: What a native item's data may be given as: a JSON document, or its JSON text.
+NativeData: TypeAlias = "JSONDocument | str | bytes | bytearray | memoryview"
+
+
+def _native_data(value: NativeData) -> RawJSON:
+    if isinstance(value, str | bytes | bytearray | memoryview):
+        return RawJSON.parse(value)
+    return _coerce_raw_json(value)
+
+
+def _to_native_data(value: NativeData) -> RawJSON:
+    if type(value) is RawJSON:
+        return value
+    return nested(_native_data, value, InvalidPartError, "native item data")
+
+
+@final
+@attrs.frozen
+class NativeItem:
+    """A provider's own output item or content block, kept whole (DESIGN §6k).
+
+    ``provider`` names whose wire form ``data`` is in (``openai.responses``,
+    ``anthropic.messages``, ``gemini``: the adapter's ``scope/api``), ``type`` the item's
+    kind in that wire form (``web_search_call``, ``server_tool_use``,
+    ``executableCode``), and ``data`` the provider's JSON of that one item, verbatim (a
+    JSON object: key order and whitespace don't count, strings and numbers do). Only the
+    adapter that produced it sends it back; every other model is sent nothing of it.
+    """
+
+    provider: str
+    type: str
+    data: RawJSON = attrs.field(converter=_to_native_data)
+
+    def __attrs_post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the item (construction already did): provider and type non-empty and
+        free of surrounding whitespace, data a JSON object (``InvalidPartError``)."""
+        check_text(
+            self.provider, "native item provider", InvalidPartError, required=True, strip=True
+        )
+        check_text(self.type, "native item type", InvalidPartError, required=True, strip=True)
+        if type(self.data) is not RawJSON:
+            raise InvalidPartError(
+                f"native item data must be RawJSON, got {type(self.data).__name__}"
+            )
+        if not self.data.bytes.startswith(b"{"):
+            raise InvalidPartError(f"native item data must be a JSON object, got {self.data}")
+
+
+_PAYLOADS: Final = ("media", "tool_call", "tool_call_delta", "tool_result", "native")
 _PAYLOAD_TYPES: Final[dict[str, type]] = {
     "media": Media,
     "tool_call": ToolCall,
     "tool_call_delta": ToolCallDelta,
     "tool_result": ToolResult,
+    "native": NativeItem,
 }
 #: The payload field each kind selects (text and reasoning carry none).
 _PAYLOAD_OF: Final[dict[PartKind, str | None]] = {
@@ -210,6 +264,7 @@ _PAYLOAD_OF: Final[dict[PartKind, str | None]] = {
     PartKind.TOOL_CALL: "tool_call",
     PartKind.TOOL_CALL_DELTA: "tool_call_delta",
     PartKind.TOOL_RESULT: "tool_result",
+    PartKind.NATIVE: "native",
 }
 
 
@@ -235,7 +290,8 @@ class Part:
     """One piece of a message. ``kind`` selects exactly one payload:
 
     text (non-empty ``text``), media, reasoning (``text`` and/or ``signature``),
-    tool_call, tool_call_delta or tool_result. Every other payload field stays empty.
+    tool_call, tool_call_delta, tool_result or native (a provider's own item, DESIGN
+    §6k). Every other payload field stays empty.
     """
 
     kind: PartKind = attrs.field(converter=_to_part_kind)
@@ -246,6 +302,7 @@ class Part:
     tool_call_delta: ToolCallDelta | None = None
     tool_result: ToolResult | None = None
     metadata: Metadata = attrs.field(default=EMPTY_METADATA, converter=_to_part_metadata)
+    native: NativeItem | None = None
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -273,6 +330,7 @@ class Part:
             + (self.tool_call is not None)
             + (self.tool_call_delta is not None)
             + (self.tool_result is not None)
+            + (self.native is not None)
         )
         if payload_name is None:
             if set_count:
@@ -307,6 +365,21 @@ class Part:
                     f"got {type(payload).__name__}"
                 )
         raise AssertionError("unreachable: _payload_error found no error")  # pragma: no cover
+
+
+def native_part(
+    provider: str,
+    type: str,
+    data: NativeData,
+    metadata: Metadata | dict[str, Any] | None = None,
+) -> Part:
+    """A native part: the provider's own item ``data`` (its wire JSON, whole) of kind
+    ``type`` in the wire form ``provider`` (DESIGN §6k)."""
+    try:
+        item = NativeItem(provider, type, data)
+    except InvalidPartError as exc:
+        raise InvalidPartError(f"part native: {exc}") from exc
+    return Part(PartKind.NATIVE, native=item, metadata=_or_empty(metadata))
 
 
 def _or_empty(metadata: Metadata | dict[str, Any] | None) -> Metadata | dict[str, Any]:
@@ -374,6 +447,7 @@ _ALLOWED: Final[dict[Role, frozenset[PartKind]]] = {
             PartKind.REASONING,
             PartKind.TOOL_CALL,
             PartKind.TOOL_CALL_DELTA,
+            PartKind.NATIVE,
         }
     ),
     Role.TOOL: frozenset({PartKind.TOOL_RESULT}),
@@ -402,7 +476,7 @@ class Message:
     """A message: a role and at least one part of a kind that role may carry.
 
     system: text; user: text, media; assistant: text, media, reasoning, tool_call,
-    tool_call_delta; tool: tool_result.
+    tool_call_delta, native; tool: tool_result.
     """
 
     role: Role = attrs.field(converter=_to_role)
@@ -443,7 +517,7 @@ class Message:
 
     @property
     def text(self) -> str:
-        """The text parts concatenated (reasoning and other parts excluded)."""
+        """The text parts concatenated (reasoning, native and other parts excluded)."""
         return "".join(part.text for part in self.parts if part.kind is PartKind.TEXT)
 
     @property

@@ -26,6 +26,7 @@ class PartKind(enum.StrEnum):
     TOOL_CALL = "tool_call"
     TOOL_CALL_DELTA = "tool_call_delta"
     TOOL_RESULT = "tool_result"
+    NATIVE = "native"
 
 
 class FinishReason(enum.StrEnum):
@@ -56,7 +57,8 @@ class OutputFormatType(enum.StrEnum):
 RoleLike: TypeAlias = Role | Literal["system", "user", "assistant", "tool"]
 #: ``PartKind`` or its value.
 PartKindLike: TypeAlias = (
-    PartKind | Literal["text", "media", "reasoning", "tool_call", "tool_call_delta", "tool_result"]
+    PartKind
+    | Literal["text", "media", "reasoning", "tool_call", "tool_call_delta", "tool_result", "native"]
 )
 #: ``FinishReason`` or its value.
 FinishReasonLike: TypeAlias = (

@@ -101,6 +101,10 @@ def _part(part: Part) -> list[str]:
         body = _tool_output(result.output)
         lines = [f"<- {verb} {safe(result.name)} [{safe(result.id)}] {body[0]}"]
         lines.extend(_INDENT + line for line in body[1:])
+    elif kind is PartKind.NATIVE and part.native is not None:
+        native = part.native
+        size = _size(len(native.data.bytes))
+        lines = [f"(native {safe(native.provider)} {safe(native.type)}) [{size}]"]
     else:  # pragma: no cover - every kind is handled above
         lines = [f"({kind})"]
     if part.metadata:

@@ -240,8 +240,8 @@ async def _summarise(summarizer: Model, prompt: str, messages: Sequence[Message]
 
 def transcript(messages: Sequence[Message]) -> str:
     """The messages as plain text for a summarizer: one block per message headed by its
-    role; tool calls and results spelled out, media named by type, reasoning left out
-    (it is provider state, and not part of what was said)."""
+    role; tool calls and results spelled out, media and provider-native items named by
+    type, reasoning left out (it is provider state, and not part of what was said)."""
     blocks: list[str] = []
     for message in messages:
         lines: list[str] = []
@@ -263,6 +263,10 @@ def transcript(messages: Sequence[Message]) -> str:
                 output = result.output.text()
                 body = output if output is not None else "[media]"
                 lines.append(f"[tool{error} result {result.name} (id {result.id})] {body}")
+            elif kind is PartKind.NATIVE:
+                native = part.native
+                assert native is not None
+                lines.append(f"[{native.provider} {native.type}]")
         if lines:
             blocks.append(f"{message.role}:\n" + "\n".join(lines))
     return "\n\n".join(blocks) if blocks else "(empty)"

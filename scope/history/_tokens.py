@@ -86,7 +86,8 @@ class DefaultTokenCounter:
     counted); a tool call, its name and argument bytes the same way plus
     ``tool_tokens``; a tool result, its name and output (text, details JSON, media) the
     same way plus ``tool_tokens``; media, a fixed cost by kind: ``image_tokens``,
-    ``audio_tokens``, ``video_tokens``, else ``document_tokens`` (a PDF, a file).
+    ``audio_tokens``, ``video_tokens``, else ``document_tokens`` (a PDF, a file); a
+    provider's native item (DESIGN §6k), its JSON bytes the same way.
 
     Stored figures: the history Middleware keeps each answer's usage on the assistant
     message it commits (``scope/usage``). Such a message is counted as its
@@ -190,6 +191,11 @@ class DefaultTokenCounter:
             if output.details is not None:
                 cost += _ceil_div(len(output.details.bytes), bpt)
             return cost + sum(self._part(inner) for inner in output.content)
+        if kind is PartKind.NATIVE:
+            # A provider's own item (DESIGN §6k): sent back whole to its own model.
+            native = part.native
+            assert native is not None
+            return _ceil_div(len(native.data.bytes), bpt)
         # A tool-call fragment never reaches a stored history; count it like a call.
         delta = part.tool_call_delta
         assert delta is not None

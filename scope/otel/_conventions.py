@@ -174,6 +174,11 @@ def _part(part: Part) -> dict[str, Any] | None:
         if result.is_error:
             out["is_error"] = True
         return out
+    if kind is PartKind.NATIVE:
+        # A provider's own item: named, never its data (it may hold encrypted state).
+        native = part.native
+        assert native is not None
+        return {"type": "native", "provider": native.provider, "item_type": native.type}
     return None  # tool_call_delta: never in a request, merged away in a response
 
 

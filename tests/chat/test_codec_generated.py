@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import inspect
 import subprocess
 import sys
@@ -195,6 +196,8 @@ def _outcome(data: bytes, cls: Any) -> Any:
         return (type(exc), str(exc), type(exc.__cause__))
 
 
+#: Values put in place of a member; each use is a copy (the test goes on to change the
+#: objects of the tree, and one of these put there twice would change itself).
 MUTATIONS: list[Any] = ["", 0, False, [], {}, None, 1.5, "x", {"kind": "text"}, [{}]]
 
 
@@ -208,7 +211,9 @@ def test_a_layout_structurer_decodes_as_the_generic_one(request: Request, data: 
     for _ in range(data.draw(st.integers(0, 2))):
         target = data.draw(st.sampled_from(objects))
         keys = sorted(target) or ["text"]
-        target[data.draw(st.sampled_from(keys))] = data.draw(st.sampled_from(MUTATIONS))
+        target[data.draw(st.sampled_from(keys))] = copy.deepcopy(
+            data.draw(st.sampled_from(MUTATIONS))
+        )
     raw = orjson.dumps(tree)
     learned = _outcome(raw, Request)  # first through the generic path, learning layouts
     again = _outcome(raw, Request)  # now through the learned ones
@@ -275,9 +280,13 @@ def test_a_top_level_array_decodes_as_the_element_loop(drawn: list[Message], dat
         if objects and data.draw(st.booleans()):
             target = data.draw(st.sampled_from(objects))
             keys = sorted(target) or ["text"]
-            target[data.draw(st.sampled_from(keys))] = data.draw(st.sampled_from(MUTATIONS))
+            target[data.draw(st.sampled_from(keys))] = copy.deepcopy(
+                data.draw(st.sampled_from(MUTATIONS))
+            )
         elif tree:
-            tree[data.draw(st.integers(0, len(tree) - 1))] = data.draw(st.sampled_from(MUTATIONS))
+            tree[data.draw(st.integers(0, len(tree) - 1))] = copy.deepcopy(
+                data.draw(st.sampled_from(MUTATIONS))
+            )
     raw = orjson.dumps(tree)
     for container, cls in ((list, list[Message]), (tuple, tuple[Message, ...])):
         expected = _element_loop(raw, container)

@@ -55,6 +55,11 @@ def test_golden_response_contents() -> None:
     assert response.output is not None and response.output.finish_reason is FinishReason.STOP
     assert response.metadata is not None
     assert response.metadata.extra["cost_usd"].bytes == b"1.20E-3"
+    # A provider's own item keeps its position and its number spellings (DESIGN §6k).
+    native = response.output.message.parts[1].native if response.output.message else None
+    assert native is not None and native.type == "web_search_call"
+    assert b'"score":0.50,' in native.data.bytes
+    assert response.text == "It is the Belém Tower."
     chunk = from_json((GOLDEN / "chunk.json").read_bytes(), Response)
     with pytest.raises(ValueError):
         chunk.validate_complete()
