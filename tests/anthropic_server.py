@@ -79,7 +79,7 @@ _SAMPLING = {"temperature": float, "top_p": float, "top_k": int}
 def check_request_body(body: Any) -> None:
     """Validate a request body with the official ``anthropic`` package's request types
     (``validate_body``: unknown fields refused at every level); the beta types for a
-    body that uses a beta field (``thinking.block_binding``). Raises pydantic's
+    body that uses a beta field (``thinking.block_binding``) or block (MCP's). Raises pydantic's
     ``ValidationError`` (or ``AssertionError``) for an invalid body.
     """
     assert isinstance(body, dict), f"request body is not a JSON object: {body!r}"
@@ -90,7 +90,7 @@ def check_request_body(body: Any) -> None:
             assert isinstance(value, kind | int) and not isinstance(value, bool), (name, value)
             assert value >= 0 and (kind is int or value <= 1), (name, value)
     thinking = body.get("thinking")
-    if isinstance(thinking, dict) and "block_binding" in thinking:
+    if (isinstance(thinking, dict) and "block_binding" in thinking) or _beta_blocks(body):
         from pydantic.warnings import TypedDictExtraConfigWarning
 
         with warnings.catch_warnings():
@@ -100,6 +100,17 @@ def check_request_body(body: Any) -> None:
             validate_body(body, _beta_params)
     else:
         validate_body(body, _anthropic_params)
+
+
+def _beta_blocks(body: dict[str, Any]) -> bool:
+    """Whether ``body`` sends back blocks only the beta types have (a remote MCP
+    server's ``mcp_tool_use`` / ``mcp_tool_result``)."""
+    return any(
+        isinstance(block, dict) and str(block.get("type", "")).startswith("mcp_")
+        for message in body.get("messages") or ()
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for block in message["content"]
+    )
 
 
 def _anthropic_params(streaming: bool) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+from collections.abc import Sequence
 from typing import Any, Final, final
 
 import orjson
@@ -18,6 +19,7 @@ import orjson
 from scope.chat import (
     FinishReason,
     Message,
+    NativeItem,
     Options,
     Output,
     OutputFormatType,
@@ -42,6 +44,7 @@ from scope.jsonvalue import RawJSON
 from scope.media import Media, SourceKind
 from scope.metadata import EMPTY_METADATA, Metadata
 from scope.models._errors import embedded_error, error_message
+from scope.models._json_shape import Verbatim
 from scope.models._json_shape import bare_mime as _bare_mime
 from scope.models._json_shape import count as _count
 from scope.models._json_shape import kind as _kind
@@ -63,6 +66,9 @@ from scope.models._wire import (
 __all__ = [
     "API",
     "BLOCK_KEY",
+    "CALLER_KEY",
+    "CITATIONS_KEY",
+    "CONTAINER_KEY",
     "DEFAULT_MAX_TOKENS",
     "REASONING_BUDGETS",
     "REDACTED_KEY",
@@ -100,6 +106,22 @@ REDACTED_KEY: Final = "anthropic/redacted"
 #: Part metadata key that keeps a reasoning block apart from an adjacent one of the same
 #: kind (the accumulator would merge them): the block's index in its message.
 BLOCK_KEY: Final = "anthropic/block"
+
+#: Part metadata of a text part: the block's ``citations`` (verbatim), sent back with it
+#: to the same model only (DESIGN §6k).
+CITATIONS_KEY: Final = "anthropic/citations"
+
+#: Part metadata of a tool call: the ``tool_use`` block's ``caller`` (programmatic tool
+#: calling), sent back with it to the same model only.
+CALLER_KEY: Final = "anthropic/caller"
+
+#: Message metadata: the response's ``container`` (``{"id", "expires_at"}``, verbatim);
+#: the next request to the same model names its id, so code execution goes on in it.
+CONTAINER_KEY: Final = "anthropic/container"
+
+#: The content blocks scope models with parts of its own; every other block (server
+#: tools and their results, MCP, compaction, fallback ...) is kept whole (native).
+_MODELLED: Final = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
 
 #: Body fields the adapter owns: an ``anthropic/<field>`` extension may not set them.
 RESERVED_FIELDS: Final = frozenset({"messages", "model", "stream", "system"})
@@ -167,6 +189,10 @@ def build_body(
     system_bytes = _encoded(body, "system", prompt_cache)
     wire = _Wire(PrefixChain(system_bytes, _encoded(body, "tools", prompt_cache)))
     _messages(request, replay, wire)
+    if "container" not in body:  # the extension anthropic/container names one itself
+        container = _container(request, replay)
+        if container is not None:
+            body["container"] = container
     replay.prefix = wire.digest()
     body["messages"] = wire.finish(prompt_cache)
     if prompt_cache:
@@ -177,6 +203,22 @@ def build_body(
     if stream:
         body["stream"] = True
     return body
+
+
+def _container(request: Request, replay: Replay) -> str | None:
+    """The id of the container the adapter's own latest answer ran code in (its
+    ``anthropic/container`` stamp), so the next call goes on in it; None without one."""
+    for message in reversed(request.messages):
+        if message.role is not Role.ASSISTANT:
+            continue
+        stamp = message.metadata.get(CONTAINER_KEY)
+        if stamp is None or not replay.owns(message):
+            continue
+        container = stamp.value()
+        identifier = container.get("id") if isinstance(container, dict) else None
+        if isinstance(identifier, str) and identifier:
+            return identifier
+    return None
 
 
 def _encoded(body: dict[str, Any], field: str, keep: bool) -> bytes:
@@ -206,7 +248,8 @@ def _breakpoint(blocks: object) -> None:
         return
     for index in range(len(blocks) - 1, -1, -1):
         block = blocks[index]
-        if block.get("type") in _NO_BREAKPOINT:
+        # A native block (an orjson.Fragment) goes back byte for byte: no marker on it.
+        if type(block) is not dict or block.get("type") in _NO_BREAKPOINT:
             continue
         blocks[index] = {**block, "cache_control": dict(_EPHEMERAL)}
         return
@@ -379,8 +422,10 @@ def _has_state(message: Message) -> bool:
 
 def _assistant_blocks(
     message: Message, where: str, replay: Replay, wire: _Wire
-) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
+) -> list[dict[str, Any] | orjson.Fragment]:
+    """The content blocks of an assistant message, in part order; a native block (DESIGN
+    §6k) as the ``orjson.Fragment`` of its stored bytes."""
+    blocks: list[dict[str, Any] | orjson.Fragment] = []
     own = replay.owns(message)
     rebound = False
     if own:
@@ -398,7 +443,11 @@ def _assistant_blocks(
         here = f"{where}.parts[{index}]"
         kind = part.kind
         if kind is PartKind.TEXT:
-            blocks.append({"type": "text", "text": part.text})
+            text_block: dict[str, Any] = {"type": "text", "text": part.text}
+            citations = part.metadata.get(CITATIONS_KEY) if own else None
+            if citations is not None:
+                text_block["citations"] = orjson.Fragment(citations.bytes)
+            blocks.append(text_block)
         elif kind is PartKind.REASONING:
             if not own:
                 # Another model's thinking: its signature would be refused (400 "Invalid
@@ -426,14 +475,20 @@ def _assistant_blocks(
         elif kind is PartKind.TOOL_CALL:
             call = part.tool_call
             assert call is not None
-            blocks.append(
-                {
-                    "type": "tool_use",
-                    "id": call.id,
-                    "name": call.name,
-                    "input": _arguments(call.arguments, here),
-                }
-            )
+            use: dict[str, Any] = {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.name,
+                "input": _arguments(call.arguments, here),
+            }
+            caller = part.metadata.get(CALLER_KEY) if own else None
+            if caller is not None:
+                use["caller"] = orjson.Fragment(caller.bytes)
+            blocks.append(use)
+        elif kind is PartKind.NATIVE:
+            block = replay.native(part, own, here)
+            if block is not None:
+                blocks.append(block)
         else:
             raise UnsupportedOptionError(
                 f"{here}: an assistant message cannot carry {kind} parts over the Anthropic "
@@ -477,7 +532,7 @@ class _Wire:
         self._encoded = None
         self._before = None
 
-    def extend(self, blocks: list[dict[str, Any]]) -> None:
+    def extend(self, blocks: Sequence[dict[str, Any] | orjson.Fragment]) -> None:
         """Add ``blocks`` to the content of the last message."""
         assert self._last is not None
         if self._before is not None:
@@ -523,6 +578,7 @@ def _messages(request: Request, replay: Replay, wire: _Wire) -> None:
         if role is Role.SYSTEM:
             continue
         if role is Role.ASSISTANT:
+            blocks: Sequence[dict[str, Any] | orjson.Fragment]
             blocks = _assistant_blocks(message, where, replay, wire)
             if not blocks:
                 # Only reasoning that cannot go back (an interrupted turn's, say): the
@@ -664,6 +720,7 @@ def parse_message(data: bytes) -> Response:
     """Map a ``message`` JSON body to a ``Response`` (an ``error`` body raises the
     matching ``ProviderError``; a malformed one ``InvalidResponseError``)."""
     body = _load(data, "response body")
+    verbatim = Verbatim(data)
     if body.get("type") == "error" or body.get("error") is not None:
         raise embedded_error(
             f"the server answered with an error: {error_message(body.get('error'))}",
@@ -685,8 +742,20 @@ def parse_message(data: bytes) -> Response:
             last = parts[-1] if parts else None
             if kind == "text":
                 text = _str(block, "text", here)
-                if text:
-                    parts.append(Part(PartKind.TEXT, text=text))
+                meta = _EMPTY_META
+                if block.get("citations"):
+                    meta = Metadata({CITATIONS_KEY: verbatim.at("content", index, "citations")})
+                if (
+                    text
+                    and last is not None
+                    and last.kind is PartKind.TEXT
+                    and last.metadata == meta
+                ):
+                    # Adjacent blocks of one kind and metadata: one part, as a stream
+                    # accumulates them.
+                    parts[-1] = Part(PartKind.TEXT, text=last.text + text, metadata=meta)
+                elif text:
+                    parts.append(Part(PartKind.TEXT, text=text, metadata=meta))
             elif kind == "thinking":
                 signature = _signature(_str(block, "signature", here), f"{here}.signature")
                 text = _str(block, "thinking", here)
@@ -707,9 +776,14 @@ def parse_message(data: bytes) -> Response:
                 arguments = _arguments_text(block.get("input"), f"{here}.input")
                 with as_invalid_response(here):
                     call = ToolCall(_str(block, "id", here), _str(block, "name", here), arguments)
-                parts.append(Part(PartKind.TOOL_CALL, tool_call=call))
-            # server_tool_use, server tool results and other blocks are the server's own
-            # business: never client tool calls, not carried.
+                meta = _EMPTY_META
+                if block.get("caller") is not None:
+                    meta = Metadata({CALLER_KEY: verbatim.at("content", index, "caller")})
+                parts.append(Part(PartKind.TOOL_CALL, tool_call=call, metadata=meta))
+            else:
+                # server_tool_use and its result, MCP blocks, compaction, fallback ...:
+                # the server's own items, never client tool calls; kept whole (§6k).
+                parts.append(_native(kind, verbatim.tree("content", index), here))
         reason = stop_reason(body.get("stop_reason"), f"{where}.stop_reason")
         usage = _Usage()
         if body.get("usage") is not None:
@@ -731,8 +805,29 @@ def parse_message(data: bytes) -> Response:
             usage.usage(f"{where}.usage"),
             extra,
         )
-        output = Output(Message(Role.ASSISTANT, parts) if parts else None, reason)
+        message_meta = _EMPTY_META
+        if body.get("container") is not None:
+            _obj(body["container"], f"{where}.container")
+            message_meta = Metadata({CONTAINER_KEY: verbatim.at("container")})
+        message = Message(Role.ASSISTANT, parts, message_meta) if parts else None
+        output = Output(message, reason)
         return Response(output, metadata)
+
+
+def _citations(data: bytes) -> list[Any]:
+    """The citations a ``content_block_start`` event's text block starts with."""
+    citations = Verbatim(data).tree("content_block", "citations")
+    if type(citations) is not list:
+        raise InvalidResponseError("content_block_start.content_block.citations must be an array")
+    return citations
+
+
+def _native(kind: object, tree: Any, where: str) -> Part:
+    """A native part (DESIGN §6k) of a content block the adapter does not model."""
+    if type(kind) is not str or not kind or kind != kind.strip():
+        raise InvalidResponseError(f"{where}.type must be a block type, got {kind!r}")
+    with as_invalid_response(where):
+        return Part(PartKind.NATIVE, native=NativeItem(API, kind, RawJSON.from_value(tree)))
 
 
 # ---------------------------------------------------------------------------- stream
@@ -756,11 +851,15 @@ class EventMapper:
     ``ProviderError`` of its type (``overloaded_error``: ``ProviderServerError``, ...).
     """
 
-    __slots__ = ("_blocks", "_last", "_usage", "end_marker_seen", "finish_reason_seen")
+    __slots__ = ("_blocks", "_data", "_last", "_usage", "end_marker_seen", "finish_reason_seen")
 
     def __init__(self) -> None:
-        # index -> [type, tool id, tool name, got input?, signature pieces, metadata]
+        # index -> [type, tool id, tool name, got input?, pieces, metadata, kept]: pieces
+        # are a thinking block's signature, a cited text block's text or a native
+        # block's input fragments; kept is a cited text block's citations or a native
+        # block's start (both as parsed exactly), else None.
         self._blocks: dict[int, list[Any]] = {}
+        self._data = b""  # the event being mapped, for what is kept verbatim
         self._last: Part | None = None  # the last part handed out (for adjacency)
         self._usage = _Usage()
         self.end_marker_seen = False
@@ -771,6 +870,7 @@ class EventMapper:
         if self.end_marker_seen:
             raise InvalidResponseError("stream event after message_stop")
         payload = _load(data, "stream event")
+        self._data = data
         kind = payload.get("type", event)
         if kind == "error" or event == "error":
             raise embedded_error(
@@ -876,10 +976,17 @@ class EventMapper:
         kind = block.get("type")
         if index in self._blocks:
             raise InvalidResponseError(f"{where}: block {index} started twice")
-        state: list[Any] = [kind, "", "", False, [], _EMPTY_META]
+        state: list[Any] = [kind, "", "", False, [], _EMPTY_META, None]
         self._blocks[index] = state
         if kind == "text":
             text = _str(block, "text", here)
+            if "citations" in block:
+                # A cited block: its text waits for its citations (the part carries
+                # them in its metadata, as a call's does) until the block stops.
+                state[6] = [] if not block["citations"] else _citations(self._data)
+                if text:
+                    state[4].append(text)
+                return None
             return self._parts([Part(PartKind.TEXT, text=text)]) if text else None
         if kind == "thinking":
             state[5] = _reasoning_meta(_EMPTY_META, self._last, index)
@@ -900,18 +1007,26 @@ class EventMapper:
         if kind == "tool_use":
             state[1] = _str(block, "id", here)
             state[2] = _str(block, "name", here)
+            if block.get("caller") is not None:
+                state[5] = Metadata(
+                    {CALLER_KEY: Verbatim(self._data).at("content_block", "caller")}
+                )
             initial = block.get("input")
             arguments = ""
             if initial:  # usually {} here, the input following as input_json_delta
                 arguments = _arguments_text(initial, f"{here}.input")
                 state[3] = True
             return self._parts([self._call(state, arguments, here)])
-        return None  # server tool blocks and unknown blocks: not carried
+        # Server tool blocks, their results, MCP blocks, ...: kept whole when they stop
+        # (a server_tool_use's input follows as input_json_delta).
+        _native(kind, {}, here)  # checks the type
+        state[6] = Verbatim(self._data).tree("content_block")
+        return None
 
     def _call(self, state: list[Any], arguments: str, where: str) -> Part:
         with as_invalid_response(where):
             delta = ToolCallDelta(state[1], state[2], arguments)
-        return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta)
+        return Part(PartKind.TOOL_CALL_DELTA, tool_call_delta=delta, metadata=state[5])
 
     def _delta(self, payload: dict[str, Any]) -> Response | None:
         where = "content_block_delta"
@@ -922,7 +1037,16 @@ class EventMapper:
         block_type = state[0]
         if kind == "text_delta" and block_type == "text":
             text = _str(delta, "text", here)
+            if state[6] is not None:  # a cited block: kept until it stops
+                state[4].append(text)
+                return None
             return self._text(PartKind.TEXT, text, EMPTY_METADATA) if text else None
+        if kind == "citations_delta" and block_type == "text":
+            _obj(delta.get("citation"), f"{here}.citation")
+            if state[6] is None:  # a block that started without citations
+                state[6] = []
+            state[6].append(Verbatim(self._data).tree("delta", "citation"))
+            return None
         if kind == "thinking_delta" and block_type == "thinking":
             text = _str(delta, "thinking", here)
             if not text:
@@ -930,6 +1054,9 @@ class EventMapper:
             return self._text(PartKind.REASONING, text, state[5])
         if kind == "signature_delta" and block_type == "thinking":
             state[4].append(_str(delta, "signature", here))
+            return None
+        if kind == "input_json_delta" and block_type not in _MODELLED:
+            state[4].append(_str(delta, "partial_json", here))  # a server tool's input
             return None
         if kind == "input_json_delta" and block_type == "tool_use":
             fragment = _str(delta, "partial_json", here)
@@ -945,11 +1072,26 @@ class EventMapper:
         ):
             article = "an" if kind.startswith("input") else "a"
             raise InvalidResponseError(f"{here}: {article} {kind} for a {block_type} block")
-        return None  # citations, server tool input and deltas added later: not carried
+        return None  # deltas added later: not carried
 
     def _stop(self, payload: dict[str, Any]) -> Response | None:
         where = "content_block_stop"
         index, state = self._started(payload, where)
+        kept = state[6]
+        if kept is not None and state[0] == "text":
+            text = "".join(state[4])
+            if not text:
+                return None
+            meta = Metadata({CITATIONS_KEY: RawJSON.from_value(kept)}) if kept else _EMPTY_META
+            return self._parts([Part(PartKind.TEXT, text=text, metadata=meta)])
+        if kept is not None:
+            fragments = "".join(state[4])
+            if fragments.strip():
+                try:
+                    kept["input"] = Verbatim(fragments.encode("utf-8")).tree()
+                except ValueError as exc:
+                    raise InvalidResponseError(f"block {index} input: {exc}") from exc
+            return self._parts([_native(state[0], kept, where)])
         if state[0] == "thinking" and state[4]:
             signature = _signature("".join(state[4]), f"block {index} signature")
             state[4] = []

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
+from collections.abc import Callable, Sequence
 from typing import Any, Final, final
 from urllib.parse import quote
 
@@ -22,6 +24,7 @@ import orjson
 from scope.chat import (
     FinishReason,
     Message,
+    NativeItem,
     Options,
     Output,
     OutputFormatType,
@@ -52,6 +55,7 @@ from scope.jsonvalue import RawJSON
 from scope.media import Media, SourceKind
 from scope.metadata import EMPTY_METADATA, Metadata
 from scope.models._errors import embedded_error, error_message
+from scope.models._json_shape import Verbatim
 from scope.models._json_shape import count as _count
 from scope.models._json_shape import kind as _kind
 from scope.models._json_shape import load as _load
@@ -153,6 +157,10 @@ _EMPTY_META: Final = Metadata()
 _NO_USAGE: Final = Usage()
 _TRUE: Final = RawJSON.parse("true")
 _TEXT: Final = PartKind.TEXT
+#: Members of a wire part that are not its kind (a native part's type is its first other
+#: member: ``executableCode``, ``codeExecutionResult``, ``toolCall`` ...).
+_NOT_KINDS: Final = frozenset({"thought", "thoughtSignature", "partMetadata"})
+
 #: ``ChunkMapper._last`` after a text part without a signature (metadata empty).
 _PLAIN_TEXT: Final = (PartKind.TEXT, _EMPTY_META, _EMPTY_META, False)
 
@@ -314,12 +322,13 @@ def _signed(wire: dict[str, Any], part: Part, own: bool) -> dict[str, Any]:
 
 def _model_parts(
     message: Message, where: str, synthetic: set[str], replay: Replay, current: bool
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any] | orjson.Fragment]:
     """The parts of an assistant message; ``current``: it belongs to the turn being
-    answered (after the last user message), where Gemini 3 checks signatures."""
+    answered (after the last user message), where Gemini 3 checks signatures. A native
+    part (DESIGN §6k) is the ``orjson.Fragment`` of its stored bytes."""
     own = replay.owns(message)
     placeholder = current and not own  # the first foreign call of this step gets one
-    parts: list[dict[str, Any]] = []
+    parts: list[dict[str, Any] | orjson.Fragment] = []
     for index, part in enumerate(message.parts):
         here = f"{where}.parts[{index}]"
         kind = part.kind
@@ -357,6 +366,10 @@ def _model_parts(
                 wire["thoughtSignature"] = PLACEHOLDER_SIGNATURE
                 placeholder = False
             parts.append(wire)
+        elif kind is PartKind.NATIVE:
+            native = replay.native(part, own, here)
+            if native is not None:
+                parts.append(native)
         else:  # pragma: no cover - Request refuses tool_call_delta parts
             raise UnsupportedOptionError(f"{here}: {kind} parts cannot be sent to the Gemini API")
     return parts
@@ -403,6 +416,7 @@ def _contents(request: Request, replay: Replay) -> list[dict[str, Any]]:
         if role is Role.SYSTEM:
             continue
         if role is Role.ASSISTANT:
+            parts: Sequence[dict[str, Any] | orjson.Fragment]
             parts = _model_parts(message, where, synthetic, replay, index > turn_start)
             if not parts:
                 # Only unverifiable reasoning: nothing of this message can be sent.
@@ -551,10 +565,11 @@ class ChunkMapper:
             body = None
         if type(body) is not dict:
             body = _load(data, "stream event")  # raises, saying what is wrong
-        return self.chunk(body, "stream event")
+        return self.chunk(body, "stream event", Verbatim(data))
 
-    def chunk(self, body: dict[str, Any], where: str) -> Response:
-        """The delta for one decoded ``GenerateContentResponse``."""
+    def chunk(self, body: dict[str, Any], where: str, verbatim: Verbatim) -> Response:
+        """The delta for one decoded ``GenerateContentResponse`` (``verbatim``: the
+        document it was decoded from, for the parts kept whole)."""
         get = body.get
         error = get("error")
         if error is not None:
@@ -588,7 +603,7 @@ class ChunkMapper:
                             self._index += 1
                             self._last = _PLAIN_TEXT
                             return text_delta(_TEXT, text, EMPTY_METADATA, metadata)
-            return self._chunk(body, where)
+            return self._chunk(body, where, verbatim)
         except InvalidResponseError:
             raise
         except ScopeError as exc:
@@ -621,7 +636,7 @@ class ChunkMapper:
         self._raw = raw
         return metadata
 
-    def _chunk(self, body: dict[str, Any], where: str) -> Response:
+    def _chunk(self, body: dict[str, Any], where: str, verbatim: Verbatim) -> Response:
         extra = _EMPTY_META
         reason: FinishReason | None = None
         raw_reason = ""
@@ -648,7 +663,13 @@ class ChunkMapper:
                 continue  # one candidate is asked for; others are not carried
             content = candidate.get("content")
             if content is not None:
-                self._parts(_obj(content, f"{here}.content"), f"{here}.content", response_id, parts)
+                self._parts(
+                    _obj(content, f"{here}.content"),
+                    f"{here}.content",
+                    response_id,
+                    parts,
+                    functools.partial(verbatim.at, "candidates", position, "content", "parts"),
+                )
             raw_reason = _str(candidate, "finishReason", here)
             reason = finish_reason(candidate.get("finishReason"), f"{here}.finishReason")
             if reason is FinishReason.STOP and self._calls:
@@ -667,7 +688,12 @@ class ChunkMapper:
         return Response(output, metadata)
 
     def _parts(
-        self, content: dict[str, Any], where: str, response_id: str, out: list[Part]
+        self,
+        content: dict[str, Any],
+        where: str,
+        response_id: str,
+        out: list[Part],
+        verbatim: Callable[[int], RawJSON],
     ) -> None:
         raw_parts = content.get("parts")
         if raw_parts is None:
@@ -678,7 +704,9 @@ class ChunkMapper:
             here = f"{where}.parts[{position}]"
             index = self._index
             self._index += 1
-            part = self._part(_obj(raw, here), here, response_id, index)
+            part = self._part(
+                _obj(raw, here), here, response_id, index, functools.partial(verbatim, position)
+            )
             if part is not None:
                 out.append(part)
                 last = self._last
@@ -701,7 +729,14 @@ class ChunkMapper:
             return base.merge(Metadata({BLOCK_KEY: index}))
         return last[2]
 
-    def _part(self, wire: dict[str, Any], where: str, response_id: str, index: int) -> Part | None:
+    def _part(
+        self,
+        wire: dict[str, Any],
+        where: str,
+        response_id: str,
+        index: int,
+        verbatim: Callable[[], RawJSON],
+    ) -> Part | None:
         signature_text = _str(wire, "thoughtSignature", where)
         signature = b""
         if signature_text:
@@ -727,7 +762,14 @@ class ChunkMapper:
             if key in wire:
                 return Part(PartKind.MEDIA, media=_media_of(wire[key], key, where), metadata=meta)
         if "text" not in wire and not (thought and signature):
-            return None  # executableCode, codeExecutionResult, ...: not carried
+            # executableCode, codeExecutionResult, toolCall, toolResponse ...: kept whole,
+            # its thought signature included (DESIGN §6k).
+            kind = next((key for key in wire if key not in _NOT_KINDS), None)
+            if kind is None:
+                return None  # nothing but a signature or a thought flag: nothing to keep
+            with as_invalid_response(where):
+                native = NativeItem(API, kind, verbatim())
+            return Part(PartKind.NATIVE, native=native)
         text = _str(wire, "text", where)
         if thought or (not text and signature):
             meta = _EMPTY_META
@@ -763,7 +805,7 @@ def parse_response(data: bytes) -> Response:
     """Map a ``GenerateContentResponse`` body to a ``Response`` (an ``error`` body raises
     the matching ``ProviderError``; a malformed one ``InvalidResponseError``)."""
     body = _load(data, "response body")
-    chunk = ChunkMapper().chunk(body, "response")
+    chunk = ChunkMapper().chunk(body, "response", Verbatim(data))
     accumulator = ResponseAccumulator()
     accumulator.add(chunk)  # the same merging as a stream's, so both modes agree
     response = accumulator.response()

@@ -6,14 +6,57 @@ it was instead (``kind``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 import orjson
 
-from scope._json import kind
+from scope._json import kind, parse_exact
 from scope.errors import InvalidResponseError
+from scope.jsonvalue import RawJSON
 
-__all__ = ["bare_mime", "count", "kind", "load", "meta_text", "nested_count", "obj"]
+__all__ = [
+    "Verbatim",
+    "bare_mime",
+    "count",
+    "kind",
+    "load",
+    "meta_text",
+    "nested_count",
+    "obj",
+]
+
+
+@final
+class Verbatim:
+    """The document a body or event was parsed from, for the values kept verbatim.
+
+    ``load`` gives plain values (a number spelled ``2.50`` becomes the float 2.5); a
+    provider's own item kept as a native part (DESIGN §6k) must keep its number tokens
+    as the provider wrote them. ``at(*path)`` is the value at ``path`` (object keys and
+    array indexes) read from the document exactly, as canonical RawJSON; the document
+    is read that way once, at the first ``at``, so answers without such items pay
+    nothing.
+    """
+
+    __slots__ = ("_data", "_tree")
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._tree: Any = None
+
+    def at(self, *path: str | int) -> RawJSON:
+        """The value at ``path``, its number tokens as written."""
+        return RawJSON.from_value(self.tree(*path))
+
+    def tree(self, *path: str | int) -> Any:
+        """The parsed value at ``path`` as ``RawJSON.from_value`` takes it (numbers as
+        tokens spelled as written): to be edited before it becomes RawJSON."""
+        tree = self._tree
+        if tree is None:
+            tree = self._tree = parse_exact(self._data)
+        for step in path:
+            tree = tree[step]
+        return tree
 
 
 def obj(value: object, where: str) -> dict[str, Any]:

@@ -294,6 +294,10 @@ def _assistant(message: Message, where: str, replay: Replay) -> dict[str, Any]:
                 f"{where}.parts[{index}]: an assistant message cannot carry media over "
                 "OpenAI Chat Completions"
             )
+        elif kind is PartKind.NATIVE:
+            # Chat Completions has no item of a provider's own to send back: what a
+            # compatible server attaches is kept in part metadata (DESIGN §6k).
+            replay.native(part, False, f"{where}.parts[{index}]")
         else:
             reasoning.append(f"{where}.parts[{index}]")
             if part.text:

@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from typing import Final, final
 
 import attrs
+import orjson
 
-from scope.chat import Message, Response, ResponseMetadata
+from scope.chat import Message, Part, Response, ResponseMetadata, Role
 from scope.jsonvalue import RawJSON
 from scope.metadata import Metadata
 from scope.models._prefix import PREFIX_KEY
@@ -214,6 +216,38 @@ class Replay:
             account=self.account,
             prefix=self.prefix,
         )
+
+    def native(self, part: Part, own: bool, where: str) -> orjson.Fragment | None:
+        """The wire JSON of a native part (DESIGN §6k) to send in its position, verbatim,
+        or None (recorded as left out) unless the message is ``own`` and the item is in
+        this adapter's wire form (``NativeItem.provider`` is its ``api``)."""
+        native = part.native
+        assert native is not None
+        if not own:
+            self.leave_out(where, "a native item of another model")
+            return None
+        if native.provider != self.api:
+            self.leave_out(where, f"a native item of {native.provider}")
+            return None
+        return orjson.Fragment(native.data.bytes)
+
+    def window_start(self, messages: Sequence[Message], item_type: str) -> tuple[int, int] | None:
+        """Where the window of a request to this adapter starts (DESIGN §6k): the
+        message and part index of the last native ``item_type`` part (a provider's
+        compaction) of a message this adapter owns, in its wire form; None without one.
+        What comes before it is what it stands for: the adapter does not send it."""
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if message.role is not Role.ASSISTANT:
+                continue
+            found = None
+            for position, part in enumerate(message.parts):
+                native = part.native
+                if native is not None and native.type == item_type and native.provider == self.api:
+                    found = position
+            if found is not None and self.owns(message):
+                return index, found
+        return None
 
     def leave_out(self, where: str, why: str) -> None:
         """Record that the part at ``where`` is not sent, and why."""

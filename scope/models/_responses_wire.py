@@ -9,14 +9,18 @@ assistant message (reasoning items, item ids) goes back to the server.
 
 from __future__ import annotations
 
+import functools
 import mimetypes
+from collections.abc import Callable
 from typing import Any, Final, final
 
+import attrs
 import orjson
 
 from scope.chat import (
     FinishReason,
     Message,
+    NativeItem,
     Options,
     Output,
     OutputFormatType,
@@ -34,10 +38,20 @@ from scope.chat import (
     text_delta,
 )
 from scope.errors import InvalidResponseError, ProviderError, UnsupportedOptionError
+from scope.jsonvalue import RawJSON
 from scope.media import Media, SourceKind
 from scope.metadata import Metadata
 from scope.models._errors import embedded_error, error_message
-from scope.models._json_shape import bare_mime, count, kind, load, meta_text, nested_count, obj
+from scope.models._json_shape import (
+    Verbatim,
+    bare_mime,
+    count,
+    kind,
+    load,
+    meta_text,
+    nested_count,
+    obj,
+)
 from scope.models._openai_wire import REFUSAL_KEY, data_url
 from scope.models._provenance import Replay
 from scope.models._wire import (
@@ -53,7 +67,9 @@ __all__ = [
     "API",
     "PROVIDER",
     "ENCRYPTED_REASONING",
+    "CLIENT_CALLS",
     "ITEM_ID_KEY",
+    "ITEM_KEY",
     "PHASE_KEY",
     "RESERVED_FIELDS",
     "EventMapper",
@@ -104,6 +120,9 @@ _REFUSAL_TRUE: Final = Metadata({REFUSAL_KEY: True})[REFUSAL_KEY]
 
 _ASSISTANT: Final = Role.ASSISTANT
 _TEXT: Final = PartKind.TEXT
+
+#: Marks a native item among the input items being built: ``{_NATIVE: Fragment}``.
+_NATIVE: Final = "scope/native"
 
 #: Joins the summary texts of one reasoning item into a reasoning part's text.
 SUMMARY_SEPARATOR: Final = "\n\n"
@@ -196,27 +215,94 @@ def _input(
     messages: tuple[Message, ...], send_reasoning: bool, replay: Replay
 ) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
+    # call id -> the item a client-answered call went back as (its answer's shape)
+    answered: dict[str, dict[str, Any]] = {}
+    # A compaction item of this model's stands for everything before it (DESIGN §6k):
+    # it and what follows go; the system messages stay.
+    start = replay.window_start(messages, "compaction")
     for index, message in enumerate(messages):
         role = message.role
         where = f"messages[{index}]"
+        if start is not None and index <= start[0] and role is not Role.SYSTEM:
+            if index < start[0]:
+                continue
+            message = attrs.evolve(message, parts=message.parts[start[1] :])
         if role is Role.SYSTEM:
             items.append({"type": "message", "role": "system", "content": message.text})
         elif role is Role.USER:
             items.append({"type": "message", "role": "user", "content": _user(message, where)})
         elif role is Role.ASSISTANT:
-            items.extend(_assistant(message, where, send_reasoning, replay))
+            items.extend(_assistant(message, where, send_reasoning, replay, answered))
         else:
             for part_index, part in enumerate(message.parts):
                 result = part.tool_result
                 assert result is not None
+                here = f"{where}.parts[{part_index}]"
+                call_item = answered.get(result.id)
+                if call_item is not None:
+                    items.append(_answer(result, call_item, here))
+                    continue
                 items.append(
                     {
                         "type": "function_call_output",
                         "call_id": result.id,
-                        "output": _tool_output(result, f"{where}.parts[{part_index}]"),
+                        "output": _tool_output(result, here),
                     }
                 )
     return items
+
+
+def _answer(result: ToolResult, item: dict[str, Any], where: str) -> dict[str, Any]:
+    """The output item answering a client-answered call (``CLIENT_CALLS``) that went
+    back as the item ``item``: its text as the output; an error result is a failed
+    patch, a non-zero exit, a denied approval. A shell call's or a computer call's
+    output may also be given whole as the result's JSON details."""
+    item_type = item["type"]
+    call_id = result.id
+    text = result.output.text() or ""
+    details = result.output.details
+    if item_type == "mcp_approval_request":
+        answer: dict[str, Any] = {
+            "type": "mcp_approval_response",
+            "approval_request_id": call_id,
+            "approve": not result.is_error,
+        }
+        if result.is_error and text:
+            answer["reason"] = text
+        return answer
+    if item_type == "local_shell_call":
+        return {"type": "local_shell_call_output", "id": item.get("id", call_id), "output": text}
+    if item_type == "shell_call":
+        output: Any
+        if details is not None and not result.output.content:
+            output = orjson.Fragment(details.bytes)
+        else:
+            outcome = {"type": "exit", "exit_code": 1 if result.is_error else 0}
+            output = [{"stdout": text, "stderr": "", "outcome": outcome}]
+        return {"type": "shell_call_output", "call_id": call_id, "output": output}
+    if item_type == "apply_patch_call":
+        status = "failed" if result.is_error else "completed"
+        return {
+            "type": "apply_patch_call_output",
+            "call_id": call_id,
+            "status": status,
+            "output": text,
+        }
+    if item_type == "computer_call":
+        screenshot: Any
+        if details is not None and not result.output.content:
+            screenshot = orjson.Fragment(details.bytes)
+        else:
+            images = [p.media for p in result.output.content if p.media is not None]
+            if len(images) != 1 or not bare_mime(images[0].mime).startswith("image/"):
+                raise UnsupportedOptionError(
+                    f"{where}: a computer call's result must be one screenshot (an image) or "
+                    "its output object as JSON details"
+                )
+            image = _media(images[0], where)
+            screenshot = {"type": "computer_screenshot", "image_url": image["image_url"]}
+        return {"type": "computer_call_output", "call_id": call_id, "output": screenshot}
+    return {"type": "custom_tool_call_output", "call_id": call_id, "output": text}
 
 
 def _user(message: Message, where: str) -> str | list[dict[str, Any]]:
@@ -299,7 +385,11 @@ def sent_item_id(part: Part, *, own: bool, send_reasoning: bool) -> str | None:
 
 
 def _assistant(
-    message: Message, where: str, send_reasoning: bool, replay: Replay
+    message: Message,
+    where: str,
+    send_reasoning: bool,
+    replay: Replay,
+    answered: dict[str, dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """The input items of an assistant message, in part order: consecutive text parts
     of one item form one ``message`` item; each reasoning part that goes back is kept
@@ -359,6 +449,20 @@ def _assistant(
         elif part_kind is PartKind.TOOL_CALL:
             call = part.tool_call
             assert call is not None
+            received = part.metadata.get(ITEM_KEY) if item_id is not None else None
+            if received is not None:
+                # A call the client answers, back as the item it came as (DESIGN §6k),
+                # less the members the API documents as output only.
+                value = received.value()
+                answered[call.id] = value
+                strip = _OUTPUT_ONLY.get(value.get("type"), ())
+                if any(name in value for name in strip):
+                    tree = Verbatim(received.bytes).tree()
+                    for name in strip:
+                        tree.pop(name, None)
+                    received = RawJSON.from_value(tree)
+                items.append({_NATIVE: orjson.Fragment(received.bytes)})
+                continue
             item: dict[str, Any] = {
                 "type": "function_call",
                 "call_id": call.id,
@@ -368,6 +472,12 @@ def _assistant(
             if item_id is not None:
                 item["id"] = item_id
             items.append(item)
+        elif part_kind is PartKind.NATIVE:
+            # The provider's own item, byte for byte in its position (DESIGN §6k); its
+            # stored JSON always has its id, so reasoning before it may go back.
+            native = replay.native(part, own, f"{where}.parts[{index}]")
+            if native is not None:
+                items.append({_NATIVE: native})
         else:
             raise UnsupportedOptionError(
                 f"{where}.parts[{index}]: an assistant message cannot carry media over the "
@@ -376,14 +486,18 @@ def _assistant(
     # A reasoning item must be followed by the message or call it belongs to, id and all.
     kept: list[dict[str, Any]] = []
     for item in reversed(items):
-        if item["type"] == "reasoning":
+        if item.get("type") == "reasoning":
             following = kept[-1] if kept else None
-            if following is None or following["type"] == "reasoning" or "id" not in following:
+            if (
+                following is None
+                or following.get("type") == "reasoning"
+                or not ("id" in following or _NATIVE in following)
+            ):
                 replay.leave_out(reasoning_at[id(item)], "reasoning without its following item")
                 continue
         kept.append(item)
     kept.reverse()
-    return kept
+    return [item.get(_NATIVE, item) for item in kept]
 
 
 # -------------------------------------------------------------------------- response
@@ -463,12 +577,43 @@ def _reasoning_text(item: dict[str, Any], where: str) -> str:
     return SUMMARY_SEPARATOR.join(texts)
 
 
-def _item_parts(item: dict[str, Any], where: str) -> list[Part]:
-    """The parts of one output item (``message``, ``reasoning``, ``function_call``); an
-    item of any other type (a hosted tool's call, ...) gives none."""
+#: Part metadata of a tool call made from an item the client answers (DESIGN §6k): the
+#: item as received (verbatim), sent back as it is to the same model.
+ITEM_KEY: Final = "openai/item"
+
+#: Items the client must answer: each a tool call, (tool name, the member holding its
+#: arguments; a string member is the arguments as they are, an object member its JSON).
+#: The tool message answering one goes back as the matching output item (``_answer``).
+CLIENT_CALLS: Final[dict[str, tuple[str | None, str]]] = {
+    "custom_tool_call": (None, "input"),
+    "mcp_approval_request": (None, "arguments"),
+    "local_shell_call": ("local_shell", "action"),
+    "shell_call": ("shell", "action"),
+    "apply_patch_call": ("apply_patch", "operation"),
+    "computer_call": ("computer", "action"),
+}
+
+#: The output items scope models with parts of its own; every other one is kept whole.
+_MODELLED: Final = frozenset({"message", "reasoning", "function_call", *CLIENT_CALLS})
+_CALL_TYPES: Final = frozenset({"function_call", *CLIENT_CALLS})
+
+#: Members of a client-answered item the API documents as output only: an input item of
+#: that type has no such member, so it is not sent back.
+_OUTPUT_ONLY: Final[dict[str, tuple[str, ...]]] = {"custom_tool_call": ("status",)}
+
+
+def _item_parts(item: dict[str, Any], where: str, verbatim: Callable[[], RawJSON]) -> list[Part]:
+    """The parts of one output item (``message``, ``reasoning``, ``function_call``). An
+    item of any other type (a hosted tool's call, a compaction, an image generation ...)
+    is one native part (DESIGN §6k) holding the item as the provider wrote it
+    (``verbatim()``)."""
     item_type = item.get("type")
-    if item_type not in ("message", "reasoning", "function_call"):
-        return []
+    if item_type not in _MODELLED:
+        if type(item_type) is not str or not item_type or item_type != item_type.strip():
+            raise InvalidResponseError(f"{where}.type must be an item type, got {item_type!r}")
+        with as_invalid_response(where):
+            native = NativeItem(API, item_type, verbatim())
+        return [Part(PartKind.NATIVE, native=native)]
     item_id = _str(item, "id", where)
     if not item_id:
         raise InvalidResponseError(f"{where}.id must be a non-empty string")
@@ -505,14 +650,38 @@ def _item_parts(item: dict[str, Any], where: str) -> list[Part]:
                         PartKind.REASONING, text=text, signature=signature, metadata=_meta(item_id)
                     )
                 )
-        else:
+        elif item_type == "function_call":
             call = ToolCall(
                 _str(item, "call_id", where),
                 _str(item, "name", where),
                 _str(item, "arguments", where),
             )
             parts.append(Part(PartKind.TOOL_CALL, tool_call=call, metadata=_meta(item_id)))
+        else:
+            parts.append(_client_call(item, item_type, item_id, where, verbatim))
     return parts
+
+
+def _client_call(
+    item: dict[str, Any], item_type: str, item_id: str, where: str, verbatim: Callable[[], RawJSON]
+) -> Part:
+    """A tool call for an item the client answers (``CLIENT_CALLS``): id = its
+    ``call_id`` (an approval request: its ``id``), name = the item's ``name`` or the
+    tool's, arguments = the item's input text as it is, or its action's JSON; the item
+    itself, verbatim, in metadata ``openai/item``."""
+    fixed, member = CLIENT_CALLS[item_type]
+    call_id = _str(item, "call_id", where) or item_id
+    name = fixed if fixed is not None else _str(item, "name", where)
+    value = item.get(member)
+    if type(value) is str:
+        arguments = value
+    elif value is None:
+        arguments = "{}"
+    else:
+        arguments = RawJSON.from_value(obj(value, f"{where}.{member}")).bytes.decode("utf-8")
+    call = ToolCall(call_id, name, arguments)
+    meta = Metadata({ITEM_ID_KEY: item_id, ITEM_KEY: verbatim()})
+    return Part(PartKind.TOOL_CALL, tool_call=call, metadata=meta)
 
 
 def _metadata(body: dict[str, Any], where: str, *, usage: bool = True) -> ResponseMetadata:
@@ -529,10 +698,10 @@ def parse_response(data: bytes) -> Response:
     """Map a ``response`` object (the JSON body of ``POST /responses``) to a
     ``Response``; ``ProviderError`` for a failed response or an error body,
     ``InvalidResponseError`` naming the path of anything malformed."""
-    return _response(load(data, "response body"), "response")
+    return _response(load(data, "response body"), "response", Verbatim(data))
 
 
-def _response(body: dict[str, Any], where: str) -> Response:
+def _response(body: dict[str, Any], where: str, verbatim: Verbatim) -> Response:
     error = body.get("error")
     if error is not None or body.get("status") == "failed":
         raise _failure(body, error, "the response failed")
@@ -540,8 +709,12 @@ def _response(body: dict[str, Any], where: str) -> Response:
     has_calls = False
     for index, raw in enumerate(_list(body, "output", where)):
         item = obj(raw, f"{where}.output[{index}]")
-        has_calls = has_calls or item.get("type") == "function_call"
-        parts.extend(_item_parts(item, f"{where}.output[{index}]"))
+        has_calls = has_calls or item.get("type") in _CALL_TYPES
+        parts.extend(
+            _item_parts(
+                item, f"{where}.output[{index}]", functools.partial(verbatim.at, "output", index)
+            )
+        )
     reason = _finish(body, has_calls, where)
     with as_invalid_response(where):
         message = Message(Role.ASSISTANT, parts) if parts else None
@@ -628,7 +801,7 @@ class EventMapper:
             response = obj(body.get("response"), "stream event.response")
             raise _failure(body, response.get("error"), "the response failed")
         with as_invalid_response(f"stream event {event_type!r}"):
-            return self._map(event_type, body)
+            return self._map(event_type, body, Verbatim(data))
 
     def _item_meta(self, item_id: str, refusal: bool) -> Metadata:
         meta = self._meta.get((item_id, refusal))
@@ -654,7 +827,7 @@ class EventMapper:
             return None
         return Response(Output(Message(_ASSISTANT, (Part(_TEXT, text=delta, metadata=meta),))))
 
-    def _map(self, event_type: object, body: dict[str, Any]) -> Response | None:
+    def _map(self, event_type: object, body: dict[str, Any], verbatim: Verbatim) -> Response | None:
         where = "stream event"
         if event_type in ("response.created", "response.in_progress"):
             return self._started(obj(body.get("response"), f"{where}.response"))
@@ -695,7 +868,8 @@ class EventMapper:
             self._has_calls = True
             return self._call_delta(item_id, call_id, name, arguments)
         if event_type == "response.output_item.done":
-            return self._item_done(obj(body.get("item"), f"{where}.item"), f"{where}.item")
+            item = obj(body.get("item"), f"{where}.item")
+            return self._item_done(item, f"{where}.item", functools.partial(verbatim.at, "item"))
         if event_type in ("response.completed", "response.incomplete"):
             return self._finished(obj(body.get("response"), f"{where}.response"))
         return None
@@ -747,7 +921,9 @@ class EventMapper:
         )
         return Response(Output(Message(Role.ASSISTANT, (part,))))
 
-    def _item_done(self, item: dict[str, Any], where: str) -> Response | None:
+    def _item_done(
+        self, item: dict[str, Any], where: str, verbatim: Callable[[], RawJSON]
+    ) -> Response | None:
         item_type = item.get("type")
         item_id = _str(item, "id", where)
         parts: list[Part]
@@ -755,7 +931,7 @@ class EventMapper:
             call = self._calls.get(item_id)
             if call is None:  # never announced: the whole call now
                 self._has_calls = True
-                parts = _item_parts(item, where)
+                parts = _item_parts(item, where, verbatim)
                 parts = [_as_delta(part) for part in parts]
             else:
                 arguments = _str(item, "arguments", where)
@@ -783,9 +959,13 @@ class EventMapper:
         elif item_type == "message":
             if item_id in self._streamed:
                 return None  # the deltas said it all
-            parts = _item_parts(item, where)
+            parts = _item_parts(item, where, verbatim)
+        elif item_type in CLIENT_CALLS:
+            self._has_calls = True  # a call the client answers: whole when it is done
+            parts = _item_parts(item, where, verbatim)
         else:
-            return None
+            # Any other item (a hosted tool's call, ...) is complete here: a native part.
+            parts = _item_parts(item, where, verbatim)
         if not parts:
             return None
         return Response(Output(Message(Role.ASSISTANT, parts)))
@@ -795,7 +975,7 @@ class EventMapper:
         self.end_marker_seen = True
         self.finish_reason_seen = True
         has_calls = self._has_calls or any(
-            isinstance(item, dict) and item.get("type") == "function_call"
+            isinstance(item, dict) and item.get("type") in _CALL_TYPES
             for item in _list(response, "output", where)
         )
         reason = _finish(response, has_calls, where)

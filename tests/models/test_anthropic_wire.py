@@ -28,6 +28,7 @@ from scope.chat import (
     Usage,
     assistant_message,
     media_part,
+    native_part,
     reasoning_part,
     system_message,
     text_part,
@@ -535,6 +536,12 @@ def test_parse_thinking_tool_use_and_adjacent_blocks() -> None:
         reasoning_part("b", signature, metadata={"anthropic/block": 1}),
         text_part("t"),
         tool_call_part("toolu_1", "f", '{"x":1}'),
+        # The server's own block, kept whole in its place (DESIGN §6k).
+        native_part(
+            "anthropic.messages",
+            "server_tool_use",
+            {"id": "srvtoolu_1", "input": {}, "name": "web_search", "type": "server_tool_use"},
+        ),
     )
 
 
@@ -689,7 +696,7 @@ def test_stream_tool_use_with_input_at_start_and_no_deltas() -> None:
     assert part.tool_call == ToolCall("toolu_1", "f", '{"a":1}')
 
 
-def test_stream_ping_unknown_events_and_server_blocks_add_nothing() -> None:
+def test_stream_ping_and_unknown_events_add_nothing_server_blocks_come_whole() -> None:
     mapper = EventMapper()
     assert mapper.map("ping", b'{"type": "ping"}') is None
     assert mapper.map("future", b'{"type": "future_event", "x": 1}') is None
@@ -700,10 +707,18 @@ def test_stream_ping_unknown_events_and_server_blocks_add_nothing() -> None:
         "input": {},
     }
     assert mapper.map("", block_start(0, server_block)) is None
-    assert (
-        mapper.map("", block_delta(0, {"type": "input_json_delta", "partial_json": "{}"})) is None
+    for fragment in ('{"query": ', '"Paris 2.50"}'):
+        delta = {"type": "input_json_delta", "partial_json": fragment}
+        assert mapper.map("", block_delta(0, delta)) is None
+    # The block arrives whole when it stops: its input as streamed (DESIGN §6k).
+    whole = mapper.map("", block_stop(0))
+    assert whole is not None and whole.message is not None
+    native = whole.message.parts[0].native
+    assert native is not None and native.type == "server_tool_use"
+    assert native.data.bytes == (
+        b'{"id":"srvtoolu_1","input":{"query":"Paris 2.50"},"name":"web_search",'
+        b'"type":"server_tool_use"}'
     )
-    assert mapper.map("", block_stop(0)) is None
     assert mapper.map("", event("message_stop")) is None and mapper.end_marker_seen
 
 

@@ -252,8 +252,21 @@ async def test_cancellation_during_backoff_propagates(
     server.serve_repeatedly(provider.load_transcript(provider.server_error)[0])
     model = provider.make(server.base_url, api_key="k", retry_backoff=30)
     async with model:
-        with anyio.move_on_after(0.3) as scope:
-            await model.call(HI)
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tasks:
+
+                async def call() -> None:
+                    await model.call(HI)
+                    raise AssertionError("the call ended before it was cancelled")
+
+                tasks.start_soon(call)
+                # Cancelled once the server answered the first try with its error (no
+                # deadline: a busy machine may take any time to get there); the 30 s
+                # backoff is what the call is then waiting in.
+                while not server.requests:  # noqa: ASYNC110 - filled by the server's thread
+                    await anyio.sleep(0.01)
+                await anyio.sleep(0.05)
+                scope.cancel()
     assert scope.cancelled_caught
     assert len(server.requests) == 1
 

@@ -33,6 +33,7 @@ from scope.chat import (
     Usage,
     assistant_message,
     media_part,
+    native_part,
     reasoning_part,
     system_message,
     text_part,
@@ -83,7 +84,13 @@ def _meta(item_id: str, **extra: Any) -> Metadata:
 
 
 def test_every_transcript_is_valid_for_the_official_sdk() -> None:
-    names = sorted(path.stem for path in TRANSCRIPTS.glob("*.json"))
+    # The native_* transcripts are the API's answers as another project recorded them in
+    # 2025, kept verbatim: the package's models now require fields added since
+    # (usage.input_tokens_details.cache_write_tokens) and know fewer source types than
+    # the API sent (a web search source of type "api"), so they are not checked here.
+    names = sorted(
+        path.stem for path in TRANSCRIPTS.glob("*.json") if not path.stem.startswith("native_")
+    )
     assert len(names) >= 20
     seen: set[str] = set()
     for name in names:
@@ -452,7 +459,7 @@ def test_malformed_responses_name_the_path(body: dict[str, Any], match: str) -> 
         parse_response(json.dumps({"status": "completed", **body}).encode())
 
 
-def test_items_of_other_types_are_never_calls() -> None:
+def test_items_of_other_types_are_kept_whole_never_calls() -> None:
     body = {
         "status": "completed",
         "output": [
@@ -462,7 +469,14 @@ def test_items_of_other_types_are_never_calls() -> None:
     }
     response = parse_response(json.dumps(body).encode())
     assert response.output is not None and response.output.finish_reason is FinishReason.STOP
-    assert response.output.message == assistant_message(text_part("A", _meta("msg_1")))
+    assert response.output.message == assistant_message(
+        native_part(
+            "openai.responses",
+            "web_search_call",
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+        ),
+        text_part("A", _meta("msg_1")),
+    )
 
 
 @pytest.mark.parametrize(

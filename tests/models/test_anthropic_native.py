@@ -1,0 +1,206 @@
+"""Provider-native blocks over the Anthropic Messages API (DESIGN §6k), on real recordings.
+
+Each transcript (tests/anthropic_transcripts/native_*.json and stream_native_*.json,
+provenance in its description) is an answer recorded from the API: server web search
+(with cited text), code execution (with its container), a remote MCP server and server
+web fetch, by call and by stream. Every block the adapter does not model is a native part
+holding the block as recorded, in its place; text citations and the container are kept
+in metadata; the answer is stored and read back equal; the next request to the same model
+carries every block back in order (the loopback server validates the body with the
+official ``anthropic`` package's request types) and names the container; a request to
+another model carries none of the blocks' opaque strings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from scope.chat import Message, Options, PartKind, Request, user_message, wrap
+from scope.history import Middleware
+from scope.history.inmemory import InMemoryStore
+from scope.jsonvalue import RawJSON
+from scope.models import _gemini_wire, _responses_wire
+from scope.models._anthropic_wire import (
+    API,
+    CITATIONS_KEY,
+    CONTAINER_KEY,
+    PROVIDER,
+    build_body,
+)
+from scope.models._provenance import Replay
+from tests.anthropic_server import load_transcript
+from tests.helpers import ANTHROPIC, accumulate
+
+pytestmark = pytest.mark.anyio
+
+CALLS = ["native_web_search", "native_code_execution", "native_mcp", "native_web_fetch"]
+STREAMS = [f"stream_{name}" for name in CALLS]
+MODELLED = {"text", "thinking", "redacted_thinking", "tool_use"}
+QUESTION = Request([user_message("Look it up.")])
+
+server = ANTHROPIC.server_fixture()
+
+
+def _content(name: str) -> list[dict[str, Any]]:
+    if name.startswith("stream_"):
+        events = load_transcript(name)[0]["sse"]
+        return [e["content_block"] for e in events if e["type"] == "content_block_start"]
+    content: list[dict[str, Any]] = load_transcript(name)[0]["json"]["content"]
+    return content
+
+
+def _streamed_input(name: str, index: int) -> Any:
+    events = load_transcript(name)[0]["sse"]
+    fragments = "".join(
+        e["delta"]["partial_json"]
+        for e in events
+        if e["type"] == "content_block_delta"
+        and e["index"] == index
+        and e["delta"]["type"] == "input_json_delta"
+    )
+    return orjson.loads(fragments) if fragments.strip() else None
+
+
+async def _answer(name: str, server: Any) -> Message:
+    server.script(load_transcript(name)[0])
+    model, _ = ANTHROPIC.recorded(server)
+    async with model:
+        if name.startswith("stream_"):
+            _, response = await accumulate(model.stream(QUESTION))
+        else:
+            response = await model.call(QUESTION)
+    assert response.output is not None and response.output.message is not None
+    return response.output.message
+
+
+def _opaque(block: dict[str, Any]) -> list[str]:
+    """Strings of a block that are the provider's: ids and encrypted contents."""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                opaque = key in ("id", "tool_use_id", "encrypted_content", "encrypted_index")
+                if opaque and isinstance(item, str) and len(item) > 8:
+                    found.append(item)
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(block)
+    return found
+
+
+@pytest.mark.parametrize("name", [*CALLS, *STREAMS])
+async def test_native_blocks_decode_in_place(name: str, server: Any) -> None:
+    message = await _answer(name, server)
+    content = _content(name)
+    expected = [
+        (index, block) for index, block in enumerate(content) if block["type"] not in MODELLED
+    ]
+    natives = [part.native for part in message.parts if part.kind is PartKind.NATIVE]
+    assert expected and len(natives) == len(expected)
+    for native, (index, block) in zip(natives, expected, strict=True):
+        assert native is not None and native.provider == API and native.type == block["type"]
+        if name.startswith("stream_") and "input" in block:
+            # A streamed server_tool_use starts with input {}: its input arrives in
+            # input_json_delta fragments.
+            block = {**block, "input": _streamed_input(name, index) or block["input"]}
+        assert native.data == RawJSON.from_value(block)
+    # Order: the native parts stand where their blocks stood among the tool blocks.
+    order = [block["type"] for block in content if block["type"] not in ("text", "thinking")]
+    kept = [
+        part.native.type if part.native is not None else "tool_use"
+        for part in message.parts
+        if part.kind in (PartKind.NATIVE, PartKind.TOOL_CALL)
+    ]
+    assert kept == order
+
+
+@pytest.mark.parametrize("name", ["native_web_search", "stream_native_web_search"])
+async def test_cited_text_keeps_its_citations(name: str, server: Any) -> None:
+    message = await _answer(name, server)
+    cited = [part for part in message.parts if CITATIONS_KEY in part.metadata]
+    content = _content(name)
+    if name.startswith("stream_"):
+        events = load_transcript(name)[0]["sse"]
+        recorded = [
+            e["delta"]["citation"]
+            for e in events
+            if e["type"] == "content_block_delta" and e["delta"]["type"] == "citations_delta"
+        ]
+    else:
+        recorded = [c for block in content for c in block.get("citations") or []]
+    assert cited
+    kept = [c for part in cited for c in part.metadata[CITATIONS_KEY].value()]
+    assert kept == recorded
+    assert message.text  # the cited text is text
+
+
+async def test_the_container_is_kept_and_named_next_time(server: Any) -> None:
+    call = load_transcript("native_code_execution")[0]
+    container = call["json"]["container"]
+    server.script(call, load_transcript("text")[0])
+    store = InMemoryStore()
+    model, _ = ANTHROPIC.recorded(server)
+    async with model:
+        history = wrap(model, Middleware(store, store, "c1").call)
+        first = await history.call(QUESTION)
+        assert first.output is not None and first.output.message is not None
+        assert first.output.message.metadata[CONTAINER_KEY].value() == container
+        stored = await store.read("c1")
+        assert stored[-1].parts == first.output.message.parts
+        await history.call(Request([user_message("And again?")]))
+    body = server.requests[-1].body
+    assert body["container"] == container["id"]
+
+
+@pytest.mark.parametrize("name", [*CALLS, *STREAMS])
+async def test_native_blocks_go_back_in_order_to_their_own_model(name: str, server: Any) -> None:
+    answer = await _answer(name, server)
+    server.script(load_transcript("text")[0])
+    model, _ = ANTHROPIC.recorded(server)
+    async with model:
+        await model.call(Request([*QUESTION.messages, answer, user_message("And then?")]))
+    sent = server.requests[-1].body["messages"][1]
+    assert sent["role"] == "assistant"
+    natives = [part.native for part in answer.parts if part.kind is PartKind.NATIVE]
+    blocks = [block for block in sent["content"] if block["type"] not in MODELLED]
+    assert [RawJSON.from_value(block) for block in blocks] == [
+        native.data for native in natives if native is not None
+    ]
+
+
+@pytest.mark.parametrize("name", [*CALLS, *STREAMS])
+@pytest.mark.parametrize("other", ["claude-other", "responses", "gemini"])
+async def test_native_blocks_never_reach_another_model(name: str, other: str, server: Any) -> None:
+    answer = await _answer(name, server)
+    request = Request([*QUESTION.messages, answer, user_message("And then?")])
+    if other == "responses":
+        replay = Replay(_responses_wire.API, _responses_wire.PROVIDER)
+        body = _responses_wire.build_body(
+            request, default_options=Options(), model="gpt-x", stream=False, replay=replay
+        )
+    elif other == "gemini":
+        replay = Replay(_gemini_wire.API, _gemini_wire.PROVIDER)
+        body = _gemini_wire.build_body(
+            request, default_options=Options(), model="gemini-x", stream=False, replay=replay
+        )
+    else:
+        replay = Replay(API, PROVIDER)
+        body = build_body(
+            request, default_options=Options(), model=other, stream=False, replay=replay
+        )
+    sent = orjson.dumps(body)
+    for block in _content(name):
+        if block["type"] not in ("text",):
+            for opaque in _opaque(block):
+                assert opaque.encode() not in sent, opaque
+    citations = [part for part in answer.parts if CITATIONS_KEY in part.metadata]
+    for part in citations:
+        for citation in part.metadata[CITATIONS_KEY].value():
+            assert citation.get("encrypted_index", "-").encode() not in sent
+    assert b"container_" not in sent

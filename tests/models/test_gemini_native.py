@@ -1,0 +1,91 @@
+"""Provider-native parts over the Gemini API (DESIGN §6k), on a real recording.
+
+``stream_native_code`` (tests/gemini_transcripts, provenance in its description) is an
+answer recorded from the API: an ``executableCode`` part (file search run as code), then
+text. The part the adapter does not model is a native part holding the wire part as
+recorded, in its place, by stream and by call (the same chunks as one body); it goes
+back in place to the same model (the loopback server validates the body with the
+official ``google-genai`` types) and to no other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from scope.chat import Options, PartKind, Request, user_message
+from scope.jsonvalue import RawJSON
+from scope.models import _anthropic_wire, _responses_wire
+from scope.models._gemini_wire import API, PROVIDER, build_body, parse_response
+from scope.models._provenance import Replay
+from tests.gemini_server import load_transcript
+from tests.helpers import GEMINI, accumulate
+
+pytestmark = pytest.mark.anyio
+
+QUESTION = Request([user_message("What is the capital of France?")])
+
+server = GEMINI.server_fixture()
+
+
+def _chunks() -> list[dict[str, Any]]:
+    chunks: list[dict[str, Any]] = load_transcript("stream_native_code")[0]["sse"]
+    return chunks
+
+
+def _code_part() -> dict[str, Any]:
+    part: dict[str, Any] = _chunks()[0]["candidates"][0]["content"]["parts"][0]
+    assert "executableCode" in part
+    return part
+
+
+async def test_executable_code_is_kept_in_place_by_stream_and_call(server: Any) -> None:
+    server.script(load_transcript("stream_native_code")[0])
+    model, _ = GEMINI.recorded(server)
+    async with model:
+        _, streamed = await accumulate(model.stream(QUESTION))
+    assert streamed.output is not None and streamed.output.message is not None
+    parts = streamed.output.message.parts
+    assert [part.kind for part in parts] == [PartKind.NATIVE, PartKind.TEXT]
+    native = parts[0].native
+    assert native is not None and (native.provider, native.type) == (API, "executableCode")
+    assert native.data == RawJSON.from_value(_code_part())
+    assert streamed.output.message.text.startswith("The capital of France is Paris.")
+    # By call: the first chunk as one body gives the same part.
+    called = parse_response(orjson.dumps(_chunks()[0]))
+    assert called.output is not None and called.output.message is not None
+    assert called.output.message.parts[0] == parts[0]
+
+
+async def test_executable_code_goes_back_to_its_own_model_only(server: Any) -> None:
+    server.script(load_transcript("stream_native_code")[0], load_transcript("text")[0])
+    model, _ = GEMINI.recorded(server)
+    async with model:
+        _, streamed = await accumulate(model.stream(QUESTION))
+        assert streamed.output is not None and streamed.output.message is not None
+        answer = streamed.output.message
+        request = Request([*QUESTION.messages, answer, user_message("And Italy's?")])
+        await model.call(request)
+    sent = server.requests[-1].body["contents"][1]
+    assert sent["role"] == "model"
+    assert sent["parts"][0] == _code_part()
+    code = _code_part()["executableCode"]["code"].encode()
+    for other in ("gemini-other", "anthropic", "responses"):
+        if other == "anthropic":
+            replay = Replay(_anthropic_wire.API, _anthropic_wire.PROVIDER)
+            body = _anthropic_wire.build_body(
+                request, default_options=Options(), model="claude-x", stream=False, replay=replay
+            )
+        elif other == "responses":
+            replay = Replay(_responses_wire.API, _responses_wire.PROVIDER)
+            body = _responses_wire.build_body(
+                request, default_options=Options(), model="gpt-x", stream=False, replay=replay
+            )
+        else:
+            replay = Replay(API, PROVIDER)
+            body = build_body(
+                request, default_options=Options(), model=other, stream=False, replay=replay
+            )
+        assert orjson.dumps(body).find(orjson.dumps(code.decode())[1:-1]) == -1
+        assert any("native item" in why for why in replay.left_out)

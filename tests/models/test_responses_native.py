@@ -1,0 +1,165 @@
+"""Provider-native items over the OpenAI Responses API (DESIGN §6k), on real recordings.
+
+Each transcript (tests/responses_transcripts/native_*.json, provenance in its
+description) is one recorded answer by call and by stream: built-in web search, a
+remote MCP server (``mcp_list_tools``, ``mcp_call``) and built-in file search, with the
+encrypted reasoning bound to them. For each: both give the same message, every item the
+adapter does not model is a native part holding the item as recorded, in its place; the
+message is stored and read back equal; the next request to the same model carries every
+item back in order (the loopback server validates it with the official ``openai``
+package's request types); a request to another model carries none of their opaque
+strings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import orjson
+import pytest
+
+from scope.chat import Message, Options, PartKind, Request, Role, user_message, wrap
+from scope.history import Middleware
+from scope.history.inmemory import InMemoryStore
+from scope.jsonvalue import RawJSON
+from scope.models import _anthropic_wire, _gemini_wire
+from scope.models._provenance import Replay
+from scope.models._responses_wire import API, build_body
+from tests.helpers import RESPONSES, accumulate
+from tests.responses_server import load_transcript
+
+pytestmark = pytest.mark.anyio
+
+#: Recorded by call and by stream (one answer each).
+NATIVE = ["native_web_search", "native_mcp", "native_file_search"]
+#: Every recording sent back: the streamed web search's ``action.sources`` name a source
+#: of type ``api`` that the ``openai`` package's request types (which the loopback
+#: server checks bodies with) do not know, so its call-only sibling stands in for it.
+SENT_BACK = ["native_web_search_call", "native_mcp", "native_file_search"]
+QUESTION = Request([user_message("Look it up.")])
+MODELLED = {"message", "reasoning", "function_call"}
+
+server = RESPONSES.server_fixture()
+
+
+def _output(name: str) -> list[dict[str, Any]]:
+    output: list[dict[str, Any]] = load_transcript(name)[0]["json"]["output"]
+    return output
+
+
+def _opaque(item: dict[str, Any]) -> list[str]:
+    """The strings of an item that are the provider's state: ids and encrypted content."""
+    found = [item["id"]] if "id" in item else []
+    if "encrypted_content" in item:
+        found.append(item["encrypted_content"])
+    return found
+
+
+def _unsigned(message: Message) -> Message:
+    parts = [
+        attrs.evolve(part, signature=b"-") if part.kind is PartKind.REASONING else part
+        for part in message.parts
+    ]
+    return attrs.evolve(message, parts=parts)
+
+
+async def _answers(name: str, server: Any) -> tuple[Message, Message]:
+    call, stream = load_transcript(name)
+    server.script(call, stream)
+    model, _ = RESPONSES.recorded(server)
+    async with model:
+        called = await model.call(QUESTION)
+        _, streamed = await accumulate(model.stream(QUESTION))
+    assert called.output is not None and called.output.message is not None
+    assert streamed.output is not None and streamed.output.message is not None
+    return called.output.message, streamed.output.message
+
+
+@pytest.mark.parametrize("name", NATIVE)
+async def test_native_items_decode_by_call_and_stream_alike(name: str, server: Any) -> None:
+    called, streamed = await _answers(name, server)
+    # The recordings' response.completed carries each reasoning item encrypted anew (its
+    # output_item.done event another ciphertext of it): all else is the same answer.
+    assert _unsigned(called) == _unsigned(streamed)
+    output = _output(name)
+    natives = [part.native for part in called.parts if part.kind is PartKind.NATIVE]
+    expected = [item for item in output if item["type"] not in MODELLED]
+    assert expected  # the recording has items scope does not model
+    assert [native.type for native in natives if native is not None] == [
+        item["type"] for item in expected
+    ]
+    for native, item in zip(natives, expected, strict=True):
+        assert native is not None and native.provider == API
+        assert native.data == RawJSON.from_value(item)
+    # In the provider's order: each item is one part, text parts merge per message item.
+    kinds = []
+    for item in output:
+        kind = {"reasoning": "reasoning", "message": "text"}.get(item["type"], "native")
+        if not (kinds and kind == "text" == kinds[-1]):
+            kinds.append(kind)
+    assert [str(part.kind) for part in called.parts] == kinds
+
+
+@pytest.mark.parametrize("name", SENT_BACK)
+async def test_native_items_are_stored_and_go_back_in_order(name: str, server: Any) -> None:
+    call = load_transcript(name)[0]
+    follow_up = load_transcript("text")[0]
+    server.script(call, follow_up)
+    store = InMemoryStore()
+    model, _ = RESPONSES.recorded(server)
+    async with model:
+        history = Middleware(store, store, "c1")
+        wrapped = wrap(model, history.call)
+        first = await wrapped.call(QUESTION)
+        stored = await store.read("c1")
+        assert first.output is not None and first.output.message is not None
+        # Read back equal (the middleware adds its usage and response id stamps).
+        assert stored[-1].parts == first.output.message.parts
+        await wrapped.call(Request([user_message("And then?")]))
+    sent = server.requests[-1].body["input"]
+    output = _output(name)
+    # The answer's items go back in the order the model gave them, every item the
+    # adapter does not model as recorded, the reasoning bound to them included.
+    back = sent[1:-1]
+    assert [item["type"] for item in back] == [item["type"] for item in output]
+    for item, original in zip(back, output, strict=True):
+        if original["type"] not in MODELLED:
+            assert item == original
+        elif original["type"] == "reasoning":
+            assert item["encrypted_content"] == original["encrypted_content"]
+
+
+@pytest.mark.parametrize("name", [*NATIVE, "native_web_search_call"])
+@pytest.mark.parametrize("other", ["gpt-5-other", "anthropic", "gemini"])
+async def test_native_items_never_reach_another_model(name: str, other: str, server: Any) -> None:
+    server.script(load_transcript(name)[0])
+    model, _ = RESPONSES.recorded(server)
+    async with model:
+        answer = await model.call(QUESTION)
+    assert answer.output is not None and answer.output.message is not None
+    assert answer.output.message.role is Role.ASSISTANT
+    request = Request([*QUESTION.messages, answer.output.message, user_message("And then?")])
+    if other == "anthropic":
+        replay = Replay(_anthropic_wire.API, _anthropic_wire.PROVIDER)
+        body = _anthropic_wire.build_body(
+            request, default_options=Options(), model="claude-x", stream=False, replay=replay
+        )
+    elif other == "gemini":
+        replay = Replay(_gemini_wire.API, _gemini_wire.PROVIDER)
+        body = _gemini_wire.build_body(
+            request, default_options=Options(), model="gemini-x", stream=False, replay=replay
+        )
+    else:
+        replay = Replay(API, "openai")
+        body = build_body(
+            request, default_options=Options(), model=other, stream=False, replay=replay
+        )
+    sent = orjson.dumps(body)
+    natives = [item for item in _output(name) if item["type"] not in MODELLED]
+    for item in natives:
+        for opaque in _opaque(item):
+            assert opaque.encode() not in sent
+    reasoning = [item for item in _output(name) if item["type"] == "reasoning"]
+    for item in reasoning:
+        assert item["encrypted_content"].encode() not in sent
+    assert len([why for why in replay.left_out if "native item" in why]) == len(natives)
