@@ -29,7 +29,9 @@ resend that overlaps the first request (``on_overlap="wait"``) finds the first o
 turn stored when its turn may start, and replays it instead of calling the model.
 
 An id the head path does not hold, and a refused divergence, raise
-``HistoryDivergedError`` (answer 409) before any model call and before anything moves.
+``HistoryDivergedError`` (answer 409) before any model call and before anything moves;
+a closed chat (cleared, erased or expired) found by that read raises
+``ConversationClosedError`` (answer 410).
 Each rewind is fenced by the head these functions read, so a turn that lands in between
 makes the turn's stream fail with ``HistoryChangedError`` instead of editing the wrong
 turn.
@@ -44,7 +46,7 @@ from typing import Any, Final, Literal
 
 from scope.chat import FinishReason, Message, Output, Response, Role
 from scope.conversation import Conversation, TurnEvent, TurnEventKind, TurnResult
-from scope.errors import HistoryChangedError, HistoryDivergedError
+from scope.errors import ConversationClosedError, HistoryChangedError, HistoryDivergedError
 from scope.history import Batch, HistoryTree
 from scope.web._agui import AGUIRunInput
 from scope.web._request import CLIENT_MESSAGE_ID_KEY, REGENERATE
@@ -94,7 +96,8 @@ def _check(conversation: object, request: object, wanted: type, name: str) -> Co
 
 
 async def _read_tree(conversation: Conversation) -> HistoryTree:
-    """The conversation's tree of batches (one read)."""
+    """The conversation's tree of batches (one read); ``ConversationClosedError`` for a
+    closed conversation."""
     store: Any = conversation.store
     read_tree = getattr(store, "read_tree", None)
     if not inspect.iscoroutinefunction(read_tree):
@@ -103,7 +106,15 @@ async def _read_tree(conversation: Conversation) -> HistoryTree:
             f"async read_tree, read_view, move_head; every bundled store), got "
             f"{type(store).__name__}"
         )
-    tree: HistoryTree = await read_tree(conversation.conversation_id)
+    cid = conversation.conversation_id
+    tree: HistoryTree = await read_tree(cid)
+    if tree.closed:
+        # Nothing a request asks can run on a closed chat: say so before any event (a
+        # service answers 410), not as an edit of a turn it cannot find or a stream error.
+        raise ConversationClosedError(
+            f"chat {str(cid)!r} is closed (cleared, erased or expired): it takes no new "
+            "turn; start a new chat"
+        )
     return tree
 
 
@@ -302,6 +313,12 @@ async def ui_turn(
     A regenerate request whose last message has no id raises ``HistoryDivergedError``
     too (a resent regenerate is not told from a second one: each answers again, the
     earlier answer kept on its branch). ``output`` as for ``Conversation.stream``.
+    A closed conversation (cleared, erased or expired) raises
+    ``ConversationClosedError`` here, before any event, when the tree is read (every
+    request whose message has an id); a message without one meets it in the stream.
+    Another turn refused by the conversation's overlap strategy
+    (``on_overlap="reject"``: ``TurnInProgressError``) is met when the turn starts, in
+    the stream, as the protocol's error event: the response is already a 200.
     Needs a store with branches (every bundled store; ``TypeError`` otherwise).
     ``TypeError`` for arguments of the wrong kind.
     """
@@ -404,8 +421,9 @@ async def agui_turn(
     message (a resend overlapping the first request): then the run gets that turn.
 
     ``HistoryDivergedError`` (``turn``: the first turn that differs) comes before any
-    model call, nothing moved: answer it with a 409. The new message is stored with its
-    client id (``CLIENT_MESSAGE_ID_KEY``). ``ValueError`` for another ``on_divergence``,
+    model call, nothing moved: answer it with a 409. A closed conversation (cleared,
+    erased or expired) raises ``ConversationClosedError`` the same way (answer 410).
+    The new message is stored with its client id (``CLIENT_MESSAGE_ID_KEY``). ``ValueError`` for another ``on_divergence``,
     ``TypeError`` for arguments of the wrong kind.
     """
     conversation = _check(conversation, run, AGUIRunInput, "run")

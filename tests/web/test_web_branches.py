@@ -9,14 +9,20 @@ in-memory reference store, under asyncio and trio. (The real clients: test_web_c
 from __future__ import annotations
 
 import contextlib
+import datetime
 from typing import Any
 
 import pytest
 
 from scope.chat import Message, Request, assistant_message, system_message, user_message
 from scope.conversation import Conversation, TurnEvent
-from scope.errors import HistoryChangedError, HistoryDivergedError, InvalidRequestError
-from scope.history import Batch
+from scope.errors import (
+    ConversationClosedError,
+    HistoryChangedError,
+    HistoryDivergedError,
+    InvalidRequestError,
+)
+from scope.history import Batch, erase
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
 from scope.web import (
@@ -323,3 +329,58 @@ async def test_a_retried_agui_run_that_was_stored_is_not_an_edit(on_divergence: 
     with pytest.raises(HistoryDivergedError, match="'u1' is already stored as turn 1") as caught:
         await agui_turn(conversation, run_input_from_agui(agui([user("q1", "u1")])))
     assert (caught.value.turn, caught.value.message_id) == (1, "u1")
+
+
+# ---------------------------------------------------------------- closed chats
+
+
+async def closed(how: str) -> tuple[Answers, Conversation]:
+    """A chat with one turn (``u1``), then cleared, erased or expired."""
+    now = [1_000.0]
+    store = InMemoryStore(retention=datetime.timedelta(hours=1), clock=lambda: now[0])
+    answers = Answers()
+    conversation = Conversation(FunctionModel(answers), store, "chat")
+    await run(await ui_turn(conversation, chat_request_from_ui(ui("q1", "u1"))))
+    if how == "cleared":
+        await store.clear("chat")
+    elif how == "erased":
+        await erase(store, "chat")
+    else:
+        now[0] += 7_200  # two hours on: past the retention
+    return answers, conversation
+
+
+@pytest.mark.parametrize("how", ["cleared", "erased", "expired"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        ui("q2", "u2"),  # a new message
+        ui("q1, edited", "u1", messageId="u1"),  # an edit
+        ui("q1", "u1", trigger="regenerate-message"),  # a regenerate
+    ],
+    ids=["submit", "edit", "regenerate"],
+)
+async def test_a_request_to_a_closed_chat_is_refused_before_any_event(
+    how: str, body: dict[str, Any]
+) -> None:
+    answers, conversation = await closed(how)
+    with pytest.raises(ConversationClosedError, match=r"chat 'chat' is closed \(cleared, erased"):
+        await ui_turn(conversation, chat_request_from_ui(body))
+    assert answers.asked == ["q1"]  # no model call
+
+
+@pytest.mark.parametrize("how", ["cleared", "erased", "expired"])
+@pytest.mark.parametrize("on_divergence", ["refuse", "edit"])
+async def test_an_agui_run_on_a_closed_thread_is_refused_before_any_event(
+    how: str, on_divergence: Any
+) -> None:
+    answers, conversation = await closed(how)
+    for messages in (
+        [user("q1", "u1"), answer("answer 1 to q1", "r:1"), user("q2", "u2")],
+        [user("q2", "u2")],
+    ):
+        with pytest.raises(ConversationClosedError, match="it takes no new turn"):
+            await agui_turn(
+                conversation, run_input_from_agui(agui(messages)), on_divergence=on_divergence
+            )
+    assert answers.asked == ["q1"]
