@@ -40,7 +40,9 @@ def _when(created: float | datetime | None) -> str:
 async def _tree(store: Store, cid: ConversationID) -> HistoryTree:
     tree = await store.read_tree(cid)
     if tree.closed:
-        raise CLIError(f"conversation {str(cid)!r} is closed (cleared): no branches")
+        raise CLIError(
+            f"conversation {str(cid)!r} is closed (cleared, erased or expired): no branches"
+        )
     if not tree.batches:
         raise CLIError(f"conversation {str(cid)!r} has no messages (unknown)")
     return tree
