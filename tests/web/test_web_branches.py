@@ -257,21 +257,100 @@ async def test_a_diverged_agui_run_is_refused(
     assert await store.read_tree("chat") == before
 
 
-async def test_with_on_divergence_edit_a_dropped_turn_is_edited() -> None:
+async def test_with_on_divergence_edit_a_run_naming_a_dropped_message_edits_its_turn() -> None:
     store, _, conversation = await two_agui_turns()
-    edited = run_input_from_agui(agui([user("q1", "u1"), user("q2, edited", "u9")]))
+    # The client edited q2 and kept its id: the edit names the message it replaces.
+    edited = run_input_from_agui(agui([user("q1", "u1"), user("q2, edited", "u2")]))
     result = await run(await agui_turn(conversation, edited, on_divergence="edit"))
     assert result == "answer 3 to q2, edited"
     assert await texts(store) == ["q1", "answer 1 to q1", "q2, edited", "answer 3 to q2, edited"]
-    first = run_input_from_agui(agui([user("q1 again", "u8")]))
+    first = run_input_from_agui(agui([user("q1 again", "u1")]))
     assert await run(await agui_turn(conversation, first, on_divergence="edit")) == (
         "answer 4 to q1 again"
     )
     assert await texts(store) == ["q1 again", "answer 4 to q1 again"]
+    assert len((await store.read_tree("chat")).batches) == 4  # nothing deleted
+    # Under the default, the same named edit is refused, nothing moved.
+    before = await store.read_tree("chat")
+    again = run_input_from_agui(agui([user("q1 a third time", "u1")]))
+    with pytest.raises(HistoryDivergedError, match="the client dropped turn 1") as caught:
+        await agui_turn(conversation, again)
+    assert caught.value.turn == 1
+    assert await store.read_tree("chat") == before
     # Other divergences stay refused.
     changed = run_input_from_agui(agui([user("q1, changed", "u8"), user("x")]))
-    with pytest.raises(HistoryDivergedError):
+    with pytest.raises(HistoryDivergedError, match="user message 1 is not the stored one"):
         await agui_turn(conversation, changed, on_divergence="edit")
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [user("q3", "u3")],  # only the new message
+        [user("q1", "u1"), answer("answer 1 to q1", "r:1"), user("q3", "u3")],  # part of it
+        [user("q3")],  # only the new message, no id
+        [user("q1", "u1"), user("q3")],
+    ],
+    ids=["alone", "prefix", "alone-no-id", "prefix-no-id"],
+)
+async def test_with_on_divergence_edit_a_prefix_and_a_new_message_is_a_new_turn(
+    messages: list[dict[str, Any]],
+) -> None:
+    store, answers, conversation = await two_agui_turns()
+    before = (await store.read_tree("chat")).batches
+    run_input = run_input_from_agui(agui(messages))
+    result = await run(await agui_turn(conversation, run_input, on_divergence="edit"))
+    assert result == "answer 3 to q3"
+    # A third turn on the head: turns 1 and 2 stay on the head path, nothing rewound.
+    assert await texts(store) == [
+        "q1",
+        "answer 1 to q1",
+        "q2",
+        "answer 2 to q2",
+        "q3",
+        "answer 3 to q3",
+    ]
+    tree = await store.read_tree("chat")
+    assert tree.batches[:2] == before and len(tree.batches) == 3
+    assert tree.parents[2] == 1
+    assert answers.asked == ["q1", "q2", "q3"]
+    # Under the default the client's copy is stale: refused, nothing moved.
+    with pytest.raises(HistoryDivergedError, match="the client dropped turn"):
+        await agui_turn(conversation, run_input_from_agui(agui([user("q4", "u4")])))
+    assert (await store.read_tree("chat")) == tree
+
+
+async def test_with_on_divergence_edit_a_resent_partial_run_is_stored_once() -> None:
+    store, answers, conversation = await two_agui_turns()
+    run_input = run_input_from_agui(agui([user("q3", "u3")]))
+    assert await run(await agui_turn(conversation, run_input, on_divergence="edit")) == (
+        "answer 3 to q3"
+    )
+    # The same body posted again: the stored head turn, replayed (no model call).
+    assert await run(await agui_turn(conversation, run_input, on_divergence="edit")) == (
+        "answer 3 to q3"
+    )
+    assert answers.asked == ["q1", "q2", "q3"]
+    assert len((await store.read_tree("chat")).batches) == 3
+    # Once another turn follows it, the resend is refused, not answered again.
+    await run(
+        await agui_turn(
+            conversation, run_input_from_agui(agui([user("q4", "u4")])), on_divergence="edit"
+        )
+    )
+    with pytest.raises(HistoryDivergedError, match="'u3' is already stored as turn 3"):
+        await agui_turn(conversation, run_input, on_divergence="edit")
+    assert answers.asked == ["q1", "q2", "q3", "q4"]
+
+
+async def test_with_on_divergence_edit_a_partial_run_racing_a_turn_fails_in_its_stream() -> None:
+    store, answers, conversation = await two_agui_turns()
+    run_input = run_input_from_agui(agui([user("q3", "u3")]))
+    events = await agui_turn(conversation, run_input, on_divergence="edit")
+    await store.append(Batch("chat", "other", (user_message("o"), assistant_message("a"))))
+    with pytest.raises(HistoryChangedError):
+        await run(events)
+    assert answers.asked == ["q1", "q2"]
 
 
 async def test_a_compaction_summary_is_no_user_turn() -> None:
