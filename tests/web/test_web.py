@@ -21,9 +21,12 @@ from scope.chat import (
     assistant_message,
     reasoning_part,
     tool_call_part,
+    user_message,
 )
 from scope.conversation import Conversation
 from scope.errors import (
+    CommitError,
+    ConversationClosedError,
     InvalidConversationIDError,
     InvalidRequestError,
     ProviderServerError,
@@ -31,7 +34,7 @@ from scope.errors import (
     TurnInterruptedError,
     TurnLogError,
 )
-from scope.history import ConversationID
+from scope.history import Batch, ConversationID
 from scope.history.inmemory import InMemoryStore
 from scope.media import SourceKind
 from scope.testing import FunctionModel, Hang, ScriptedModel
@@ -733,6 +736,31 @@ async def test_a_refused_or_interrupted_turn_is_logged_as_info(
     assert [r.levelname for r in records] == ["INFO", "INFO"]
     assert [r.exc_info for r in records] == [None, None]
     assert "TurnInProgressError: busy" in records[0].getMessage()
+
+
+async def test_a_turn_of_a_closed_conversation_is_logged_without_its_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Erased while the turn ran: the error names the conversation, the log must not.
+    closed = ConversationClosedError("conversation 'erased-7f3' is closed")
+    answer = assistant_message("a")
+    commit = CommitError(
+        "the turn could not be stored: conversation 'erased-7f3' is closed",
+        batch=Batch("erased-7f3", "a1", [user_message("q"), answer]),
+        response=Response(Output(answer, FinishReason.STOP)),
+        retryable=False,
+    )
+    commit.__cause__ = closed
+    with caplog.at_level("DEBUG"):
+        for error in (closed, commit):
+            encoded = ui_message_stream(_items(chunk("a"), error))
+            data = await _collect(encoded)
+            assert b'"type":"error"' in data and encoded.error is error
+    records = [r for r in caplog.records if r.name == "scope.web"]
+    assert [r.levelname for r in records] == ["INFO", "INFO"]
+    assert [r.exc_info for r in records] == [None, None]
+    assert "its conversation is closed (CommitError)" in records[1].getMessage()
+    assert "erased-7f3" not in caplog.text
 
 
 async def test_the_encoded_stream_closes_its_source_in_async_with() -> None:
