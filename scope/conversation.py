@@ -671,6 +671,11 @@ class Conversation:
                 await store.move_head(cid, head, expected_head=moved_to)
             except HistoryChangedError:
                 return  # a turn landed on the new head (kept, or another's): it stays
+            except ConversationClosedError:
+                # Cleared, expired or erased meanwhile: it has no head to move back, and
+                # no log line names it (an erased conversation's id is kept nowhere).
+                _log.debug("a branch turn's conversation was closed before its head moved back")
+                return
             except HistoryError as exc:
                 _log.warning(
                     "conversation %r: the head could not move back to %r after the turn "

@@ -37,9 +37,10 @@ scope.testing:offline_summarizer``: an extractive summary, no network.
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Final, Literal, TypeAlias, final
 
 import anyio
@@ -93,9 +94,11 @@ def _script_chunks(
             Response(Output(Message(Role.ASSISTANT, (text_part(f"chunk {i} "),))))
             for i in range(after)
         )
-    chunks = (
-        tuple(ScriptedModel.chunks(script)) if isinstance(script, Response) else _chunk_list(script)
-    )
+    if isinstance(script, Response):
+        # The first `after` chunks only, made lazily: a long script answer is not split whole.
+        chunks = tuple(itertools.islice(_iter_chunks(script, 4, 3), after))
+    else:
+        chunks = _chunk_list(script)
     if after > len(chunks):
         raise ValueError(f"{what} after={after}, but its script has only {len(chunks)} chunks")
     return chunks[:after]
@@ -292,7 +295,7 @@ class ScriptedModel:
         self.streams.append(log)
         tail: object = None
         if isinstance(turn, Response):
-            chunks: Sequence[Response] = self.chunks(turn, self._text_size, self._args_size)
+            chunks: Iterable[Response] = _iter_chunks(turn, self._text_size, self._args_size)
         elif isinstance(turn, BaseException):
             chunks, tail = (), turn
         elif isinstance(turn, Fail):
@@ -341,65 +344,14 @@ class ScriptedModel:
         whenever no two adjacent text (or reasoning) parts of it have equal metadata
         (those would merge, as they would from any provider). At least one chunk is
         returned.
+
+        This builds every chunk at once; the streams of ``ScriptedModel`` and
+        ``FunctionModel`` make the same chunks one at a time, as they are sent.
         """
         _check_sizes(text_size, args_size)
         if not isinstance(response, Response):
             raise TypeError(f"response must be a Response, got {type(response).__name__}")
-        output = response.output
-        meta = response.metadata
-        message = None if output is None else output.message
-        groups: list[Part] = []
-        if message is not None:
-            parts = message.parts
-            index = 0
-            while index < len(parts):
-                part = parts[index]
-                kind = part.kind
-                if kind is PartKind.TEXT:
-                    groups.extend(
-                        text_part(piece, part.metadata) for piece in _split(part.text, text_size)
-                    )
-                elif kind is PartKind.REASONING:
-                    if part.text:
-                        groups.extend(
-                            Part(PartKind.REASONING, text=piece, metadata=part.metadata)
-                            for piece in _split(part.text, text_size)
-                        )
-                    if part.signature:
-                        groups.append(
-                            Part(
-                                PartKind.REASONING, signature=part.signature, metadata=part.metadata
-                            )
-                        )
-                elif kind is PartKind.TOOL_CALL:
-                    end = index
-                    while end < len(parts) and parts[end].kind is PartKind.TOOL_CALL:
-                        end += 1
-                    groups.extend(_interleave(parts[index:end], args_size))
-                    index = end
-                    continue
-                else:
-                    groups.append(part)
-                index += 1
-        last_output = None
-        if output is not None:
-            last_output = Output(finish_reason=output.finish_reason, metadata=output.metadata)
-        if not groups:  # nothing to split: one chunk
-            return [Response(last_output, meta)]
-        first_meta = None
-        last_meta = None
-        if meta is not None:
-            first_meta = ResponseMetadata(meta.id, meta.model, extra=meta.extra)
-            if not meta.usage.is_zero():
-                last_meta = ResponseMetadata(usage=meta.usage)
-        message_meta = Metadata() if message is None else message.metadata
-        out: list[Response] = []
-        for position, part in enumerate(groups):
-            first = position == 0
-            delta = Message(Role.ASSISTANT, (part,), message_meta if first else Metadata())
-            out.append(Response(Output(delta), first_meta if first else None))
-        out.append(Response(last_output, last_meta))
-        return out
+        return list(_iter_chunks(response, text_size, args_size))
 
 
 #: What a ``FunctionModel``'s function returns (or its coroutine does).
@@ -494,7 +446,7 @@ class FunctionModel:
 
     async def _stream(self, request: Request) -> AsyncGenerator[Response, None]:
         response = await self._answer(request)
-        chunks = ScriptedModel.chunks(response, self._text_size, self._args_size)
+        chunks = _iter_chunks(response, self._text_size, self._args_size)
         for index, chunk in enumerate(chunks):
             if index and self._delay:
                 await anyio.sleep(self._delay)
@@ -509,28 +461,94 @@ def _check_sizes(text_size: int, args_size: int) -> None:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def _split(text: str, size: int) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)]
+def _iter_chunks(response: Response, text_size: int, args_size: int) -> Iterator[Response]:
+    """``ScriptedModel.chunks(response)``, made one chunk at a time.
+
+    Lazy so that a stream holds one chunk, not the whole split answer, before it sends
+    anything: a 5 MB answer split into 4-character pieces is over a million chunks.
+    The arguments are checked by the caller.
+    """
+    output = response.output
+    meta = response.metadata
+    message = None if output is None else output.message
+    last_output = None
+    if output is not None:
+        last_output = Output(finish_reason=output.finish_reason, metadata=output.metadata)
+    first_meta = None
+    last_meta = None
+    if meta is not None:
+        first_meta = ResponseMetadata(meta.id, meta.model, extra=meta.extra)
+        if not meta.usage.is_zero():
+            last_meta = ResponseMetadata(usage=meta.usage)
+    first = True
+    if message is not None:
+        for part in _pieces(message.parts, text_size, args_size):
+            delta = Message(Role.ASSISTANT, (part,), message.metadata if first else Metadata())
+            yield Response(Output(delta), first_meta if first else None)
+            first = False
+    if first:  # nothing to split: one chunk
+        yield Response(last_output, meta)
+    else:
+        yield Response(last_output, last_meta)
 
 
-def _interleave(calls: Sequence[Part], size: int) -> list[Part]:
-    fragments: list[list[Part]] = []
-    for part in calls:
-        call = part.tool_call
-        assert call is not None
-        pieces = _split(call.arguments, size) or [""]
-        fragments.append(
-            [
-                tool_call_delta_part(
-                    call.id, call.name, piece, part.metadata if n == 0 else Metadata()
-                )
-                for n, piece in enumerate(pieces)
-            ]
+def _pieces(parts: Sequence[Part], text_size: int, args_size: int) -> Iterator[Part]:
+    """The delta parts of ``parts``, in streaming order (see ``ScriptedModel.chunks``)."""
+    index = 0
+    while index < len(parts):
+        part = parts[index]
+        kind = part.kind
+        if kind is PartKind.TEXT:
+            for piece in _split(part.text, text_size):
+                yield text_part(piece, part.metadata)
+        elif kind is PartKind.REASONING:
+            for piece in _split(part.text, text_size):
+                yield Part(PartKind.REASONING, text=piece, metadata=part.metadata)
+            if part.signature:
+                yield Part(PartKind.REASONING, signature=part.signature, metadata=part.metadata)
+        elif kind is PartKind.TOOL_CALL:
+            end = index
+            while end < len(parts) and parts[end].kind is PartKind.TOOL_CALL:
+                end += 1
+            yield from _interleave(parts[index:end], args_size)
+            index = end
+            continue
+        else:
+            yield part
+        index += 1
+
+
+def _split(text: str, size: int) -> Iterator[str]:
+    return (text[i : i + size] for i in range(0, len(text), size))
+
+
+def _fragments(part: Part, size: int) -> Iterator[Part]:
+    """One tool call's argument fragments (one empty fragment for empty arguments), its
+    metadata on the first."""
+    call = part.tool_call
+    assert call is not None
+    arguments = call.arguments
+    for n, start in enumerate(range(0, max(len(arguments), 1), size)):
+        yield tool_call_delta_part(
+            call.id,
+            call.name,
+            arguments[start : start + size],
+            part.metadata if n == 0 else Metadata(),
         )
-    out: list[Part] = []
-    for round_ in range(max(len(f) for f in fragments)):
-        out.extend(f[round_] for f in fragments if round_ < len(f))
-    return out
+
+
+def _interleave(calls: Sequence[Part], size: int) -> Iterator[Part]:
+    """The fragments of parallel tool calls, round-robin: each call's n-th fragment in the
+    calls' order, then the (n+1)-th, so each call's first fragment keeps its position."""
+    running = [_fragments(part, size) for part in calls]
+    while running:
+        alive = []
+        for fragments in running:
+            fragment = next(fragments, None)
+            if fragment is not None:
+                alive.append(fragments)
+                yield fragment
+        running = alive
 
 
 #: The longest line of one message ``offline_summarizer`` keeps (characters).

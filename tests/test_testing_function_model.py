@@ -5,6 +5,8 @@ trio."""
 from __future__ import annotations
 
 import math
+import tracemalloc
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -17,8 +19,10 @@ from scope.chat import (
     Request,
     Response,
     ResponseAccumulator,
+    ResponseMetadata,
     ToolOutput,
     ToolResult,
+    Usage,
     assistant_message,
     collect,
     tool_call_part,
@@ -28,7 +32,7 @@ from scope.chat import (
 from scope.errors import InvalidRequestError, ProviderServerError
 from scope.history import Batch, WindowReader, compact
 from scope.history.inmemory import InMemoryStore
-from scope.testing import FunctionModel, ScriptedModel, offline_summarizer
+from scope.testing import Fail, FunctionModel, ScriptedModel, offline_summarizer
 
 pytestmark = pytest.mark.anyio
 
@@ -158,6 +162,81 @@ async def test_cancellation_propagates_from_a_stream() -> None:
         async for chunk in model.stream(Request([user_message("a long one")])):
             received.append(chunk)
     assert scope.cancelled_caught and len(received) == 1
+
+
+#: A big answer: split in 4-character pieces it is over a million chunks.
+BIG = 5_000_000
+#: What a stream may allocate before its first chunk, the answer's size aside.
+FIRST_CHUNK_BUDGET = 64 * 2**20
+
+
+async def first_chunk_peak(stream: AsyncGenerator[Response, None]) -> tuple[Response, int]:
+    """The stream's first chunk and the peak of traced allocations until it came
+    (memory, not time: deterministic on a busy machine)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        first = await stream.__anext__()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await stream.aclose()
+    return first, peak
+
+
+async def test_a_5_mb_answer_streams_its_first_chunk_in_bounded_memory() -> None:
+    text = "x" * BIG
+    first, peak = await first_chunk_peak(
+        FunctionModel(lambda request: text).stream(Request([user_message("long")]))
+    )
+    assert first.output is not None and first.output.message is not None
+    assert first.output.message.text == "xxxx"
+    assert peak < FIRST_CHUNK_BUDGET, f"{peak / 2**20:.0f} MiB before the first chunk"
+
+
+async def test_a_scripted_5_mb_answer_streams_its_first_chunk_in_bounded_memory() -> None:
+    # Text and two parallel tool calls whose arguments are big: every part is split lazily.
+    calls = [tool_call_part(f"t{n}", "save", '"' + "y" * BIG + '"') for n in (1, 2)]
+    answer = Response(Output(assistant_message("x" * BIG, *calls), FinishReason.TOOL_CALLS))
+    model = ScriptedModel(answer, answer)
+    first, peak = await first_chunk_peak(model.stream(Request([user_message("long")])))
+    assert first.output is not None and first.output.message is not None
+    assert first.output.message.text == "xxxx"
+    assert peak < FIRST_CHUNK_BUDGET, f"{peak / 2**20:.0f} MiB before the first chunk"
+    # A Fail or Hang scripted with it splits only the chunks it sends.
+    tracemalloc.start()
+    try:
+        fail = Fail(ProviderServerError("boom"), after=3, script=answer)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [
+        chunk.output.message.text for chunk in fail.sent if chunk.output and chunk.output.message
+    ] == ["xxxx"] * 3
+    assert peak < FIRST_CHUNK_BUDGET
+
+
+def small_answer() -> Response:
+    calls = [tool_call_part("t1", "a", '{"k": 12345}'), tool_call_part("t2", "b", "")]
+    return Response(
+        Output(assistant_message("Checking both.", *calls), FinishReason.TOOL_CALLS),
+        ResponseMetadata("r1", "m", usage=Usage(input_tokens=3, output_tokens=5)),
+    )
+
+
+@pytest.mark.parametrize(("text_size", "args_size"), [(1, 1), (4, 3), (100, 100)])
+async def test_streams_send_exactly_the_chunks_of_scripted_model_chunks(
+    text_size: int, args_size: int
+) -> None:
+    response = small_answer()
+    wanted = ScriptedModel.chunks(response, text_size, args_size)
+    request = Request([user_message("q")])
+    function_model = FunctionModel(
+        lambda request: response, text_size=text_size, args_size=args_size
+    )
+    scripted = ScriptedModel(response, text_size=text_size, args_size=args_size)
+    assert [chunk async for chunk in function_model.stream(request)] == wanted
+    assert [chunk async for chunk in scripted.stream(request)] == wanted
 
 
 @pytest.mark.parametrize(

@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     history = commands.add_parser(
         "history",
         help="list, show, inspect, export, import, clear, erase, expire, verify, compact "
-        "stored conversations, list their branches, rewind them, or migrate a store",
+        "stored conversations, list their branches, rewind or switch them, or migrate a store",
         description="Inspect and move stored conversations.",
     )
     store_parent = _Parser(add_help=False)
@@ -282,6 +282,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--to", metavar="N", type=_count(0), required=True, help="the turn to end at (0: none)"
     )
     rewind.add_argument(
+        "--expected-head",
+        metavar="APPEND_ID",
+        default=None,
+        help="move only while the head is this batch ('' before the first batch)",
+    )
+    switch = actions.add_parser(
+        "switch",
+        parents=[store_parent],
+        help="make another branch of a conversation its head",
+        description="Make the branch that ends at batch APPEND_ID (an append id as "
+        "'scope history branches' lists it, on any branch; '' for the empty path) the "
+        "head of a conversation; the next turn extends it. Nothing is deleted: the branch "
+        "it leaves stays listed. With --expected-head the move happens only while the "
+        "head is that batch (another turn stored meanwhile: exit 1, nothing moved).",
+    )
+    switch.add_argument("conversation", metavar="CONVERSATION", type=_conversation_id)
+    switch.add_argument(
+        "--to", metavar="APPEND_ID", required=True, help="the batch the branch ends at"
+    )
+    switch.add_argument(
         "--expected-head",
         metavar="APPEND_ID",
         default=None,
@@ -473,13 +493,23 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return asyncio.run(
             verify_store(url, args.conversation, stdout=sys.stdout, stderr=sys.stderr)
         )
-    if action in ("inspect", "branches", "rewind"):
+    if action in ("inspect", "branches", "rewind", "switch"):
         from scope.cli import _branches as b
 
         if action == "inspect":
             return asyncio.run(b.inspect_conversation(url, args.conversation, out=sys.stdout))
         if action == "branches":
             return asyncio.run(b.list_branches(url, args.conversation, out=sys.stdout))
+        if action == "switch":
+            return asyncio.run(
+                b.switch_conversation(
+                    url,
+                    args.conversation,
+                    to=args.to,
+                    expected_head=args.expected_head,
+                    out=sys.stdout,
+                )
+            )
         return asyncio.run(
             b.rewind_conversation(
                 url,

@@ -1,4 +1,4 @@
-"""``scope history branches|rewind|inspect`` and the chain check of ``verify`` (DESIGN
+"""``scope history branches|rewind|switch|inspect`` and the chain check of ``verify`` (DESIGN
 §6h): a conversation as the tree of batches it is."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from scope.cli._errors import CLIError
 from scope.cli._render import safe
 from scope.cli._stores import opened_store
 from scope.errors import ConversationClosedError, HistoryChangedError, UnknownHeadError
-from scope.history import ConversationID, HistoryTree, Store, branches, rewind
+from scope.history import ConversationID, HistoryTree, Store, branches, rewind, switch
 
 __all__ = [
     "chain_problems",
@@ -20,6 +20,7 @@ __all__ = [
     "list_branches",
     "path_ends",
     "rewind_conversation",
+    "switch_conversation",
 ]
 
 
@@ -39,7 +40,9 @@ def _when(created: float | datetime | None) -> str:
 async def _tree(store: Store, cid: ConversationID) -> HistoryTree:
     tree = await store.read_tree(cid)
     if tree.closed:
-        raise CLIError(f"conversation {str(cid)!r} is closed (cleared): no branches")
+        raise CLIError(
+            f"conversation {str(cid)!r} is closed (cleared, erased or expired): no branches"
+        )
     if not tree.batches:
         raise CLIError(f"conversation {str(cid)!r} has no messages (unknown)")
     return tree
@@ -87,6 +90,35 @@ async def rewind_conversation(
             f"rewound conversation {cid} to turn {to}: head {head}, "
             f"{_plural(length, 'message')} on the head path (nothing deleted: "
             "scope history branches lists the others)"
+        )
+        + "\n"
+    )
+    out.flush()
+    return 0
+
+
+async def switch_conversation(
+    url: str, conversation_id: str, *, to: str, expected_head: str | None, out: TextIO
+) -> int:
+    """``scope.history.switch``: make the branch ending at batch ``to`` (an append id as
+    ``scope history branches`` lists it; ``""``: the empty path) the head, so the next
+    turn extends it; nothing is deleted. A moved head (``--expected-head``), a batch the
+    conversation does not hold or a closed conversation is a ``CLIError`` (exit 1),
+    nothing moved."""
+    cid = ConversationID(conversation_id)
+    async with opened_store(url) as store:
+        try:
+            length = await switch(store, cid, to, expected_head=expected_head)
+        except (HistoryChangedError, UnknownHeadError, ConversationClosedError) as exc:
+            raise CLIError(f"{exc}; nothing was moved") from None
+        tree = await store.read_tree(cid)
+    head = "(start)" if tree.head == -1 else str(tree.batches[tree.head].id)
+    turns = len(tree.path(tree.head))
+    out.write(
+        safe(
+            f"switched conversation {cid} to the branch ending at {head}: "
+            f"{_plural(turns, 'turn')}, {_plural(length, 'message')} on the head path "
+            "(nothing deleted: scope history branches lists the others)"
         )
         + "\n"
     )

@@ -136,8 +136,9 @@ class _Session:
             receipt.validate_for(batch)
         except ConversationClosedError:
             raise CLIError(
-                f"conversation {str(self.conversation_id)!r} is closed (cleared); "
-                "its last answer cannot be saved; start a new conversation with `scope chat`"
+                f"conversation {str(self.conversation_id)!r} is closed (cleared, erased or "
+                "expired); its last answer cannot be saved; start a new conversation with "
+                "`scope chat`"
             ) from None
         except StoreError as exc:
             self.note(
@@ -163,8 +164,9 @@ class _Session:
             )
         except ConversationClosedError:
             raise CLIError(
-                f"conversation {str(self.conversation_id)!r} is closed (cleared); the "
-                "message was not sent; start a new conversation with `scope chat`"
+                f"conversation {str(self.conversation_id)!r} is closed (cleared, erased or "
+                "expired); the message was not sent; start a new conversation with "
+                "`scope chat`"
             ) from None
         except TurnInProgressError:
             self.note(
@@ -176,8 +178,9 @@ class _Session:
         except CommitError as exc:
             if isinstance(exc.__cause__, ConversationClosedError):
                 raise CLIError(
-                    f"conversation {str(self.conversation_id)!r} is closed (cleared); this "
-                    "answer was not saved; start a new conversation with `scope chat`"
+                    f"conversation {str(self.conversation_id)!r} is closed (cleared, erased or "
+                    "expired); this answer was not saved; start a new conversation with "
+                    "`scope chat`"
                 ) from None
             if not exc.retryable:
                 self.note(
@@ -322,8 +325,8 @@ def run_chat(
             view = runner.run(store.read_view(cid))
             if view.closed:
                 raise CLIError(
-                    f"conversation {str(cid)!r} is closed (it was cleared): nothing can "
-                    "be added to it; start a new one by leaving out --conversation"
+                    f"conversation {str(cid)!r} is closed (cleared, erased or expired): "
+                    "nothing can be added to it; start a new one by leaving out --conversation"
                 )
             stored = list(view.messages)
             if conversation_id is None:

@@ -197,7 +197,9 @@ async def show_conversation(url: str, conversation_id: str, *, as_json: bool, ou
     cid = ConversationID(conversation_id)
     async with opened_store(url) as store:
         if (await store.read_view(cid)).closed:
-            raise CLIError(f"conversation {str(cid)!r} is closed (cleared): no messages")
+            raise CLIError(
+                f"conversation {str(cid)!r} is closed (cleared, erased or expired): no messages"
+            )
         batches = await store.read_batches(cid)
         messages = [m for batch in batches for m in batch.messages]
         read_tree = getattr(store, "read_tree", None)  # a store with branches

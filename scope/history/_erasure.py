@@ -17,6 +17,7 @@ import attrs
 import orjson
 
 from scope.errors import InvalidReceiptError
+from scope.history._ids import ConversationID
 
 __all__ = [
     "EMPTY_DIGEST",
@@ -158,6 +159,15 @@ def _erased_at_field(value: object) -> _dt.datetime:
     return value.astimezone(_dt.UTC)
 
 
+def _conversation_id_field(value: object) -> ConversationID | None:
+    if value is None:
+        return None
+    try:
+        return ConversationID(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise InvalidReceiptError(f"conversation_id: {exc}") from exc
+
+
 def _store_field(value: object) -> str:
     if type(value) is not str or value not in STORE_KINDS:
         raise InvalidReceiptError(f"store must be one of {', '.join(STORE_KINDS)}, got {value!r}")
@@ -182,6 +192,15 @@ class ErasureReceipt:
     with microseconds and ``Z``); ``from_json`` reads it back. Any invalid field, here
     or in JSON, raises ``InvalidReceiptError`` naming it. ``scope history verify
     --erased`` and ``Store.check_erased`` check a receipt against a store.
+
+    ``conversation_id`` (DESIGN §6n) is the erased conversation's id, in memory only:
+    set on the receipt an erase returns (every bundled store's ``erase`` and
+    ``erase_owned``, so ``erase_owner``'s receipts name what they erased), so that the
+    service erases its own copies (``ResumableTurns.erased(receipts)``, its caches).
+    It is in no ``to_json()``, ``repr`` or ``==`` (a receipt read back equals the one
+    returned), and None on a receipt ``from_json`` read: keeping the receipt keeps
+    the proof, not the id. Drop the returned receipts (or the ids) once the copies are
+    erased.
     """
 
     tombstone: str = attrs.field(converter=_tombstone_field)
@@ -190,6 +209,9 @@ class ErasureReceipt:
     bytes: int = attrs.field(converter=_bytes_field)
     erased_at: _dt.datetime = attrs.field(converter=_erased_at_field)
     store: str = attrs.field(converter=_store_field)
+    conversation_id: ConversationID | None = attrs.field(
+        default=None, kw_only=True, eq=False, repr=False, converter=_conversation_id_field
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.batches == 0 and (self.digest != EMPTY_DIGEST or self.bytes != 0):
@@ -207,11 +229,21 @@ class ErasureReceipt:
         bytes: int,
         erased_at: _dt.datetime,
         store: str,
+        conversation_id: str | None = None,
     ) -> ErasureReceipt:
         """The receipt of an erasure that removed batches with these ``digests`` (stored
-        order) holding ``bytes`` encoded message bytes."""
+        order) holding ``bytes`` encoded message bytes; ``conversation_id`` as the class
+        docstring says (in memory only)."""
         listed = list(digests)
-        return cls(tombstone, erasure_digest(listed), len(listed), bytes, erased_at, store)
+        return cls(
+            tombstone,
+            erasure_digest(listed),
+            len(listed),
+            bytes,
+            erased_at,
+            store,
+            conversation_id=conversation_id,
+        )
 
     def to_json(self) -> builtins.bytes:
         """The canonical JSON form (see the class docstring)."""

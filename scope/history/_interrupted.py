@@ -20,6 +20,7 @@ import anyio
 import attrs
 
 from scope.chat import Message, PartKind, Response, Role
+from scope.errors import ConversationClosedError
 from scope.history import _trace
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
@@ -130,6 +131,12 @@ async def keep(
                 if not isinstance(receipt, Receipt):
                     raise TypeError(f"the writer returned {type(receipt).__name__}, not a Receipt")
                 receipt.validate_for(batch)
+            except ConversationClosedError as exc:
+                # Cleared, expired or erased meanwhile: nothing to keep it in, and no log
+                # line names the conversation (an erased id is kept nowhere).
+                span.outcome(_trace.classify(exc))
+                _log.debug("an interrupted turn was not stored: its conversation is closed")
+                return None
             except Exception as exc:
                 span.outcome(_trace.classify(exc))
                 _log.warning(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as _dt
 
+import attrs
+
 from scope.history._adapter import as_store
 from scope.history._erasure import ErasureReceipt, check_erase_limit, check_owner, check_until
 from scope.history._ids import ConversationID
@@ -36,10 +38,14 @@ async def erase(store: object, conversation_id: str) -> ErasureReceipt:
     is ``receipt.to_json()``): ``store.check_erased(receipt)`` or ``scope history
     verify --erased RECEIPT`` later proves nothing of the conversation is left. A
     ``scope.web`` turn log is the web layer's: erase it with
-    ``ResumableTurns.erase(conversation_id)``.
+    ``ResumableTurns.erased([receipt])`` (or ``ResumableTurns.erase(conversation_id)``).
+    The receipt's ``conversation_id`` is the id, in memory only (never in its JSON).
     """
     cid = ConversationID(conversation_id)
-    return await as_store(store).erase(cid)
+    receipt = await as_store(store).erase(cid)
+    if receipt.conversation_id is None:  # a store of an older scope: the id is known here
+        receipt = attrs.evolve(receipt, conversation_id=cid)
+    return receipt
 
 
 async def erase_owner(store: object, owner: str, *, page: int = 100) -> list[ErasureReceipt]:
@@ -53,6 +59,10 @@ async def erase_owner(store: object, owner: str, *, page: int = 100) -> list[Era
     erased once, so no receipt is ever issued twice (receipts of a run that raised are
     lost with it: ``erase`` of a known id gives its tombstone again). An invalid owner
     or ``page`` raises ``ValueError`` before any I/O.
+
+    Each receipt's ``conversation_id`` (in memory only, never in its JSON) names the
+    conversation it erased, so the service can erase its own copies once
+    (``ResumableTurns.erased(receipts)``): the store keeps no id to find them by later.
     """
     check_owner(owner)
     check_erase_limit(page, "page")

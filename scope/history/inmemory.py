@@ -524,6 +524,7 @@ class InMemoryStore:
             bytes=sum(len(batch.encoded_messages) for batch in batches),
             erased_at=_dt.datetime.fromtimestamp(self.clock(), _dt.UTC),
             store="memory",
+            conversation_id=cid,
         )
 
     async def erase(self, conversation_id: str) -> ErasureReceipt:

@@ -148,10 +148,12 @@ class Driver:
     ``AttributeError`` when a node's connection was torn down under a command: its
     writer is gone) is a failure of the driver's connection state too, so it counts as
     ``retryable``. An exception raised by scope's own code keeps propagating as the bug
-    it is.
+    it is. ``answers`` picks the server's own answers to a command (Redis's
+    ``WRONGTYPE``: a key holds another type): the same on any connection, so they are
+    mapped and never retried, although redis-py raises them from inside its package.
     """
 
-    __slots__ = ("errors", "name", "package", "retryable", "timeouts")
+    __slots__ = ("answers", "errors", "name", "package", "retryable", "timeouts")
 
     def __init__(
         self,
@@ -161,18 +163,22 @@ class Driver:
         retryable: tuple[type[BaseException], ...] = (),
         timeouts: tuple[type[BaseException], ...] = (),
         package: str | None = None,
+        answers: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self.name: Final = name
         self.errors: Final = errors
         self.retryable: Final = retryable
         self.timeouts: Final = timeouts
         self.package: Final = package
+        self.answers: Final = answers
 
     def kind(self, exc: Exception) -> str | None:
         """What ``retry_once`` does with ``exc``: ``"timeout"``, ``"retry"``,
         ``"error"`` (mapped, not retried) or None (not the driver's: let it through)."""
         if isinstance(exc, self.timeouts):  # first: TimeoutError is an OSError
             return "timeout"
+        if self.answers is not None and self.answers(exc):
+            return "error"  # the server's answer to the command: the same on any connection
         if isinstance(exc, self.retryable) or self._raised_inside(exc):
             return "retry"
         if isinstance(exc, self.errors):

@@ -432,6 +432,7 @@ class RecordStore(RecordScanning):
             bytes=sum(int(size) for _, _, size in records),
             erased_at=_dt.datetime.fromtimestamp(erased_at, _dt.UTC),
             store=self._store_kind,
+            conversation_id=cid,
         )
 
     async def erase_owned(self, owner: str, *, limit: int = 100) -> list[ErasureReceipt]:

@@ -605,6 +605,30 @@ def _redis() -> Any:
     return redis.asyncio
 
 
+#: A conversation's keys (suffixes after ``{P}:{{H}}:``) and the Redis type scope
+#: writes at each (``TYPE``'s answer), the batches first (see the module docstring).
+_KEY_TYPES: Final = (
+    ("batches", "list"),
+    ("ids", "hash"),
+    ("tree", "hash"),
+    ("nodes", "hash"),
+    ("moves", "hash"),
+    ("meta", "hash"),
+    ("closed", "string"),
+    ("length", "string"),
+    ("lease", "string"),
+)
+#: How a report names the types ``TYPE`` answers.
+_TYPE_NAMES: Final = {
+    "list": "list",
+    "hash": "hash",
+    "string": "string",
+    "set": "set",
+    "zset": "sorted set",
+    "stream": "stream",
+}
+
+
 def _driver() -> Driver:
     """How redis-py fails (see ``retry_once``): every exception it raises, plus socket
     errors and timeouts. Retryable: the connection dropped, or the server asks for a
@@ -631,7 +655,18 @@ def _driver() -> Driver:
         ),
         timeouts=(redis.exceptions.TimeoutError, TimeoutError),
         package="redis",
+        answers=_wrong_type_answer,
     )
+
+
+def _wrong_type_answer(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis's ``WRONGTYPE`` answer (a key holds another type than
+    the command or script needs, written outside scope): deterministic, so a retry on a
+    fresh connection meets it again. Transient answers (``TRYAGAIN``, ``CLUSTERDOWN``,
+    ``LOADING``, ``READONLY`` after a failover) stay retryable."""
+    import redis.exceptions
+
+    return isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("WRONGTYPE")
 
 
 def validate_prefix(prefix: object) -> str:
@@ -1312,6 +1347,13 @@ class RedisStore(RecordStore):
         key = f"{self.prefix}:{{{raw.hex()}}}:batches"
         start = 0 if after is None else after + 1
         client = self._client
+        if after is None:
+            wrong = await self._wrong_keys(raw)
+            if wrong:
+                first = wrong[0][0] == "batches"
+                what = "records cannot be read" if first else "keys cannot be used"
+                found = "; ".join(text for _, text in wrong)
+                raise UnreadableRecords(f"its {what}: {found} (written outside scope)")
         try:
             items: list[Any] = await self._call(
                 lambda: client.lrange(key, start, start + limit - 1),
@@ -1326,6 +1368,32 @@ class RedisStore(RecordStore):
                 "(written outside scope)"
             ) from exc
         return [(start + offset, *_fields(item)) for offset, item in enumerate(items)]
+
+    async def _wrong_keys(self, raw: bytes) -> list[tuple[str, str]]:
+        """Every key of the conversation (UTF-8 bytes ``raw``) that holds another type
+        than scope writes there, each as its suffix (``"nodes"``) and ``key '...' holds
+        a T, not a U``, the batches key first; ``[]`` when each is scope's type or
+        absent. One pipeline of ``TYPE``
+        (read-only): a key of the wrong type fails every append or read that meets it,
+        and ``verify`` names it instead of passing the conversation."""
+        base = f"{self.prefix}:{{{raw.hex()}}}"
+        keys = [(f"{base}:{suffix}", wanted) for suffix, wanted in _KEY_TYPES]
+        client = self._client
+
+        async def types() -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for key, _ in keys:
+                pipe.type(key)
+            return list(await pipe.execute())
+
+        held = await self._call(types, f"key types of conversation {shown_id(raw)!r}")
+        wrong: list[tuple[str, str]] = []
+        for (suffix, wanted), (key, _), found in zip(_KEY_TYPES, keys, held, strict=True):
+            name = found.decode("utf-8", "replace") if isinstance(found, bytes) else str(found)
+            if name not in ("none", wanted):
+                shown = f"{_TYPE_NAMES.get(name, name)}, not a {_TYPE_NAMES[wanted]}"
+                wrong.append((suffix, f"key {key!r} holds a {shown}"))
+        return wrong
 
     async def _wrong_type(self, exc: StoreError, key: str) -> str | None:
         """When ``exc`` is Redis's ``WRONGTYPE`` answer for ``key``: the type the key

@@ -25,7 +25,7 @@ from scope.chat import (
     Usage,
 )
 from scope.conversation import TurnEvent, TurnEventKind
-from scope.errors import TurnInProgressError, TurnInterruptedError
+from scope.errors import ConversationClosedError, TurnInProgressError, TurnInterruptedError
 from scope.media import Media
 from scope.metadata import Metadata
 
@@ -331,6 +331,15 @@ class EncodedStream:
 def _report(exc: Exception) -> None:
     if isinstance(exc, TurnInProgressError | TurnInterruptedError):
         _log.info("a turn ended without an answer: %s: %s", type(exc).__name__, exc)
+    elif isinstance(exc, ConversationClosedError) or isinstance(
+        exc.__cause__, ConversationClosedError
+    ):
+        # Cleared, expired or erased meanwhile: the error's text names the conversation,
+        # and an erased conversation's id is kept nowhere, logs included.
+        _log.info(
+            "a turn ended without an answer: its conversation is closed (%s)",
+            type(exc).__name__,
+        )
     else:
         _log.error(
             "a streamed turn failed (%s): the client got the error event",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any, Final, Protocol, Self, final, runtime_checkable
 
@@ -21,6 +21,7 @@ import anyio.abc
 
 from scope._validate import check_seconds
 from scope.errors import TurnInProgressError, TurnLogError
+from scope.history import ErasureReceipt
 from scope.web._core import EncodedStream
 
 __all__ = ["InMemoryTurnLog", "RedisTurnLog", "ResumableTurns", "TurnLog"]
@@ -571,6 +572,33 @@ class ResumableTurns:
             running.scope.cancel()
             await running.done.wait()
         await erase(turn_id)
+
+    async def erased(self, receipts: Iterable[ErasureReceipt]) -> None:
+        """Follow the store's erasures (DESIGN §6n): for each receipt an erase returned
+        (``scope.history.erase``, ``erase_owner``), ``erase`` the turn of its
+        ``conversation_id`` (a running one is cancelled, nothing of it stored, and its
+        log deleted), so no copy of an erased chat is served after the store erased it.
+        Turns are taken to be started under their conversation's id, as the examples
+        do; a service that names turns otherwise calls ``erase(turn_id)`` itself.
+
+        Every receipt is checked first: one read back from JSON (no
+        ``conversation_id``: the id is handed over once, in memory) raises
+        ``ValueError``, anything but an ``ErasureReceipt`` ``TypeError``, before any
+        turn is touched. ``TypeError`` for a log without ``erase``."""
+        ids: list[str] = []
+        for index, receipt in enumerate(receipts):
+            if not isinstance(receipt, ErasureReceipt):
+                raise TypeError(
+                    f"receipts[{index}] must be an ErasureReceipt, got {type(receipt).__name__}"
+                )
+            if receipt.conversation_id is None:
+                raise ValueError(
+                    f"receipts[{index}] names no conversation (a receipt read back from JSON "
+                    "keeps the proof, not the id): pass the receipts the erase returned"
+                )
+            ids.append(str(receipt.conversation_id))
+        for turn_id in dict.fromkeys(ids):
+            await self.erase(turn_id)
 
     async def stream(self, turn_id: str, last_event_id: str | None = None) -> AsyncIterator[bytes]:
         """The turn's SSE bytes after ``last_event_id`` (all for None), each event with

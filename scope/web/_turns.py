@@ -14,9 +14,11 @@ that id finds its turn on the stored head path:
   message's id is answered again (``Conversation.stream_regenerate``), with the stored
   question, not the client's copy.
 - AG-UI: a run whose earlier user messages are the stored ones is a new turn; one whose
-  earlier user messages stop short of the stored ones (the client edited a message and
-  dropped what followed) is an edit of the first turn it lacks, when the service opts in
-  (``on_divergence="edit"``); every other divergence is refused.
+  earlier user messages stop short of the stored ones is refused, unless the service
+  opts in (``on_divergence="edit"``): then it is an edit of the first turn the run
+  lacks when its new message names that turn's message (its id), and a new turn
+  otherwise (a client that sends less than the whole thread); every other divergence is
+  refused.
 
 A resent request (the browser posts the same body again: a dropped connection, a
 retry) is recognised by the same ids: a new message whose client id is already stored
@@ -29,7 +31,9 @@ resend that overlaps the first request (``on_overlap="wait"``) finds the first o
 turn stored when its turn may start, and replays it instead of calling the model.
 
 An id the head path does not hold, and a refused divergence, raise
-``HistoryDivergedError`` (answer 409) before any model call and before anything moves.
+``HistoryDivergedError`` (answer 409) before any model call and before anything moves;
+a closed chat (cleared, erased or expired) found by that read raises
+``ConversationClosedError`` (answer 410).
 Each rewind is fenced by the head these functions read, so a turn that lands in between
 makes the turn's stream fail with ``HistoryChangedError`` instead of editing the wrong
 turn.
@@ -44,7 +48,7 @@ from typing import Any, Final, Literal
 
 from scope.chat import FinishReason, Message, Output, Response, Role
 from scope.conversation import Conversation, TurnEvent, TurnEventKind, TurnResult
-from scope.errors import HistoryChangedError, HistoryDivergedError
+from scope.errors import ConversationClosedError, HistoryChangedError, HistoryDivergedError
 from scope.history import Batch, HistoryTree
 from scope.web._agui import AGUIRunInput
 from scope.web._request import CLIENT_MESSAGE_ID_KEY, REGENERATE
@@ -94,7 +98,8 @@ def _check(conversation: object, request: object, wanted: type, name: str) -> Co
 
 
 async def _read_tree(conversation: Conversation) -> HistoryTree:
-    """The conversation's tree of batches (one read)."""
+    """The conversation's tree of batches (one read); ``ConversationClosedError`` for a
+    closed conversation."""
     store: Any = conversation.store
     read_tree = getattr(store, "read_tree", None)
     if not inspect.iscoroutinefunction(read_tree):
@@ -103,7 +108,15 @@ async def _read_tree(conversation: Conversation) -> HistoryTree:
             f"async read_tree, read_view, move_head; every bundled store), got "
             f"{type(store).__name__}"
         )
-    tree: HistoryTree = await read_tree(conversation.conversation_id)
+    cid = conversation.conversation_id
+    tree: HistoryTree = await read_tree(cid)
+    if tree.closed:
+        # Nothing a request asks can run on a closed chat: say so before any event (a
+        # service answers 410), not as an edit of a turn it cannot find or a stream error.
+        raise ConversationClosedError(
+            f"chat {str(cid)!r} is closed (cleared, erased or expired): it takes no new "
+            "turn; start a new chat"
+        )
     return tree
 
 
@@ -302,6 +315,12 @@ async def ui_turn(
     A regenerate request whose last message has no id raises ``HistoryDivergedError``
     too (a resent regenerate is not told from a second one: each answers again, the
     earlier answer kept on its branch). ``output`` as for ``Conversation.stream``.
+    A closed conversation (cleared, erased or expired) raises
+    ``ConversationClosedError`` here, before any event, when the tree is read (every
+    request whose message has an id); a message without one meets it in the stream.
+    Another turn refused by the conversation's overlap strategy
+    (``on_overlap="reject"``: ``TurnInProgressError``) is met when the turn starts, in
+    the stream, as the protocol's error event: the response is already a 200.
     Needs a store with branches (every bundled store; ``TypeError`` otherwise).
     ``TypeError`` for arguments of the wrong kind.
     """
@@ -383,20 +402,23 @@ async def agui_turn(
     - the same: a new turn, ``conversation.stream(message, expected_head=<that head>)``
       (a turn that lands meanwhile makes it fail with ``HistoryChangedError`` before
       the model is called), unless its id is stored already (a resend: below);
-    - the client's stop short of the stored ones, which they begin (it edited a message
-      and dropped the rest): with ``on_divergence="edit"`` the first turn it lacks is
-      edited with the new message (``stream_edit``, fenced by that head); with
-      ``"refuse"`` (the default) ``HistoryDivergedError``;
+    - the client's stop short of the stored ones, which they begin: with ``"refuse"``
+      (the default) ``HistoryDivergedError``. With ``on_divergence="edit"``, when the new
+      message names the first turn the run lacks (it has the id of that turn's user
+      message, with other content: the client edited that message and dropped the
+      rest), that turn is edited with it (``stream_edit``, fenced by the head read);
+      otherwise the run is a new turn on the head, as above (a client that sends only
+      its new message, or part of the thread: the store owns the history), never an
+      edit of a turn nobody named;
     - a new message whose id is that of the first stored user message the client
       lacks, with the same content: a resent run. When that turn is the head path's
       last, the run gets it again, as ``ui_turn`` gives a resent submit (replayed from
       the store, no model call; answered again in place when it was kept unfinished),
-      whatever ``on_divergence`` says; with turns after it, ``HistoryDivergedError``.
-      With other content (the client edited the message and kept its id) the rules for
-      an edit above apply;
+      whatever ``on_divergence`` says; with turns after it, ``HistoryDivergedError``;
     - any other difference (a message that is not the stored one, more messages than
-      the store holds, a new message whose id is stored elsewhere in the tree):
-      ``HistoryDivergedError``, whatever ``on_divergence`` says.
+      the store holds, a new message whose id is stored elsewhere in the tree and is
+      not the head turn's resend): ``HistoryDivergedError``, whatever ``on_divergence``
+      says.
 
     A new turn that finds another turn stored before its model is called (it waited,
     ``on_overlap="wait"``) fails with ``HistoryChangedError`` in its stream (the run's
@@ -404,9 +426,11 @@ async def agui_turn(
     message (a resend overlapping the first request): then the run gets that turn.
 
     ``HistoryDivergedError`` (``turn``: the first turn that differs) comes before any
-    model call, nothing moved: answer it with a 409. The new message is stored with its
-    client id (``CLIENT_MESSAGE_ID_KEY``). ``ValueError`` for another ``on_divergence``,
-    ``TypeError`` for arguments of the wrong kind.
+    model call, nothing moved: answer it with a 409. A closed conversation (cleared,
+    erased or expired) raises ``ConversationClosedError`` the same way (answer 410).
+    The new message is stored with its client id (``CLIENT_MESSAGE_ID_KEY``).
+    ``ValueError`` for another ``on_divergence``, ``TypeError`` for arguments of the
+    wrong kind.
     """
     conversation = _check(conversation, run, AGUIRunInput, "run")
     if type(on_divergence) is not str or on_divergence not in _DIVERGENCE:
@@ -416,21 +440,17 @@ async def agui_turn(
         )
     client_id = run.client_message_id
 
-    def plan(tree: HistoryTree) -> _Events:
-        return _agui_plan(conversation, run, tree, on_divergence, output)
-
     def again(tree: HistoryTree) -> _Events | None:
         # Another turn landed first: the run's own (a resend overlapping it) gets it
         # again; any other keeps the fence's HistoryChangedError.
         if client_id is None or _find(tree.head_path(), client_id) is None:
             return None
-        return plan(tree)
+        return _agui_plan(conversation, run, tree, on_divergence, output)[0]
 
-    tree = await _read_tree(conversation)
-    batches = tree.head_path()
-    if len(run.prior) == len(_user_turns(batches)):  # a new turn, if any: fenced
-        return _fenced(conversation, plan(tree), again)
-    return plan(tree)
+    events, new_turn = _agui_plan(
+        conversation, run, await _read_tree(conversation), on_divergence, output
+    )
+    return _fenced(conversation, events, again) if new_turn else events
 
 
 def _agui_plan(
@@ -439,8 +459,9 @@ def _agui_plan(
     tree: HistoryTree,
     on_divergence: OnDivergence,
     output: object,
-) -> _Events:
-    """``agui_turn``'s decision on the tree just read (its docstring gives the rules)."""
+) -> tuple[_Events, bool]:
+    """``agui_turn``'s decision on the tree just read (its docstring gives the rules):
+    the events, and whether they are a new turn (fenced by the head read)."""
     cid = conversation.conversation_id
     batches = tree.head_path()
     head = _head(batches)
@@ -471,15 +492,15 @@ def _agui_plan(
         if client_id is not None:
             resent = _resent(conversation, tree, message, client_id, output, "thread")
             if resent is not None:
-                return resent
-        return conversation.stream(message, output=output, expected_head=head)
+                return resent, False
+        return conversation.stream(message, output=output, expected_head=head), True
     number, dropped = stored[len(client)]
     if client_id is not None and _client_id(dropped) == client_id:
         # The new message has the id of the first stored turn the run lacks: a resent
-        # run (the same content) or an edit that kept the id (other content).
+        # run (the same content) or an edit naming the message it replaces (other content).
         if dropped.parts == run.message.parts:
             if number == len(batches):  # it is the head turn: the run gets it again
-                return _again(conversation, batches, number, output)
+                return _again(conversation, batches, number, output), False
             raise HistoryDivergedError(
                 f"thread {str(cid)!r}: the run's new message {client_id!r} is already "
                 f"stored as turn {number}, and turns follow (a retried run?): reload the "
@@ -488,6 +509,18 @@ def _agui_plan(
                 turn=number,
                 message_id=client_id,
             )
+        if on_divergence == "edit":
+            edit = conversation.stream_edit(number, message, output=output, expected_head=head)
+            return edit, False
+    elif on_divergence == "edit":
+        # A strict prefix of the stored thread and a new message that names no turn it
+        # lacks: a client that sends less than the whole thread (only its new message,
+        # say), not an edit. The store owns the history: a new turn on the head.
+        if client_id is not None:
+            resent = _resent(conversation, tree, message, client_id, output, "thread")
+            if resent is not None:
+                return resent, False
+        return conversation.stream(message, output=output, expected_head=head), True
     elif client_id is not None and _in_tree(tree, client_id):
         raise HistoryDivergedError(
             f"thread {str(cid)!r}: the run's new message {client_id!r} is already stored, "
@@ -497,13 +530,12 @@ def _agui_plan(
             turn=number,
             message_id=client_id,
         )
-    if on_divergence == "edit":
-        return conversation.stream_edit(number, message, output=output, expected_head=head)
     raise HistoryDivergedError(
         f"thread {str(cid)!r}: the run carries {len(client)} earlier user "
         f"message{'s' if len(client) != 1 else ''}, the stored thread {len(stored)}: the "
         f"client dropped turn {number} and what follows (an edit?); reload the thread, or "
-        "let the service treat such runs as edits (agui_turn(..., on_divergence='edit'))",
+        "let the service take such runs as new turns, and an edit of turn "
+        f"{number} when the new message has its id (agui_turn(..., on_divergence='edit'))",
         conversation_id=cid,
         turn=number,
     )

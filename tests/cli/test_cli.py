@@ -652,7 +652,7 @@ def test_show_unknown_or_cleared(tmp_path: pathlib.Path, source: pathlib.Path) -
     # A cleared conversation is marked as closed, not merely empty.
     proc = scope(tmp_path, "history", "show", "--store", sqlite_url(source), "gone")
     assert assert_one_line_error(proc) == (
-        "scope: error: conversation 'gone' is closed (cleared): no messages"
+        "scope: error: conversation 'gone' is closed (cleared, erased or expired): no messages"
     )
 
 

@@ -1,4 +1,4 @@
-"""``scope history branches|rewind|inspect`` and ``verify``'s chain check (DESIGN §6h),
+"""``scope history branches|rewind|switch|inspect`` and ``verify``'s chain check (DESIGN §6h),
 in process, over the in-memory reference store (the command line's store opener is
 pointed at it): the lines a user sees, exit statuses, nothing moved on error.
 """
@@ -21,6 +21,7 @@ from scope.cli._branches import (
     list_branches,
     path_ends,
     rewind_conversation,
+    switch_conversation,
 )
 from scope.cli._errors import CLIError
 from scope.cli._verify import _path_problems
@@ -141,6 +142,52 @@ async def test_rewind_of_a_closed_conversation(store: Handle) -> None:
         await rewind_conversation("memory://", "c", to=0, expected_head=None, out=io.StringIO())
 
 
+async def test_switch_makes_an_old_branch_the_head_and_deletes_nothing(store: Handle) -> None:
+    await branched(store)  # head a4; a2 and a3 on their branches
+    before = (await store.read_tree("c")).batches
+    out = io.StringIO()
+    assert await switch_conversation("memory://", "c", to="a2", expected_head="a4", out=out) == 0
+    assert out.getvalue() == (
+        "switched conversation c to the branch ending at a2: 2 turns, 4 messages on the "
+        "head path (nothing deleted: scope history branches lists the others)\n"
+    )
+    assert [m.text for m in await store.read("c")] == ["q1", "re: q1", "q2", "re: q2"]
+    assert (await store.read_tree("c")).batches == before
+    out = io.StringIO()
+    assert await switch_conversation("memory://", "c", to="", expected_head=None, out=out) == 0
+    assert out.getvalue().startswith(
+        "switched conversation c to the branch ending at (start): 0 turns, 0 messages"
+    )
+    assert await store.read("c") == []
+
+
+@pytest.mark.parametrize(
+    ("to", "expected_head", "problem"),
+    [
+        ("a9", None, "UnknownHead|a9"),
+        ("a2", "a1", "expected head 'a1'"),
+    ],
+)
+async def test_switch_errors_move_nothing(
+    store: Handle, to: str, expected_head: str | None, problem: str
+) -> None:
+    await branched(store)
+    before = await store.read_tree("c")
+    with pytest.raises(CLIError, match=problem) as caught:
+        await switch_conversation(
+            "memory://", "c", to=to, expected_head=expected_head, out=io.StringIO()
+        )
+    assert str(caught.value).endswith("; nothing was moved")
+    assert await store.read_tree("c") == before
+
+
+async def test_switch_of_a_closed_conversation(store: Handle) -> None:
+    await store.append(turn("c", "a1", "q1"))
+    await store.clear("c")
+    with pytest.raises(CLIError, match="is closed; nothing was moved"):
+        await switch_conversation("memory://", "c", to="a1", expected_head=None, out=io.StringIO())
+
+
 async def test_inspect_shows_the_tree(store: Handle) -> None:
     await branched(store)
     out = io.StringIO()
@@ -207,6 +254,13 @@ def test_the_commands_through_main(store: Handle, capsys: pytest.CaptureFixture[
     assert status == 1
     assert "nothing was moved" in capsys.readouterr().err
     assert main(["history", "rewind", "--store", store_url, "c", "--to", "-1"]) == 2
+    assert main(["history", "switch", "--store", store_url, "c", "--to", "a2"]) == 0
+    assert "to the branch ending at a2: 2 turns" in capsys.readouterr().out
+    assert [m.text for m in anyio.run(store.read, "c")] == ["q1", "re: q1", "q2", "re: q2"]
+    status = main(["history", "switch", "--store", store_url, "c", "--to", "nope"])
+    assert status == 1
+    assert "nothing was moved" in capsys.readouterr().err
+    assert main(["history", "switch", "--store", store_url, "c"]) == 2  # --to is required
 
 
 # -------------------------------------------------------------- the chain check

@@ -83,3 +83,11 @@ def test_branches_inspect_rewind_show_verify_on_sqlite(tmp_path: pathlib.Path) -
     assert shown.returncode == 1
     assert "no messages on its head path (rewound to its start)" in shown.stderr
     assert scope(tmp_path, "history", "rewind", "--store", url, "c", "--to", "5").returncode == 1
+    back = scope(tmp_path, "history", "switch", "--store", url, "c", "--to", "a2")
+    assert back.returncode == 0, back.stderr
+    assert back.stdout.startswith("switched conversation c to the branch ending at a2: 2 turns")
+    shown = scope(tmp_path, "history", "show", "--store", url, "c")
+    assert shown.returncode == 0, shown.stderr
+    missing = scope(tmp_path, "history", "switch", "--store", url, "c", "--to", "a9")
+    assert missing.returncode == 1
+    assert missing.stderr.strip().endswith("; nothing was moved")

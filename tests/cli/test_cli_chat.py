@@ -210,8 +210,8 @@ def test_chat_on_a_cleared_conversation_stops_with_one_line(tmp_path: pathlib.Pa
     assert proc.returncode == 1
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        "scope: error: conversation 'old' is closed (it was cleared): nothing can be added "
-        "to it; start a new one by leaving out --conversation"
+        "scope: error: conversation 'old' is closed (cleared, erased or expired): nothing can "
+        "be added to it; start a new one by leaving out --conversation"
     ]
 
 

@@ -220,3 +220,11 @@ def test_erase_expire_and_verify_on_sqlite(
     assert capsys.readouterr().out == "2 erasure receipts verified: no residue\n"
     assert main(["history", "list", "--store", url]) == 0
     assert capsys.readouterr().out == ""
+    # The reading commands name a closed conversation as closed, whatever closed it.
+    for cid in ("c", "old"):
+        for command in ("show", "branches", "inspect"):
+            assert main(["history", command, "--store", url, cid]) == 1
+            assert capsys.readouterr().err == (
+                f"scope: error: conversation {cid!r} is closed (cleared, erased or expired)"
+                f": no {'messages' if command == 'show' else 'branches'}\n"
+            )

@@ -305,6 +305,78 @@ async def test_verify_reports_a_redis_key_of_the_wrong_type_and_goes_on(
     assert "holds a hash, not a list" in records[1].malformed
 
 
+async def plant_other_wrong_types(client: Any, prefix: str) -> None:
+    """Conversation 'n''s nodes key becomes a string; 't''s tree key a list and its moves
+    key a set: keys other than the batches, which every append (or the tree read) meets."""
+    for cid, suffix, plant in (
+        ("n", "nodes", lambda key: client.set(key, b"x")),
+        ("t", "tree", lambda key: client.rpush(key, b"x")),
+        ("t", "moves", lambda key: client.sadd(key, b"x")),
+    ):
+        key = f"{prefix}:{{{cid.encode().hex()}}}:{suffix}"
+        await client.delete(key)
+        await plant(key)
+
+
+OTHER_WRONG_TYPE_LINES = [
+    "scope: error: conversation 'n': batch #1: its keys cannot be used: key "
+    "'{prefix}:{{6e}}:nodes' holds a string, not a hash (written outside scope)",
+    "scope: error: conversation 't': batch #1: its keys cannot be used: key "
+    "'{prefix}:{{74}}:tree' holds a list, not a hash; key '{prefix}:{{74}}:moves' holds a "
+    "set, not a hash (written outside scope)",
+]
+
+
+@over_backends("redis")
+async def test_verify_reports_every_redis_key_of_the_wrong_type_of_a_conversation(
+    backend: Backend, cli_opens: None
+) -> None:
+    await seed(backend, {"a": 1, "n": 2, "t": 1})
+    client = import_driver("redis.asyncio").Redis.from_url(backend.url)
+    try:
+        await plant_other_wrong_types(client, backend.prefix)
+    finally:
+        await client.aclose()
+    status, out, err = await verify()
+    assert status == 1
+    assert out == ["verified 3 batches in 3 conversations: 2 bad batches in 2 conversations"]
+    assert err == [line.format(prefix=backend.prefix) for line in OTHER_WRONG_TYPE_LINES]
+    # Named, the same.
+    assert await verify("n") == (
+        1,
+        ["verified 1 batch in 1 conversation: 1 bad batch in 1 conversation"],
+        [OTHER_WRONG_TYPE_LINES[0].format(prefix=backend.prefix)],
+    )
+    assert await verify("a") == (0, ["verified 1 batch in 1 conversation: all sound"], [])
+
+
+@over_backends("redis")
+async def test_a_redis_wrongtype_answer_is_not_retried_on_a_fresh_connection(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scope.historystores.redis import RedisStore
+
+    await seed(backend, {"n": 1})
+    client = import_driver("redis.asyncio").Redis.from_url(backend.url)
+    try:
+        await plant_other_wrong_types(client, backend.prefix)
+    finally:
+        await client.aclose()
+    reconnects: list[object] = []
+    reconnect = RedisStore._reconnect
+
+    async def counted(self: RedisStore) -> None:
+        reconnects.append(self)
+        await reconnect(self)
+
+    monkeypatch.setattr(RedisStore, "_reconnect", counted)
+    async with await backend.open() as store:
+        with pytest.raises(StoreError, match="WRONGTYPE") as caught:
+            await store.append(batch("n", "a2"))
+    assert "retried on a fresh connection" not in str(caught.value)
+    assert reconnects == []
+
+
 @over_backends("redis")
 async def test_verify_names_a_redis_listing_of_the_wrong_type(
     backend: Backend, cli_opens: None

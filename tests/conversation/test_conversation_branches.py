@@ -22,7 +22,7 @@ from scope.errors import (
     ProviderServerError,
     UnknownHeadError,
 )
-from scope.history import Batch
+from scope.history import Batch, erase
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
 
@@ -310,6 +310,8 @@ class Meddling(Answers):
             if self.act == "append":
                 other = (user_message("o"), assistant_message("a"))
                 await self.store.append(Batch("c", "other", other))
+            elif self.act == "erase":
+                await erase(self.store, "c")
             else:
                 await self.store.clear("c")
         return text
@@ -331,16 +333,45 @@ async def test_a_turn_landing_while_the_new_turn_runs_wins_the_commit() -> None:
     assert len((await store.read_tree("c")).batches) == 3
 
 
-async def test_a_move_back_that_fails_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("act", ["clear", "erase"])
+async def test_a_conversation_closed_during_a_regenerate_is_not_logged_by_id(
+    caplog: pytest.LogCaptureFixture, act: str
+) -> None:
+    # An erase racing a regenerate: the head cannot move back (no head is left), and no
+    # log line names the conversation, whose id the store no longer keeps.
     store = InMemoryStore()
-    answers = Meddling(store, 2, "clear")
+    answers = Meddling(store, 2, act)
+    conversation = Conversation(answers.model(), store, "c")
+    await conversation.ask("q1")
+    with caplog.at_level(logging.DEBUG), pytest.raises(CommitError):
+        await conversation.regenerate()
+    assert caplog.records  # the debug line was written, without the id
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "'c'" not in caplog.text and '"c"' not in caplog.text
+    assert (await store.read_tree("c")).closed
+
+
+class LosingMoves(InMemoryStore):
+    """A store whose head moves after the first fail as if the batch vanished."""
+
+    moves = 0
+
+    async def move_head(self, *args: Any, **kwargs: Any) -> int:
+        self.moves += 1
+        if self.moves > 1:
+            raise UnknownHeadError("conversation 'c' holds no batch 'x'")
+        return await super().move_head(*args, **kwargs)
+
+
+async def test_a_move_back_that_fails_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    store = LosingMoves()
+    answers = Meddling(store, 2, "append")
     conversation = Conversation(answers.model(), store, "c")
     await conversation.ask("q1")
     with caplog.at_level(logging.WARNING, logger="scope.conversation"), pytest.raises(CommitError):
         await conversation.regenerate()
     assert any(
-        "the head could not move back" in r.getMessage()
-        and "ConversationClosedError" in r.getMessage()
+        "the head could not move back" in r.getMessage() and "UnknownHeadError" in r.getMessage()
         for r in caplog.records
     )
 

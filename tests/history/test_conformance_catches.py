@@ -549,6 +549,7 @@ _ERASURE_LAYER = textwrap.dedent(
                 bytes=0 if "erase-counts" in self.broken else size,
                 erased_at=_dt.datetime.now(_dt.UTC),
                 store="memory",
+                conversation_id=None if "erase-no-id" in self.broken else cid,
             )
 
         async def erase_owned(self, owner, *, limit=100):
@@ -666,6 +667,11 @@ _ERASURE_CASES = [
             "test_check_erased_is_empty_after_erase",
             "test_erase_again_gives_an_empty_receipt",
         },
+    ),
+    (
+        "erase-no-id",
+        "in_memory_only",
+        {"test_erase_receipts_name_the_conversation_in_memory_only"},
     ),
     ("erase-cache", "cache", {"test_erase_makes_the_cache_forget"}),
     ("erase-prefix", "hostile", {"test_erase_keeps_hostile_ids_apart"}),

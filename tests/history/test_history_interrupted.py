@@ -38,7 +38,15 @@ from scope.errors import (
     ProviderServerError,
     StoreError,
 )
-from scope.history import Batch, IncompleteReason, IncompleteTurn, Middleware, Receipt, _interrupted
+from scope.history import (
+    Batch,
+    IncompleteReason,
+    IncompleteTurn,
+    Middleware,
+    Receipt,
+    _interrupted,
+    erase,
+)
 from scope.history.inmemory import InMemoryStore
 from scope.testing import Fail, Hang, ScriptedModel
 from tests.servers import fresh_store, over_backends
@@ -307,6 +315,28 @@ async def test_a_turn_that_landed_meanwhile_fences_the_interrupted_one_out(
     assert [m.text for m in await store.read(CID)] == ["other q", "other"]
     assert reports[0].kept is None
     assert "was not stored" in caplog.text and "HistoryChangedError" in caplog.text
+
+
+async def test_an_interrupted_turn_of_an_erased_conversation_logs_no_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = InMemoryStore()
+    mw, reports = keeping(store)
+    error = ProviderServerError("dropped")
+
+    async def generate(request: Request) -> AsyncGenerator[Response, None]:
+        yield Response(Output(assistant_message("partial")))
+        await erase(store, CID)  # erased while the turn runs
+        raise error
+
+    with caplog.at_level(logging.DEBUG), pytest.raises(ProviderServerError) as info:
+        await collect(mw.stream(StreamerFunc(generate)).stream(QUESTION))
+    assert info.value is error
+    assert reports[0].kept is None
+    assert await store.read(CID) == []
+    assert "an interrupted turn was not stored: its conversation is closed" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert str(CID) not in caplog.text
 
 
 async def test_a_hung_store_during_the_shielded_write_is_bounded(

@@ -155,6 +155,32 @@ async def test_timeouts_and_other_errors_are_not_retried() -> None:
 
 
 @pytest.mark.anyio
+async def test_an_answer_of_the_server_is_never_retried_even_from_inside_the_driver() -> None:
+    # redis-py raises WRONGTYPE from inside its package, where an unknown exception counts
+    # as a dropped connection: ``answers`` picks it out first.
+    class Answer(Exception):
+        pass
+
+    driver = Driver(
+        "Fake",
+        errors=(Answer, Refused),
+        retryable=(ConnectionError, Answer),
+        package="tests",
+        answers=lambda exc: isinstance(exc, Answer) and str(exc).startswith("WRONGTYPE"),
+    )
+    wrong = Answer("WRONGTYPE Operation against a key holding the wrong kind of value")
+    assert driver.kind(wrong) == "error"
+    assert driver.kind(Answer("TRYAGAIN")) == "retry"
+    store = FakeStore()
+    attempt, calls = attempts(wrong, "never")
+    with pytest.raises(StoreError) as caught:
+        await retry_once(store, driver, attempt, "append")
+    assert str(caught.value) == f"Fake append failed: Answer: {wrong}"
+    assert "retried" not in str(caught.value)
+    assert (len(calls), store.reconnects) == (1, 0)
+
+
+@pytest.mark.anyio
 async def test_a_store_closed_meanwhile_refuses_the_retry() -> None:
     store = FakeStore()
     store.closed = True

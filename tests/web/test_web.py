@@ -21,9 +21,12 @@ from scope.chat import (
     assistant_message,
     reasoning_part,
     tool_call_part,
+    user_message,
 )
 from scope.conversation import Conversation
 from scope.errors import (
+    CommitError,
+    ConversationClosedError,
     InvalidConversationIDError,
     InvalidRequestError,
     ProviderServerError,
@@ -31,7 +34,7 @@ from scope.errors import (
     TurnInterruptedError,
     TurnLogError,
 )
-from scope.history import ConversationID
+from scope.history import Batch, ConversationID, ErasureReceipt, erase, erase_owner
 from scope.history.inmemory import InMemoryStore
 from scope.media import SourceKind
 from scope.testing import FunctionModel, Hang, ScriptedModel
@@ -735,6 +738,31 @@ async def test_a_refused_or_interrupted_turn_is_logged_as_info(
     assert "TurnInProgressError: busy" in records[0].getMessage()
 
 
+async def test_a_turn_of_a_closed_conversation_is_logged_without_its_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Erased while the turn ran: the error names the conversation, the log must not.
+    closed = ConversationClosedError("conversation 'erased-7f3' is closed")
+    answer = assistant_message("a")
+    commit = CommitError(
+        "the turn could not be stored: conversation 'erased-7f3' is closed",
+        batch=Batch("erased-7f3", "a1", [user_message("q"), answer]),
+        response=Response(Output(answer, FinishReason.STOP)),
+        retryable=False,
+    )
+    commit.__cause__ = closed
+    with caplog.at_level("DEBUG"):
+        for error in (closed, commit):
+            encoded = ui_message_stream(_items(chunk("a"), error))
+            data = await _collect(encoded)
+            assert b'"type":"error"' in data and encoded.error is error
+    records = [r for r in caplog.records if r.name == "scope.web"]
+    assert [r.levelname for r in records] == ["INFO", "INFO"]
+    assert [r.exc_info for r in records] == [None, None]
+    assert "its conversation is closed (CommitError)" in records[1].getMessage()
+    assert "erased-7f3" not in caplog.text
+
+
 async def test_the_encoded_stream_closes_its_source_in_async_with() -> None:
     closed: list[bool] = []
 
@@ -1124,6 +1152,66 @@ async def test_resumable_turns_erase_stops_a_running_turn_and_deletes_its_log(
             with pytest.raises(TurnLogError):
                 await _collect(turns.stream("c"))
     assert await store.read("c") == []  # the running turn was stopped, nothing stored
+
+
+async def test_resumable_turns_follow_erase_owner_and_stop_a_running_turn(log: TurnLog) -> None:
+    # DESIGN §6n: after erase_owner, no copy of the erased chats is served or stored.
+    gate = anyio.Event()
+    store = InMemoryStore()
+    for cid in ("chat-a", "chat-b", "chat-c"):
+        first = Batch(cid, "t0", [user_message("q0"), assistant_message("a0")])
+        await store.append(first, owner="bob" if cid == "chat-c" else "alice")
+    running = Conversation(_gated_model(gate), store, "chat-a")
+    kept = Conversation(_gated_model(gate), store, "chat-c")
+    with anyio.fail_after(10):
+        async with ResumableTurns(log) as turns:
+            await turns.start("chat-a", ui_message_stream(running.stream("hi")))
+            await turns.start("chat-c", ui_message_stream(kept.stream("hi")))
+            reader = turns.stream("chat-a")
+            seen = b""
+            while b"first" not in seen:  # the turn is answering (held at the gate)
+                seen += await anext(reader)
+            await reader.aclose()
+            receipts = await erase_owner(store, "alice")
+            assert sorted(str(r.conversation_id) for r in receipts) == ["chat-a", "chat-b"]
+            await turns.erased(receipts)
+            with pytest.raises(TurnLogError):
+                await _collect(turns.stream("chat-a"))
+            gate.set()  # bob's turn goes on, and is stored
+            assert b"second" in await _collect(turns.stream("chat-c"))
+    # The running turn was stopped: nothing of it stored, the tombstone proves it.
+    for receipt in receipts:
+        assert await store.check_erased(receipt) == []
+        assert await store.read(str(receipt.conversation_id)) == []
+        # The id is handed over in memory only: never in the receipt's JSON or repr.
+        assert str(receipt.conversation_id).encode() not in receipt.to_json()
+        assert str(receipt.conversation_id) not in repr(receipt)
+    assert [m.text for m in await store.read("chat-c")] == ["q0", "a0", "hi", "first second"]
+
+
+async def test_resumable_turns_erased_checks_every_receipt_first() -> None:
+    store = InMemoryStore()
+    await store.append(Batch("c", "t0", [user_message("q"), assistant_message("a")]))
+    receipt = await erase(store, "c")
+    assert receipt.conversation_id == "c"
+    read_back = ErasureReceipt.from_json(receipt.to_json())
+    assert read_back == receipt and read_back.conversation_id is None
+    erased: list[str] = []
+    turns = ResumableTurns()
+    original = turns.erase
+
+    async def recording(turn_id: str) -> None:
+        erased.append(turn_id)
+        await original(turn_id)
+
+    turns.erase = recording  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match=r"receipts\[1\] names no conversation"):
+        await turns.erased([receipt, read_back])
+    with pytest.raises(TypeError, match=r"receipts\[1\] must be an ErasureReceipt, got str"):
+        await turns.erased([receipt, "c"])  # type: ignore[list-item]
+    assert erased == []  # nothing touched before every receipt passed
+    await turns.erased([receipt, receipt])
+    assert erased == ["c"]
 
 
 async def test_resumable_turns_erase_needs_a_log_that_erases() -> None:

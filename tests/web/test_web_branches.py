@@ -9,14 +9,20 @@ in-memory reference store, under asyncio and trio. (The real clients: test_web_c
 from __future__ import annotations
 
 import contextlib
+import datetime
 from typing import Any
 
 import pytest
 
 from scope.chat import Message, Request, assistant_message, system_message, user_message
 from scope.conversation import Conversation, TurnEvent
-from scope.errors import HistoryChangedError, HistoryDivergedError, InvalidRequestError
-from scope.history import Batch
+from scope.errors import (
+    ConversationClosedError,
+    HistoryChangedError,
+    HistoryDivergedError,
+    InvalidRequestError,
+)
+from scope.history import Batch, erase
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
 from scope.web import (
@@ -251,21 +257,100 @@ async def test_a_diverged_agui_run_is_refused(
     assert await store.read_tree("chat") == before
 
 
-async def test_with_on_divergence_edit_a_dropped_turn_is_edited() -> None:
+async def test_with_on_divergence_edit_a_run_naming_a_dropped_message_edits_its_turn() -> None:
     store, _, conversation = await two_agui_turns()
-    edited = run_input_from_agui(agui([user("q1", "u1"), user("q2, edited", "u9")]))
+    # The client edited q2 and kept its id: the edit names the message it replaces.
+    edited = run_input_from_agui(agui([user("q1", "u1"), user("q2, edited", "u2")]))
     result = await run(await agui_turn(conversation, edited, on_divergence="edit"))
     assert result == "answer 3 to q2, edited"
     assert await texts(store) == ["q1", "answer 1 to q1", "q2, edited", "answer 3 to q2, edited"]
-    first = run_input_from_agui(agui([user("q1 again", "u8")]))
+    first = run_input_from_agui(agui([user("q1 again", "u1")]))
     assert await run(await agui_turn(conversation, first, on_divergence="edit")) == (
         "answer 4 to q1 again"
     )
     assert await texts(store) == ["q1 again", "answer 4 to q1 again"]
+    assert len((await store.read_tree("chat")).batches) == 4  # nothing deleted
+    # Under the default, the same named edit is refused, nothing moved.
+    before = await store.read_tree("chat")
+    again = run_input_from_agui(agui([user("q1 a third time", "u1")]))
+    with pytest.raises(HistoryDivergedError, match="the client dropped turn 1") as caught:
+        await agui_turn(conversation, again)
+    assert caught.value.turn == 1
+    assert await store.read_tree("chat") == before
     # Other divergences stay refused.
     changed = run_input_from_agui(agui([user("q1, changed", "u8"), user("x")]))
-    with pytest.raises(HistoryDivergedError):
+    with pytest.raises(HistoryDivergedError, match="user message 1 is not the stored one"):
         await agui_turn(conversation, changed, on_divergence="edit")
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [user("q3", "u3")],  # only the new message
+        [user("q1", "u1"), answer("answer 1 to q1", "r:1"), user("q3", "u3")],  # part of it
+        [user("q3")],  # only the new message, no id
+        [user("q1", "u1"), user("q3")],
+    ],
+    ids=["alone", "prefix", "alone-no-id", "prefix-no-id"],
+)
+async def test_with_on_divergence_edit_a_prefix_and_a_new_message_is_a_new_turn(
+    messages: list[dict[str, Any]],
+) -> None:
+    store, answers, conversation = await two_agui_turns()
+    before = (await store.read_tree("chat")).batches
+    run_input = run_input_from_agui(agui(messages))
+    result = await run(await agui_turn(conversation, run_input, on_divergence="edit"))
+    assert result == "answer 3 to q3"
+    # A third turn on the head: turns 1 and 2 stay on the head path, nothing rewound.
+    assert await texts(store) == [
+        "q1",
+        "answer 1 to q1",
+        "q2",
+        "answer 2 to q2",
+        "q3",
+        "answer 3 to q3",
+    ]
+    tree = await store.read_tree("chat")
+    assert tree.batches[:2] == before and len(tree.batches) == 3
+    assert tree.parents[2] == 1
+    assert answers.asked == ["q1", "q2", "q3"]
+    # Under the default the client's copy is stale: refused, nothing moved.
+    with pytest.raises(HistoryDivergedError, match="the client dropped turn"):
+        await agui_turn(conversation, run_input_from_agui(agui([user("q4", "u4")])))
+    assert (await store.read_tree("chat")) == tree
+
+
+async def test_with_on_divergence_edit_a_resent_partial_run_is_stored_once() -> None:
+    store, answers, conversation = await two_agui_turns()
+    run_input = run_input_from_agui(agui([user("q3", "u3")]))
+    assert await run(await agui_turn(conversation, run_input, on_divergence="edit")) == (
+        "answer 3 to q3"
+    )
+    # The same body posted again: the stored head turn, replayed (no model call).
+    assert await run(await agui_turn(conversation, run_input, on_divergence="edit")) == (
+        "answer 3 to q3"
+    )
+    assert answers.asked == ["q1", "q2", "q3"]
+    assert len((await store.read_tree("chat")).batches) == 3
+    # Once another turn follows it, the resend is refused, not answered again.
+    await run(
+        await agui_turn(
+            conversation, run_input_from_agui(agui([user("q4", "u4")])), on_divergence="edit"
+        )
+    )
+    with pytest.raises(HistoryDivergedError, match="'u3' is already stored as turn 3"):
+        await agui_turn(conversation, run_input, on_divergence="edit")
+    assert answers.asked == ["q1", "q2", "q3", "q4"]
+
+
+async def test_with_on_divergence_edit_a_partial_run_racing_a_turn_fails_in_its_stream() -> None:
+    store, answers, conversation = await two_agui_turns()
+    run_input = run_input_from_agui(agui([user("q3", "u3")]))
+    events = await agui_turn(conversation, run_input, on_divergence="edit")
+    await store.append(Batch("chat", "other", (user_message("o"), assistant_message("a"))))
+    with pytest.raises(HistoryChangedError):
+        await run(events)
+    assert answers.asked == ["q1", "q2"]
 
 
 async def test_a_compaction_summary_is_no_user_turn() -> None:
@@ -323,3 +408,58 @@ async def test_a_retried_agui_run_that_was_stored_is_not_an_edit(on_divergence: 
     with pytest.raises(HistoryDivergedError, match="'u1' is already stored as turn 1") as caught:
         await agui_turn(conversation, run_input_from_agui(agui([user("q1", "u1")])))
     assert (caught.value.turn, caught.value.message_id) == (1, "u1")
+
+
+# ---------------------------------------------------------------- closed chats
+
+
+async def closed(how: str) -> tuple[Answers, Conversation]:
+    """A chat with one turn (``u1``), then cleared, erased or expired."""
+    now = [1_000.0]
+    store = InMemoryStore(retention=datetime.timedelta(hours=1), clock=lambda: now[0])
+    answers = Answers()
+    conversation = Conversation(FunctionModel(answers), store, "chat")
+    await run(await ui_turn(conversation, chat_request_from_ui(ui("q1", "u1"))))
+    if how == "cleared":
+        await store.clear("chat")
+    elif how == "erased":
+        await erase(store, "chat")
+    else:
+        now[0] += 7_200  # two hours on: past the retention
+    return answers, conversation
+
+
+@pytest.mark.parametrize("how", ["cleared", "erased", "expired"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        ui("q2", "u2"),  # a new message
+        ui("q1, edited", "u1", messageId="u1"),  # an edit
+        ui("q1", "u1", trigger="regenerate-message"),  # a regenerate
+    ],
+    ids=["submit", "edit", "regenerate"],
+)
+async def test_a_request_to_a_closed_chat_is_refused_before_any_event(
+    how: str, body: dict[str, Any]
+) -> None:
+    answers, conversation = await closed(how)
+    with pytest.raises(ConversationClosedError, match=r"chat 'chat' is closed \(cleared, erased"):
+        await ui_turn(conversation, chat_request_from_ui(body))
+    assert answers.asked == ["q1"]  # no model call
+
+
+@pytest.mark.parametrize("how", ["cleared", "erased", "expired"])
+@pytest.mark.parametrize("on_divergence", ["refuse", "edit"])
+async def test_an_agui_run_on_a_closed_thread_is_refused_before_any_event(
+    how: str, on_divergence: Any
+) -> None:
+    answers, conversation = await closed(how)
+    for messages in (
+        [user("q1", "u1"), answer("answer 1 to q1", "r:1"), user("q2", "u2")],
+        [user("q2", "u2")],
+    ):
+        with pytest.raises(ConversationClosedError, match="it takes no new turn"):
+            await agui_turn(
+                conversation, run_input_from_agui(agui(messages)), on_divergence=on_divergence
+            )
+    assert answers.asked == ["q1"]

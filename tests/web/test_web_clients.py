@@ -456,23 +456,31 @@ def test_agui_client_diverging_from_the_stored_thread(on_divergence: str) -> Non
             base, [*first["messages"], {"id": "u2", "role": "user", "content": "q2"}], "r2"
         )
         assert (first["error"], second["error"]) == (None, None)
-        # HttpAgent with the thread as it shows it, the second question edited.
+        # HttpAgent with the thread as it shows it, the second question edited under its
+        # own id: an edit that names the message it replaces.
         edited = _agui_run(
-            base, [*first["messages"], {"id": "u3", "role": "user", "content": "q2, edited"}], "r3"
+            base, [*first["messages"], {"id": "u2", "role": "user", "content": "q2, edited"}], "r3"
         )
+        # HttpAgent holding only its new message (it keeps no thread).
+        alone = _agui_run(base, [{"id": "u4", "role": "user", "content": "q4"}], "r4")
     if on_divergence == "refuse":
-        assert edited["error"].startswith("client error: HTTP 409: thread 'thread-tree'")
-        assert "the client dropped turn 2" in edited["error"]
+        for refused in (edited, alone):
+            assert refused["error"].startswith("client error: HTTP 409: thread 'thread-tree'")
+            assert "the client dropped turn" in refused["error"]
         assert counted.calls == 2
         assert [m["text"] for m in _texts(store, "thread-tree")][-1] == "answer 2 to q2"
     else:
-        assert edited["error"] is None
+        assert (edited["error"], alone["error"]) == (None, None)
         assert edited["messages"][-1]["content"] == "answer 3 to q2, edited"
+        assert alone["messages"][-1]["content"] == "answer 4 to q4"
+        # The run of q4 alone is a new turn on the edited thread, not an edit of turn 1.
         assert _texts(store, "thread-tree") == [
             {"role": "user", "text": "q1"},
             {"role": "assistant", "text": "answer 1 to q1"},
             {"role": "user", "text": "q2, edited"},
             {"role": "assistant", "text": "answer 3 to q2, edited"},
+            {"role": "user", "text": "q4"},
+            {"role": "assistant", "text": "answer 4 to q4"},
         ]
 
 

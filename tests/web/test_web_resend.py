@@ -289,6 +289,10 @@ async def test_a_late_resend_of_a_turn_on_a_left_branch_is_diverged(store: Any) 
     with pytest.raises(HistoryDivergedError, match="on a branch the conversation has left"):
         await agui_turn(conversation, agui(user("q1b", "u1"), user("q2", "u2")))
     with pytest.raises(HistoryDivergedError, match="already stored, but not as turn 1"):
+        await agui_turn(conversation, agui(user("q2", "u2")))
+    # With on_divergence="edit" a run of its new message alone is a new turn: the id on a
+    # left branch is the same late resend.
+    with pytest.raises(HistoryDivergedError, match="on a branch the conversation has left"):
         await agui_turn(conversation, agui(user("q2", "u2")), on_divergence="edit")
     assert len(answers.asked) == 3
     assert await store.read_tree("chat") == before

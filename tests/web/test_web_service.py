@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from scope.chat import Request, user_message
+from scope.history import erase
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
 from tests.web_server import live_server
@@ -259,6 +260,24 @@ def test_a_second_message_while_a_turn_runs_is_409_before_the_model(service: Ser
     while len(anyio.run(service.store.read, chat)) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)  # the first turn runs on after its client left, and completes
     assert [m.role for m in anyio.run(service.store.read, chat)] == ["user", "assistant"]
+
+
+@pytest.mark.parametrize("route", ["/api/chat", "/api/agui"])
+def test_a_request_to_an_erased_chat_is_410_before_the_model(service: Service, route: str) -> None:
+    chat = f"chat-erased{route.replace('/', '-')}"
+    with httpx.Client(base_url=service.base, timeout=10) as client:
+        first = client.post("/api/chat", content=_ui(chat, id="m1"), headers=JSON)
+        assert first.status_code == 200
+        anyio.run(erase, service.store, chat)
+        calls = len(service.questions)
+        if route == "/api/chat":
+            body = _ui(chat, id="m2")
+        else:
+            body = _agui(threadId=chat, messages=[{"id": "m2", "role": "user", "content": "hi"}])
+        refused = client.post(route, content=body, headers=JSON)
+    assert refused.status_code == 410
+    assert f"chat {chat!r} is closed (cleared, erased or expired)" in refused.text
+    assert len(service.questions) == calls
 
 
 def _deltas(text: str, kind: str = "text-delta") -> str:

@@ -35,7 +35,8 @@ by its content type, 413 for one over ``max_body`` bytes, 400 for every
 ``InvalidRequestError`` (the body, the message, the ids, the trigger: scope.web's one
 error rule), 409 (``TurnInProgressError``) for a second turn of a chat whose turn
 still runs, 409 (``HistoryDivergedError``) for a request whose copy of the chat is not
-the stored one (an edit or regenerate naming a message the chat does not hold). A
+the stored one (an edit or regenerate naming a message the chat does not hold), 410
+(``ConversationClosedError``) for a chat that was cleared, erased or expired. A
 failure during a turn reaches the client as the protocol's error event and is logged
 on the ``scope.web`` logger.
 """
@@ -58,6 +59,7 @@ from scope.chat import Model, Streamer
 from scope.chat import Request as ChatRequest
 from scope.conversation import Conversation
 from scope.errors import (
+    ConversationClosedError,
     HistoryDivergedError,
     InvalidRequestError,
     TurnInProgressError,
@@ -158,6 +160,8 @@ def create_app(
             events = await ui_turn(conversation(asked.chat_id), asked)
         except HistoryDivergedError as exc:  # it names a message the chat does not hold
             return PlainTextResponse(str(exc), status_code=409)
+        except ConversationClosedError as exc:  # cleared, erased or expired
+            return PlainTextResponse(str(exc), status_code=410)
         frames = ui_message_stream(events, message_id=uuid.uuid4().hex)
         try:
             await turns.start(asked.chat_id, frames)
@@ -188,6 +192,8 @@ def create_app(
             events = await agui_turn(conversation(run.thread_id), run, on_divergence=on_divergence)
         except HistoryDivergedError as exc:  # the client's thread is not the stored one
             return PlainTextResponse(str(exc), status_code=409)
+        except ConversationClosedError as exc:
+            return PlainTextResponse(str(exc), status_code=410)
         frames = agui_events(events, thread_id=run.thread_id, run_id=run.run_id)
         try:
             await turns.start(run.thread_id, frames)

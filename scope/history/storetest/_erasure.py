@@ -361,6 +361,21 @@ class ErasureRules(Base):
         assert await store.check_erased(receipt) == []
         assert _texts(await store.read("d")) == ["d/a1/0", "d/a1/1"]
 
+    async def test_erase_receipts_name_the_conversation_in_memory_only(self, store: Any) -> None:
+        # DESIGN §6n: the service gets each erased id once, to erase its own copies;
+        # the receipt's JSON (what is kept) never holds it.
+        await store.append(_batch("c-erased", "a1"), owner="alice")
+        await store.append(_batch("d-erased", "a1"), owner="alice")
+        receipt = await store.erase("c-erased")
+        owned = await store.erase_owned("alice")
+        assert receipt.conversation_id == "c-erased"
+        assert [str(r.conversation_id) for r in owned] == ["d-erased"]
+        for erased in (receipt, *owned):
+            assert b"-erased" not in erased.to_json()
+            assert "-erased" not in repr(erased)
+            read_back = ErasureReceipt.from_json(erased.to_json())
+            assert read_back == erased and read_back.conversation_id is None
+
     async def test_check_erased_reports_a_forged_receipt(self, store: Any) -> None:
         await store.append(_batch("c", "a1"))
         real = await store.erase("c")
