@@ -349,6 +349,14 @@ def build_parser() -> argparse.ArgumentParser:
         "receipt per line, as scope history erase prints them): each tombstone is in the "
         "store and no stored conversation id hashes to it",
     )
+    verify.add_argument(
+        "--against",
+        metavar="URL",
+        help="then compare with the store at URL (an export's source and its import, say): "
+        "every conversation either lists must have the same batches (append id, digest, "
+        "parent: the same chain digest on every path), head, owner, recorded moves and "
+        "expiry; one error line per conversation that differs (exit status 1)",
+    )
     erase_ = actions.add_parser(
         "erase",
         parents=[store_parent],
@@ -477,6 +485,21 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if action == "verify":
         from scope.cli._verify import verify_store
 
+        if args.against is not None:
+            from scope.cli._compare import compare_stores
+
+            async def verify_and_compare() -> int:
+                status = await verify_store(
+                    url, args.conversation, stdout=sys.stdout, stderr=sys.stderr
+                )
+                return max(
+                    status,
+                    await compare_stores(
+                        url, args.against, args.conversation, stdout=sys.stdout, stderr=sys.stderr
+                    ),
+                )
+
+            return asyncio.run(verify_and_compare())
         return asyncio.run(
             verify_store(url, args.conversation, stdout=sys.stdout, stderr=sys.stderr)
         )

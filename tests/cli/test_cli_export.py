@@ -19,6 +19,7 @@ import pytest
 
 from scope.chat import assistant_message, user_message
 from scope.cli import _stores, main
+from scope.cli._compare import compare_stores, differences
 from scope.cli._errors import CLIError
 from scope.cli._export import HEADER, ConversationRecord, export_store, parse_export
 from scope.cli._history import export_conversations, import_conversations
@@ -176,6 +177,14 @@ async def test_round_trip_keeps_every_branch_head_owner_and_retention(
     out_v, err_v = io.StringIO(), io.StringIO()
     assert await verify_store("dst://", [], stdout=out_v, stderr=err_v) == 0, err_v.getvalue()
     assert out_v.getvalue() == "verified 6 batches in 4 conversations: all sound\n"
+
+    # verify --against: the two stores hold the same conversations.
+    out_c, err_c = io.StringIO(), io.StringIO()
+    assert await compare_stores("dst://", "src://", [], stdout=out_c, stderr=err_c) == 0
+    assert (out_c.getvalue(), err_c.getvalue()) == (
+        "compared 4 conversations with src://: all equal\n",
+        "",
+    )
 
     # Export of the imported store is the source's export but for the stored times.
     status, again_data, _ = await _export("dst://")
@@ -363,3 +372,83 @@ def test_a_conversation_given_twice_and_an_unknown_version_are_refused(
     err = capsys.readouterr().err
     assert err.startswith("scope: error: not an export file this scope reads: its header is ")
     assert '"version":3' in err and "reads version 2" in err
+
+
+# -- verify --against: what two stores disagree on ---------------------------------------
+
+
+async def test_differences_name_each_thing_two_stores_disagree_on() -> None:
+    a, b = InMemoryStore(), InMemoryStore()
+    until = _dt.datetime.now(_dt.UTC) + _DAY
+    for store in (a, b):
+        await _seed(store, until)
+
+    async def read(store: InMemoryStore, cid: str) -> Any:
+        return await store.read_tree(cid), await store.read_meta(cid)
+
+    for cid in ("branched", "rewound", "kept", "forever"):
+        assert differences(await read(a, cid), await read(b, cid)) == []
+    await b.append(_batch("branched", "c2", "three"))  # a batch only there; the head moved
+    await b.move_head("rewound", "a1", expected_head="", move_id="fwd-1")  # head and moves
+    await b.retain("kept", until + _DAY)
+    await b.append(_batch("new", "a1", "x"), owner="zed")
+    assert differences(await read(a, "branched"), await read(b, "branched")) == [
+        "batches only there: 'c2'",
+        "head here 'a2', there 'c2'",
+    ]
+    assert differences(await read(a, "rewound"), await read(b, "rewound")) == [
+        "head here '', there 'a1'",
+        "other recorded moves",
+    ]
+    (line,) = differences(await read(a, "kept"), await read(b, "kept"))
+    assert line.startswith("expires here at ") and ", there at " in line
+    assert differences(await read(a, "new"), await read(b, "new")) == [
+        "batches only there: 'a1'",
+        "head here '', there 'a1'",
+        "owner here None, there 'zed'",
+    ]
+    c = InMemoryStore()
+    await c.append(_batch("branched", "a1", "other words"), owner="alice")
+    await c.clear("kept")
+    (tree, meta), (other, other_meta) = await read(a, "branched"), await read(c, "branched")
+    assert differences((tree, meta), (other, other_meta))[0] == "batches only here: 'a2', 'b2'"
+    assert differences(await read(a, "kept"), await read(c, "kept"))[0] == (
+        "closed here False, there True"
+    )
+
+
+def test_verify_against_another_store_exits_1_naming_what_differs(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    until = _dt.datetime.now(_dt.UTC) + _DAY
+
+    async def make() -> None:
+        async with await SQLiteStore.open(tmp_path / "a.db") as a:
+            await _seed(a, until)
+        async with await SQLiteStore.open(tmp_path / "b.db") as b:
+            await _seed(b, until)
+            await b.append(_batch("more", "a1", "x"))
+            await b.append(_batch("branched", "c2", "three"))
+
+    anyio.run(make)
+    a, b = sqlite_url(tmp_path / "a.db"), sqlite_url(tmp_path / "b.db")
+    assert main(["history", "verify", "--store", a, "--against", a]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"compared 4 conversations with {a}: all equal"
+    )
+    assert main(["history", "verify", "--store", a, "--against", b]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        "verified 6 batches in 4 conversations: all sound",
+        f"compared 5 conversations with {b}: 2 differ",
+    ]
+    assert captured.err.splitlines() == [
+        "scope: error: conversation 'branched': batches only there: 'c2'; head here 'a2', "
+        "there 'c2'",
+        "scope: error: conversation 'more': batches only there: 'a1'; head here '', there 'a1'",
+    ]
+    # Named conversations only.
+    assert main(["history", "verify", "--store", a, "--against", b, "kept", "forever"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"compared 2 conversations with {b}: all equal"
+    )
