@@ -261,11 +261,13 @@ def is_export_header(line: bytes) -> bool:
     return True
 
 
-def parse_export(lines: Iterable[tuple[int, bytes]], source: str) -> list[tuple[int, Any]]:
+def parse_export(
+    lines: Iterable[tuple[int, bytes]], source: str
+) -> list[tuple[int, ConversationRecord]]:
     """Validate every conversation line (numbered) of a version 2 file: ``(line number,
     ConversationRecord)``; ``CLIError`` naming ``source:line`` for the first bad one or a
     conversation given twice (nothing imported by anyone before this returns)."""
-    records: list[tuple[int, Any]] = []
+    records: list[tuple[int, ConversationRecord]] = []
     seen: dict[str, int] = {}
     for number, line in lines:
         try:
@@ -414,7 +416,12 @@ async def restore_conversation(store: CLIStore, record: ConversationRecord) -> b
 
 
 async def import_records(
-    url: str, records: list[tuple[int, Any]], source: str, *, stdout: TextIO, stderr: TextIO
+    url: str,
+    records: list[tuple[int, ConversationRecord]],
+    source: str,
+    *,
+    stdout: TextIO,
+    stderr: TextIO,
 ) -> int:
     """Restore each record (``restore_conversation``); a conflict or a closed
     conversation is one error line and the import goes on (exit status 1)."""
