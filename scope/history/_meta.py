@@ -17,9 +17,11 @@ __all__ = ["ConversationMeta"]
 
 
 def _moves(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The pairs as plain ``str`` pairs sorted by move id (``AppendID`` and other str
+    subclasses become ``str``); anything else is left for ``validate`` to name."""
     pairs = tuple(tuple(pair) for pair in value)
-    if all(len(p) == 2 and all(type(x) is str for x in p) for p in pairs):
-        return tuple(sorted(pairs))  # type: ignore[arg-type]
+    if all(len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
+        return tuple(sorted((str(move), str(head)) for move, head in pairs))
     return pairs  # type: ignore[return-value]  # validate() names what is wrong
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from scope.errors import InvalidViewError
-from scope.history import ConversationMeta
+from scope.history import AppendID, ConversationMeta
 
 
 def test_defaults_are_an_unknown_conversation() -> None:
@@ -40,3 +40,9 @@ def test_moves_are_sorted_by_move_id() -> None:
 def test_invalid_fields_raise_invalid_view_error(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidViewError, match=message):
         ConversationMeta(**kwargs)  # type: ignore[arg-type]
+
+
+def test_moves_of_str_subclasses_are_plain_strings() -> None:
+    meta = ConversationMeta(moves=[(AppendID("m1"), AppendID("a1"))])
+    assert meta.moves == (("m1", "a1"),)
+    assert all(type(x) is str for x in meta.moves[0])
