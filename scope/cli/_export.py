@@ -304,8 +304,10 @@ async def export_store(store: CLIStore, sink: IO[bytes], stderr: TextIO) -> tupl
         for cid in page:
             progress.step()
             try:
-                tree = await store.read_tree(cid)
+                # The meta first: batches are never deleted but by a closure, so every
+                # move it records names a batch of the tree read after it.
                 meta = await store.read_meta(cid)
+                tree = await store.read_tree(cid)
             except StoreError as exc:  # a corrupt record: export the others
                 failed.append(f"scope: error: conversation {str(cid)!r} not exported: {exc}\n")
                 continue
@@ -315,7 +317,12 @@ async def export_store(store: CLIStore, sink: IO[bytes], stderr: TextIO) -> tupl
                     "(cleared, expired or erased) after it was listed\n"
                 )
                 continue
-            sink.write(ConversationRecord(cid, tree, meta).to_json() + b"\n")
+            try:
+                line = ConversationRecord(cid, tree, meta).to_json()
+            except InvalidBatchError as exc:  # a store that broke its own rules
+                failed.append(f"scope: error: conversation {str(cid)!r} not exported: {exc}\n")
+                continue
+            sink.write(line + b"\n")
             count += 1
     progress.done()
     return count, failed

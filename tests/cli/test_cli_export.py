@@ -25,7 +25,7 @@ from scope.cli._export import HEADER, ConversationRecord, export_store, parse_ex
 from scope.cli._history import export_conversations, import_conversations
 from scope.cli._stores import sqlite_url
 from scope.cli._verify import verify_store
-from scope.history import Batch, ConversationID, HistoryTree
+from scope.history import Batch, ConversationID, ConversationMeta, HistoryTree
 from scope.history.inmemory import InMemoryStore
 from scope.historystores.sqlite import SQLiteStore
 from tests.helpers import subprocess_env
@@ -250,6 +250,29 @@ async def test_export_names_a_conversation_closed_after_the_listing() -> None:
     assert [
         ConversationRecord.from_json(x).conversation_id for x in sink.getvalue().splitlines()[1:]
     ] == ["open"]
+
+
+async def test_export_names_a_conversation_whose_records_contradict_each_other() -> None:
+    inner = InMemoryStore()
+    await inner.append(_batch("open", "a1", "hi"))
+    await inner.append(_batch("other", "a1", "hi"))
+
+    class GhostMove:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+        async def read_meta(self, conversation_id: str) -> ConversationMeta:
+            if conversation_id == "open":
+                return ConversationMeta(moves=[("m1", "ghost")])
+            return await inner.read_meta(conversation_id)
+
+    sink = io.BytesIO()
+    count, failed = await export_store(GhostMove(), sink, io.StringIO())
+    assert count == 1
+    assert failed == [
+        "scope: error: conversation 'open' not exported: move 'm1' names no batch of this "
+        "conversation\n"
+    ]
 
 
 # -- a SIGKILL during the import ---------------------------------------------------------
