@@ -118,6 +118,7 @@ EXPECTED: dict[str, list[str]] = {
         "CommitError",
         "ConversationClosedError",
         "ConversationID",
+        "ConversationMeta",
         "DefaultTokenCounter",
         "ErasureReceipt",
         "HistoryCache",

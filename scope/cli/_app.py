@@ -310,24 +310,31 @@ def build_parser() -> argparse.ArgumentParser:
     export = actions.add_parser(
         "export",
         parents=[store_parent, no_create],
-        help="write every conversation as JSON Lines",
-        description='Write every open conversation as one JSON line {"conversation_id", '
-        '"messages"} (canonical encoding), to stdout or --output FILE. A file is written '
-        "under a temporary name and renamed when complete. A progress counter goes to "
-        "stderr when it is a terminal. A conversation whose stored records are corrupt "
-        "is left out and named on stderr; the others are exported (exit status 1).",
+        help="write the whole store as JSON Lines (export format version 2)",
+        description="Write every conversation the store lists (one rewound to its start "
+        "too) as one JSON line after a header line: its whole tree (every batch of every "
+        "branch with its append id, parent, digest and stored time; the head; recorded "
+        "moves), its owner and its retention (docs/cli.md, Export format). To stdout or "
+        "--output FILE (written under a temporary name and renamed when complete). A "
+        "progress counter goes to stderr when it is a terminal. A conversation that "
+        "cannot be written (corrupt records, cleared after the listing) is left out and "
+        "named on stderr; the others are exported (exit status 1).",
     )
     export.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
     import_ = actions.add_parser(
         "import",
         parents=[store_parent],
-        help="append the conversations of an export file",
-        description="Append each line of FILE (- for stdin) as one atomic batch. The whole "
-        "file is validated first: a malformed line aborts before anything is appended. "
-        "The append id comes from the conversation id alone, so importing a file twice is "
-        "a no-op, and a line whose messages changed since it was imported is reported as "
-        "a conflict (nothing appended for it; exit status 1). A conversation whose "
-        "stored history already starts with the line's messages is left alone.",
+        help="restore the conversations of an export file",
+        description="Restore each conversation of FILE (- for stdin). The whole file is "
+        "validated first: a malformed line aborts before anything is written. A version 2 "
+        "file restores every branch, the head, recorded moves, owner and retention, each "
+        "batch under its original append id (retries get the original receipts); every "
+        "step is idempotent, so importing twice is a no-op and an import cut short "
+        "finishes when run again. A conversation the store contradicts (other messages, "
+        "parent or owner, or closed) is named on stderr and left as it is; the others "
+        "are imported (exit status 1). An old-format file (no header, one "
+        '{"conversation_id", "messages"} line per conversation) appends each line as one '
+        "batch under an append id derived from the conversation id.",
     )
     import_.add_argument("file", metavar="FILE")
     clear = actions.add_parser(
@@ -361,6 +368,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead, check the erasure receipts in RECEIPT_FILE (- for stdin; one JSON "
         "receipt per line, as scope history erase prints them): each tombstone is in the "
         "store and no stored conversation id hashes to it",
+    )
+    verify.add_argument(
+        "--against",
+        metavar="URL",
+        help="then compare with the store at URL (an export's source and its import, say): "
+        "every conversation either lists must have the same batches (append id, digest, "
+        "parent: the same chain digest on every path), head, owner, recorded moves and "
+        "expiry; one error line per conversation that differs (exit status 1)",
     )
     erase_ = actions.add_parser(
         "erase",
@@ -490,6 +505,21 @@ def _history(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if action == "verify":
         from scope.cli._verify import verify_store
 
+        if args.against is not None:
+            from scope.cli._compare import compare_stores
+
+            async def verify_and_compare() -> int:
+                status = await verify_store(
+                    url, args.conversation, stdout=sys.stdout, stderr=sys.stderr
+                )
+                return max(
+                    status,
+                    await compare_stores(
+                        url, args.against, args.conversation, stdout=sys.stdout, stderr=sys.stderr
+                    ),
+                )
+
+            return asyncio.run(verify_and_compare())
         return asyncio.run(
             verify_store(url, args.conversation, stdout=sys.stdout, stderr=sys.stderr)
         )

@@ -31,6 +31,7 @@ import orjson
 from scope import __version__, codec
 from scope.chat import Message
 from scope.cli._errors import CLIError
+from scope.cli._export import ConversationRecord, is_export_header
 from scope.cli._history import ConversationLine
 from scope.cli._render import Progress
 from scope.cli._stores import opened_store, redact_url
@@ -130,23 +131,37 @@ def builtin_workload() -> Workload:
 
 
 def load_file(path: str, limit: int) -> Workload:
-    """The first ``limit`` conversations of an export file (``scope history export``'s
-    format), each as one batch, read line by line. A bad line raises ``CLIError``
-    naming ``path:line``."""
+    """The first ``limit`` conversations of an export file, read line by line: of a
+    version 2 file (``scope history export``'s, its header first) each conversation's
+    head path batches, of an old one each line as one batch. A bad line raises
+    ``CLIError`` naming ``path:line``."""
     batches: list[tuple[str, str, tuple[Message, ...]]] = []
+    conversations = 0
+    versioned: bool | None = None
     try:
         with open(path, "rb") as handle:
             for number, raw in enumerate(handle, 1):
-                if len(batches) >= limit:
+                if conversations >= limit:
                     break
                 line = raw.rstrip(b"\r\n")
                 if not line.strip():
                     continue
+                if versioned is None:
+                    versioned = is_export_header(line)
+                    if versioned:
+                        continue
                 try:
-                    parsed = codec.from_json(line, ConversationLine)
+                    if versioned:
+                        record = ConversationRecord.from_json(line)
+                        cid = str(record.conversation_id)
+                        batches += [(cid, str(b.id), b.messages) for b in record.tree.head_path()]
+                    else:
+                        parsed = codec.from_json(line, ConversationLine)
+                        cid = str(parsed.conversation_id)
+                        batches.append((cid, f"line-{number}", parsed.messages))
                 except InvalidBatchError as exc:
                     raise CLIError(f"{path}:{number}: {exc}") from None
-                batches.append((str(parsed.conversation_id), f"line-{number}", parsed.messages))
+                conversations += 1
     except OSError as exc:
         raise CLIError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not batches:

@@ -19,6 +19,7 @@ from scope import codec
 from scope._documents import check_messages, decode_messages
 from scope.chat import Message, Model
 from scope.cli._errors import CLIError
+from scope.cli._export import export_store, import_records, is_export_header, parse_export
 from scope.cli._render import Progress, render_batches
 from scope.cli._stores import CLIStore, opened_store, redact_url
 from scope.codec import encode_messages
@@ -27,7 +28,6 @@ from scope.errors import (
     ConversationClosedError,
     InvalidBatchError,
     InvalidConversationIDError,
-    StoreError,
 )
 from scope.history import (
     COMPACTION_KEY,
@@ -245,33 +245,20 @@ def _output(path: str | None, stdout: BinaryIO) -> Iterator[IO[bytes]]:
 async def export_conversations(
     url: str, output: str | None, *, stdout: BinaryIO, stderr: TextIO, create: bool = True
 ) -> int:
-    """Write every open conversation as one JSON line ``{"conversation_id", "messages"}``.
+    """Write every conversation the store lists in the export format (version 2, see
+    ``scope.cli._export``): the header line, then one line per conversation with its
+    whole tree (every branch, the head, the recorded moves), owner and retention; a
+    conversation rewound to its start too.
 
-    Messages are the codec's canonical encoding. With ``output`` the file is written to a
-    temporary name and renamed when complete, so a failed export never leaves a partial
-    file behind. A stored conversation id that is not valid is skipped: every other
-    conversation is exported, then the skipped ids are named on stderr (exit 1). A
-    conversation whose stored records are corrupt is left out the same way: the others
-    are exported, each failure is named on stderr at the end, and the exit status is 1.
+    With ``output`` the file is written to a temporary name and renamed when complete,
+    so a failed export never leaves a partial file behind. Nothing is skipped silently:
+    a stored conversation id that is not valid, a conversation whose stored records are
+    corrupt, or one closed between the listing and its read is named on stderr at the
+    end, every other conversation is exported, and the exit status is 1.
     """
-    failed: list[str] = []
     async with opened_store(url, create=create) as store:
-        ids = await store.conversations()
-        progress = Progress(stderr, "exported", len(ids))
-        count = 0
         with _output(output, stdout) as sink:
-            for cid in ids:
-                try:
-                    messages = await store.read(cid)
-                except StoreError as exc:  # a corrupt record: export the others
-                    failed.append(f"scope: error: conversation {str(cid)!r} not exported: {exc}\n")
-                    progress.step()
-                    continue
-                if messages:  # cleared since it was listed
-                    sink.write(ConversationLine(cid, messages).to_json() + b"\n")
-                    count += 1
-                progress.step()
-        progress.done()
+            count, failed = await export_store(store, sink, stderr)
         if output not in (None, "-"):
             stderr.write(f"exported {count} conversation{'s' if count != 1 else ''} to {output}\n")
         stderr.writelines(failed)
@@ -351,13 +338,24 @@ def read_import_file(path: str, stdin: BinaryIO) -> tuple[bytes, str]:
 async def import_conversations(
     url: str, data: bytes, source: str, *, stdout: TextIO, stderr: TextIO
 ) -> int:
-    """Append each line of an import file as one batch (see ``import_append_id``).
+    """Import an export file: one of version 2 (its header line first) restores each
+    conversation's whole tree (``scope.cli._export.restore_conversation``); one of the
+    old format (``ConversationLine`` lines) appends each line as one batch (see
+    ``import_append_id``), as below.
 
     The whole file is validated before the store is opened. Each batch is atomic; a
     conflict or a closed conversation is reported on its own line and the import goes
     on with the next conversation (exit status 1 at the end). Running the same import
     again is a no-op for every conversation that landed.
     """
+    numbered = [
+        (number, raw.removesuffix(b"\r"))
+        for number, raw in enumerate(data.split(b"\n"), 1)
+        if raw.strip()
+    ]
+    if numbered and is_export_header(numbered[0][1]):
+        records = parse_export(numbered[1:], source)
+        return await import_records(url, records, source, stdout=stdout, stderr=stderr)
     lines = parse_import(data, source)
     imported = unchanged = failed = 0
     async with opened_store(url) as store:

@@ -23,6 +23,7 @@ from scope.history._compact import compact as compact
 from scope.history._erasure import ErasureReceipt as ErasureReceipt
 from scope.history._ids import AppendID as AppendID
 from scope.history._ids import ConversationID as ConversationID
+from scope.history._meta import ConversationMeta as ConversationMeta
 from scope.history._middleware import Middleware as Middleware
 from scope.history._protocols import Clearer as Clearer
 from scope.history._protocols import Lister as Lister
@@ -54,6 +55,7 @@ __all__ = [
     "CommitError",
     "ConversationClosedError",
     "ConversationID",
+    "ConversationMeta",
     "DefaultTokenCounter",
     "ErasureReceipt",
     "HistoryCache",

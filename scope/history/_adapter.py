@@ -14,6 +14,7 @@ from scope.errors import HistoryChangedError, InvalidViewError, StoreError, Unkn
 from scope.history._batch import Batch, Receipt
 from scope.history._erasure import ErasureReceipt, check_owner
 from scope.history._ids import ConversationID
+from scope.history._meta import ConversationMeta
 from scope.history._protocols import Reader, Store, Writer
 from scope.history._tree import HistoryTree, check_head, check_move_id
 from scope.history._view import HistoryView
@@ -105,7 +106,8 @@ class StoreAdapter:
       the length, so the store's ``expected_length`` fence, when it has one, is the
       same fence.
     - Retention and erasure (``retain``, ``expire``, ``erase``, ``erase_owned``,
-      ``check_erased``) cannot be derived either (a ``clear`` keeps the id, an erasure
+      ``check_erased``) and ``read_meta`` (owner, expiry, recorded moves) cannot be
+      derived either (a ``clear`` keeps the id, an erasure
       must not): without the wrapped store's own they raise ``TypeError``. Owners:
       ``owners`` says whether the wrapped ``append`` takes ``owner=``; an append (or
       ``append_release_turn``) with an owner through an adapter whose store takes none
@@ -341,6 +343,9 @@ class StoreAdapter:
 
     async def check_erased(self, receipt: ErasureReceipt) -> list[str]:
         return await self._needed("check_erased")(receipt)  # type: ignore[no-any-return]
+
+    async def read_meta(self, conversation_id: str) -> ConversationMeta:
+        return await self._needed("read_meta")(conversation_id)  # type: ignore[no-any-return]
 
 
 def takes_owner(writer: object, method: str = "append") -> bool:

@@ -15,6 +15,7 @@ from scope.chat import Message
 from scope.history._batch import Batch, Receipt
 from scope.history._erasure import ErasureReceipt
 from scope.history._ids import ConversationID
+from scope.history._meta import ConversationMeta
 from scope.history._tree import HistoryTree
 from scope.history._view import HistoryView
 
@@ -150,7 +151,8 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
     - Branches (DESIGN §6h): a conversation is a tree of batches with one head. Every
       read above sees the head path; an append extends the head (its parent is the
       head, and it becomes the head); ``read_tree`` reads the whole tree and
-      ``move_head`` moves the head (``scope.history.rewind``/``switch`` build on it).
+      ``move_head`` moves the head (``scope.history.rewind``/``switch`` build on it);
+      ``read_meta`` reads the moves recorded, the owner and the expiry.
       Append ids are idempotency keys across the whole tree.
 
     - Retention and erasure (DESIGN §6i): ``retain``, ``expire``, ``erase``,
@@ -198,6 +200,17 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
         in one atomic read (see ``HistoryTree``). An unknown conversation is an empty
         tree, a closed one an empty tree with ``closed=True``. An invalid id raises
         ``InvalidConversationIDError`` before any I/O."""
+        ...
+
+    async def read_meta(self, conversation_id: str) -> ConversationMeta:
+        """The conversation's records that are not batches (see ``ConversationMeta``):
+        its owner, expiry, whether ``retain`` set it, and the head moves recorded under a
+        move id, in one atomic read, as stored (an expired conversation's too, until
+        ``expire`` removes it; a cleared or expired one keeps its owner until
+        ``erase``). An unknown or erased conversation is ``ConversationMeta()``.
+        ``read_tree`` and ``read_meta`` are what ``scope history export`` writes. An
+        invalid id raises ``InvalidConversationIDError`` before any I/O; a corrupt
+        record ``StoreError``."""
         ...
 
     async def move_head(

@@ -44,6 +44,7 @@ from scope.history._erasure import (
     tombstone,
 )
 from scope.history._ids import AppendID, ConversationID
+from scope.history._meta import ConversationMeta
 from scope.history._tree import HistoryTree, check_head, check_move_id
 from scope.history._view import HistoryView
 
@@ -252,6 +253,28 @@ class InMemoryStore:
             )
             head = tree.head
         return HistoryTree(batches, parents, created, head)
+
+    async def read_meta(self, conversation_id: str) -> ConversationMeta:
+        """The owner, expiry, retention setting and recorded moves under one lock (see
+        ``scope.history.Store.read_meta``); ``ConversationMeta()`` for an unknown or
+        erased conversation. An invalid id raises ``InvalidConversationIDError``."""
+        cid = ConversationID(conversation_id)
+        with self._lock:
+            tree = self._trees.get(cid)
+            moves = (
+                ()
+                if tree is None
+                else tuple(
+                    (str(mid), "" if at == -1 else str(tree.batches[at].id))
+                    for mid, at in tree.moves.items()
+                )
+            )
+            return ConversationMeta(
+                self._owners.get(cid),
+                None if (at := self._expires.get(cid)) is None else float(at),
+                cid in self._retained,
+                moves,
+            )
 
     async def move_head(
         self,

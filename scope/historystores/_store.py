@@ -16,12 +16,14 @@ from scope.errors import (
     ConversationClosedError,
     HistoryChangedError,
     InvalidBatchError,
+    InvalidViewError,
     StoreError,
     UnknownHeadError,
 )
 from scope.history import (
     Batch,
     ConversationID,
+    ConversationMeta,
     ErasureReceipt,
     HistoryCache,
     HistoryTree,
@@ -356,6 +358,20 @@ class RecordStore(RecordScanning):
         A corrupt stored record raises ``StoreError``."""
         return await self._read_tree(ConversationID(conversation_id))
 
+    async def read_meta(self, conversation_id: str) -> ConversationMeta:
+        """The conversation's owner, expiry, retention setting and recorded head moves,
+        in one atomic read (see ``scope.history.Store.read_meta``). An unknown or erased
+        conversation is ``ConversationMeta()``; a stored value that is not what scope
+        writes raises ``StoreError`` naming the conversation."""
+        cid = ConversationID(conversation_id)
+        owner, expires_at, retained, moves = await self._read_meta(cid)
+        try:
+            return ConversationMeta(owner, expires_at, retained, moves)
+        except InvalidViewError as exc:
+            raise StoreError(
+                f"conversation {str(cid)!r} is corrupt: its records beside the batches: {exc}"
+            ) from None
+
     async def move_head(
         self,
         conversation_id: str,
@@ -510,6 +526,14 @@ class RecordStore(RecordScanning):
 
     async def _read_tree(self, cid: ConversationID) -> HistoryTree:
         """``read_tree`` on a checked id: one atomic read."""
+        raise NotImplementedError
+
+    async def _read_meta(
+        self, cid: ConversationID
+    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]]]:
+        """``read_meta`` on a checked id, one atomic read: the owner (None: none), the
+        expiry in Unix seconds (None: never), whether ``retain`` set it, and the
+        recorded ``(move id, head append id)`` pairs."""
         raise NotImplementedError
 
     async def _move_head(

@@ -650,6 +650,19 @@ class PostgresStore(RecordStore):
         batches = [tuple(r[2:]) for r in rows if r[2] is not None]
         return tree_of(cid, bool(rows[0][0]), rows[0][1], batches, self._cache)
 
+    async def _read_meta(
+        self, cid: ConversationID
+    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]]]:
+        sql = self._sql
+
+        async def read(conn: Any) -> list[Any]:
+            return list(await conn.fetch(sql.meta, cid))
+
+        rows = await self._with_connection(read, f"meta read of conversation {str(cid)!r}")
+        owner, expires_at, retained = rows[0][0], rows[0][1], rows[0][2]
+        moves = [(r[3], r[4]) for r in rows if r[3] is not None]
+        return owner, expires_at, bool(retained), moves
+
     async def _move_head(
         self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
     ) -> str:
@@ -1025,6 +1038,7 @@ class _Statements:
         "functions",
         "id_pages",
         "lock_row",
+        "meta",
         "move_head",
         "owned",
         "owned_open",
@@ -1470,6 +1484,13 @@ class _Statements:
             f"INSERT INTO {secret} (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING"
         )
         self.secret = f"SELECT secret FROM {secret} WHERE id = 1"
+        # read_meta: the row's owner, expiry and retention flag beside each recorded move
+        # (one row of NULLs when neither), one statement.
+        self.meta = (
+            "SELECT c.owner, extract(epoch FROM c.expires_at)::float8, c.retained, "
+            f"m.move_id, m.head FROM (SELECT 1) AS one LEFT JOIN {conv} c ON c.id = $1 "
+            f"LEFT JOIN {moves} m ON m.conversation_id = $1"
+        )
         self.erased = f"SELECT EXISTS (SELECT 1 FROM {tombstones} WHERE tombstone = $1)"
         self.forget_erased = (
             f"DELETE FROM {conv} WHERE id = $1 AND "

@@ -456,6 +456,12 @@ end
 return outcome
 """
 
+# KEYS: meta, moves. read_meta: both hashes in one atomic step (one slot), as
+# {{field, value, ...}, {move id, head, ...}}.
+_READ_META: Final = """
+return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+"""
+
 # KEYS: closed, ids, batches, meta, tombstones, length, tree, nodes, moves[, expiring].
 # ARGV: the expiry in Unix ms ('' never), listing member, tombstone. retain: 'closed', or
 # the setting recorded (and every data key's native expiry set or removed) in one
@@ -1626,6 +1632,30 @@ class RedisStore(RecordStore):
         return page, [raw for raw in page if raw not in gone]
 
     # -- retention and erasure (DESIGN §6i) -------------------------------------------
+
+    async def _read_meta(
+        self, cid: ConversationID
+    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]]]:
+        # One script reading meta and moves (one slot: atomic, on a Cluster too).
+        moves_key = self._keys(cid)[6]
+        meta_key = self._erasure_keys(cid)[0]
+        client = self._client
+
+        async def read() -> Any:
+            return await _run(client, _READ_META, 2, meta_key, moves_key)
+
+        fields, pairs = await self._call(read, f"meta read of conversation {str(cid)!r}")
+        meta = {
+            _text(cid, fields[i], "meta field"): fields[i + 1] for i in range(0, len(fields), 2)
+        }
+        owner = None if meta.get("owner") is None else _text(cid, meta["owner"], "owner")
+        exp = meta.get("exp")
+        expiry = None if exp is None else _number(cid, exp, "expiry") / 1000
+        moves = [
+            (_text(cid, pairs[i], "move id"), _text(cid, pairs[i + 1], "move record"))
+            for i in range(0, len(pairs), 2)
+        ]
+        return owner, expiry, meta.get("retained") == b"1", moves
 
     async def _retain(self, cid: ConversationID, until: float | None) -> bool:
         # One script (Cluster: the expiry index, in another slot, after it).

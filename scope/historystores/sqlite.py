@@ -647,6 +647,27 @@ class SQLiteStore(RecordStore):
 
         return await self._run(read, f"tree read of conversation {str(cid)!r}")
 
+    async def _read_meta(
+        self, cid: ConversationID
+    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]]]:
+        # One statement (one snapshot): the conversation row's owner, expiry and
+        # retention flag beside each recorded move (one row of NULLs when neither).
+        t = self._tables
+        sql = (
+            f"SELECT c.owner, c.expires_at, c.retained, m.move_id, m.head FROM (SELECT 1) "
+            f"LEFT JOIN {t.conversations} c ON c.id = ?1 "
+            f"LEFT JOIN {t.moves} m ON m.conversation_id = ?1"
+        )
+
+        def read(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(sql, (cid,)).fetchall()
+
+        rows = await self._run(read, f"meta read of conversation {str(cid)!r}")
+        owner, expires_at, retained = rows[0][:3]
+        moves = [(r[3], r[4]) for r in rows if r[3] is not None]
+        expiry = None if expires_at is None else float(expires_at)
+        return owner, expiry, bool(retained), moves
+
     async def _move_head(
         self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
     ) -> str:

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,7 @@ from scope.chat import (
 from scope.cli import _demo as demo_module
 from scope.cli import main
 from scope.cli._errors import CLIError
+from scope.cli._export import HEADER, ConversationRecord
 from scope.cli._history import ConversationLine, import_append_id, parse_import
 from scope.cli._render import Progress, render_conversation, safe
 from scope.cli._stores import chat_store_url, sqlite_url
@@ -83,6 +85,26 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[bytes], status: int 
     assert lines[0].startswith("scope: error: "), lines
     assert "Traceback" not in proc.stderr.decode()
     return lines[0]
+
+
+def exported_ids(path: pathlib.Path) -> list[str]:
+    """The conversation ids of an export file (version 2: its header line first)."""
+    header, *lines = path.read_bytes().splitlines()
+    assert header == HEADER
+    return [json.loads(line)["conversation_id"] for line in lines]
+
+
+def old_export(data: bytes) -> bytes:
+    """A version 2 export as the old format writes it: one ``ConversationLine`` of the
+    head path's messages per conversation (what scope 0.4 exported)."""
+    records = [ConversationRecord.from_json(line) for line in data.splitlines()[1:]]
+    return b"".join(
+        ConversationLine(
+            r.conversation_id, [m for b in r.tree.head_path() for m in b.messages]
+        ).to_json()
+        + b"\n"
+        for r in records
+    )
 
 
 def store_url(tmp_path: pathlib.Path, name: str) -> str:
@@ -280,10 +302,10 @@ def test_export_import_reproduces_every_conversation(
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b""
     assert err_lines(proc) == [f"exported 2 conversations to {exported}"]  # stderr not a tty
+    assert exported_ids(exported) == ["plain", "tricky"]
     lines = exported.read_bytes().splitlines()
-    assert [json.loads(line)["conversation_id"] for line in lines] == ["plain", "tricky"]
-    assert b'"text":"Wie sp\xc3\xa4t ist es? \xf0\x9f\x95\xb0\\nzweite Zeile"' in lines[1]
-    assert b'"x":2.50' in lines[1] and b'"cost":0.10' in lines[1] and b"1.0e3" in lines[1]
+    assert b'"text":"Wie sp\xc3\xa4t ist es? \xf0\x9f\x95\xb0\\nzweite Zeile"' in lines[2]
+    assert b'"x":2.50' in lines[2] and b'"cost":0.10' in lines[2] and b"1.0e3" in lines[2]
 
     target = tmp_path / "target.sqlite3"
     proc = scope(tmp_path, "history", "import", "--store", sqlite_url(target), str(exported))
@@ -291,33 +313,49 @@ def test_export_import_reproduces_every_conversation(
     assert proc.stdout.decode() == "imported 2, already present 0, failed 0 (of 2 conversations)\n"
     assert read_all(target) == read_all(source)  # byte-equal canonical messages
 
-    # Export of the target equals the export of the source, byte for byte (stdout form).
+    # Export of the target equals the export of the source, byte for byte (stdout form),
+    # but for the stored times: the target's batches were stored by the import.
     again = scope(tmp_path, "history", "export", "--store", sqlite_url(target))
     assert again.returncode == 0
-    assert again.stdout == exported.read_bytes()
     assert again.stderr == b""
 
+    def untimed(data: bytes) -> bytes:
+        return re.sub(rb'"created":[^,]*,', b"", data)
 
-def test_export_lines_are_the_canonical_conversation_line(
+    assert untimed(again.stdout) == untimed(exported.read_bytes())
+
+
+def test_export_lines_are_the_canonical_conversation_record(
     tmp_path: pathlib.Path, source: pathlib.Path
 ) -> None:
-    """Each exported line is, byte for byte, ``{"conversation_id", "messages"}`` with
-    sorted keys and the stored canonical messages: what scope 0.1 wrote, and what the
-    ``ConversationLine`` value writes and reads back."""
+    """The first line is the header; each other line is, byte for byte, what
+    ``ConversationRecord.to_json`` writes of the conversation's tree and meta (sorted
+    keys, each batch's stored canonical messages) and reads back."""
     proc = scope(tmp_path, "history", "export", "--store", sqlite_url(source))
     assert proc.returncode == 0, proc.stderr
+    header, *lines = proc.stdout.splitlines()
+    assert header == b'{"format":"scope-history-export","version":2}'
     stored = read_all(source)
-    lines = proc.stdout.splitlines()
     assert len(lines) == len(stored) == 2
-    for line, (cid, encoded) in zip(lines, sorted(stored.items()), strict=True):
-        assert line == b'{"conversation_id":' + json.dumps(cid).encode() + b',"messages":' + (
-            encoded + b"}"
+
+    async def records() -> list[ConversationRecord]:
+        async with await SQLiteStore.open(source) as store:
+            return [
+                ConversationRecord(cid, await store.read_tree(cid), await store.read_meta(cid))
+                for cid in await store.conversations()
+            ]
+
+    for line, record in zip(lines, asyncio.run(records()), strict=True):
+        assert line == record.to_json()
+        decoded = ConversationRecord.from_json(line)
+        assert decoded == record and decoded.to_json() == line
+        flat = [m for b in record.tree.head_path() for m in b.messages]
+        assert encode_messages(flat) == stored[record.conversation_id]
+        assert line.startswith(b'{"batches":[{"created":')
+        head = record.head_id().encode()
+        assert line.endswith(
+            b'"expires_at":null,"head":"' + head + b'","moves":[],"owner":null,"retained":false}'
         )
-        decoded = codec.from_json(line, ConversationLine)
-        assert type(decoded) is ConversationLine and decoded.conversation_id == cid
-        assert encode_messages(decoded.messages) == encoded
-        assert decoded.to_json() == codec.to_json(decoded) == line
-        assert codec.from_json(b"[" + line + b"]", list[ConversationLine]) == [decoded]
 
 
 def test_conversation_line_is_a_checked_value() -> None:
@@ -340,9 +378,11 @@ def test_conversation_line_is_a_checked_value() -> None:
         codec.from_json(b"{", ConversationLine)
 
 
-def test_import_twice_is_a_no_op(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
+def test_old_format_import_twice_is_a_no_op(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
     exported = tmp_path / "export.jsonl"
-    exported.write_bytes(scope(tmp_path, "history", "export", "--store", sqlite_url(source)).stdout)
+    exported.write_bytes(
+        old_export(scope(tmp_path, "history", "export", "--store", sqlite_url(source)).stdout)
+    )
     target = tmp_path / "target.sqlite3"
     first = scope(tmp_path, "history", "import", "--store", sqlite_url(target), str(exported))
     assert first.returncode == 0
@@ -360,11 +400,13 @@ def test_import_twice_is_a_no_op(tmp_path: pathlib.Path, source: pathlib.Path) -
     assert read_all(source) == before
 
 
-def test_reimport_after_the_conversation_went_on_is_a_no_op(
+def test_old_format_reimport_after_the_conversation_went_on_is_a_no_op(
     tmp_path: pathlib.Path, source: pathlib.Path
 ) -> None:
     exported = tmp_path / "export.jsonl"
-    exported.write_bytes(scope(tmp_path, "history", "export", "--store", sqlite_url(source)).stdout)
+    exported.write_bytes(
+        old_export(scope(tmp_path, "history", "export", "--store", sqlite_url(source)).stdout)
+    )
     target = tmp_path / "target.sqlite3"
     scope(
         tmp_path,
@@ -383,11 +425,13 @@ def test_reimport_after_the_conversation_went_on_is_a_no_op(
     assert read_all(target) == before
 
 
-def test_import_back_into_the_source_after_it_went_on_duplicates_nothing(
+def test_old_format_import_back_into_the_source_after_it_went_on_duplicates_nothing(
     tmp_path: pathlib.Path, source: pathlib.Path
 ) -> None:
     exported = tmp_path / "export.jsonl"
-    exported.write_bytes(scope(tmp_path, "history", "export", "--store", sqlite_url(source)).stdout)
+    exported.write_bytes(
+        old_export(scope(tmp_path, "history", "export", "--store", sqlite_url(source)).stdout)
+    )
     later = [[user_message("and now?"), assistant_message("still here")]]
     seed(source, {"plain": later}, prefix="later")
     before = read_all(source)
@@ -399,9 +443,13 @@ def test_import_back_into_the_source_after_it_went_on_duplicates_nothing(
     assert read_all(source) == before
 
 
-def test_tampered_line_is_a_conflict(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
+def test_old_format_tampered_line_is_a_conflict(
+    tmp_path: pathlib.Path, source: pathlib.Path
+) -> None:
     exported = tmp_path / "export.jsonl"
-    exported.write_bytes(scope(tmp_path, "history", "export", "--store", sqlite_url(source)).stdout)
+    exported.write_bytes(
+        old_export(scope(tmp_path, "history", "export", "--store", sqlite_url(source)).stdout)
+    )
     target = tmp_path / "target.sqlite3"
     assert (
         scope(
@@ -549,7 +597,10 @@ def test_list_and_show(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
 
     as_json = scope(tmp_path, "history", "show", "--json", "--store", url, "tricky")
     exported = scope(tmp_path, "history", "export", "--store", url).stdout.splitlines()
-    assert as_json.stdout.splitlines() == [exported[1]]
+    # show --json is the old (version 1) line of the head path, which import still reads.
+    record = ConversationRecord.from_json(exported[2])
+    flat = [m for b in record.tree.head_path() for m in b.messages]
+    assert as_json.stdout.splitlines() == [ConversationLine("tricky", flat).to_json()]
     assert b"seed-0" not in as_json.stdout and first.digest.encode() not in as_json.stdout
 
 
@@ -606,8 +657,7 @@ def test_list_and_export_skip_an_invalid_stored_id_and_exit_1(
     assert exported.returncode == 1
     assert lines[0] == "exported 2 conversations to out.jsonl" and lines[1].startswith(error)
     assert len(lines) == 2 and "Traceback" not in exported.stderr.decode()
-    written = (tmp_path / "out.jsonl").read_bytes().splitlines()
-    assert [json.loads(line)["conversation_id"] for line in written] == ["plain", "tricky"]
+    assert exported_ids(tmp_path / "out.jsonl") == ["plain", "tricky"]
 
 
 def test_export_goes_on_past_a_corrupt_conversation_and_exits_1(
@@ -630,8 +680,7 @@ def test_export_goes_on_past_a_corrupt_conversation_and_exits_1(
     assert lines[0] == "exported 1 conversation to o.jsonl"
     assert lines[1].startswith("scope: error: conversation 'plain' not exported: ")
     assert "is corrupt" in lines[1] and len(lines) == 2
-    written = (tmp_path / "o.jsonl").read_bytes().splitlines()
-    assert [json.loads(line)["conversation_id"] for line in written] == ["tricky"]
+    assert exported_ids(tmp_path / "o.jsonl") == ["tricky"]
 
 
 def test_list_with_no_create_refuses_a_store_without_the_schema(tmp_path: pathlib.Path) -> None:

@@ -241,8 +241,9 @@ def test_bench_on_an_export_of_the_demo_store(tmp_path: pathlib.Path) -> None:
     assert scope(tmp_path, "demo", "--store", url).returncode == 0
     assert scope(tmp_path, "demo", "--store", url).returncode == 0  # two conversations
     assert scope(tmp_path, "history", "export", "--store", url, "-o", "demo.jsonl").returncode == 0
-    exported = (tmp_path / "demo.jsonl").read_bytes().splitlines()
-    messages = sum(len(json.loads(line)["messages"]) for line in exported)
+    header, *exported = (tmp_path / "demo.jsonl").read_bytes().splitlines()
+    assert json.loads(header) == {"format": "scope-history-export", "version": 2}
+    messages = sum(len(b["messages"]) for line in exported for b in json.loads(line)["batches"])
     assert len(exported) == 2
     proc = scope(tmp_path, "bench", *FAST, "--file", "demo.jsonl", "--json", "file.json")
     assert proc.returncode == 0, proc.stderr
@@ -250,10 +251,14 @@ def test_bench_on_an_export_of_the_demo_store(tmp_path: pathlib.Path) -> None:
     check_document(doc)
     assert doc["source"]["kind"] == "file"
     assert doc["source"]["description"] == "export file demo.jsonl"
-    assert (doc["source"]["conversations"], doc["source"]["batches"]) == (2, 2)
+    # The demo never branches: every batch is on the head path, each measured as stored.
+    counts = [len(json.loads(line)["batches"]) for line in exported]
+    assert (doc["source"]["conversations"], doc["source"]["batches"]) == (2, sum(counts))
     assert doc["source"]["messages"] == messages
     one = scope(tmp_path, "bench", *FAST, "--file", "demo.jsonl", "--conversations", "1")
-    assert one.stdout.decode().startswith("export file demo.jsonl: 1 conversation(s), 1 batch(es)")
+    assert one.stdout.decode().startswith(
+        f"export file demo.jsonl: 1 conversation(s), {counts[0]} batch(es)"
+    )
     # The demo's store itself, by URL: every stored batch.
     store = scope(tmp_path, "bench", *FAST, "--store", url, "--json", "store.json")
     assert store.returncode == 0, store.stderr
@@ -261,6 +266,23 @@ def test_bench_on_an_export_of_the_demo_store(tmp_path: pathlib.Path) -> None:
     check_document(doc)
     assert doc["source"]["description"] == f"store {url}"
     assert doc["source"]["conversations"] == 2 and doc["source"]["messages"] == messages
+    # A file of the old format (no header, one conversation a line) is measured too.
+    old = b"".join(
+        json.dumps(
+            {
+                "conversation_id": json.loads(line)["conversation_id"],
+                "messages": [m for b in json.loads(line)["batches"] for m in b["messages"]],
+            }
+        ).encode()
+        + b"\n"
+        for line in exported
+    )
+    (tmp_path / "old.jsonl").write_bytes(old)
+    proc = scope(tmp_path, "bench", *FAST, "--file", "old.jsonl", "--json", "old.json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "old.json").read_text())
+    assert (doc["source"]["conversations"], doc["source"]["batches"]) == (2, 2)
+    assert doc["source"]["messages"] == messages
 
 
 def test_bench_refuses_a_bad_export_line_and_a_missing_source(tmp_path: pathlib.Path) -> None:

@@ -366,7 +366,7 @@ _ERASURE_LAYER = textwrap.dedent(
     import datetime as _dt
 
     from scope._validate import check_limit
-    from scope.history import ErasureReceipt, HistoryCache, HistoryTree
+    from scope.history import ConversationMeta, ErasureReceipt, HistoryCache, HistoryTree
     from scope.history._erasure import (
         check_erase_limit, check_now, check_owner, check_until, new_secret, tombstone,
     )
@@ -468,6 +468,18 @@ _ERASURE_LAYER = textwrap.dedent(
                 if self._gone(ConversationID(conversation_id)):
                     return HistoryTree((), (), (), -1, True)
                 return tree
+
+        async def read_meta(self, conversation_id):
+            cid = ConversationID(conversation_id)
+            state = self.state
+            tree = state["trees"].get(cid)
+            moves = () if tree is None else tuple(tree["moves"].items())
+            return ConversationMeta(
+                state["owners"].get(cid),
+                state["expires"].get(cid),
+                cid in state["retained"] and "meta-retained" not in self.broken,
+                () if "meta-moves" in self.broken else moves,
+            )
 
         async def retain(self, conversation_id, until):
             cid = ConversationID(conversation_id)
@@ -649,6 +661,8 @@ _ERASURE_CASES = [
         "retention",
         {"test_store_retention_expires_a_conversation_after_its_last_append"},
     ),
+    ("meta-moves", "read_meta", {"test_read_meta_reads_owner_retention_and_recorded_moves"}),
+    ("meta-retained", "read_meta", {"test_read_meta_reads_owner_retention_and_recorded_moves"}),
     ("erase-counts", "erase_receipt", {"test_erase_receipt_counts_batches_bytes_and_digest"}),
     (
         "erase-reopens",

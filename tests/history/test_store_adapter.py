@@ -100,6 +100,8 @@ async def test_what_cannot_be_derived_raises_type_error_naming_it() -> None:
         await adapted.read_batches("c")
     with pytest.raises(TypeError, match="Simple has no conversations"):
         await adapted.conversations()
+    with pytest.raises(TypeError, match="Simple has no read_meta"):
+        await adapted.read_meta("c")
 
     class ReadOnly:
         async def read(self, conversation_id: str) -> list[Message]:
@@ -107,6 +109,12 @@ async def test_what_cannot_be_derived_raises_type_error_naming_it() -> None:
 
     with pytest.raises(TypeError, match="ReadOnly has no append"):
         await StoreAdapter(ReadOnly()).append(Batch("c", "a1", TURN))
+
+
+async def test_read_meta_is_the_wrapped_stores_own() -> None:
+    inner = InMemoryStore()
+    await inner.append(Batch("c", "a1", TURN), owner="alice")
+    assert (await StoreAdapter(inner).read_meta("c")).owner == "alice"
 
 
 async def test_the_stores_own_methods_are_used_as_they_are() -> None:

@@ -18,6 +18,7 @@ from scope.errors import (
 from scope.history._batch import Batch
 from scope.history._cache import HistoryCache
 from scope.history._erasure import EMPTY_DIGEST, STORE_KINDS, ErasureReceipt, erasure_digest
+from scope.history._meta import ConversationMeta
 from scope.history._retention import erase_owner
 from scope.history.storetest._runner import tests_on_anyio_runner
 from scope.history.storetest._support import (
@@ -249,6 +250,53 @@ class ErasureRules(Base):
 
     async def test_expire_rejects_a_naive_now_before_io(self, store: Any) -> None:
         await self._rejects_without_suspending(ValueError, store.expire, _dt.datetime.now())
+
+    # -- read_meta (DESIGN §6n: what export writes beside the tree) --------------------
+
+    async def test_read_meta_of_unknown_conversation_is_empty(self, store: Any) -> None:
+        assert await store.read_meta("never-written") == ConversationMeta()
+
+    async def test_read_meta_reads_owner_retention_and_recorded_moves(self, store: Any) -> None:
+        await store.append(_batch("c", "a1"), owner="alice")
+        await store.append(_batch("c", "a2"))
+        await store.move_head("c", "a1", expected_head="a2", move_id="m2")
+        await store.move_head("c", "", expected_head="a1", move_id="m1")
+        await store.move_head("c", "a2", expected_head="")  # no move id: nothing recorded
+        meta = await store.read_meta("c")
+        assert meta == ConversationMeta("alice", None, False, (("m1", ""), ("m2", "a1")))
+        until = _now() + _HOUR
+        await store.retain("c", until)
+        meta = await store.read_meta("c")
+        assert meta.retained is True and meta.owner == "alice"
+        assert meta.expires_at is not None and abs(meta.expires_at - until.timestamp()) < 0.01
+        await store.retain("c", None)
+        assert (await store.read_meta("c")).expires_at is None
+        assert (await store.read_meta("c")).retained is True
+        await store.append(_batch("d", "a1"))
+        assert await store.read_meta("d") == ConversationMeta()
+
+    async def test_read_meta_after_clear_keeps_the_owner_and_after_erase_nothing(
+        self, store: Any
+    ) -> None:
+        await store.append(_batch("c", "a1"), owner="alice")
+        await store.move_head("c", "", expected_head="a1", move_id="m1")
+        await store.clear("c")
+        meta = await store.read_meta("c")
+        assert meta.owner == "alice" and meta.moves == () and meta.expires_at is None
+        await store.erase("c")
+        assert await store.read_meta("c") == ConversationMeta()
+
+    async def test_read_meta_of_store_wide_retention_is_not_retained(self) -> None:
+        async with self._opened(retention=_HOUR) as store:
+            before = _now().timestamp()
+            await store.append(_batch("c", "a1"))
+            meta = await store.read_meta("c")
+            assert meta.retained is False and meta.expires_at is not None
+            # The store's clock (a server's for a server store) may differ a little.
+            assert abs(meta.expires_at - (before + 3600)) < 60
+
+    async def test_read_meta_of_invalid_id_raises_before_io(self, store: Any) -> None:
+        await self._rejects_without_suspending(InvalidConversationIDError, store.read_meta, " c")
 
     # -- erase ------------------------------------------------------------------------
 

@@ -1,0 +1,141 @@
+"""``scope history verify --against URL``: prove two stores hold the same conversations
+(an export and its import, DESIGN §6n), read-only."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Final, TextIO
+
+from scope.cli._render import Progress, safe
+from scope.cli._stores import CLIStore, opened_store, redact_url
+from scope.errors import StoreError
+from scope.history import ConversationID, ConversationMeta, HistoryTree
+
+__all__ = ["compare_stores", "differences"]
+
+#: How many ids one listing round trip asks for.
+_PAGE: Final = 1000
+
+
+async def _listed(store: CLIStore) -> AsyncIterator[ConversationID]:
+    """Every conversation the store lists, in lexical order, a page at a time."""
+    after: str | None = None
+    while page := await store.conversations(after=after, limit=_PAGE):
+        for cid in page:
+            yield cid
+        after = page[-1]
+
+
+async def _union(a: CLIStore, b: CLIStore) -> AsyncIterator[ConversationID]:
+    """The ids either store lists, each once, in lexical order (a merge of two pagings:
+    bounded memory on any store size)."""
+    left, right = _listed(a), _listed(b)
+    x = await anext(left, None)
+    y = await anext(right, None)
+    while x is not None or y is not None:
+        if x is not None and (y is None or x <= y):
+            if x == y:
+                y = await anext(right, None)
+            yield x
+            x = await anext(left, None)
+        elif y is not None:
+            yield y
+            y = await anext(right, None)
+
+
+def _shape(tree: HistoryTree) -> list[tuple[str, str, str, str]]:
+    """Each batch as (append id, digest, parent's append id, chain digest of its path)."""
+    ids = [str(batch.id) for batch in tree.batches]
+    return [
+        (ids[i], batch.digest, "" if parent == -1 else ids[parent], tree.chain(i))
+        for i, (batch, parent) in enumerate(zip(tree.batches, tree.parents, strict=True))
+    ]
+
+
+def _head(tree: HistoryTree) -> str:
+    return "" if tree.head == -1 else str(tree.batches[tree.head].id)
+
+
+def differences(
+    mine: tuple[HistoryTree, ConversationMeta], theirs: tuple[HistoryTree, ConversationMeta]
+) -> list[str]:
+    """What differs between one conversation's tree and meta in two stores (``[]``:
+    equal). Stored times are not compared (an import stores its own); expiry times are
+    compared to the millisecond (what Redis keeps)."""
+    (tree, meta), (other, other_meta) = mine, theirs
+    found: list[str] = []
+    if tree.closed != other.closed:
+        found.append(f"closed here {tree.closed}, there {other.closed}")
+    a, b = _shape(tree), _shape(other)
+    if a != b:
+        only_here = sorted({row[0] for row in a} - {row[0] for row in b})
+        only_there = sorted({row[0] for row in b} - {row[0] for row in a})
+        if only_here:
+            found.append(f"batches only here: {', '.join(map(repr, only_here))}")
+        if only_there:
+            found.append(f"batches only there: {', '.join(map(repr, only_there))}")
+        if not only_here and not only_there:
+            found.append("the same batches with other digests, parents or order")
+    if _head(tree) != _head(other):
+        found.append(f"head here {_head(tree)!r}, there {_head(other)!r}")
+    if meta.owner != other_meta.owner:
+        found.append(f"owner here {meta.owner!r}, there {other_meta.owner!r}")
+    if meta.moves != other_meta.moves:
+        found.append("other recorded moves")
+    here, there = meta.expires_at, other_meta.expires_at
+    if (here is None) != (there is None) or (
+        here is not None and there is not None and abs(here - there) >= 0.001
+    ):
+        found.append(f"expires here at {here!r}, there at {there!r}")
+    return found
+
+
+async def _read(store: CLIStore, cid: ConversationID) -> tuple[HistoryTree, ConversationMeta]:
+    return await store.read_tree(cid), await store.read_meta(cid)
+
+
+async def compare_stores(
+    url: str,
+    other: str,
+    conversation_ids: Sequence[str],
+    *,
+    stdout: TextIO,
+    stderr: TextIO,
+) -> int:
+    """Compare every conversation either store lists (or those named): the same batches
+    (append id, digest, parent, so the same chain digest on every path), the same head,
+    owner, recorded moves and expiry (``differences``). One ``scope: error:`` line per
+    conversation that differs or cannot be read, a summary on stdout; exit status 1 when
+    anything differs. Both stores are opened without creating anything and only read."""
+    compared = 0
+    differ: list[str] = []
+    async with opened_store(url, create=False) as mine, opened_store(other, create=False) as theirs:
+        progress = Progress(stderr, "compared conversations")
+        ids = _union(mine, theirs) if not conversation_ids else _named(conversation_ids)
+        async for cid in ids:
+            compared += 1
+            progress.step()
+            try:
+                found = differences(await _read(mine, cid), await _read(theirs, cid))
+            except StoreError as exc:
+                found = [f"cannot be read: {exc}"]
+            if found:
+                progress.done()
+                differ.append(cid)
+                stderr.write(
+                    safe(f"scope: error: conversation {str(cid)!r}: {'; '.join(found)}") + "\n"
+                )
+        progress.done()
+    where = redact_url(other)
+    plural = "conversation" if compared == 1 else "conversations"
+    if differ:
+        stdout.write(f"compared {compared} {plural} with {where}: {len(differ)} differ\n")
+    else:
+        stdout.write(f"compared {compared} {plural} with {where}: all equal\n")
+    stdout.flush()
+    return 1 if differ else 0
+
+
+async def _named(conversation_ids: Sequence[str]) -> AsyncIterator[ConversationID]:
+    for cid in dict.fromkeys(conversation_ids):
+        yield ConversationID(cid)
