@@ -77,6 +77,7 @@ __all__ = [
     "SIGNATURE_ONLY_KEY",
     "SYNTHETIC_ID_KEY",
     "ChunkMapper",
+    "GROUNDING_KEY",
     "build_body",
     "finish_reason",
     "parse_response",
@@ -116,6 +117,13 @@ BLOCK_REASON_KEY: Final = "gemini/block_reason"
 
 #: Output metadata: the candidate's ``finishReason`` as the API spelled it.
 FINISH_REASON_KEY: Final = "gemini/finish_reason"
+
+#: Message metadata: the candidate's ``groundingMetadata`` (search queries, the pages or
+#: documents the answer rests on, which text each supports), verbatim. The API takes no
+#: such member in a request: it is kept for the application (and ``scope.web``'s source
+#: parts), never sent back. A stream carries it on the chunk that has it, when that chunk
+#: has parts (the last one, in the recordings).
+GROUNDING_KEY: Final = "gemini/grounding"
 
 #: ``reasoning_effort`` -> ``generationConfig.thinkingConfig``: ``"none"`` is a zero
 #: thinking budget; the others a ``thinkingLevel`` with thought summaries included.
@@ -580,7 +588,7 @@ class ChunkMapper:
         # (a try costs nothing in CPython 3.11 until something raises).
         try:
             # The hot path: one candidate (index 0) with one plain text part, no finish
-            # reason, no prompt feedback (almost every chunk of an answer). Exactly the
+            # reason, no grounding, no prompt feedback (almost every chunk of an answer). Exactly the
             # chunks for which ``_chunk`` would make one text part with empty metadata
             # and no output metadata: no thought, signature, call or media member, so
             # ``_part`` reads only ``text``; the bookkeeping ``_parts`` does for such a
@@ -592,6 +600,7 @@ class ChunkMapper:
                     type(candidate) is dict
                     and candidate.get("finishReason") is None
                     and candidate.get("index", 0) == 0
+                    and candidate.get("groundingMetadata") is None
                 ):
                     content = candidate.get("content")
                     parts = content.get("parts") if type(content) is dict else None
@@ -656,11 +665,16 @@ class ChunkMapper:
                 extra = Metadata({BLOCK_REASON_KEY: blocked})
                 reason = FinishReason.CONTENT_FILTER
         response_id = _meta_text(f"{where}.responseId", _str(body, "responseId", where))
+        message_meta = _EMPTY_META
         for position, raw in enumerate(candidates):
             here = f"{where}.candidates[{position}]"
             candidate = _obj(raw, here)
             if candidate.get("index", 0) != 0:
                 continue  # one candidate is asked for; others are not carried
+            if candidate.get("groundingMetadata") is not None:
+                _obj(candidate["groundingMetadata"], f"{here}.groundingMetadata")
+                grounding = verbatim.at("candidates", position, "groundingMetadata")
+                message_meta = Metadata({GROUNDING_KEY: grounding})
             content = candidate.get("content")
             if content is not None:
                 self._parts(
@@ -681,7 +695,7 @@ class ChunkMapper:
             output_meta = None
             if raw_reason:
                 output_meta = OutputMetadata(Metadata({FINISH_REASON_KEY: raw_reason}))
-            message = Message(Role.ASSISTANT, parts) if parts else None
+            message = Message(Role.ASSISTANT, parts, message_meta) if parts else None
             output = Output(message, reason, output_meta)
         if reason is not None:
             self.finish_reason_seen = True

@@ -133,6 +133,11 @@ class _AGUISink:
     def media(self, media: Media) -> None:
         pass  # AG-UI streams no assistant media
 
+    def source(self, source_id: str, url: str, title: str) -> None:
+        # AG-UI has no source event: a CUSTOM one, as its custom events allow.
+        value = {"sourceId": source_id, "url": url, "title": title}
+        self._event({"type": "CUSTOM", "name": "source", "value": value})
+
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> None:
         self._event({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id})
 

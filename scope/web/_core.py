@@ -28,6 +28,7 @@ from scope.conversation import TurnEvent, TurnEventKind
 from scope.errors import ConversationClosedError, TurnInProgressError, TurnInterruptedError
 from scope.media import Media
 from scope.metadata import Metadata
+from scope.web._sources import grounded, images, sources
 
 __all__ = [
     "Driver",
@@ -52,6 +53,7 @@ _REASONING = PartKind.REASONING
 _TOOL_CALL_DELTA = PartKind.TOOL_CALL_DELTA
 _TOOL_CALL = PartKind.TOOL_CALL
 _MEDIA = PartKind.MEDIA
+_NATIVE = PartKind.NATIVE
 
 
 def default_error_text(exc: Exception) -> str:
@@ -77,6 +79,7 @@ class Sink(Protocol):
     def tool_end(self, call: ToolCall) -> None: ...
     def tool_result(self, result: ToolResult) -> None: ...
     def media(self, media: Media) -> None: ...
+    def source(self, source_id: str, url: str, title: str) -> None: ...
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> None: ...
     def error(self, text: str) -> None: ...
 
@@ -99,6 +102,7 @@ class Driver:
         "_in_step",
         "_last",
         "_prefix",
+        "_seen",
         "_sink",
     )
 
@@ -113,6 +117,7 @@ class Driver:
         self._block_meta: Metadata | None = None
         self._calls: dict[str, tuple[str, list[str]]] = {}  # open calls: id -> name, args
         self._in_step = False
+        self._seen: set[str] = set()  # the URLs shown as sources so far
 
     def start(self) -> None:
         self._sink.start()
@@ -191,6 +196,15 @@ class Driver:
                 assert part.media is not None
                 self._close_block()
                 sink.media(part.media)
+            elif kind is _NATIVE:
+                self._close_block()
+                for image in images(part):
+                    sink.media(image)
+            if kind is _TEXT or kind is _NATIVE:
+                self._show(sources(part))
+        metadata = output.message.metadata
+        if metadata:
+            self._show(grounded(metadata))
 
     def end(self) -> None:
         """The stream ended naturally: close what is open, then ``finish``."""
@@ -207,6 +221,13 @@ class Driver:
         """The stream failed: the protocol's error event (open blocks stay open, as the
         protocols expect of an aborted run)."""
         self._sink.error(text)
+
+    def _show(self, pages: list[tuple[str, str]]) -> None:
+        """Source parts for ``pages`` (read, cited or grounding), each URL once per stream."""
+        for url, title in pages:
+            if url not in self._seen:
+                self._seen.add(url)
+                self._sink.source(f"{self._prefix}src{len(self._seen)}", url, title)
 
     def _close_block(self) -> None:
         if self._block:

@@ -169,6 +169,12 @@ class _UISink:
             return
         self._part({"type": "file", "url": url, "mediaType": media.mime})
 
+    def source(self, source_id: str, url: str, title: str) -> None:
+        part: dict[str, Any] = {"type": "source-url", "sourceId": source_id, "url": url}
+        if title:
+            part["title"] = title
+        self._part(part)
+
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> None:
         if reason is None:
             self.out.append(b'data: {"type":"finish"}\n\n')

@@ -89,3 +89,22 @@ async def test_executable_code_goes_back_to_its_own_model_only(server: Any) -> N
             )
         assert orjson.dumps(body).find(orjson.dumps(code.decode())[1:-1]) == -1
         assert any("native item" in why for why in replay.left_out)
+
+
+async def test_grounding_is_kept_on_the_message_and_never_sent_back(server: Any) -> None:
+    from scope.models._gemini_wire import GROUNDING_KEY
+
+    server.script(load_transcript("stream_native_code")[0], load_transcript("text")[0])
+    model, _ = GEMINI.recorded(server)
+    async with model:
+        _, streamed = await accumulate(model.stream(QUESTION))
+        assert streamed.output is not None and streamed.output.message is not None
+        answer = streamed.output.message
+        recorded = _chunks()[-1]["candidates"][0]["groundingMetadata"]
+        assert answer.metadata[GROUNDING_KEY].value() == recorded
+        # By call: the last chunk as one body keeps it too.
+        called = parse_response(orjson.dumps(_chunks()[-1]))
+        assert called.output is not None and called.output.message is not None
+        assert called.output.message.metadata[GROUNDING_KEY].value() == recorded
+        await model.call(Request([*QUESTION.messages, answer, user_message("And Italy's?")]))
+    assert b"groundingChunks" not in orjson.dumps(server.requests[-1].body)
