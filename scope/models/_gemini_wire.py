@@ -588,8 +588,8 @@ class ChunkMapper:
         # (a try costs nothing in CPython 3.11 until something raises).
         try:
             # The hot path: one candidate (index 0) with one plain text part, no finish
-            # reason, no grounding, no prompt feedback (almost every chunk of an answer). Exactly the
-            # chunks for which ``_chunk`` would make one text part with empty metadata
+            # reason, no grounding, no prompt feedback (almost every chunk of an answer).
+            # Exactly the chunks for which ``_chunk`` would make one text part with empty metadata
             # and no output metadata: no thought, signature, call or media member, so
             # ``_part`` reads only ``text``; the bookkeeping ``_parts`` does for such a
             # part is the two assignments below.
