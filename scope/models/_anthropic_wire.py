@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Final, final
 
+import attrs
 import orjson
 
 from scope.chat import (
@@ -53,7 +54,7 @@ from scope.models._json_shape import meta_text as _meta_text
 from scope.models._json_shape import nested_count as _nested_count
 from scope.models._json_shape import obj as _obj
 from scope.models._prefix import PREFIX_KEY, PrefixChain
-from scope.models._provenance import DROPPED_KEY, Replay
+from scope.models._provenance import DROPPED_KEY, MODEL_KEY, Replay
 from scope.models._wire import (
     as_invalid_response,
     extension_fields,
@@ -442,14 +443,16 @@ def _assistant_blocks(
     for index, part in enumerate(message.parts):
         here = f"{where}.parts[{index}]"
         kind = part.kind
+        # After a server-side fallback, a part belongs to the model that made it.
+        mine = replay.owns_part(message, part, own)
         if kind is PartKind.TEXT:
             text_block: dict[str, Any] = {"type": "text", "text": part.text}
-            citations = part.metadata.get(CITATIONS_KEY) if own else None
+            citations = part.metadata.get(CITATIONS_KEY) if mine else None
             if citations is not None:
                 text_block["citations"] = orjson.Fragment(citations.bytes)
             blocks.append(text_block)
         elif kind is PartKind.REASONING:
-            if not own:
+            if not mine:
                 # Another model's thinking: its signature would be refused (400 "Invalid
                 # signature in thinking block"), and it never becomes prompt text.
                 replay.leave_out(here, "reasoning of another model")
@@ -481,12 +484,12 @@ def _assistant_blocks(
                 "name": call.name,
                 "input": _arguments(call.arguments, here),
             }
-            caller = part.metadata.get(CALLER_KEY) if own else None
+            caller = part.metadata.get(CALLER_KEY) if mine else None
             if caller is not None:
                 use["caller"] = orjson.Fragment(caller.bytes)
             blocks.append(use)
         elif kind is PartKind.NATIVE:
-            block = replay.native(part, own, here)
+            block = replay.native(part, mine, here)
             if block is not None:
                 blocks.append(block)
         else:
@@ -805,6 +808,7 @@ def parse_message(data: bytes) -> Response:
             usage.usage(f"{where}.usage"),
             extra,
         )
+        parts = _after_fallbacks(parts)
         message_meta = _EMPTY_META
         if body.get("container") is not None:
             _obj(body["container"], f"{where}.container")
@@ -812,6 +816,32 @@ def parse_message(data: bytes) -> Response:
         message = Message(Role.ASSISTANT, parts, message_meta) if parts else None
         output = Output(message, reason)
         return Response(output, metadata)
+
+
+def _fallback_model(part: Part) -> str | None:
+    """The model a ``fallback`` block hands over to (its ``to.model``), or None."""
+    native = part.native
+    if native is None or native.type != "fallback":
+        return None
+    to = native.data.value().get("to")
+    model = to.get("model") if isinstance(to, dict) else None
+    return model if isinstance(model, str) and model else None
+
+
+def _with_model(part: Part, model: str) -> Part:
+    """``part`` stamped as made by ``model`` (part metadata ``scope/model``)."""
+    return attrs.evolve(part, metadata=part.metadata.merge(Metadata({MODEL_KEY: model})))
+
+
+def _after_fallbacks(parts: list[Part]) -> list[Part]:
+    """The parts, each after a ``fallback`` block stamped with the model it handed over
+    to (DESIGN §6k: one answer from several models; ownership is decided per part)."""
+    model: str | None = None
+    out: list[Part] = []
+    for part in parts:
+        out.append(part if model is None else _with_model(part, model))
+        model = _fallback_model(part) or model
+    return out
 
 
 def _citations(data: bytes) -> list[Any]:
@@ -851,7 +881,15 @@ class EventMapper:
     ``ProviderError`` of its type (``overloaded_error``: ``ProviderServerError``, ...).
     """
 
-    __slots__ = ("_blocks", "_data", "_last", "_usage", "end_marker_seen", "finish_reason_seen")
+    __slots__ = (
+        "_blocks",
+        "_data",
+        "_last",
+        "_model",
+        "_usage",
+        "end_marker_seen",
+        "finish_reason_seen",
+    )
 
     def __init__(self) -> None:
         # index -> [type, tool id, tool name, got input?, pieces, metadata, kept]: pieces
@@ -860,6 +898,7 @@ class EventMapper:
         # block's start (both as parsed exactly), else None.
         self._blocks: dict[int, list[Any]] = {}
         self._data = b""  # the event being mapped, for what is kept verbatim
+        self._model: str | None = None  # the model a fallback block handed over to
         self._last: Part | None = None  # the last part handed out (for adjacency)
         self._usage = _Usage()
         self.end_marker_seen = False
@@ -890,7 +929,11 @@ class EventMapper:
     def _parts(self, parts: list[Part]) -> Response:
         if self.finish_reason_seen:
             raise InvalidResponseError("stream event carries content after the stop_reason")
+        model = self._model
+        if model is not None:
+            parts = [_with_model(part, model) for part in parts]
         self._last = parts[-1]
+        self._model = _fallback_model(parts[-1]) or model
         return Response(Output(Message(Role.ASSISTANT, parts)))
 
     def _text(self, kind: PartKind, text: str, metadata: Metadata) -> Response:
@@ -898,6 +941,8 @@ class EventMapper:
         (the hot path: one text or thinking fragment)."""
         if self.finish_reason_seen:
             raise InvalidResponseError("stream event carries content after the stop_reason")
+        if self._model is not None:
+            metadata = metadata.merge(Metadata({MODEL_KEY: self._model}))
         chunk = text_delta(kind, text, metadata)
         self._last = chunk.message.parts[0]
         return chunk

@@ -190,12 +190,8 @@ class Replay:
         """Whether ``message`` was produced by this adapter: its API, provider, account
         and model (the module docstring's rule)."""
         metadata = message.metadata
-        if metadata.get(API_KEY) != self._api or metadata.get(PROVIDER_KEY) != self._provider:
+        if not self._same_source(metadata):
             return False
-        if self._account is not None:
-            account = metadata.get(ACCOUNT_KEY)
-            if account is not None and account != self._account:
-                return False  # both stamped, and not the same organisation
         stamped = _text(metadata.get(MODEL_KEY))
         if ASKED_KEY in metadata:
             asked = _text(metadata[ASKED_KEY])
@@ -203,6 +199,32 @@ class Replay:
                 stamped is not None and snapshot_of(stamped, self.model)
             )
         return stamped is not None and same_model(stamped, self.model)
+
+    def owns_part(self, message: Message, part: Part, own: bool) -> bool:
+        """Whether the state of ``part`` of ``message`` (``own``: ``owns(message)``) goes
+        back: a part stamped with a model of its own (``scope/model`` in its metadata:
+        what an Anthropic server-side fallback answered after its ``fallback`` block,
+        DESIGN §6k) belongs to that model, asked now by name or as a dated snapshot;
+        any other part is the message's."""
+        model = part.metadata.get(MODEL_KEY)
+        if model is None:
+            return own
+        stamped = _text(model)
+        return (
+            stamped is not None
+            and snapshot_of(stamped, self.model)
+            and self._same_source(message.metadata)
+        )
+
+    def _same_source(self, metadata: Metadata) -> bool:
+        """Stamped with this adapter's API and provider, and not another account."""
+        if metadata.get(API_KEY) != self._api or metadata.get(PROVIDER_KEY) != self._provider:
+            return False
+        if self._account is not None:
+            account = metadata.get(ACCOUNT_KEY)
+            if account is not None and account != self._account:
+                return False  # both stamped, and not the same organisation
+        return True
 
     def stamp(self, message: Message, answered: str) -> Message:
         """``message`` stamped as this adapter's answer from the model ``answered`` (the
