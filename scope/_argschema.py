@@ -643,7 +643,14 @@ def _make_converter() -> cattrs.Converter:
         if is_typeddict(tp):
             inner = cattrs.gen.typeddicts.make_dict_structure_fn(_resolved(tp), converter)
         else:
-            inner = cattrs.gen.make_dict_structure_fn(tp, converter)
+            # cattrs drops ``Annotated`` from a dataclass's string annotations (``from
+            # __future__ import annotations``): constrained fields get their hooks here.
+            overrides = {
+                name: cattrs.gen.override(struct_hook=converter.get_structure_hook(hint))
+                for name, hint, _ in fields_of(tp)
+                if _is_constrained(hint)
+            }
+            inner = cattrs.gen.make_dict_structure_fn(tp, converter, **overrides)
         return _needs(dict, "an object", inner)
 
     converter.register_structure_hook_factory(_is_literal, literal)
