@@ -650,7 +650,9 @@ def _make_converter() -> cattrs.Converter:
                 for name, hint, _ in fields_of(tp)
                 if _is_constrained(hint)
             }
-            inner = cattrs.gen.make_dict_structure_fn(tp, converter, **overrides)
+            # (Field overrides are keyword arguments beside cattrs' own options.)
+            make: Callable[..., Callable[[Any, Any], Any]] = cattrs.gen.make_dict_structure_fn
+            inner = make(tp, converter, **overrides)
         return _needs(dict, "an object", inner)
 
     converter.register_structure_hook_factory(_is_literal, literal)
