@@ -114,6 +114,8 @@ def describe(tp: Any) -> str:
         return "null"
     if tp is Any:
         return "any JSON value"
+    if get_origin(tp) is typing.Annotated:
+        return describe(get_args(tp)[0])
     if _is_literal(tp):
         return "one of " + ", ".join(repr(value) for value in get_args(tp))
     if _is_enum(tp):
@@ -237,6 +239,11 @@ def fields_of(cls: type) -> list[tuple[str, Any, bool]]:
 
 
 def _pydantic_fields(cls: Any) -> list[tuple[str, Any, bool]]:
+    if getattr(cls, "__pydantic_root_model__", False):
+        raise TypeError(
+            f"{cls.__name__} is a RootModel: its JSON form is not an object, use its root "
+            "type instead"
+        )
     out = []
     for name, field in cls.model_fields.items():
         key = field.validation_alias if field.validation_alias is not None else field.alias
@@ -436,7 +443,10 @@ def _constraints(extras: list[Any]) -> list[tuple[str, Any]]:
             out.append((key, value))
         if not found:
             raise TypeError(f"{extra!r} has no JSON Schema form")
-    return out
+    merged: dict[str, Any] = {}
+    for key, value in out:
+        merged[key] = _stricter(key, merged[key], value) if key in merged else value
+    return list(merged.items())
 
 
 def _constrain(schema: dict[str, Any], name: str, value: Any) -> tuple[dict[str, Any], bool]:
@@ -451,7 +461,21 @@ def _constrain(schema: dict[str, Any], name: str, value: Any) -> tuple[dict[str,
     keyword = _KEYWORDS.get((name, schema.get("type", "")))
     if keyword is None:
         return schema, False
+    if keyword in schema:  # a bound from a nested Annotated: both hold
+        value = _stricter(name, schema[keyword], value)
     return {**schema, keyword: value}, True
+
+
+def _stricter(name: str, old: Any, new: Any) -> Any:
+    """The one bound that means both ``name`` bounds; ``TypeError`` for two different
+    patterns or multiples (JSON Schema has one keyword each)."""
+    if name in ("gt", "ge", "min_length"):
+        return max(old, new)
+    if name in ("lt", "le", "max_length"):
+        return min(old, new)
+    if old != new:
+        raise TypeError(f"two {name} constraints ({old!r} and {new!r}): give one")
+    return old
 
 
 def _violation(name: str, bound: Any, value: Any) -> str | None:

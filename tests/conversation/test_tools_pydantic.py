@@ -16,7 +16,14 @@ import annotated_types
 import attrs
 import jsonschema
 import pytest
-from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    Field,
+    RootModel,
+    field_validator,
+    model_validator,
+)
 
 from scope.chat import (
     FinishReason,
@@ -278,6 +285,27 @@ def test_constraints_work_outside_models_too() -> None:
         assert problem in str(caught.value)
 
 
+def test_bounds_given_twice_are_one_bound_in_the_schema_and_the_decoder() -> None:
+    @tool
+    def pick(
+        n: Annotated[int, annotated_types.Ge(1), annotated_types.Ge(0), Field(le=5)],
+        m: Annotated[Annotated[int, annotated_types.Ge(5)] | None, annotated_types.Ge(0)] = None,
+    ) -> None:
+        return None
+
+    properties = pick.definition.input_schema.value()["properties"]
+    assert properties["n"] == {"type": "integer", "minimum": 1, "maximum": 5}
+    assert properties["m"] == {"anyOf": [{"type": "integer", "minimum": 5}, {"type": "null"}]}
+    assert pick.decode('{"n": 1, "m": 5}') == {"n": 1, "m": 5}
+    for arguments, problem in [
+        ('{"n": 0}', "$.n: expected a number at least 1, got the number 0"),
+        ('{"n": 1, "m": 3}', "$.m: expected int or null, got the number 3"),
+    ]:
+        with pytest.raises(InvalidToolCallError) as caught:
+            pick.decode(arguments)
+        assert problem in str(caught.value)
+
+
 # ------------------------------------------------------------------ refused forms
 
 
@@ -291,6 +319,10 @@ class Dated(BaseModel):
 
 class Chosen(BaseModel):
     name: str = Field(validation_alias=AliasChoices("name", "title"))
+
+
+class Hours(RootModel[list[int]]):
+    pass
 
 
 @pytest.mark.parametrize(
@@ -308,6 +340,11 @@ class Chosen(BaseModel):
             r"str: the constraint gt=0 applies to none of its values",
         ),
         (Annotated[int, Field(pattern="x")], r"int: the constraint pattern='x' applies to none"),
+        (Hours, r"Hours is a RootModel: its JSON form is not an object, use its root type"),
+        (
+            Annotated[int, annotated_types.MultipleOf(2), annotated_types.MultipleOf(3)],
+            r"two multiple_of constraints \(2 and 3\): give one",
+        ),
     ],
 )
 def test_forms_without_a_schema_are_refused_when_the_tool_is_made(
