@@ -10,7 +10,7 @@ import dataclasses
 import enum
 import subprocess
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, NotRequired, TypedDict
 
 import annotated_types
 import attrs
@@ -247,10 +247,17 @@ class Span:
     end: Annotated[float, annotated_types.Lt(1)]
 
 
+class Label(TypedDict):
+    text: NotRequired[Annotated[str, annotated_types.MaxLen(2)]]
+
+
 def test_constraints_work_outside_models_too() -> None:
     @tool
     def pick(
-        window: Window, count: Annotated[int, Field(gt=0)] = 1, span: Span | None = None
+        window: Window,
+        count: Annotated[int, Field(gt=0)] = 1,
+        span: Span | None = None,
+        label: Label | None = None,
     ) -> None:
         return None
 
@@ -263,6 +270,13 @@ def test_constraints_work_outside_models_too() -> None:
         "maxProperties": 1,
     }
     assert pick.decode('{"window": {"start": 0}}') == {"window": Window(0)}
+    assert pick.decode('{"window": {"start": 0}, "label": {"text": "ab"}}')["label"] == {
+        "text": "ab"
+    }
+    assert properties["label"]["anyOf"][0]["properties"]["text"] == {
+        "type": "string",
+        "maxLength": 2,
+    }
     assert pick.decode('{"window": {"start": 0}, "span": {"end": 0.5}}')["span"] == Span(0.5)
     assert properties["span"]["anyOf"][0]["properties"]["end"] == {
         "type": "number",
@@ -278,6 +292,10 @@ def test_constraints_work_outside_models_too() -> None:
         (
             '{"window": {"start": 0, "tags": {"a": "", "b": ""}}}',
             "$.window.tags: expected at most 1 items, got 2 items",
+        ),
+        (
+            '{"window": {"start": 0}, "label": {"text": "abc"}}',
+            "$.label: expected Label or null, got an object",
         ),
     ]:
         with pytest.raises(InvalidToolCallError) as caught:
