@@ -4,8 +4,17 @@ schema accepts: the machinery under ``scope.tools`` (tool arguments) and
 
 The families (DESIGN §6f): ``str``, ``int``, ``float``, ``bool``, ``None``, ``Literal``,
 ``Enum``, ``list``/``tuple``/``dict``, unions and optionals, attrs classes, dataclasses,
-``TypedDict`` (and ``Any``, ``Annotated[T, "description"]``). Anything else is refused
-when the schema is built (``TypeError`` naming the type), never when a model calls.
+``TypedDict``, Pydantic v2 models (and ``Any``, ``Annotated[T, "description"]``).
+Anything else is refused when the schema is built (``TypeError`` naming the type), never
+when a model calls.
+
+Constraints (``annotated_types`` metadata, as Pydantic's ``Field(gt=..., max_length=...,
+pattern=...)`` gives it, in ``Annotated`` or on a Pydantic model's field) become the JSON
+Schema keywords of the JSON type they apply to (``exclusiveMinimum``, ``minLength``,
+``minItems``, ...) and the decoder checks them as validators do. Pydantic is recognised
+only once the program has imported it: this module never imports it itself, and a
+Pydantic model decodes field by field through the strict hooks, then through the model's
+own validation (``model_validate``), whose errors are reported with their paths.
 
 Decoding runs on a dedicated ``cattrs.Converter`` with strict hooks: cattrs is lenient by
 default (``"1"`` becomes ``1``, a string is an iterable of characters), and a tool's
@@ -22,9 +31,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import re
+import sys
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from fractions import Fraction
 from typing import Any, Final, Literal, Union, get_args, get_origin
 
 import attrs
@@ -82,9 +94,17 @@ def _is_mapping(tp: Any) -> bool:
     return get_origin(tp) is dict
 
 
+def is_pydantic(tp: object) -> bool:
+    """A Pydantic v2 model class. Looked up in ``sys.modules``, never imported: a program
+    that has not imported Pydantic has no Pydantic model."""
+    main = sys.modules.get("pydantic.main")
+    base = getattr(main, "BaseModel", None)
+    return base is not None and isinstance(tp, type) and issubclass(tp, base) and tp is not base
+
+
 def _is_class_like(tp: object) -> bool:
     return isinstance(tp, type) and (
-        attrs.has(tp) or dataclasses.is_dataclass(tp) or is_typeddict(tp)
+        attrs.has(tp) or dataclasses.is_dataclass(tp) or is_typeddict(tp) or is_pydantic(tp)
     )
 
 
@@ -94,6 +114,8 @@ def describe(tp: Any) -> str:
         return "null"
     if tp is Any:
         return "any JSON value"
+    if get_origin(tp) is typing.Annotated:
+        return describe(get_args(tp)[0])
     if _is_literal(tp):
         return "one of " + ", ".join(repr(value) for value in get_args(tp))
     if _is_enum(tp):
@@ -176,7 +198,11 @@ def _schema_type(value: Any) -> str:
 
 
 def fields_of(cls: type) -> list[tuple[str, Any, bool]]:
-    """``(name, type, required)`` of each field of an attrs class, dataclass or TypedDict."""
+    """``(name, type, required)`` of each field of an attrs class, dataclass, TypedDict or
+    Pydantic model (its fields by alias, their constraints and description as
+    ``Annotated`` metadata)."""
+    if is_pydantic(cls):
+        return _pydantic_fields(cls)
     if is_typeddict(cls):
         # Required-ness from the hints themselves: ``__required_keys__`` is wrong for
         # a TypedDict written under ``from __future__ import annotations``.
@@ -210,6 +236,28 @@ def fields_of(cls: type) -> list[tuple[str, Any, bool]]:
         for field in dataclasses.fields(cls)
         if field.init
     ]
+
+
+def _pydantic_fields(cls: Any) -> list[tuple[str, Any, bool]]:
+    if getattr(cls, "__pydantic_root_model__", False):
+        raise TypeError(
+            f"{cls.__name__} is a RootModel: its JSON form is not an object, use its root "
+            "type instead"
+        )
+    out = []
+    for name, field in cls.model_fields.items():
+        key = field.validation_alias if field.validation_alias is not None else field.alias
+        if key is None:
+            key = name
+        elif not isinstance(key, str):
+            raise TypeError(
+                f"{cls.__name__}.{name}: a validation alias that is not one name "
+                f"({type(key).__name__}) has no JSON Schema form"
+            )
+        extras = [*field.metadata, *([field.description] if field.description else [])]
+        hint = typing.Annotated[(field.annotation, *extras)] if extras else field.annotation
+        out.append((key, hint, field.is_required()))
+    return out
 
 
 @functools.cache
@@ -263,7 +311,15 @@ def _schema(tp: Any, seen: tuple[Any, ...]) -> dict[str, Any]:
     if get_origin(tp) is typing.Annotated:
         inner, *extras = get_args(tp)
         schema = _schema(inner, seen)
-        notes = [extra for extra in extras if isinstance(extra, str)]
+        constraints = _constraints(extras)
+        for name, value in constraints:
+            schema, applied = _constrain(schema, name, value)
+            if not applied:
+                raise TypeError(
+                    f"{describe(inner)}: the constraint {name}={value!r} applies to none "
+                    "of its values"
+                )
+        notes = [note for note in _flat(extras) if isinstance(note, str)]
         return {**schema, "description": " ".join(notes)} if notes else schema
     if tp is Any:
         return {}
@@ -308,6 +364,145 @@ def _schema(tp: Any, seen: tuple[Any, ...]) -> dict[str, Any]:
     if tp in (list, tuple, dict):
         raise TypeError(f"{tp.__name__} needs its item types ({tp.__name__}[...])")
     raise TypeError(f"{describe(tp)} has no JSON Schema form (see scope.tools for the types)")
+
+
+# ------------------------------------------------------------------ constraints
+
+#: The constraints with a JSON Schema form, by the JSON type each applies to.
+_KEYWORDS: Final[Mapping[tuple[str, str], str]] = {
+    **{
+        (name, kind): keyword
+        for kind in ("integer", "number")
+        for name, keyword in (
+            ("gt", "exclusiveMinimum"),
+            ("ge", "minimum"),
+            ("lt", "exclusiveMaximum"),
+            ("le", "maximum"),
+            ("multiple_of", "multipleOf"),
+        )
+    },
+    ("min_length", "string"): "minLength",
+    ("max_length", "string"): "maxLength",
+    ("pattern", "string"): "pattern",
+    ("min_length", "array"): "minItems",
+    ("max_length", "array"): "maxItems",
+    ("min_length", "object"): "minProperties",
+    ("max_length", "object"): "maxProperties",
+}
+_NAMES: Final = frozenset(name for name, _ in _KEYWORDS)
+#: Metadata that changes nothing here (the decoder is always strict).
+_NEUTRAL: Final = frozenset({"strict"})
+
+
+def _flat(extras: list[Any]) -> Iterator[Any]:
+    """``Annotated`` metadata with grouped metadata (``Interval``, ``Len``) and Pydantic's
+    ``FieldInfo`` (its metadata, then its description) opened up."""
+    fields = sys.modules.get("pydantic.fields")
+    grouped = getattr(sys.modules.get("annotated_types"), "GroupedMetadata", None)
+    for extra in extras:
+        if fields is not None and isinstance(extra, fields.FieldInfo):
+            yield from _flat([*extra.metadata])
+            if extra.description:
+                yield extra.description
+        elif grouped is not None and isinstance(extra, grouped):
+            yield from _flat(list(extra))
+        else:
+            yield extra
+
+
+def _constraints(extras: list[Any]) -> list[tuple[str, Any]]:
+    """The ``(name, value)`` constraints in ``Annotated`` metadata; ``TypeError`` for
+    ``annotated_types`` or Pydantic metadata with no JSON Schema form (a predicate, a
+    timezone): what the schema cannot say, the decoder must not check."""
+    metadata = getattr(sys.modules.get("annotated_types"), "BaseMetadata", None)
+    out: list[tuple[str, Any]] = []
+    for extra in _flat(extras):
+        if metadata is None or not isinstance(extra, metadata):
+            continue  # a description, or metadata for another library
+        attributes = (
+            {field.name: getattr(extra, field.name) for field in dataclasses.fields(extra)}
+            if dataclasses.is_dataclass(extra)
+            else vars(extra)
+        )
+        found = {
+            key: value
+            for key, value in attributes.items()
+            if value is not None and not key.startswith("_")
+        }
+        for key, value in found.items():
+            if key in _NEUTRAL:
+                continue
+            if key not in _NAMES:
+                raise TypeError(f"{extra!r} has no JSON Schema form")
+            if key == "pattern":
+                if not isinstance(value, str):
+                    raise TypeError(f"pattern={value!r}: a pattern must be a string")
+                re.compile(value)
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{key}={value!r}: the bound must be a number")
+            out.append((key, value))
+        if not found:
+            raise TypeError(f"{extra!r} has no JSON Schema form")
+    merged: dict[str, Any] = {}
+    for key, value in out:
+        merged[key] = _stricter(key, merged[key], value) if key in merged else value
+    return list(merged.items())
+
+
+def _constrain(schema: dict[str, Any], name: str, value: Any) -> tuple[dict[str, Any], bool]:
+    """``schema`` with the constraint on each alternative it applies to, and whether it
+    applied to any."""
+    if "anyOf" in schema:
+        members = [_constrain(member, name, value) for member in schema["anyOf"]]
+        return (
+            {**schema, "anyOf": [member for member, _ in members]},
+            any(applied for _, applied in members),
+        )
+    keyword = _KEYWORDS.get((name, schema.get("type", "")))
+    if keyword is None:
+        return schema, False
+    if keyword in schema:  # a bound from a nested Annotated: both hold
+        value = _stricter(name, schema[keyword], value)
+    return {**schema, keyword: value}, True
+
+
+def _stricter(name: str, old: Any, new: Any) -> Any:
+    """The one bound that means both ``name`` bounds; ``TypeError`` for two different
+    patterns or multiples (JSON Schema has one keyword each)."""
+    if name in ("gt", "ge", "min_length"):
+        return max(old, new)
+    if name in ("lt", "le", "max_length"):
+        return min(old, new)
+    if old != new:
+        raise TypeError(f"two {name} constraints ({old!r} and {new!r}): give one")
+    return old
+
+
+def _violation(name: str, bound: Any, value: Any) -> str | None:
+    """What is wrong with the JSON value ``value`` under a constraint (``None``: nothing,
+    or the constraint does not apply to a value of its JSON type, as in JSON Schema)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if name == "gt" and not value > bound:
+            return f"expected a number greater than {bound!r}, got {kind_of(value)}"
+        if name == "ge" and not value >= bound:
+            return f"expected a number at least {bound!r}, got {kind_of(value)}"
+        if name == "lt" and not value < bound:
+            return f"expected a number less than {bound!r}, got {kind_of(value)}"
+        if name == "le" and not value <= bound:
+            return f"expected a number at most {bound!r}, got {kind_of(value)}"
+        if name == "multiple_of" and (Fraction(value) / Fraction(bound)).denominator != 1:
+            return f"expected a multiple of {bound!r}, got {kind_of(value)}"
+        return None
+    if isinstance(value, str | list | dict) and name in ("min_length", "max_length"):
+        unit = "characters" if isinstance(value, str) else "items"
+        if name == "min_length" and len(value) < bound:
+            return f"expected at least {bound} {unit}, got {len(value)} {unit}"
+        if name == "max_length" and len(value) > bound:
+            return f"expected at most {bound} {unit}, got {len(value)} {unit}"
+        return None
+    if isinstance(value, str) and name == "pattern" and re.search(bound, value) is None:
+        return f"expected a string matching {bound!r}, got {kind_of(value)}"
+    return None
 
 
 # ------------------------------------------------------------------ the strict decoder
@@ -451,11 +646,37 @@ def _make_converter() -> cattrs.Converter:
         inner = cattrs.cols.mapping_structure_factory(tp, converter)
         return _needs(dict, "an object", inner)
 
+    def constrained(tp: Any) -> Callable[[Any, Any], Any]:
+        inner, *extras = get_args(tp)
+        constraints = _constraints(extras)
+        member = converter.get_structure_hook(inner)
+
+        def hook(value: Any, _: Any) -> Any:
+            result = member(value, inner)
+            for name, bound in constraints:
+                problem = _violation(name, bound, value)
+                if problem is not None:
+                    raise ArgumentError(problem)
+            return result
+
+        return hook
+
     def record(tp: Any) -> Callable[[Any, Any], Any]:
+        if is_pydantic(tp):
+            return _needs(dict, "an object", _model_hook(tp, converter))
         if is_typeddict(tp):
             inner = cattrs.gen.typeddicts.make_dict_structure_fn(_resolved(tp), converter)
         else:
-            inner = cattrs.gen.make_dict_structure_fn(tp, converter)
+            # cattrs drops ``Annotated`` from a dataclass's string annotations (``from
+            # __future__ import annotations``): constrained fields get their hooks here.
+            overrides = {
+                name: cattrs.gen.override(struct_hook=converter.get_structure_hook(hint))
+                for name, hint, _ in fields_of(tp)
+                if _is_constrained(hint)
+            }
+            # (Field overrides are keyword arguments beside cattrs' own options.)
+            make: Callable[..., Callable[[Any, Any], Any]] = cattrs.gen.make_dict_structure_fn
+            inner = make(tp, converter, **overrides)
         return _needs(dict, "an object", inner)
 
     converter.register_structure_hook_factory(_is_literal, literal)
@@ -464,7 +685,52 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_factory(_is_array, array)
     converter.register_structure_hook_factory(_is_mapping, mapping)
     converter.register_structure_hook_factory(_is_class_like, record)
+    converter.register_structure_hook_factory(_is_constrained, constrained)
+    converter.register_unstructure_hook_func(is_pydantic, _dump)
     return converter
+
+
+def _is_constrained(tp: Any) -> bool:
+    if get_origin(tp) is not typing.Annotated:
+        return False
+    try:
+        return bool(_constraints(list(get_args(tp)[1:])))
+    except TypeError:  # refused when the schema was made: never decoded
+        return False
+
+
+def _model_hook(tp: Any, converter: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    """A Pydantic model's hook: its fields through the strict hooks (a TypedDict of its
+    fields by alias), then the model's own validation (validators, constraints); each
+    error the model reports keeps its path."""
+    fields = cattrs.gen.typeddicts.make_dict_structure_fn(_resolved(tp), converter)
+
+    def hook(value: Any, _: Any) -> Any:
+        from pydantic import ValidationError  # imported already: tp is a Pydantic model
+
+        decoded = fields(value, tp)
+        try:
+            return tp.model_validate(decoded)
+        except ValidationError as exc:
+            problems: list[Exception] = []
+            for error in exc.errors(include_url=False):
+                problem = ArgumentError(error["msg"])
+                if error["loc"]:  # a field's path; none for the model's own validators
+                    path = "".join(
+                        f"[{part}]" if isinstance(part, int) else f".{part}"
+                        for part in error["loc"]
+                    )
+                    note = cattrs.AttributeValidationNote(f"Structuring {path}", path[1:], tp)
+                    problem.__notes__ = [note]
+                problems.append(problem)
+            raise cattrs.ClassValidationError(f"invalid {tp.__name__}", problems, tp) from None
+
+    return hook
+
+
+def _dump(value: Any) -> Any:
+    """A Pydantic model instance as JSON-ready Python, by alias (as it decodes)."""
+    return value.model_dump(mode="json", by_alias=True)
 
 
 def _index_note(index: int, tp: Any) -> cattrs.IterableValidationNote:

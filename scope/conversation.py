@@ -37,10 +37,11 @@ Guarantees a caller relies on:
   a cancelled turn (or the interrupted turn with ``keep_interrupted=True``), running
   tools are cancelled with it (a sync tool's thread is waited for).
 - **Structured answers**: ``output=<a type>`` (any type ``scope.tools`` supports: an
-  attrs class, a dataclass, a ``TypedDict``, ``list[int]``, ...) sends the type's JSON
-  Schema as the request's ``OutputFormat.json_schema`` and decodes the answer's text (a
-  JSON document) into the type with the same strict decoder as tool arguments. An answer
-  that does not decode raises ``InvalidResponseError`` — the turn is already stored.
+  attrs class, a dataclass, a ``TypedDict``, a Pydantic model, ``list[int]``, ...) sends
+  the type's JSON Schema as the request's ``OutputFormat.json_schema`` and decodes the
+  answer's text (a JSON document) into the type with the same strict decoder as tool
+  arguments. An answer that does not decode raises ``InvalidResponseError`` — the turn is
+  already stored.
 
 Branches (DESIGN §6h): ``regenerate()`` answers the last turn again and ``edit(turn,
 message)`` replaces a turn (``stream_regenerate``/``stream_edit`` give their events):

@@ -21,8 +21,13 @@ from the signature and whose arguments arrive decoded and validated:
 ``Enum`` subclasses (str or int values; the model sends the value), ``list[T]``,
 ``tuple[T, ...]`` and fixed ``tuple[A, B]``, ``dict[str, T]``, unions and optionals (``T |
 None``), attrs classes, dataclasses, ``TypedDict`` (required and ``NotRequired`` keys),
-``Any``, and ``Annotated[T, "description"]``. A parameter without a default is required.
-Class-like types are closed objects (``additionalProperties: false``). Anything else
+Pydantic v2 models (the ``pydantic`` extra; fields by alias, then the model's own
+validation, its errors reported with their paths), ``Any``, and ``Annotated[T,
+"description"]``. Constraints in ``Annotated`` or on a Pydantic field (``annotated_types``
+``Gt``/``Ge``/``Lt``/``Le``/``MultipleOf``/``MinLen``/``MaxLen``, Pydantic's ``pattern``)
+become JSON Schema keywords and are checked when decoding. A parameter without a default
+is required. Class-like types are closed objects (``additionalProperties: false``).
+Anything else
 (``bytes``, ``datetime``, a bare ``list``, ``dict[int, T]``, a recursive class, ``*args``)
 raises ``TypeError`` when the tool is made, naming the parameter.
 
@@ -44,7 +49,8 @@ wrong, so the model can correct its call. Cancellation is never caught.
 
 **Return values** become the tool output: ``str`` -> text, ``ToolOutput`` as is,
 ``Media`` -> a media part, ``None`` -> empty output, ``RawJSON`` and anything JSON-shaped
-(dicts, lists, numbers, booleans, attrs classes, dataclasses, enums) -> JSON details.
+(dicts, lists, numbers, booleans, attrs classes, dataclasses, enums, Pydantic models by
+alias) -> JSON details.
 
 **Sync functions run in a worker thread** (``anyio.to_thread.run_sync``) so a blocking
 tool (a database driver, ``requests``) never stalls the event loop or the other tools of

@@ -46,7 +46,17 @@ def test_the_distribution_is_named_scope_chat(wheel: pathlib.Path) -> None:
 
 def test_the_extras_are_declared(wheel: pathlib.Path) -> None:
     extras = set(_metadata(wheel).get_all("Provides-Extra") or [])
-    assert {"postgres", "redis", "openai", "anthropic", "otel", "test", "dev", "docs"} <= extras
+    assert {
+        "postgres",
+        "redis",
+        "openai",
+        "anthropic",
+        "otel",
+        "pydantic",
+        "test",
+        "dev",
+        "docs",
+    } <= extras
 
 
 def test_extras_resolve_to_this_project_never_to_the_unrelated_scope(wheel: pathlib.Path) -> None:
@@ -56,7 +66,7 @@ def test_extras_resolve_to_this_project_never_to_the_unrelated_scope(wheel: path
     requires = _metadata(wheel).get_all("Requires-Dist") or []
     names = {r.split(";")[0].split("[")[0].split(">")[0].split("=")[0].strip() for r in requires}
     assert not names & {"scope", "scope-chat"}, requires
-    for dependency in ("asyncpg", "redis", "httpx", "opentelemetry-api"):
+    for dependency in ("asyncpg", "redis", "httpx", "opentelemetry-api", "pydantic"):
         assert any(r.startswith(dependency) and "extra == 'test'" in r for r in requires)
     assert any(r.startswith("httpx") and "extra == 'openai'" in r for r in requires)
 

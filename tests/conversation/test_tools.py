@@ -11,6 +11,7 @@ import functools
 import threading
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+import annotated_types
 import anyio
 import attrs
 import jsonschema
@@ -18,6 +19,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, Field
 
 from scope.chat import PartKind, ToolCall, ToolOutput
 from scope.errors import InvalidToolCallError, InvalidToolDefinitionError
@@ -55,6 +57,24 @@ class Filter(TypedDict):
     field: str
     value: int | str
     exact: NotRequired[bool]
+
+
+class Sample(BaseModel):
+    x: int = Field(ge=-5, lt=5)
+    ratio: float | None = Field(None, gt=0, le=1)
+
+
+class Gauge(BaseModel):
+    """A Pydantic model: nested models, an enum, optionals and constrained fields."""
+
+    label: str = Field(pattern=r"^[a-c]+$", max_length=3)
+    level: Level
+    samples: list[Sample] = Field(default_factory=list, max_length=2)
+    spare: Sample | None = None
+    step: int = Field(0, multiple_of=2)
+
+
+Short = Annotated[str, annotated_types.Len(1, 3)]
 
 
 def schema_of(annotation: Any) -> dict[str, Any]:
@@ -463,6 +483,22 @@ def _valid(annotation: Any) -> st.SearchStrategy[Any]:
             {"field": _valid(str), "value": _valid(int) | _valid(str)},
             optional={"exact": st.booleans()},
         )
+    if annotation is Sample:
+        ratio = st.floats(min_value=0, max_value=1, exclude_min=True) | st.none()
+        return st.fixed_dictionaries(
+            {"x": st.integers(-5, 4) | st.integers(-5, 4).map(float)}, optional={"ratio": ratio}
+        )
+    if annotation is Gauge:
+        return st.fixed_dictionaries(
+            {"label": st.from_regex(r"[a-c]{1,3}", fullmatch=True), "level": _valid(Level)},
+            optional={
+                "samples": st.lists(_valid(Sample), max_size=2),
+                "spare": _valid(Sample) | st.none(),
+                "step": st.integers(-10, 10).map(lambda n: 2 * n),
+            },
+        )
+    if annotation == Short:
+        return st.text(min_size=1, max_size=3)
     raise AssertionError(annotation)
 
 
@@ -474,7 +510,11 @@ _JSON = st.recursive(
     | st.text(max_size=5),
     lambda inner: (
         st.lists(inner, max_size=3)
-        | st.dictionaries(st.sampled_from(["x", "y", "name", "tags", "at", "z"]), inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["x", "y", "name", "tags", "at", "z", "label", "ratio", "step"]),
+            inner,
+            max_size=3,
+        )
     ),
     max_leaves=8,
 )
@@ -522,6 +562,9 @@ FAMILIES = [
     Point,
     Place,
     Filter,
+    Sample,
+    Gauge,
+    Short,
 ]
 
 
