@@ -442,6 +442,7 @@ class ResumableTurns:
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
+        self._closing = False  # entered again after a drain: it takes turns again
         return self
 
     async def __aexit__(

@@ -1019,11 +1019,13 @@ async def _first_delta(turns: ResumableTurns) -> None:
 
 
 @pytest.mark.parametrize("keep", [True, False])
-async def test_shutdown_stops_a_turn_still_running_after_the_grace_period(keep: bool) -> None:
+async def test_shutdown_stops_a_turn_still_running_after_the_grace_period(
+    keep: bool, log: TurnLog
+) -> None:
     store = InMemoryStore()
     conversation = Conversation(_gated_model(anyio.Event()), store, "c", keep_interrupted=keep)
     with anyio.fail_after(10):
-        async with ResumableTurns() as turns:
+        async with ResumableTurns(log) as turns:
             await turns.start("c", ui_message_stream(conversation.stream("hi")))
             await _first_delta(turns)
             await turns.shutdown(0)  # returns once the turn's log has ended

@@ -262,7 +262,7 @@ async def serve(
     class DrainingServer(uvicorn.Server):
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             async with anyio.create_task_group() as group:
-                group.start_soon(turns.shutdown)
+                group.start_soon(turns.shutdown)  # the drain, alongside uvicorn's own
                 await super().shutdown(sockets)
 
     config = uvicorn.Config(app, host=host, port=port, lifespan="on")
