@@ -16,7 +16,7 @@ import importlib.util
 import pathlib
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -38,7 +38,7 @@ def _example() -> Any:
 
 
 def _model(release: pathlib.Path) -> StreamerFunc:
-    async def answer(request: Request) -> AsyncIterator[Response]:
+    async def answer(request: Request) -> AsyncGenerator[Response, None]:
         for number in range(WORDS):
             if await anyio.Path(release).exists():
                 break

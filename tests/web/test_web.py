@@ -1096,6 +1096,12 @@ async def test_shutdown_checks_its_grace() -> None:
             await turns.shutdown(float("inf"))
         await turns.shutdown(0)  # nothing runs: returns at once
         await turns.shutdown()  # again: nothing to do
+        with pytest.raises(RuntimeError, match="shutting down"):
+            await turns.start("t", ui_message_stream(scripted("text")))
+    async with turns:  # entered again after the drain: it takes turns again
+        await turns.start("t", ui_message_stream(scripted("text")))
+    body = b"".join([data async for data in turns.stream("t")])
+    assert b'"type":"finish"' in body
 
 
 async def test_frames_split_anywhere_are_logged_one_event_per_entry() -> None:
