@@ -453,13 +453,15 @@ class ResumableTurns:
     ) -> bool | None:
         group = self._group
         assert group is not None
-        try:
-            if exc is None:
+        if exc is None:
+            try:
                 await self.shutdown()
-        finally:
-            self._group = None
-            suppress = await group.__aexit__(exc_type, exc, tb)
-        return suppress
+            except BaseException as error:  # cancelled while draining: stop every turn
+                self._group = None
+                await group.__aexit__(type(error), error, error.__traceback__)
+                raise
+        self._group = None
+        return await group.__aexit__(exc_type, exc, tb)
 
     async def shutdown(self, grace: float | None = None) -> None:
         """Drain: stop taking turns, let the running ones go on for at most ``grace``
@@ -469,7 +471,8 @@ class ResumableTurns:
         when its turn does (the example service's ``serve`` does this under uvicorn).
 
         From the first call on, ``start`` refuses new turns (``RuntimeError``, their
-        frames closed unread: no model call). A turn that ends within the grace period
+        frames closed: unread, so no model call, unless the turn had begun answering
+        while it waited for a running turn of its id). A turn that ends within the grace period
         ends as usual (stored, its readers get its finish). A turn still running after
         it is cancelled, as any stopped turn: its ``Conversation`` stores nothing, or,
         with ``keep_interrupted=True``, the interrupted turn (the partial answer marked

@@ -1086,6 +1086,27 @@ async def test_a_turn_that_ends_within_the_grace_period_ends_as_usual() -> None:
     assert await store.read("d") == []
 
 
+async def test_a_drain_cancelled_from_outside_stops_every_turn() -> None:
+    store = InMemoryStore()
+    conversation = Conversation(_gated_model(anyio.Event()), store, "c")
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            with anyio.CancelScope() as outer:
+                async with ResumableTurns(shutdown_grace=3600) as turns:
+                    await turns.start("c", ui_message_stream(conversation.stream("hi")))
+                    await _first_delta(turns)
+
+                    async def cancel_the_drain() -> None:
+                        await anyio.wait_all_tasks_blocked()  # leaving: the drain waits
+                        outer.cancel()
+
+                    group.start_soon(cancel_the_drain)
+        assert outer.cancelled_caught
+        body = b"".join([data async for data in turns.stream("c")])  # its log ended
+    assert b'"type":"finish"' not in body
+    assert await store.read("c") == []
+
+
 async def test_shutdown_checks_its_grace() -> None:
     with pytest.raises(TypeError, match="shutdown_grace"):
         ResumableTurns(shutdown_grace="1")  # type: ignore[arg-type]
