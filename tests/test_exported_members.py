@@ -232,6 +232,8 @@ EXPECTED: dict[str, list[str]] = {
         "InMemoryTurnLog",
         "RedisTurnLog",
         "ResumableTurns",
+        "SHUTDOWN_GRACE",
+        "SHUTDOWN_TEXT",
         "TurnLog",
         "TurnLogError",
         "UIChatRequest",

@@ -25,6 +25,8 @@ from scope.web._agui import user_message_from_agui as user_message_from_agui
 from scope.web._core import EncodedStream as EncodedStream
 from scope.web._core import default_error_text as default_error_text
 from scope.web._request import CLIENT_MESSAGE_ID_KEY as CLIENT_MESSAGE_ID_KEY
+from scope.web._resume import SHUTDOWN_GRACE as SHUTDOWN_GRACE
+from scope.web._resume import SHUTDOWN_TEXT as SHUTDOWN_TEXT
 from scope.web._resume import InMemoryTurnLog as InMemoryTurnLog
 from scope.web._resume import RedisTurnLog as RedisTurnLog
 from scope.web._resume import ResumableTurns as ResumableTurns
@@ -46,6 +48,8 @@ __all__ = [
     "InMemoryTurnLog",
     "RedisTurnLog",
     "ResumableTurns",
+    "SHUTDOWN_GRACE",
+    "SHUTDOWN_TEXT",
     "TurnLog",
     "TurnLogError",
     "UIChatRequest",

@@ -276,9 +276,14 @@ class EncodedStream:
     ``TurnInProgressError``, ``TurnInterruptedError``) and kept as ``error``, so a
     service may act on it once the stream ended. Cancellation propagates untouched.
     The scope stream is closed on every path.
+
+    A stream stopped from outside before its end (cancelled, or closed early) has
+    written neither its finish nor its error event: ``stopped(text)`` gives that error
+    event, for whoever stopped it to send after what was sent (``ResumableTurns``
+    does when its shutdown stops a turn).
     """
 
-    __slots__ = ("_error", "_frames")
+    __slots__ = ("_driver", "_ended", "_error", "_frames", "_out")
 
     def __init__(
         self,
@@ -288,6 +293,9 @@ class EncodedStream:
         on_error: ErrorText,
     ) -> None:
         self._error: Exception | None = None
+        self._driver = driver
+        self._out = out
+        self._ended = False  # the finish or error event was written
         self._frames = self._run(stream, driver, out, on_error)
 
     @property
@@ -304,6 +312,23 @@ class EncodedStream:
     async def aclose(self) -> None:
         """Stop early: the scope stream is closed before this returns."""
         await self._frames.aclose()
+
+    def stopped(self, text: str) -> bytes:
+        """The protocol's error event with ``text`` (the AI SDK's ``error`` part and
+        ``[DONE]``, AG-UI's ``RUN_ERROR``), for a stream that was stopped before its
+        end, to send after the frames already sent; ``b""`` when the stream wrote its
+        finish or error event (it ended: nothing to add). Call it once the stream is
+        closed (``aclose``); it writes nothing else."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if self._ended:
+            return b""
+        self._ended = True
+        self._out.clear()  # an item cut off mid-write is not sent
+        self._driver.fail(text)
+        data = b"".join(self._out)
+        self._out.clear()
+        return data
 
     async def __aenter__(self) -> Self:
         return self
@@ -336,11 +361,13 @@ class EncodedStream:
                         yield data
                     kept = len(out)
                 driver.end()
+                self._ended = True
             except Exception as exc:
                 self._error = exc
                 _report(exc)
                 del out[kept:]  # the start event stays when nothing was sent yet
                 driver.fail(on_error(exc))
+            self._ended = True
             data = b"".join(out)
             out.clear()
             yield data

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
-from typing import Any, Final, Protocol, Self, final, runtime_checkable
+from typing import Any, Final, NoReturn, Protocol, Self, final, runtime_checkable
 
 import anyio
 import anyio.abc
@@ -24,7 +24,14 @@ from scope.errors import TurnInProgressError, TurnLogError
 from scope.history import ErasureReceipt
 from scope.web._core import EncodedStream
 
-__all__ = ["InMemoryTurnLog", "RedisTurnLog", "ResumableTurns", "TurnLog"]
+__all__ = [
+    "SHUTDOWN_GRACE",
+    "SHUTDOWN_TEXT",
+    "InMemoryTurnLog",
+    "RedisTurnLog",
+    "ResumableTurns",
+    "TurnLog",
+]
 
 
 @runtime_checkable
@@ -365,19 +372,26 @@ def _events(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
 #: Seconds ``ResumableTurns.start`` waits, by default, for a running turn of the same
 #: id to end once the new turn has begun answering.
 HANDOVER_TIMEOUT: Final = 2.0
+#: Seconds ``ResumableTurns.shutdown`` (and leaving ``async with``) lets running turns
+#: go on, by default, before it stops them.
+SHUTDOWN_GRACE: Final = 10.0
+#: The error text a reader of a turn stopped by ``shutdown`` gets in the protocol's
+#: error event.
+SHUTDOWN_TEXT: Final = "the service is shutting down: the answer was stopped"
 
 
 @final
 class _Running:
-    """A turn this ``ResumableTurns`` pumps: its cancel scope, when it started, and an
-    event set once its log has ended."""
+    """A turn this ``ResumableTurns`` pumps: its cancel scope, when it started, an
+    event set once its log has ended, and whether ``shutdown`` stopped it."""
 
-    __slots__ = ("done", "scope", "started_at")
+    __slots__ = ("done", "scope", "started_at", "stopped")
 
     def __init__(self) -> None:
         self.scope = anyio.CancelScope()
         self.started_at = time.time()
         self.done = anyio.Event()
+        self.stopped = False
 
 
 @final
@@ -392,13 +406,16 @@ class ResumableTurns:
       clients get the rest.
     - ``handover_timeout``: seconds a new turn waits for a running turn of the same
       id to end once the new turn began answering (default 2; see ``start``).
+    - ``shutdown_grace``: seconds running turns may go on once the service shuts down
+      before they are stopped (default 10; see ``shutdown``).
 
     ``await turns.start(turn_id, frames)`` begins pumping an encoded stream (the bytes
     of ``ui_message_stream``/``agui_events``) into the log, one log entry per SSE
     event; ``turns.stream(turn_id, last_event_id)`` reads it back as SSE bytes with an
     ``id:`` line on every event (``last_event_id`` from the request's
     ``Last-Event-ID`` header; None for the whole turn, as the AI SDK's resume request
-    wants). Leaving the ``async with`` waits for running turns.
+    wants). Leaving the ``async with`` is ``shutdown()``: running turns get
+    ``shutdown_grace`` seconds to end, then they are stopped.
     """
 
     def __init__(
@@ -407,12 +424,15 @@ class ResumableTurns:
         *,
         cancel_on_disconnect: bool = False,
         handover_timeout: float = HANDOVER_TIMEOUT,
+        shutdown_grace: float = SHUTDOWN_GRACE,
     ) -> None:
         if log is not None and not isinstance(log, TurnLog):
             raise TypeError(f"log must be a TurnLog, got {type(log).__name__}")
         if not isinstance(cancel_on_disconnect, bool):
             raise TypeError("cancel_on_disconnect must be a bool")
         self._handover = check_seconds(handover_timeout, "handover_timeout")
+        self._grace = check_seconds(shutdown_grace, "shutdown_grace")
+        self._closing = False  # shutdown() began: no turn starts any more
         self.log: TurnLog = log if log is not None else InMemoryTurnLog()
         self._cancel_on_disconnect = cancel_on_disconnect
         self._group: anyio.abc.TaskGroup | None = None
@@ -422,6 +442,7 @@ class ResumableTurns:
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
+        self._closing = False  # entered again after a drain: it takes turns again
         return self
 
     async def __aexit__(
@@ -430,9 +451,53 @@ class ResumableTurns:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        group, self._group = self._group, None
+        group = self._group
         assert group is not None
+        if exc is None:
+            try:
+                await self.shutdown()
+            except BaseException as error:  # cancelled while draining: stop every turn
+                self._group = None
+                await group.__aexit__(type(error), error, error.__traceback__)
+                raise
+        self._group = None
         return await group.__aexit__(exc_type, exc, tb)
+
+    async def shutdown(self, grace: float | None = None) -> None:
+        """Drain: stop taking turns, let the running ones go on for at most ``grace``
+        seconds (default: ``shutdown_grace``), then stop those still running, and
+        return once every turn's log has ended. Call it when the server begins to shut
+        down (SIGTERM), before it waits for open responses: a reader's response ends
+        when its turn does (the example service's ``serve`` does this under uvicorn).
+
+        From the first call on, ``start`` refuses new turns (``RuntimeError``, their
+        frames closed: unread, so no model call, unless the turn had begun answering
+        while it waited for a running turn of its id). A turn that ends within the grace period
+        ends as usual (stored, its readers get its finish). A turn still running after
+        it is cancelled, as any stopped turn: its ``Conversation`` stores nothing, or,
+        with ``keep_interrupted=True``, the interrupted turn (the partial answer marked
+        ``scope/interrupted`` = ``"cancelled"``, written within that option's own bound);
+        its readers get the protocol's error event (the AI SDK's ``error`` part with
+        ``SHUTDOWN_TEXT`` then ``[DONE]``, AG-UI's ``RUN_ERROR``) when its frames are an
+        ``EncodedStream``, then the stream ends; its log ends, so a client that
+        reconnects to a surviving ``RedisTurnLog`` reads the same end.
+
+        Safe to call more than once and from any task of the event loop; a later call
+        does not restart the grace period, it stops what still runs after its own
+        ``grace``. Leaving ``async with`` calls it (with no error in flight).
+        ``TypeError``/``ValueError`` for a ``grace`` that is not a finite number of
+        seconds >= 0.
+        """
+        wait = self._grace if grace is None else check_seconds(grace, "grace")
+        self._closing = True
+        with anyio.move_on_after(wait):
+            while self._running:
+                await next(iter(self._running.values())).done.wait()
+        while self._running:
+            for running in list(self._running.values()):
+                running.stopped = True
+                running.scope.cancel()
+            await next(iter(self._running.values())).done.wait()
 
     async def start(self, turn_id: str, frames: AsyncIterator[bytes]) -> None:
         """Open ``turn_id``'s log and start pumping ``frames`` into it.
@@ -470,14 +535,33 @@ class ResumableTurns:
                 "frames must be an async iterator of SSE bytes (ui_message_stream(...), "
                 f"agui_events(...)), got {type(frames).__name__}"
             )
+        if self._closing:
+            await self._refuse(frames)
         first: bytes | None = None
         try:
             await self.log.open(turn_id)
         except TurnInProgressError:
             first = await self._hand_over(turn_id, frames)
+        if self._closing:
+            try:
+                await self._refuse(frames)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.log.end(turn_id)
         running = _Running()
         self._running[turn_id] = running
         self._group.start_soon(self._pump, turn_id, frames, running, first)
+
+    async def _refuse(self, frames: AsyncIterator[bytes]) -> NoReturn:
+        """A turn ``start`` takes no more (``shutdown`` began): its frames closed."""
+        aclose = getattr(frames, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True):
+                await aclose()
+        raise RuntimeError(
+            "ResumableTurns is shutting down (shutdown() was called): it starts no new "
+            "turn; answer the request with a 503"
+        )
 
     async def _hand_over(self, turn_id: str, frames: AsyncIterator[bytes]) -> bytes:
         """Let the new turn begin while ``turn_id`` runs, then open its log once the
@@ -551,6 +635,14 @@ class ResumableTurns:
                 del self._running[turn_id]
             try:
                 with anyio.CancelScope(shield=True):
+                    if (
+                        running.stopped
+                        and running.scope.cancelled_caught
+                        and isinstance(frames, EncodedStream)
+                    ):
+                        # The protocol's error event, one log entry per SSE event.
+                        for event in _events(b"", frames.stopped(SHUTDOWN_TEXT))[0]:
+                            await log.append(turn_id, event)
                     await log.end(turn_id)
             finally:
                 running.done.set()

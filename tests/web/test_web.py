@@ -42,6 +42,7 @@ from scope.tools import tool
 from scope.web import (
     AGUI_HEADERS,
     CLIENT_MESSAGE_ID_KEY,
+    SHUTDOWN_TEXT,
     UI_MESSAGE_STREAM_HEADERS,
     InMemoryTurnLog,
     RedisTurnLog,
@@ -997,6 +998,131 @@ async def test_start_checks_its_arguments() -> None:
         ResumableTurns(handover_timeout="1")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="handover_timeout"):
         ResumableTurns(handover_timeout=-1)
+
+
+# ------------------------------------------------------------- shutdown: the drain
+
+
+def _sse(body: bytes) -> list[Any]:
+    """The ``data:`` payloads of SSE bytes, decoded (``[DONE]`` kept as the string)."""
+    found = re.findall(rb"^data: (.*)$", body, re.MULTILINE)
+    return [d.decode() if d == b"[DONE]" else orjson.loads(d) for d in found]
+
+
+async def _first_delta(turns: ResumableTurns) -> None:
+    """Read turn ``c`` until its first text delta (the model is answering)."""
+    reader = turns.stream("c")
+    async with contextlib.aclosing(reader):  # type: ignore[type-var]
+        async for data in reader:
+            if b'"type":"text-delta"' in data:
+                return
+
+
+@pytest.mark.parametrize("keep", [True, False])
+async def test_shutdown_stops_a_turn_still_running_after_the_grace_period(
+    keep: bool, log: TurnLog
+) -> None:
+    store = InMemoryStore()
+    conversation = Conversation(_gated_model(anyio.Event()), store, "c", keep_interrupted=keep)
+    with anyio.fail_after(10):
+        async with ResumableTurns(log) as turns:
+            await turns.start("c", ui_message_stream(conversation.stream("hi")))
+            await _first_delta(turns)
+            await turns.shutdown(0)  # returns once the turn's log has ended
+            body = b"".join([data async for data in turns.stream("c")])
+    events = _sse(body)
+    assert events[-2:] == [{"type": "error", "errorText": SHUTDOWN_TEXT}, "[DONE]"]
+    assert body.count(b"[DONE]") == 1 and b'"type":"finish"' not in body
+    stored = await store.read("c")
+    if not keep:
+        assert stored == []
+        return
+    assert [m.text for m in stored] == ["hi", "first "]
+    assert stored[-1].metadata.decode("scope/interrupted") == "cancelled"
+
+
+async def test_shutdown_stops_an_agui_run_with_run_error() -> None:
+    store = InMemoryStore()
+    conversation = Conversation(_gated_model(anyio.Event()), store, "c")
+    with anyio.fail_after(10):
+        async with ResumableTurns(shutdown_grace=0) as turns:
+            frames = agui_events(conversation.stream("hi"), thread_id="c", run_id="r")
+            await turns.start("c", frames)
+            reader = turns.stream("c")
+            async with contextlib.aclosing(reader):  # type: ignore[type-var]
+                async for data in reader:
+                    if b'"TEXT_MESSAGE_CONTENT"' in data:
+                        break
+        # Leaving ``async with`` drained: shutdown_grace=0 stopped the turn.
+        events = _sse(b"".join([data async for data in turns.stream("c")]))
+    assert events[-1] == {"type": "RUN_ERROR", "message": SHUTDOWN_TEXT}
+    assert not any(e["type"] == "RUN_FINISHED" for e in events)
+    assert await store.read("c") == []
+
+
+async def test_a_turn_that_ends_within_the_grace_period_ends_as_usual() -> None:
+    gate = anyio.Event()
+    store = InMemoryStore()
+    started: list[str] = []
+    later = _slow_model(started)
+    with anyio.fail_after(10):
+        async with ResumableTurns() as turns:
+            conversation = Conversation(_gated_model(gate), store, "c")
+            await turns.start("c", ui_message_stream(conversation.stream("hi")))
+            await _first_delta(turns)
+            async with anyio.create_task_group() as group:
+                group.start_soon(turns.shutdown, 3600)
+                await anyio.wait_all_tasks_blocked()
+                # Shutting down: a new turn is refused, its frames closed unread.
+                with pytest.raises(RuntimeError, match="shutting down"):
+                    await _turn(turns, Conversation(later, store, "d"), "later")
+                gate.set()  # the running turn ends within the grace period
+            body = b"".join([data async for data in turns.stream("c")])
+    events = _sse(body)
+    assert events[-2]["type"] == "finish" and events[-1] == "[DONE]"
+    assert SHUTDOWN_TEXT.encode() not in body
+    assert started == []  # the refused turn's model was never called
+    assert [m.text for m in await store.read("c")] == ["hi", "first second"]
+    assert await store.read("d") == []
+
+
+async def test_a_drain_cancelled_from_outside_stops_every_turn() -> None:
+    store = InMemoryStore()
+    conversation = Conversation(_gated_model(anyio.Event()), store, "c")
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            with anyio.CancelScope() as outer:
+                async with ResumableTurns(shutdown_grace=3600) as turns:
+                    await turns.start("c", ui_message_stream(conversation.stream("hi")))
+                    await _first_delta(turns)
+
+                    async def cancel_the_drain() -> None:
+                        await anyio.wait_all_tasks_blocked()  # leaving: the drain waits
+                        outer.cancel()
+
+                    group.start_soon(cancel_the_drain)
+        assert outer.cancelled_caught
+        body = b"".join([data async for data in turns.stream("c")])  # its log ended
+    assert b'"type":"finish"' not in body
+    assert await store.read("c") == []
+
+
+async def test_shutdown_checks_its_grace() -> None:
+    with pytest.raises(TypeError, match="shutdown_grace"):
+        ResumableTurns(shutdown_grace="1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="shutdown_grace"):
+        ResumableTurns(shutdown_grace=-1)
+    async with ResumableTurns() as turns:
+        with pytest.raises(ValueError, match="grace"):
+            await turns.shutdown(float("inf"))
+        await turns.shutdown(0)  # nothing runs: returns at once
+        await turns.shutdown()  # again: nothing to do
+        with pytest.raises(RuntimeError, match="shutting down"):
+            await turns.start("t", ui_message_stream(scripted("text")))
+    async with turns:  # entered again after the drain: it takes turns again
+        await turns.start("t", ui_message_stream(scripted("text")))
+    body = b"".join([data async for data in turns.stream("t")])
+    assert b'"type":"finish"' in body
 
 
 async def test_frames_split_anywhere_are_logged_one_event_per_entry() -> None:

@@ -39,6 +39,11 @@ the stored one (an edit or regenerate naming a message the chat does not hold), 
 (``ConversationClosedError``) for a chat that was cleared, erased or expired. A
 failure during a turn reaches the client as the protocol's error event and is logged
 on the ``scope.web`` logger.
+
+Shutdown (SIGTERM, Ctrl-C): ``serve`` stops taking connections and drains at once —
+running turns get ``shutdown_grace`` seconds (default 10) to end, then they are stopped
+(stored as ``keep_interrupted`` says) and their readers get the protocol's error event;
+then the process exits.
 """
 
 from __future__ import annotations
@@ -46,10 +51,12 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
+import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
@@ -114,6 +121,8 @@ def create_app(
     log: TurnLog | None = None,
     on_overlap: Literal["fence", "reject", "wait", "interrupt"] = "reject",
     on_divergence: Literal["refuse", "edit"] = "refuse",
+    keep_interrupted: bool = False,
+    shutdown_grace: float = 10.0,
     max_body: int = MAX_BODY,
 ) -> Starlette:
     """The service: ``model`` answers, ``store`` keeps every chat's history, ``log``
@@ -122,16 +131,20 @@ def create_app(
     runs (``"reject"``: 409 before any model call; ``"wait"``: it runs after;
     ``"interrupt"``: it stops the running turn and runs), ``on_divergence`` what an
     AG-UI run whose client dropped stored turns is (``"refuse"``: 409; ``"edit"``: an
-    edit of the first turn it dropped)."""
-    turns = ResumableTurns(log)
+    edit of the first turn it dropped), ``keep_interrupted`` whether a stopped turn
+    keeps what it had said, ``shutdown_grace`` how long running turns may go on once
+    the service shuts down (``serve``)."""
+    turns = ResumableTurns(log, shutdown_grace=shutdown_grace)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with turns:  # running turns finish before the server stops
+        async with turns:  # on the way out: the drain (turns.shutdown())
             yield
 
     def conversation(chat_id: str) -> Conversation:
-        return Conversation(model, store, chat_id, on_overlap=on_overlap)
+        return Conversation(
+            model, store, chat_id, on_overlap=on_overlap, keep_interrupted=keep_interrupted
+        )
 
     async def sse(turn_id: str, last_event_id: str | None, headers: Any) -> Response:
         stream = turns.stream(turn_id, last_event_id)
@@ -167,6 +180,8 @@ def create_app(
             await turns.start(asked.chat_id, frames)
         except TurnInProgressError as exc:  # a turn of this chat is still running
             return PlainTextResponse(str(exc), status_code=409)
+        except RuntimeError as exc:  # the service is shutting down (turns.shutdown())
+            return PlainTextResponse(str(exc), status_code=503)
         return await sse(asked.chat_id, None, UI_MESSAGE_STREAM_HEADERS)
 
     async def resume(request: Request) -> Response:
@@ -199,6 +214,8 @@ def create_app(
             await turns.start(run.thread_id, frames)
         except TurnInProgressError as exc:
             return PlainTextResponse(str(exc), status_code=409)
+        except RuntimeError as exc:
+            return PlainTextResponse(str(exc), status_code=503)
         return await sse(run.thread_id, request.headers.get("last-event-id"), AGUI_HEADERS)
 
     async def page(request: Request) -> Response:
@@ -216,6 +233,40 @@ def create_app(
     )
     app.state.turns = turns
     return app
+
+
+async def serve(
+    app: Starlette,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    sockets: list[socket.socket] | None = None,
+) -> None:
+    """Run ``app`` (``create_app``) under uvicorn until SIGINT or SIGTERM, then drain.
+
+    uvicorn waits for open responses before it ends the app's lifespan, and a turn's
+    stream stays open while the turn runs, so leaving ``async with turns`` alone would
+    wait for every running turn, however long. Here the drain starts with the
+    shutdown: uvicorn stops accepting connections while ``turns.shutdown()`` lets
+    running turns go on for ``shutdown_grace`` seconds and then stops the rest (their
+    readers get the protocol's error event, their responses end), so the process exits
+    within about the grace period (plus a stopped turn's ``keep_interrupted`` write).
+    ``sockets``: already bound listening sockets to serve on instead of ``host:port``.
+    Run it in the main thread (uvicorn handles the signals there), e.g.
+    ``anyio.run(serve, app)``.
+    """
+    import uvicorn
+
+    turns: ResumableTurns = app.state.turns
+
+    class DrainingServer(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            async with anyio.create_task_group() as group:
+                group.start_soon(turns.shutdown)  # the drain, alongside uvicorn's own
+                await super().shutdown(sockets)
+
+    config = uvicorn.Config(app, host=host, port=port, lifespan="on")
+    await DrainingServer(config).serve(sockets=sockets)
 
 
 def offline_answer(request: ChatRequest) -> str:
@@ -238,7 +289,5 @@ def _model() -> Model | Streamer:
 if __name__ == "__main__":
     import logging
 
-    import uvicorn
-
     logging.basicConfig(level=logging.INFO)  # scope.web logs failed turns
-    uvicorn.run(create_app(_model(), InMemoryStore()), host="127.0.0.1", port=8000)
+    anyio.run(serve, create_app(_model(), InMemoryStore()))
