@@ -130,7 +130,7 @@ from scope.history import (
     Writer,
 )
 from scope.metadata import Metadata
-from scope.tools import Tool
+from scope.tools import Tool, ToolContext
 
 __all__ = ["Conversation", "ModelMiddleware", "TurnEvent", "TurnEventKind", "TurnResult"]
 
@@ -248,6 +248,9 @@ class Conversation:
       ``scope.history.erase_owner(store, owner)`` erases all of one owner's
       conversations. Default None (no owner); ``store``'s append must take ``owner=``
       (every bundled store's does).
+    - ``deps``: the service's own dependencies (any object: a database pool, a client),
+      given to every tool that declares a ``ToolContext`` parameter, with the
+      conversation id and the owner (``scope.tools``). Default None.
 
     ``ask`` returns the finished turn; ``stream`` gives its events as they happen;
     ``regenerate``/``edit`` (and ``stream_regenerate``/``stream_edit``) rewind the head
@@ -262,6 +265,7 @@ class Conversation:
     __slots__ = (
         "_append_retries",
         "_caller",
+        "_context",
         "_definitions",
         "_formats",
         "_layers",
@@ -300,6 +304,7 @@ class Conversation:
         options: Options | None = None,
         append_retries: int = 3,
         owner: str | None = None,
+        deps: object = None,
     ) -> None:
         calls = callable(getattr(model, "call", None))
         streams = callable(getattr(model, "stream", None))
@@ -367,6 +372,8 @@ class Conversation:
         self._middleware = Middleware(reader, store, cid, **self._overlap)
         self._caller, self._streamer = self._wrapped(self._middleware)
         self._owner = owner
+        # One context for every tool call: the Middleware checked the owner above.
+        self._context: ToolContext[Any] = ToolContext(cid, owner=owner, deps=deps)
         self._store = store
         self._window = reader if isinstance(reader, WindowReader) else None
         self._max_steps = max_steps
@@ -814,7 +821,7 @@ class Conversation:
             known = ", ".join(self._tools) if self._tools else "none"
             text = f"there is no tool named {call.name!r} (the tools: {known})"
             return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
-        return await found.run(call)
+        return await found.run(call, context=self._context)
 
     def _format(self, output: object) -> tuple[Options, Callable[[Response], Any]]:
         """The request options and the answer decoder for ``output`` (cached per type)."""
