@@ -14,6 +14,7 @@ import pytest
 
 from scope.chat import (
     FinishReason,
+    Message,
     Output,
     Request,
     Response,
@@ -304,3 +305,39 @@ async def test_the_stored_attempts_replay_validly_to_every_adapter(provider: Pro
     assert [m.role for m in replayed.messages] == [Role.USER, Role.ASSISTANT] * 2 + [Role.USER]
     body = body_of(provider, Request((*await store.read("c"), user_message("More?"))))
     assert "Answer again with only the JSON document" in str(body)
+
+
+class ReadAppendOnly:
+    """A store with read and append only: no views, so no head to pin a retry to."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryStore()
+
+    async def read(self, conversation_id: str) -> list[Message]:
+        return await self.inner.read(conversation_id)
+
+    async def append(self, batch: Batch) -> Receipt:
+        return await self.inner.append(batch)
+
+
+async def test_a_store_without_views_retries_unpinned() -> None:
+    store = ReadAppendOnly()
+    model = ScriptedModel(answer(MISSING), answer(GOOD))
+    result = await Conversation(model, store, "c").ask("Weather?", output=Forecast)
+    assert result.output_retries == 1
+    assert [m.text for m in await store.read("c")][::2] == ["Weather?", result.messages[2].text]
+    assert len(await store.read("c")) == 4
+
+
+async def test_a_windowed_conversation_retries_through_its_window() -> None:
+    store = InMemoryStore()
+    model = ScriptedModel(answer(GOOD), answer(MISSING), answer(GOOD))
+    conversation = Conversation(model, store, "c", limit=3)
+    await conversation.ask("first", output=Forecast)
+    result = await conversation.ask("second", output=Forecast)
+    assert result.output_retries == 1
+    # The retry replays at most 3 messages (the window, from a user message), not the
+    # whole history.
+    replayed = [m.text for m in model.requests[2].messages]
+    assert replayed == ["second", MISSING, result.messages[2].text]
+    assert len(await store.read("c")) == 6
