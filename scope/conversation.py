@@ -1013,7 +1013,7 @@ class _AppendIDs:
 
 #: The message metadata key of the user message that sends an answer back
 #: (``output_retries``): its value is the retry's number, 1 for the first.
-OUTPUT_RETRY_KEY: Final = "scope/output_retry"
+_OUTPUT_RETRY_KEY: Final = "scope/output_retry"
 
 
 def _retry_message(problem: str, number: int) -> Message:
@@ -1023,7 +1023,7 @@ def _retry_message(problem: str, number: int) -> Message:
         "document the response format describes."
     )
     message = user_message(text)
-    return Message(message.role, message.parts, Metadata({OUTPUT_RETRY_KEY: number}))
+    return Message(message.role, message.parts, Metadata({_OUTPUT_RETRY_KEY: number}))
 
 
 def _check_retries(value: object) -> None:
