@@ -547,7 +547,8 @@ class Conversation:
         output_retries: int = 1,
     ) -> TurnResult[Any]:
         """Answer a stored turn again: rewind the head to before turn ``turn`` (default:
-        the last turn of the head path) and run a new turn with that turn's own user
+        the last turn of the head path, with its output retries) and run a new turn with
+        that turn's own user
         message. The old answer stays in the tree, on its own branch
         (``scope.history.branches``); the new one is the head. Returns the stored turn,
         as ``ask`` does. See ``stream_regenerate`` for the rules."""
@@ -728,6 +729,8 @@ class Conversation:
         if expected is not None and expected != head:
             raise HistoryChangedError(length, length, cid, expected_head=expected, actual_head=head)
         number = len(path) if turn is None else turn
+        while turn is None and number > 1 and _is_retry(tree.batches[path[number - 1]]):
+            number -= 1  # the last turn is the one its output retries answer
         if not 1 <= number <= len(path):
             there = f"it has {len(path)} turn{'s' if len(path) != 1 else ''}"
             asked = "last turn" if turn is None else f"turn {number}"
@@ -1024,6 +1027,12 @@ def _retry_message(problem: str, number: int) -> Message:
     )
     message = user_message(text)
     return Message(message.role, message.parts, Metadata({_OUTPUT_RETRY_KEY: number}))
+
+
+def _is_retry(batch: Any) -> bool:
+    """Whether a stored batch is an output retry (its user message sent an answer back)."""
+    messages = batch.messages
+    return bool(messages) and _OUTPUT_RETRY_KEY in messages[0].metadata
 
 
 def _check_retries(value: object) -> None:

@@ -283,12 +283,16 @@ async def test_retries_of_a_pinned_turn_and_of_a_regenerated_one() -> None:
     head = (await store.read_view("c")).head
     pinned = await conversation.ask("second", output=Forecast, expected_head=head)
     assert pinned.output_retries == 1
+    # regenerate() answers the last turn again with its own user message: the retry
+    # (kept on the old branch) is part of it.
     regenerated = await conversation.regenerate(output=Forecast)
     assert regenerated.output_retries == 1 and regenerated.output == Forecast("Lisbon", 21)
+    assert [m.text for m in model.requests[3].messages] == ["first", GOOD, "second"]
     texts = [m.text for m in await store.read("c")]
-    # The regenerated turn is the retry's own (its user message sent again).
-    assert texts[:2] == ["first", GOOD] and texts[-1] == GOOD
-    assert len(texts) == 8
+    assert texts[:3] == ["first", GOOD, "second"] and texts[-1] == GOOD
+    assert len(texts) == 6
+    # An explicit turn number counts the stored batches, the retry's too.
+    assert len((await store.read_tree("c")).head_path()) == 3
 
 
 # ------------------------------------------------------------------ replays to any model
