@@ -40,8 +40,13 @@ Guarantees a caller relies on:
   attrs class, a dataclass, a ``TypedDict``, a Pydantic model, ``list[int]``, ...) sends
   the type's JSON Schema as the request's ``OutputFormat.json_schema`` and decodes the
   answer's text (a JSON document) into the type with the same strict decoder as tool
-  arguments. An answer that does not decode raises ``InvalidResponseError`` — the turn is
-  already stored.
+  arguments. An answer that does not decode is stored (the Middleware stores every final
+  answer) and sent back to the model with the problem, in a user message marked
+  ``scope/output_retry`` (its number), at most ``output_retries`` times (default 1); the
+  retry runs on the head that answer made (``HistoryChangedError`` if another turn was
+  stored in between), with ``max_steps`` counted afresh. The stored turn stays a valid
+  user/assistant sequence every model replays. ``TurnResult.output_retries`` counts the
+  retries; when they run out, ``InvalidResponseError`` (every answer stored).
 
 Branches (DESIGN §6h): ``regenerate()`` answers the last turn again and ``edit(turn,
 message)`` replaces a turn (``stream_regenerate``/``stream_edit`` give their events):
@@ -61,6 +66,7 @@ import inspect
 import logging
 import os
 import re
+import uuid
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from typing import (
     Any,
@@ -130,7 +136,7 @@ from scope.history import (
     Writer,
 )
 from scope.metadata import Metadata
-from scope.tools import Tool
+from scope.tools import Tool, ToolContext
 
 __all__ = ["Conversation", "ModelMiddleware", "TurnEvent", "TurnEventKind", "TurnResult"]
 
@@ -191,13 +197,18 @@ class TurnResult(Generic[T]):
     - ``output``: its text, or the decoded value when ``ask``/``stream`` had ``output=``.
     - ``steps``: the model calls the turn made (1 without tools).
     - ``messages``: the turn as stored: the user message, each tool-call message with
-      its results, the answer.
+      its results, the answer (with ``output_retries``, each answer sent back and the
+      user message that sent it back come first).
+    - ``output_retries``: how many answers did not decode into ``output=``'s type and
+      were sent back to the model (0: the first answer decoded, or no ``output=``).
     """
 
     response: Response
     output: T
     steps: int
     messages: tuple[Message, ...]
+    # Added with output_retries: a default, so results made without it still build.
+    output_retries: int = 0
 
 
 @final
@@ -248,6 +259,9 @@ class Conversation:
       ``scope.history.erase_owner(store, owner)`` erases all of one owner's
       conversations. Default None (no owner); ``store``'s append must take ``owner=``
       (every bundled store's does).
+    - ``deps``: the service's own dependencies (any object: a database pool, a client),
+      given to every tool that declares a ``ToolContext`` parameter, with the
+      conversation id and the owner (``scope.tools``). Default None.
 
     ``ask`` returns the finished turn; ``stream`` gives its events as they happen;
     ``regenerate``/``edit`` (and ``stream_regenerate``/``stream_edit``) rewind the head
@@ -262,6 +276,7 @@ class Conversation:
     __slots__ = (
         "_append_retries",
         "_caller",
+        "_context",
         "_definitions",
         "_formats",
         "_layers",
@@ -300,6 +315,7 @@ class Conversation:
         options: Options | None = None,
         append_retries: int = 3,
         owner: str | None = None,
+        deps: object = None,
     ) -> None:
         calls = callable(getattr(model, "call", None))
         streams = callable(getattr(model, "stream", None))
@@ -367,6 +383,8 @@ class Conversation:
         self._middleware = Middleware(reader, store, cid, **self._overlap)
         self._caller, self._streamer = self._wrapped(self._middleware)
         self._owner = owner
+        # One context for every tool call: the Middleware checked the owner above.
+        self._context: ToolContext[Any] = ToolContext(cid, owner=owner, deps=deps)
         self._store = store
         self._window = reader if isinstance(reader, WindowReader) else None
         self._max_steps = max_steps
@@ -415,20 +433,36 @@ class Conversation:
         *,
         output: None = None,
         expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[str]: ...
 
     @overload
     async def ask(
-        self, message: Message | str, *, output: type[T], expected_head: str | None = None
+        self,
+        message: Message | str,
+        *,
+        output: type[T],
+        expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[T]: ...
 
     @overload
     async def ask(
-        self, message: Message | str, *, output: object, expected_head: str | None = None
+        self,
+        message: Message | str,
+        *,
+        output: object,
+        expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[Any]: ...
 
     async def ask(
-        self, message: Message | str, *, output: object = None, expected_head: str | None = None
+        self,
+        message: Message | str,
+        *,
+        output: object = None,
+        expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[Any]:
         """Run one turn: send ``message`` (a user ``Message`` or its text), run the tools
         the model asks for, and return the stored turn. See the class docstring.
@@ -436,14 +470,26 @@ class Conversation:
         ``expected_head``: run the turn only on this head (the append id of the head
         path's last batch, ``""`` for an empty one, as ``HistoryView.head`` says); a
         conversation with another head raises ``HistoryChangedError`` before the model
-        is called, and the turn is stored only on that head. Needs a ``Store``."""
+        is called, and the turn is stored only on that head. Needs a ``Store``.
+
+        ``output_retries``: with ``output=``, how many times an answer that does not
+        decode is sent back to the model with the problem (an int >= 0, default 1;
+        ``TypeError``/``ValueError`` before anything runs). See the module docstring."""
         user = _user(message)
         _check_head(expected_head, "expected_head")
+        _check_retries(output_retries)
         pinned = None if expected_head is None else (expected_head, None)
-        return await _finish(self._turn(user, output, streaming=False, pinned=pinned))
+        return await _finish(
+            self._turn(user, output, output_retries, streaming=False, pinned=pinned)
+        )
 
     def stream(
-        self, message: Message | str, *, output: object = None, expected_head: str | None = None
+        self,
+        message: Message | str,
+        *,
+        output: object = None,
+        expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> AsyncGenerator[TurnEvent[Any], None]:
         """Run one turn as ``ask`` does, yielding its events: the answer's ``chunk``s as
         they arrive (a model that only has ``call`` gives each answer as one chunk), each
@@ -456,38 +502,63 @@ class Conversation:
         """
         user = _user(message)
         _check_head(expected_head, "expected_head")
+        _check_retries(output_retries)
         pinned = None if expected_head is None else (expected_head, None)
-        return self._turn(user, output, streaming=True, pinned=pinned)
+        return self._turn(user, output, output_retries, streaming=True, pinned=pinned)
 
     # ------------------------------------------------------------ branches (§6h)
 
     @overload
     async def regenerate(
-        self, *, turn: int | None = None, output: None = None, expected_head: str | None = None
+        self,
+        *,
+        turn: int | None = None,
+        output: None = None,
+        expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[str]: ...
 
     @overload
     async def regenerate(
-        self, *, turn: int | None = None, output: type[T], expected_head: str | None = None
+        self,
+        *,
+        turn: int | None = None,
+        output: type[T],
+        expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[T]: ...
 
     @overload
     async def regenerate(
-        self, *, turn: int | None = None, output: object, expected_head: str | None = None
+        self,
+        *,
+        turn: int | None = None,
+        output: object,
+        expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[Any]: ...
 
     async def regenerate(
-        self, *, turn: int | None = None, output: object = None, expected_head: str | None = None
+        self,
+        *,
+        turn: int | None = None,
+        output: object = None,
+        expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[Any]:
         """Answer a stored turn again: rewind the head to before turn ``turn`` (default:
-        the last turn of the head path) and run a new turn with that turn's own user
+        the last turn of the head path, with its output retries) and run a new turn with
+        that turn's own user
         message. The old answer stays in the tree, on its own branch
         (``scope.history.branches``); the new one is the head. Returns the stored turn,
         as ``ask`` does. See ``stream_regenerate`` for the rules."""
         if turn is not None:
             _check_turn(turn)
         _check_head(expected_head, "expected_head")
-        return await _finish(self._branch_turn(turn, None, output, expected_head, streaming=False))
+        _check_retries(output_retries)
+        return await _finish(
+            self._branch_turn(turn, None, output, output_retries, expected_head, streaming=False)
+        )
 
     @overload
     async def edit(
@@ -497,6 +568,7 @@ class Conversation:
         *,
         output: None = None,
         expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[str]: ...
 
     @overload
@@ -507,6 +579,7 @@ class Conversation:
         *,
         output: type[T],
         expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[T]: ...
 
     @overload
@@ -517,6 +590,7 @@ class Conversation:
         *,
         output: object,
         expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[Any]: ...
 
     async def edit(
@@ -526,6 +600,7 @@ class Conversation:
         *,
         output: object = None,
         expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> TurnResult[Any]:
         """Replace turn ``turn`` (1-based, a turn of the head path): rewind the head to
         before it and run a new turn with ``message``. The turns from ``turn`` on stay
@@ -534,10 +609,18 @@ class Conversation:
         _check_turn(turn)
         user = _user(message)
         _check_head(expected_head, "expected_head")
-        return await _finish(self._branch_turn(turn, user, output, expected_head, streaming=False))
+        _check_retries(output_retries)
+        return await _finish(
+            self._branch_turn(turn, user, output, output_retries, expected_head, streaming=False)
+        )
 
     def stream_regenerate(
-        self, *, turn: int | None = None, output: object = None, expected_head: str | None = None
+        self,
+        *,
+        turn: int | None = None,
+        output: object = None,
+        expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> AsyncGenerator[TurnEvent[Any], None]:
         """``regenerate`` as events, like ``stream``.
 
@@ -548,7 +631,8 @@ class Conversation:
         if turn is not None:
             _check_turn(turn)
         _check_head(expected_head, "expected_head")
-        return self._branch_turn(turn, None, output, expected_head, streaming=True)
+        _check_retries(output_retries)
+        return self._branch_turn(turn, None, output, output_retries, expected_head, streaming=True)
 
     def stream_edit(
         self,
@@ -557,6 +641,7 @@ class Conversation:
         *,
         output: object = None,
         expected_head: str | None = None,
+        output_retries: int = 1,
     ) -> AsyncGenerator[TurnEvent[Any], None]:
         """``edit`` as events, like ``stream``.
 
@@ -581,7 +666,8 @@ class Conversation:
         _check_turn(turn)
         user = _user(message)
         _check_head(expected_head, "expected_head")
-        return self._branch_turn(turn, user, output, expected_head, streaming=True)
+        _check_retries(output_retries)
+        return self._branch_turn(turn, user, output, output_retries, expected_head, streaming=True)
 
     # ------------------------------------------------------------------ internals
 
@@ -618,6 +704,7 @@ class Conversation:
         turn: int | None,
         user: Message | None,
         output: object,
+        retries: int,
         expected: str | None,
         *,
         streaming: bool,
@@ -642,6 +729,8 @@ class Conversation:
         if expected is not None and expected != head:
             raise HistoryChangedError(length, length, cid, expected_head=expected, actual_head=head)
         number = len(path) if turn is None else turn
+        while turn is None and number > 1 and _is_retry(tree.batches[path[number - 1]]):
+            number -= 1  # the last turn is the one its output retries answer
         if not 1 <= number <= len(path):
             there = f"it has {len(path)} turn{'s' if len(path) != 1 else ''}"
             asked = "last turn" if turn is None else f"turn {number}"
@@ -654,7 +743,7 @@ class Conversation:
         moved = await store.move_head(cid, target, expected_head=head)
         stored = False
         try:
-            events = self._turn(user, output, streaming=streaming, pinned=(target, moved))
+            events = self._turn(user, output, retries, streaming=streaming, pinned=(target, moved))
             async with contextlib.aclosing(events):
                 async for event in events:
                     if event.result is not None:
@@ -701,21 +790,27 @@ class Conversation:
         self,
         user: Message,
         output: object,
+        output_retries: int,
         *,
         streaming: bool,
         pinned: tuple[str, int | None] | None = None,
     ) -> AsyncGenerator[TurnEvent[Any], None]:
-        caller, streamer = self._caller, self._streamer
-        if pinned is not None:  # a Middleware of its own, reading through the pin
-            self._tree_store("expected_head")
-            middleware = Middleware(
-                _Pinned(self._reader, *pinned), self._store, self.conversation_id, **self._overlap
-            )
-            caller, streamer = self._wrapped(middleware)
-        streaming = streaming or caller is None
         options, decode = self._format(output)
+        retrying = output is not None and output_retries > 0
+        # A turn that may send a bad answer back needs to know where that answer was
+        # stored (the retry runs only on that head): a Middleware of its own, naming
+        # the batches it appends.
+        appended = _AppendIDs() if retrying else None
+        caller, streamer = self._caller, self._streamer
+        if pinned is not None or appended is not None:
+            caller, streamer = self._turn_wrapped(pinned, appended)
+        streaming = streaming or caller is None
         turn: list[Message] = [user]
-        for step in range(1, self._max_steps + 1):
+        stored: tuple[Message, ...] = ()  # the attempts whose answers did not decode
+        retries = steps = step = 0
+        while True:
+            step += 1
+            steps += 1
             request = Request((*self._system, *turn), tools=self._definitions, options=options)
             response: Response | None = None
             try:
@@ -739,14 +834,46 @@ class Conversation:
                 raise InvalidResponseError("the model's answer has no message")
             calls = response.tool_calls
             if not calls:
-                result = TurnResult(response, decode(response), step, (*turn, response.message))
+                try:
+                    value = decode(response)
+                except _Undecodable as exc:
+                    if retries == output_retries:
+                        if retries:
+                            raise InvalidResponseError(
+                                f"{exc.problem}, after {retries} output "
+                                f"retr{'ies' if retries > 1 else 'y'} (output_retries); every "
+                                "answer is stored"
+                            ) from None
+                        raise
+                    # Stored already (the Middleware stores every final answer): send it
+                    # back as a new user turn on that head, so the history stays one
+                    # valid user/assistant sequence any model replays.
+                    assert appended is not None and appended.last is not None
+                    retries += 1
+                    stored += (*turn, response.message)
+                    turn = [_retry_message(exc.problem, retries)]
+                    # Pinned to that head where the reader has views (a store without
+                    # them has no fence for any turn).
+                    views = inspect.iscoroutinefunction(getattr(self._reader, "read_view", None))
+                    pin = (appended.last, None) if views else None
+                    caller, streamer = self._turn_wrapped(pin, appended, check=False)
+                    step = 0
+                    continue
+                messages = (*stored, *turn, response.message)
+                result = TurnResult(response, value, steps, messages, output_retries=retries)
                 yield TurnEvent(TurnEventKind.DONE, result=result)
                 return
             if step == self._max_steps:
+                kept = (
+                    f"; the {retries} answer(s) sent back (output_retries) stay stored"
+                    if retries
+                    else ""
+                )
                 raise MaxStepsError(
                     f"conversation {str(self.conversation_id)!r}: the model still asked for "
                     f"tools ({', '.join(sorted({c.name for c in calls}))}) after "
-                    f"{self._max_steps} model calls (max_steps); nothing of the turn was stored"
+                    f"{self._max_steps} model calls (max_steps); nothing of the turn was "
+                    f"stored{kept}"
                 )
             if streaming:  # ask() only wants the result: no events to make
                 for call in calls:
@@ -756,7 +883,24 @@ class Conversation:
                 for tool_result in results:
                     yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=tool_result)
             turn += (response.message, tool_message(*results))
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _turn_wrapped(
+        self,
+        pinned: tuple[str, int | None] | None,
+        appended: _AppendIDs | None,
+        *,
+        check: bool = True,
+    ) -> tuple[Model | None, Streamer | None]:
+        """The model and the streamer behind a Middleware of one turn's own: reading
+        through the pin (when there is one), naming its batches with ``appended``."""
+        reader: Reader = self._reader
+        if pinned is not None:
+            if check:  # expected_head and branches need a Store; a retry's pin does not
+                self._tree_store("expected_head")
+            reader = _Pinned(self._reader, *pinned)
+        extra: dict[str, Any] = {} if appended is None else {"new_append_id": appended}
+        middleware = Middleware(reader, self._store, self.conversation_id, **extra, **self._overlap)
+        return self._wrapped(middleware)
 
     async def _land(self, err: CommitError) -> Response:
         """Append a retryable ``CommitError``'s batch again (never the model)."""
@@ -814,10 +958,11 @@ class Conversation:
             known = ", ".join(self._tools) if self._tools else "none"
             text = f"there is no tool named {call.name!r} (the tools: {known})"
             return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
-        return await found.run(call)
+        return await found.run(call, context=self._context)
 
     def _format(self, output: object) -> tuple[Options, Callable[[Response], Any]]:
-        """The request options and the answer decoder for ``output`` (cached per type)."""
+        """The request options and the answer decoder for ``output`` (cached per type).
+        The decoder raises ``InvalidResponseError`` (an ``_Undecodable``)."""
         if output is None:
             return self._options, _text
         cached = self._formats.get(output)
@@ -836,18 +981,65 @@ class Conversation:
             try:
                 value = orjson.loads(response.text)
             except orjson.JSONDecodeError as exc:
-                raise InvalidResponseError(
-                    f"the answer is not JSON ({exc}), expected {expected}; the turn is stored"
-                ) from None
+                raise _Undecodable(f"the answer is not JSON ({exc}), expected {expected}") from None
             try:
                 return _argschema.structure(value, output)
             except _argschema.ArgumentError as exc:
-                raise InvalidResponseError(
-                    f"the answer does not decode into {expected}: {exc}; the turn is stored"
-                ) from None
+                raise _Undecodable(f"the answer does not decode into {expected}: {exc}") from None
 
         self._formats[output] = (options, decode)
         return options, decode
+
+
+class _Undecodable(InvalidResponseError):
+    """An answer that does not decode into ``output=``'s type; ``problem`` says why."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"{problem}; the turn is stored")
+        self.problem = problem
+
+
+@final
+class _AppendIDs:
+    """The append ids of one turn's Middleware (fresh ones, as its default makes),
+    remembering the last: where the turn's last stored answer is the head."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+
+    def __call__(self) -> str:
+        self.last = uuid.uuid4().hex
+        return self.last
+
+
+#: The message metadata key of the user message that sends an answer back
+#: (``output_retries``): its value is the retry's number, 1 for the first.
+_OUTPUT_RETRY_KEY: Final = "scope/output_retry"
+
+
+def _retry_message(problem: str, number: int) -> Message:
+    """The user message that sends an undecodable answer back to the model."""
+    text = (
+        f"Your answer cannot be used: {problem}. Answer again with only the JSON "
+        "document the response format describes."
+    )
+    message = user_message(text)
+    return Message(message.role, message.parts, Metadata({_OUTPUT_RETRY_KEY: number}))
+
+
+def _is_retry(batch: Any) -> bool:
+    """Whether a stored batch is an output retry (its user message sent an answer back)."""
+    messages = batch.messages
+    return bool(messages) and _OUTPUT_RETRY_KEY in messages[0].metadata
+
+
+def _check_retries(value: object) -> None:
+    if type(value) is not int:
+        raise TypeError(f"output_retries must be an int >= 0, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"output_retries must be an int >= 0, got {value!r}")
 
 
 def _text(response: Response) -> str:

@@ -57,6 +57,18 @@ tool (a database driver, ``requests``) never stalls the event loop or the other 
 the same response; a cancelled turn waits for a running thread to finish (threads cannot
 be interrupted). ``tool(thread=False)`` runs a quick, non-blocking sync function on the
 event loop instead. Async functions run on the event loop (asyncio or trio).
+
+**Context.** A parameter annotated ``ToolContext`` (or ``ToolContext[Deps]``) receives
+the context of the call instead of an argument from the model: the conversation id, its
+owner and the ``deps`` the service gave ``Conversation(..., deps=...)``:
+
+    @tool
+    async def open_orders(ctx: ToolContext[Shop], status: str) -> list[Order]:
+        return await ctx.deps.orders(ctx.owner, status)
+
+The parameter is not in the schema, and an argument of its name from the model is
+refused like any unknown argument. At most one parameter takes the context, annotated
+``ToolContext`` alone (not optional, not in a union or a container).
 """
 
 from __future__ import annotations
@@ -67,7 +79,7 @@ import logging
 import re
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Generic, ParamSpec, TypeVar, final, overload
+from typing import Any, Final, Generic, ParamSpec, TypeVar, final, get_args, get_origin, overload
 
 import anyio.to_thread
 import orjson
@@ -75,15 +87,64 @@ import orjson
 from scope import _argschema
 from scope.chat import ToolCall, ToolDefinition, ToolOutput, ToolResult, media_part
 from scope.errors import InvalidJSONError, InvalidToolCallError
+from scope.history import ConversationID
 from scope.jsonvalue import RawJSON
 from scope.media import Media
 
-__all__ = ["Tool", "to_output", "tool"]
+__all__ = ["Tool", "ToolContext", "to_output", "tool"]
 
 _log: Final = logging.getLogger("scope.tools")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+D = TypeVar("D")
+
+
+@final
+class ToolContext(Generic[D]):
+    """What a tool learns about the call besides its arguments: it receives one in the
+    parameter annotated ``ToolContext`` (see the module docstring). ``Conversation``
+    makes it; make one yourself to run a tool elsewhere (``tool.run(call,
+    context=ToolContext("c-1", deps=shop))``, or in a test).
+
+    - ``conversation_id``: the conversation the call belongs to (a ``ConversationID`` or
+      ``str``; ``InvalidConversationIDError`` when it is not a valid id).
+    - ``owner``: the principal the conversation belongs to (a ``str``), or None.
+    - ``deps``: the service's own dependencies (a database pool, a client, settings):
+      any object, as given to ``Conversation(deps=...)``; default None.
+
+    Raises ``TypeError`` when ``owner`` is neither a ``str`` nor None.
+    """
+
+    __slots__ = ("_conversation_id", "_deps", "_owner")
+
+    def __init__(self, conversation_id: str, *, owner: str | None = None, deps: D = None) -> None:  # type: ignore[assignment]
+        if owner is not None and not isinstance(owner, str):
+            raise TypeError(f"owner must be a str or None, got {type(owner).__name__}")
+        self._conversation_id = ConversationID(conversation_id)
+        self._owner = owner
+        self._deps = deps
+
+    @property
+    def conversation_id(self) -> ConversationID:
+        """The conversation the call belongs to."""
+        return self._conversation_id
+
+    @property
+    def owner(self) -> str | None:
+        """The principal the conversation belongs to, or None."""
+        return self._owner
+
+    @property
+    def deps(self) -> D:
+        """The service's dependencies, as given to ``Conversation(deps=...)``."""
+        return self._deps
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolContext({str(self._conversation_id)!r}, owner={self._owner!r}, "
+            f"deps={self._deps!r})"
+        )
 
 
 @final
@@ -100,11 +161,12 @@ class Tool(Generic[P, R]):
       async functions.
 
     Raises ``TypeError`` when a parameter's type has no JSON form, a parameter has no
-    annotation or cannot be passed by keyword; ``InvalidToolDefinitionError`` when the
-    name is not a valid tool name.
+    annotation or cannot be passed by keyword, ``ToolContext`` is used other than as a
+    parameter's whole annotation or by two parameters; ``InvalidToolDefinitionError``
+    when the name is not a valid tool name.
     """
 
-    __slots__ = ("_arguments", "_definition", "_function", "_is_async", "_thread")
+    __slots__ = ("_arguments", "_context", "_definition", "_function", "_is_async", "_thread")
 
     def __init__(
         self,
@@ -120,12 +182,13 @@ class Tool(Generic[P, R]):
             raise TypeError(f"thread must be a bool, got {type(thread).__name__}")
         tool_name = name if name is not None else getattr(function, "__name__", "")
         summary, notes = _docstring(inspect.getdoc(function) or "")
-        fields = _parameters(function, tool_name)
+        fields, context = _parameters(function, tool_name)
         try:
             schema = _argschema.object_schema(fields, notes)
         except TypeError as exc:
             raise TypeError(f"tool {tool_name!r}, parameter {exc}") from None
         self._function = function
+        self._context = context
         self._is_async = inspect.iscoroutinefunction(function)
         self._thread = thread
         self._definition = ToolDefinition(
@@ -151,6 +214,11 @@ class Tool(Generic[P, R]):
     def definition(self) -> ToolDefinition:
         """The ``ToolDefinition`` to put in a request (name, description, schema)."""
         return self._definition
+
+    @property
+    def context_parameter(self) -> str | None:
+        """The name of the parameter that receives the ``ToolContext``, or None."""
+        return self._context
 
     @property
     def function(self) -> Callable[P, R]:
@@ -190,20 +258,35 @@ class Tool(Generic[P, R]):
             raise InvalidToolCallError(f"invalid arguments for {self.name}: {exc}") from None
         return decoded
 
-    async def run(self, call: ToolCall) -> ToolResult:
+    async def run(self, call: ToolCall, *, context: ToolContext[Any] | None = None) -> ToolResult:
         """Answer ``call``: decode its arguments, run the function, wrap what it returned.
+        ``context`` is what the function's ``ToolContext`` parameter receives (ignored
+        by a function without one).
 
         Never raises for a bad call or a failing function: both become an error result
         (``is_error=True``) telling the model what to fix. Cancellation propagates.
-        Raises ``ValueError`` when the call names another tool.
+        Raises ``ValueError`` when the call names another tool; ``TypeError`` when
+        ``context`` is not a ``ToolContext`` or None, or is None and the function takes
+        one.
         """
         if call.name != self.name:
             raise ValueError(f"tool {self.name!r} cannot answer a call to {call.name!r}")
+        if context is not None and not isinstance(context, ToolContext):
+            raise TypeError(
+                f"context must be a scope.tools.ToolContext or None, got {type(context).__name__}"
+            )
+        if context is None and self._context is not None:
+            raise TypeError(
+                f"tool {self.name!r} takes a ToolContext (parameter {self._context}): pass "
+                "run(call, context=ToolContext(...))"
+            )
         try:
             kwargs = self.decode(call.arguments)
         except InvalidToolCallError as exc:
             text = f"{exc}. Call {self.name} again with corrected arguments."
             return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
+        if self._context is not None:  # decode refused an argument of this name
+            kwargs[self._context] = context
         try:
             value = await self._invoke(kwargs)
         except Exception as exc:  # the tool's own failure: the model decides what to do
@@ -280,14 +363,18 @@ def tool(
     return decorate
 
 
-def _parameters(function: Callable[..., Any], name: str) -> list[tuple[str, Any, bool]]:
-    """``(name, type, required)`` of each parameter, in order."""
+def _parameters(
+    function: Callable[..., Any], name: str
+) -> tuple[list[tuple[str, Any, bool]], str | None]:
+    """``(name, type, required)`` of each parameter the model sets, in order, and the
+    name of the parameter that takes the ``ToolContext`` (None: none does)."""
     try:
         signature = inspect.signature(function)
         hints = typing.get_type_hints(function, include_extras=True)
     except (TypeError, ValueError, NameError) as exc:
         raise TypeError(f"tool {name!r}: cannot read its signature ({exc})") from None
     fields = []
+    context: str | None = None
     for parameter in signature.parameters.values():
         if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
             raise TypeError(
@@ -299,9 +386,38 @@ def _parameters(function: Callable[..., Any], name: str) -> list[tuple[str, Any,
                 f"tool {name!r}, parameter {parameter.name}: needs a type annotation (it "
                 "makes the schema)"
             )
+        annotation = hints[parameter.name]
+        if _is_context(annotation, f"tool {name!r}, parameter {parameter.name}"):
+            if context is not None:
+                raise TypeError(
+                    f"tool {name!r}, parameter {parameter.name}: a second ToolContext "
+                    f"parameter ({context} takes it already)"
+                )
+            context = parameter.name
+            continue
         required = parameter.default is inspect.Parameter.empty
-        fields.append((parameter.name, hints[parameter.name], required))
-    return fields
+        fields.append((parameter.name, annotation, required))
+    return fields, context
+
+
+def _is_context(annotation: Any, where: str) -> bool:
+    """Whether a parameter's annotation is ``ToolContext`` (or ``ToolContext[D]``): the one
+    place a context parameter is recognised. ``ToolContext`` anywhere inside another
+    annotation (optional, a union, a container, ``Annotated``) is a ``TypeError``."""
+    if annotation is ToolContext or get_origin(annotation) is ToolContext:
+        return True
+
+    def mentions(tp: Any) -> bool:
+        return (
+            tp is ToolContext or get_origin(tp) is ToolContext or any(map(mentions, get_args(tp)))
+        )
+
+    if mentions(annotation):
+        raise TypeError(
+            f"{where}: ToolContext must be the whole annotation (ctx: ToolContext), not "
+            "part of one: the context is always given, never optional"
+        )
+    return False
 
 
 _SPHINX: Final = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+):\s*(.*)$")

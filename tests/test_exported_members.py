@@ -248,7 +248,7 @@ EXPECTED: dict[str, list[str]] = {
         "user_message_from_agui",
         "user_message_from_ui",
     ],
-    "scope.tools": ["Tool", "to_output", "tool"],
+    "scope.tools": ["Tool", "ToolContext", "to_output", "tool"],
     "scope.conversation": [
         "Conversation",
         "ModelMiddleware",

@@ -61,6 +61,9 @@ _DIVERGENCE: Final = ("refuse", "edit")
 
 #: The history's mark on a turn kept unfinished (``keep_interrupted``, DESIGN §6c).
 _INTERRUPTED_KEY: Final = "scope/interrupted"
+#: The mark of the user message that sent an answer back (``output_retries``): its batch
+#: continues the turn before it, and the client never held that message.
+_OUTPUT_RETRY_KEY: Final = "scope/output_retry"
 #: How many times a new turn whose fence found another turn stored (before its model
 #: was called) reads the conversation again and decides anew.
 _ATTEMPTS: Final = 8
@@ -126,12 +129,26 @@ def _head(batches: Sequence[Batch]) -> str:
 
 def _user_turns(batches: Sequence[Batch]) -> list[tuple[int, Message]]:
     """``(turn number, user message)`` for each batch of the head path that starts with
-    a user message (a compaction summary is no user turn)."""
+    a user message (a compaction summary is no user turn, nor an output retry)."""
     return [
         (number, batch.messages[0])
         for number, batch in enumerate(batches, 1)
-        if batch.messages and batch.messages[0].role is Role.USER
+        if batch.messages and batch.messages[0].role is Role.USER and not _is_retry(batch)
     ]
+
+
+def _is_retry(batch: Batch) -> bool:
+    """Whether a batch is an output retry of the turn before it (``output_retries``)."""
+    return bool(batch.messages) and _OUTPUT_RETRY_KEY in batch.messages[0].metadata
+
+
+def _last_of(batches: Sequence[Batch], number: int) -> int:
+    """The number of turn ``number``'s last batch: its own, or the last of the output
+    retries that follow it."""
+    last = number
+    while last < len(batches) and _is_retry(batches[last]):
+        last += 1
+    return last
 
 
 def _find(batches: Sequence[Batch], client_id: str) -> int | None:
@@ -158,16 +175,17 @@ def _complete(batch: Batch) -> bool:
 
 
 async def _replay(
-    batch: Batch, decode: Callable[[Response], Any]
+    turn: Sequence[Batch], decode: Callable[[Response], Any]
 ) -> AsyncGenerator[TurnEvent[Any], None]:
-    """The events of a stored turn, as ``Conversation.stream`` gave them when it ran
-    (no model call, nothing stored): per answer one chunk with the whole message, its
-    tool calls and the tool results, then ``done`` with the stored messages. Finish
-    reasons are not stored: ``tool_calls`` for a step that called tools, ``stop`` for
-    the final answer."""
+    """The events of a stored turn (its batch and those of its output retries), as
+    ``Conversation.stream`` gave them when it ran (no model call, nothing stored): per
+    answer one chunk with the whole message, its tool calls and the tool results, then
+    ``done`` with the stored messages. Finish reasons are not stored: ``tool_calls`` for
+    a step that called tools, ``stop`` for the final answer."""
     steps = 0
     response: Response | None = None
-    for message in batch.messages[1:]:
+    messages = tuple(m for batch in turn for m in batch.messages)
+    for message in messages[1:]:
         if message.role is Role.ASSISTANT:
             calls = message.tool_calls
             reason = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
@@ -180,9 +198,10 @@ async def _replay(
             for result in message.tool_results:
                 yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=result)
     assert response is not None  # _complete: the batch ends with an answer
+    retries = len(turn) - 1
     yield TurnEvent(
         TurnEventKind.DONE,
-        result=TurnResult(response, decode(response), steps, batch.messages),
+        result=TurnResult(response, decode(response), steps, messages, output_retries=retries),
     )
 
 
@@ -191,12 +210,14 @@ def _again(
 ) -> _Events:
     """What a resent request gets for its turn ``number``, the head path's last: the
     stored turn replayed, or, when it was kept unfinished, answered again in place."""
-    batch = batches[number - 1]
-    if _complete(batch):
+    last = _last_of(batches, number)
+    if _complete(batches[last - 1]):
         # The decoder ``output`` asks for, as Conversation.stream would apply it.
         _, decode = conversation._format(output)
-        return _replay(batch, decode)
-    return conversation.stream_regenerate(turn=number, output=output, expected_head=_head(batches))
+        return _replay(batches[number - 1 : last], decode)
+    # Kept unfinished (the turn's own batch, or its last output retry's): that batch
+    # is answered again in place.
+    return conversation.stream_regenerate(turn=last, output=output, expected_head=_head(batches))
 
 
 def _resent(
@@ -232,11 +253,12 @@ def _resent(
             turn=number,
             message_id=client_id,
         )
-    if number != len(batches):
+    last = _last_of(batches, number)
+    if last != len(batches):
         raise HistoryDivergedError(
             f"{noun} {str(cid)!r}: the new message {client_id!r} is already stored as turn "
-            f"{number}, and {len(batches) - number} more turn"
-            f"{'s' if len(batches) - number != 1 else ''} follow (a stale resend?): reload "
+            f"{number}, and {len(batches) - last} more turn"
+            f"{'s' if len(batches) - last != 1 else ''} follow (a stale resend?): reload "
             f"the {noun}",
             conversation_id=cid,
             turn=number,
@@ -314,7 +336,10 @@ async def ui_turn(
     the head read here (``HistoryChangedError`` in the stream when it moved meanwhile).
     A regenerate request whose last message has no id raises ``HistoryDivergedError``
     too (a resent regenerate is not told from a second one: each answers again, the
-    earlier answer kept on its branch). ``output`` as for ``Conversation.stream``.
+    earlier answer kept on its branch). ``output`` as for ``Conversation.stream``; a
+    turn whose answer was sent back (``output_retries``) is one turn here, with its
+    retries: their user messages are never the client's, a resend replays every answer,
+    a regenerate or an edit replaces them all.
     A closed conversation (cleared, erased or expired) raises
     ``ConversationClosedError`` here, before any event, when the tree is read (every
     request whose message has an id); a message without one meets it in the stream.
@@ -364,9 +389,9 @@ async def ui_turn(
     if regenerate:
         return conversation.stream_regenerate(turn=number, output=output, expected_head=head)
     if (
-        number == len(batches)
+        _last_of(batches, number) == len(batches)
         and request.client_message_id in (None, named)
-        and batches[-1].messages[0].parts == request.message.parts
+        and batches[number - 1].messages[0].parts == request.message.parts
         and _complete(batches[-1])
     ):
         # The edit is stored already, as the head turn: a resent edit gets it again.
@@ -499,7 +524,7 @@ def _agui_plan(
         # The new message has the id of the first stored turn the run lacks: a resent
         # run (the same content) or an edit naming the message it replaces (other content).
         if dropped.parts == run.message.parts:
-            if number == len(batches):  # it is the head turn: the run gets it again
+            if _last_of(batches, number) == len(batches):  # the head turn: got again
                 return _again(conversation, batches, number, output), False
             raise HistoryDivergedError(
                 f"thread {str(cid)!r}: the run's new message {client_id!r} is already "

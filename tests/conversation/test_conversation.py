@@ -416,10 +416,11 @@ async def test_output_type_works_for_non_class_types() -> None:
 async def test_an_answer_that_does_not_decode_raises_after_the_turn_is_stored(
     text: str, problem: str
 ) -> None:
+    # Without output retries (see tests/conversation/test_output_retries.py).
     store = InMemoryStore()
     model = ScriptedModel(answer(text))
     with pytest.raises(InvalidResponseError, match="the turn is stored") as caught:
-        await Conversation(model, store, "c").ask("hi", output=Forecast)
+        await Conversation(model, store, "c").ask("hi", output=Forecast, output_retries=0)
     assert problem in str(caught.value)
     assert [m.text for m in await store.read("c")] == ["hi", text]
 

@@ -427,5 +427,7 @@ async def test_a_model_round_trips_as_a_tool_argument_and_as_output() -> None:
 async def test_an_answer_the_model_refuses_raises_with_the_path() -> None:
     model = ScriptedModel(_answer('{"city": "Nowhere", "unit": "C", "station": {"code": "LPPT"}}'))
     with pytest.raises(InvalidResponseError, match="the turn is stored") as caught:
-        await Conversation(model, InMemoryStore(), "c").ask("plan", output=Forecast)
+        await Conversation(model, InMemoryStore(), "c").ask(
+            "plan", output=Forecast, output_retries=0
+        )
     assert "does not decode into Forecast: $.city: Value error, no such city" in str(caught.value)

@@ -21,6 +21,9 @@ async def main() -> None:
     text: TurnResult[str] = await conversation.regenerate()
     number: TurnResult[int] = await conversation.edit(1, "As a number?", output=int)
     assert (text.output, number.output + 0) == ("forty-two", 42)
+    retried: TurnResult[int] = await conversation.ask("Again?", output=int, output_retries=2)
+    retries: int = retried.output_retries
+    assert (retried.output + 0, retries) == (42, 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,134 @@
+"""A turn whose structured answer was sent back (``output_retries``) is one turn to a
+client: the user message that sent it back is none of the client's, so the next AG-UI
+run is not a divergence, a resend gets the whole turn again (every answer replayed, the
+retry counted), and regenerating or editing it replaces all of it. Over the in-memory
+store, asyncio and trio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import attrs
+import pytest
+
+from scope.chat import Request
+from scope.conversation import Conversation, TurnEvent, TurnEventKind
+from scope.history.inmemory import InMemoryStore
+from scope.testing import FunctionModel
+from scope.web import agui_turn, chat_request_from_ui, run_input_from_agui, ui_turn
+
+pytestmark = pytest.mark.anyio
+
+
+@attrs.frozen
+class Forecast:
+    city: str
+    celsius: int
+
+
+class Answers:
+    """The first answer to each question misses a field; the answer sent back decodes."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def __call__(self, request: Request) -> str:
+        question = request.messages[-1].text or ""
+        self.asked.append(question)
+        if question.startswith("Your answer cannot be used"):
+            return f'{{"city": "{request.messages[-3].text}", "celsius": {len(self.asked)}}}'
+        return f'{{"city": "{question}"}}'
+
+
+async def finish(events: Any) -> list[TurnEvent[Any]]:
+    seen: list[TurnEvent[Any]] = []
+    async with contextlib.aclosing(events):
+        async for event in events:
+            seen.append(event)
+    return seen
+
+
+def ui(text: str, message_id: str, **body: Any) -> Any:
+    last = {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}
+    return chat_request_from_ui({"id": "chat", "messages": [last], **body})
+
+
+def user(text: str, message_id: str) -> dict[str, Any]:
+    return {"id": message_id, "role": "user", "content": text}
+
+
+def agui(*messages: dict[str, Any]) -> Any:
+    return run_input_from_agui({"threadId": "chat", "runId": "r", "messages": list(messages)})
+
+
+async def test_a_resent_submit_replays_every_answer_of_the_retried_turn() -> None:
+    store = InMemoryStore()
+    answers = Answers()
+    conversation = Conversation(FunctionModel(answers), store, "chat")
+    first = await finish(await ui_turn(conversation, ui("Lisbon", "u1"), output=Forecast))
+    assert first[-1].result is not None and first[-1].result.output_retries == 1
+    again = await finish(await ui_turn(conversation, ui("Lisbon", "u1"), output=Forecast))
+    assert len(answers.asked) == 2  # replayed: no model call
+    result = again[-1].result
+    assert result is not None
+    assert result.output == first[-1].result.output == Forecast("Lisbon", 2)
+    assert result.output_retries == 1 and result.steps == 2
+    assert result.messages == first[-1].result.messages
+    chunks = [e.chunk.text for e in again if e.kind is TurnEventKind.CHUNK and e.chunk]
+    assert chunks == ['{"city": "Lisbon"}', '{"city": "Lisbon", "celsius": 2}']
+
+
+async def test_the_next_agui_run_after_a_retried_turn_is_no_divergence() -> None:
+    store = InMemoryStore()
+    answers = Answers()
+    conversation = Conversation(FunctionModel(answers), store, "chat")
+    await finish(await agui_turn(conversation, agui(user("Lisbon", "u1")), output=Forecast))
+    second = agui(user("Lisbon", "u1"), {"id": "a1", "role": "assistant"}, user("Porto", "u2"))
+    events = await finish(await agui_turn(conversation, second, output=Forecast))
+    assert events[-1].result is not None
+    assert events[-1].result.output == Forecast("Porto", 4)
+    # A resend of the first run's turn is diverged only because a turn follows it.
+    texts = [m.text for m in await store.read("chat")]
+    assert texts[0] == "Lisbon" and texts[4] == "Porto" and len(texts) == 8
+
+
+async def test_regenerating_a_retried_turn_replaces_it_whole() -> None:
+    store = InMemoryStore()
+    answers = Answers()
+    conversation = Conversation(FunctionModel(answers), store, "chat")
+    await finish(await ui_turn(conversation, ui("Lisbon", "u1"), output=Forecast))
+    request = chat_request_from_ui(
+        {
+            "id": "chat",
+            "trigger": "regenerate-message",
+            "messages": [
+                {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Lisbon"}]}
+            ],
+        }
+    )
+    events = await finish(await ui_turn(conversation, request, output=Forecast))
+    assert events[-1].result is not None and events[-1].result.output == Forecast("Lisbon", 4)
+    texts = [m.text for m in await store.read("chat")]
+    assert len(texts) == 4 and texts[0] == "Lisbon"  # the head path: the new turn alone
+
+
+async def test_a_resent_agui_run_of_a_retried_turn_gets_it_again() -> None:
+    store = InMemoryStore()
+    answers = Answers()
+    conversation = Conversation(FunctionModel(answers), store, "chat")
+    await finish(await agui_turn(conversation, agui(user("Lisbon", "u1")), output=Forecast))
+    for on_divergence in ("refuse", "edit"):
+        events = await finish(
+            await agui_turn(
+                conversation,
+                agui(user("Lisbon", "u1")),
+                on_divergence=on_divergence,  # type: ignore[arg-type]
+                output=Forecast,
+            )
+        )
+        assert events[-1].result is not None
+        assert events[-1].result.output == Forecast("Lisbon", 2)
+        assert events[-1].result.output_retries == 1
+    assert len(answers.asked) == 2
