@@ -35,7 +35,8 @@ class Verbatim:
     as the provider wrote them. ``at(*path)`` is the value at ``path`` (object keys and
     array indexes) read from the document exactly, as canonical RawJSON; the document
     is read that way once, at the first ``at``, so answers without such items pay
-    nothing.
+    nothing. A document the exact reader refuses (a duplicate member name) raises
+    ``InvalidResponseError``.
     """
 
     __slots__ = ("_data", "_tree")
@@ -53,7 +54,10 @@ class Verbatim:
         tokens spelled as written): to be edited before it becomes RawJSON."""
         tree = self._tree
         if tree is None:
-            tree = self._tree = parse_exact(self._data)
+            try:
+                tree = self._tree = parse_exact(self._data)
+            except ValueError as exc:  # what orjson let through: duplicate members, ...
+                raise InvalidResponseError(f"a kept item is not exact JSON: {exc}") from exc
         for step in path:
             tree = tree[step]
         return tree

@@ -107,3 +107,14 @@ def test_responses_reasoning_before_a_native_item_goes_back_with_it() -> None:
     items = orjson.loads(body)["input"]
     assert [item["type"] for item in items] == ["message", "reasoning", "x_item", "message"]
     assert body.index(b'"rs_1"') < body.index(SENT)
+
+
+def test_a_kept_item_with_a_duplicate_member_is_an_invalid_response() -> None:
+    # orjson keeps the last of two equal member names; an item kept verbatim must not
+    # silently lose one, so the answer is refused.
+    from scope.errors import InvalidResponseError
+    from scope.models._responses_wire import parse_response
+
+    body = b'{"status":"completed","output":[{"type":"web_search_call","id":"ws_1","id":"ws_2"}]}'
+    with pytest.raises(InvalidResponseError, match="a kept item is not exact JSON"):
+        parse_response(body)
