@@ -573,11 +573,11 @@ class ChunkMapper:
             body = None
         if type(body) is not dict:
             body = _load(data, "stream event")  # raises, saying what is wrong
-        return self.chunk(body, "stream event", Verbatim(data))
+        return self.chunk(body, "stream event", data)
 
-    def chunk(self, body: dict[str, Any], where: str, verbatim: Verbatim) -> Response:
-        """The delta for one decoded ``GenerateContentResponse`` (``verbatim``: the
-        document it was decoded from, for the parts kept whole)."""
+    def chunk(self, body: dict[str, Any], where: str, data: bytes) -> Response:
+        """The delta for one decoded ``GenerateContentResponse`` (``data``: the document
+        it was decoded from, read again exactly only for the parts kept whole)."""
         get = body.get
         error = get("error")
         if error is not None:
@@ -612,7 +612,7 @@ class ChunkMapper:
                             self._index += 1
                             self._last = _PLAIN_TEXT
                             return text_delta(_TEXT, text, EMPTY_METADATA, metadata)
-            return self._chunk(body, where, verbatim)
+            return self._chunk(body, where, data)
         except InvalidResponseError:
             raise
         except ScopeError as exc:
@@ -645,7 +645,8 @@ class ChunkMapper:
         self._raw = raw
         return metadata
 
-    def _chunk(self, body: dict[str, Any], where: str, verbatim: Verbatim) -> Response:
+    def _chunk(self, body: dict[str, Any], where: str, data: bytes) -> Response:
+        verbatim = Verbatim(data)
         extra = _EMPTY_META
         reason: FinishReason | None = None
         raw_reason = ""
@@ -819,7 +820,7 @@ def parse_response(data: bytes) -> Response:
     """Map a ``GenerateContentResponse`` body to a ``Response`` (an ``error`` body raises
     the matching ``ProviderError``; a malformed one ``InvalidResponseError``)."""
     body = _load(data, "response body")
-    chunk = ChunkMapper().chunk(body, "response", Verbatim(data))
+    chunk = ChunkMapper().chunk(body, "response", data)
     accumulator = ResponseAccumulator()
     accumulator.add(chunk)  # the same merging as a stream's, so both modes agree
     response = accumulator.response()

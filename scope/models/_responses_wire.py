@@ -801,7 +801,7 @@ class EventMapper:
             response = obj(body.get("response"), "stream event.response")
             raise _failure(body, response.get("error"), "the response failed")
         with as_invalid_response(f"stream event {event_type!r}"):
-            return self._map(event_type, body, Verbatim(data))
+            return self._map(event_type, body, data)
 
     def _item_meta(self, item_id: str, refusal: bool) -> Metadata:
         meta = self._meta.get((item_id, refusal))
@@ -827,7 +827,7 @@ class EventMapper:
             return None
         return Response(Output(Message(_ASSISTANT, (Part(_TEXT, text=delta, metadata=meta),))))
 
-    def _map(self, event_type: object, body: dict[str, Any], verbatim: Verbatim) -> Response | None:
+    def _map(self, event_type: object, body: dict[str, Any], data: bytes) -> Response | None:
         where = "stream event"
         if event_type in ("response.created", "response.in_progress"):
             return self._started(obj(body.get("response"), f"{where}.response"))
@@ -869,7 +869,8 @@ class EventMapper:
             return self._call_delta(item_id, call_id, name, arguments)
         if event_type == "response.output_item.done":
             item = obj(body.get("item"), f"{where}.item")
-            return self._item_done(item, f"{where}.item", functools.partial(verbatim.at, "item"))
+            verbatim = functools.partial(Verbatim(data).at, "item")
+            return self._item_done(item, f"{where}.item", verbatim)
         if event_type in ("response.completed", "response.incomplete"):
             return self._finished(obj(body.get("response"), f"{where}.response"))
         return None

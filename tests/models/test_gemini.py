@@ -63,7 +63,6 @@ from scope.models._gemini_wire import (
     ChunkMapper,
     parse_response,
 )
-from scope.models._json_shape import Verbatim
 from tests.gemini_server import GeminiServer, check_request_body, check_response, load_transcript
 from tests.helpers import GEMINI, TIME, WEATHER, accumulate, body_of
 
@@ -791,7 +790,5 @@ def test_the_text_hot_path_maps_exactly_like_the_general_path(
     for parts, usage, response_id in events:
         body = _sse_chunk(parts, usageMetadata=usage, responseId=response_id)
         # chunk() takes the hot path when it can; _chunk() is the general path.
-        verbatim = Verbatim(orjson.dumps(body))
-        assert fast.chunk(body, "stream event", verbatim) == general._chunk(
-            body, "stream event", verbatim
-        )
+        data = orjson.dumps(body)
+        assert fast.chunk(body, "stream event", data) == general._chunk(body, "stream event", data)
