@@ -39,7 +39,7 @@ from scope.history import Batch
 from scope.jsonvalue import RawJSON
 from scope.models import _anthropic_wire, _gemini_wire, _openai_wire, _responses_wire
 from scope.models._http import HTTPAdapter
-from scope.models._provenance import stamp
+from scope.models._provenance import Replay, stamp
 from scope.models.anthropic import AnthropicModel
 from scope.models.gemini import GeminiModel
 from scope.models.openai import OpenAIChatModel, OpenAIResponsesModel
@@ -516,6 +516,24 @@ RESPONSES = Provider(
     module="scope.models.openai",
     end_event=False,
 )
+
+
+#: Each adapter's wire module and default provider, by its ``scope/api``.
+WIRES: dict[str, tuple[Any, str]] = {
+    wire.API: (wire, wire.PROVIDER)
+    for wire in (_openai_wire, _anthropic_wire, _gemini_wire, _responses_wire)
+}
+
+
+def sent_to(api: str, model: str, request: Request) -> tuple[bytes, Replay]:
+    """The body the adapter of ``api`` builds for ``request`` to ``model`` (its JSON
+    bytes), and the ``Replay`` that says what it left out."""
+    wire, provider = WIRES[api]
+    replay = Replay(api, provider)
+    body = wire.build_body(
+        request, default_options=Options(), model=model, stream=False, replay=replay
+    )
+    return orjson.dumps(body), replay
 
 
 def body_of(

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from scope.chat import Message, Options, PartKind, Request, user_message, wrap
+from scope.chat import Message, PartKind, Request, user_message, wrap
 from scope.history import Middleware
 from scope.history.inmemory import InMemoryStore
 from scope.jsonvalue import RawJSON
@@ -26,12 +26,9 @@ from scope.models._anthropic_wire import (
     API,
     CITATIONS_KEY,
     CONTAINER_KEY,
-    PROVIDER,
-    build_body,
 )
-from scope.models._provenance import Replay
 from tests.anthropic_server import load_transcript
-from tests.helpers import ANTHROPIC, accumulate
+from tests.helpers import ANTHROPIC, accumulate, sent_to
 
 pytestmark = pytest.mark.anyio
 
@@ -175,26 +172,16 @@ async def test_native_blocks_go_back_in_order_to_their_own_model(name: str, serv
 
 
 @pytest.mark.parametrize("name", [*CALLS, *STREAMS])
-@pytest.mark.parametrize("other", ["claude-other", "responses", "gemini"])
-async def test_native_blocks_never_reach_another_model(name: str, other: str, server: Any) -> None:
+@pytest.mark.parametrize(
+    ("other", "model"),
+    [(API, "claude-other"), (_responses_wire.API, "gpt-x"), (_gemini_wire.API, "gemini-x")],
+)
+async def test_native_blocks_never_reach_another_model(
+    name: str, other: str, model: str, server: Any
+) -> None:
     answer = await _answer(name, server)
     request = Request([*QUESTION.messages, answer, user_message("And then?")])
-    if other == "responses":
-        replay = Replay(_responses_wire.API, _responses_wire.PROVIDER)
-        body = _responses_wire.build_body(
-            request, default_options=Options(), model="gpt-x", stream=False, replay=replay
-        )
-    elif other == "gemini":
-        replay = Replay(_gemini_wire.API, _gemini_wire.PROVIDER)
-        body = _gemini_wire.build_body(
-            request, default_options=Options(), model="gemini-x", stream=False, replay=replay
-        )
-    else:
-        replay = Replay(API, PROVIDER)
-        body = build_body(
-            request, default_options=Options(), model=other, stream=False, replay=replay
-        )
-    sent = orjson.dumps(body)
+    sent, replay = sent_to(other, model, request)
     for block in _content(name):
         if block["type"] not in ("text",):
             for opaque in _opaque(block):
@@ -204,3 +191,5 @@ async def test_native_blocks_never_reach_another_model(name: str, other: str, se
         for citation in part.metadata[CITATIONS_KEY].value():
             assert citation.get("encrypted_index", "-").encode() not in sent
     assert b"container_" not in sent
+    natives = [part for part in answer.parts if part.kind is PartKind.NATIVE]
+    assert len([why for why in replay.left_out if "native item" in why]) == len(natives)

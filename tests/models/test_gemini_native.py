@@ -14,13 +14,12 @@ from typing import Any
 import orjson
 import pytest
 
-from scope.chat import Options, PartKind, Request, user_message
+from scope.chat import PartKind, Request, user_message
 from scope.jsonvalue import RawJSON
 from scope.models import _anthropic_wire, _responses_wire
-from scope.models._gemini_wire import API, PROVIDER, build_body, parse_response
-from scope.models._provenance import Replay
+from scope.models._gemini_wire import API, parse_response
 from tests.gemini_server import load_transcript
-from tests.helpers import GEMINI, accumulate
+from tests.helpers import GEMINI, accumulate, sent_to
 
 pytestmark = pytest.mark.anyio
 
@@ -71,23 +70,14 @@ async def test_executable_code_goes_back_to_its_own_model_only(server: Any) -> N
     assert sent["role"] == "model"
     assert sent["parts"][0] == _code_part()
     code = _code_part()["executableCode"]["code"].encode()
-    for other in ("gemini-other", "anthropic", "responses"):
-        if other == "anthropic":
-            replay = Replay(_anthropic_wire.API, _anthropic_wire.PROVIDER)
-            body = _anthropic_wire.build_body(
-                request, default_options=Options(), model="claude-x", stream=False, replay=replay
-            )
-        elif other == "responses":
-            replay = Replay(_responses_wire.API, _responses_wire.PROVIDER)
-            body = _responses_wire.build_body(
-                request, default_options=Options(), model="gpt-x", stream=False, replay=replay
-            )
-        else:
-            replay = Replay(API, PROVIDER)
-            body = build_body(
-                request, default_options=Options(), model=other, stream=False, replay=replay
-            )
-        assert orjson.dumps(body).find(orjson.dumps(code.decode())[1:-1]) == -1
+    others = [
+        (API, "gemini-other"),
+        (_anthropic_wire.API, "claude-x"),
+        (_responses_wire.API, "gpt-x"),
+    ]
+    for other, model_name in others:
+        sent_body, replay = sent_to(other, model_name, request)
+        assert sent_body.find(orjson.dumps(code.decode())[1:-1]) == -1
         assert any("native item" in why for why in replay.left_out)
 
 

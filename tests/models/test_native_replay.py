@@ -8,8 +8,6 @@ strings in them are invented, marked ``INVENTED``."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 import pytest
 
@@ -26,6 +24,7 @@ from scope.jsonvalue import RawJSON
 from scope.models import _anthropic_wire, _gemini_wire, _openai_wire, _responses_wire
 from scope.models._provenance import Replay, stamp
 from scope.models._responses_wire import ITEM_ID_KEY
+from tests.helpers import WIRES
 
 MODEL = "test-model"
 # INVENTED: an item with opaque fields and a number spelling a re-encoding would change.
@@ -34,12 +33,6 @@ ITEM = b'{"type":"x_item","id":"x_1","encrypted_content":"gAAAAB+/x==","score":2
 #: strings and number tokens are the provider's own).
 SENT = RawJSON.parse(ITEM).bytes
 
-WIRES: dict[str, Any] = {
-    _anthropic_wire.API: (_anthropic_wire, _anthropic_wire.PROVIDER),
-    _gemini_wire.API: (_gemini_wire, _gemini_wire.PROVIDER),
-    _responses_wire.API: (_responses_wire, _responses_wire.PROVIDER),
-    _openai_wire.API: (_openai_wire, _openai_wire.PROVIDER),
-}
 SENDING = [_anthropic_wire.API, _gemini_wire.API, _responses_wire.API]
 
 

@@ -15,17 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-import orjson
 import pytest
 
-from scope.chat import Message, Options, PartKind, Request, Role, user_message, wrap
+from scope.chat import Message, PartKind, Request, Role, user_message, wrap
 from scope.history import Middleware
 from scope.history.inmemory import InMemoryStore
 from scope.jsonvalue import RawJSON
 from scope.models import _anthropic_wire, _gemini_wire
-from scope.models._provenance import Replay
-from scope.models._responses_wire import API, build_body
-from tests.helpers import RESPONSES, accumulate
+from scope.models._responses_wire import API
+from tests.helpers import RESPONSES, accumulate, sent_to
 from tests.responses_server import load_transcript
 
 pytestmark = pytest.mark.anyio
@@ -130,31 +128,21 @@ async def test_native_items_are_stored_and_go_back_in_order(name: str, server: A
 
 
 @pytest.mark.parametrize("name", [*NATIVE, "native_web_search_call"])
-@pytest.mark.parametrize("other", ["gpt-5-other", "anthropic", "gemini"])
-async def test_native_items_never_reach_another_model(name: str, other: str, server: Any) -> None:
+@pytest.mark.parametrize(
+    ("other", "model"),
+    [(API, "gpt-5-other"), (_anthropic_wire.API, "claude-x"), (_gemini_wire.API, "gemini-x")],
+)
+async def test_native_items_never_reach_another_model(
+    name: str, other: str, model: str, server: Any
+) -> None:
     server.script(load_transcript(name)[0])
-    model, _ = RESPONSES.recorded(server)
-    async with model:
-        answer = await model.call(QUESTION)
+    adapter, _ = RESPONSES.recorded(server)
+    async with adapter:
+        answer = await adapter.call(QUESTION)
     assert answer.output is not None and answer.output.message is not None
     assert answer.output.message.role is Role.ASSISTANT
     request = Request([*QUESTION.messages, answer.output.message, user_message("And then?")])
-    if other == "anthropic":
-        replay = Replay(_anthropic_wire.API, _anthropic_wire.PROVIDER)
-        body = _anthropic_wire.build_body(
-            request, default_options=Options(), model="claude-x", stream=False, replay=replay
-        )
-    elif other == "gemini":
-        replay = Replay(_gemini_wire.API, _gemini_wire.PROVIDER)
-        body = _gemini_wire.build_body(
-            request, default_options=Options(), model="gemini-x", stream=False, replay=replay
-        )
-    else:
-        replay = Replay(API, "openai")
-        body = build_body(
-            request, default_options=Options(), model=other, stream=False, replay=replay
-        )
-    sent = orjson.dumps(body)
+    sent, replay = sent_to(other, model, request)
     natives = [item for item in _output(name) if item["type"] not in MODELLED]
     for item in natives:
         for opaque in _opaque(item):
