@@ -127,6 +127,7 @@ from scope.history import (
     HistoryView,
     IncompleteTurn,
     Middleware,
+    MoveHead,
     Reader,
     ReadWriter,
     Store,
@@ -153,10 +154,6 @@ _FINAL: Final = (
 
 #: The options of a conversation made without any (one shared, immutable value).
 _NO_OPTIONS: Final = Options()
-
-#: Seconds the head may take to move back after a failed ``regenerate``/``edit``
-#: (shielded from cancellation, like a lease release).
-RESTORE_TIMEOUT: Final = 5.0
 
 #: The message metadata key the keep-interrupted layer marks a stored turn with; a
 #: regenerated turn's user message is sent again without it.
@@ -478,9 +475,8 @@ class Conversation:
         user = _user(message)
         _check_head(expected_head, "expected_head")
         _check_retries(output_retries)
-        pinned = None if expected_head is None else (expected_head, None)
         return await _finish(
-            self._turn(user, output, output_retries, streaming=False, pinned=pinned)
+            self._turn(user, output, output_retries, streaming=False, pinned=expected_head)
         )
 
     def stream(
@@ -503,8 +499,7 @@ class Conversation:
         user = _user(message)
         _check_head(expected_head, "expected_head")
         _check_retries(output_retries)
-        pinned = None if expected_head is None else (expected_head, None)
-        return self._turn(user, output, output_retries, streaming=True, pinned=pinned)
+        return self._turn(user, output, output_retries, streaming=True, pinned=expected_head)
 
     # ------------------------------------------------------------ branches (§6h)
 
@@ -648,19 +643,23 @@ class Conversation:
         In order, from the first iteration: the conversation's tree is read once (a
         closed conversation raises ``ConversationClosedError``); a head other than
         ``expected_head`` (when given) raises ``HistoryChangedError``; a ``turn`` the
-        head path does not hold raises ``UnknownHeadError``; the head moves to the end
-        of turn ``turn - 1`` (``Store.move_head``, fenced by the head just read: a turn
-        that landed meanwhile makes it raise ``HistoryChangedError``); then the new turn
-        runs as ``stream`` runs it, fenced to start from that head and to be stored only
-        there (a turn that landed between the move and the read raises
-        ``HistoryChangedError`` before the model is called). Nothing is deleted.
+        head path does not hold raises ``UnknownHeadError``; then the new turn runs as
+        ``stream`` runs it, its first step moving the head to the end of turn ``turn -
+        1`` (``scope.history.MoveHead``: ``Store.move_head``, fenced by the head just
+        read, so a turn that landed meanwhile makes it raise ``HistoryChangedError``
+        before the model is called). With a leasing ``on_overlap`` the move is made once
+        the turn holds the conversation's lease: a running turn is waited for, refused
+        or interrupted as the strategy says, never refused at its commit because the head
+        moved under it. The turn is fenced to start from the new head and to be stored
+        only there. Nothing is deleted.
 
         When the new turn is not stored (any error, a cancellation, an early stop), the
-        head moves back to where it was, fenced by the head it moved to (so a turn kept
-        by ``keep_interrupted``, or stored by someone else meanwhile, stays the head),
-        shielded from cancellation and bounded by ``RESTORE_TIMEOUT`` seconds; a move
-        back that fails is logged on the ``scope.conversation`` logger and the turn's
-        own error goes on. ``turn`` must be an int >= 1 (``TypeError``/``ValueError``
+        head moves back to where it was (under the lease, when the turn failed inside a
+        model call), fenced by the head it moved to (so a turn kept by
+        ``keep_interrupted``, or stored by someone else meanwhile, stays the head),
+        shielded from cancellation and bounded to 5 seconds (``MoveHead.undo``); a move
+        back that fails is logged on the ``scope.history`` logger and the turn's own
+        error goes on. ``turn`` must be an int >= 1 (``TypeError``/``ValueError``
         before any I/O). Needs a ``Store`` (``read_tree``, ``move_head``: every bundled
         store; ``TypeError`` otherwise)."""
         _check_turn(turn)
@@ -740,51 +739,22 @@ class Conversation:
         if user is None:
             user = _stored_user(tree.batches[path[number - 1]], number, cid)
         target = str(tree.batches[path[number - 2]].id) if number > 1 else ""
-        moved = await store.move_head(cid, target, expected_head=head)
+        # The move is the turn's own first step (under its lease, when a strategy
+        # leases), and moved back under that lease when the turn fails.
+        move = MoveHead(store, target, expected_head=head)
         stored = False
         try:
-            events = self._turn(user, output, retries, streaming=streaming, pinned=(target, moved))
+            events = self._turn(
+                user, output, retries, streaming=streaming, pinned=target, branch=move
+            )
             async with contextlib.aclosing(events):
                 async for event in events:
                     if event.result is not None:
                         stored = True
                     yield event
         finally:
-            if not stored:
-                await self._restore(store, head, target)
-
-    async def _restore(self, store: Store, head: str, moved_to: str) -> None:
-        """Move the head back to ``head`` after a branch turn that was not stored."""
-        cid = self.conversation_id
-        with anyio.CancelScope(shield=True), anyio.move_on_after(RESTORE_TIMEOUT) as scope:
-            try:
-                await store.move_head(cid, head, expected_head=moved_to)
-            except HistoryChangedError:
-                return  # a turn landed on the new head (kept, or another's): it stays
-            except ConversationClosedError:
-                # Cleared, expired or erased meanwhile: it has no head to move back, and
-                # no log line names it (an erased conversation's id is kept nowhere).
-                _log.debug("a branch turn's conversation was closed before its head moved back")
-                return
-            except HistoryError as exc:
-                _log.warning(
-                    "conversation %r: the head could not move back to %r after the turn "
-                    "was not stored (%s: %s); it stays at %r",
-                    str(cid),
-                    head,
-                    type(exc).__name__,
-                    exc,
-                    moved_to,
-                )
-        if scope.cancelled_caught:
-            _log.warning(
-                "conversation %r: moving the head back to %r took longer than %s s; it "
-                "may stay at %r",
-                str(cid),
-                head,
-                RESTORE_TIMEOUT,
-                moved_to,
-            )
+            if not stored:  # a failure between two model calls (tools, max_steps)
+                await move.undo()
 
     async def _turn(
         self,
@@ -793,7 +763,8 @@ class Conversation:
         output_retries: int,
         *,
         streaming: bool,
-        pinned: tuple[str, int | None] | None = None,
+        pinned: str | None = None,
+        branch: MoveHead | None = None,
     ) -> AsyncGenerator[TurnEvent[Any], None]:
         options, decode = self._format(output)
         retrying = output is not None and output_retries > 0
@@ -803,7 +774,7 @@ class Conversation:
         appended = _AppendIDs() if retrying else None
         caller, streamer = self._caller, self._streamer
         if pinned is not None or appended is not None:
-            caller, streamer = self._turn_wrapped(pinned, appended)
+            caller, streamer = self._turn_wrapped(pinned, appended, branch)
         streaming = streaming or caller is None
         turn: list[Message] = [user]
         stored: tuple[Message, ...] = ()  # the attempts whose answers did not decode
@@ -855,7 +826,7 @@ class Conversation:
                     # Pinned to that head where the reader has views (a store without
                     # them has no fence for any turn).
                     views = inspect.iscoroutinefunction(getattr(self._reader, "read_view", None))
-                    pin = (appended.last, None) if views else None
+                    pin = appended.last if views else None
                     caller, streamer = self._turn_wrapped(pin, appended, check=False)
                     step = 0
                     continue
@@ -886,19 +857,23 @@ class Conversation:
 
     def _turn_wrapped(
         self,
-        pinned: tuple[str, int | None] | None,
+        pinned: str | None,
         appended: _AppendIDs | None,
+        branch: MoveHead | None = None,
         *,
         check: bool = True,
     ) -> tuple[Model | None, Streamer | None]:
         """The model and the streamer behind a Middleware of one turn's own: reading
-        through the pin (when there is one), naming its batches with ``appended``."""
+        through the pin (when there is one), naming its batches with ``appended``, its
+        first step moving the head (``branch``: regenerate and edit)."""
         reader: Reader = self._reader
         if pinned is not None:
             if check:  # expected_head and branches need a Store; a retry's pin does not
                 self._tree_store("expected_head")
-            reader = _Pinned(self._reader, *pinned)
+            reader = _Pinned(self._reader, pinned)
         extra: dict[str, Any] = {} if appended is None else {"new_append_id": appended}
+        if branch is not None:
+            extra["layers"] = (branch,)
         middleware = Middleware(reader, self._store, self.conversation_id, **extra, **self._overlap)
         return self._wrapped(middleware)
 
@@ -1103,12 +1078,11 @@ class _Pinned:
     conversation's head is another. The Middleware then fences the commit by that
     view's head, so the turn is stored on ``head`` or not at all."""
 
-    __slots__ = ("_head", "_length", "_reader")
+    __slots__ = ("_head", "_reader")
 
-    def __init__(self, reader: Reader, head: str, length: int | None) -> None:
+    def __init__(self, reader: Reader, head: str) -> None:
         self._reader = reader
         self._head = head
-        self._length = length
 
     @property
     def history_cache(self) -> HistoryCache | None:
@@ -1122,9 +1096,8 @@ class _Pinned:
     async def read_view(self, conversation_id: str) -> HistoryView:
         view = await cast(ViewReader, self._reader).read_view(conversation_id)
         if not view.closed and view.head != self._head:
-            expected = view.length if self._length is None else self._length
             raise HistoryChangedError(
-                expected,
+                view.length,
                 view.length,
                 conversation_id,
                 expected_head=self._head,

@@ -130,6 +130,7 @@ EXPECTED: dict[str, list[str]] = {
         "IncompleteTurn",
         "Lister",
         "Middleware",
+        "MoveHead",
         "ReadWriter",
         "Reader",
         "Receipt",

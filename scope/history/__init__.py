@@ -25,6 +25,7 @@ from scope.history._ids import AppendID as AppendID
 from scope.history._ids import ConversationID as ConversationID
 from scope.history._meta import ConversationMeta as ConversationMeta
 from scope.history._middleware import Middleware as Middleware
+from scope.history._movehead import MoveHead as MoveHead
 from scope.history._protocols import Clearer as Clearer
 from scope.history._protocols import Lister as Lister
 from scope.history._protocols import Reader as Reader
@@ -67,6 +68,7 @@ __all__ = [
     "IncompleteTurn",
     "Lister",
     "Middleware",
+    "MoveHead",
     "ReadWriter",
     "Reader",
     "Receipt",

@@ -12,7 +12,7 @@ import functools
 import inspect
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Final, Never, NoReturn, final
 
 import attrs
@@ -24,6 +24,7 @@ from scope.history._adapter import StoreAdapter, as_store, takes_owner
 from scope.history._erasure import check_owner
 from scope.history._ids import ConversationID
 from scope.history._interrupted import KeepInterrupted
+from scope.history._movehead import MoveHead
 from scope.history._overlap import Leases, OnOverlap
 from scope.history._protocols import Reader, Writer
 from scope.history._replay import replay as checked_replay
@@ -123,7 +124,11 @@ class Middleware:
        ``exclusive_turns=True`` (``ValueError``); with one ``Store`` as reader and
        writer the lease steps fold into the read and the commit (as many store steps
        as a fenced turn). See ``docs/history.md``.
-    3. ``keep_interrupted=True`` (off by default: an interrupted turn leaves nothing): a
+    3. ``layers``, in the order given: today ``MoveHead`` (a turn that starts from
+       another point of the conversation's tree; the head moves once the turn holds
+       the lease, and back when the turn is not stored, before the lease is released;
+       see ``MoveHead``). Anything else is a ``TypeError`` at construction.
+    4. ``keep_interrupted=True`` (off by default: an interrupted turn leaves nothing): a
        turn that ends after the model was asked — its stream cancelled, stopped early
        by the consumer (``aclose()``), failed with an error from the model, or
        interrupted (``reason`` ``cancelled``, ``stopped``, ``error``, ``interrupted``) —
@@ -144,7 +149,7 @@ class Middleware:
        unchanged, and ``on_incomplete`` reports the stored batch as ``kept``. A host
        that retries such a turn sends the question again: it is stored twice, the first
        copy marked.
-    4. The replay and the commit (above).
+    5. The replay and the commit (above).
 
     ``owner`` (DESIGN §6i; a principal string, default None): passed to every append of
     the conversation (the commit, the folded commit of a lease, a kept interrupted
@@ -185,6 +190,7 @@ class Middleware:
         overlap_timeout: float = 30.0,
         lease_ttl: float = 15.0,
         owner: str | None = None,
+        layers: Sequence[MoveHead] = (),
     ) -> None:
         if not isinstance(reader, Reader):
             raise TypeError(
@@ -236,14 +242,15 @@ class Middleware:
         self._keep_interrupted = keep_interrupted
         self._on_overlap: str = on_overlap
         # The layers, outermost first (the class docstring gives the order).
-        layers: list[Layer] = []
+        chain: list[Layer] = []
         if on_overlap != "fence":
-            layers.append(
+            chain.append(
                 Leases(on_overlap, overlap_timeout, lease_ttl, reader, writer, owner=owner)
             )
+        chain.extend(_given_layers(layers))
         if keep_interrupted:
-            layers.append(KeepInterrupted(writer, new_append_id, owner=owner))
-        self._layers: tuple[Layer, ...] = tuple(layers)
+            chain.append(KeepInterrupted(writer, new_append_id, owner=owner))
+        self._layers: tuple[Layer, ...] = tuple(chain)
 
     @property
     def conversation_id(self) -> ConversationID:
@@ -381,6 +388,21 @@ class Middleware:
         if first is not None and first.role is Role.SYSTEM and COMPACTION_KEY in first.metadata:
             prefix = (*prefix, first)
         return request._with_checked_messages((*prefix, *replay, *turn.open_turn))
+
+
+def _given_layers(layers: object) -> tuple[MoveHead, ...]:
+    """``layers=``, checked: a list or tuple of ``MoveHead`` (``TypeError`` otherwise)."""
+    if not isinstance(layers, (list, tuple)):
+        raise TypeError(
+            f"layers must be a list or tuple of scope.history.MoveHead, got {type(layers).__name__}"
+        )
+    for index, layer in enumerate(layers):
+        if not isinstance(layer, MoveHead):
+            raise TypeError(
+                f"layers[{index}] must be a scope.history.MoveHead (the overlap and "
+                f"keep_interrupted layers are keywords), got {type(layer).__name__}"
+            )
+    return tuple(layers)
 
 
 def _check_next(next: object, method: str, wanted: type, shape: str) -> None:

@@ -20,6 +20,7 @@ from scope.errors import (
     ConversationClosedError,
     HistoryChangedError,
     ProviderServerError,
+    TurnInterruptedError,
     UnknownHeadError,
 )
 from scope.history import Batch, erase
@@ -368,7 +369,7 @@ async def test_a_move_back_that_fails_is_logged(caplog: pytest.LogCaptureFixture
     answers = Meddling(store, 2, "append")
     conversation = Conversation(answers.model(), store, "c")
     await conversation.ask("q1")
-    with caplog.at_level(logging.WARNING, logger="scope.conversation"), pytest.raises(CommitError):
+    with caplog.at_level(logging.WARNING, logger="scope.history"), pytest.raises(CommitError):
         await conversation.regenerate()
     assert any(
         "the head could not move back" in r.getMessage() and "UnknownHeadError" in r.getMessage()
@@ -413,3 +414,77 @@ async def test_regenerate_through_a_window() -> None:
     edited = await conversation.edit(1, "q0")
     assert edited.output == "answer 5 to q0"
     assert replayed[-1] == 1
+
+
+class Steps(InMemoryStore):
+    """The in-memory store, recording its head moves and lease releases in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[str] = []
+
+    async def move_head(self, conversation_id: str, head: str, **kwargs: Any) -> int:
+        moved = await super().move_head(conversation_id, head, **kwargs)
+        self.steps.append(f"move {head}")
+        return moved
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        released = await super().release_turn(conversation_id, holder)
+        if released:
+            self.steps.append("release")
+        return released
+
+
+@pytest.mark.parametrize("strategy", ["wait", "interrupt"])
+async def test_a_failed_regenerate_moves_the_head_back_before_it_gives_up_the_lease(
+    strategy: str,
+) -> None:
+    """The head moves back while the failed turn still holds the lease, so the turn
+    that waited for it reads the head as it was, and is stored (moved back after the
+    release, it could be refused at its commit after its model call)."""
+    store = Steps()
+    regenerating, fail = anyio.Event(), anyio.Event()
+    asked: list[str] = []
+
+    async def answer(request: Request) -> str:
+        question = request.messages[-1].text
+        asked.append(question)
+        if question == "q2" and asked.count("q2") == 2:  # the regenerate
+            regenerating.set()
+            await fail.wait()
+            raise ProviderServerError("upstream 503")
+        return f"answer to {question}"
+
+    conversation = Conversation(FunctionModel(answer), store, "c", on_overlap="wait")
+    other = Conversation(FunctionModel(answer), store, "c", on_overlap=strategy)
+    await conversation.ask("q1")
+    await conversation.ask("q2")
+    head = (await store.read_view("c")).head
+    store.steps.clear()
+    outcomes: list[object] = []
+
+    async def regenerate() -> None:
+        try:
+            await conversation.regenerate()
+        except Exception as exc:
+            outcomes.append(type(exc))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(regenerate)
+        await regenerating.wait()
+        tg.start_soon(other.ask, "q3")
+        await anyio.wait_all_tasks_blocked()  # q3 waits for the lease (or stops the turn)
+        fail.set()
+
+    assert outcomes in ([ProviderServerError], [TurnInterruptedError])
+    first = (await store.read_tree("c")).batches[0].id
+    # Moved, moved back, and only then released (the regenerate's lease).
+    assert store.steps[:3] == [f"move {first}", f"move {head}", "release"]
+    assert await texts(store) == [
+        "q1",
+        "answer to q1",
+        "q2",
+        "answer to q2",
+        "q3",
+        "answer to q3",
+    ]
