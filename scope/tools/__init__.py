@@ -155,7 +155,8 @@ class _ToolFailed(Exception):
     result whose output is ``output`` exactly (an MCP result with ``isError``)."""
 
     def __init__(self, output: ToolOutput) -> None:
-        super().__init__("the tool answered with an error result")
+        # What a direct call of the tool (not Tool.run) shows: the error's own text.
+        super().__init__(output.text() or "the tool answered with an error result")
         self.output = output
 
 

@@ -12,7 +12,11 @@
         ...                                        # the session stays open while they run
 
 The session is yours: open it, initialize it and close it; the tools call it while it is
-open (a call on a closed session is an error result, like any failure).
+open (a call on a closed session is an error result, like any failure). Calling such a
+tool directly, ``await tools[0]({"city": "Lisbon"})``, calls the server with that
+arguments object and returns the ``ToolOutput`` (an ``isError`` result raises an
+``Exception`` whose message is the error's text); ``Tool.run(call)`` is what the
+conversation uses.
 
 **Definitions.** Each tool's ``ToolDefinition`` is the server's: its name, its
 description (empty when it has none) and its ``inputSchema`` as ``input_schema``,

@@ -231,6 +231,16 @@ async def test_an_mcp_error_result_is_an_error_tool_result() -> None:
     assert (invalid.output.text() or "").startswith("Error executing tool forecast: ")
 
 
+async def test_calling_the_tool_directly_returns_the_output_or_raises_the_error() -> None:
+    async with session_of(SERVER) as session:
+        tools = await tools_of(session)
+        output = await tools["forecast"]({"city": "Braga"})
+        with pytest.raises(Exception) as failed:
+            await tools["refuse"]({"reason": "shut"})
+    assert output.text() == "Braga: 21 °C, sunny"
+    assert str(failed.value) == "Error executing tool refuse: refused: shut"
+
+
 async def test_arguments_that_are_not_a_json_object_are_scopes_error_results() -> None:
     # scope's words, not the server's ("Error executing tool ..."): it was not called.
     async with session_of(SERVER) as session:
