@@ -250,6 +250,7 @@ EXPECTED: dict[str, list[str]] = {
         "user_message_from_ui",
     ],
     "scope.tools": ["Tool", "ToolContext", "to_output", "tool"],
+    "scope.tools.mcp": ["load_tools", "mcp_tool", "result_output"],
     "scope.conversation": [
         "Conversation",
         "ModelMiddleware",

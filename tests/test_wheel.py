@@ -53,6 +53,7 @@ def test_the_extras_are_declared(wheel: pathlib.Path) -> None:
         "anthropic",
         "otel",
         "pydantic",
+        "mcp",
         "test",
         "dev",
         "docs",
@@ -66,7 +67,7 @@ def test_extras_resolve_to_this_project_never_to_the_unrelated_scope(wheel: path
     requires = _metadata(wheel).get_all("Requires-Dist") or []
     names = {r.split(";")[0].split("[")[0].split(">")[0].split("=")[0].strip() for r in requires}
     assert not names & {"scope", "scope-chat"}, requires
-    for dependency in ("asyncpg", "redis", "httpx", "opentelemetry-api", "pydantic"):
+    for dependency in ("asyncpg", "redis", "httpx", "opentelemetry-api", "pydantic", "mcp"):
         assert any(r.startswith(dependency) and "extra == 'test'" in r for r in requires)
     assert any(r.startswith("httpx") and "extra == 'openai'" in r for r in requires)
 

@@ -69,6 +69,9 @@ owner and the ``deps`` the service gave ``Conversation(..., deps=...)``:
 The parameter is not in the schema, and an argument of its name from the model is
 refused like any unknown argument. At most one parameter takes the context, annotated
 ``ToolContext`` alone (not optional, not in a union or a container).
+
+**MCP.** ``scope.tools.mcp`` (the ``mcp`` extra) makes ``Tool`` objects of the tools of
+an MCP client session: their schema is the server's, their results the server's content.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ import inspect
 import logging
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Generic, ParamSpec, TypeVar, final, get_args, get_origin, overload
 
 import anyio.to_thread
@@ -145,6 +148,16 @@ class ToolContext(Generic[D]):
             f"ToolContext({str(self._conversation_id)!r}, owner={self._owner!r}, "
             f"deps={self._deps!r})"
         )
+
+
+class _ToolFailed(Exception):
+    """Raised by the function of a tool made by ``_schema_tool`` to answer with an error
+    result whose output is ``output`` exactly (an MCP result with ``isError``)."""
+
+    def __init__(self, output: ToolOutput) -> None:
+        # What a direct call of the tool (not Tool.run) shows: the error's own text.
+        super().__init__(output.text() or "the tool answered with an error result")
+        self.output = output
 
 
 @final
@@ -232,7 +245,8 @@ class Tool(Generic[P, R]):
         return f"<Tool {self.name!r}>"
 
     def decode(self, arguments: str) -> dict[str, Any]:
-        """The keyword arguments a call's ``arguments`` text decodes to.
+        """The keyword arguments a call's ``arguments`` text decodes to (for a tool whose
+        schema is another system's, an MCP server's: the JSON object itself).
 
         Raises ``InvalidToolCallError`` naming every problem with its path (invalid JSON,
         not an object, a missing or unknown argument, a value of the wrong type).
@@ -252,6 +266,8 @@ class Tool(Generic[P, R]):
             raise InvalidToolCallError(
                 f"the arguments of {self.name} must be a JSON object, got {got}"
             )
+        if self._arguments is None:  # the schema is another system's to check
+            return typing.cast(dict[str, Any], value)
         try:
             decoded: dict[str, Any] = _argschema.structure(value, self._arguments)
         except _argschema.ArgumentError as exc:
@@ -289,6 +305,8 @@ class Tool(Generic[P, R]):
             kwargs[self._context] = context
         try:
             value = await self._invoke(kwargs)
+        except _ToolFailed as failed:  # the tool's own error result (an MCP server's)
+            return ToolResult(call.id, call.name, failed.output, is_error=True)
         except Exception as exc:  # the tool's own failure: the model decides what to do
             _log.debug("tool %s failed", self.name, exc_info=True)
             text = f"{self.name} failed: {type(exc).__name__}: {exc}"
@@ -303,6 +321,8 @@ class Tool(Generic[P, R]):
 
     async def _invoke(self, kwargs: dict[str, Any]) -> Any:
         function: Callable[..., Any] = self._function
+        if self._arguments is None:  # _schema_tool: the arguments object as one argument
+            return await function(kwargs)
         if self._is_async:
             return await function(**kwargs)
         if self._thread:
@@ -311,6 +331,24 @@ class Tool(Generic[P, R]):
         if inspect.isawaitable(result):  # a sync callable returning an awaitable
             return await result
         return result
+
+
+def _schema_tool(
+    function: Callable[[dict[str, Any]], Awaitable[R]], definition: ToolDefinition
+) -> Tool[[dict[str, Any]], Awaitable[R]]:
+    """A ``Tool`` whose schema is given rather than made from a signature (an MCP
+    server's, ``scope.tools.mcp``): ``function`` receives the call's arguments as the
+    decoded JSON object (checked to be an object; the schema is the other system's to
+    check), its value becomes the output (``to_output``), and ``_ToolFailed`` the error
+    result it carries. Everything else (errors, cancellation) is ``Tool.run``'s."""
+    made: Tool[[dict[str, Any]], Awaitable[R]] = object.__new__(Tool)
+    made._function = function
+    made._context = None
+    made._is_async = True
+    made._thread = False
+    made._definition = definition
+    made._arguments = None
+    return made
 
 
 def to_output(value: object) -> ToolOutput:
