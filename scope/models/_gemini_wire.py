@@ -79,6 +79,7 @@ __all__ = [
     "ChunkMapper",
     "GROUNDING_KEY",
     "build_body",
+    "decode_signature",
     "finish_reason",
     "parse_response",
     "refine_error",
@@ -475,7 +476,7 @@ def _str(source: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _decode_signature(text: str, where: str) -> bytes:
+def decode_signature(text: str, where: str) -> bytes:
     """The bytes of a ``thoughtSignature`` (standard or URL-safe base64, as Google's SDK
     sends it back)."""
     alphabet = _B64 if _B64.match(text) else _B64_URL if _B64_URL.match(text) else None
@@ -755,7 +756,7 @@ class ChunkMapper:
         signature_text = _str(wire, "thoughtSignature", where)
         signature = b""
         if signature_text:
-            signature = _decode_signature(signature_text, f"{where}.thoughtSignature")
+            signature = decode_signature(signature_text, f"{where}.thoughtSignature")
         meta = Metadata({SIGNATURE_KEY: signature_text}) if signature_text else _EMPTY_META
         thought = wire.get("thought")
         if thought is not None and type(thought) is not bool:

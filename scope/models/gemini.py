@@ -117,7 +117,8 @@ the same way.
 
 from __future__ import annotations
 
-from typing import Final, final
+from collections.abc import Mapping
+from typing import Any, Final, final
 
 try:
     import httpx
@@ -128,6 +129,8 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.gemini needs httpx: install the extra, pip install 'scope-chat[gemini]'"
     ) from exc
 
+from scope.chat import Options
+from scope.models import _interactions_wire as interactions
 from scope.models._gemini_wire import (
     API,
     PROVIDER,
@@ -138,9 +141,20 @@ from scope.models._gemini_wire import (
     refine_error,
     route,
 )
-from scope.models._http import HTTPAdapter, Wire
+from scope.models._http import UNSET, HTTPAdapter, Wire
 
-__all__ = ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "GeminiModel", "REASONING_LEVELS"]
+__all__ = [
+    "API_REVISION",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_TIMEOUT",
+    "GeminiInteractionsModel",
+    "GeminiModel",
+    "REASONING_LEVELS",
+]
+
+#: The Interactions API schema revision ``GeminiInteractionsModel`` speaks (the
+#: ``Api-Revision`` header it sends): the "steps" shape.
+API_REVISION: Final = interactions.API_REVISION
 
 #: Where requests go unless ``base_url`` or ``GEMINI_BASE_URL`` says otherwise (the host
 #: root: the adapter adds ``/v1beta/models/...``).
@@ -186,3 +200,91 @@ class GeminiModel(HTTPAdapter):
         route=route,
         refine_error=refine_error,
     )
+
+
+def _interactions_headers(key: str) -> dict[str, str]:
+    headers = {"Api-Revision": API_REVISION}
+    if key:
+        headers["x-goog-api-key"] = key
+    return headers
+
+
+@final
+class GeminiInteractionsModel(HTTPAdapter):
+    """A ``chat.Model`` and ``chat.Streamer`` over the Gemini Interactions API
+    (``POST {base_url}/v1beta/interactions``, revision ``2026-05-20``: the steps shape).
+
+    The constructor is ``GeminiModel``'s (``GEMINI_API_KEY``, ``GEMINI_BASE_URL``, the
+    host root), plus ``store``: ``False`` (the default) sends ``store: false``, so
+    scope's history is the only copy and every request carries the whole conversation;
+    ``True`` keeps each interaction on the server, stamps its id on the answer's message
+    (metadata ``gemini/interaction_id``, stored and erased with the conversation) and
+    continues the next request from the last own message carrying one
+    (``previous_interaction_id``, sending only the messages after it).
+
+    Guarantees: those of ``GeminiModel``.
+    """
+
+    __slots__ = ("_store",)
+
+    _WIRE = Wire(
+        name="GeminiInteractionsModel",
+        path="/v1beta/interactions",
+        env="GEMINI",
+        default_base_url=DEFAULT_BASE_URL,
+        default_timeout=DEFAULT_TIMEOUT,
+        request_id_header="x-request-id",
+        headers=_interactions_headers,
+        build_body=interactions.build_body,
+        parse=interactions.parse_response,
+        mapper=interactions.EventMapper,
+        unfinished="no interaction.completed or [DONE]",
+        api=interactions.API,
+        provider=interactions.PROVIDER,
+        refine_error=interactions.refine_error,
+    )
+
+    def __init__(
+        self,
+        model: str = "",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | None = UNSET,
+        max_retries: int = 2,
+        default_options: Options | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_backoff: float = 0.5,
+        retry_max_delay: float = 60.0,
+        provider_name: str | None = None,
+        provider_account: str | None = None,
+        store: bool = False,
+    ) -> None:
+        if type(store) is not bool:
+            raise TypeError(
+                f"GeminiInteractionsModel store must be a bool, got {type(store).__name__}"
+            )
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            http_client=http_client,
+            timeout=timeout,
+            max_retries=max_retries,
+            default_options=default_options,
+            headers=headers,
+            retry_backoff=retry_backoff,
+            retry_max_delay=retry_max_delay,
+            provider_name=provider_name,
+            provider_account=provider_account,
+        )
+        self._store = store
+
+    @property
+    def store(self) -> bool:
+        """Whether interactions are kept on the server (see the class docstring)."""
+        return self._store
+
+    def _body_options(self) -> dict[str, Any]:
+        return {"store": self._store}
