@@ -57,7 +57,11 @@ from scope.models._gemini_wire import (
     PROVIDER,
     SIGNATURE_KEY,
     decode_signature,
+    inline_bytes,
+    merge_config,
+    object_arguments,
     sendable_signature,
+    string_member,
 )
 from scope.models._gemini_wire import refine_error as _refine_gemini_error
 from scope.models._json_shape import count as _count
@@ -172,7 +176,7 @@ _CODE_STATUS: Final[dict[str, int]] = {
     "deadline_exceeded": 504,
 }
 
-_TRUE: Final = RawJSON.parse("true")
+_API_NAME: Final = "the Gemini Interactions API"
 _NO_USAGE: Final = Usage()
 
 
@@ -246,19 +250,7 @@ def build_body(
         options, EXTENSION_NAMESPACE, RESERVED_FIELDS, "GeminiInteractionsModel"
     ):
         if name == "generation_config":
-            value = raw.value()
-            if not isinstance(value, dict):
-                raise UnsupportedOptionError(
-                    f"extension '{EXTENSION_NAMESPACE}/generation_config' must be a JSON object"
-                )
-            nested = orjson.loads(raw.bytes)
-            for key in value:
-                if key in config:
-                    raise UnsupportedOptionError(
-                        f"extension '{EXTENSION_NAMESPACE}/generation_config' sets {key!r}, "
-                        "which the options already set"
-                    )
-                config[key] = orjson.Fragment(orjson.dumps(nested[key]))
+            merge_config(config, raw, f"{EXTENSION_NAMESPACE}/generation_config")
             continue
         body[name] = orjson.Fragment(raw.bytes)
     if config:
@@ -306,24 +298,6 @@ def _content(part: Part, where: str) -> dict[str, Any]:
         f"{where}: media by reference cannot be sent to the Gemini Interactions API (send "
         "its bytes, or the file's URI from the Files API as a URI source)"
     )
-
-
-def _arguments(text: str, where: str) -> orjson.Fragment:
-    if not text:
-        return orjson.Fragment(b"{}")
-    try:
-        raw = RawJSON.parse(text)
-    except InvalidJSONError as exc:
-        raise UnsupportedOptionError(
-            f"{where}: tool call arguments are not JSON, and the Gemini Interactions API "
-            f"needs a function call's arguments as a JSON object: {exc}"
-        ) from exc
-    if not raw.bytes.startswith(b"{"):
-        raise UnsupportedOptionError(
-            f"{where}: tool call arguments must be a JSON object for the Gemini "
-            f"Interactions API, got {text[:60]!r}"
-        )
-    return orjson.Fragment(raw.bytes)
 
 
 def _step_of(part: Part) -> RawJSON | None:
@@ -389,7 +363,7 @@ def _model_steps(
                 "type": "function_call",
                 "id": call.id,
                 "name": call.name,
-                "arguments": _arguments(call.arguments, here),
+                "arguments": object_arguments(call.arguments, here, _API_NAME),
             }
             signature = sendable_signature(part, own)
             if signature is not None:
@@ -490,13 +464,7 @@ def finish_reason(status: str, calls: bool) -> FinishReason | None:
     return FinishReason.OTHER
 
 
-def _str(source: dict[str, Any], key: str, where: str) -> str:
-    value = source.get(key)
-    if value is None:
-        return ""
-    if type(value) is not str:
-        raise InvalidResponseError(f"{where}.{key} must be a string, got {_kind(value)}")
-    return value
+_str = string_member
 
 
 _USAGE_KEYS: Final = (
@@ -526,12 +494,7 @@ def _media(item: dict[str, Any], kind: str, where: str) -> Media:
     mime = _str(item, "mime_type", where)
     with as_invalid_response(where):
         if item.get("data") is not None:
-            data = _str(item, "data", where)
-            try:
-                decoded = base64.b64decode(data, validate=True)
-            except ValueError as exc:
-                raise InvalidResponseError(f"{where}.data is not base64: {exc}") from exc
-            return Media.from_bytes(mime, decoded)
+            return Media.from_bytes(mime, inline_bytes(_str(item, "data", where), where))
         return Media.from_uri(mime, _str(item, "uri", where))
 
 
