@@ -39,7 +39,9 @@ __all__ = [
     "InteractionsServer",
     "Recorded",
     "assembled",
+    "check_interaction",
     "check_request_body",
+    "disassembled",
     "events_of",
     "load",
 ]
@@ -99,6 +101,57 @@ def assembled(events: list[dict[str, Any]]) -> dict[str, Any]:
     return interaction
 
 
+def disassembled(interaction: dict[str, Any]) -> list[Any]:
+    """The ``sse`` items of the stream that stands for ``interaction`` (the inverse of
+    ``assembled``: one delta per summary item, text, annotation list, image or
+    signature; a function call's arguments in one ``arguments_delta``, as recorded;
+    any other step whole on its ``step.start``; the echoed input left out)."""
+    head = {k: v for k, v in interaction.items() if k not in ("steps", "usage")}
+    events: list[dict[str, Any]] = [
+        {"event_type": "interaction.created", "interaction": {**head, "status": "in_progress"}}
+    ]
+    steps = [s for s in interaction.get("steps", []) if s["type"] != "user_input"]
+    for index, step in enumerate(steps):
+        kind = step["type"]
+        deltas: list[dict[str, Any]] = []
+        start = dict(step)
+        if kind == "thought":
+            start = {"type": "thought"}
+            deltas = [{"type": "thought_summary", "content": c} for c in step.get("summary", [])]
+            if "signature" in step:
+                deltas.append({"type": "thought_signature", "signature": step["signature"]})
+        elif kind == "model_output":
+            start = {"type": "model_output"}
+            for item in step.get("content", []):
+                if item["type"] == "text":
+                    deltas.append({"type": "text", "text": item["text"]})
+                    if item.get("annotations"):
+                        deltas.append(
+                            {"type": "text_annotation_delta", "annotations": item["annotations"]}
+                        )
+                else:
+                    deltas.append(item)
+        elif kind == "function_call":
+            start = {**step, "arguments": {}}
+            arguments = json.dumps(step["arguments"], separators=(",", ":"))
+            deltas = [{"type": "arguments_delta", "arguments": arguments}]
+        events.append({"event_type": "step.start", "index": index, "step": start})
+        events.extend({"event_type": "step.delta", "index": index, "delta": d} for d in deltas)
+        events.append({"event_type": "step.stop", "index": index})
+    events.append(
+        {
+            "event_type": "interaction.completed",
+            "interaction": {k: v for k, v in interaction.items() if k != "steps"},
+        }
+    )
+    items: list[Any] = [
+        {"$raw": f"event: {e['event_type']}\ndata: {json.dumps(e, separators=(',', ':'))}\n\n"}
+        for e in events
+    ]
+    items.append({"$raw": "event: done\ndata: [DONE]\n\n"})
+    return items
+
+
 class InteractionsServer(GeminiServer):
     """``with InteractionsServer() as s``: ``s.base_url`` is the host root."""
 
@@ -110,20 +163,27 @@ class InteractionsServer(GeminiServer):
             check_request_body(recorded.body)
 
 
-def _strict(value: Any, path: str) -> None:
+#: Members recorded answers carry that google-genai's types lack.
+_ANSWER_EXTRAS = frozenset({"object", "raw_prompt_token"})
+
+
+def _strict(value: Any, path: str, allowed: frozenset[str] = frozenset()) -> None:
     from pydantic import BaseModel
 
     if isinstance(value, BaseModel):
         assert not getattr(value, "is_unknown", False), f"{path}: unknown {type(value).__name__}"
-        assert not value.model_extra, f"{path}: unknown members {sorted(value.model_extra)}"
+        # A model that declares no field (a function result's object) is free-form.
+        free = not type(value).model_fields
+        extra = set() if free else set(value.model_extra or ()) - allowed
+        assert not extra, f"{path}: unknown members {sorted(extra)}"
         for name, field in type(value).model_fields.items():
             if field.deprecated:
                 assert name not in value.model_fields_set, f"{path}.{name} is deprecated"
                 continue
-            _strict(getattr(value, name), f"{path}.{name}")
+            _strict(getattr(value, name), f"{path}.{name}", allowed)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            _strict(item, f"{path}[{index}]")
+            _strict(item, f"{path}[{index}]", allowed)
 
 
 def check_request_body(body: Any) -> None:
@@ -157,7 +217,13 @@ def check_request_body(body: Any) -> None:
 
 
 def check_interaction(body: Any) -> None:
-    """Parse an ``Interaction`` (a non-streamed answer) with the SDK's model."""
+    """Validate an ``Interaction`` (a non-streamed answer) with the SDK's model, as
+    strictly as a request body but for the members real answers carry beyond it
+    (``object``, ``usage.raw_prompt_token``)."""
+    import warnings
+
     from google.genai._gaos.types.interactions import Interaction
 
-    Interaction.model_validate_json(orjson.dumps(body))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        _strict(Interaction.model_validate_json(orjson.dumps(body)), "$", _ANSWER_EXTRAS)

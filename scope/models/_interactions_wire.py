@@ -114,7 +114,11 @@ INTERACTION_KEY: Final = "gemini/interaction_id"
 #: Output metadata: the interaction's ``status`` as the API spelled it.
 STATUS_KEY: Final = "gemini/status"
 
-#: Part metadata of a text part: its ``annotations`` (citations), verbatim; output only.
+#: Output metadata: the ``annotations`` (citations) of the answer's text, verbatim, as a
+#: JSON object from the output step's ordinal (a string) to its annotations in order. A
+#: stream sends them after the text they annotate (``text_annotation_delta``), so they
+#: cannot be part metadata there; call and stream both keep them here. The model's own
+#: citations: never sent back.
 ANNOTATIONS_KEY: Final = "gemini/annotations"
 
 #: ``reasoning_effort`` -> ``generation_config.thinking_level`` (with
@@ -146,14 +150,19 @@ RESERVED_FIELDS: Final = frozenset(
 )
 
 #: Options sent in ``generation_config`` as they are: (option, field).
-_OPTION_FIELDS: Final = (
-    ("temperature", "temperature"),
-    ("top_p", "top_p"),
-    ("max_tokens", "max_output_tokens"),
-)
+_OPTION_FIELDS: Final = (("max_tokens", "max_output_tokens"),)
 
-#: Options the API has no field for.
-_REFUSED_OPTIONS: Final = ("top_k", "presence_penalty", "frequency_penalty")
+#: Options the API has no field for (``temperature`` and ``top_p`` are deprecated in
+#: the API reference's ``GenerationConfig``: gone from it in July 2026, back marked
+#: "will be removed"; the extension ``gemini-interactions/generation_config`` still
+#: sends them for whoever must).
+_REFUSED_OPTIONS: Final = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
+)
 
 #: Media content types by the MIME type's top-level type; everything else is a document.
 _MEDIA_TYPES: Final = {"image": "image", "audio": "audio", "video": "video"}
@@ -208,7 +217,8 @@ def build_body(
     for option in _REFUSED_OPTIONS:
         if getattr(options, option) is not None:
             raise UnsupportedOptionError(
-                f"{option} has no field in the Gemini Interactions API; leave it unset"
+                f"{option} has no field in the Gemini Interactions API (or a deprecated "
+                "one); leave it unset"
             )
     messages = request.messages
     start = 0
@@ -535,9 +545,15 @@ def _summary_text(summary: object, where: str) -> str | None:
 
 
 def _content_parts(
-    content: object, ordinal: int, where: str, out: list[Part], step: dict[str, Any]
+    content: object,
+    ordinal: int,
+    where: str,
+    out: list[Part],
+    step: dict[str, Any],
+    annotations: dict[str, list[Any]],
 ) -> None:
-    """The parts of a ``model_output`` step's content, appended to ``out``."""
+    """The parts of a ``model_output`` step's content, appended to ``out`` (its text's
+    annotations to ``annotations``, under the step's ordinal)."""
     if content is None:
         return
     if type(content) is not list:
@@ -548,13 +564,10 @@ def _content_parts(
         kind = item.get("type")
         if kind == "text":
             text = _str(item, "text", here)
-            meta = _step_meta(ordinal)
-            if item.get("annotations") is not None:
-                annotations = RawJSON.from_value(item["annotations"])
-                meta = meta.merge(Metadata({ANNOTATIONS_KEY: annotations}))
+            _annotate(annotations, ordinal, item.get("annotations"), here)
             if text:
                 with as_invalid_response(here):
-                    out.append(Part(PartKind.TEXT, text=text, metadata=meta))
+                    out.append(Part(PartKind.TEXT, text=text, metadata=_step_meta(ordinal)))
         elif kind in _CONTENT_MEDIA:
             with as_invalid_response(here):
                 out.append(
@@ -570,9 +583,23 @@ def _content_parts(
             out.append(_native(single, "model_output", here))
 
 
-def _step_parts(step: dict[str, Any], ordinal: int, where: str, out: list[Part]) -> bool:
-    """The parts of one complete output step, appended to ``out``; True for a function
-    call."""
+def _annotate(annotations: dict[str, list[Any]], ordinal: int, found: object, where: str) -> None:
+    if found is None:
+        return
+    if type(found) is not list:
+        raise InvalidResponseError(f"{where}.annotations must be an array, got {_kind(found)}")
+    annotations.setdefault(str(ordinal), []).extend(found)
+
+
+def _step_parts(
+    step: dict[str, Any],
+    ordinal: int,
+    where: str,
+    out: list[Part],
+    annotations: dict[str, list[Any]] | None = None,
+) -> bool:
+    """The parts of one complete output step, appended to ``out`` (the annotations of
+    its text to ``annotations``); True for a function call."""
     kind = step.get("type")
     if kind == "thought":
         text = _summary_text(step.get("summary"), where)
@@ -598,7 +625,8 @@ def _step_parts(step: dict[str, Any], ordinal: int, where: str, out: list[Part])
         if step.get("error") is not None:
             out.append(_native(step, "model_output", where))
             return False
-        _content_parts(step.get("content"), ordinal, where, out, step)
+        found: dict[str, list[Any]] = {} if annotations is None else annotations
+        _content_parts(step.get("content"), ordinal, where, out, step, found)
         return False
     if kind == "function_call":
         arguments = step.get("arguments")
@@ -666,6 +694,7 @@ def parse_response(data: bytes) -> Response:
     if type(steps) is not list:
         raise InvalidResponseError(f"{where}.steps must be an array, got {_kind(steps)}")
     parts: list[Part] = []
+    annotations: dict[str, list[Any]] = {}
     calls = False
     ordinal = 0
     for position, raw in enumerate(steps):
@@ -673,10 +702,12 @@ def parse_response(data: bytes) -> Response:
         step = _obj(raw, here)
         if step.get("type") == "user_input":
             continue  # the input echoed back: not part of the answer
-        calls = _step_parts(step, ordinal, here, parts) or calls
+        calls = _step_parts(step, ordinal, here, parts, annotations) or calls
         ordinal += 1
     status = _str(body, "status", where)
-    chunk = _answer(parts, status, calls, _interaction_metadata(body, where), body, where)
+    chunk = _answer(
+        parts, status, calls, _interaction_metadata(body, where), body, where, annotations
+    )
     accumulator = ResponseAccumulator()
     accumulator.add(chunk)  # the same merging as a stream's, so both modes agree
     response = accumulator.response()
@@ -691,6 +722,7 @@ def _answer(
     metadata: ResponseMetadata | None,
     interaction: dict[str, Any],
     where: str,
+    annotations: dict[str, list[Any]],
 ) -> Response:
     reason = finish_reason(status, calls)
     message = None
@@ -701,8 +733,11 @@ def _answer(
             message_meta = Metadata({INTERACTION_KEY: interaction_id})
         with as_invalid_response(where):
             message = Message(Role.ASSISTANT, parts, message_meta)
-    output_meta = OutputMetadata(Metadata({STATUS_KEY: status})) if status else None
-    output = Output(message, reason, output_meta) if message or reason else None
+    extra: dict[str, Any] = {STATUS_KEY: status} if status else {}
+    if annotations:
+        extra[ANNOTATIONS_KEY] = RawJSON.from_value(annotations)
+    output_meta = OutputMetadata(Metadata(extra)) if extra else None
+    output = Output(message, reason, output_meta) if message or reason or extra else None
     return Response(output, metadata)
 
 
@@ -729,6 +764,7 @@ class EventMapper:
     """
 
     __slots__ = (
+        "_annotations",
         "_calls",
         "_id",
         "_kinds",
@@ -741,6 +777,7 @@ class EventMapper:
     )
 
     def __init__(self) -> None:
+        self._annotations: dict[str, list[Any]] = {}  # step ordinal -> its annotations
         self._calls: dict[int, tuple[str, str, bool]] = {}  # index -> id, name, args seen
         self._kinds: dict[int, str] = {}  # step index -> type
         self._ordinals: dict[int, int] = {}  # step index -> output step ordinal
@@ -827,7 +864,10 @@ class EventMapper:
         elif kind == "model_output" or (
             kind == "thought" and _summary_text(step.get("summary"), here) is not None
         ):
-            _step_parts(step, ordinal, here, parts)
+            before = len(orjson.dumps(self._annotations))
+            _step_parts(step, ordinal, here, parts, self._annotations)
+            if len(orjson.dumps(self._annotations)) != before:
+                return self._with_annotations(self._parts(parts))
         else:
             self._native[index] = dict(step)
             return None
@@ -843,9 +883,12 @@ class EventMapper:
         kind = delta.get("type")
         native = self._native.get(index)
         if native is not None:
-            for key, value in delta.items():
-                if key != "type":
-                    native[key] = value
+            if kind == "thought_summary":
+                native.setdefault("summary", []).append(delta.get("content"))
+            elif kind == "thought_signature":
+                native["signature"] = delta.get("signature")
+            else:
+                native.update((key, value) for key, value in delta.items() if key != "type")
             return None
         if kind == "text":
             text = _str(delta, "text", here)
@@ -889,9 +932,13 @@ class EventMapper:
                 metadata=_step_meta(ordinal),
             )
             return self._parts([part])
+        if kind == "text_annotation_delta":
+            _annotate(self._annotations, ordinal, delta.get("annotations"), here)
+            return self._with_annotations(None)
         if kind in _CONTENT_MEDIA:
             parts: list[Part] = []
-            _content_parts([delta], ordinal, where, parts, {"type": "model_output"})
+            item = {k: v for k, v in delta.items()}
+            _content_parts([item], ordinal, where, parts, {"type": "model_output"}, {})
             return self._parts(parts)
         raise InvalidResponseError(
             f"{here}: a {kind!r} delta in a {self._kinds.get(index)!r} step is not understood"
@@ -928,9 +975,18 @@ class EventMapper:
         reason = finish_reason(status, bool(self._calls))
         if reason is not None:
             self.finish_reason_seen = True
-        output_meta = OutputMetadata(Metadata({STATUS_KEY: status})) if status else None
+        extra: dict[str, Any] = {STATUS_KEY: status} if status else {}
+        output_meta = OutputMetadata(Metadata(extra)) if extra else None
         output = Output(None, reason, output_meta) if reason or output_meta else None
         return Response(output, metadata)
+
+    def _with_annotations(self, chunk: Response | None) -> Response:
+        """``chunk`` (or an empty one) carrying every annotation so far (the output
+        metadata merges per key: the latest object wins)."""
+        extra = Metadata({ANNOTATIONS_KEY: RawJSON.from_value(self._annotations)})
+        output = chunk.output if chunk is not None else None
+        message = output.message if output is not None else None
+        return Response(Output(message, None, OutputMetadata(extra)))
 
     def _parts(self, parts: list[Part]) -> Response | None:
         if not parts:

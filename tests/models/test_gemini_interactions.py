@@ -16,7 +16,9 @@ import pytest
 
 from scope.chat import (
     FinishReason,
+    NativeItem,
     Options,
+    OutputFormat,
     PartKind,
     Request,
     Response,
@@ -24,18 +26,26 @@ from scope.chat import (
     ToolDefinition,
     ToolOutput,
     ToolResult,
+    assistant_message,
+    media_part,
+    reasoning_part,
+    system_message,
+    tool_call_part,
     tool_message,
     user_message,
 )
-from scope.errors import BadRequestError, InvalidResponseError
+from scope.errors import BadRequestError, InvalidResponseError, UnsupportedOptionError
 from scope.jsonvalue import RawJSON
-from scope.metadata import Metadata
+from scope.media import Media
+from scope.metadata import Extensions, Metadata
 from scope.models._interactions_wire import (
     API,
+    INTERACTION_KEY,
     STATUS_KEY,
     STEP_KEY,
     EventMapper,
     build_body,
+    parse_response,
 )
 from scope.models._provenance import Replay
 from scope.models.gemini import GeminiInteractionsModel
@@ -43,6 +53,8 @@ from tests.gemini_interactions_server import (
     InteractionsServer,
     assembled,
     check_interaction,
+    check_request_body,
+    disassembled,
     events_of,
     load,
 )
@@ -310,3 +322,331 @@ def test_malformed_events_are_refused(events: list[dict[str, Any]], match: str) 
     with pytest.raises(InvalidResponseError, match=match):
         for event in events:
             mapper.map("", orjson.dumps(event))
+
+
+# ------------------------------------------- steps scope keeps whole (invented answer)
+
+
+def _unary(mode: str) -> dict[str, Any]:
+    (exchange,) = load("unary_server_tools")["exchanges"]
+    check_interaction(exchange["json"])
+    if mode == "call":
+        return exchange
+    return {"status": 200, "headers": exchange["headers"], "sse": disassembled(exchange["json"])}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_unmodelled_steps_are_kept_whole_in_order(
+    server: InteractionsServer, mode: str
+) -> None:
+    body = load("unary_server_tools")["exchanges"][0]["json"]
+    server.script(_unary(mode))
+    async with _model(server) as model:
+        response = await answer(model, ASK, mode)
+    assert response.output is not None and response.output.message is not None
+    message = response.output.message
+    thought, call, result, text, image = message.parts
+    assert thought.kind is PartKind.REASONING
+    assert thought.text == "**Searching**\n\nI should look this up. Then answer."
+    assert thought.signature == b"invented-thought-signature"
+    assert [call.kind, result.kind] == [PartKind.NATIVE, PartKind.NATIVE]
+    assert call.native == NativeItem(
+        API, "google_search_call", RawJSON.from_value(body["steps"][2])
+    )
+    assert result.native == NativeItem(
+        API, "google_search_result", RawJSON.from_value(body["steps"][3])
+    )
+    assert text.text == "Team A won the final." and text.metadata == _step(3)
+    assert image.media == Media.from_bytes("image/png", base64.b64decode("iVBORw0KGgo="))
+    assert message.metadata[INTERACTION_KEY].value() == "v1_invented_interaction_1"
+    assert response.output.finish_reason is FinishReason.STOP
+    assert response.output.metadata is not None
+    annotations = response.output.metadata.extra["gemini/annotations"].value()
+    assert annotations == {"3": body["steps"][4]["content"][0]["annotations"]}
+    assert response.metadata is not None
+    usage = response.metadata.usage
+    assert (usage.input_tokens, usage.output_tokens, usage.reasoning_tokens) == (40, 42, 30)
+    assert usage.cache_read_input_tokens == 8
+
+
+async def test_call_and_stream_agree_on_the_invented_answer(server: InteractionsServer) -> None:
+    server.script(_unary("call"), _unary("stream"))
+    async with _model(server) as model:
+        called = await model.call(ASK)
+        _, streamed = await accumulate(model.stream(ASK))
+    assert called == streamed
+
+
+async def test_native_steps_go_back_verbatim_in_position_to_their_own_model(
+    server: InteractionsServer,
+) -> None:
+    body = load("unary_server_tools")["exchanges"][0]["json"]
+    server.script(_unary("call"), _exchange("stream_final_answer", "call"))
+    async with _model(server) as model:
+        first = await model.call(ASK)
+        assert first.output is not None and first.output.message is not None
+        follow = Request([*ASK.messages, first.output.message, user_message("Thanks!")])
+        second = await model.call(follow)
+    assert second.metadata is not None
+    assert "scope/dropped_parts" not in second.metadata.extra
+    sent = server.requests[1].body["input"]
+    assert sent[1] == {
+        "type": "thought",
+        "signature": body["steps"][1]["signature"],
+        "summary": [
+            {"type": "text", "text": "**Searching**\n\nI should look this up. Then answer."}
+        ],
+    }
+    assert sent[2] == body["steps"][2] and sent[3] == body["steps"][3]
+    assert sent[4] == {
+        "type": "model_output",
+        "content": [
+            {"type": "text", "text": "Team A won the final."},
+            {"type": "image", "mime_type": "image/png", "data": "iVBORw0KGgo="},
+        ],
+    }
+    assert sent[5] == {"type": "user_input", "content": [{"type": "text", "text": "Thanks!"}]}
+
+
+def test_another_models_state_is_left_out_and_counted() -> None:
+    body = load("unary_server_tools")["exchanges"][0]["json"]
+    answer_ = parse_response(orjson.dumps(body))
+    assert answer_.output is not None and answer_.output.message is not None
+    produced = Replay(API, "gcp.gemini", model="gemini-3.7-flash").stamp(
+        answer_.output.message, "gemini-3.7-flash"
+    )
+    replay = Replay(API, "gcp.gemini")
+    sent = build_body(
+        Request([*ASK.messages, produced, user_message("Thanks!")]),
+        default_options=Options(),
+        model="gemini-3.6-flash",
+        stream=False,
+        replay=replay,
+    )
+    steps = orjson.loads(orjson.dumps(sent))["input"]
+    assert [s["type"] for s in steps] == ["user_input", "model_output", "user_input"]
+    assert len(replay.left_out) == 3  # the thought and the two search steps
+
+
+# --------------------------------------------------------------------- options
+
+
+def _body(request: Request, **kwargs: Any) -> dict[str, Any]:
+    built = build_body(request, default_options=Options(), model=MODEL, stream=False, **kwargs)
+    body: dict[str, Any] = orjson.loads(orjson.dumps(built))
+    check_request_body(body)
+    return body
+
+
+def test_options_map_to_the_body() -> None:
+    schema = RawJSON.parse('{"type":"object","properties":{"a":{"type":"string"}}}')
+    request = Request(
+        [system_message("Be brief."), system_message("Be kind."), user_message("Hi")],
+        options=Options(
+            max_tokens=100,
+            stop=("END",),
+            reasoning_effort="low",
+            output_format=OutputFormat.json_schema("answer", schema),
+            extensions=Extensions(
+                {
+                    "gemini-interactions/generation_config": {"seed": 7},
+                    "gemini-interactions/service_tier": "flex",
+                    "gemini/safetySettings": [],
+                }
+            ),
+        ),
+    )
+    body = _body(request)
+    assert body["system_instruction"] == "Be brief.\n\nBe kind."
+    assert body["generation_config"] == {
+        "max_output_tokens": 100,
+        "stop_sequences": ["END"],
+        "thinking_level": "low",
+        "thinking_summaries": "auto",
+        "seed": 7,
+    }
+    assert body["response_format"] == {
+        "type": "text",
+        "mime_type": "application/json",
+        "schema": {"type": "object", "properties": {"a": {"type": "string"}}},
+    }
+    assert body["service_tier"] == "flex"
+    assert "safetySettings" not in body  # another adapter's extension
+    assert body["store"] is False and "previous_interaction_id" not in body
+
+
+@pytest.mark.parametrize(
+    ("request_", "match"),
+    [
+        (Request([user_message("Hi")], options=Options(top_k=3)), "top_k"),
+        (Request([user_message("Hi")], options=Options(temperature=0.2)), "temperature"),
+        (Request([user_message("Hi")], options=Options(top_p=0.5)), "top_p"),
+        (Request([user_message("Hi")], options=Options(presence_penalty=0.1)), "presence"),
+        (Request([user_message("Hi")], options=Options(reasoning_effort="none")), "thinking"),
+        (
+            Request(
+                [user_message("Hi")],
+                options=Options(extensions=Extensions({"gemini-interactions/input": "other"})),
+            ),
+            "input",
+        ),
+        (
+            Request(
+                [user_message("Hi")],
+                options=Options(
+                    max_tokens=5,
+                    extensions=Extensions(
+                        {"gemini-interactions/generation_config": {"max_output_tokens": 9}}
+                    ),
+                ),
+            ),
+            "already",
+        ),
+        (
+            Request(
+                [
+                    user_message("Hi"),
+                    assistant_message(tool_call_part("c1", "f", "[1]")),
+                    tool_message(ToolResult("c1", "f")),
+                ],
+                tools=[ToolDefinition("f", RawJSON.parse('{"type":"object"}'))],
+            ),
+            "JSON object",
+        ),
+        (
+            Request([user_message(media_part(Media.from_reference("application/pdf", "f1")))]),
+            "reference",
+        ),
+    ],
+)
+async def test_unsupported_requests_are_refused_before_io(
+    server: InteractionsServer, request_: Request, match: str
+) -> None:
+    async with _model(server) as model:
+        with pytest.raises(UnsupportedOptionError, match=match):
+            await model.call(request_)
+        with pytest.raises(UnsupportedOptionError, match=match):
+            await accumulate(model.stream(request_))
+    assert server.requests == []
+
+
+def test_a_foreign_call_of_this_turn_gets_the_placeholder_thought() -> None:
+    call = assistant_message(tool_call_part("c1", "get_weather", '{"location":"x"}'))
+    request = Request(
+        [*ASK.messages, call, tool_message(ToolResult("c1", "get_weather"))], tools=ASK.tools
+    )
+    steps = _body(request)["input"]
+    assert steps[1] == {"type": "thought", "signature": "skip_thought_signature_validator"}
+    assert steps[2]["type"] == "function_call" and "signature" not in steps[2]
+    # An earlier turn's foreign call needs none.
+    steps = _body(Request([*request.messages, user_message("And now?")]))["input"]
+    assert [s["type"] for s in steps] == [
+        "user_input",
+        "function_call",
+        "function_result",
+        "user_input",
+    ]
+
+
+def test_media_in_and_tool_results_out() -> None:
+    image = Media.from_bytes("image/png", b"\x89PNG")
+    doc = Media.from_uri(
+        "application/pdf", "https://generativelanguage.googleapis.com/v1beta/files/f"
+    )
+    request = Request(
+        [
+            user_message("Look", media_part(image), media_part(doc)),
+            assistant_message(tool_call_part("c1", "get_weather", "")),
+            tool_message(
+                ToolResult("c1", "get_weather", ToolOutput.of_text('{"t": 18}')),
+            ),
+            assistant_message(tool_call_part("c2", "get_weather", "{}")),
+            tool_message(
+                ToolResult("c2", "get_weather", ToolOutput.of_text("boom"), is_error=True)
+            ),
+        ],
+        tools=ASK.tools,
+    )
+    steps = _body(request)["input"]
+    assert steps[0]["content"][1:] == [
+        {"type": "image", "mime_type": "image/png", "data": base64.b64encode(b"\x89PNG").decode()},
+        {"type": "document", "mime_type": "application/pdf", "uri": doc.source.uri},
+    ]
+    assert steps[2]["arguments"] == {}
+    assert steps[3]["result"] == {"t": 18}
+    assert steps[-1] == {
+        "type": "function_result",
+        "call_id": "c2",
+        "name": "get_weather",
+        "result": [{"type": "text", "text": "boom"}],
+        "is_error": True,
+    }
+
+
+def test_unsigned_or_foreign_reasoning_is_left_out() -> None:
+    replay = Replay(API, "gcp.gemini")
+    request = Request(
+        [
+            user_message("Hi"),
+            assistant_message(reasoning_part("thinking"), "Hello"),
+            user_message("x"),
+        ]
+    )
+    steps = _body(request, replay=replay)["input"]
+    assert [s["type"] for s in steps] == ["user_input", "model_output", "user_input"]
+    assert len(replay.left_out) == 1
+
+
+# ---------------------------------------------------------------- server-side state
+
+
+async def test_store_stamps_the_interaction_and_continues_from_it(
+    server: InteractionsServer,
+) -> None:
+    body = load("unary_server_tools")["exchanges"][0]["json"]
+    server.script(_unary("call"), _exchange("stream_final_answer", "call"))
+    async with _model(server, store=True) as model:
+        assert model.store is True
+        first = await model.call(ASK)
+        assert first.output is not None and first.output.message is not None
+        follow = Request(
+            [
+                system_message("Be brief."),
+                *ASK.messages,
+                first.output.message,
+                user_message("Thanks!"),
+            ],
+            tools=ASK.tools,
+        )
+        await model.call(follow)
+    assert server.requests[0].body["store"] is True
+    sent = server.requests[1].body
+    assert sent["store"] is True
+    assert sent["previous_interaction_id"] == body["id"]
+    assert sent["input"] == [
+        {"type": "user_input", "content": [{"type": "text", "text": "Thanks!"}]}
+    ]
+    assert sent["system_instruction"] == "Be brief." and sent["tools"]
+
+
+async def test_without_store_the_whole_history_goes_and_no_previous_id(
+    server: InteractionsServer,
+) -> None:
+    server.script(_unary("call"), _exchange("stream_final_answer", "call"))
+    async with _model(server) as model:
+        first = await model.call(ASK)
+        assert first.output is not None and first.output.message is not None
+        await model.call(Request([*ASK.messages, first.output.message, user_message("Thanks!")]))
+    sent = server.requests[1].body
+    assert "previous_interaction_id" not in sent and len(sent["input"]) == 6
+
+
+def test_store_must_be_a_bool() -> None:
+    with pytest.raises(TypeError):
+        GeminiInteractionsModel(MODEL, store="yes")  # type: ignore[arg-type]
+
+
+def test_the_revision_header_is_sent() -> None:
+    model = GeminiInteractionsModel(MODEL, api_key="k")
+    assert model._headers["Api-Revision"] == "2026-05-20"
+    assert model._headers["x-goog-api-key"] == "k"
