@@ -37,7 +37,13 @@ from scope.chat import (
 )
 from scope.history import Batch
 from scope.jsonvalue import RawJSON
-from scope.models import _anthropic_wire, _gemini_wire, _openai_wire, _responses_wire
+from scope.models import (
+    _anthropic_wire,
+    _gemini_wire,
+    _interactions_wire,
+    _openai_wire,
+    _responses_wire,
+)
 from scope.models._http import HTTPAdapter
 from scope.models._provenance import Replay, stamp
 from scope.models.anthropic import AnthropicModel
@@ -521,7 +527,7 @@ RESPONSES = Provider(
 #: Each adapter's wire module and default provider, by its ``scope/api``.
 WIRES: dict[str, tuple[Any, str]] = {
     wire.API: (wire, wire.PROVIDER)
-    for wire in (_openai_wire, _anthropic_wire, _gemini_wire, _responses_wire)
+    for wire in (_openai_wire, _anthropic_wire, _gemini_wire, _responses_wire, _interactions_wire)
 }
 
 

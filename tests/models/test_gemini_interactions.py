@@ -650,3 +650,59 @@ def test_the_revision_header_is_sent() -> None:
     model = GeminiInteractionsModel(MODEL, api_key="k")
     assert model._headers["Api-Revision"] == "2026-05-20"
     assert model._headers["x-goog-api-key"] == "k"
+
+
+# ------------------------------------------- between generateContent and Interactions
+
+
+async def test_a_turn_moves_between_generate_content_and_interactions(
+    server: InteractionsServer,
+) -> None:
+    from scope.models import _gemini_wire
+    from tests.gemini_server import check_request_body as check_generate_content
+    from tests.gemini_server import load_transcript
+    from tests.helpers import GEMINI
+
+    # A turn GeminiModel produced (a signed function call, then a signed answer) ...
+    with GEMINI.serve() as gemini_server:
+        gemini_server.script(*load_transcript("tool_turn"))
+        async with GEMINI.make(gemini_server.base_url) as gemini:
+            paused = await gemini.call(ASK)
+            assert paused.output is not None and paused.output.message is not None
+            (call,) = paused.output.message.tool_calls
+            results = tool_message(ToolResult(call.id, call.name, ToolOutput.of_text("18C")))
+            done = await gemini.call(Request([*ASK.messages, paused.output.message, results]))
+            assert done.output is not None and done.output.message is not None
+    generated = [*ASK.messages, paused.output.message, results, done.output.message]
+    # ... goes to GeminiInteractionsModel: nothing of generateContent's goes with it.
+    server.script(_exchange("stream_final_answer", "call"))
+    async with _model(server) as model:
+        answered = await model.call(Request([*generated, user_message("Thanks!")]))
+    sent = orjson.dumps(server.requests[0].body)
+    for signature in (b"thoughtSignature", b"thought_signature", b"+//+Y3YPdZB19vcGf5eRsz2"):
+        assert signature not in sent
+    steps = server.requests[0].body["input"]
+    assert [s["type"] for s in steps] == [
+        "user_input",
+        "function_call",
+        "function_result",
+        "model_output",
+        "user_input",
+    ]
+    assert steps[1]["id"] == steps[2]["call_id"] == call.id
+    # And the Interactions turn goes back to GeminiModel: no Interactions field or state.
+    assert answered.output is not None and answered.output.message is not None
+    follow = Request([*generated, user_message("Thanks!"), answered.output.message])
+    replay = Replay(_gemini_wire.API, _gemini_wire.PROVIDER)
+    built = _gemini_wire.build_body(
+        Request([*follow.messages, user_message("Bye")]),
+        default_options=Options(),
+        model=GEMINI.model,
+        stream=False,
+        replay=replay,
+    )
+    body = orjson.loads(orjson.dumps(built))
+    check_generate_content(body)
+    (signature,) = _signatures("stream_final_answer")
+    assert signature.encode() not in orjson.dumps(body)
+    assert replay.left_out == ["messages[5].parts[0] (reasoning of another model)"]
