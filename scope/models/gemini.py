@@ -113,6 +113,35 @@ whose ``retry_after`` is ``Retry-After``, else the body's ``RetryInfo.retryDelay
 (honoured by the retries); 5xx ``ProviderServerError``; other 4xx ``BadRequestError``.
 An error answered as JSON to a stream request (whatever its content type) is raised
 the same way.
+
+**GeminiInteractionsModel** speaks the Interactions API (``POST
+{base_url}/v1beta/interactions``, the steps shape of revision ``2026-05-20``, sent as the
+``Api-Revision`` header; the model in the body), with the same constructor plus
+``store``. Its provenance is ``scope/api`` ``gemini.interactions`` (provider
+``gcp.gemini``): it and ``GeminiModel`` never send each other's state. Requests send
+``store: false`` and the whole conversation as ``input`` steps: ``user_input``,
+``model_output`` (text and media of one output step together), ``thought`` (own signed
+reasoning: the received ``signature`` and the text as its summary), ``function_call``
+(with a ``signature`` it came with), ``function_result`` and native steps verbatim; a
+foreign function call of the current turn follows a ``thought`` signed with the
+placeholder. ``store=True`` sends ``store: true``, stamps the interaction's id on the
+answer (message metadata ``gemini/interaction_id``) and continues from the last own
+message carrying one (``previous_interaction_id``, only what follows as ``input``).
+Options: ``max_tokens`` -> ``max_output_tokens``, ``stop`` -> ``stop_sequences``,
+``reasoning_effort`` -> ``thinking_level`` with ``thinking_summaries: "auto"``, output
+formats -> ``response_format``, extensions ``gemini-interactions/<field>`` (and
+``.../generation_config`` merged); ``temperature`` and ``top_p`` (deprecated in the
+API reference), ``top_k``, the penalties and ``reasoning_effort`` ``none`` are refused.
+Answers: ``thought`` -> reasoning (summary text, signature bytes), ``model_output`` ->
+text and media, ``function_call`` -> a tool call, any other step -> a native part
+holding it whole; every part carries ``gemini/step`` (its output step's ordinal); text
+annotations are output metadata ``gemini/annotations``; the status is output metadata
+``gemini/status`` (``completed`` -> ``stop``/``tool_calls``, ``requires_action`` ->
+``tool_calls``, ``incomplete`` -> ``length``, others ``other``). A stream maps
+``step.start``/``step.delta``/``step.stop`` to the same parts and ends at ``[DONE]``;
+an ``error`` event raises the error its ``code`` stands for. Errors and retries are
+``GeminiModel``'s; an error answered as an event stream reads its ``data``. Details:
+docs/providers.md.
 """
 
 from __future__ import annotations
