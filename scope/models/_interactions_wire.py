@@ -326,6 +326,14 @@ def _model_steps(
     open_step: dict[str, Any] | None = None
     open_key: RawJSON | None = None
     thought_sent = False
+    # The output steps of which a reasoning part carries a signature this request sends:
+    # their other reasoning parts (summary text) go into the same thought step.
+    signed = {
+        _step_of(part)
+        for part in message.parts
+        if part.kind is PartKind.REASONING
+        and sendable_signature(part, replay.owns_part(message, part, own)) is not None
+    }
     for index, part in enumerate(message.parts):
         here = f"{where}.parts[{index}]"
         kind = part.kind
@@ -338,8 +346,9 @@ def _model_steps(
                 open_step, open_key = {"type": "model_output", "content": [item]}, key
                 steps.append(open_step)
         elif kind is PartKind.REASONING:
-            signature = sendable_signature(part, replay.owns_part(message, part, own))
-            if signature is None:
+            part_own = replay.owns_part(message, part, own)
+            signature = sendable_signature(part, part_own)
+            if signature is None and not (part_own and key is not None and key in signed):
                 why = "reasoning of another model" if not own else "reasoning without a signature"
                 replay.leave_out(here, why)
                 continue
@@ -349,13 +358,16 @@ def _model_steps(
                 and key == open_key
                 and key is not None
             ):
-                # One thought step whose summary and signature came as separate parts.
+                # One thought step whose summary and signature came as separate parts
+                # (a stream's signature with a spelling kept in metadata).
                 if part.text:
                     open_step.setdefault("summary", []).append({"type": "text", "text": part.text})
-                if part.signature or SIGNATURE_KEY in part.metadata:
+                if signature is not None:
                     open_step["signature"] = signature
                 continue
-            open_step, open_key = {"type": "thought", "signature": signature}, key
+            open_step, open_key = {"type": "thought"}, key
+            if signature is not None:
+                open_step["signature"] = signature
             if part.text:
                 open_step["summary"] = [{"type": "text", "text": part.text}]
             steps.append(open_step)

@@ -22,6 +22,7 @@ from scope.chat import (
     PartKind,
     Request,
     Response,
+    ResponseAccumulator,
     ToolCall,
     ToolDefinition,
     ToolOutput,
@@ -706,3 +707,46 @@ async def test_a_turn_moves_between_generate_content_and_interactions(
     (signature,) = _signatures("stream_final_answer")
     assert signature.encode() not in orjson.dumps(body)
     assert replay.left_out == ["messages[5].parts[0] (reasoning of another model)"]
+
+
+def test_a_signature_spelled_otherwise_goes_back_as_received_with_its_summary() -> None:
+    # INVENTED: a stream whose signature is unpadded (the API pads; a proxy may not).
+    events = [
+        {"event_type": "interaction.created", "interaction": {"id": "", "model": MODEL}},
+        {"event_type": "step.start", "index": 0, "step": {"type": "thought"}},
+        {
+            "event_type": "step.delta",
+            "index": 0,
+            "delta": {"type": "thought_summary", "content": {"type": "text", "text": "plan"}},
+        },
+        {
+            "event_type": "step.delta",
+            "index": 0,
+            "delta": {"type": "thought_signature", "signature": "aW52ZW50ZWQ"},
+        },
+        {"event_type": "step.stop", "index": 0},
+        {"event_type": "step.start", "index": 1, "step": {"type": "model_output"}},
+        {"event_type": "step.delta", "index": 1, "delta": {"type": "text", "text": "Done."}},
+        {"event_type": "step.stop", "index": 1},
+        {"event_type": "interaction.completed", "interaction": {"id": "", "status": "completed"}},
+    ]
+    mapper = EventMapper()
+    chunks = [mapper.map("", orjson.dumps(event)) for event in events]
+    accumulator = ResponseAccumulator()
+    for chunk in chunks:
+        if chunk is not None:
+            accumulator.add(chunk)
+    response = accumulator.response()
+    assert response is not None and response.output is not None
+    assert response.output.message is not None
+    message = Replay(API, "gcp.gemini", model=MODEL).stamp(response.output.message, MODEL)
+    assert [p.kind for p in message.parts] == [PartKind.REASONING] * 2 + [PartKind.TEXT]
+    assert message.parts[1].signature == b"invented"
+    replay = Replay(API, "gcp.gemini")
+    steps = _body(Request([*ASK.messages, message, user_message("ok")]), replay=replay)["input"]
+    assert steps[1] == {
+        "type": "thought",
+        "summary": [{"type": "text", "text": "plan"}],
+        "signature": "aW52ZW50ZWQ",
+    }
+    assert replay.left_out == []
