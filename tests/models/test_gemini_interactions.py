@@ -16,6 +16,7 @@ import pytest
 
 from scope.chat import (
     FinishReason,
+    Message,
     NativeItem,
     Options,
     OutputFormat,
@@ -750,3 +751,67 @@ def test_a_signature_spelled_otherwise_goes_back_as_received_with_its_summary() 
         "signature": "aW52ZW50ZWQ",
     }
     assert replay.left_out == []
+
+
+# ------------------------------------------------------- storage, retries, errors
+
+
+@pytest.mark.parametrize("name", ["stream_tool_call", "stream_parallel_calls"])
+async def test_answers_store_and_come_back_equal(server: InteractionsServer, name: str) -> None:
+    from scope.codec import from_json, to_json
+
+    server.script(_exchange(name, "stream"), _unary("call"))
+    async with _model(server) as model:
+        for _ in range(2):
+            response = await answer(model, ASK, "stream" if not server.requests else "call")
+            assert response.output is not None and response.output.message is not None
+            message = response.output.message
+            assert from_json(to_json(message), Message) == message
+
+
+async def test_rate_limits_and_server_errors_are_retried(server: InteractionsServer) -> None:
+    # INVENTED error bodies, in the shape recorded for a 400 (code, message).
+    server.script(
+        {
+            "status": 429,
+            "headers": {"Retry-After": "0"},
+            "json": {"error": {"code": "resource_exhausted", "message": "Slow down."}},
+        },
+        {"status": 503, "headers": {}, "json": {"error": {"code": "unavailable", "message": "x"}}},
+        _exchange("stream_final_answer", "call"),
+    )
+    model = GeminiInteractionsModel(
+        MODEL, api_key=KEY, base_url=server.base_url, max_retries=2, retry_backoff=0.0
+    )
+    async with model:
+        response = await model.call(ASK)
+    assert response.output is not None and response.output.finish_reason is FinishReason.STOP
+    assert len(server.requests) == 3
+
+
+async def test_a_bad_key_is_an_authentication_error(server: InteractionsServer) -> None:
+    from scope.errors import AuthenticationError
+
+    # INVENTED: Google's API_KEY_INVALID detail, as the generateContent answers carry it.
+    server.script(
+        {
+            "status": 400,
+            "headers": {},
+            "json": {
+                "error": {
+                    "code": 400,
+                    "message": "API key not valid. Please pass a valid API key.",
+                    "status": "INVALID_ARGUMENT",
+                    "details": [
+                        {
+                            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                            "reason": "API_KEY_INVALID",
+                        }
+                    ],
+                }
+            },
+        }
+    )
+    async with _model(server) as model:
+        with pytest.raises(AuthenticationError, match="API key not valid"):
+            await model.call(ASK)
