@@ -106,9 +106,9 @@ EXTENSION_NAMESPACE: Final = "gemini-interactions"
 #: each part back into its own step.
 STEP_KEY: Final = "gemini/step"
 
-#: Message metadata: the interaction's ``id``, stamped only when the adapter stores
-#: interactions on the server (``store=True``); the next request then continues from it
-#: with ``previous_interaction_id``.
+#: Message metadata: the interaction's ``id``, when the API gives one (it answers ``""``
+#: for an interaction it does not store, ``store: false``); with ``store=True`` the next
+#: request continues from the last own message carrying it (``previous_interaction_id``).
 INTERACTION_KEY: Final = "gemini/interaction_id"
 
 #: Output metadata: the interaction's ``status`` as the API spelled it.
