@@ -852,11 +852,15 @@ class EventMapper:
         kind = step.get("type")
         if type(kind) is not str or not kind:
             raise InvalidResponseError(f"{where}.step.type must be a non-empty string")
-        if kind == "user_input":
-            return None  # the input echoed back (a stream skips it, but be lenient)
         if index in self._kinds:
             raise InvalidResponseError(f"{where}: step {index} started twice")
-        ordinal = len(self._ordinals)
+        if kind == "user_input":
+            # The input echoed back (a stream skips it; be lenient): its deltas and stop
+            # carry nothing of the answer.
+            self._kinds[index] = kind
+            self._ordinals[index] = -1
+            return None
+        ordinal = sum(1 for value in self._ordinals.values() if value >= 0)
         self._kinds[index] = kind
         self._ordinals[index] = ordinal
         here = f"{where}.step"
@@ -890,6 +894,8 @@ class EventMapper:
             raise InvalidResponseError(f"{where} after interaction.completed")
         index = self._index(body, where)
         ordinal = self._ordinal(index, where)
+        if ordinal < 0:
+            return None  # a delta of the echoed input
         delta = _obj(body.get("delta"), f"{where}.delta")
         here = f"{where}.delta"
         kind = delta.get("type")
@@ -959,6 +965,8 @@ class EventMapper:
     def _stop(self, body: dict[str, Any], where: str) -> Response | None:
         index = self._index(body, where)
         ordinal = self._ordinal(index, where)
+        if ordinal < 0:
+            return None
         native = self._native.pop(index, None)
         if native is not None:
             parts: list[Part] = []

@@ -815,3 +815,22 @@ async def test_a_bad_key_is_an_authentication_error(server: InteractionsServer) 
     async with _model(server) as model:
         with pytest.raises(AuthenticationError, match="API key not valid"):
             await model.call(ASK)
+
+
+def test_an_echoed_input_in_a_stream_is_skipped() -> None:
+    (exchange,) = load("stream_final_answer")["exchanges"]
+    events = events_of(exchange)
+    echo = {"type": "user_input", "content": [{"type": "text", "text": "Hi"}]}
+    shifted = [
+        {**event, "index": event["index"] + 1} if "index" in event else event for event in events
+    ]
+    stream = [
+        shifted[0],
+        {"event_type": "step.start", "index": 0, "step": echo},
+        {"event_type": "step.stop", "index": 0},
+        *shifted[1:],
+    ]
+    mapper, plain = EventMapper(), EventMapper()
+    chunks = [c for e in stream if (c := mapper.map("", orjson.dumps(e))) is not None]
+    expected = [c for e in events if (c := plain.map("", orjson.dumps(e))) is not None]
+    assert chunks == expected
