@@ -37,13 +37,25 @@ from scope.chat import (
 )
 from scope.history import Batch
 from scope.jsonvalue import RawJSON
-from scope.models import _anthropic_wire, _gemini_wire, _openai_wire, _responses_wire
+from scope.models import (
+    _anthropic_wire,
+    _gemini_wire,
+    _interactions_wire,
+    _openai_wire,
+    _responses_wire,
+)
 from scope.models._http import HTTPAdapter
 from scope.models._provenance import Replay, stamp
 from scope.models.anthropic import AnthropicModel
-from scope.models.gemini import GeminiModel
+from scope.models.gemini import GeminiInteractionsModel, GeminiModel
 from scope.models.openai import OpenAIChatModel, OpenAIResponsesModel
-from tests import anthropic_server, gemini_server, openai_server, responses_server
+from tests import (
+    anthropic_server,
+    gemini_interactions_server,
+    gemini_server,
+    openai_server,
+    responses_server,
+)
 
 __all__ = [
     "ANTHROPIC",
@@ -457,6 +469,145 @@ GEMINI = Provider(
 )
 
 
+# INVENTED: the exchanges the shared adapter tests ask for by name, for the Interactions
+# API (no public recordings of its errors but a 400's body, ``{"error": {"message",
+# "code"}}``, whose shape they follow); the text answer is a recorded one.
+
+
+def _interactions_sse(items: list[Any], status: int = 200) -> dict[str, Any]:
+    """An exchange streaming ``items``: event payloads framed as the API frames them
+    (``event: <event_type>``), ``"[DONE]"`` as its ``done`` event, control items as they
+    are."""
+    out: list[Any] = []
+    for item in items:
+        if item == "[DONE]":
+            out.append({"$raw": "event: done\ndata: [DONE]\n\n"})
+        elif any(key.startswith("$") for key in item):
+            out.append(item)
+        else:
+            data = json.dumps(item, separators=(",", ":"), ensure_ascii=False)
+            out.append({"$raw": f"event: {item['event_type']}\ndata: {data}\n\n"})
+    return {"status": status, "headers": {}, "sse": out}
+
+
+def _interactions_head(*texts: str) -> list[Any]:
+    created = {"id": "", "status": "in_progress", "model": "gemini-3.7-flash"}
+    events: list[Any] = [
+        {"event_type": "interaction.created", "interaction": created},
+        {"event_type": "step.start", "index": 0, "step": {"type": "model_output"}},
+    ]
+    events += [
+        {"event_type": "step.delta", "index": 0, "delta": {"type": "text", "text": text}}
+        for text in texts
+    ]
+    return events
+
+
+def _interactions_tail() -> list[Any]:
+    usage = {"total_input_tokens": 3, "total_output_tokens": 3, "total_tokens": 6}
+    done = {"id": "", "status": "completed", "model": "gemini-3.7-flash", "usage": usage}
+    return [
+        {"event_type": "step.stop", "index": 0},
+        {"event_type": "interaction.completed", "interaction": done},
+        "[DONE]",
+    ]
+
+
+def _interactions_answer(text: str) -> dict[str, Any]:
+    steps = [{"type": "model_output", "content": [{"type": "text", "text": text}]}]
+    body = {"id": "", "status": "completed", "model": "gemini-3.7-flash", "steps": steps}
+    return {"status": 200, "headers": {}, "json": body}
+
+
+def _interactions_error(status: int, request_id: str, code: str, message: str) -> dict[str, Any]:
+    body = {"error": {"message": message, "code": code}}
+    return {"status": status, "headers": {"x-request-id": request_id}, "json": body}
+
+
+def _interactions_transcript(name: str) -> list[dict[str, Any]]:
+    """The exchanges of a transcript: a recorded one of
+    tests/gemini_interactions_transcripts/, a stream as recorded and the text answer
+    (``"text"``) assembled from one; or one of the invented ones above."""
+    if name == "text":
+        (exchange,) = gemini_interactions_server.load("stream_final_answer")["exchanges"]
+        body = gemini_interactions_server.assembled(gemini_interactions_server.events_of(exchange))
+        return [{"status": 200, "headers": exchange["headers"], "json": body}]
+    if name == "stream_text":
+        return [
+            _interactions_sse([*_interactions_head("Hello", " world", "!"), *_interactions_tail()])
+        ]
+    if name == "rate_limit_then_ok":
+        limited = _interactions_error(
+            429, "req_429_1", "resource_exhausted", "You exceeded your current quota"
+        )
+        limited["headers"]["retry-after"] = "2"
+        return [limited, _interactions_answer("Done waiting.")]
+    if name == "unauthorized":
+        message = "Request had invalid authentication credentials"
+        return [_interactions_error(401, "req_401_1", "unauthenticated", message)]
+    if name == "server_error_twice":
+        return [
+            _interactions_error(503, "req_503_1", "unavailable", "The model is overloaded"),
+            _interactions_error(503, "req_503_2", "unavailable", "The model is overloaded"),
+            _interactions_answer("Third time lucky."),
+        ]
+    if name == "stream_error_event":
+        error = {
+            "event_type": "error",
+            "error": {"message": "The model is overloaded", "code": "unavailable"},
+        }
+        exchange = _interactions_sse([*_interactions_head("Par"), error])
+        exchange["headers"] = {"x-request-id": "req_err_1"}
+        return [exchange]
+    if name == "stream_early_stop":
+        return [_interactions_sse([*_interactions_head("one", " two", " three"), {"$hold": True}])]
+    exchanges: list[dict[str, Any]] = gemini_interactions_server.load(name)["exchanges"]
+    return exchanges
+
+
+INTERACTIONS = Provider(
+    name="gemini-interactions",
+    model_class=GeminiInteractionsModel,
+    server_class=gemini_interactions_server.InteractionsServer,
+    load_transcript=_interactions_transcript,
+    build_body=_interactions_wire.build_body,
+    model="gemini-3.7-flash",
+    api_key="AIza-test",
+    env="GEMINI",
+    default_base_url="https://generativelanguage.googleapis.com",
+    path="/v1beta/interactions",
+    auth_header="x-goog-api-key",
+    auth_value="{}".format,
+    extra_header=("x-goog-user-project", "proj-1"),
+    unsupported={"top_k": 3},
+    text="text",
+    text_answer=(
+        "The current weather in Hobart, Tasmania is sunny and 18°C (64°F) with a light breeze."
+    ),
+    rate_limit_message="You exceeded your current quota",
+    rate_limit_error=("code", "resource_exhausted"),
+    unauthorized_message="Request had invalid authentication credentials",
+    unauthorized_error=("code", "unauthenticated"),
+    server_error="server_error_twice",
+    server_errors=((503, "req_503_1"), (503, "req_503_2")),
+    server_error_message="The model is overloaded",
+    server_error_type="unavailable",
+    server_error_answer="Third time lucky.",
+    error_event=(("", "Par"), "The model is overloaded", "req_err_1", "unavailable"),
+    early_stop_texts=("", "one", " two", " three"),
+    malformed=lambda: _interactions_sse(
+        [*_interactions_head("Hello"), {"$raw": "event: step.delta\ndata: {oops\n\n"}]
+    ),
+    malformed_texts=("", "Hello"),
+    dropped=lambda: _interactions_sse([*_interactions_head("Hello", " world"), {"$drop": True}]),
+    dropped_texts=("", "Hello", " world"),
+    unfinished=lambda: _interactions_sse(_interactions_head("Hello", " world")),
+    error_body=lambda message: {"error": {"message": message, "code": "invalid_request"}},
+    error_kind="code",
+    module="scope.models.gemini",
+)
+
+
 def _responses_sse(items: list[Any]) -> dict[str, Any]:
     return {"status": 200, "sse": items}
 
@@ -521,7 +672,7 @@ RESPONSES = Provider(
 #: Each adapter's wire module and default provider, by its ``scope/api``.
 WIRES: dict[str, tuple[Any, str]] = {
     wire.API: (wire, wire.PROVIDER)
-    for wire in (_openai_wire, _anthropic_wire, _gemini_wire, _responses_wire)
+    for wire in (_openai_wire, _anthropic_wire, _gemini_wire, _responses_wire, _interactions_wire)
 }
 
 
@@ -552,7 +703,7 @@ def body_of(
 
 
 #: Every adapter, for ``pytest.mark.parametrize("provider", PROVIDERS, ids=str)``.
-PROVIDERS = [OPENAI, ANTHROPIC, GEMINI, RESPONSES]
+PROVIDERS = [OPENAI, ANTHROPIC, GEMINI, RESPONSES, INTERACTIONS]
 
 
 def respell(text: str | bytes, *, indent: str = "", ascii_: bool = True) -> str:

@@ -218,8 +218,10 @@ EXPECTED: dict[str, list[str]] = {
         "REASONING_BUDGETS",
     ],
     "scope.models.gemini": [
+        "API_REVISION",
         "DEFAULT_BASE_URL",
         "DEFAULT_TIMEOUT",
+        "GeminiInteractionsModel",
         "GeminiModel",
         "REASONING_LEVELS",
     ],

@@ -79,11 +79,16 @@ __all__ = [
     "ChunkMapper",
     "GROUNDING_KEY",
     "build_body",
+    "decode_signature",
     "finish_reason",
+    "inline_bytes",
+    "merge_config",
+    "object_arguments",
     "parse_response",
     "refine_error",
     "route",
     "sendable_signature",
+    "string_member",
 ]
 
 #: The wire protocol and the provider, as the answers' provenance names them (§6c).
@@ -241,20 +246,7 @@ def build_body(
     # Extensions of other namespaces are meant for other providers and are ignored.
     for name, raw in extension_fields(options, "gemini", RESERVED_FIELDS, "GeminiModel"):
         if name == "generationConfig":
-            value = raw.value()
-            if not isinstance(value, dict):
-                raise UnsupportedOptionError(
-                    "extension 'gemini/generationConfig' must be a JSON object"
-                )
-            for key in value:
-                if key in config:
-                    raise UnsupportedOptionError(
-                        f"extension 'gemini/generationConfig' sets {key!r}, which the "
-                        "options already set"
-                    )
-            nested = orjson.loads(raw.bytes)  # the object, numbers re-read for the body
-            for key in value:
-                config[key] = orjson.Fragment(orjson.dumps(nested[key]))
+            merge_config(config, raw, "gemini/generationConfig")
             continue
         body[name] = orjson.Fragment(raw.bytes)
     if config:
@@ -303,22 +295,40 @@ def _media(media: Media, where: str) -> dict[str, Any]:
     )
 
 
-def _arguments(text: str, where: str) -> orjson.Fragment:
+def object_arguments(text: str, where: str, api: str = "the Gemini API") -> orjson.Fragment:
+    """Tool call arguments as the JSON object a function call carries (``""`` is
+    ``{}``); ``UnsupportedOptionError`` naming ``api`` for anything else."""
     if not text:
         return orjson.Fragment(b"{}")
     try:
         raw = RawJSON.parse(text)
     except InvalidJSONError as exc:
         raise UnsupportedOptionError(
-            f"{where}: tool call arguments are not JSON, and the Gemini API needs a "
-            f"function call's args as a JSON object: {exc}"
+            f"{where}: tool call arguments are not JSON, and {api} needs a "
+            f"function call's arguments as a JSON object: {exc}"
         ) from exc
     if not raw.bytes.startswith(b"{"):
         raise UnsupportedOptionError(
-            f"{where}: tool call arguments must be a JSON object for the Gemini API, "
-            f"got {text[:60]!r}"
+            f"{where}: tool call arguments must be a JSON object for {api}, got {text[:60]!r}"
         )
     return orjson.Fragment(raw.bytes)
+
+
+def merge_config(config: dict[str, Any], raw: RawJSON, extension: str) -> None:
+    """Merge the extension ``extension`` (``raw``, a JSON object) into the generation
+    config the options made, key by key; ``UnsupportedOptionError`` for anything else or
+    a key the options already set."""
+    value = raw.value()
+    if not isinstance(value, dict):
+        raise UnsupportedOptionError(f"extension {extension!r} must be a JSON object")
+    for key in value:
+        if key in config:
+            raise UnsupportedOptionError(
+                f"extension {extension!r} sets {key!r}, which the options already set"
+            )
+    nested = orjson.loads(raw.bytes)  # the object, numbers re-read for the body
+    for key in value:
+        config[key] = orjson.Fragment(orjson.dumps(nested[key]))
 
 
 def _signed(wire: dict[str, Any], part: Part, own: bool) -> dict[str, Any]:
@@ -365,7 +375,7 @@ def _model_parts(
                 synthetic.add(call.id)  # made by the adapter: the API never saw it
             else:
                 function["id"] = call.id
-            function["args"] = _arguments(call.arguments, here)
+            function["args"] = object_arguments(call.arguments, here)
             wire = _signed({"functionCall": function}, part, own)
             if placeholder:
                 # Gemini 3 refuses a step of the current turn whose first call has no
@@ -466,7 +476,8 @@ def finish_reason(value: object, where: str) -> FinishReason | None:
     return _FINISH.get(value, FinishReason.OTHER)
 
 
-def _str(source: dict[str, Any], key: str, where: str) -> str:
+def string_member(source: dict[str, Any], key: str, where: str) -> str:
+    """A string member, ``""`` when absent or null."""
     value = source.get(key)
     if value is None:
         return ""
@@ -475,7 +486,7 @@ def _str(source: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _decode_signature(text: str, where: str) -> bytes:
+def decode_signature(text: str, where: str) -> bytes:
     """The bytes of a ``thoughtSignature`` (standard or URL-safe base64, as Google's SDK
     sends it back)."""
     alphabet = _B64 if _B64.match(text) else _B64_URL if _B64_URL.match(text) else None
@@ -489,6 +500,8 @@ def _decode_signature(text: str, where: str) -> bytes:
     except (binascii.Error, ValueError) as exc:
         raise InvalidResponseError(f"{where} is not base64: {exc}") from exc
 
+
+_str = string_member
 
 _USAGE_KEYS: Final = (
     "promptTokenCount",
@@ -755,7 +768,7 @@ class ChunkMapper:
         signature_text = _str(wire, "thoughtSignature", where)
         signature = b""
         if signature_text:
-            signature = _decode_signature(signature_text, f"{where}.thoughtSignature")
+            signature = decode_signature(signature_text, f"{where}.thoughtSignature")
         meta = Metadata({SIGNATURE_KEY: signature_text}) if signature_text else _EMPTY_META
         thought = wire.get("thought")
         if thought is not None and type(thought) is not bool:
@@ -807,13 +820,17 @@ def _media_of(raw: object, key: str, where: str) -> Media:
     mime = _str(source, "mimeType", here)
     with as_invalid_response(here):
         if key == "inlineData":
-            data = _str(source, "data", here)
-            try:
-                decoded = base64.b64decode(data, validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise InvalidResponseError(f"{here}.data is not base64: {exc}") from exc
-            return Media.from_bytes(mime, decoded)
+            return Media.from_bytes(mime, inline_bytes(_str(source, "data", here), here))
         return Media.from_uri(mime, _str(source, "fileUri", here))
+
+
+def inline_bytes(data: str, where: str) -> bytes:
+    """The bytes of a base64 ``data`` member (``InvalidResponseError`` naming
+    ``<where>.data`` when it is not base64)."""
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidResponseError(f"{where}.data is not base64: {exc}") from exc
 
 
 def parse_response(data: bytes) -> Response:

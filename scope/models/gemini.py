@@ -113,11 +113,41 @@ whose ``retry_after`` is ``Retry-After``, else the body's ``RetryInfo.retryDelay
 (honoured by the retries); 5xx ``ProviderServerError``; other 4xx ``BadRequestError``.
 An error answered as JSON to a stream request (whatever its content type) is raised
 the same way.
+
+**GeminiInteractionsModel** speaks the Interactions API (``POST
+{base_url}/v1beta/interactions``, the steps shape of revision ``2026-05-20``, sent as the
+``Api-Revision`` header; the model in the body), with the same constructor plus
+``store``. Its provenance is ``scope/api`` ``gemini.interactions`` (provider
+``gcp.gemini``): it and ``GeminiModel`` never send each other's state. Requests send
+``store: false`` and the whole conversation as ``input`` steps: ``user_input``,
+``model_output`` (text and media of one output step together), ``thought`` (own signed
+reasoning: the received ``signature`` and the text as its summary), ``function_call``
+(with a ``signature`` it came with), ``function_result`` and native steps verbatim; a
+foreign function call of the current turn follows a ``thought`` signed with the
+placeholder. ``store=True`` sends ``store: true``, stamps the interaction's id on the
+answer (message metadata ``gemini/interaction_id``) and continues from the last own
+message carrying one (``previous_interaction_id``, only what follows as ``input``).
+Options: ``max_tokens`` -> ``max_output_tokens``, ``stop`` -> ``stop_sequences``,
+``reasoning_effort`` -> ``thinking_level`` with ``thinking_summaries: "auto"``, output
+formats -> ``response_format``, extensions ``gemini-interactions/<field>`` (and
+``.../generation_config`` merged); ``temperature`` and ``top_p`` (deprecated in the
+API reference), ``top_k``, the penalties and ``reasoning_effort`` ``none`` are refused.
+Answers: ``thought`` -> reasoning (summary text, signature bytes), ``model_output`` ->
+text and media, ``function_call`` -> a tool call, any other step -> a native part
+holding it whole; every part carries ``gemini/step`` (its output step's ordinal); text
+annotations are output metadata ``gemini/annotations``; the status is output metadata
+``gemini/status`` (``completed`` -> ``stop``/``tool_calls``, ``requires_action`` ->
+``tool_calls``, ``incomplete`` -> ``length``, others ``other``). A stream maps
+``step.start``/``step.delta``/``step.stop`` to the same parts and ends at ``[DONE]``;
+an ``error`` event raises the error its ``code`` stands for. Errors and retries are
+``GeminiModel``'s; an error answered as an event stream reads its ``data``. Details:
+docs/providers.md.
 """
 
 from __future__ import annotations
 
-from typing import Final, final
+from collections.abc import Mapping
+from typing import Any, Final, final
 
 try:
     import httpx
@@ -128,6 +158,8 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         "scope.models.gemini needs httpx: install the extra, pip install 'scope-chat[gemini]'"
     ) from exc
 
+from scope.chat import Options
+from scope.models import _interactions_wire as interactions
 from scope.models._gemini_wire import (
     API,
     PROVIDER,
@@ -138,9 +170,20 @@ from scope.models._gemini_wire import (
     refine_error,
     route,
 )
-from scope.models._http import HTTPAdapter, Wire
+from scope.models._http import UNSET, HTTPAdapter, Wire
 
-__all__ = ["DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "GeminiModel", "REASONING_LEVELS"]
+__all__ = [
+    "API_REVISION",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_TIMEOUT",
+    "GeminiInteractionsModel",
+    "GeminiModel",
+    "REASONING_LEVELS",
+]
+
+#: The Interactions API schema revision ``GeminiInteractionsModel`` speaks (the
+#: ``Api-Revision`` header it sends): the "steps" shape.
+API_REVISION: Final = interactions.API_REVISION
 
 #: Where requests go unless ``base_url`` or ``GEMINI_BASE_URL`` says otherwise (the host
 #: root: the adapter adds ``/v1beta/models/...``).
@@ -186,3 +229,91 @@ class GeminiModel(HTTPAdapter):
         route=route,
         refine_error=refine_error,
     )
+
+
+def _interactions_headers(key: str) -> dict[str, str]:
+    headers = {"Api-Revision": API_REVISION}
+    if key:
+        headers["x-goog-api-key"] = key
+    return headers
+
+
+@final
+class GeminiInteractionsModel(HTTPAdapter):
+    """A ``chat.Model`` and ``chat.Streamer`` over the Gemini Interactions API
+    (``POST {base_url}/v1beta/interactions``, revision ``2026-05-20``: the steps shape).
+
+    The constructor is ``GeminiModel``'s (``GEMINI_API_KEY``, ``GEMINI_BASE_URL``, the
+    host root), plus ``store``: ``False`` (the default) sends ``store: false``, so
+    scope's history is the only copy and every request carries the whole conversation;
+    ``True`` keeps each interaction on the server, stamps its id on the answer's message
+    (metadata ``gemini/interaction_id``, stored and erased with the conversation) and
+    continues the next request from the last own message carrying one
+    (``previous_interaction_id``, sending only the messages after it).
+
+    Guarantees: those of ``GeminiModel``.
+    """
+
+    __slots__ = ("_store",)
+
+    _WIRE = Wire(
+        name="GeminiInteractionsModel",
+        path="/v1beta/interactions",
+        env="GEMINI",
+        default_base_url=DEFAULT_BASE_URL,
+        default_timeout=DEFAULT_TIMEOUT,
+        request_id_header="x-request-id",
+        headers=_interactions_headers,
+        build_body=interactions.build_body,
+        parse=interactions.parse_response,
+        mapper=interactions.EventMapper,
+        unfinished="no interaction.completed or [DONE]",
+        api=interactions.API,
+        provider=interactions.PROVIDER,
+        refine_error=interactions.refine_error,
+    )
+
+    def __init__(
+        self,
+        model: str = "",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | None = UNSET,
+        max_retries: int = 2,
+        default_options: Options | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_backoff: float = 0.5,
+        retry_max_delay: float = 60.0,
+        provider_name: str | None = None,
+        provider_account: str | None = None,
+        store: bool = False,
+    ) -> None:
+        if type(store) is not bool:
+            raise TypeError(
+                f"GeminiInteractionsModel store must be a bool, got {type(store).__name__}"
+            )
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            http_client=http_client,
+            timeout=timeout,
+            max_retries=max_retries,
+            default_options=default_options,
+            headers=headers,
+            retry_backoff=retry_backoff,
+            retry_max_delay=retry_max_delay,
+            provider_name=provider_name,
+            provider_account=provider_account,
+        )
+        self._store = store
+
+    @property
+    def store(self) -> bool:
+        """Whether interactions are kept on the server (see the class docstring)."""
+        return self._store
+
+    def _body_options(self) -> dict[str, Any]:
+        return {"store": self._store}

@@ -16,7 +16,7 @@ import pytest
 
 from scope.chat import PartKind, Request, user_message
 from scope.jsonvalue import RawJSON
-from scope.models import _anthropic_wire, _responses_wire
+from scope.models import _anthropic_wire, _interactions_wire, _responses_wire
 from scope.models._gemini_wire import API, parse_response
 from tests.gemini_server import load_transcript
 from tests.helpers import GEMINI, accumulate, sent_to
@@ -74,6 +74,7 @@ async def test_executable_code_goes_back_to_its_own_model_only(server: Any) -> N
         (API, "gemini-other"),
         (_anthropic_wire.API, "claude-x"),
         (_responses_wire.API, "gpt-x"),
+        (_interactions_wire.API, GEMINI.model),
     ]
     for other, model_name in others:
         sent_body, replay = sent_to(other, model_name, request)

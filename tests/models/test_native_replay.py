@@ -21,7 +21,13 @@ from scope.chat import (
     user_message,
 )
 from scope.jsonvalue import RawJSON
-from scope.models import _anthropic_wire, _gemini_wire, _openai_wire, _responses_wire
+from scope.models import (
+    _anthropic_wire,
+    _gemini_wire,
+    _interactions_wire,
+    _openai_wire,
+    _responses_wire,
+)
 from scope.models._provenance import Replay, stamp
 from scope.models._responses_wire import ITEM_ID_KEY
 from tests.helpers import WIRES
@@ -33,7 +39,7 @@ ITEM = b'{"type":"x_item","id":"x_1","encrypted_content":"gAAAAB+/x==","score":2
 #: strings and number tokens are the provider's own).
 SENT = RawJSON.parse(ITEM).bytes
 
-SENDING = [_anthropic_wire.API, _gemini_wire.API, _responses_wire.API]
+SENDING = [_anthropic_wire.API, _gemini_wire.API, _responses_wire.API, _interactions_wire.API]
 
 
 def _body(api: str, *, item_api: str, answered_by: str, model: str = MODEL) -> tuple[bytes, Replay]:

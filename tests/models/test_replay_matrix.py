@@ -1,7 +1,8 @@
-"""A conversation moves between models (DESIGN §6c), for every ordered pair of five
+"""A conversation moves between models (DESIGN §6c), for every ordered pair of six
 wire shapes on their loopback servers: Chat Completions with DeepSeek's
 ``reasoning_content``, Chat Completions against Gemini's compatible endpoint
-(``extra_content``), the Responses API, Anthropic and Gemini.
+(``extra_content``), the Responses API, Anthropic, Gemini's ``generateContent`` and
+Gemini's Interactions API.
 
 A answers a reasoning + tool-call turn, the tool result goes back, A answers: the turn
 is stored. B gets the next turn: its body carries none of A's state and passes B's
@@ -10,8 +11,9 @@ A gets the turn after that and receives its own state back, byte for byte."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -21,12 +23,39 @@ from scope.chat import Request, ToolOutput, ToolResult, tool_message, user_messa
 from scope.history import Middleware
 from scope.history.inmemory import InMemoryStore
 from scope.models._provenance import PROVIDER_KEY
+from scope.models.gemini import GeminiInteractionsModel
 from scope.models.openai import OpenAIChatModel
+from tests.gemini_interactions_server import InteractionsServer, assembled, events_of, load
 from tests.helpers import ANTHROPIC, GEMINI, OPENAI, RESPONSES, TIME, WEATHER, Provider
 
 pytestmark = pytest.mark.anyio
 
 TOOLS = [WEATHER, TIME]
+
+
+class _Interactions:
+    """The Interactions API's loopback server, as ``Provider.serve`` runs one."""
+
+    @contextlib.contextmanager
+    def serve(self) -> Iterator[InteractionsServer]:
+        with InteractionsServer() as server:
+            yield server
+        server.check_requests()
+
+
+def _interactions_answer(name: str) -> dict[str, Any]:
+    """A recorded Interactions answer as a non-streamed request gets it."""
+    (exchange,) = load(name)["exchanges"]
+    return {"status": 200, "headers": {}, "json": assembled(events_of(exchange))}
+
+
+def _interactions_state() -> list[str]:
+    return [
+        event["delta"]["signature"]
+        for name in ("stream_tool_call", "stream_final_answer")
+        for event in events_of(load(name)["exchanges"][0])
+        if event["event_type"] == "step.delta" and event["delta"]["type"] == "thought_signature"
+    ]
 
 
 @attrs.frozen
@@ -35,7 +64,8 @@ class Side:
     turn and of a plain answer, and the provider state its tool turn carries."""
 
     name: str
-    provider: Provider
+    #: What serves it: a ``Provider`` (or anything with its ``serve()``).
+    provider: Provider | _Interactions
     make: Callable[[str], Any]
     tool_turn: Callable[[], list[dict[str, Any]]]
     answer: Callable[[], dict[str, Any]]
@@ -133,6 +163,17 @@ SIDES = [
         lambda: GEMINI.load_transcript("tool_turn"),
         lambda: GEMINI.load_transcript("text")[0],
         _gemini_state,
+    ),
+    Side(
+        "gemini-interactions",
+        _Interactions(),
+        lambda url: GeminiInteractionsModel("gemini-3.7-flash", api_key="AIza-i", base_url=url),
+        lambda: [
+            _interactions_answer("stream_tool_call"),
+            _interactions_answer("stream_final_answer"),
+        ],
+        lambda: _interactions_answer("stream_final_answer"),
+        _interactions_state,
     ),
 ]
 
