@@ -86,6 +86,10 @@ class _AGUISink:
     def step_end(self) -> None:
         self._event({"type": "STEP_FINISHED", "stepName": f"model-call-{self.steps}"})
 
+    def step_restart(self) -> None:  # AG-UI has no reset: the retry is a step of its own
+        self.step_end()
+        self.step_start()
+
     def text_start(self, block: str) -> None:
         self._event({"type": "TEXT_MESSAGE_START", "messageId": block, "role": "assistant"})
 
@@ -143,6 +147,9 @@ class _AGUISink:
 
     def error(self, text: str) -> None:
         self._event({"type": "RUN_ERROR", "message": text})
+
+    def abort(self, reason: str) -> None:  # AG-UI 1.0 ends a stopped run as an error
+        self.error(reason)
 
 
 def agui_events(
