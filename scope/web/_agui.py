@@ -170,7 +170,9 @@ def agui_events(
 
     Events: ``RUN_STARTED``; per model call ``STEP_STARTED``/``STEP_FINISHED``; one
     ``TEXT_MESSAGE_START``/``_CONTENT``/``_END`` per text part of the accumulated answer;
-    reasoning as ``REASONING_START``, ``REASONING_MESSAGE_*``, ``REASONING_END``; tool
+    reasoning text as ``REASONING_START``, ``REASONING_MESSAGE_*``, ``REASONING_END``
+    (not the deprecated ``THINKING_*`` events; a signature or encrypted reasoning is
+    never sent, so no ``REASONING_ENCRYPTED_VALUE`` either); tool
     calls as ``TOOL_CALL_START``/``_ARGS``/``_END``; tool results as
     ``TOOL_CALL_RESULT``; then ``RUN_FINISHED``, or ``RUN_ERROR`` when the stream fails
     (the failure is logged on the ``scope.web`` logger and kept as

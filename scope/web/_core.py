@@ -186,6 +186,10 @@ class Driver:
                     and (self._block_meta is meta or self._block_meta == meta)
                 ):
                     self._close_block()
+                    if kind is _REASONING and not part.text:
+                        # Encrypted or redacted reasoning (a signature, no text): the
+                        # signature stays on the server, and an empty block shows nothing.
+                        continue
                     self._count += 1
                     self._block = block = f"{self._prefix}{self._count}"
                     self._block_kind = kind
