@@ -30,7 +30,7 @@ from scope.chat import (
 )
 from scope.chat import Request as ModelRequest
 from scope.conversation import Conversation
-from scope.errors import InvalidRequestError, ProviderServerError
+from scope.errors import InvalidRequestError, ProviderServerError, TurnInterruptedError
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
 from scope.web import (
@@ -89,6 +89,11 @@ SCENARIOS: dict[str, tuple[list[Response], Exception | None]] = {
     ),
     "error": ([chunk("Partial ans"), chunk("wer…")], ProviderServerError("upstream 503")),
     "empty": ([chunk(finish=FinishReason.STOP)], None),
+    # Stopped by a newer turn (on_overlap="interrupt"): the AI SDK's abort, not an error.
+    "interrupted": (
+        [chunk("Partial ans"), chunk("wer…")],
+        TurnInterruptedError("a newer turn interrupted it", conversation_id="chat-1"),
+    ),
 }
 
 

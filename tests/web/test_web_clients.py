@@ -153,6 +153,10 @@ UI_EXPECTED: dict[str, list[dict[str, Any]]] = {
         {"type": "text", "text": "Partial answer…", "state": "streaming"},
     ],
     "empty": [],
+    "interrupted": [  # abort: what was shown stays, without an error
+        {"type": "step-start"},
+        {"type": "text", "text": "Partial answer…", "state": "streaming"},
+    ],
 }
 
 _USER = {"id": "u1", "role": "user", "content": "Hi there"}
@@ -196,6 +200,10 @@ AGUI_EXPECTED: dict[str, tuple[list[dict[str, Any]], str | None]] = {
         "the answer failed (ProviderServerError)",
     ),
     "empty": ([], None),
+    "interrupted": (
+        [{"id": "run-1:1", "role": "assistant", "content": "Partial answer…"}],
+        "the answer failed (TurnInterruptedError)",
+    ),
 }
 
 
