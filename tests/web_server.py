@@ -24,6 +24,8 @@ from scope.chat import (
     Output,
     Response,
     assistant_message,
+    media_part,
+    native_part,
     reasoning_part,
     text_part,
     tool_call_delta_part,
@@ -32,6 +34,7 @@ from scope.chat import Request as ModelRequest
 from scope.conversation import Conversation
 from scope.errors import InvalidRequestError, ProviderServerError, TurnInterruptedError
 from scope.history.inmemory import InMemoryStore
+from scope.media import Media
 from scope.testing import FunctionModel
 from scope.web import (
     AGUI_HEADERS,
@@ -89,6 +92,31 @@ SCENARIOS: dict[str, tuple[list[Response], Exception | None]] = {
     ),
     "error": ([chunk("Partial ans"), chunk("wer…")], ProviderServerError("upstream 503")),
     "empty": ([chunk(finish=FinishReason.STOP)], None),
+    # A page a built-in search read (INVENTED, the Responses API's shape) and an image:
+    # source-url and file parts (AG-UI: a CUSTOM source event, no media).
+    "sources": (
+        [
+            chunk(
+                native_part(
+                    "openai.responses",
+                    "web_search_call",
+                    {
+                        "type": "web_search_call",
+                        "id": "ws_1",
+                        "status": "completed",
+                        "action": {
+                            "type": "search",
+                            "query": "zürich",
+                            "sources": [{"type": "url", "url": "https://example.org/zürich"}],
+                        },
+                    },
+                )
+            ),
+            chunk(media_part(Media.from_bytes("image/png", b"\x89PNG"))),
+            chunk(text_part("Sunny."), finish=FinishReason.STOP),
+        ],
+        None,
+    ),
     # Stopped by a newer turn (on_overlap="interrupt"): the AI SDK's abort, not an error.
     "interrupted": (
         [chunk("Partial ans"), chunk("wer…")],

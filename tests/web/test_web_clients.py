@@ -153,6 +153,12 @@ UI_EXPECTED: dict[str, list[dict[str, Any]]] = {
         {"type": "text", "text": "Partial answer…", "state": "streaming"},
     ],
     "empty": [],
+    "sources": [
+        {"type": "step-start"},
+        {"type": "source-url", "sourceId": "bsrc1", "url": "https://example.org/zürich"},
+        {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,iVBORw=="},
+        {"type": "text", "text": "Sunny.", "state": "done"},
+    ],
     "interrupted": [  # abort: what was shown stays, without an error
         {"type": "step-start"},
         {"type": "text", "text": "Partial answer…", "state": "streaming"},
@@ -200,6 +206,7 @@ AGUI_EXPECTED: dict[str, tuple[list[dict[str, Any]], str | None]] = {
         "the answer failed (ProviderServerError)",
     ),
     "empty": ([], None),
+    "sources": ([{"id": "run-1:1", "role": "assistant", "content": "Sunny."}], None),
     "interrupted": (
         [{"id": "run-1:1", "role": "assistant", "content": "Partial answer…"}],
         "the answer failed (TurnInterruptedError)",
