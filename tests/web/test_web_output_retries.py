@@ -234,3 +234,11 @@ async def test_a_model_stream_with_parts_after_its_finish_still_fails() -> None:
     parts = _parts(await _encoded(encoded))
     assert parts[-1]["type"] == "error" and "reset-step" not in [p["type"] for p in parts]
     assert isinstance(encoded.error, InvalidResponseError)
+
+
+def test_reset_step_must_be_a_bool() -> None:
+    async def nothing() -> Any:
+        yield Response(Output(assistant_message("a"), FinishReason.STOP))
+
+    with pytest.raises(TypeError, match="reset_step must be a bool"):
+        ui_message_stream(nothing(), reset_step=1)  # type: ignore[arg-type]
