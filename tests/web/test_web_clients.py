@@ -33,7 +33,14 @@ import pytest
 from scope.chat import FinishReason, Request, Response, Streamer, StreamerFunc
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
-from tests.web_server import RETRY_ANSWERS, SCENARIOS, chunk, live_server, scenario_app
+from tests.web_server import (
+    RETRY_ANSWERS,
+    SCENARIOS,
+    Forecast,
+    chunk,
+    live_server,
+    scenario_app,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "tests" / "web_clients"
@@ -384,6 +391,66 @@ def test_ai_sdk_client_resumes_a_turn_after_disconnecting(
     stored = _stored(store, chat)
     assert [m.role for m in stored] == ["user", "assistant"]  # stored once
     assert stored[1].text == "".join(WORDS)
+
+
+class GatedRetry:
+    """A structured answer that does not decode, then, sent back, one that does: streamed
+    in pieces, waiting after two of them until the test releases the chat."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, anyio.Event] = {}
+
+    def streamer(self) -> Streamer:
+        async def stream(request: Request) -> AsyncIterator[Response]:
+            chat = request.messages[0].text  # the question names the chat
+            if len(request.messages) == 1:
+                yield chunk(RETRY_ANSWERS[0], finish=FinishReason.STOP)
+                return
+            text = RETRY_ANSWERS[1]
+            for index, start in enumerate(range(0, len(text), 6)):
+                if index == 2:
+                    await self.gates.setdefault(chat, anyio.Event()).wait()
+                yield chunk(text[start : start + 6])
+            yield chunk(finish=FinishReason.STOP)
+
+        return StreamerFunc(stream)
+
+
+def test_ai_sdk_client_resumes_a_retried_turn(ai: int) -> None:
+    # The example service with output= (one retry) and, for ai 7, reset_step: the client
+    # drops the connection mid-retry and resumes; the turn is stored once.
+    from starlette.requests import Request as HTTPRequest
+    from starlette.responses import Response as HTTPResponse
+    from starlette.routing import Route
+
+    gated, store = GatedRetry(), InMemoryStore()
+    app = _example().create_app(gated.streamer(), store, output=Forecast, reset_step=ai == 7)
+
+    async def release(request: HTTPRequest) -> HTTPResponse:
+        gated.gates.setdefault(request.path_params["chat"], anyio.Event()).set()
+        return HTTPResponse(status_code=204)
+
+    app.router.routes.append(Route("/test/release/{chat}", release, methods=["POST"]))
+    chat = f"retry-{ai}"
+    with live_server(app) as base:
+        result = _run_node(
+            "ui_client.mjs", base, "/api/chat", "resume", chat, f"/test/release/{chat}", ai=ai
+        )
+    assert result["errors"] == []
+    first, decoded = RETRY_ANSWERS
+    text = {"type": "text", "state": "done"}
+    if ai == 7:  # reset-step: only the answer that decoded
+        assert result["message"]["parts"] == [{"type": "step-start"}, {**text, "text": decoded}]
+    else:
+        assert result["message"]["parts"] == [
+            {"type": "step-start"},
+            {**text, "text": first},
+            {"type": "step-start"},
+            {**text, "text": decoded},
+        ]
+    stored = [m.text for m in _stored(store, chat)]
+    assert stored[0] == chat and stored[1] == first and stored[-1] == decoded
+    assert len(stored) == 4  # the question, the answer sent back, the retry, the answer
 
 
 def test_sse_client_resumes_from_last_event_id(example: tuple[str, InMemoryStore, Gated]) -> None:
