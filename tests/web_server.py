@@ -3,8 +3,10 @@
 ``SCENARIOS`` are the streams every client must accept (DESIGN §9's acceptance list);
 ``scenario_app()`` serves each one under ``/ui/{name}`` (AI SDK UI message stream) and
 ``/agui/{name}`` (AG-UI), cutting every write into 5-byte pieces so multi-byte
-characters arrive split. ``live_server(app)`` runs an ASGI app on a loopback port in a
-thread (uvicorn) for the Node and Chromium clients.
+characters arrive split, and under ``/ui-retry`` a turn whose structured answer is sent
+back once (``output_retries``), with ``reset-step`` when the query says ``reset=1``.
+``live_server(app)`` runs an ASGI app on a loopback port in a thread (uvicorn) for the
+Node and Chromium clients.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import attrs
 import orjson
 
 from scope.chat import (
@@ -21,16 +24,25 @@ from scope.chat import (
     Output,
     Response,
     assistant_message,
+    media_part,
+    native_part,
     reasoning_part,
     text_part,
     tool_call_delta_part,
 )
-from scope.errors import InvalidRequestError, ProviderServerError
+from scope.chat import Request as ModelRequest
+from scope.conversation import Conversation
+from scope.errors import InvalidRequestError, ProviderServerError, TurnInterruptedError
+from scope.history.inmemory import InMemoryStore
+from scope.media import Media
+from scope.testing import FunctionModel
 from scope.web import (
     AGUI_HEADERS,
     UI_MESSAGE_STREAM_HEADERS,
     agui_events,
+    chat_request_from_ui,
     ui_message_stream,
+    ui_turn,
     user_message_from_agui,
     user_message_from_ui,
 )
@@ -80,6 +92,36 @@ SCENARIOS: dict[str, tuple[list[Response], Exception | None]] = {
     ),
     "error": ([chunk("Partial ans"), chunk("wer…")], ProviderServerError("upstream 503")),
     "empty": ([chunk(finish=FinishReason.STOP)], None),
+    # A page a built-in search read (INVENTED, the Responses API's shape) and an image:
+    # source-url and file parts (AG-UI: a CUSTOM source event, no media).
+    "sources": (
+        [
+            chunk(
+                native_part(
+                    "openai.responses",
+                    "web_search_call",
+                    {
+                        "type": "web_search_call",
+                        "id": "ws_1",
+                        "status": "completed",
+                        "action": {
+                            "type": "search",
+                            "query": "zürich",
+                            "sources": [{"type": "url", "url": "https://example.org/zürich"}],
+                        },
+                    },
+                )
+            ),
+            chunk(media_part(Media.from_bytes("image/png", b"\x89PNG"))),
+            chunk(text_part("Sunny."), finish=FinishReason.STOP),
+        ],
+        None,
+    ),
+    # Stopped by a newer turn (on_overlap="interrupt"): the AI SDK's abort, not an error.
+    "interrupted": (
+        [chunk("Partial ans"), chunk("wer…")],
+        TurnInterruptedError("a newer turn interrupted it", conversation_id="chat-1"),
+    ),
 }
 
 
@@ -99,6 +141,21 @@ async def split_writes(frames: AsyncIterator[bytes], size: int = 5) -> AsyncIter
                 yield data[start : start + size]
 
 
+@attrs.frozen
+class Forecast:
+    city: str
+    celsius: int
+
+
+#: The answers of ``/ui-retry``: the first misses a field, the one sent back decodes.
+RETRY_ANSWERS = ('{"city": "Zürich"}', '{"city": "Zürich", "celsius": 21}')
+
+
+def _forecaster(request: ModelRequest) -> str:
+    sent_back = len(request.messages) > 1  # the answer, then the message sending it back
+    return RETRY_ANSWERS[1] if sent_back else RETRY_ANSWERS[0]
+
+
 def scenario_app() -> Any:
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -111,6 +168,17 @@ def scenario_app() -> Any:
         except InvalidRequestError as exc:
             return PlainTextResponse(str(exc), status_code=400)
         stream = ui_message_stream(scripted(request.path_params["name"]), message_id="m-1")
+        return StreamingResponse(split_writes(stream), headers=dict(UI_MESSAGE_STREAM_HEADERS))
+
+    async def ui_retry(request: Request) -> Any:
+        try:
+            asked = chat_request_from_ui(await request.body())
+        except InvalidRequestError as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        conversation = Conversation(FunctionModel(_forecaster), InMemoryStore(), asked.chat_id)
+        events = await ui_turn(conversation, asked, output=Forecast)
+        reset = request.query_params.get("reset") == "1"
+        stream = ui_message_stream(events, message_id="m-1", reset_step=reset)
         return StreamingResponse(split_writes(stream), headers=dict(UI_MESSAGE_STREAM_HEADERS))
 
     async def agui(request: Request) -> Any:
@@ -130,6 +198,7 @@ def scenario_app() -> Any:
     return Starlette(
         routes=[
             Route("/ui/{name}", ui, methods=["POST"]),
+            Route("/ui-retry", ui_retry, methods=["POST"]),
             Route("/agui/{name}", agui, methods=["POST"]),
         ]
     )

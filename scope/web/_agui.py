@@ -86,6 +86,10 @@ class _AGUISink:
     def step_end(self) -> None:
         self._event({"type": "STEP_FINISHED", "stepName": f"model-call-{self.steps}"})
 
+    def step_restart(self) -> None:  # AG-UI has no reset: the retry is a step of its own
+        self.step_end()
+        self.step_start()
+
     def text_start(self, block: str) -> None:
         self._event({"type": "TEXT_MESSAGE_START", "messageId": block, "role": "assistant"})
 
@@ -144,6 +148,9 @@ class _AGUISink:
     def error(self, text: str) -> None:
         self._event({"type": "RUN_ERROR", "message": text})
 
+    def abort(self, reason: str) -> None:  # AG-UI 1.0 ends a stopped run as an error
+        self.error(reason)
+
 
 def agui_events(
     stream: AsyncIterable[StreamItem],
@@ -163,7 +170,9 @@ def agui_events(
 
     Events: ``RUN_STARTED``; per model call ``STEP_STARTED``/``STEP_FINISHED``; one
     ``TEXT_MESSAGE_START``/``_CONTENT``/``_END`` per text part of the accumulated answer;
-    reasoning as ``REASONING_START``, ``REASONING_MESSAGE_*``, ``REASONING_END``; tool
+    reasoning text as ``REASONING_START``, ``REASONING_MESSAGE_*``, ``REASONING_END``
+    (not the deprecated ``THINKING_*`` events; a signature or encrypted reasoning is
+    never sent, so no ``REASONING_ENCRYPTED_VALUE`` either); tool
     calls as ``TOOL_CALL_START``/``_ARGS``/``_END``; tool results as
     ``TOOL_CALL_RESULT``; then ``RUN_FINISHED``, or ``RUN_ERROR`` when the stream fails
     (the failure is logged on the ``scope.web`` logger and kept as

@@ -68,6 +68,7 @@ class Sink(Protocol):
     def start(self) -> None: ...
     def step_start(self) -> None: ...
     def step_end(self) -> None: ...
+    def step_restart(self) -> None: ...
     def text_start(self, block: str) -> None: ...
     def text_delta(self, block: str, text: str) -> None: ...
     def text_end(self, block: str) -> None: ...
@@ -82,6 +83,7 @@ class Sink(Protocol):
     def source(self, source_id: str, url: str, title: str) -> None: ...
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> None: ...
     def error(self, text: str) -> None: ...
+    def abort(self, reason: str) -> None: ...
 
 
 class Driver:
@@ -90,6 +92,13 @@ class Driver:
     A *step* is one model call: ``Conversation.stream`` runs several when tools are
     called, and each gets its own accumulator (a step's answer ends with its finish
     reason). The block ids are ``{prefix}{n}``, unique within the stream.
+
+    A step is *restarted* when ``Conversation.stream`` sends an answer back
+    (``output_retries``: it did not decode) and the model answers again: then the
+    answer's chunks are followed, with no tool result between, by a new model call's
+    chunks. The driver closes what is open and calls ``Sink.step_restart`` before the
+    new answer (a fresh accumulator; its parts are new blocks). From a model's own
+    ``Response`` stream, parts after the finish reason stay an invalid chunk.
     """
 
     __slots__ = (
@@ -99,6 +108,7 @@ class Driver:
         "_block_meta",
         "_calls",
         "_count",
+        "_finished",
         "_in_step",
         "_last",
         "_prefix",
@@ -117,6 +127,7 @@ class Driver:
         self._block_meta: Metadata | None = None
         self._calls: dict[str, tuple[str, list[str]]] = {}  # open calls: id -> name, args
         self._in_step = False
+        self._finished = False  # the step's answer has its finish reason
         self._seen: set[str] = set()  # the URLs shown as sources so far
 
     def start(self) -> None:
@@ -133,8 +144,18 @@ class Driver:
             )
         kind = item.kind
         if kind is TurnEventKind.CHUNK:
-            assert item.chunk is not None
-            self.chunk(item.chunk)
+            chunk = item.chunk
+            assert chunk is not None
+            output = chunk.output
+            if (
+                self._in_step
+                and self._finished
+                and output is not None
+                and output.message is not None
+                and output.message.parts
+            ):
+                self._restart()
+            self.chunk(chunk)
         elif kind is TurnEventKind.TOOL_RESULT:
             assert item.tool_result is not None
             self._end_step()
@@ -144,11 +165,16 @@ class Driver:
     def chunk(self, chunk: Response) -> None:
         if not self._in_step:
             self._in_step = True
+            self._finished = False
             self._accumulator = ResponseAccumulator()
             self._sink.step_start()
         self._accumulator.add(chunk)  # validates; raises before anything is written
         output = chunk.output
-        if output is None or output.message is None:
+        if output is None:
+            return
+        if output.finish_reason is not None:
+            self._finished = True
+        if output.message is None:
             return
         sink = self._sink
         for part in output.message.parts:
@@ -160,6 +186,10 @@ class Driver:
                     and (self._block_meta is meta or self._block_meta == meta)
                 ):
                     self._close_block()
+                    if kind is _REASONING and not part.text:
+                        # Encrypted or redacted reasoning (a signature, no text): the
+                        # signature stays on the server, and an empty block shows nothing.
+                        continue
                     self._count += 1
                     self._block = block = f"{self._prefix}{self._count}"
                     self._block_kind = kind
@@ -217,6 +247,11 @@ class Driver:
             usage = last.metadata.usage if last.metadata is not None else None
         self._sink.finish(reason, usage)
 
+    def abort(self, reason: str) -> None:
+        """The stream was stopped on purpose (a newer turn interrupted it): the
+        protocol's abort event, or its error event where it has none."""
+        self._sink.abort(reason)
+
     def fail(self, text: str) -> None:
         """The stream failed: the protocol's error event (open blocks stay open, as the
         protocols expect of an aborted run)."""
@@ -239,6 +274,16 @@ class Driver:
             self._block_kind = None
             self._block_meta = None
 
+    def _restart(self) -> None:
+        """The step's answer was sent back and the model answers again (see the class)."""
+        self._close_block()
+        for call_id, (name, args) in self._calls.items():
+            self._sink.tool_end(ToolCall(call_id, name, "".join(args)))
+        self._calls = {}
+        self._accumulator = ResponseAccumulator()
+        self._finished = False
+        self._sink.step_restart()
+
     def _end_step(self) -> None:
         if not self._in_step:
             return
@@ -248,6 +293,7 @@ class Driver:
         self._calls = {}
         self._last = self._accumulator.response()
         self._in_step = False
+        self._finished = False
         self._sink.step_end()
 
 
@@ -366,7 +412,10 @@ class EncodedStream:
                 self._error = exc
                 _report(exc)
                 del out[kept:]  # the start event stays when nothing was sent yet
-                driver.fail(on_error(exc))
+                if isinstance(exc, TurnInterruptedError):
+                    driver.abort(on_error(exc))  # stopped on purpose, not failed
+                else:
+                    driver.fail(on_error(exc))
             self._ended = True
             data = b"".join(out)
             out.clear()

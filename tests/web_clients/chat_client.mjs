@@ -10,7 +10,8 @@
 //                     was lost), the chat gets the second
 // Prints {steps: [{messages: [{role, text}], error}]} as JSON.
 //   node chat_client.mjs BASE_URL CHAT_ID STEP...
-import { AbstractChat, DefaultChatTransport } from "ai";
+// The ai package: this folder's (ai 6), or the module SCOPE_AI_MODULE names (ai7/ai.mjs).
+const { AbstractChat, DefaultChatTransport } = await import(process.env.SCOPE_AI_MODULE ?? "ai");
 
 const [base, chatId, ...steps] = process.argv.slice(2);
 

@@ -124,6 +124,8 @@ def create_app(
     keep_interrupted: bool = False,
     shutdown_grace: float = 10.0,
     max_body: int = MAX_BODY,
+    output: type | None = None,
+    reset_step: bool = False,
 ) -> Starlette:
     """The service: ``model`` answers, ``store`` keeps every chat's history, ``log``
     keeps running turns' events (default in memory; ``RedisTurnLog`` for several
@@ -133,7 +135,10 @@ def create_app(
     AG-UI run whose client dropped stored turns is (``"refuse"``: 409; ``"edit"``: an
     edit of the first turn it dropped), ``keep_interrupted`` whether a stopped turn
     keeps what it had said, ``shutdown_grace`` how long running turns may go on once
-    the service shuts down (``serve``)."""
+    the service shuts down (``serve``). ``output``: a type the AI SDK chat's answers
+    decode into (``ui_turn(..., output=)``: an answer that does not is sent back once);
+    ``reset_step``: show only the answer that decoded, for clients on ``ai`` 7.0.70 or
+    later (``ui_message_stream(..., reset_step=True)``; ``ai`` 6 rejects the part)."""
     turns = ResumableTurns(log, shutdown_grace=shutdown_grace)
 
     @contextlib.asynccontextmanager
@@ -170,12 +175,12 @@ def create_app(
         except InvalidRequestError as exc:
             return PlainTextResponse(str(exc), status_code=400)
         try:  # a new message, an edit or a regenerate: what the request asks for
-            events = await ui_turn(conversation(asked.chat_id), asked)
+            events = await ui_turn(conversation(asked.chat_id), asked, output=output)
         except HistoryDivergedError as exc:  # it names a message the chat does not hold
             return PlainTextResponse(str(exc), status_code=409)
         except ConversationClosedError as exc:  # cleared, erased or expired
             return PlainTextResponse(str(exc), status_code=410)
-        frames = ui_message_stream(events, message_id=uuid.uuid4().hex)
+        frames = ui_message_stream(events, message_id=uuid.uuid4().hex, reset_step=reset_step)
         try:
             await turns.start(asked.chat_id, frames)
         except TurnInProgressError as exc:  # a turn of this chat is still running
