@@ -90,7 +90,6 @@ from typing import Any, Final, Literal, TypeVar, final
 import anyio
 import anyio.lowlevel
 
-from scope._validate import check_seconds
 from scope.errors import StoreError, TurnInProgressError, TurnInterruptedError
 from scope.history._adapter import StoreAdapter, as_store, takes_owner
 from scope.history._ids import ConversationID
@@ -99,12 +98,11 @@ from scope.history._replay import cache_of
 from scope.history._turn import Layer, Turn
 from scope.history.inmemory import InMemoryStore
 
-__all__ = ["RELEASE_TIMEOUT", "STRATEGIES", "Lease", "Leases", "OnOverlap"]
+__all__ = ["RELEASE_TIMEOUT", "Lease", "Leases", "OnOverlap"]
 
 T = TypeVar("T")
 
 OnOverlap = Literal["fence", "reject", "wait", "interrupt"]
-STRATEGIES: Final = ("fence", "reject", "wait", "interrupt")
 
 #: Seconds a lease release (and a renewal) may take; it runs shielded from
 #: cancellation. One that does not finish in time leaves the lease to expire.
@@ -221,32 +219,10 @@ class Leases(Layer):
                 )
             return
         raise TypeError(
-            f"on_overlap={strategy!r} needs a writer or reader that is a "
-            "scope.history.TurnLeaser (acquire_turn/release_turn), got "
-            f"{type(writer).__name__} and {type(reader).__name__}"
+            f"{strategy.capitalize()}() (on_overlap={strategy!r}) needs a store that is a "
+            "scope.history.TurnLeaser (acquire_turn/release_turn; every bundled store is) "
+            f"as writer or reader, got {type(writer).__name__} and {type(reader).__name__}"
         )
-
-    @staticmethod
-    def check(
-        strategy: object, timeout: object, ttl: object, exclusive_turns: bool
-    ) -> tuple[float, float]:
-        """The checked ``(overlap_timeout, lease_ttl)``; ``ValueError``/``TypeError`` for a
-        bad ``on_overlap``, ``overlap_timeout`` or ``lease_ttl``, or a strategy other
-        than ``"fence"`` without the fence."""
-        if type(strategy) is not str or strategy not in STRATEGIES:
-            raise ValueError(
-                f"on_overlap must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}"
-            )
-        checked = (
-            check_seconds(timeout, "overlap_timeout"),
-            check_seconds(ttl, "lease_ttl", positive=True),
-        )
-        if strategy != "fence" and not exclusive_turns:
-            raise ValueError(
-                f"on_overlap={strategy!r} needs exclusive_turns=True (the fence stays on "
-                "as the safety net); exclusive_turns=False allows only on_overlap='fence'"
-            )
-        return checked
 
     async def enter(self, turn: Turn) -> None:
         lease = Lease(self, turn.conversation_id)
