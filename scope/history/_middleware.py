@@ -8,13 +8,12 @@ Where each step lives: the turn's state and how it ends (``_turn.py``), the leas
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import uuid
 import warnings
 from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import Any, Final, Never, NoReturn, final
+from typing import Final, Never, NoReturn, final
 
 import attrs
 
@@ -305,10 +304,7 @@ class Middleware:
     # ------------------------------------------------------------------ internals
 
     def _turn(self, request: Request) -> Turn:
-        append: Any = self._writer.append
-        if self._owner is not None:  # the writer takes it (checked at construction)
-            append = functools.partial(append, owner=self._owner)
-        return Turn(self._conversation_id, request, append)
+        return Turn(self._conversation_id, request, self._writer, self._owner)
 
     async def _enter(self, turn: Turn) -> None:
         for layer in self._chain:

@@ -31,6 +31,7 @@ from scope.chat import (
 from scope.errors import CommitError, StoreError, TurnInProgressError, TurnInterruptedError
 from scope.history import (
     Batch,
+    HistoryCache,
     IncompleteReason,
     IncompleteTurn,
     Interrupt,
@@ -83,6 +84,15 @@ async def _free(store: Any, conversation_id: str = "c") -> bool:
     if await store.acquire_turn(conversation_id, "probe", 30):
         return bool(await store.release_turn(conversation_id, "probe"))
     return False
+
+
+class Cached:
+    """A third-party store handle that keeps a ``HistoryCache`` of its own, so the
+    lease layer's slots (arrival order, interrupts within the process) live there."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.history_cache = HistoryCache()
 
 
 class Unfolded:
@@ -369,6 +379,8 @@ async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> 
     from scope.history import _overlap
 
     class NoRelease(Unfolded):
+        history_cache = HistoryCache()  # its slots, where the test can see them
+
         async def release_turn(self, conversation_id: str, holder: str) -> bool:
             raise OSError("store down")
 
@@ -394,12 +406,13 @@ async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> 
                 .call(Request([user_message("q")]))
             )
         await anyio.sleep(0.15)  # the first leftover expires before the second is left
-    assert list(_overlap.slots_of(leaser)) == ["second"]  # beside a leaser with no cache
+    assert list(leaser.history_cache.turns) == ["second"]
     assert store.history_cache.turns == {}
 
 
 async def test_a_turn_interrupted_before_its_model_call_never_calls_it() -> None:
     class SlowRead(Unfolded):
+        history_cache = HistoryCache()  # one set of slots for both Middlewares
         reading = anyio.Event()
         proceed = anyio.Event()
 
@@ -586,8 +599,6 @@ async def test_a_cancellation_of_a_leased_stream_stays_a_cancellation() -> None:
 
 
 async def test_the_slots_are_the_store_handles(tmp_path: Path, anyio_backend: str) -> None:
-    import gc
-
     from scope.history import _overlap
 
     store = InMemoryStore()
@@ -599,18 +610,9 @@ async def test_the_slots_are_the_store_handles(tmp_path: Path, anyio_backend: st
     ):
         assert _overlap.slots_of(one) is one.history_cache.turns
         assert _overlap.slots_of(one) is not _overlap.slots_of(two)
-    # A leaser with no history_cache: kept beside it, as long as it lives.
+    # A leaser with no history_cache: the slots are each Middleware's own (no state
+    # kept anywhere else); one with a history_cache of its own keeps them there.
     leaser = Unfolded(store)
-    assert _overlap.slots_of(leaser) is _overlap.slots_of(leaser)
-    key = id(leaser)
-    assert key in _overlap._beside
-    del leaser
-    gc.collect()
-    assert key not in _overlap._beside
-
-    class NoWeakref:
-        __slots__ = ()
-
-    # One that cannot be referenced weakly: the slots are the Middleware's own.
-    handle = NoWeakref()
-    assert _overlap.slots_of(handle) is not _overlap.slots_of(handle)
+    assert _overlap.slots_of(leaser) is not _overlap.slots_of(leaser)
+    cached = Cached(store)
+    assert _overlap.slots_of(cached) is cached.history_cache.turns
