@@ -86,7 +86,6 @@ import attrs
 import orjson
 
 from scope import _argschema
-from scope._validate import check_seconds
 from scope.chat import (
     Message,
     Model,
@@ -126,15 +125,16 @@ from scope.history import (
     HistoryTree,
     HistoryView,
     IncompleteTurn,
+    Layers,
     Middleware,
     MoveHead,
     Reader,
     ReadWriter,
     Store,
-    TurnLeaser,
     ViewReader,
     WindowReader,
     Writer,
+    keyword_layers,
 )
 from scope.metadata import Metadata
 from scope.tools import Tool, ToolContext
@@ -239,11 +239,15 @@ class Conversation:
       names must be unique. A single ``Tool`` is a ``TypeError`` (write
       ``tools=[get_weather]``): one shape, no guessing.
     - ``max_steps``: model calls per turn at most (default 8): ``MaxStepsError``.
-    - ``on_overlap``, ``overlap_timeout``, ``lease_ttl``, ``keep_interrupted``,
-      ``on_incomplete``: what overlapping turns do and how interrupted turns end, as
-      the history ``Middleware`` takes them (DESIGN §6e, §6c; defaults ``"fence"``,
-      30 s, 15 s, False, None). ``"reject"``, ``"wait"`` and ``"interrupt"`` need a
-      store that is a ``TurnLeaser`` (every bundled store is).
+    - ``on_overlap``, ``overlap_timeout``, ``lease_ttl``, ``keep_interrupted``: what
+      overlapping turns do and how interrupted turns end (DESIGN §6e, §6c; defaults
+      ``"fence"``, 30 s, 15 s, False), the layers ``scope.history.keyword_layers``
+      gives; or ``layers``: the history ``Middleware``'s layers themselves (DESIGN §6m:
+      ``Reject()``, ``Wait()``, ``Interrupt()``, ``KeepInterrupted()``...). Both forms
+      at once are a ``TypeError``. A leasing layer needs a store that is a
+      ``TurnLeaser`` (every bundled store is); the default fence a store with atomic
+      views (``layers=(Unfenced(),)`` for one without).
+    - ``on_incomplete``: as the history ``Middleware`` takes it (default None).
     - ``middlewares``: ``ModelMiddleware`` objects applied around the model, inside
       the history Middleware (first outermost), e.g. ``scope.otel.tracing()``.
     - ``system``: a system prompt sent before the history with every request (not
@@ -280,8 +284,8 @@ class Conversation:
         "_max_steps",
         "_middleware",
         "_model",
+        "_on_incomplete",
         "_options",
-        "_overlap",
         "_owner",
         "_reader",
         "_store",
@@ -302,10 +306,11 @@ class Conversation:
         max_tokens: int | None = None,
         tools: Iterable[Tool[..., Any]] = (),
         max_steps: int = 8,
-        on_overlap: Literal["fence", "reject", "wait", "interrupt"] = "fence",
-        overlap_timeout: float = 30.0,
-        lease_ttl: float = 15.0,
-        keep_interrupted: bool = False,
+        on_overlap: Literal["fence", "reject", "wait", "interrupt"] | None = None,
+        overlap_timeout: float | None = None,
+        lease_ttl: float | None = None,
+        keep_interrupted: bool | None = None,
+        layers: Sequence[Layers] = (),
         on_incomplete: Callable[[IncompleteTurn], None] | None = None,
         middlewares: Sequence[ModelMiddleware] = (),
         system: str | None = None,
@@ -336,10 +341,16 @@ class Conversation:
             raise TypeError(f"system must be a str or None, got {type(system).__name__}")
         if options is not None and not isinstance(options, Options):
             raise TypeError(f"options must be a scope.chat.Options, got {type(options).__name__}")
-        _check_overlap(store, on_overlap, overlap_timeout, lease_ttl)
-        if type(keep_interrupted) is not bool:
+        keywords = {
+            "on_overlap": on_overlap,
+            "overlap_timeout": overlap_timeout,
+            "lease_ttl": lease_ttl,
+            "keep_interrupted": keep_interrupted,
+        }
+        given = {name: value for name, value in keywords.items() if value is not None}
+        if given and layers:
             raise TypeError(
-                f"keep_interrupted must be a bool, got {type(keep_interrupted).__name__}"
+                f"Conversation takes layers= or {', '.join(f'{k}=' for k in given)}, not both"
             )
         if on_incomplete is not None and not callable(on_incomplete):
             raise TypeError(
@@ -355,8 +366,8 @@ class Conversation:
             if item.name in self._tools:
                 raise ValueError(f"tools[{index}]: a second tool named {item.name!r}")
             self._tools[item.name] = item
-        layers = _sequence(middlewares, "middlewares", ModelMiddleware, "[otel.tracing()]")
-        for index, layer in enumerate(layers):
+        wrappers = _sequence(middlewares, "middlewares", ModelMiddleware, "[otel.tracing()]")
+        for index, layer in enumerate(wrappers):
             if not isinstance(layer, ModelMiddleware):
                 raise TypeError(
                     f"middlewares[{index}] must have call(next) and stream(next) methods (like "
@@ -366,18 +377,18 @@ class Conversation:
         # constructor's names, but ``owner``: the Middleware checks it, and its errors
         # name ``owner=`` and the store as this constructor would, so it raises nothing
         # the caller would have to translate.
-        self._overlap: dict[str, Any] = {
-            "on_incomplete": on_incomplete,
-            "on_overlap": on_overlap,
-            "overlap_timeout": overlap_timeout,
-            "lease_ttl": lease_ttl,
-            "keep_interrupted": keep_interrupted,
-            "owner": owner,
-        }
+        self._on_incomplete = on_incomplete
         self._model = model
-        self._layers = layers
+        self._layers = wrappers
         self._reader = reader
-        self._middleware = Middleware(reader, store, cid, **self._overlap)
+        self._middleware = Middleware(
+            reader,
+            store,
+            cid,
+            on_incomplete=on_incomplete,
+            layers=keyword_layers(**given) if given else layers,
+            owner=owner,
+        )
         self._caller, self._streamer = self._wrapped(self._middleware)
         self._owner = owner
         # One context for every tool call: the Middleware checked the owner above.
@@ -872,9 +883,19 @@ class Conversation:
                 self._tree_store("expected_head")
             reader = _Pinned(self._reader, pinned)
         extra: dict[str, Any] = {} if appended is None else {"new_append_id": appended}
-        if branch is not None:
-            extra["layers"] = (branch,)
-        middleware = Middleware(reader, self._store, self.conversation_id, **extra, **self._overlap)
+        base = self._middleware
+        layers = base.layers
+        if branch is not None:  # inside the overlap layer, outside KeepInterrupted
+            layers = (layers[0], branch, *layers[1:])
+        middleware = Middleware(
+            reader,
+            self._store,
+            self.conversation_id,
+            on_incomplete=self._on_incomplete,
+            layers=layers,
+            owner=base.owner,
+            **extra,
+        )
         return self._wrapped(middleware)
 
     async def _land(self, err: CommitError) -> Response:
@@ -1116,7 +1137,6 @@ def _user(message: Message | str) -> Message:
 
 # ------------------------------------------------------------- argument checks
 
-_OVERLAP: Final = ("fence", "reject", "wait", "interrupt")
 #: The largest window limit a store's integer columns hold.
 _MAX_INT64: Final = 2**63 - 1
 
@@ -1189,22 +1209,6 @@ def _window(store: ReadWriter, window: object, limit: object, max_tokens: object
     if limit is None and max_tokens is None:
         return store
     return WindowReader(store, cast(int | None, limit), max_tokens=cast(int | None, max_tokens))
-
-
-def _check_overlap(
-    store: object, on_overlap: object, overlap_timeout: object, lease_ttl: object
-) -> None:
-    if type(on_overlap) is not str or on_overlap not in _OVERLAP:
-        raise ValueError(
-            f"on_overlap must be one of {', '.join(map(repr, _OVERLAP))}, got {on_overlap!r}"
-        )
-    check_seconds(overlap_timeout, "overlap_timeout")
-    check_seconds(lease_ttl, "lease_ttl", positive=True)
-    if on_overlap != "fence" and not isinstance(store, TurnLeaser):
-        raise TypeError(
-            f"on_overlap={on_overlap!r} needs a store that is a scope.history.TurnLeaser "
-            f"(acquire_turn/release_turn; every bundled store is), got {type(store).__name__}"
-        )
 
 
 def _sequence(value: object, name: str, item: type, example: str) -> tuple[Any, ...]:

@@ -388,7 +388,7 @@ class CommitError(HistoryError):
 
 
 class TurnInProgressError(HistoryError):
-    """Another turn holds the conversation's lease (``Middleware(on_overlap="reject")``,
+    """Another turn holds the conversation's lease (``Middleware(layers=(Reject(),))``,
     or ``"wait"``/``"interrupt"`` past ``overlap_timeout``). Raised before the model is
     called: nothing was generated, nothing stored.
 
@@ -424,7 +424,7 @@ class TurnInProgressError(HistoryError):
 
 class TurnInterruptedError(HistoryError):
     """A newer turn on the same conversation interrupted this one
-    (``Middleware(on_overlap="interrupt")``): the model call or stream was stopped and
+    (``Middleware(layers=(Interrupt(),))``): the model call or stream was stopped and
     the turn was not stored (the incomplete-turn reason is ``interrupted``).
 
     ``conversation_id`` names the conversation.

@@ -14,7 +14,7 @@ import pytest
 from scope import otel
 from scope.chat import fallback
 from scope.errors import InvalidOptionsError, InvalidWindowError
-from scope.history import Middleware, WindowReader
+from scope.history import Middleware, Reject, Wait, WindowReader, keyword_layers
 from scope.history.inmemory import InMemoryStore
 from scope.historystores.postgres import PostgresStore
 from scope.historystores.redis import RedisStore
@@ -35,8 +35,13 @@ WRONG_TYPES: list[tuple[str, Callable[[], object], str]] = [
     ("gemini account", lambda: GeminiModel("m", provider_account=1), "provider_account"),
     ("gemini client", lambda: GeminiModel("m", http_client="c"), "GeminiModel http_client"),
     ("middleware reader", lambda: Middleware(object(), STORE, "c"), "reader must be"),
-    ("middleware flag", lambda: Middleware(STORE, STORE, "c", keep_interrupted=1), "keep_"),
-    ("middleware ttl", lambda: Middleware(STORE, STORE, "c", lease_ttl="5"), "lease_ttl"),
+    ("middleware flag", lambda: keyword_layers(keep_interrupted=1), "keep_"),
+    (
+        "middleware ttl",
+        lambda: Middleware(STORE, STORE, "c", layers=(Wait(lease_ttl="5"),)),
+        "lease_ttl",
+    ),
+    ("middleware layers", lambda: Middleware(STORE, STORE, "c", layers=Wait()), "layers must be"),
     ("window reader", lambda: WindowReader(object(), 3), "window reader must be"),
     ("window limit", lambda: WindowReader(STORE, 2.0), "window limit must be an integer"),
     ("fallback on", lambda: fallback(ScriptedModel(), on=[ValueError]), "tuple"),
@@ -76,7 +81,7 @@ WRONG_VALUES: list[tuple[str, Callable[[], object], type[ValueError], str]] = [
     ),
     (
         "middleware ttl",
-        lambda: Middleware(STORE, STORE, "c", lease_ttl=0),
+        lambda: Middleware(STORE, STORE, "c", layers=(Reject(lease_ttl=0),)),
         ValueError,
         "lease_ttl must be a finite number of seconds > 0",
     ),

@@ -23,6 +23,14 @@ from scope.history._compact import compact as compact
 from scope.history._erasure import ErasureReceipt as ErasureReceipt
 from scope.history._ids import AppendID as AppendID
 from scope.history._ids import ConversationID as ConversationID
+from scope.history._layers import Fence as Fence
+from scope.history._layers import Interrupt as Interrupt
+from scope.history._layers import KeepInterrupted as KeepInterrupted
+from scope.history._layers import Layers as Layers
+from scope.history._layers import Reject as Reject
+from scope.history._layers import Unfenced as Unfenced
+from scope.history._layers import Wait as Wait
+from scope.history._layers import keyword_layers as keyword_layers
 from scope.history._meta import ConversationMeta as ConversationMeta
 from scope.history._middleware import Middleware as Middleware
 from scope.history._movehead import MoveHead as MoveHead
@@ -59,6 +67,7 @@ __all__ = [
     "ConversationMeta",
     "DefaultTokenCounter",
     "ErasureReceipt",
+    "Fence",
     "HistoryCache",
     "HistoryChangedError",
     "HistoryError",
@@ -66,12 +75,16 @@ __all__ = [
     "HistoryView",
     "IncompleteReason",
     "IncompleteTurn",
+    "Interrupt",
+    "KeepInterrupted",
+    "Layers",
     "Lister",
     "Middleware",
     "MoveHead",
     "ReadWriter",
     "Reader",
     "Receipt",
+    "Reject",
     "Store",
     "StoreAdapter",
     "StoreError",
@@ -79,8 +92,10 @@ __all__ = [
     "TurnInProgressError",
     "TurnInterruptedError",
     "TurnLeaser",
+    "Unfenced",
     "UnknownHeadError",
     "ViewReader",
+    "Wait",
     "WindowReader",
     "WindowTooSmallError",
     "Writer",
@@ -89,6 +104,7 @@ __all__ = [
     "erase",
     "erase_owner",
     "fork",
+    "keyword_layers",
     "retain",
     "rewind",
     "switch",

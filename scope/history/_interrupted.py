@@ -1,4 +1,4 @@
-"""Keeping an interrupted turn (``Middleware(keep_interrupted=True)``, DESIGN §6c): the
+"""Keeping an interrupted turn (``Middleware(layers=(..., KeepInterrupted()))``, DESIGN §6c): the
 ``KeepInterrupted`` layer, inside the lease (the kept turn lands while the lease is
 held) and outside the replay and commit.
 
@@ -32,7 +32,7 @@ __all__ = [
     "KEEP_TIMEOUT",
     "KEPT_REASONS",
     "REASONS",
-    "KeepInterrupted",
+    "Keeper",
     "interrupted_batch",
     "keep",
 ]
@@ -160,7 +160,7 @@ async def keep(
 
 
 @final
-class KeepInterrupted(Layer):
+class Keeper(Layer):
     """The layer that stores an interrupted turn (see the module docstring): on a
     failure after the model was asked, ``keep`` the open turn and the partial answer,
     fenced by the turn's view, under a fresh append id; ``turn.kept`` is the batch when

@@ -8,12 +8,12 @@ Where each step lives: the turn's state and how it ends (``_turn.py``), the leas
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import uuid
+import warnings
 from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import Any, Final, Never, NoReturn, final
+from typing import Final, Never, NoReturn, final
 
 import attrs
 
@@ -23,7 +23,18 @@ from scope.history import _commit, _trace
 from scope.history._adapter import StoreAdapter, as_store, takes_owner
 from scope.history._erasure import check_owner
 from scope.history._ids import ConversationID
-from scope.history._interrupted import KeepInterrupted
+from scope.history._interrupted import Keeper
+from scope.history._layers import (
+    Fence,
+    Interrupt,
+    KeepInterrupted,
+    Layers,
+    Reject,
+    Unfenced,
+    Wait,
+    check_order,
+    keyword_layers,
+)
 from scope.history._movehead import MoveHead
 from scope.history._overlap import Leases, OnOverlap
 from scope.history._protocols import Reader, Writer
@@ -61,16 +72,10 @@ class Middleware:
     ``ConversationClosedError`` before the model is called. An invalid stored history
     raises ``StoreError`` and is never sent.
 
-    Exclusive turns (``exclusive_turns=True``, the default, with a ``ViewReader``): the
-    committed batch carries ``expected_length=view.length`` and
-    ``expected_head=view.fence_head``, so it lands only if no other turn was stored, and the
-    head was not moved to another branch (``rewind``, ``switch``: DESIGN §6h), since the
-    history was read. Of two overlapping turns on one
-    conversation exactly one commits; the other raises ``CommitError`` with
-    ``retryable=False`` and a ``HistoryChangedError`` cause: run that turn again on the
-    current history. With ``exclusive_turns=False`` (or a plain ``Reader``) there is no
-    fence: overlapping turns both commit, each answer generated without the other turn,
-    stored one after the other.
+    The fence (the default overlap layer, ``Fence()``): the committed batch carries
+    ``expected_length=view.length`` and ``expected_head=view.fence_head``, so it lands
+    only if no other turn was stored, and the head was not moved to another branch
+    (DESIGN §6h), since the history was read; see ``Fence`` and ``Unfenced``.
 
     Commit: the response must pass ``validate_complete()`` (else
     ``InvalidResponseError``, nothing written). A response with tool calls leaves the turn
@@ -98,58 +103,23 @@ class Middleware:
     inner error or cancellation writes nothing; the inner stream is closed on every path
     before the outer one finishes closing.
 
-    Layers, outermost first; each is entered before the history is read and left, in
-    reverse order, after the commit:
+    ``on_incomplete`` (synchronous, must not block) receives an ``IncompleteTurn`` once
+    whenever a bound call or stream ends without committing, except the tool-call pause
+    and a ``CommitError`` (which carries its batch), after every layer is done. If it
+    raises, the error is logged on the ``scope.history`` logger and the original outcome
+    stands.
 
-    1. ``on_incomplete`` (synchronous, must not block) receives an ``IncompleteTurn``
-       once whenever a bound call or stream ends without committing — except the
-       tool-call pause and a ``CommitError`` (which carries its batch) — after every
-       inner layer is done. If it raises, the error is logged on the ``scope.history``
-       logger and the original outcome stands.
-    2. ``on_overlap`` (DESIGN §6e), what a turn does when another turn of the
-       conversation runs, decided before the model is called. ``"fence"`` (the
-       default): no layer; both run, the fence commits one. ``"reject"``: the turn takes
-       the store's turn lease first and raises ``TurnInProgressError`` when another turn
-       holds it or waits for it. ``"wait"``: it waits for the lease, at most
-       ``overlap_timeout`` seconds (then ``TurnInProgressError``), and runs on the
-       history as it is then; the turns of one process are served in arrival order.
-       ``"interrupt"``: it stops the running turn (which raises
-       ``TurnInterruptedError``; ``on_incomplete`` reason ``interrupted``) and runs once
-       the lease is free, waiting at most ``overlap_timeout``; immediate within one
-       process, at the running turn's next renewal across processes. The lease
-       (``lease_ttl`` seconds, renewed every third of it while the model runs) is
-       released on every path (commit, error, cancellation, early stop, a cancellation
-       while it was being taken), shielded from cancellation and bounded. These three
-       need a writer or reader that is a ``TurnLeaser`` (``TypeError``) and
-       ``exclusive_turns=True`` (``ValueError``); with one ``Store`` as reader and
-       writer the lease steps fold into the read and the commit (as many store steps
-       as a fenced turn). See ``docs/history.md``.
-    3. ``layers``, in the order given: today ``MoveHead`` (a turn that starts from
-       another point of the conversation's tree; the head moves once the turn holds
-       the lease, and back when the turn is not stored, before the lease is released;
-       see ``MoveHead``). Anything else is a ``TypeError`` at construction.
-    4. ``keep_interrupted=True`` (off by default: an interrupted turn leaves nothing): a
-       turn that ends after the model was asked — its stream cancelled, stopped early
-       by the consumer (``aclose()``), failed with an error from the model, or
-       interrupted (``reason`` ``cancelled``, ``stopped``, ``error``, ``interrupted``) —
-       is stored as the open turn (the user message and its complete tool-call/result
-       pairs) plus the partial assistant message: the text, reasoning and media
-       received so far, under the partial's message metadata; tool calls are dropped,
-       as their results never came. The last stored message carries message metadata
-       ``scope/interrupted`` = the reason: the partial assistant message, or the open
-       turn's last message when nothing of the answer remains. A ``call`` has no
-       partial answer: it keeps the open turn, marked. Not kept: failures before the
-       model is asked (request checks, reading the history, a closed conversation), an
-       invalid response, a ``CommitError`` and a cancellation during the commit's
-       append. The write is fenced like a commit, appended under a fresh
-       ``new_append_id()``, shielded from the cancellation and bounded to 5 seconds,
-       while the lease is still held; whatever becomes of it (stored, refused by the
-       fence, failed, timed out: the latter three logged as warnings on
-       ``scope.history``), the original cancellation or error then propagates
-       unchanged, and ``on_incomplete`` reports the stored batch as ``kept``. A host
-       that retries such a turn sends the question again: it is stored twice, the first
-       copy marked.
-    5. The replay and the commit (above).
+    ``layers`` (DESIGN §6m), outermost first: at most one overlap layer (``Fence()``,
+    the default when none is given; ``Unfenced()``, ``Reject()``, ``Wait()``,
+    ``Interrupt()``), then ``MoveHead``, then ``KeepInterrupted()``; each is entered
+    before the history is read and left, in reverse order, after the commit, and
+    documents its own rules. Another order, a second layer of a kind or anything that is
+    not a layer raises ``ValueError``/``TypeError`` here, and so does a store without
+    what a layer needs (a ``TurnLeaser`` for a leasing layer; atomic views for
+    ``Fence``). The v0.4 keywords ``exclusive_turns``, ``on_overlap``,
+    ``overlap_timeout``, ``lease_ttl`` and ``keep_interrupted`` still work for this
+    release with a ``DeprecationWarning`` (``keyword_layers`` gives their layers);
+    with ``layers`` as well, ``TypeError``.
 
     ``owner`` (DESIGN §6i; a principal string, default None): passed to every append of
     the conversation (the commit, the folded commit of a lease, a kept interrupted
@@ -162,14 +132,12 @@ class Middleware:
     """
 
     __slots__ = (
+        "_chain",
         "_conversation_id",
-        "_exclusive_turns",
         "_fenced",
-        "_keep_interrupted",
         "_layers",
         "_new_append_id",
         "_on_incomplete",
-        "_on_overlap",
         "_owner",
         "_read_view",
         "_reader",
@@ -184,13 +152,13 @@ class Middleware:
         new_append_id: Callable[[], str] = _new_append_id,
         on_incomplete: Callable[[IncompleteTurn], None] | None = None,
         *,
-        exclusive_turns: bool = True,
-        keep_interrupted: bool = False,
-        on_overlap: OnOverlap = "fence",
-        overlap_timeout: float = 30.0,
-        lease_ttl: float = 15.0,
+        layers: Sequence[Layers] = (),
         owner: str | None = None,
-        layers: Sequence[MoveHead] = (),
+        exclusive_turns: bool | None = None,
+        keep_interrupted: bool | None = None,
+        on_overlap: OnOverlap | None = None,
+        overlap_timeout: float | None = None,
+        lease_ttl: float | None = None,
     ) -> None:
         if not isinstance(reader, Reader):
             raise TypeError(
@@ -210,15 +178,28 @@ class Middleware:
             raise TypeError(
                 f"on_incomplete must be callable or None, got {type(on_incomplete).__name__}"
             )
-        if type(exclusive_turns) is not bool:
-            raise TypeError(f"exclusive_turns must be a bool, got {type(exclusive_turns).__name__}")
-        if type(keep_interrupted) is not bool:
-            raise TypeError(
-                f"keep_interrupted must be a bool, got {type(keep_interrupted).__name__}"
+        old = {
+            "exclusive_turns": exclusive_turns,
+            "keep_interrupted": keep_interrupted,
+            "on_overlap": on_overlap,
+            "overlap_timeout": overlap_timeout,
+            "lease_ttl": lease_ttl,
+        }
+        given = {name: value for name, value in old.items() if value is not None}
+        if given:
+            if layers:
+                raise TypeError(
+                    f"Middleware takes layers= or the v0.4 keywords ({', '.join(given)}), not both"
+                )
+            warnings.warn(
+                f"Middleware({', '.join(f'{k}=' for k in given)}...) is deprecated: pass "
+                "layers=(...) (scope.history.Fence, Reject, Wait, Interrupt, "
+                "KeepInterrupted; docs/history.md)",
+                DeprecationWarning,
+                stacklevel=2,
             )
-        overlap_timeout, lease_ttl = Leases.check(
-            on_overlap, overlap_timeout, lease_ttl, exclusive_turns
-        )
+            layers = keyword_layers(**given)
+        self._layers = check_order(layers)
         if owner is not None:
             check_owner(owner)
             if not takes_owner(writer):
@@ -232,25 +213,35 @@ class Middleware:
         self._writer = writer
         self._new_append_id = new_append_id
         self._on_incomplete = on_incomplete
-        self._exclusive_turns = exclusive_turns
+        overlap = self._layers[0]
         # The history is read as a view; one derived from read() (StoreAdapter) is not
-        # atomic, so it fences nothing (DESIGN §6b: a plain Reader).
+        # atomic, so it could fence nothing (DESIGN §6b): Unfenced says so.
         viewer = as_store(reader)
         self._read_view = viewer.read_view
         atomic = not isinstance(viewer, StoreAdapter) or viewer.atomic_views
-        self._fenced = exclusive_turns and atomic
-        self._keep_interrupted = keep_interrupted
-        self._on_overlap: str = on_overlap
-        # The layers, outermost first (the class docstring gives the order).
-        chain: list[Layer] = []
-        if on_overlap != "fence":
-            chain.append(
-                Leases(on_overlap, overlap_timeout, lease_ttl, reader, writer, owner=owner)
+        if isinstance(overlap, Fence) and not atomic:
+            raise TypeError(
+                f"Fence() fences each commit by the view it read, and "
+                f"{type(reader).__name__} has no atomic read_view (a plain Reader, or a "
+                "StoreAdapter without atomic_views): pass a scope.history.ViewReader, or "
+                "layers=(Unfenced(), ...) to run overlapping turns without the fence"
             )
-        chain.extend(_given_layers(layers))
-        if keep_interrupted:
-            chain.append(KeepInterrupted(writer, new_append_id, owner=owner))
-        self._layers: tuple[Layer, ...] = tuple(chain)
+        # A leasing layer over such a reader keeps turns apart by the lease alone.
+        self._fenced = atomic and not isinstance(overlap, Unfenced)
+        # The runtime layers, outermost first (the class docstring gives the order).
+        chain: list[Layer] = []
+        for layer in self._layers:
+            if isinstance(layer, (Reject, Wait, Interrupt)):
+                timeout = 0.0 if isinstance(layer, Reject) else layer.timeout
+                strategy = type(layer).__name__.lower()
+                chain.append(
+                    Leases(strategy, timeout, layer.lease_ttl, reader, writer, owner=owner)
+                )
+            elif isinstance(layer, KeepInterrupted):
+                chain.append(Keeper(writer, new_append_id, owner=owner))
+            elif isinstance(layer, MoveHead):
+                chain.append(layer)
+        self._chain: tuple[Layer, ...] = tuple(chain)
 
     @property
     def conversation_id(self) -> ConversationID:
@@ -263,19 +254,27 @@ class Middleware:
         return self._owner
 
     @property
+    def layers(self) -> tuple[Layers, ...]:
+        """The layers, outermost first: the overlap layer (``Fence()`` when none was
+        given), then the others as given."""
+        return self._layers
+
+    @property
     def exclusive_turns(self) -> bool:
-        """Whether committed turns are fenced (see the class docstring)."""
-        return self._exclusive_turns
+        """Whether committed turns are fenced: every overlap layer but ``Unfenced``."""
+        return self._fenced
 
     @property
     def keep_interrupted(self) -> bool:
-        """Whether interrupted turns are stored (see the class docstring)."""
-        return self._keep_interrupted
+        """Whether interrupted turns are stored: a ``KeepInterrupted`` layer."""
+        return isinstance(self._layers[-1], KeepInterrupted)
 
     @property
     def on_overlap(self) -> str:
-        """What an overlapping turn does (see the class docstring)."""
-        return self._on_overlap
+        """The overlap layer's v0.4 name: ``"fence"`` (``Fence`` and ``Unfenced``),
+        ``"reject"``, ``"wait"`` or ``"interrupt"``."""
+        overlap = self._layers[0]
+        return "fence" if isinstance(overlap, (Fence, Unfenced)) else type(overlap).__name__.lower()
 
     def __call__(self, *args: Never, **kwargs: Never) -> NoReturn:
         # chat.wrap(model, history) instead of chat.wrap(model, history.call): the
@@ -305,21 +304,18 @@ class Middleware:
     # ------------------------------------------------------------------ internals
 
     def _turn(self, request: Request) -> Turn:
-        append: Any = self._writer.append
-        if self._owner is not None:  # the writer takes it (checked at construction)
-            append = functools.partial(append, owner=self._owner)
-        return Turn(self._conversation_id, request, append)
+        return Turn(self._conversation_id, request, self._writer, self._owner)
 
     async def _enter(self, turn: Turn) -> None:
-        for layer in self._layers:
+        for layer in self._chain:
             await layer.enter(turn)
 
     async def _leave(self, turn: Turn, exc: BaseException | None) -> None:
         """The layers' ``failed`` (when ``exc``) and then ``exit``, innermost first."""
         if exc is not None:
-            for layer in reversed(self._layers):
+            for layer in reversed(self._chain):
                 await layer.failed(turn, exc)
-        for layer in reversed(self._layers):
+        for layer in reversed(self._chain):
             await layer.exit(turn)
 
     async def _commit(self, turn: Turn, response: Response) -> None:
@@ -388,21 +384,6 @@ class Middleware:
         if first is not None and first.role is Role.SYSTEM and COMPACTION_KEY in first.metadata:
             prefix = (*prefix, first)
         return request._with_checked_messages((*prefix, *replay, *turn.open_turn))
-
-
-def _given_layers(layers: object) -> tuple[MoveHead, ...]:
-    """``layers=``, checked: a list or tuple of ``MoveHead`` (``TypeError`` otherwise)."""
-    if not isinstance(layers, (list, tuple)):
-        raise TypeError(
-            f"layers must be a list or tuple of scope.history.MoveHead, got {type(layers).__name__}"
-        )
-    for index, layer in enumerate(layers):
-        if not isinstance(layer, MoveHead):
-            raise TypeError(
-                f"layers[{index}] must be a scope.history.MoveHead (the overlap and "
-                f"keep_interrupted layers are keywords), got {type(layer).__name__}"
-            )
-    return tuple(layers)
 
 
 def _check_next(next: object, method: str, wanted: type, shape: str) -> None:

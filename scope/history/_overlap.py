@@ -19,9 +19,8 @@ Per store handle and conversation (a ``_Slot``, kept in the handle's own state: 
 ``history_cache``, see ``HistoryCache.turns``): the lease running through the handle,
 the turns waiting for it in arrival order, and the leases this process may have left
 behind. A leaser with no ``history_cache`` (a third-party store) has no state of its
-own to keep them in; its slots are kept beside it, weakly (``_beside``: dropped with
-the leaser; a leaser that cannot be referenced weakly keeps them per Middleware).
-Two handles are two sets of slots: to each other they are two processes.
+own to keep them in; each Middleware over it has slots of its own. Two handles (or two
+such Middlewares) are two sets of slots: to each other they are two processes.
 
 - **Arrival order.** Every leased turn joins the slot's queue when it starts; only the
   head contends for the store's lease (polling with backoff, 2 ms doubling to 100 ms,
@@ -76,35 +75,30 @@ from __future__ import annotations
 import asyncio  # noqa: TID251
 import collections
 import contextvars
-import functools
 import hashlib
 import logging
 import math
 import os
 import sys
 import time
-import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, Final, Literal, TypeVar, final
 
 import anyio
 import anyio.lowlevel
 
-from scope._validate import check_seconds
 from scope.errors import StoreError, TurnInProgressError, TurnInterruptedError
 from scope.history._adapter import StoreAdapter, as_store, takes_owner
 from scope.history._ids import ConversationID
 from scope.history._protocols import Store, TurnLeaser
 from scope.history._replay import cache_of
 from scope.history._turn import Layer, Turn
-from scope.history.inmemory import InMemoryStore
 
-__all__ = ["RELEASE_TIMEOUT", "STRATEGIES", "Lease", "Leases", "OnOverlap"]
+__all__ = ["RELEASE_TIMEOUT", "Lease", "Leases", "OnOverlap"]
 
 T = TypeVar("T")
 
 OnOverlap = Literal["fence", "reject", "wait", "interrupt"]
-STRATEGIES: Final = ("fence", "reject", "wait", "interrupt")
 
 #: Seconds a lease release (and a renewal) may take; it runs shielded from
 #: cancellation. One that does not finish in time leaves the lease to expire.
@@ -140,33 +134,13 @@ class _Slot:
 
 Slots = dict[str, _Slot]
 
-#: The slots of leasers that have no ``history_cache`` (third-party stores), by id of
-#: the leaser, each with a weak reference to it that drops the entry with the leaser.
-_beside: Final[dict[int, tuple[weakref.ref[object], Slots]]] = {}
-
 
 def slots_of(leaser: object) -> Slots:
     """The lease slots of a store handle: kept in its ``history_cache``; a leaser with
-    none keeps them beside it (see the module docstring)."""
+    none (a third-party store) gets slots of its own per Middleware (see the module
+    docstring)."""
     cache = cache_of(leaser)
-    if cache is not None:
-        return cache.turns
-    key = id(leaser)
-    found = _beside.get(key)
-    if found is not None and found[0]() is leaser:
-        return found[1]
-
-    def drop(ref: weakref.ref[object], key: int = key) -> None:
-        if _beside.get(key, (None,))[0] is ref:
-            del _beside[key]
-
-    try:
-        ref = weakref.ref(leaser, drop)
-    except TypeError:  # not weakly referable: per Middleware
-        return {}
-    slots: Slots = {}
-    _beside[key] = (ref, slots)
-    return slots
+    return {} if cache is None else cache.turns
 
 
 @final
@@ -176,7 +150,6 @@ class Leases(Layer):
     __slots__ = (
         "fold_commit",
         "fold_read",
-        "instant",
         "leaser",
         "owner",
         "slots",
@@ -204,9 +177,6 @@ class Leases(Layer):
             #: The store handle's slots (see the module docstring).
             self.slots: Final = slots_of(leaser)
             self.leaser: Final[Store] = as_store(leaser)
-            #: Whether the lease steps never suspend (an ``InMemoryStore``'s: no await
-            #: in them), so no cancellation or deadline can land during one.
-            self.instant: Final = type(leaser) is InMemoryStore
             # Whether the lease steps fold into the read and into the commit: with the
             # store's own folded steps (the adapter's two-step ones would hold the
             # read, or the commit's receipt, inside the lease step).
@@ -221,43 +191,16 @@ class Leases(Layer):
                 )
             return
         raise TypeError(
-            f"on_overlap={strategy!r} needs a writer or reader that is a "
-            "scope.history.TurnLeaser (acquire_turn/release_turn), got "
-            f"{type(writer).__name__} and {type(reader).__name__}"
+            f"{strategy.capitalize()}() (on_overlap={strategy!r}) needs a store that is a "
+            "scope.history.TurnLeaser (acquire_turn/release_turn; every bundled store is) "
+            f"as writer or reader, got {type(writer).__name__} and {type(reader).__name__}"
         )
-
-    @staticmethod
-    def check(
-        strategy: object, timeout: object, ttl: object, exclusive_turns: bool
-    ) -> tuple[float, float]:
-        """The checked ``(overlap_timeout, lease_ttl)``; ``ValueError``/``TypeError`` for a
-        bad ``on_overlap``, ``overlap_timeout`` or ``lease_ttl``, or a strategy other
-        than ``"fence"`` without the fence."""
-        if type(strategy) is not str or strategy not in STRATEGIES:
-            raise ValueError(
-                f"on_overlap must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}"
-            )
-        checked = (
-            check_seconds(timeout, "overlap_timeout"),
-            check_seconds(ttl, "lease_ttl", positive=True),
-        )
-        if strategy != "fence" and not exclusive_turns:
-            raise ValueError(
-                f"on_overlap={strategy!r} needs exclusive_turns=True (the fence stays on "
-                "as the safety net); exclusive_turns=False allows only on_overlap='fence'"
-            )
-        return checked
 
     async def enter(self, turn: Turn) -> None:
         lease = Lease(self, turn.conversation_id)
         await lease.acquire()
         turn.view = lease.view
-        turn.run = lease.run
-        if self.fold_commit:
-            turn.append = functools.partial(self.leaser.append_release_turn, holder=lease.holder)
-            if self.owner is not None:
-                turn.append = functools.partial(turn.append, owner=self.owner)
-        turn.lease = lease
+        turn.lease = lease  # the turn's model awaits and commit go through it
         lease.start_renewal()  # exit releases it from here on, and stops the renewal
 
     async def exit(self, turn: Turn) -> None:
@@ -382,24 +325,17 @@ class Lease:
         native asyncio cancellation pierces the shield: the give-back then races a
         store call still on its way, and an unconfirmed token is a leftover)."""
         try:
-            if self.leases.instant:  # nothing to shield or bound: the same outcome
+            taken = False
+            bound = anyio.CancelScope(deadline=anyio.current_time() + RELEASE_TIMEOUT, shield=True)
+            with bound:
                 taken = await self._acquire_step()
                 if not taken and slot.leftovers and await self._reclaim(slot):
                     taken = await self._acquire_step()
-            else:
-                taken = False
-                bound = anyio.CancelScope(
-                    deadline=anyio.current_time() + RELEASE_TIMEOUT, shield=True
+            if bound.cancelled_caught:
+                raise StoreError(
+                    f"the turn lease of conversation {str(self.conversation_id)!r} was "
+                    f"not answered within {RELEASE_TIMEOUT:g} s; nothing was stored"
                 )
-                with bound:
-                    taken = await self._acquire_step()
-                    if not taken and slot.leftovers and await self._reclaim(slot):
-                        taken = await self._acquire_step()
-                if bound.cancelled_caught:
-                    raise StoreError(
-                        f"the turn lease of conversation {str(self.conversation_id)!r} was "
-                        f"not answered within {RELEASE_TIMEOUT:g} s; nothing was stored"
-                    )
             await anyio.lowlevel.checkpoint_if_cancelled()
         except BaseException:
             await self._give_back(self.conversation_id, unsure=True)
@@ -522,6 +458,14 @@ class Lease:
         if error is not None:
             raise error
         return result  # type: ignore[no-any-return]
+
+    async def append_release(self, batch: Any) -> Any:
+        """The folded commit: ``append_release_turn`` with this lease's holder (and the
+        layer's owner)."""
+        leases = self.leases
+        if leases.owner is None:
+            return await leases.leaser.append_release_turn(batch, self.holder)
+        return await leases.leaser.append_release_turn(batch, self.holder, owner=leases.owner)
 
     async def chunks(self, inner: AsyncIterator[T]) -> AsyncGenerator[T, None]:
         """The chunks of ``inner``, each awaited through ``run`` (its cancel scope

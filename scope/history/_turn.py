@@ -10,7 +10,7 @@ batch and receipt of the commit, the batch kept of an interrupted turn.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, final
 
 import attrs
@@ -25,6 +25,7 @@ from scope.errors import (
 )
 from scope.history._batch import Batch, Receipt
 from scope.history._ids import ConversationID
+from scope.history._protocols import Writer
 from scope.history._view import HistoryView
 
 __all__ = ["IncompleteReason", "IncompleteTurn", "Layer", "Turn", "failure_reason", "split_request"]
@@ -90,10 +91,6 @@ def failure_reason(exc: BaseException) -> IncompleteReason | None:
     return IncompleteReason.ERROR
 
 
-async def _run(step: Awaitable[Any]) -> Any:
-    return await step
-
-
 @final
 class Turn:
     """The state of one turn (private; see the module docstring).
@@ -102,16 +99,14 @@ class Turn:
     Middleware reads it. ``expected``/``expected_head``: the fences of the commit (the
     view's length and head).
     ``asked``: the model was asked and has not answered (an interruption from now on can
-    be kept). ``append``: how the commit appends (the writer, or the lease's folded
-    append and release). ``run``: how each model await runs (as is, or under the lease:
-    renewed, and stopped when a newer turn interrupts). ``batch``/``receipt``: the
+    be kept). ``lease``: the turn's ``Lease`` under a leasing layer, else None; ``run``
+    and ``append`` go through it. ``batch``/``receipt``: the
     commit's batch once built, its checked receipt once it landed. ``kept``: the batch
     that stored the interrupted turn.
     """
 
     __slots__ = (
         "accumulator",
-        "append",
         "asked",
         "batch",
         "conversation_id",
@@ -120,23 +115,25 @@ class Turn:
         "kept",
         "lease",
         "open_turn",
+        "owner",
         "prefix",
         "receipt",
         "response",
-        "run",
         "view",
+        "writer",
     )
 
     def __init__(
         self,
         conversation_id: ConversationID,
         request: Request,
-        append: Callable[[Batch], Awaitable[Receipt]],
+        writer: Writer,
+        owner: str | None = None,
     ) -> None:
         self.conversation_id = conversation_id
         self.prefix, self.open_turn = split_request(request)
-        self.append = append
-        self.run: Callable[[Awaitable[Any]], Awaitable[Any]] = _run
+        self.writer = writer
+        self.owner = owner
         self.view: HistoryView | None = None
         self.expected: int | None = None
         self.expected_head: str | None = None
@@ -147,6 +144,22 @@ class Turn:
         self.receipt: Receipt | None = None
         self.kept: Batch | None = None
         self.lease: Any = None  # the turn's Lease under a leasing strategy
+
+    async def run(self, step: Awaitable[Any]) -> Any:
+        """``await step`` (a model call, or the next chunk of a stream): under the lease
+        when there is one (renewed, and stopped when a newer turn interrupts)."""
+        lease = self.lease
+        return await (step if lease is None else lease.run(step))
+
+    async def append(self, batch: Batch) -> Any:
+        """The commit's append: the lease's folded append and release when its layer
+        folds them, else the writer's; with the owner when there is one."""
+        lease = self.lease
+        if lease is not None and lease.leases.fold_commit:
+            return await lease.append_release(batch)
+        if self.owner is None:
+            return await self.writer.append(batch)
+        return await self.writer.append(batch, owner=self.owner)  # type: ignore[call-arg]
 
     def partial(self) -> Response | None:
         """What the model answered so far: the accumulated stream, or a call's response."""

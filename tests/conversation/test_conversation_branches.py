@@ -23,7 +23,7 @@ from scope.errors import (
     TurnInterruptedError,
     UnknownHeadError,
 )
-from scope.history import Batch, erase
+from scope.history import Batch, Unfenced, erase
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
 
@@ -289,7 +289,7 @@ class PlainStore:
 
 async def test_a_store_without_branches_is_a_type_error() -> None:
     answers = Answers()
-    conversation = Conversation(answers.model(), PlainStore(), "c")  # type: ignore[arg-type]
+    conversation = Conversation(answers.model(), PlainStore(), "c", layers=(Unfenced(),))  # type: ignore[arg-type]
     await conversation.ask("q1")
     with pytest.raises(TypeError, match="regenerate needs a store with branches"):
         await conversation.regenerate()

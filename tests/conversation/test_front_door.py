@@ -295,7 +295,8 @@ BAD: list[Any] = [
                  id="middlewares-single"),
     pytest.param({"on_overlap": "queue"}, ValueError, "on_overlap must be one of", id="overlap"),
     pytest.param({"store": ReadWriteOnly(), "on_overlap": "reject"}, TypeError,
-                 r"on_overlap='reject' needs a store that is a scope\.history\.TurnLeaser.*"
+                 r"Reject\(\) \(on_overlap='reject'\) needs a store that is a scope\.history\."
+                 r"TurnLeaser.*"
                  "got ReadWriteOnly", id="overlap-no-leases"),
     pytest.param({"overlap_timeout": -1}, ValueError, "overlap_timeout must be a finite",
                  id="overlap-timeout-negative"),

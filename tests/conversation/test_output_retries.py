@@ -25,7 +25,7 @@ from scope.chat import (
 )
 from scope.conversation import Conversation, TurnEventKind, TurnResult
 from scope.errors import HistoryChangedError, InvalidResponseError, MaxStepsError
-from scope.history import Batch, Receipt
+from scope.history import Batch, Receipt, Unfenced
 from scope.history.inmemory import InMemoryStore
 from scope.testing import ScriptedModel
 from scope.tools import tool
@@ -327,7 +327,9 @@ class ReadAppendOnly:
 async def test_a_store_without_views_retries_unpinned() -> None:
     store = ReadAppendOnly()
     model = ScriptedModel(answer(MISSING), answer(GOOD))
-    result = await Conversation(model, store, "c").ask("Weather?", output=Forecast)
+    result = await Conversation(model, store, "c", layers=(Unfenced(),)).ask(
+        "Weather?", output=Forecast
+    )
     assert result.output_retries == 1
     assert [m.text for m in await store.read("c")][::2] == ["Weather?", result.messages[2].text]
     assert len(await store.read("c")) == 4

@@ -30,6 +30,7 @@ from scope.history import (
     COMPACTION_KEY,
     Batch,
     HistoryView,
+    KeepInterrupted,
     Middleware,
     WindowReader,
     branches,
@@ -105,7 +106,7 @@ async def test_a_kept_interrupted_turn_is_fenced_by_the_head(
 ) -> None:
     store = InMemoryStore()
     await _fill(store, "t1", "t2")
-    mw = Middleware(store, store, "c", keep_interrupted=True)
+    mw = Middleware(store, store, "c", layers=(KeepInterrupted(),))
     error = ProviderServerError("dropped")
 
     async def generate(request: Request) -> AsyncGenerator[Response, None]:

@@ -13,7 +13,7 @@ import pytest
 
 from scope.chat import assistant_message, user_message
 from scope.errors import ConversationClosedError, InvalidReceiptError
-from scope.history import Batch, StoreAdapter
+from scope.history import Batch, KeepInterrupted, StoreAdapter, Wait, keyword_layers
 from scope.history._erasure import (
     EMPTY_DIGEST,
     ErasureReceipt,
@@ -446,7 +446,7 @@ async def test_middleware_owner_is_recorded_by_the_first_commit(on_overlap: str)
     from scope.testing import ScriptedModel
 
     store = InMemoryStore()
-    mw = Middleware(store, store, "c", owner="alice", on_overlap=on_overlap)  # type: ignore[arg-type]
+    mw = Middleware(store, store, "c", owner="alice", layers=keyword_layers(on_overlap))  # type: ignore[arg-type]
     assert mw.owner == "alice"
     model = wrap(ScriptedModel(_answer("one"), _answer("two")), mw.call)
     await model.call(Request([user_message("hi")]))
@@ -466,7 +466,7 @@ async def test_middleware_keeps_an_interrupted_first_turn_under_its_owner() -> N
     from scope.testing import ScriptedModel
 
     store = InMemoryStore()
-    mw = Middleware(store, store, "c", owner="alice", keep_interrupted=True)
+    mw = Middleware(store, store, "c", owner="alice", layers=(KeepInterrupted(),))
     model = wrap(ScriptedModel(RuntimeError("the model failed")), mw.call)
     with pytest.raises(RuntimeError):
         await model.call(Request([user_message("hi")]))
@@ -474,7 +474,7 @@ async def test_middleware_keeps_an_interrupted_first_turn_under_its_owner() -> N
 
 
 def test_middleware_owner_is_checked_at_construction() -> None:
-    from scope.history import Middleware
+    from scope.history import Middleware, Unfenced
 
     store = InMemoryStore()
     with pytest.raises(ValueError, match="owner"):
@@ -483,10 +483,10 @@ def test_middleware_owner_is_checked_at_construction() -> None:
         Middleware(store, store, "c", owner=5)  # type: ignore[arg-type]
     simple = StoreAdapter(_Simple())
     with pytest.raises(TypeError, match="append takes owner"):
-        Middleware(simple, simple, "c", owner="alice")
+        Middleware(simple, simple, "c", owner="alice", layers=(Unfenced(),))
     with pytest.raises(TypeError, match="append takes owner"):
         Middleware(store, _Simple(), "c", owner="alice")  # type: ignore[arg-type]
-    Middleware(simple, simple, "c")  # no owner: any writer
+    Middleware(simple, simple, "c", layers=(Unfenced(),))  # no owner: any writer
 
 
 class _NoOwnerFold(InMemoryStore):
@@ -502,7 +502,7 @@ def test_middleware_owner_with_a_lease_needs_an_owning_folded_append() -> None:
     store = _NoOwnerFold()
     Middleware(store, store, "c", owner="alice")  # fence: the folded append is not used
     with pytest.raises(TypeError, match="append_release_turn takes owner"):
-        Middleware(store, store, "c", owner="alice", on_overlap="wait")
+        Middleware(store, store, "c", owner="alice", layers=(Wait(),))
 
 
 async def test_conversation_owner_is_recorded_and_erase_owner_erases_it() -> None:

@@ -42,10 +42,12 @@ from scope.history import (
     Batch,
     IncompleteReason,
     IncompleteTurn,
+    KeepInterrupted,
     Middleware,
     Receipt,
     _interrupted,
     erase,
+    keyword_layers,
 )
 from scope.history.inmemory import InMemoryStore
 from scope.testing import Fail, Hang, ScriptedModel
@@ -78,7 +80,7 @@ class Reports(list[IncompleteTurn]):
 
 def keeping(store: Any, **kwargs: Any) -> tuple[Middleware, Reports]:
     reports = Reports()
-    mw = Middleware(store, store, CID, on_incomplete=reports, keep_interrupted=True, **kwargs)
+    mw = Middleware(store, store, CID, on_incomplete=reports, **kwargs, layers=(KeepInterrupted(),))
     return mw, reports
 
 
@@ -114,9 +116,9 @@ def test_keep_interrupted_must_be_a_bool(value: object) -> None:
     with pytest.raises(
         TypeError, match=f"keep_interrupted must be a bool, got {type(value).__name__}"
     ):
-        Middleware(store, store, CID, keep_interrupted=value)  # type: ignore[arg-type]
+        Middleware(store, store, CID, layers=keyword_layers(keep_interrupted=value))  # type: ignore[arg-type]
     assert Middleware(store, store, CID).keep_interrupted is False
-    assert Middleware(store, store, CID, keep_interrupted=True).keep_interrupted is True
+    assert Middleware(store, store, CID, layers=(KeepInterrupted(),)).keep_interrupted is True
 
 
 def test_an_unknown_reason_is_refused_and_interrupted_is_known() -> None:
@@ -353,7 +355,7 @@ async def test_a_hung_store_during_the_shielded_write_is_bounded(
             raise AssertionError("unreachable")
 
     reports = Reports()
-    mw = Middleware(store, HangingWriter(), CID, on_incomplete=reports, keep_interrupted=True)
+    mw = Middleware(store, HangingWriter(), CID, on_incomplete=reports, layers=(KeepInterrupted(),))
     model = ScriptedModel(Hang(after=1))
     with anyio.fail_after(10), caplog.at_level(logging.WARNING, logger="scope.history"):
         _seen, reached = await cancel_after(mw.stream(model).stream(QUESTION), 1)
@@ -369,7 +371,7 @@ async def test_a_failing_store_during_the_write_leaves_the_original_error() -> N
 
     store = InMemoryStore()
     error = ProviderServerError("503")
-    mw = Middleware(store, BrokenWriter(), CID, keep_interrupted=True)
+    mw = Middleware(store, BrokenWriter(), CID, layers=(KeepInterrupted(),))
     with pytest.raises(ProviderServerError) as info:
         await collect(mw.stream(ScriptedModel(Fail(error, after=1))).stream(QUESTION))
     assert info.value is error and info.value.__context__ is None

@@ -29,7 +29,18 @@ from scope.chat import (
     user_message,
 )
 from scope.errors import CommitError, StoreError, TurnInProgressError, TurnInterruptedError
-from scope.history import Batch, IncompleteReason, IncompleteTurn, Middleware, Receipt
+from scope.history import (
+    Batch,
+    HistoryCache,
+    IncompleteReason,
+    IncompleteTurn,
+    Interrupt,
+    Middleware,
+    Receipt,
+    Reject,
+    Wait,
+    keyword_layers,
+)
 from scope.history.inmemory import InMemoryStore
 from tests.servers import fresh_backend, fresh_store
 
@@ -73,6 +84,15 @@ async def _free(store: Any, conversation_id: str = "c") -> bool:
     if await store.acquire_turn(conversation_id, "probe", 30):
         return bool(await store.release_turn(conversation_id, "probe"))
     return False
+
+
+class Cached:
+    """A third-party store handle that keeps a ``HistoryCache`` of its own, so the
+    lease layer's slots (arrival order, interrupts within the process) live there."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.history_cache = HistoryCache()
 
 
 class Unfolded:
@@ -138,7 +158,7 @@ async def test_a_turn_cancelled_after_the_store_took_its_lease_gives_it_back(
     leaser.hang_after_acquire = True
     reports = Reports()
     model = Answer()
-    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap=strategy)  # type: ignore[arg-type]
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, layers=keyword_layers(strategy))  # type: ignore[arg-type]
     request = Request([user_message("q")])
     if native:
         with pytest.raises(TimeoutError):
@@ -161,7 +181,7 @@ async def test_turns_cancelled_at_random_points_leave_no_lease_behind(store: Any
     # the next turn of the same process is never refused, and the lease ends up free.
     rng = random.Random(32)
     model = Answer()
-    mw = Middleware(store, store, "c", on_overlap="reject")
+    mw = Middleware(store, store, "c", layers=(Reject(),))
     refused: list[str] = []
     for i in range(40):
         with anyio.move_on_after(rng.uniform(0, 0.004)):
@@ -184,7 +204,7 @@ async def test_a_lease_left_behind_is_not_blamed_on_another_process() -> None:
     store = InMemoryStore()
     leaser = NoRelease(store)
     leaser.hang_after_acquire = True
-    mw = Middleware(leaser, leaser, "c", on_overlap="reject", lease_ttl=30)
+    mw = Middleware(leaser, leaser, "c", layers=(Reject(lease_ttl=30),))
     with anyio.move_on_after(0.1):
         await mw.call(Answer()).call(Request([user_message("q")]))
     leaser.hang_after_acquire = False
@@ -206,7 +226,7 @@ async def test_a_cancellation_during_the_release_after_the_commit_reports_the_st
     # PostgreSQL does); a cancellation landing there must not read as "not stored".
     leaser = Unfolded(store)
     reports = Reports()
-    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap="reject")
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, layers=(Reject(),))
     request = Request([user_message("q")])
     if anyio_backend == "asyncio":
         # A native cancellation (asyncio.timeout, Task.cancel) pierces every shield:
@@ -225,7 +245,7 @@ async def test_a_cancellation_during_the_release_after_the_commit_reports_the_st
         reports.clear()
     # A cancel scope waits for the shielded release: the turn returns as stored.
     leaser = Unfolded(store)
-    mw = Middleware(leaser, leaser, "c2", on_incomplete=reports, on_overlap="reject")
+    mw = Middleware(leaser, leaser, "c2", on_incomplete=reports, layers=(Reject(),))
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as group:
 
@@ -267,7 +287,7 @@ async def test_waiters_are_served_in_arrival_order(store: Any, strategy: str) ->
     interrupted: list[str] = []
 
     async def turn(text: str, how: str = "wait") -> None:
-        mw = Middleware(store, store, "c", on_overlap=how, overlap_timeout=30)  # type: ignore[arg-type]
+        mw = Middleware(store, store, "c", layers=keyword_layers(how, overlap_timeout=30))  # type: ignore[arg-type]
         try:
             await mw.call(model).call(Request([user_message(text)]))
         except TurnInterruptedError:
@@ -283,7 +303,7 @@ async def test_waiters_are_served_in_arrival_order(store: Any, strategy: str) ->
             # While turns of this process wait, "reject" is refused without contending.
             with pytest.raises(TurnInProgressError, match="in this process"):
                 await (
-                    Middleware(store, store, "c", on_overlap="reject")
+                    Middleware(store, store, "c", layers=(Reject(),))
                     .call(model)
                     .call(Request([user_message("rejected")]))
                 )
@@ -314,10 +334,10 @@ async def test_a_stream_left_unclosed_blocks_the_next_turn_no_longer_than_the_tt
     # chunk and goes away holds it no longer than lease_ttl, for this process too.
     store = InMemoryStore()
     ttl = 0.3
-    left = Middleware(store, store, "c", on_overlap="wait", lease_ttl=ttl)
+    left = Middleware(store, store, "c", layers=(Wait(lease_ttl=ttl),))
     stream = left.stream(TwoChunks()).stream(Request([user_message("left open")]))
     assert (await anext(stream)).text == "first "
-    waiting = Middleware(store, store, "c", on_overlap="wait", overlap_timeout=10)
+    waiting = Middleware(store, store, "c", layers=(Wait(timeout=10),))
     with anyio.fail_after(5):
         start = anyio.current_time()
         await waiting.call(Answer()).call(Request([user_message("next")]))
@@ -346,7 +366,7 @@ async def test_a_lease_step_that_never_answers_is_a_store_error(
     leaser = Hung(store)
     reports = Reports()
     model = Answer()
-    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap="reject")
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, layers=(Reject(),))
     with anyio.fail_after(5), pytest.raises(StoreError, match=r"not answered within 0\.05 s"):
         await mw.call(model).call(Request([user_message("q")]))
     assert model.calls == 0 and leaser.releasing.is_set()  # given back, just in case
@@ -359,16 +379,18 @@ async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> 
     from scope.history import _overlap
 
     class NoRelease(Unfolded):
+        history_cache = HistoryCache()  # its slots, where the test can see them
+
         async def release_turn(self, conversation_id: str, holder: str) -> bool:
             raise OSError("store down")
 
     store = InMemoryStore()
-    mw = Middleware(store, store, "done", on_overlap="wait")
+    mw = Middleware(store, store, "done", layers=(Wait(),))
     await mw.call(Answer()).call(Request([user_message("q")]))
     with pytest.raises(TurnInProgressError):
         assert await store.acquire_turn("done", "someone", 30)
         await (
-            Middleware(store, store, "done", on_overlap="reject")
+            Middleware(store, store, "done", layers=(Reject(),))
             .call(Answer())
             .call(Request([user_message("refused")]))
         )
@@ -379,17 +401,18 @@ async def test_the_process_keeps_nothing_of_a_conversation_it_is_done_with() -> 
     for cid in ("first", "second"):
         with anyio.move_on_after(0.05):
             await (
-                Middleware(leaser, leaser, cid, on_overlap="reject", lease_ttl=0.1)
+                Middleware(leaser, leaser, cid, layers=(Reject(lease_ttl=0.1),))
                 .call(Answer())
                 .call(Request([user_message("q")]))
             )
         await anyio.sleep(0.15)  # the first leftover expires before the second is left
-    assert list(_overlap.slots_of(leaser)) == ["second"]  # beside a leaser with no cache
+    assert list(leaser.history_cache.turns) == ["second"]
     assert store.history_cache.turns == {}
 
 
 async def test_a_turn_interrupted_before_its_model_call_never_calls_it() -> None:
     class SlowRead(Unfolded):
+        history_cache = HistoryCache()  # one set of slots for both Middlewares
         reading = anyio.Event()
         proceed = anyio.Event()
 
@@ -404,14 +427,14 @@ async def test_a_turn_interrupted_before_its_model_call_never_calls_it() -> None
     outcome: list[BaseException] = []
 
     async def older() -> None:
-        mw = Middleware(leaser, leaser, "c", on_overlap="interrupt")
+        mw = Middleware(leaser, leaser, "c", layers=(Interrupt(),))
         try:
             await mw.call(first).call(Request([user_message("older")]))
         except TurnInterruptedError as exc:
             outcome.append(exc)
 
     async def newer() -> None:
-        mw = Middleware(leaser, leaser, "c", on_overlap="interrupt")
+        mw = Middleware(leaser, leaser, "c", layers=(Interrupt(),))
         await mw.call(second).call(Request([user_message("newer")]))
 
     with anyio.fail_after(5):
@@ -484,7 +507,7 @@ async def test_a_long_stream_is_renewed_by_one_task_per_lease() -> None:
     store = InMemoryStore()
     leaser = Renewals(store)
     ttl = 0.15
-    mw = Middleware(leaser, leaser, "c", on_overlap="wait", lease_ttl=ttl)
+    mw = Middleware(leaser, leaser, "c", layers=(Wait(lease_ttl=ttl),))
     per_turn: list[list[object]] = []
     with anyio.fail_after(10):
         for text in ("first", "second"):
@@ -522,7 +545,7 @@ async def test_a_lost_lease_or_an_interrupt_marker_stops_the_model_await(
     leaser = Renewals(store)
     ttl = 0.15
     reports = Reports()
-    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap="reject", lease_ttl=ttl)
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, layers=(Reject(lease_ttl=ttl),))
     model = LongStream(1, 0, hang=True)
     request = Request([user_message("q")])
     seen: list[str] = []
@@ -560,7 +583,7 @@ async def test_a_cancellation_of_a_leased_stream_stays_a_cancellation() -> None:
     store = InMemoryStore()
     leaser = Renewals(store)
     reports = Reports()
-    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, on_overlap="reject", lease_ttl=0.15)
+    mw = Middleware(leaser, leaser, "c", on_incomplete=reports, layers=(Reject(lease_ttl=0.15),))
     model = LongStream(1, 0, hang=True)
     with anyio.fail_after(5):
         with anyio.move_on_after(0.2) as scope:
@@ -576,8 +599,6 @@ async def test_a_cancellation_of_a_leased_stream_stays_a_cancellation() -> None:
 
 
 async def test_the_slots_are_the_store_handles(tmp_path: Path, anyio_backend: str) -> None:
-    import gc
-
     from scope.history import _overlap
 
     store = InMemoryStore()
@@ -589,18 +610,9 @@ async def test_the_slots_are_the_store_handles(tmp_path: Path, anyio_backend: st
     ):
         assert _overlap.slots_of(one) is one.history_cache.turns
         assert _overlap.slots_of(one) is not _overlap.slots_of(two)
-    # A leaser with no history_cache: kept beside it, as long as it lives.
+    # A leaser with no history_cache: the slots are each Middleware's own (no state
+    # kept anywhere else); one with a history_cache of its own keeps them there.
     leaser = Unfolded(store)
-    assert _overlap.slots_of(leaser) is _overlap.slots_of(leaser)
-    key = id(leaser)
-    assert key in _overlap._beside
-    del leaser
-    gc.collect()
-    assert key not in _overlap._beside
-
-    class NoWeakref:
-        __slots__ = ()
-
-    # One that cannot be referenced weakly: the slots are the Middleware's own.
-    handle = NoWeakref()
-    assert _overlap.slots_of(handle) is not _overlap.slots_of(handle)
+    assert _overlap.slots_of(leaser) is not _overlap.slots_of(leaser)
+    cached = Cached(store)
+    assert _overlap.slots_of(cached) is cached.history_cache.turns

@@ -44,6 +44,7 @@ from scope.history import (
     IncompleteTurn,
     Middleware,
     Receipt,
+    Unfenced,
 )
 from scope.history.inmemory import InMemoryStore
 
@@ -344,7 +345,7 @@ async def test_invalid_stored_message_is_a_clear_error_never_sent() -> None:
 
     store = CountingStore()
     model = FakeModel(answer("x"))
-    mw = Middleware(BadReader(), store, CID)  # type: ignore[arg-type]
+    mw = Middleware(BadReader(), store, CID, layers=(Unfenced(),))  # type: ignore[arg-type]
     with pytest.raises(StoreError, match="conv-1"):
         await mw.call(model).call(Request([user_message("q")]))
     assert model.requests == []
@@ -356,7 +357,7 @@ async def test_unreplayable_stored_history_is_a_store_error() -> None:
             return [tool_message(ToolResult("c9", "f"))]
 
     model = FakeModel(answer("x"))
-    mw = Middleware(DanglingToolReader(), CountingStore(), CID)
+    mw = Middleware(DanglingToolReader(), CountingStore(), CID, layers=(Unfenced(),))
     with pytest.raises(StoreError, match="cannot be replayed"):
         await mw.call(model).call(Request([user_message("q")]))
     assert model.requests == []

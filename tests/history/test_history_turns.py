@@ -46,9 +46,15 @@ from scope.history import (
     Batch,
     IncompleteReason,
     IncompleteTurn,
+    Interrupt,
+    KeepInterrupted,
     Middleware,
     Receipt,
+    Reject,
+    Unfenced,
+    Wait,
     WindowReader,
+    keyword_layers,
 )
 from scope.history.inmemory import InMemoryStore
 from scope.historystores.sqlite import SQLiteStore
@@ -184,7 +190,7 @@ async def test_exclusive_turns_false_lets_overlapping_turns_interleave(store: An
     gate = Gate(3)
 
     async def turn(question: str) -> None:
-        mw = Middleware(store, store, "c", exclusive_turns=False)
+        mw = Middleware(store, store, "c", layers=(Unfenced(),))
         await mw.call(gate).call(Request([user_message(question)]))
 
     async with anyio.create_task_group() as tg:
@@ -475,7 +481,7 @@ def test_middleware_checks_reader_and_writer_at_construction(
 def test_middleware_checks_its_other_arguments() -> None:
     store = InMemoryStore()
     with pytest.raises(TypeError, match="exclusive_turns"):
-        Middleware(store, store, "c", exclusive_turns=1)  # type: ignore[arg-type]
+        keyword_layers(exclusive_turns="x")
     with pytest.raises(TypeError, match="new_append_id"):
         Middleware(store, store, "c", new_append_id="x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="on_incomplete"):
@@ -498,11 +504,13 @@ async def test_plain_reader_means_no_fence() -> None:
             return await store.append(batch)
 
     await (
-        Middleware(PlainReader(), Recording(), "c").call(Gate(1)).call(Request([user_message("q")]))
+        Middleware(PlainReader(), Recording(), "c", layers=(Unfenced(),))
+        .call(Gate(1))
+        .call(Request([user_message("q")]))
     )
     await Middleware(store, Recording(), "c").call(Gate(1)).call(Request([user_message("r")]))
     await (
-        Middleware(store, Recording(), "c", exclusive_turns=False)
+        Middleware(store, Recording(), "c", layers=(Unfenced(),))
         .call(Gate(1))
         .call(Request([user_message("s")]))
     )
@@ -611,7 +619,7 @@ async def test_reject_calls_the_model_once_per_round(handles: list[Any]) -> None
             round_: int = round_,
         ) -> None:
             store = handles[i % len(handles)]
-            mw = Middleware(store, store, "c", on_incomplete=reports, on_overlap="reject")
+            mw = Middleware(store, store, "c", on_incomplete=reports, layers=(Reject(),))
             try:
                 await mw.call(model).call(Request([system, user_message(f"r{round_}q{i}")]))
             except TurnInProgressError as exc:
@@ -642,7 +650,7 @@ async def test_wait_stores_every_turn_one_at_a_time(handles: list[Any]) -> None:
 
     async def turn(i: int) -> None:
         store = handles[i % len(handles)]
-        mw = Middleware(store, store, "c", on_overlap="wait", overlap_timeout=30)
+        mw = Middleware(store, store, "c", layers=(Wait(timeout=30),))
         await mw.call(model).call(Request([system, user_message(f"q{i}")]))
 
     with anyio.fail_after(30):
@@ -660,7 +668,7 @@ async def test_wait_gives_up_after_overlap_timeout(handles: list[Any]) -> None:
     store = handles[-1]
     assert await store.acquire_turn("c", "someone else", 30) is True
     model = HeldModel()
-    mw = Middleware(store, store, "c", on_overlap="wait", overlap_timeout=0.05)
+    mw = Middleware(store, store, "c", layers=(Wait(timeout=0.05),))
     with pytest.raises(TurnInProgressError, match="gave up after waiting") as caught:
         await mw.call(model).call(Request([user_message("q")]))
     assert caught.value.waited >= 0.05
@@ -680,7 +688,7 @@ async def test_interrupt_stops_the_running_turn_at_once(
     outcome: list[BaseException] = []
 
     async def first() -> None:
-        mw = Middleware(store, store, "c", on_incomplete=reports, on_overlap="interrupt")
+        mw = Middleware(store, store, "c", on_incomplete=reports, layers=(Interrupt(),))
         request = Request([user_message("first")])
         try:
             if streaming:
@@ -694,7 +702,7 @@ async def test_interrupt_stops_the_running_turn_at_once(
         async with anyio.create_task_group() as tg:
             tg.start_soon(first)
             await running.started.wait()
-            mw = Middleware(store, store, "c", on_overlap="interrupt")
+            mw = Middleware(store, store, "c", layers=(Interrupt(),))
             await mw.call(newer).call(Request([user_message("second")]))
     assert len(outcome) == 1 and outcome[0].conversation_id == "c"
     assert [r.reason for r in reports] == [IncompleteReason.INTERRUPTED]
@@ -717,7 +725,7 @@ async def test_an_interrupted_turn_is_kept_before_the_newer_one(
     outcome: list[BaseException] = []
 
     async def first() -> None:
-        mw = Middleware(store, store, "c", on_overlap="interrupt", keep_interrupted=True)
+        mw = Middleware(store, store, "c", layers=(Interrupt(), KeepInterrupted()))
         request = Request([user_message("first")])
         try:
             if streaming:
@@ -731,7 +739,7 @@ async def test_an_interrupted_turn_is_kept_before_the_newer_one(
         async with anyio.create_task_group() as tg:
             tg.start_soon(first)
             await running.started.wait()
-            mw = Middleware(store, store, "c", on_overlap="interrupt")
+            mw = Middleware(store, store, "c", layers=(Interrupt(),))
             await mw.call(newer).call(Request([user_message("second")]))
     assert len(outcome) == 1
     stored = await store.read("c")
@@ -757,7 +765,7 @@ async def test_interrupt_across_handles_lands_at_the_next_renewal(
         outcome: list[BaseException] = []
 
         async def first() -> None:
-            mw = Middleware(one, one, "c", on_overlap="interrupt", lease_ttl=ttl)
+            mw = Middleware(one, one, "c", layers=(Interrupt(lease_ttl=ttl),))
             try:
                 await mw.call(running).call(Request([user_message("first")]))
             except TurnInterruptedError as exc:
@@ -767,7 +775,7 @@ async def test_interrupt_across_handles_lands_at_the_next_renewal(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(first)
                 await running.started.wait()
-                mw = Middleware(two, two, "c", on_overlap="interrupt", overlap_timeout=5)
+                mw = Middleware(two, two, "c", layers=(Interrupt(timeout=5),))
                 await mw.call(newer).call(Request([user_message("second")]))
         assert len(outcome) == 1
         assert (await two.read("c"))[0].text == "second"
@@ -777,7 +785,7 @@ async def test_renewal_keeps_a_long_turn_exclusive(handles: list[Any]) -> None:
     store = handles[0]
     ttl = 0.2
     model = HeldModel()
-    mw = Middleware(store, store, "c", on_overlap="reject", lease_ttl=ttl)
+    mw = Middleware(store, store, "c", layers=(Reject(lease_ttl=ttl),))
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(mw.call(model).call, Request([user_message("long")]))
@@ -806,7 +814,7 @@ async def test_the_lease_is_released_on_every_path(handles: list[Any], strategy:
     store = handles[0]
 
     def mw() -> Middleware:
-        return Middleware(store, store, "c", on_overlap=strategy)  # type: ignore[arg-type]
+        return Middleware(store, store, "c", layers=keyword_layers(strategy))  # type: ignore[arg-type]
 
     async def free() -> bool:
         if await store.acquire_turn("c", "probe", 30):
@@ -854,27 +862,35 @@ def test_strategies_are_checked_at_construction() -> None:
     plain = PlainStore()
     for strategy in ("reject", "wait", "interrupt"):
         with pytest.raises(TypeError, match="TurnLeaser"):
-            Middleware(plain, plain, "c", on_overlap=strategy)  # type: ignore[arg-type]
+            Middleware(plain, plain, "c", layers=keyword_layers(strategy))  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="needs exclusive_turns=True"):
-            Middleware(store, store, "c", on_overlap=strategy, exclusive_turns=False)  # type: ignore[arg-type]
+            Middleware(store, store, "c", layers=keyword_layers(strategy, exclusive_turns=False))  # type: ignore[arg-type]
         # A leasing reader is enough.
-        assert Middleware(store, plain, "c", on_overlap=strategy).on_overlap == strategy  # type: ignore[arg-type]
-    assert Middleware(plain, plain, "c").on_overlap == "fence"
-    assert Middleware(store, store, "c", exclusive_turns=False).on_overlap == "fence"
+        assert Middleware(store, plain, "c", layers=keyword_layers(strategy)).on_overlap == strategy  # type: ignore[arg-type]
+    assert Middleware(plain, plain, "c", layers=(Unfenced(),)).on_overlap == "fence"
+    assert Middleware(store, store, "c", layers=(Unfenced(),)).on_overlap == "fence"
+    with pytest.raises(
+        TypeError, match=r"Fence\(\) fences each commit .* PlainStore has no atomic"
+    ):
+        Middleware(plain, plain, "c")
     for bad in ("", "Reject", "lock", None, 1):
         with pytest.raises(ValueError, match="on_overlap must be one of"):
-            Middleware(store, store, "c", on_overlap=bad)  # type: ignore[arg-type]
+            Middleware(store, store, "c", layers=keyword_layers(bad))  # type: ignore[arg-type]
     for bad_timeout in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout must be a finite number"):
+            Middleware(store, store, "c", layers=(Wait(timeout=bad_timeout),))
         with pytest.raises(ValueError, match="overlap_timeout must be a finite number"):
-            Middleware(store, store, "c", on_overlap="wait", overlap_timeout=bad_timeout)
+            keyword_layers("wait", overlap_timeout=bad_timeout)
     for bad_ttl in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="lease_ttl must be a finite number"):
-            Middleware(store, store, "c", on_overlap="reject", lease_ttl=bad_ttl)
+            Middleware(store, store, "c", layers=(Reject(lease_ttl=bad_ttl),))
     for wrong_type in ("1", True, None):  # the argument policy: a wrong type is TypeError
+        with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+            Middleware(store, store, "c", layers=(Interrupt(timeout=wrong_type),))  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="overlap_timeout must be a number of seconds"):
-            Middleware(store, store, "c", on_overlap="wait", overlap_timeout=wrong_type)  # type: ignore[arg-type]
+            keyword_layers("wait", overlap_timeout=wrong_type)
         with pytest.raises(TypeError, match="lease_ttl must be a number of seconds"):
-            Middleware(store, store, "c", on_overlap="reject", lease_ttl=wrong_type)  # type: ignore[arg-type]
+            Middleware(store, store, "c", layers=(Reject(lease_ttl=wrong_type),))  # type: ignore[arg-type]
 
 
 def test_overlap_errors_are_history_errors_and_pickle() -> None:
@@ -934,10 +950,10 @@ def test_a_killed_holder_blocks_no_longer_than_the_lease_ttl(tmp_path: Path) -> 
     async def after_the_kill() -> None:
         async with await SQLiteStore.open(path) as store:
             model = Gate(1)
-            rejecting = Middleware(store, store, "c", on_overlap="reject")
+            rejecting = Middleware(store, store, "c", layers=(Reject(),))
             with pytest.raises(TurnInProgressError, match="another process or store handle"):
                 await rejecting.call(model).call(Request([user_message("too soon")]))
-            waiting = Middleware(store, store, "c", on_overlap="wait", overlap_timeout=ttl + 2)
+            waiting = Middleware(store, store, "c", layers=(Wait(timeout=ttl + 2),))
             await waiting.call(model).call(Request([user_message("after the ttl")]))
             assert (await store.read("c"))[0].text == "after the ttl"
 
@@ -1016,7 +1032,7 @@ async def test_a_reject_turn_makes_as_many_store_steps_as_a_fence_turn(streaming
     await _one_turn(Middleware(folded, folded, "c"), streaming)
     assert folded.steps == ["read_view", "append"]
     folded.steps.clear()
-    await _one_turn(Middleware(folded, folded, "c", on_overlap="reject"), streaming)
+    await _one_turn(Middleware(folded, folded, "c", layers=(Reject(),)), streaming)
     assert folded.steps == ["acquire_turn_view", "append_release_turn"]
     assert await folded.store.acquire_turn("c", "probe", 30) is True  # released
     assert len(await folded.store.read("c")) == 4
@@ -1025,19 +1041,19 @@ async def test_a_reject_turn_makes_as_many_store_steps_as_a_fence_turn(streaming
 @pytest.mark.parametrize("streaming", [False, True], ids=["call", "stream"])
 async def test_a_store_without_folded_steps_takes_the_separate_steps(streaming: bool) -> None:
     plain = Steps()
-    await _one_turn(Middleware(plain, plain, "c", on_overlap="reject"), streaming)
+    await _one_turn(Middleware(plain, plain, "c", layers=(Reject(),)), streaming)
     assert plain.steps == ["acquire_turn", "read_view", "append", "release_turn"]
     # A reader that is not the leaser (a WindowReader) reads on its own; the writer
     # still folds the release into the commit.
     folded = FoldedSteps()
     window = WindowReader(folded, 10)
-    await _one_turn(Middleware(window, folded, "c", on_overlap="reject"), streaming)
+    await _one_turn(Middleware(window, folded, "c", layers=(Reject(),)), streaming)
     assert folded.steps == ["acquire_turn", "read_view", "append_release_turn"]
     # A writer that leases without folding is the leaser (the writer comes first): no
     # step folds, whatever the reader can do.
     folded, writer = FoldedSteps(), Steps()
     writer.store = folded.store
-    await _one_turn(Middleware(folded, writer, "c", on_overlap="reject"), streaming)
+    await _one_turn(Middleware(folded, writer, "c", layers=(Reject(),)), streaming)
     assert folded.steps == ["read_view"]
     assert writer.steps == ["acquire_turn", "append", "release_turn"]
     assert await folded.store.acquire_turn("c", "probe", 30) is True
@@ -1055,7 +1071,7 @@ async def test_a_refused_folded_commit_releases_the_lease_separately() -> None:
 
     with pytest.raises(CommitError) as caught:
         await (
-            Middleware(folded, folded, "c", on_overlap="reject")
+            Middleware(folded, folded, "c", layers=(Reject(),))
             .call(Intruder())
             .call(Request([user_message("q")]))
         )
@@ -1074,7 +1090,7 @@ async def test_a_cancelled_folded_commit_releases_the_lease_and_reports_the_batc
 
     hanging = Hanging()
     reports = Reports()
-    mw = Middleware(hanging, hanging, "c", on_incomplete=reports, on_overlap="reject")
+    mw = Middleware(hanging, hanging, "c", on_incomplete=reports, layers=(Reject(),))
     with anyio.move_on_after(0.05) as scope:
         await mw.call(Gate(1)).call(Request([user_message("q")]))
     assert scope.cancelled_caught
@@ -1094,7 +1110,7 @@ async def test_a_folded_acquire_that_returns_no_history_view_is_a_store_error() 
     model = CountingModel()
     with pytest.raises(StoreError, match="not a HistoryView"):
         await (
-            Middleware(broken, broken, "c", on_overlap="reject")
+            Middleware(broken, broken, "c", layers=(Reject(),))
             .call(model)
             .call(Request([user_message("q")]))
         )
@@ -1138,7 +1154,7 @@ async def test_a_leased_turn_whether_or_not_the_model_suspends(
     # Lease.call starts its renewal task only when the model suspends; either way the
     # answer, the error and the release are the same.
     store = InMemoryStore()
-    mw = Middleware(store, store, "c", on_overlap="reject")
+    mw = Middleware(store, store, "c", layers=(Reject(),))
     request = Request([user_message("q")])
 
     async def turn(model: Instant) -> Response:
@@ -1168,7 +1184,7 @@ async def test_a_suspended_model_is_cancelled_through_the_resumed_await() -> Non
                 raise
             raise AssertionError("unreachable")
 
-    mw = Middleware(store, store, "c", on_overlap="reject")
+    mw = Middleware(store, store, "c", layers=(Reject(),))
     with anyio.move_on_after(0.05) as scope:
         await mw.call(Slow()).call(Request([user_message("q")]))
     assert scope.cancelled_caught

@@ -18,7 +18,7 @@ from scope.errors import (
     StoreError,
     UnknownHeadError,
 )
-from scope.history import Batch, Middleware, MoveHead
+from scope.history import Batch, KeepInterrupted, Middleware, MoveHead, keyword_layers
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
 from tests.helpers import texts, turn
@@ -59,7 +59,7 @@ async def test_a_failed_turn_moves_the_head_back(on_overlap: str) -> None:
         raise ProviderServerError("upstream 503")
 
     move = MoveHead(store, first, expected_head=head)
-    mw = Middleware(store, store, "c", on_overlap=on_overlap, layers=[move])  # type: ignore[arg-type]
+    mw = Middleware(store, store, "c", layers=[*keyword_layers(on_overlap), move])
     with pytest.raises(ProviderServerError):
         await wrap(FunctionModel(fail), mw.call).call(Request((user_message("q"),)))
     assert (await store.read_view("c")).head == head
@@ -95,8 +95,7 @@ async def test_a_turn_kept_as_interrupted_stays_the_head() -> None:
         store,
         store,
         "c",
-        keep_interrupted=True,
-        layers=(MoveHead(store, first, expected_head=head),),
+        layers=(MoveHead(store, first, expected_head=head), KeepInterrupted()),
     )
     with pytest.raises(ProviderServerError):
         await wrap(FunctionModel(fail), mw.call).call(Request((user_message("q"),)))
@@ -136,7 +135,7 @@ def test_construction_checks() -> None:
         MoveHead(store, "a\x00b", expected_head="a1")
     with pytest.raises(InvalidAppendIDError, match="MoveHead expected_head"):
         MoveHead(store, "", expected_head=3)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"layers must be a list or tuple .* got MoveHead"):
+    with pytest.raises(TypeError, match=r"layers must be a list or tuple of layers, got MoveHead"):
         Middleware(store, store, "c", layers=MoveHead(store, "", expected_head=""))  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"layers\[0\] must be a scope.history.MoveHead"):
+    with pytest.raises(TypeError, match=r"layers\[0\] must be a layer \(scope.history.Fence"):
         Middleware(store, store, "c", layers=("wait",))  # type: ignore[arg-type]

@@ -30,8 +30,10 @@ from scope.history import (
     HistoryView,
     Middleware,
     Receipt,
+    Reject,
     Store,
     StoreAdapter,
+    Unfenced,
     rewind,
 )
 from scope.history.inmemory import InMemoryStore
@@ -179,7 +181,7 @@ class Answer:
 async def test_a_middleware_over_an_adapted_simple_store_rejects_an_overlapping_turn() -> None:
     adapted = StoreAdapter(Simple())
     model = Answer()
-    mw = Middleware(adapted, adapted, "c", on_overlap="reject")
+    mw = Middleware(adapted, adapted, "c", layers=(Reject(),))
     refused: list[TurnInProgressError] = []
 
     async def second() -> None:
@@ -202,7 +204,7 @@ async def test_a_middleware_over_an_adapted_simple_store_rejects_an_overlapping_
 async def test_a_middleware_over_a_simple_reader_does_not_fence() -> None:
     # DESIGN §6b: a plain Reader, no fence: the derived view is not one atomic read.
     simple = Simple()
-    mw = Middleware(simple, simple, "c")  # type: ignore[arg-type]
+    mw = Middleware(simple, simple, "c", layers=(Unfenced(),))  # type: ignore[arg-type]
     first, second = Answer(), Answer()
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:

@@ -19,7 +19,7 @@ import pytest
 from scope.chat import FinishReason, Output, Request, Response, assistant_message, user_message
 from scope.cli import main
 from scope.errors import ConversationClosedError, HistoryChangedError, StoreError
-from scope.history import Batch, HistoryView, Middleware
+from scope.history import Batch, HistoryView, Middleware, keyword_layers
 from scope.historystores._schema import SCHEMA_VERSION
 from scope.historystores.sqlite import SQLiteStore
 from tests.helpers import turn
@@ -283,7 +283,9 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
             assert await store.release_turn("c", "other") is True
             # Turns through the Middleware.
             for strategy in ("fence", "reject", "wait", "interrupt"):
-                model = Middleware(store, store, "c", on_overlap=strategy).call(Answer())
+                model = Middleware(store, store, "c", layers=keyword_layers(strategy)).call(
+                    Answer()
+                )
                 await model.call(Request([user_message(strategy)]))
             assert (await store.read_view("c")).length == 12
             stored = await store.read_batches("c")
