@@ -907,7 +907,7 @@ def test_overlap_errors_are_history_errors_and_pickle() -> None:
 _HOLDER_PROCESS = """
 import sys, anyio
 from scope.chat import Request, user_message
-from scope.history import Middleware
+from scope.history import Middleware, Reject
 from scope.historystores.sqlite import SQLiteStore
 
 class Forever:
@@ -917,7 +917,7 @@ class Forever:
 
 async def main():
     store = await SQLiteStore.open(sys.argv[1])
-    mw = Middleware(store, store, "c", on_overlap="reject", lease_ttl=float(sys.argv[2]))
+    mw = Middleware(store, store, "c", layers=(Reject(lease_ttl=float(sys.argv[2])),))
     await mw.call(Forever()).call(Request([user_message("never stored")]))
 
 anyio.run(main)
