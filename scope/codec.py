@@ -45,10 +45,12 @@ from scope.chat import Message
 
 __all__ = [
     "converter",
+    "decode_canonical",
     "decode_error_for",
     "encode_messages",
     "from_builtins",
     "from_json",
+    "register_own",
     "to_builtins",
     "to_json",
 ]
@@ -77,14 +79,15 @@ def _register(cls: type) -> None:
     _hook_converter(cls, _unstructure.CLASS_OUT[cls])
 
 
-def _register_own(
+def register_own(
     cls: type[T],
     error: type[Exception],
     from_tree: Callable[[Any], T],
     to_bytes: Callable[[T], bytes],
 ) -> None:
-    """Internal: register a class that encodes and decodes itself (``scope.history``'s
-    ``Batch``, whose JSON form carries a digest the generated hooks know nothing of).
+    """Register a class that encodes and decodes itself with ``from_json``/``to_json``
+    and the converter (``scope.history``'s ``Batch``, whose JSON form carries a digest
+    the generated hooks know nothing of; the CLI's export lines).
 
     ``from_tree`` builds the value from a parsed tree and raises ``error`` for bad
     input; ``to_bytes`` gives the value's canonical JSON. Registered by the class's own
@@ -166,9 +169,9 @@ _check_message: Final = _canonical.canonical_in(Message)
 _set_json: Final = Message.__dict__["_json"].__set__  # the slot's own setter (frozen class)
 
 
-def _decode_canonical(data: bytes) -> tuple[tuple[Message, ...], bool] | None:
-    """Internal (the history stores' record check): the messages of ``data``, a JSON
-    array of messages, and whether ``data`` is exactly their canonical encoding
+def decode_canonical(data: bytes) -> tuple[tuple[Message, ...], bool] | None:
+    """For stores checking a record: the messages of ``data``, a JSON array of
+    messages, and whether ``data`` is exactly their canonical encoding
     (``encode_messages``), found without encoding them.
 
     Taken when ``data`` is a non-empty array in orjson's one spelling with every

@@ -956,6 +956,14 @@ class Conversation:
             return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
         return await found.run(call, context=self._context)
 
+    def decoder(self, output: object = None) -> Callable[[Response], Any]:
+        """The function that makes a turn's value of its final answer for ``output``
+        (as ``ask(..., output=output)`` applies it: the text for None, else the decoded
+        value), for a caller replaying a stored turn (``scope.web`` answering a resent
+        request); it raises ``InvalidResponseError`` for an answer that does not decode.
+        ``output`` is checked as ``ask`` checks it."""
+        return self._format(output)[1]
+
     def _format(self, output: object) -> tuple[Options, Callable[[Response], Any]]:
         """The request options and the answer decoder for ``output`` (cached per type).
         The decoder raises ``InvalidResponseError`` (an ``_Undecodable``)."""

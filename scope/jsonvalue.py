@@ -7,7 +7,7 @@ from typing import Any, TypeAlias, final
 from scope._json import canonical, parse_exact, parse_plain_unchecked
 from scope.errors import InvalidJSONError
 
-__all__ = ["RawJSON"]
+__all__ = ["JSONDocument", "RawJSON", "coerce_raw_json"]
 
 
 @final
@@ -44,11 +44,13 @@ class RawJSON:
             data = canonical(value, check_floats=True)
         except (ValueError, TypeError) as exc:
             raise InvalidJSONError(f"cannot encode as JSON: {exc}") from None
-        return cls._trusted(data)
+        return cls.from_canonical(data)
 
     @classmethod
-    def _trusted(cls, data: bytes) -> RawJSON:
-        """Wrap bytes already known to be canonical (no checks)."""
+    def from_canonical(cls, data: bytes) -> RawJSON:
+        """Wrap bytes the caller knows are canonical JSON (as ``canonical`` writes them),
+        without checking them: for a decoder that produced them itself. Anyone else
+        uses ``parse`` or ``from_value``."""
         self = object.__new__(cls)
         object.__setattr__(self, "_raw_json_bytes", data)
         return self
@@ -87,7 +89,7 @@ class RawJSON:
         raise AttributeError("RawJSON is immutable")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (RawJSON._trusted, (self._raw_json_bytes,))
+        return (RawJSON.from_canonical, (self._raw_json_bytes,))
 
 
 def _canonical_text(text: str | bytes | bytearray | memoryview) -> bytes:
@@ -104,9 +106,10 @@ def _canonical_text(text: str | bytes | bytearray | memoryview) -> bytes:
 JSONDocument: TypeAlias = "RawJSON | dict[str, Any] | list[Any] | tuple[Any, ...]"
 
 
-def _coerce_raw_json(value: JSONDocument) -> RawJSON:
-    """Field converter of the chat values (private: not part of the API): RawJSON stays,
-    dicts, lists and tuples are encoded with ``from_value``."""
+def coerce_raw_json(value: JSONDocument) -> RawJSON:
+    """A ``JSONDocument`` as ``RawJSON`` (the field converter of the chat values):
+    RawJSON stays, dicts, lists and tuples are encoded with ``RawJSON.from_value``;
+    anything else is an ``InvalidJSONError``."""
     if isinstance(value, RawJSON):
         return value
     if isinstance(value, dict | list | tuple):

@@ -132,7 +132,7 @@ def _raw_json_in(error: type[Exception]) -> Structurer:
     def structure(value: Any) -> RawJSON:
         # canonical() enforces the depth limit relative to this value.
         try:
-            return RawJSON._trusted(canonical(value, check_floats=FROM_BUILTINS.get()))
+            return RawJSON.from_canonical(canonical(value, check_floats=FROM_BUILTINS.get()))
         except (ValueError, TypeError) as exc:
             raise Fail(f"invalid JSON value: {exc}", error) from None
 

@@ -15,7 +15,7 @@ from scope.errors import (
     InvalidToolCallError,
     InvalidToolResultError,
 )
-from scope.jsonvalue import JSONDocument, RawJSON, _coerce_raw_json
+from scope.jsonvalue import JSONDocument, RawJSON, coerce_raw_json
 from scope.media import Media
 from scope.metadata import EMPTY_METADATA, Metadata
 
@@ -85,7 +85,7 @@ class ToolCallDelta:
 def _optional_raw_json(value: JSONDocument | None) -> RawJSON | None:
     if value is None:
         return None
-    raw = _coerce_raw_json(value)
+    raw = coerce_raw_json(value)
     # The JSON document ``null`` is "no details": the wire cannot tell them apart
     # ("details":null decodes as absent), so both are None and round trips stay equal.
     return None if raw == _NULL else raw
@@ -152,7 +152,7 @@ class ToolOutput:
             details = (
                 RawJSON.parse(raw)
                 if isinstance(raw, str | bytes | bytearray | memoryview)
-                else _coerce_raw_json(raw)
+                else coerce_raw_json(raw)
             )
         except Exception as exc:
             if not isinstance(exc, ValueError):
@@ -204,7 +204,7 @@ NativeData: TypeAlias = "JSONDocument | str | bytes | bytearray | memoryview"
 def _native_data(value: NativeData) -> RawJSON:
     if isinstance(value, str | bytes | bytearray | memoryview):
         return RawJSON.parse(value)
-    return _coerce_raw_json(value)
+    return coerce_raw_json(value)
 
 
 def _to_native_data(value: NativeData) -> RawJSON:

@@ -17,7 +17,7 @@ from scope.errors import (
     InvalidOutputFormatError,
     InvalidToolDefinitionError,
 )
-from scope.jsonvalue import RawJSON, _coerce_raw_json
+from scope.jsonvalue import RawJSON, coerce_raw_json
 from scope.metadata import EMPTY_EXTENSIONS, Extensions
 
 __all__ = ["Options", "OutputFormat", "ToolDefinition"]
@@ -33,7 +33,7 @@ def _is_object_schema(schema: RawJSON) -> bool:
 
 
 def _to_input_schema(value: RawJSON | dict[str, Any]) -> RawJSON:
-    return nested(_coerce_raw_json, value, InvalidToolDefinitionError, "tool input_schema")
+    return nested(coerce_raw_json, value, InvalidToolDefinitionError, "tool input_schema")
 
 
 @final
@@ -72,7 +72,7 @@ class ToolDefinition:
 
 
 def _optional_schema(value: RawJSON | dict[str, Any] | None) -> RawJSON | None:
-    return None if value is None else _coerce_raw_json(value)
+    return None if value is None else coerce_raw_json(value)
 
 
 def _to_output_format_type(value: OutputFormatTypeLike) -> OutputFormatType:

@@ -53,8 +53,9 @@ class Request:
     def __attrs_post_init__(self) -> None:
         self.validate()
 
-    def _with_checked_messages(self, messages: tuple[Message, ...]) -> Request:
-        """Internal: this request with other ``messages``, *without* validating them.
+    def with_checked_messages(self, messages: tuple[Message, ...]) -> Request:
+        """This request with other ``messages``, *without* validating them: a trusted
+        constructor for a caller that vouches for them.
 
         Only for callers that have proved ``messages`` pass ``check_sequence`` (the
         history Middleware: a validated request's system prefix and open turn around a

@@ -137,7 +137,7 @@ class ConversationLine:
         return Batch(self.conversation_id, append_id, self.messages)
 
 
-codec._register_own(
+codec.register_own(
     ConversationLine, InvalidBatchError, ConversationLine._from_tree, ConversationLine.to_json
 )
 

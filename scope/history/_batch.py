@@ -98,7 +98,7 @@ class Batch:
         )
 
     @classmethod
-    def _verified(
+    def from_verified(
         cls,
         conversation_id: ConversationID,
         id: AppendID,
@@ -106,10 +106,11 @@ class Batch:
         encoded_messages: bytes,
         digest: str,
     ) -> Batch:
-        """Internal: a batch from parts the caller has already checked (valid ids and
-        messages, ``encoded_messages == encode_messages(messages)`` and ``digest`` its
-        digest), without encoding and hashing again. Stores use it for records they have
-        verified."""
+        """A batch from parts the caller has already checked, without encoding and
+        hashing again: for stores, from a record they verified. The caller vouches that
+        the ids and messages are valid, ``encoded_messages == encode_messages(messages)``
+        and ``digest`` is its digest; nothing is checked here (a wrong part makes a batch
+        whose receipt lies). Anyone else constructs ``Batch(...)``."""
         batch = cls.__new__(cls)
         batch.__attrs_init__(conversation_id, id, messages, encoded_messages, digest, None, None)
         return batch
@@ -283,4 +284,4 @@ class Receipt:
 
 # scope.codec.to_json(batch) and from_json(data, Batch) use the batch's own JSON form
 # (digest checked on decode); registered here, as scope.codec must not import history.
-codec._register_own(Batch, InvalidBatchError, Batch._from_tree, Batch.to_json)
+codec.register_own(Batch, InvalidBatchError, Batch._from_tree, Batch.to_json)

@@ -231,7 +231,7 @@ async def fork(store: Store, conversation_id: str, *, at: int, new_id: str) -> l
     receipts: list[Receipt] = []
     length, head = 0, ""
     for batch in tree.head_path()[:turns]:
-        copy = Batch._verified(
+        copy = Batch.from_verified(
             target, batch.id, batch.messages, batch.encoded_messages, batch.digest
         ).fenced(length, head)
         receipts.append(await target_store.append(copy))

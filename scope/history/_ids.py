@@ -52,12 +52,13 @@ class _ID(str):
         return super().__new__(cls, _check_id(value, cls._what, cls._error))
 
     @classmethod
-    def _all(cls, values: list[object]) -> list[Self] | None:
+    def bulk(cls, values: list[object]) -> list[Self] | None:
         """Every value as an id when each is a ``str`` that passes a check made on the
         whole list at once (C-level: only printable characters, so no control character
         or lone surrogate; at most 128 characters; no surrounding whitespace; non-empty), else
-        None: then validate one by one for the exact error. For listings, where
-        validating each id alone costs as much as fetching it."""
+        None: then validate one by one for the exact error. For listings (a store's
+        ``conversations``), where validating each id alone costs as much as fetching
+        it."""
         if not values:
             return []
         if set(map(type, values)) != {str}:

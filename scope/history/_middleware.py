@@ -383,7 +383,7 @@ class Middleware:
         first = stored[0] if stored else None
         if first is not None and first.role is Role.SYSTEM and COMPACTION_KEY in first.metadata:
             prefix = (*prefix, first)
-        return request._with_checked_messages((*prefix, *replay, *turn.open_turn))
+        return request.with_checked_messages((*prefix, *replay, *turn.open_turn))
 
 
 def _check_next(next: object, method: str, wanted: type, shape: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 from scope._documents import DIGEST_PREFIX, check_messages, decode_messages, digest_of
 from scope._json import parse_exact_fast
 from scope.chat import Message
-from scope.codec import _decode_canonical, encode_messages
+from scope.codec import decode_canonical, encode_messages
 from scope.errors import InvalidAppendIDError, StoreError
 from scope.history import (
     AppendID,
@@ -182,7 +182,7 @@ def decode_record(
     # what the encoder writes, in its form (scope._codec._canonical): checked on the
     # tree, without encoding the values again. Each message keeps its bytes, so later
     # encodes (a Batch built from these messages, a request) reuse them.
-    found = _decode_canonical(data)
+    found = decode_canonical(data)
     if found is not None:
         out, canonical = found
         # Complete: no tool_call_delta parts. Such a part's kind is written as the JSON
@@ -268,7 +268,7 @@ def decode_batches(
         except InvalidAppendIDError as exc:
             raise corrupt(conversation_id, append_id, f"invalid append id: {exc}") from exc
         encoded = bytes(data)  # decode_record accepted it: bytes, bytearray or memoryview
-        out.append(Batch._verified(conversation_id, aid, messages, encoded, digest))
+        out.append(Batch.from_verified(conversation_id, aid, messages, encoded, digest))
     return out
 
 
@@ -321,7 +321,7 @@ class ListedIDs:
     def valid(self, raw_ids: Iterable[object]) -> list[ConversationID]:
         """The valid ids of ``raw_ids``, in their order; the others are skipped."""
         raw_ids = list(raw_ids)
-        fast = ConversationID._all(raw_ids)  # one check for the whole page, when it passes
+        fast = ConversationID.bulk(raw_ids)  # one check for the whole page, when it passes
         if fast is not None:
             return fast
         out: list[ConversationID] = []

@@ -213,7 +213,7 @@ def _again(
     last = _last_of(batches, number)
     if _complete(batches[last - 1]):
         # The decoder ``output`` asks for, as Conversation.stream would apply it.
-        _, decode = conversation._format(output)
+        decode = conversation.decoder(output)
         return _replay(batches[number - 1 : last], decode)
     # Kept unfinished (the turn's own batch, or its last output retry's): that batch
     # is answered again in place.

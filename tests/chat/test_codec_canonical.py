@@ -1,4 +1,4 @@
-"""The stored-record check without re-encoding (``scope.codec._decode_canonical``): it
+"""The stored-record check without re-encoding (``scope.codec.decode_canonical``): it
 calls bytes canonical exactly when encoding the decoded messages again gives them back."""
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ def test_the_verdict_equals_encoding_again(drawn: list[Message], data: st.DataOb
     try:
         decoded = from_json(raw, list[Message])
     except ValueError:
-        assert codec._decode_canonical(raw) is None  # does not decode: the exact path
+        assert codec.decode_canonical(raw) is None  # does not decode: the exact path
         return
-    found = codec._decode_canonical(raw)
+    found = codec.decode_canonical(raw)
     assert found is not None
     values, canonical = found
     assert list(values) == decoded
@@ -74,20 +74,20 @@ def test_a_member_at_its_default_is_not_canonical(member: str, value: Any) -> No
     where.get(member, part["tool_result"]["output"])[member] = value
     raw = orjson.dumps(tree, option=orjson.OPT_SORT_KEYS)
     assert from_json(raw, list[Message]) == [message]  # the strict decoder accepts it
-    assert codec._decode_canonical(raw) == ((message,), False)
+    assert codec.decode_canonical(raw) == ((message,), False)
 
 
 def test_the_always_written_member_at_its_default_is_canonical() -> None:
     message = Message(Role.TOOL, (tool_result_part(ToolResult("c", "f", ToolOutput())),))
     raw = encode_messages((message,))
     assert b'"output":{}' in raw
-    assert codec._decode_canonical(raw) == ((message,), True)
+    assert codec.decode_canonical(raw) == ((message,), True)
 
 
 def test_other_spellings_take_the_exact_path() -> None:
     raw = encode_messages((Message(Role.USER, (text_part("hi"),)),))
-    assert codec._decode_canonical(raw.replace(b":", b": ")) is None  # whitespace
-    assert codec._decode_canonical(b'[{"role":"user","parts":[]}]') is None  # key order
-    assert codec._decode_canonical(b"[]") is None
-    assert codec._decode_canonical(b"{}") is None
-    assert codec._decode_canonical(b"[1") is None
+    assert codec.decode_canonical(raw.replace(b":", b": ")) is None  # whitespace
+    assert codec.decode_canonical(b'[{"role":"user","parts":[]}]') is None  # key order
+    assert codec.decode_canonical(b"[]") is None
+    assert codec.decode_canonical(b"{}") is None
+    assert codec.decode_canonical(b"[1") is None

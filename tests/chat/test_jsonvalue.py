@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scope.errors import InvalidJSONError
-from scope.jsonvalue import RawJSON, _coerce_raw_json
+from scope.jsonvalue import RawJSON, coerce_raw_json
 from tests.helpers import nested, respell
 from tests.strategies import json_texts, json_values, raw_json
 
@@ -165,13 +165,13 @@ def test_value_str_repr_eq_hash_pickle() -> None:
 
 def test_coerce() -> None:
     raw = RawJSON.parse("[1]")
-    assert _coerce_raw_json(raw) is raw
-    assert _coerce_raw_json([1]) == raw
-    assert _coerce_raw_json({"a": 1}) == RawJSON.parse('{"a":1}')
+    assert coerce_raw_json(raw) is raw
+    assert coerce_raw_json([1]) == raw
+    assert coerce_raw_json({"a": 1}) == RawJSON.parse('{"a":1}')
     with pytest.raises(InvalidJSONError):
-        _coerce_raw_json("[1]")
+        coerce_raw_json("[1]")
     with pytest.raises(InvalidJSONError):
-        _coerce_raw_json(1)
+        coerce_raw_json(1)
 
 
 # ------------------------------------------------------------------ properties

@@ -269,7 +269,7 @@ def test_the_commands_through_main(store: Handle, capsys: pytest.CaptureFixture[
 def tampered(tree: HistoryTree, index: int) -> HistoryTree:
     """``tree`` with ``batches[index]`` keeping its messages under another digest."""
     batch = tree.batches[index]
-    forged = Batch._verified(
+    forged = Batch.from_verified(
         batch.conversation_id,
         batch.id,
         batch.messages,

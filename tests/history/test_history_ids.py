@@ -89,9 +89,9 @@ def test_ids_accept_exactly_the_rule(text: str) -> None:
 
 @given(st.lists(st.one_of(st.text(max_size=140), st.sampled_from(list(BAD_IDS.values())))))
 def test_the_listing_fast_path_never_accepts_what_one_by_one_refuses(values: list[Any]) -> None:
-    """``ConversationID._all`` checks a whole listing page at once: when it answers, the
+    """``ConversationID.bulk`` checks a whole listing page at once: when it answers, the
     answer is what validating each value gives (None sends a page to that path)."""
-    fast = ConversationID._all(values)
+    fast = ConversationID.bulk(values)
     if fast is None:
         return
     assert fast == [ConversationID(value) for value in values]
@@ -100,6 +100,6 @@ def test_the_listing_fast_path_never_accepts_what_one_by_one_refuses(values: lis
 
 def test_the_listing_fast_path_takes_a_page_of_plain_ids() -> None:
     page = [f"conversation-{i}" for i in range(100)] + ["日本語", "x" * 128]
-    assert ConversationID._all(page) == page
-    assert ConversationID._all(["ok", "a\u00a0b"]) is None  # not printable: one by one
-    assert ConversationID._all(["ok", "x" * 129]) is None  # may be over 512 bytes
+    assert ConversationID.bulk(page) == page
+    assert ConversationID.bulk(["ok", "a\u00a0b"]) is None  # not printable: one by one
+    assert ConversationID.bulk(["ok", "x" * 129]) is None  # may be over 512 bytes

@@ -1,7 +1,7 @@
 """Stores remember what they append: a read after this handle's own append (or a
 deduplicated retry) decodes nothing; a cold handle decodes every record once, strictly.
 
-Decoding is counted at ``scope.historystores._records._decode_canonical`` (every strict
+Decoding is counted at ``scope.historystores._records.decode_canonical`` (every strict
 decode of a record starts there)."""
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 @pytest.fixture
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     count = [0]
-    real = _records._decode_canonical
+    real = _records.decode_canonical
 
     def counting(data: Any) -> Any:
         count[0] += 1
         return real(data)
 
-    monkeypatch.setattr(_records, "_decode_canonical", counting)
+    monkeypatch.setattr(_records, "decode_canonical", counting)
     return count
 
 
