@@ -184,6 +184,7 @@ EXPECTED: dict[str, list[str]] = {
         "MAX_OWNER_CHARS",
         "SECRET_BYTES",
         "STORE_KINDS",
+        "check_created",
         "check_erase_limit",
         "check_head",
         "check_move_id",

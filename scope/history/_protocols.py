@@ -178,12 +178,24 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
     but the id itself is gone.
     """
 
-    async def append(self, batch: Batch, *, owner: str | None = None) -> Receipt:
+    async def append(
+        self, batch: Batch, *, owner: str | None = None, created: float | None = None
+    ) -> Receipt:
         """``Writer.append``, and ``owner`` (DESIGN §6i; a principal string): the append
         that lands a conversation's first batch records it as the conversation's owner
         (None: no owner); every later append's owner is ignored, so an owner never
         changes. It is not part of the batch or its digest. An invalid owner raises
-        ``ValueError`` (``TypeError`` for a non-string) before any I/O."""
+        ``ValueError`` (``TypeError`` for a non-string) before any I/O.
+
+        ``created`` is for restoring a batch stored elsewhere (``scope history import``,
+        DESIGN §6n), never for a turn: when the batch lands, its stored time
+        (``read_tree``'s ``created``) is ``created`` (Unix seconds) instead of the store
+        clock's now, kept to the microsecond at least. None (the default): the store's
+        clock. It is not part of the batch or its digest; a retry of an accepted batch
+        changes nothing (its first stored time stays), and the expiry an inserted batch
+        moves (the store-wide ``retention``) still counts from the store's clock. A bad
+        ``created`` (see ``scope.history.storekit.check_created``) raises ``TypeError`` or
+        ``ValueError`` before any I/O."""
         ...
 
     async def read_batches(self, conversation_id: str) -> list[Batch]:

@@ -22,12 +22,13 @@ from scope.history._erasure import (
     new_secret,
     tombstone,
 )
-from scope.history._tree import check_head, check_move_id
+from scope.history._tree import check_created, check_head, check_move_id
 
 __all__ = [
     "MAX_OWNER_CHARS",
     "SECRET_BYTES",
     "STORE_KINDS",
+    "check_created",
     "check_erase_limit",
     "check_head",
     "check_move_id",

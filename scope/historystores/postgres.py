@@ -714,7 +714,9 @@ class PostgresStore(RecordStore):
         rows = await self._with_connection(page, f"scan of conversation {raw_id!r}")
         return [(r[0], r[1], r[2], r[3], "") for r in rows]
 
-    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> str:
+    async def _write(
+        self, batch: Batch, holder: str | None, owner: str | None, created: float | None
+    ) -> str:
         """One append (``holder`` None) or commit_turn (a holder: the commit_turn
         function, which also releases the holder's lease when the append landed or was a
         retry).
@@ -747,6 +749,8 @@ class PostgresStore(RecordStore):
                 return str(await conn.fetchval(sql, *args, holder))
 
             return await self._with_connection(commit, what, settle=True)
+        if created is not None:  # a restore (scope history import): never grouped
+            return await self._write_restored(args, created, what)
         queue = self._appending.get(cid)
         if queue is not None:  # one in flight: wait for the next group
             waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -767,6 +771,21 @@ class PostgresStore(RecordStore):
                 task.add_done_callback(self._running.discard)
             else:
                 del self._appending[cid]
+
+    async def _write_restored(self, args: tuple[Any, ...], created: float, what: str) -> str:
+        """The append function's call (``args``) and, when the batch was inserted, its
+        stored time set to ``created`` (Unix seconds), in one transaction: a restored
+        batch (``append(..., created=...)``) lands with its time or not at all."""
+        sql = self._sql
+
+        async def append(conn: Any) -> str:
+            async with conn.transaction():
+                outcome = str(await conn.fetchval(sql.append, *args))
+                if outcome == "inserted":
+                    await conn.execute(sql.set_created, args[0], args[1], created)
+                return outcome
+
+        return await self._with_connection(append, what, settle=True)
 
     async def _send_queued(
         self, cid: str, queue: list[tuple[tuple[Any, ...], asyncio.Future[str]]], what: str
@@ -1054,6 +1073,7 @@ class _Statements:
         "schema_table",
         "secret",
         "secret_table",
+        "set_created",
         "set_version",
         "tree",
         "upgrade_branches",
@@ -1389,6 +1409,12 @@ class _Statements:
             "$7::text[], $8::text[]) AS a(aid, digest, messages, count, expected, head, owner)"
         )
         self.commit_turn = f"SELECT {commit_turn}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        # A restored batch's stored time (parameters: the conversation id, the append
+        # id, Unix seconds), in the transaction of the append that inserted it.
+        self.set_created = (
+            f"UPDATE {batches} SET created = to_timestamp($3::float8) "
+            "WHERE conversation_id = $1 AND append_id = $2"
+        )
         self.move_head = f"SELECT {move_head}($1, $2, $3, $4, $5)"
         self.acquire_view = f"SELECT * FROM {acquire_view}($1, $2, $3, $4)"
         # Nothing of an expired conversation (until expire()) is read.

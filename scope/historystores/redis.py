@@ -265,7 +265,8 @@ end
 # KEYS: closed, ids, batches, length, tree, nodes, moves, meta, tombstones[, listing,
 # expiring[, owner's index]]. ARGV: append id, digest, record, message count, expected
 # length ('' for no fence), '1' when fenced by head, expected head, listing member, owner
-# ('' none), tombstone, retention in ms ('' none). Checks first (closed, expired or
+# ('' none), tombstone, retention in ms ('' none), the stored time of a restored batch
+# ("<s>.<us>"; '': TIME now). Checks first (closed, expired or
 # erased; dedupe record across every branch; fence by length and head: DESIGN §6b's
 # order), then the one-time adoption of a pre-branch conversation (it changes no
 # answer), then the writes, so an error (or an out-of-memory refusal of the first write)
@@ -294,7 +295,8 @@ local first = redis.call('HLEN', KEYS[2]) == 0
 local index = redis.call('RPUSH', KEYS[3], ARGV[3]) - 1
 if head ~= index - 1 then start = index end
 local total = string.format('%d', tonumber(length) + tonumber(ARGV[4]))
-local created = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2]))
+local created = ARGV[12]
+if created == '' then created = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2])) end
 redis.call('HSET', KEYS[5], index,
            string.format('%d %d ', head, start) .. total .. ' ' .. created .. ' ' .. ARGV[1],
            'head', index)
@@ -1415,7 +1417,9 @@ class RedisStore(RecordStore):
         held = await self._call(lambda: client.type(key), f"type of key {key!r}")
         return held.decode("utf-8", "replace") if isinstance(held, bytes) else str(held)
 
-    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> Any:
+    async def _write(
+        self, batch: Batch, holder: str | None, owner: str | None, created: float | None
+    ) -> Any:
         # One script; with a holder (append_release_turn) the folded script, which also
         # releases the holder's lease when the append landed or was a retry.
         cid = batch.conversation_id
@@ -1445,6 +1449,7 @@ class RedisStore(RecordStore):
         arguments = (
             *token, aid, digest, record, count, expected, fenced, expected_head,
             member, owner or "", mark, self._retention,
+            "" if created is None else f"{created:.6f}",
         )  # fmt: skip
 
         async def append() -> Any:

@@ -329,7 +329,7 @@ class _Tables:
         # (id, messages added, the new head's seq, the owner of a first batch, the
         # store-wide retention in seconds or NULL: it moves the expiry unless the
         # conversation has its own) and the batch row (id, seq, append id, digest,
-        # messages, parent seq, path length).
+        # messages, parent seq, stored time or NULL for now, path length).
         self.append_state = (
             f"SELECT {_closed('c')}, c.length, c.head, "
             f"(SELECT digest FROM {b} WHERE conversation_id = ?1 AND append_id = ?2), "
@@ -345,7 +345,7 @@ class _Tables:
         )
         self.append_batch = (
             f"INSERT INTO {b} (conversation_id, seq, append_id, digest, messages, parent, "
-            f"created, path_length) VALUES (?, ?, ?, ?, ?, ?, {_NOW}, ?)"
+            f"created, path_length) VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, {_NOW}), ?)"
         )
         # The head's append id (parameters: the conversation id, the head's seq).
         self.head_id = f"SELECT append_id FROM {b} WHERE conversation_id = ? AND seq = ?"
@@ -757,7 +757,9 @@ class SQLiteStore(RecordStore):
 
         return await self._run(page, f"scan of conversation {raw_id!r}")
 
-    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> str:
+    async def _write(
+        self, batch: Batch, holder: str | None, owner: str | None, created: float | None
+    ) -> str:
         # One write transaction (see the class docstring for cancellation); with a
         # holder (append_release_turn) the release is in the same transaction.
         cid = batch.conversation_id
@@ -790,7 +792,9 @@ class SQLiteStore(RecordStore):
             seq = (last or 0) + 1
             first_owner = owner if last is None else None  # the first batch records it
             conn.execute(t.append_length, (cid, count, seq, first_owner, retention))
-            conn.execute(t.append_batch, (cid, seq, aid, digest, data, head, length + count))
+            conn.execute(
+                t.append_batch, (cid, seq, aid, digest, data, head, created, length + count)
+            )
             return "inserted"
 
         # The release of append_release_turn expires the holder's row in place rather

@@ -30,6 +30,7 @@ _BROKEN_STORE = textwrap.dedent(
         UnknownHeadError,
     )
     from scope.history import AppendID, Batch, ConversationID, HistoryTree, HistoryView
+    from scope.history.storekit import check_created
     from scope.history.storetest import StoreConformance
 
     class Store:
@@ -191,9 +192,14 @@ _BROKEN_STORE = textwrap.dedent(
                 moves[move_id] = head
             return self._length(tree, index)
 
-        async def append(self, batch):
+        async def append(self, batch, *, created=None):
             if not isinstance(batch, Batch):
                 raise InvalidBatchError("not a batch")
+            if "created-validate-after-io" in self.broken:
+                await anyio.lowlevel.checkpoint()
+            created = check_created(created)
+            if "created-ignored" in self.broken:
+                created = None
             cid = batch.conversation_id
             if "fence-first" in self.broken:
                 self._fence(cid, batch)
@@ -235,7 +241,7 @@ _BROKEN_STORE = textwrap.dedent(
                 parent = len(tree["batches"]) - 1
             tree["batches"].append(batch)
             tree["parents"].append(parent)
-            tree["created"].append(time.time())
+            tree["created"].append(time.time() if created is None else created)
             tree["head"] = len(tree["batches"]) - 1
             if "extend-from-last" in self.broken:
                 self._moved(cid, tree, tree["head"])
@@ -408,7 +414,7 @@ _ERASURE_LAYER = textwrap.dedent(
                 return HistoryView((), 0, True)
             return view
 
-        async def append(self, batch, *, owner=None):
+        async def append(self, batch, *, owner=None, created=None):
             if not isinstance(batch, Batch):
                 raise InvalidBatchError("not a batch")
             if owner is None:
@@ -421,7 +427,7 @@ _ERASURE_LAYER = textwrap.dedent(
             if self._gone(cid):
                 raise ConversationClosedError(cid)
             before = len(self.state["batches"].get(cid, ()))
-            receipt = await super().append(batch)
+            receipt = await super().append(batch, created=created)
             if len(self.state["batches"].get(cid, ())) > before:
                 if owner is not None and (before == 0 or "owner-overwrite" in self.broken):
                     self.state["owners"][cid] = owner
@@ -891,6 +897,12 @@ CASES = [
         },
     ),
     ("tree-head", "tree", {"test_tree_shape_parents_head_and_created_times"}),
+    (
+        "created-ignored",
+        "created",
+        {"test_tree_created_restores_a_given_stored_time"},
+    ),
+    ("created-validate-after-io", "created", {"test_tree_created_invalid_rejected_before_io"}),
     ("clear-keeps-branches", "clear", {"test_clear_closes_every_branch"}),
     ("fence-race", "fenced", {"test_concurrent_fenced_appends_at_one_length_exactly_one_lands"}),
     ("view-atomic", "view", {"test_views_are_atomic_under_concurrent_appends"}),
