@@ -181,6 +181,8 @@ EXPECTED: dict[str, list[str]] = {
         "InMemoryStore",
     ],
     "scope.history.storekit": [
+        "CLOSURES",
+        "Closure",
         "MAX_OWNER_CHARS",
         "SECRET_BYTES",
         "STORE_KINDS",

@@ -66,10 +66,12 @@ def differences(
     equal). Stored times are compared to the microsecond (what PostgreSQL and Redis
     keep) where both stores hold one (a batch stored before branches has none, and
     its import the time of the import); expiry times to the millisecond (what Redis
-    keeps)."""
+    keeps); the closure as ``read_meta`` reads it (``"cleared here, open there"``)."""
     (tree, meta), (other, other_meta) = mine, theirs
     found: list[str] = []
-    if tree.closed != other.closed:
+    if meta.closure != other_meta.closure:  # None: open
+        found.append(f"{meta.closure or 'open'} here, {other_meta.closure or 'open'} there")
+    elif tree.closed != other.closed:
         found.append(f"closed here {tree.closed}, there {other.closed}")
     a, b = _shape(tree), _shape(other)
     if a != b:

@@ -37,7 +37,7 @@ from scope._documents import decode_messages
 from scope._json import Num, parse_exact_fast
 from scope.cli._errors import CLIError
 from scope.cli._render import Progress
-from scope.cli._stores import CLIStore, opened_store
+from scope.cli._stores import CLIStore, closed_as, opened_store
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
@@ -445,7 +445,8 @@ async def import_records(
             except RestoreConflict as exc:
                 problem = f"conflicts with this store ({exc}); nothing more imported for it"
             except ConversationClosedError:
-                problem = "is closed (cleared, expired or erased) in this store; nothing imported"
+                state = await closed_as(store, cid)
+                problem = f"is {state} in this store; nothing imported"
             except AppendConflictError as exc:
                 problem = f"conflicts with this store ({exc}); nothing more imported for it"
             else:

@@ -216,13 +216,20 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
 
     async def read_meta(self, conversation_id: str) -> ConversationMeta:
         """The conversation's records that are not batches (see ``ConversationMeta``):
-        its owner, expiry, whether ``retain`` set it, and the head moves recorded under a
-        move id, in one atomic read, as stored (an expired conversation's too, until
-        ``expire`` removes it; a cleared or expired one keeps its owner until
-        ``erase``). An unknown or erased conversation is ``ConversationMeta()``.
-        ``read_tree`` and ``read_meta`` are what ``scope history export`` writes. An
-        invalid id raises ``InvalidConversationIDError`` before any I/O; a corrupt
-        record ``StoreError``."""
+        its owner, expiry, whether ``retain`` set it, the head moves recorded under a
+        move id, and its closure, in one atomic read, as stored (an expired
+        conversation's too, until ``expire`` removes it; a cleared or expired one keeps
+        its owner until ``erase``). An unknown conversation is ``ConversationMeta()``.
+
+        ``closure`` says what closed it: ``"cleared"`` after ``clear`` (a clear after it
+        expired too: the clear is what closed it for good), ``"expired"`` once its expiry
+        has passed by the store's clock (before and after ``expire`` removed it),
+        ``"erased"`` after ``erase`` (whatever came before: the store holds the id's
+        tombstone and nothing else of it, so the meta is
+        ``ConversationMeta(closure="erased")``), None while it is open. ``read_tree``
+        and ``read_meta`` are what ``scope history export`` writes. An invalid id raises
+        ``InvalidConversationIDError`` before any I/O; a corrupt record
+        ``StoreError``."""
         ...
 
     async def move_head(

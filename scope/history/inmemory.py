@@ -44,7 +44,7 @@ from scope.history._erasure import (
     tombstone,
 )
 from scope.history._ids import AppendID, ConversationID
-from scope.history._meta import ConversationMeta
+from scope.history._meta import Closure, ConversationMeta
 from scope.history._tree import HistoryTree, check_created, check_head, check_move_id
 from scope.history._view import HistoryView
 
@@ -172,6 +172,8 @@ class InMemoryStore:
     _trees: dict[ConversationID, _Tree] = attrs.field(factory=dict, init=False, repr=False)
     # Closure evidence: never expires.
     _closed: set[ConversationID] = attrs.field(factory=set, init=False, repr=False)
+    # The closed ids expire() removed (a subset of _closed): read_meta's "expired".
+    _expired: set[ConversationID] = attrs.field(factory=set, init=False, repr=False)
     # The last head path length of each cleared conversation (its closed view's length).
     _lengths: dict[ConversationID, int] = attrs.field(factory=dict, init=False, repr=False)
     # Turn leases, by time.monotonic().
@@ -256,11 +258,22 @@ class InMemoryStore:
         return HistoryTree(batches, parents, created, head)
 
     async def read_meta(self, conversation_id: str) -> ConversationMeta:
-        """The owner, expiry, retention setting and recorded moves under one lock (see
-        ``scope.history.Store.read_meta``); ``ConversationMeta()`` for an unknown or
-        erased conversation. An invalid id raises ``InvalidConversationIDError``."""
+        """The owner, expiry, retention setting, recorded moves and closure under one
+        lock (see ``scope.history.Store.read_meta``); ``ConversationMeta()`` for an
+        unknown conversation, ``ConversationMeta(closure="erased")`` for an erased one.
+        An invalid id raises ``InvalidConversationIDError``."""
         cid = ConversationID(conversation_id)
         with self._lock:
+            if self._tombstones and tombstone(self._secret, cid) in self._tombstones:
+                return ConversationMeta(closure="erased")
+            expires = self._expires.get(cid)
+            closure: Closure | None = None
+            if cid in self._expired:
+                closure = "expired"
+            elif cid in self._closed:
+                closure = "cleared"
+            elif expires is not None and expires <= self.clock():
+                closure = "expired"
             tree = self._trees.get(cid)
             moves = (
                 ()
@@ -272,9 +285,10 @@ class InMemoryStore:
             )
             return ConversationMeta(
                 self._owners.get(cid),
-                None if (at := self._expires.get(cid)) is None else float(at),
+                None if expires is None else float(expires),
                 cid in self._retained,
                 moves,
+                closure,
             )
 
     async def move_head(
@@ -401,6 +415,7 @@ class InMemoryStore:
             if cid not in self._closed:
                 self._lengths[cid] = 0 if tree is None else tree.length(tree.head)
             self._closed.add(cid)
+            self._expired.discard(cid)  # a clear is what closed it for good
         self._cache.forget(cid)
 
     async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
@@ -534,6 +549,7 @@ class InMemoryStore:
                     continue  # cleared before it expired: nothing left to remove
                 self._drop_locked(cid)
                 self._closed.add(cid)
+                self._expired.add(cid)
                 removed.append(cid)
                 if len(removed) == count:
                     break
@@ -546,6 +562,7 @@ class InMemoryStore:
         for table in (self._lengths, self._owners, self._expires):
             table.pop(cid, None)
         self._closed.discard(cid)
+        self._expired.discard(cid)
         self._retained.discard(cid)
         mark = tombstone(self._secret, cid)
         self._tombstones.add(mark)
@@ -593,6 +610,7 @@ class InMemoryStore:
             tables: dict[str, Any] = {
                 "trees": self._trees,
                 "closed conversations": self._closed,
+                "expired conversations": self._expired,
                 "lengths": self._lengths,
                 "owners": self._owners,
                 "expiry times": self._expires,

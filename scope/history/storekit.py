@@ -22,9 +22,12 @@ from scope.history._erasure import (
     new_secret,
     tombstone,
 )
+from scope.history._meta import CLOSURES, Closure
 from scope.history._tree import check_created, check_head, check_move_id
 
 __all__ = [
+    "CLOSURES",
+    "Closure",
     "MAX_OWNER_CHARS",
     "SECRET_BYTES",
     "STORE_KINDS",

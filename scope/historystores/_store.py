@@ -31,6 +31,7 @@ from scope.history import (
     Receipt,
 )
 from scope.history.storekit import (
+    Closure,
     check_created,
     check_erase_limit,
     check_head,
@@ -367,14 +368,17 @@ class RecordStore(RecordScanning):
         return await self._read_tree(ConversationID(conversation_id))
 
     async def read_meta(self, conversation_id: str) -> ConversationMeta:
-        """The conversation's owner, expiry, retention setting and recorded head moves,
-        in one atomic read (see ``scope.history.Store.read_meta``). An unknown or erased
-        conversation is ``ConversationMeta()``; a stored value that is not what scope
+        """The conversation's owner, expiry, retention setting, recorded head moves and
+        closure, in one atomic read (see ``scope.history.Store.read_meta``). An unknown
+        conversation is ``ConversationMeta()``, an erased one
+        ``ConversationMeta(closure="erased")``; a stored value that is not what scope
         writes raises ``StoreError`` naming the conversation."""
         cid = ConversationID(conversation_id)
-        owner, expires_at, retained, moves = await self._read_meta(cid)
+        owner, expires_at, retained, moves, closure = await self._read_meta(cid)
+        if closure == "erased":
+            return ConversationMeta(closure="erased")
         try:
-            return ConversationMeta(owner, expires_at, retained, moves)
+            return ConversationMeta(owner, expires_at, retained, moves, closure)
         except InvalidViewError as exc:
             raise StoreError(
                 f"conversation {str(cid)!r} is corrupt: its records beside the batches: {exc}"
@@ -541,10 +545,11 @@ class RecordStore(RecordScanning):
 
     async def _read_meta(
         self, cid: ConversationID
-    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]]]:
+    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]], Closure | None]:
         """``read_meta`` on a checked id, one atomic read: the owner (None: none), the
-        expiry in Unix seconds (None: never), whether ``retain`` set it, and the
-        recorded ``(move id, head append id)`` pairs."""
+        expiry in Unix seconds (None: never), whether ``retain`` set it, the recorded
+        ``(move id, head append id)`` pairs, and the closure (``"erased"`` when the
+        id's tombstone is stored, whatever else is; None: open)."""
         raise NotImplementedError
 
     async def _move_head(

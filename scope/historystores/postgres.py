@@ -51,8 +51,11 @@ running sums, ``created`` NULL), and had no retention and erasure: the upgrade
 tombstones table. Both run, in idempotent steps; every earlier argument list of the
 functions is dropped and one definition of each is created, taking the head fence and
 the owner, tombstone and retention arguments (DESIGN §6h, §6i). An expired conversation
-(``expires_at`` passed by the server's clock) is closed in every step; an erased one has
-no row, and its tombstone closes it. ``open(create=False)`` runs no DDL, so a role with
+(``expires_at`` passed by the server's clock) is closed in every step; once ``expire``
+removed it, its row is ``closed`` with ``expires_at`` ``'infinity'`` (``read_meta``'s
+``"expired"``, where a ``clear`` leaves NULL; never due, never listed; rows earlier
+versions expired hold NULL). An erased one has no row, and its tombstone closes it.
+``open(create=False)`` runs no DDL, so a role with
 only row rights on the seven tables and ``EXECUTE`` on the four functions can use the
 store (the grants on the docs' Stores page, "Migrations and least privilege", which a
 test runs against the server).
@@ -72,7 +75,7 @@ from typing import Any, Final, TypeVar, final
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryCache, HistoryTree, HistoryView
-from scope.history.storekit import check_retention, new_secret, tombstone
+from scope.history.storekit import Closure, check_retention, new_secret, tombstone
 from scope.historystores._driver import (
     Driver,
     require_asyncio,
@@ -652,16 +655,17 @@ class PostgresStore(RecordStore):
 
     async def _read_meta(
         self, cid: ConversationID
-    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]]]:
+    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]], Closure | None]:
         sql = self._sql
+        mark = tombstone(self._secret, cid)
 
         async def read(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql.meta, cid))
+            return list(await conn.fetch(sql.meta, cid, mark))
 
         rows = await self._with_connection(read, f"meta read of conversation {str(cid)!r}")
-        owner, expires_at, retained = rows[0][0], rows[0][1], rows[0][2]
-        moves = [(r[3], r[4]) for r in rows if r[3] is not None]
-        return owner, expires_at, bool(retained), moves
+        owner, expires_at, retained, closure = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
+        moves = [(r[4], r[5]) for r in rows if r[4] is not None]
+        return owner, expires_at, bool(retained), moves, closure
 
     async def _move_head(
         self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
@@ -1512,8 +1516,17 @@ class _Statements:
         self.secret = f"SELECT secret FROM {secret} WHERE id = 1"
         # read_meta: the row's owner, expiry and retention flag beside each recorded move
         # (one row of NULLs when neither), one statement.
+        # read_meta (parameters: the id, its tombstone): the owner, the expiry (NULL
+        # once closed), the retention flag, the closure ('erased': the tombstone;
+        # 'expired': expire() removed it, or its expiry passed; 'cleared'), beside each
+        # recorded move, one statement.
         self.meta = (
-            "SELECT c.owner, extract(epoch FROM c.expires_at)::float8, c.retained, "
+            "SELECT c.owner, CASE WHEN c.closed THEN NULL "
+            "ELSE extract(epoch FROM c.expires_at)::float8 END, c.retained, "
+            f"CASE WHEN EXISTS (SELECT 1 FROM {tombstones} WHERE tombstone = $2) "
+            "THEN 'erased' WHEN c.closed AND c.expires_at = 'infinity' THEN 'expired' "
+            "WHEN c.closed THEN 'cleared' "
+            "WHEN c.expires_at <= clock_timestamp() THEN 'expired' END, "
             f"m.move_id, m.head FROM (SELECT 1) AS one LEFT JOIN {conv} c ON c.id = $1 "
             f"LEFT JOIN {moves} m ON m.conversation_id = $1"
         )
@@ -1542,8 +1555,8 @@ class _Statements:
         self.expire_batches = f"DELETE FROM {batches} WHERE conversation_id = ANY($1::text[])"
         self.expire_leases = f"DELETE FROM {leases} WHERE conversation_id = ANY($1::text[])"
         self.expire_moves = f"DELETE FROM {moves} WHERE conversation_id = ANY($1::text[])"
-        self.expire_rows = (
-            f"UPDATE {conv} SET closed = TRUE, expires_at = NULL, retained = FALSE "
+        self.expire_rows = (  # 'infinity': closed by expire() (read_meta's "expired")
+            f"UPDATE {conv} SET closed = TRUE, expires_at = 'infinity', retained = FALSE "
             "WHERE id = ANY($1::text[])"
         )
         self.erase_batches = (

@@ -232,20 +232,23 @@ async def test_import_refuses_a_conflicting_store_and_goes_on(
         await target.append(_batch("branched", "a1", "other words"), owner="alice")
         await target.append(_batch("rewound", "a1", "start"), owner="carol")
         await target.clear("kept")
+        await target.erase("forever")
         status, out, err = await _import("dst://", data)
         assert status == 1
         assert err.splitlines() == [
             "scope: error: export.jsonl:2: conversation 'branched' conflicts with this store "
             "(batch 'a1' has other messages here); nothing more imported for it",
-            "scope: error: export.jsonl:4: conversation 'kept' is closed (cleared, expired or "
-            "erased) in this store; nothing imported",
+            "scope: error: export.jsonl:3: conversation 'forever' is erased in this store; "
+            "nothing imported",
+            "scope: error: export.jsonl:4: conversation 'kept' is cleared in this store; "
+            "nothing imported",
             "scope: error: export.jsonl:5: conversation 'rewound' conflicts with this store "
             "(its owner here is 'carol', the export's 'alice'); nothing more imported for it",
         ]
-        assert out == "imported 1, already present 0, failed 3 (of 4 conversations)\n"
+        assert out == "imported 0, already present 0, failed 4 (of 4 conversations)\n"
         assert [str(b.id) for b in (await target.read_tree("branched")).batches] == ["a1"]
         assert (await target.read_view("rewound")).head == "a1"
-        assert len(await target.read("forever")) == 2
+        assert await target.read("forever") == []
 
 
 async def test_export_names_a_conversation_closed_after_the_listing() -> None:
@@ -490,7 +493,15 @@ async def test_differences_name_each_thing_two_stores_disagree_on() -> None:
     (tree, meta), (other, other_meta) = await read(a, "branched"), await read(c, "branched")
     assert differences((tree, meta), (other, other_meta))[0] == "batches only here: 'a2', 'b2'"
     assert differences(await read(a, "kept"), await read(c, "kept"))[0] == (
-        "closed here False, there True"
+        "open here, cleared there"
+    )
+    await c.erase("kept")
+    await c.retain("forever", _dt.datetime.now(_dt.UTC) - _DAY)
+    assert differences(await read(a, "kept"), await read(c, "kept"))[0] == (
+        "open here, erased there"
+    )
+    assert differences(await read(c, "forever"), await read(a, "forever"))[0] == (
+        "expired here, open there"
     )
 
 

@@ -385,6 +385,7 @@ _ERASURE_LAYER = textwrap.dedent(
             super().__init__(broken, state)
             for key, empty in (
                 ("owners", dict), ("expires", dict), ("retained", set), ("tombstones", set),
+                ("expired", set),
             ):
                 self.state.setdefault(key, empty())
             self.state.setdefault("secret", new_secret())
@@ -478,14 +479,31 @@ _ERASURE_LAYER = textwrap.dedent(
         async def read_meta(self, conversation_id):
             cid = ConversationID(conversation_id)
             state = self.state
+            if tombstone(state["secret"], cid) in state["tombstones"]:
+                if "meta-closure" not in self.broken:
+                    return ConversationMeta(closure="erased")
             tree = state["trees"].get(cid)
             moves = () if tree is None else tuple(tree["moves"].items())
+            expires = state["expires"].get(cid)
+            closure = None
+            if cid in state["expired"]:
+                closure = "expired"
+            elif cid in state["closed"]:
+                closure = "cleared"
+            elif expires is not None and expires <= time.time():
+                closure = "expired"
             return ConversationMeta(
                 state["owners"].get(cid),
-                state["expires"].get(cid),
+                expires,
                 cid in state["retained"] and "meta-retained" not in self.broken,
                 () if "meta-moves" in self.broken else moves,
+                None if "meta-closure" in self.broken else closure,
             )
+
+        async def clear(self, conversation_id):
+            await super().clear(conversation_id)
+            if "clear-keeps-expired" not in self.broken:
+                self.state["expired"].discard(ConversationID(conversation_id))
 
         async def retain(self, conversation_id, until):
             cid = ConversationID(conversation_id)
@@ -524,6 +542,7 @@ _ERASURE_LAYER = textwrap.dedent(
                 if cid in state["closed"]:
                     continue
                 self._drop(cid)
+                state["expired"].add(cid)
                 if "expire-reopens" not in self.broken:
                     state["closed"].add(cid)
                 if "expire-drops-owner" in self.broken:
@@ -552,6 +571,7 @@ _ERASURE_LAYER = textwrap.dedent(
             for table in ("owners", "expires"):
                 state[table].pop(cid, None)
             state["retained"].discard(cid)
+            state["expired"].discard(cid)
             if "erase-keeps-id" in self.broken:
                 state["closed"].add(cid)
             else:
@@ -668,6 +688,20 @@ _ERASURE_CASES = [
         {"test_store_retention_expires_a_conversation_after_its_last_append"},
     ),
     ("meta-moves", "read_meta", {"test_read_meta_reads_owner_retention_and_recorded_moves"}),
+    (
+        "meta-closure",
+        "read_meta",
+        {
+            "test_read_meta_closure_says_cleared_or_erased",
+            "test_read_meta_closure_says_expired_before_and_after_expire",
+            "test_read_meta_after_clear_keeps_the_owner_and_after_erase_nothing",
+        },
+    ),
+    (
+        "clear-keeps-expired",
+        "read_meta",
+        {"test_read_meta_closure_says_expired_before_and_after_expire"},
+    ),
     ("meta-retained", "read_meta", {"test_read_meta_reads_owner_retention_and_recorded_moves"}),
     ("erase-counts", "erase_receipt", {"test_erase_receipt_counts_batches_bytes_and_digest"}),
     (
