@@ -359,7 +359,10 @@ async def test_sigkill_during_import_then_a_rerun_finishes_the_job(
         await SQLiteStore.open(tmp_path / "target.db") as target,
     ):
         for cid in ("branched", "forever", "kept", "rewound"):
-            assert _shape(await target.read_tree(cid)) == _shape(await source.read_tree(cid))
+            want_tree, got_tree = await source.read_tree(cid), await target.read_tree(cid)
+            assert _shape(got_tree) == _shape(want_tree)
+            # The batch appended before the kill and those after it: the source's times.
+            assert got_tree.created == want_tree.created, cid
             want, got = await source.read_meta(cid), await target.read_meta(cid)
             assert (got.owner, got.moves, got.retained) == (want.owner, want.moves, want.retained)
 
