@@ -731,7 +731,8 @@ class Conversation:
             )
         if tree.closed:
             raise ConversationClosedError(
-                f"conversation {str(cid)!r} is closed (cleared): nothing to {what}"
+                f"conversation {str(cid)!r} is closed (cleared, expired or erased): "
+                f"nothing to {what}"
             )
         path = tree.path(tree.head)
         head = str(tree.batches[path[-1]].id) if path else ""

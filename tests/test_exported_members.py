@@ -189,9 +189,12 @@ EXPECTED: dict[str, list[str]] = {
         "InMemoryStore",
     ],
     "scope.history.storekit": [
+        "CLOSURES",
+        "Closure",
         "MAX_OWNER_CHARS",
         "SECRET_BYTES",
         "STORE_KINDS",
+        "check_created",
         "check_erase_limit",
         "check_head",
         "check_move_id",

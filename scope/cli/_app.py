@@ -328,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Restore each conversation of FILE (- for stdin). The whole file is "
         "validated first: a malformed line aborts before anything is written. A version 2 "
         "file restores every branch, the head, recorded moves, owner and retention, each "
-        "batch under its original append id (retries get the original receipts); every "
+        "batch under its original append id (retries get the original receipts) with its "
+        "original stored time; every "
         "step is idempotent, so importing twice is a no-op and an import cut short "
         "finishes when run again. A conversation the store contradicts (other messages, "
         "parent or owner, or closed) is named on stderr and left as it is; the others "
@@ -374,8 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="then compare with the store at URL (an export's source and its import, say): "
         "every conversation either lists must have the same batches (append id, digest, "
-        "parent: the same chain digest on every path), head, owner, recorded moves and "
-        "expiry; one error line per conversation that differs (exit status 1)",
+        "parent: the same chain digest on every path) stored at the same times, head, "
+        "owner, recorded moves and expiry; one error line per conversation that differs "
+        "(exit status 1)",
     )
     erase_ = actions.add_parser(
         "erase",

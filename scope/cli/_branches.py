@@ -10,7 +10,7 @@ from typing import TextIO
 from scope._documents import digest_of
 from scope.cli._errors import CLIError
 from scope.cli._render import safe
-from scope.cli._stores import opened_store
+from scope.cli._stores import closed_as, opened_store
 from scope.errors import ConversationClosedError, HistoryChangedError, UnknownHeadError
 from scope.history import ConversationID, HistoryTree, Store, branches, rewind, switch
 
@@ -40,9 +40,8 @@ def _when(created: float | datetime | None) -> str:
 async def _tree(store: Store, cid: ConversationID) -> HistoryTree:
     tree = await store.read_tree(cid)
     if tree.closed:
-        raise CLIError(
-            f"conversation {str(cid)!r} is closed (cleared, erased or expired): no branches"
-        )
+        state = await closed_as(store, cid)
+        raise CLIError(f"conversation {str(cid)!r} is {state}: no branches")
     if not tree.batches:
         raise CLIError(f"conversation {str(cid)!r} has no messages (unknown)")
     return tree
@@ -81,7 +80,10 @@ async def rewind_conversation(
     async with opened_store(url) as store:
         try:
             length = await rewind(store, cid, to=to, expected_head=expected_head)
-        except (HistoryChangedError, UnknownHeadError, ConversationClosedError) as exc:
+        except ConversationClosedError:
+            state = await closed_as(store, cid)
+            raise CLIError(f"conversation {str(cid)!r} is {state}; nothing was moved") from None
+        except (HistoryChangedError, UnknownHeadError) as exc:
             raise CLIError(f"{exc}; nothing was moved") from None
         tree = await store.read_tree(cid)
     head = "(start)" if tree.head == -1 else str(tree.batches[tree.head].id)
@@ -109,7 +111,10 @@ async def switch_conversation(
     async with opened_store(url) as store:
         try:
             length = await switch(store, cid, to, expected_head=expected_head)
-        except (HistoryChangedError, UnknownHeadError, ConversationClosedError) as exc:
+        except ConversationClosedError:
+            state = await closed_as(store, cid)
+            raise CLIError(f"conversation {str(cid)!r} is {state}; nothing was moved") from None
+        except (HistoryChangedError, UnknownHeadError) as exc:
             raise CLIError(f"{exc}; nothing was moved") from None
         tree = await store.read_tree(cid)
     head = "(start)" if tree.head == -1 else str(tree.batches[tree.head].id)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO, final
 
 from scope.cli._errors import CLIError
 from scope.cli._render import safe
-from scope.cli._stores import CLIStore, open_cli_store, prepare_sqlite_parent
+from scope.cli._stores import CLIStore, closed_as, open_cli_store, prepare_sqlite_parent
 from scope.conversation import Conversation, TurnEvent
 from scope.errors import (
     CommitError,
@@ -135,10 +135,10 @@ class _Session:
             receipt = await self.store.append(batch)
             receipt.validate_for(batch)
         except ConversationClosedError:
+            state = await closed_as(self.store, self.conversation_id)
             raise CLIError(
-                f"conversation {str(self.conversation_id)!r} is closed (cleared, erased or "
-                "expired); its last answer cannot be saved; start a new conversation with "
-                "`scope chat`"
+                f"conversation {str(self.conversation_id)!r} is {state}; its last answer "
+                "cannot be saved; start a new conversation with `scope chat`"
             ) from None
         except StoreError as exc:
             self.note(
@@ -163,10 +163,10 @@ class _Session:
                 "assistant> " if _isatty(self.out) else "",
             )
         except ConversationClosedError:
+            state = await closed_as(self.store, self.conversation_id)
             raise CLIError(
-                f"conversation {str(self.conversation_id)!r} is closed (cleared, erased or "
-                "expired); the message was not sent; start a new conversation with "
-                "`scope chat`"
+                f"conversation {str(self.conversation_id)!r} is {state}; the message was "
+                "not sent; start a new conversation with `scope chat`"
             ) from None
         except TurnInProgressError:
             self.note(
@@ -177,10 +177,10 @@ class _Session:
             return
         except CommitError as exc:
             if isinstance(exc.__cause__, ConversationClosedError):
+                state = await closed_as(self.store, self.conversation_id)
                 raise CLIError(
-                    f"conversation {str(self.conversation_id)!r} is closed (cleared, erased or "
-                    "expired); this answer was not saved; start a new conversation with "
-                    "`scope chat`"
+                    f"conversation {str(self.conversation_id)!r} is {state}; this answer "
+                    "was not saved; start a new conversation with `scope chat`"
                 ) from None
             if not exc.retryable:
                 self.note(
@@ -324,9 +324,10 @@ def run_chat(
             session = _Session(store, model, cid, system, stdout, stderr, provider)
             view = runner.run(store.read_view(cid))
             if view.closed:
+                state = runner.run(closed_as(store, cid))
                 raise CLIError(
-                    f"conversation {str(cid)!r} is closed (cleared, erased or expired): "
-                    "nothing can be added to it; start a new one by leaving out --conversation"
+                    f"conversation {str(cid)!r} is {state}: nothing can be added to it; "
+                    "start a new one by leaving out --conversation"
                 )
             stored = list(view.messages)
             if conversation_id is None:

@@ -15,6 +15,9 @@ __all__ = ["compare_stores", "differences"]
 
 #: How many ids one listing round trip asks for.
 _PAGE: Final = 1000
+#: Two stored times closer than this are the same time (PostgreSQL and Redis keep
+#: microseconds; a float of today's Unix seconds is finer than a quarter of one).
+_MICROSECOND: Final = 1e-6
 
 
 async def _listed(store: CLIStore) -> AsyncIterator[ConversationID]:
@@ -60,11 +63,15 @@ def differences(
     mine: tuple[HistoryTree, ConversationMeta], theirs: tuple[HistoryTree, ConversationMeta]
 ) -> list[str]:
     """What differs between one conversation's tree and meta in two stores (``[]``:
-    equal). Stored times are not compared (an import stores its own); expiry times are
-    compared to the millisecond (what Redis keeps)."""
+    equal). Stored times are compared to the microsecond (what PostgreSQL and Redis
+    keep) where both stores hold one (a batch stored before branches has none, and
+    its import the time of the import); expiry times to the millisecond (what Redis
+    keeps); the closure as ``read_meta`` reads it (``"cleared here, open there"``)."""
     (tree, meta), (other, other_meta) = mine, theirs
     found: list[str] = []
-    if tree.closed != other.closed:
+    if meta.closure != other_meta.closure:  # None: open
+        found.append(f"{meta.closure or 'open'} here, {other_meta.closure or 'open'} there")
+    elif tree.closed != other.closed:
         found.append(f"closed here {tree.closed}, there {other.closed}")
     a, b = _shape(tree), _shape(other)
     if a != b:
@@ -76,6 +83,14 @@ def differences(
             found.append(f"batches only there: {', '.join(map(repr, only_there))}")
         if not only_here and not only_there:
             found.append("the same batches with other digests, parents or order")
+    if a == b:
+        moved = [
+            str(batch.id)
+            for batch, here, there in zip(tree.batches, tree.created, other.created, strict=True)
+            if here is not None and there is not None and abs(here - there) >= _MICROSECOND
+        ]
+        if moved:
+            found.append(f"other stored times: {', '.join(map(repr, moved))}")
     if _head(tree) != _head(other):
         found.append(f"head here {_head(tree)!r}, there {_head(other)!r}")
     if meta.owner != other_meta.owner:

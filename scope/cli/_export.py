@@ -37,7 +37,7 @@ from scope._documents import decode_messages
 from scope._json import Num, parse_exact_fast
 from scope.cli._errors import CLIError
 from scope.cli._render import Progress
-from scope.cli._stores import CLIStore, opened_store
+from scope.cli._stores import CLIStore, closed_as, opened_store
 from scope.errors import (
     AppendConflictError,
     ConversationClosedError,
@@ -346,8 +346,9 @@ async def restore_conversation(store: CLIStore, record: ConversationRecord) -> b
     are replayed under their move ids, the head is moved to the record's, and the
     expiry is set with ``retain`` when the record has one (or was retained to never).
     Every step is idempotent (append ids, move ids), so a run cut short (a crash, a
-    SIGKILL) and run again finishes the job. The batches' stored times are the times of
-    this import (the store writes its own).
+    SIGKILL) and run again finishes the job. Each batch keeps its stored time
+    (``created``, restored through ``Store.append(..., created=...)``); one the export
+    has none for (``null``: stored before branches) gets the time of this import.
 
     A conversation that holds every batch and move of the record and more (batches or
     moves made here since it was imported) went on since: nothing is written (its head
@@ -397,7 +398,8 @@ async def restore_conversation(store: CLIStore, record: ConversationRecord) -> b
         parent = record.parent_id(index)
         if head != parent:
             await store.move_head(cid, parent, expected_head=head)
-        await store.append(Batch(cid, batch.id, batch.messages), owner=owner)
+        created = record.tree.created[index]  # None: unknown, the store's clock stamps it
+        await store.append(Batch(cid, batch.id, batch.messages), owner=owner, created=created)
         head, wrote = str(batch.id), True
     for move, target in record.meta.moves:
         if move not in recorded:
@@ -443,7 +445,8 @@ async def import_records(
             except RestoreConflict as exc:
                 problem = f"conflicts with this store ({exc}); nothing more imported for it"
             except ConversationClosedError:
-                problem = "is closed (cleared, expired or erased) in this store; nothing imported"
+                state = await closed_as(store, cid)
+                problem = f"is {state} in this store; nothing imported"
             except AppendConflictError as exc:
                 problem = f"conflicts with this store ({exc}); nothing more imported for it"
             else:

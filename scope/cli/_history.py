@@ -21,7 +21,7 @@ from scope.chat import Message, Model
 from scope.cli._errors import CLIError
 from scope.cli._export import export_store, import_records, is_export_header, parse_export
 from scope.cli._render import Progress, render_batches
-from scope.cli._stores import CLIStore, opened_store, redact_url
+from scope.cli._stores import CLIStore, closed_as, opened_store, redact_url
 from scope.codec import encode_messages
 from scope.errors import (
     AppendConflictError,
@@ -197,9 +197,8 @@ async def show_conversation(url: str, conversation_id: str, *, as_json: bool, ou
     cid = ConversationID(conversation_id)
     async with opened_store(url) as store:
         if (await store.read_view(cid)).closed:
-            raise CLIError(
-                f"conversation {str(cid)!r} is closed (cleared, erased or expired): no messages"
-            )
+            state = await closed_as(store, cid)
+            raise CLIError(f"conversation {str(cid)!r} is {state}: no messages")
         batches = await store.read_batches(cid)
         messages = [m for batch in batches for m in batch.messages]
         read_tree = getattr(store, "read_tree", None)  # a store with branches
@@ -374,9 +373,10 @@ async def import_conversations(
             except ConversationClosedError:
                 failed += 1
                 progress.done()
+                state = await closed_as(store, cid)
                 stderr.write(
-                    f"scope: error: {source}:{item.number}: conversation {cid!r} is closed "
-                    "(cleared); nothing appended\n"
+                    f"scope: error: {source}:{item.number}: conversation {cid!r} is {state}; "
+                    "nothing appended\n"
                 )
             else:
                 if appended:
@@ -473,8 +473,9 @@ async def compact_conversation(
     async with opened_store(url) as store:
         try:
             receipt = await compact(store, cid, summarizer, keep_turns=keep_turns)
-        except ConversationClosedError as exc:
-            raise CLIError(str(exc)) from None
+        except ConversationClosedError:
+            state = await closed_as(store, cid)
+            raise CLIError(f"conversation {str(cid)!r} is {state}: nothing to compact") from None
         if receipt is None:
             out.write(
                 f"nothing to compact in conversation {cid}: it has at most {keep_turns} "

@@ -10,12 +10,15 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TypeAlias
 
 from scope.cli._errors import CLIError
+from scope.errors import StoreError
+from scope.history import Store
 from scope.historystores import PersistentStore, open_store
 
 __all__ = [
     "CLIStore",
     "chat_store_url",
     "check_sqlite_location",
+    "closed_as",
     "open_cli_store",
     "opened_store",
     "prepare_sqlite_parent",
@@ -114,3 +117,15 @@ async def opened_store(url: str, *, create: bool = True) -> AsyncIterator[CLISto
         yield store
     finally:
         await store.aclose()
+
+
+async def closed_as(store: Store, conversation_id: str) -> str:
+    """How a closed conversation was closed, the word the command line prints:
+    ``cleared``, ``expired`` or ``erased`` (``Store.read_meta``'s ``closure``);
+    ``closed`` when the store cannot say (its meta cannot be read, or it reads open
+    again: a race)."""
+    try:
+        closure = (await store.read_meta(conversation_id)).closure
+    except StoreError:
+        return "closed"
+    return closure or "closed"

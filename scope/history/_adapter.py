@@ -16,7 +16,7 @@ from scope.history._erasure import ErasureReceipt, check_owner
 from scope.history._ids import ConversationID
 from scope.history._meta import ConversationMeta
 from scope.history._protocols import Reader, Store, Writer
-from scope.history._tree import HistoryTree, check_head, check_move_id
+from scope.history._tree import HistoryTree, check_created, check_head, check_move_id
 from scope.history._view import HistoryView
 
 __all__ = ["LeaseTable", "StoreAdapter", "as_store", "takes_owner"]
@@ -114,6 +114,9 @@ class StoreAdapter:
       raises ``TypeError`` before any I/O (the history ``Middleware`` checks it at
       construction), and so does ``conversations(owner=...)`` through a store whose
       listing takes none. Without an owner the wrapped methods are called without it.
+      A restored stored time (``append(..., created=...)``) reaches a wrapped
+      ``append`` that takes ``created``; through one that takes none it raises
+      ``TypeError`` before any I/O.
       When the adapter supplies the lease steps (its own in-process table), ``erase``
       drops the conversation's lease there too; ``erase_owned`` cannot (its receipts
       name no id), so such a lease lasts until its ttl passes.
@@ -256,12 +259,22 @@ class StoreAdapter:
             )
         return own
 
-    async def append(self, batch: Batch, *, owner: str | None = None) -> Receipt:
+    async def append(
+        self, batch: Batch, *, owner: str | None = None, created: float | None = None
+    ) -> Receipt:
         append = self._needed("append")
-        if owner is None:
-            return await append(batch)  # type: ignore[no-any-return]
-        self._check_owner(owner)
-        return await append(batch, owner=owner)  # type: ignore[no-any-return]
+        extra: dict[str, Any] = {}
+        if owner is not None:
+            self._check_owner(owner)
+            extra["owner"] = owner
+        if created is not None:
+            extra["created"] = check_created(created)
+            if not _takes(append, "created"):
+                raise TypeError(
+                    f"{type(self.store).__name__}.append takes no created: the adapter "
+                    "cannot restore a stored time"
+                )
+        return await append(batch, **extra)  # type: ignore[no-any-return]
 
     def _check_owner(self, owner: str) -> None:
         check_owner(owner)
@@ -359,6 +372,11 @@ def takes_owner(writer: object, method: str = "append") -> bool:
 
 def _takes_owner(method: Any) -> bool:
     """Whether ``method`` (a store's ``append``, listing ...) takes an ``owner`` keyword."""
+    return _takes(method, "owner")
+
+
+def _takes(method: Any, keyword: str) -> bool:
+    """Whether ``method`` takes the keyword argument ``keyword``."""
     if method is None:
         return False
     try:
@@ -366,6 +384,6 @@ def _takes_owner(method: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return any(
-        (p.name == "owner" and p.kind is not p.POSITIONAL_ONLY) or p.kind is p.VAR_KEYWORD
+        (p.name == keyword and p.kind is not p.POSITIONAL_ONLY) or p.kind is p.VAR_KEYWORD
         for p in parameters
     )

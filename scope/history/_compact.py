@@ -153,7 +153,8 @@ async def compact(
             raise TypeError(f"read_view returned {type(view).__name__}, not a HistoryView")
         if view.closed:
             raise ConversationClosedError(
-                f"conversation {str(cid)!r} is closed (cleared): nothing to compact"
+                f"conversation {str(cid)!r} is closed (cleared, expired or erased): "
+                "nothing to compact"
             )
         projection = project(None, cid, view.messages)
         turns = projection.turns

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import final
+from typing import Final, Literal, final
 
 import attrs
 
@@ -13,7 +13,12 @@ from scope.errors import InvalidViewError
 from scope.history._erasure import check_owner
 from scope.history._tree import check_head, check_move_id
 
-__all__ = ["ConversationMeta"]
+__all__ = ["CLOSURES", "Closure", "ConversationMeta"]
+
+#: How a conversation was closed (``ConversationMeta.closure``).
+Closure = Literal["cleared", "expired", "erased"]
+#: Every ``Closure``, in that order.
+CLOSURES: Final[tuple[Closure, ...]] = ("cleared", "expired", "erased")
 
 
 def _moves(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
@@ -37,6 +42,10 @@ class ConversationMeta:
     - ``moves``: the head moves recorded under a move id (``move_head(...,
       move_id=...)``), ``(move id, the append id it moved the head to, "" for the
       start)``, sorted by move id; their retries return what they returned.
+    - ``closure``: how it was closed: ``"cleared"`` (``clear``), ``"expired"`` (its
+      expiry passed, whether or not ``expire`` removed it since), ``"erased"``
+      (``erase``: only its tombstone is left, so nothing else is set), or None (open,
+      or never written). See ``Store.read_meta``.
 
     Invalid fields raise ``InvalidViewError`` (an owner breaking ``check_owner``'s rules
     too, so a corrupt record is never mistaken for a valid one).
@@ -46,6 +55,7 @@ class ConversationMeta:
     expires_at: float | None = None
     retained: bool = False
     moves: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_moves)
+    closure: Closure | None = None
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -78,3 +88,13 @@ class ConversationMeta:
             if move in seen:
                 raise InvalidViewError(f"moves: move id {move!r} is given twice")
             seen.add(move)
+        if self.closure is not None and (
+            type(self.closure) is not str or self.closure not in CLOSURES
+        ):
+            raise InvalidViewError(
+                f"closure must be one of {', '.join(CLOSURES)} or None, got {self.closure!r}"
+            )
+        if self.closure == "erased" and (
+            self.owner is not None or self.expires_at is not None or self.retained or self.moves
+        ):
+            raise InvalidViewError("an erased conversation keeps nothing but its closure")

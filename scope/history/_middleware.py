@@ -367,8 +367,8 @@ class Middleware:
             if view.closed:
                 with _trace.commit_span(cid):  # the trace says why nothing was stored
                     raise ConversationClosedError(
-                        f"conversation {str(cid)!r} is closed (cleared): the turn "
-                        "cannot be stored, so the model was not called"
+                        f"conversation {str(cid)!r} is closed (cleared, expired or erased): "
+                        "the turn cannot be stored, so the model was not called"
                     )
             stored = view.messages
             if self._fenced:

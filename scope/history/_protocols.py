@@ -178,12 +178,24 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
     but the id itself is gone.
     """
 
-    async def append(self, batch: Batch, *, owner: str | None = None) -> Receipt:
+    async def append(
+        self, batch: Batch, *, owner: str | None = None, created: float | None = None
+    ) -> Receipt:
         """``Writer.append``, and ``owner`` (DESIGN §6i; a principal string): the append
         that lands a conversation's first batch records it as the conversation's owner
         (None: no owner); every later append's owner is ignored, so an owner never
         changes. It is not part of the batch or its digest. An invalid owner raises
-        ``ValueError`` (``TypeError`` for a non-string) before any I/O."""
+        ``ValueError`` (``TypeError`` for a non-string) before any I/O.
+
+        ``created`` is for restoring a batch stored elsewhere (``scope history import``,
+        DESIGN §6n), never for a turn: when the batch lands, its stored time
+        (``read_tree``'s ``created``) is ``created`` (Unix seconds) instead of the store
+        clock's now, kept to the microsecond at least. None (the default): the store's
+        clock. It is not part of the batch or its digest; a retry of an accepted batch
+        changes nothing (its first stored time stays), and the expiry an inserted batch
+        moves (the store-wide ``retention``) still counts from the store's clock. A bad
+        ``created`` (see ``scope.history.storekit.check_created``) raises ``TypeError`` or
+        ``ValueError`` before any I/O."""
         ...
 
     async def read_batches(self, conversation_id: str) -> list[Batch]:
@@ -204,13 +216,20 @@ class Store(Reader, ViewReader, Writer, Clearer, Lister, TurnLeaser, Protocol):
 
     async def read_meta(self, conversation_id: str) -> ConversationMeta:
         """The conversation's records that are not batches (see ``ConversationMeta``):
-        its owner, expiry, whether ``retain`` set it, and the head moves recorded under a
-        move id, in one atomic read, as stored (an expired conversation's too, until
-        ``expire`` removes it; a cleared or expired one keeps its owner until
-        ``erase``). An unknown or erased conversation is ``ConversationMeta()``.
-        ``read_tree`` and ``read_meta`` are what ``scope history export`` writes. An
-        invalid id raises ``InvalidConversationIDError`` before any I/O; a corrupt
-        record ``StoreError``."""
+        its owner, expiry, whether ``retain`` set it, the head moves recorded under a
+        move id, and its closure, in one atomic read, as stored (an expired
+        conversation's too, until ``expire`` removes it; a cleared or expired one keeps
+        its owner until ``erase``). An unknown conversation is ``ConversationMeta()``.
+
+        ``closure`` says what closed it: ``"cleared"`` after ``clear`` (a clear after it
+        expired too: the clear is what closed it for good), ``"expired"`` once its expiry
+        has passed by the store's clock (before and after ``expire`` removed it),
+        ``"erased"`` after ``erase`` (whatever came before: the store holds the id's
+        tombstone and nothing else of it, so the meta is
+        ``ConversationMeta(closure="erased")``), None while it is open. ``read_tree``
+        and ``read_meta`` are what ``scope history export`` writes. An invalid id raises
+        ``InvalidConversationIDError`` before any I/O; a corrupt record
+        ``StoreError``."""
         ...
 
     async def move_head(

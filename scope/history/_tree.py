@@ -4,6 +4,7 @@ atomic read (DESIGN §6h)."""
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable
 from typing import final
 
@@ -13,7 +14,7 @@ from scope.errors import InvalidAppendIDError, InvalidViewError
 from scope.history._batch import Batch
 from scope.history._ids import AppendID
 
-__all__ = ["HistoryTree", "check_head", "check_move_id"]
+__all__ = ["HistoryTree", "check_created", "check_head", "check_move_id"]
 
 
 def _batches(value: Iterable[Batch]) -> tuple[Batch, ...]:
@@ -144,3 +145,31 @@ def check_move_id(value: object) -> AppendID | None:
         return AppendID(value)
     except InvalidAppendIDError as exc:
         raise InvalidAppendIDError(f"move_id: {exc}") from exc
+
+
+#: The first stored time ``check_created`` refuses: 10000-01-01T00:00:00Z, the end of
+#: what a ``datetime`` (and so every bundled store's time column) holds.
+CREATED_LIMIT = 253402300800.0
+
+
+def check_created(value: object) -> float | None:
+    """``value`` as a stored time to restore (``Store.append``'s ``created``: Unix
+    seconds, an int or float from 0 up to, not including, the year 10000; None: none),
+    as a ``float``. ``TypeError`` for anything but None, an int or a float (a bool
+    too), ``ValueError`` for a number outside that range (NaN and infinities too),
+    before any I/O."""
+    if value is None:
+        return None
+    if type(value) is bool or not isinstance(value, int | float):
+        raise TypeError(
+            f"created must be Unix seconds (an int or float) or None, got {type(value).__name__}"
+        )
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond any float
+        seconds = math.inf
+    if not (math.isfinite(seconds) and 0.0 <= seconds < CREATED_LIMIT):
+        raise ValueError(
+            f"created must be Unix seconds from 0 to before the year 10000, got {value!r}"
+        )
+    return seconds

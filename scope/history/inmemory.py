@@ -44,8 +44,8 @@ from scope.history._erasure import (
     tombstone,
 )
 from scope.history._ids import AppendID, ConversationID
-from scope.history._meta import ConversationMeta
-from scope.history._tree import HistoryTree, check_head, check_move_id
+from scope.history._meta import Closure, ConversationMeta
+from scope.history._tree import HistoryTree, check_created, check_head, check_move_id
 from scope.history._view import HistoryView
 
 __all__ = ["InMemoryStore"]
@@ -90,13 +90,14 @@ class _Tree:
     def head_id(self) -> str:
         return "" if self.head == -1 else str(self.batches[self.head].id)
 
-    def add(self, batch: Batch) -> None:
-        """Store ``batch`` after the head and make it the head."""
+    def add(self, batch: Batch, created: float | None = None) -> None:
+        """Store ``batch`` after the head and make it the head; its stored time is
+        ``created`` (None: now)."""
         parent = self.head
         self.index[batch.id] = len(self.batches)
         self.batches.append(batch)
         self.parents.append(parent)
-        self.created.append(time.time())
+        self.created.append(time.time() if created is None else created)
         self.lengths.append(self.length(parent) + len(batch.messages))
         self.head = len(self.batches) - 1
         self.path.append(batch)
@@ -171,6 +172,8 @@ class InMemoryStore:
     _trees: dict[ConversationID, _Tree] = attrs.field(factory=dict, init=False, repr=False)
     # Closure evidence: never expires.
     _closed: set[ConversationID] = attrs.field(factory=set, init=False, repr=False)
+    # The closed ids expire() removed (a subset of _closed): read_meta's "expired".
+    _expired: set[ConversationID] = attrs.field(factory=set, init=False, repr=False)
     # The last head path length of each cleared conversation (its closed view's length).
     _lengths: dict[ConversationID, int] = attrs.field(factory=dict, init=False, repr=False)
     # Turn leases, by time.monotonic().
@@ -255,11 +258,22 @@ class InMemoryStore:
         return HistoryTree(batches, parents, created, head)
 
     async def read_meta(self, conversation_id: str) -> ConversationMeta:
-        """The owner, expiry, retention setting and recorded moves under one lock (see
-        ``scope.history.Store.read_meta``); ``ConversationMeta()`` for an unknown or
-        erased conversation. An invalid id raises ``InvalidConversationIDError``."""
+        """The owner, expiry, retention setting, recorded moves and closure under one
+        lock (see ``scope.history.Store.read_meta``); ``ConversationMeta()`` for an
+        unknown conversation, ``ConversationMeta(closure="erased")`` for an erased one.
+        An invalid id raises ``InvalidConversationIDError``."""
         cid = ConversationID(conversation_id)
         with self._lock:
+            if self._tombstones and tombstone(self._secret, cid) in self._tombstones:
+                return ConversationMeta(closure="erased")
+            expires = self._expires.get(cid)
+            closure: Closure | None = None
+            if cid in self._expired:
+                closure = "expired"
+            elif cid in self._closed:
+                closure = "cleared"
+            elif expires is not None and expires <= self.clock():
+                closure = "expired"
             tree = self._trees.get(cid)
             moves = (
                 ()
@@ -271,9 +285,10 @@ class InMemoryStore:
             )
             return ConversationMeta(
                 self._owners.get(cid),
-                None if (at := self._expires.get(cid)) is None else float(at),
+                None if expires is None else float(expires),
                 cid in self._retained,
                 moves,
+                closure,
             )
 
     async def move_head(
@@ -328,7 +343,9 @@ class InMemoryStore:
                 tree.moves[mid] = target
             return tree.length(target)
 
-    async def append(self, batch: Batch, *, owner: str | None = None) -> Receipt:
+    async def append(
+        self, batch: Batch, *, owner: str | None = None, created: float | None = None
+    ) -> Receipt:
         """Append every message of ``batch`` after the head, contiguously and in order;
         the batch becomes the head. Returns its receipt.
 
@@ -339,17 +356,20 @@ class InMemoryStore:
         batches included); a fenced batch whose ``expected_length`` is not the head
         path's length, or whose ``expected_head`` is not the head, raises
         ``HistoryChangedError``; in each case nothing is appended. Anything but a
-        ``Batch`` raises ``InvalidBatchError``. ``owner``: see ``scope.history.Store``.
+        ``Batch`` raises ``InvalidBatchError``. ``owner`` and ``created`` (a restored
+        stored time): see ``scope.history.Store``.
         """
         if not isinstance(batch, Batch):
             raise InvalidBatchError(f"append needs a Batch, got {type(batch).__name__}")
         owner = None if owner is None else check_owner(owner)
+        stamp = check_created(created)
         with self._lock:
-            self._owned_append_locked(batch, owner)
+            self._owned_append_locked(batch, owner, stamp)
         return batch.receipt()
 
-    def _append_locked(self, batch: Batch) -> None:
-        """``append``'s checks and writes; the caller holds the lock."""
+    def _append_locked(self, batch: Batch, created: float | None = None) -> None:
+        """``append``'s checks and writes (``created``: the stored time, None: now); the
+        caller holds the lock."""
         cid = batch.conversation_id
         if cid in self._closed:
             raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
@@ -379,7 +399,7 @@ class InMemoryStore:
             )
         if tree is None:
             tree = self._trees[cid] = _Tree()
-        tree.add(batch)
+        tree.add(batch, created)
 
     async def clear(self, conversation_id: str) -> None:
         """Close the conversation for ever: every branch is dropped, it reads as ``[]``,
@@ -395,6 +415,7 @@ class InMemoryStore:
             if cid not in self._closed:
                 self._lengths[cid] = 0 if tree is None else tree.length(tree.head)
             self._closed.add(cid)
+            self._expired.discard(cid)  # a clear is what closed it for good
         self._cache.forget(cid)
 
     async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
@@ -472,7 +493,9 @@ class InMemoryStore:
             return True
         return bool(self._tombstones) and tombstone(self._secret, cid) in self._tombstones
 
-    def _owned_append_locked(self, batch: Batch, owner: str | None) -> None:
+    def _owned_append_locked(
+        self, batch: Batch, owner: str | None, created: float | None = None
+    ) -> None:
         """``_append_locked`` with expiry and erasure closing the conversation, and the
         owner and the store-wide expiry recorded when the batch lands."""
         cid = batch.conversation_id
@@ -480,7 +503,7 @@ class InMemoryStore:
             raise ConversationClosedError(f"conversation {str(cid)!r} is closed")
         tree = self._trees.get(cid)
         before = 0 if tree is None else len(tree.batches)
-        self._append_locked(batch)
+        self._append_locked(batch, created)
         if len(self._trees[cid].batches) == before:
             return  # a retry of an accepted batch: nothing landed
         if before == 0 and owner is not None:
@@ -526,6 +549,7 @@ class InMemoryStore:
                     continue  # cleared before it expired: nothing left to remove
                 self._drop_locked(cid)
                 self._closed.add(cid)
+                self._expired.add(cid)
                 removed.append(cid)
                 if len(removed) == count:
                     break
@@ -538,6 +562,7 @@ class InMemoryStore:
         for table in (self._lengths, self._owners, self._expires):
             table.pop(cid, None)
         self._closed.discard(cid)
+        self._expired.discard(cid)
         self._retained.discard(cid)
         mark = tombstone(self._secret, cid)
         self._tombstones.add(mark)
@@ -585,6 +610,7 @@ class InMemoryStore:
             tables: dict[str, Any] = {
                 "trees": self._trees,
                 "closed conversations": self._closed,
+                "expired conversations": self._expired,
                 "lengths": self._lengths,
                 "owners": self._owners,
                 "expiry times": self._expires,

@@ -22,12 +22,16 @@ from scope.history._erasure import (
     new_secret,
     tombstone,
 )
-from scope.history._tree import check_head, check_move_id
+from scope.history._meta import CLOSURES, Closure
+from scope.history._tree import check_created, check_head, check_move_id
 
 __all__ = [
+    "CLOSURES",
+    "Closure",
     "MAX_OWNER_CHARS",
     "SECRET_BYTES",
     "STORE_KINDS",
+    "check_created",
     "check_erase_limit",
     "check_head",
     "check_move_id",

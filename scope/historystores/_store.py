@@ -31,6 +31,8 @@ from scope.history import (
     Receipt,
 )
 from scope.history.storekit import (
+    Closure,
+    check_created,
     check_erase_limit,
     check_head,
     check_move_id,
@@ -246,22 +248,29 @@ class RecordStore(RecordScanning):
         logged once as a warning on the ``scope.historystores`` logger."""
         return self._listed.invalid
 
-    async def append(self, batch: Batch, *, owner: str | None = None) -> Receipt:
+    async def append(
+        self, batch: Batch, *, owner: str | None = None, created: float | None = None
+    ) -> Receipt:
         """Append ``batch`` atomically and return its receipt. Raises
         ``ConversationClosedError`` (closed, expired or erased), ``AppendConflictError``,
         ``HistoryChangedError`` (a fenced batch at another length), ``InvalidBatchError``
         (not a Batch, before any I/O) or ``StoreError``. ``owner``: the append that lands
         the conversation's first batch records it, in the same atomic step (see
-        ``scope.history.Store``); a bad owner raises ``ValueError`` before any I/O."""
+        ``scope.history.Store``); a bad owner raises ``ValueError`` before any I/O.
+        ``created``: the stored time of a restored batch (``scope history import``; see
+        ``scope.history.Store``), None for the server's clock."""
         batch = check_batch(batch)
-        return await self._append(batch, None, _owner(owner))
+        owner = _owner(owner)
+        return await self._append(batch, None, owner, check_created(created))
 
-    async def _append(self, batch: Batch, holder: str | None, owner: str | None) -> Receipt:
+    async def _append(
+        self, batch: Batch, holder: str | None, owner: str | None, created: float | None = None
+    ) -> Receipt:
         """The append sequence for a checked ``batch``. With a ``holder``
         (``append_release_turn``) ``_write`` also releases that
         holder's lease in its one atomic step when the batch landed or was a retry of
         the same batch (``releases``); a refused append leaves the lease."""
-        outcome = await self._write(batch, holder, owner)
+        outcome = await self._write(batch, holder, owner, created)
         check_outcome(batch, outcome, self._outcome_source)
         await self._after_append(batch, owner)
         self._cache.remember(batch)
@@ -359,14 +368,17 @@ class RecordStore(RecordScanning):
         return await self._read_tree(ConversationID(conversation_id))
 
     async def read_meta(self, conversation_id: str) -> ConversationMeta:
-        """The conversation's owner, expiry, retention setting and recorded head moves,
-        in one atomic read (see ``scope.history.Store.read_meta``). An unknown or erased
-        conversation is ``ConversationMeta()``; a stored value that is not what scope
+        """The conversation's owner, expiry, retention setting, recorded head moves and
+        closure, in one atomic read (see ``scope.history.Store.read_meta``). An unknown
+        conversation is ``ConversationMeta()``, an erased one
+        ``ConversationMeta(closure="erased")``; a stored value that is not what scope
         writes raises ``StoreError`` naming the conversation."""
         cid = ConversationID(conversation_id)
-        owner, expires_at, retained, moves = await self._read_meta(cid)
+        owner, expires_at, retained, moves, closure = await self._read_meta(cid)
+        if closure == "erased":
+            return ConversationMeta(closure="erased")
         try:
-            return ConversationMeta(owner, expires_at, retained, moves)
+            return ConversationMeta(owner, expires_at, retained, moves, closure)
         except InvalidViewError as exc:
             raise StoreError(
                 f"conversation {str(cid)!r} is corrupt: its records beside the batches: {exc}"
@@ -512,7 +524,9 @@ class RecordStore(RecordScanning):
         to it is held, as ``check_erased`` reports them."""
         raise NotImplementedError
 
-    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> object:
+    async def _write(
+        self, batch: Batch, holder: str | None, owner: str | None, created: float | None
+    ) -> object:
         """Append ``batch`` in one atomic step: the closed check, the dedupe record and
         the fence (DESIGN §6b's order), then the insert. Answers the outcome
         ``check_outcome`` reads (``inserted``, ``closed``, ``accepted:<digest>``,
@@ -521,7 +535,8 @@ class RecordStore(RecordScanning):
         step releases ``holder``'s lease when ``releases(batch, outcome)``. An expired
         or erased conversation is ``closed``; an inserted first batch records ``owner``
         and every inserted batch moves the store-wide expiry (unless ``retain`` set the
-        conversation's own), in the same step."""
+        conversation's own), in the same step. An inserted batch's stored time is
+        ``created`` (checked Unix seconds; None: the server's clock now)."""
         raise NotImplementedError
 
     async def _read_tree(self, cid: ConversationID) -> HistoryTree:
@@ -530,10 +545,11 @@ class RecordStore(RecordScanning):
 
     async def _read_meta(
         self, cid: ConversationID
-    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]]]:
+    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]], Closure | None]:
         """``read_meta`` on a checked id, one atomic read: the owner (None: none), the
-        expiry in Unix seconds (None: never), whether ``retain`` set it, and the
-        recorded ``(move id, head append id)`` pairs."""
+        expiry in Unix seconds (None: never), whether ``retain`` set it, the recorded
+        ``(move id, head append id)`` pairs, and the closure (``"erased"`` when the
+        id's tombstone is stored, whatever else is; None: open)."""
         raise NotImplementedError
 
     async def _move_head(

@@ -51,8 +51,11 @@ running sums, ``created`` NULL), and had no retention and erasure: the upgrade
 tombstones table. Both run, in idempotent steps; every earlier argument list of the
 functions is dropped and one definition of each is created, taking the head fence and
 the owner, tombstone and retention arguments (DESIGN §6h, §6i). An expired conversation
-(``expires_at`` passed by the server's clock) is closed in every step; an erased one has
-no row, and its tombstone closes it. ``open(create=False)`` runs no DDL, so a role with
+(``expires_at`` passed by the server's clock) is closed in every step; once ``expire``
+removed it, its row is ``closed`` with ``expires_at`` ``'infinity'`` (``read_meta``'s
+``"expired"``, where a ``clear`` leaves NULL; never due, never listed; rows earlier
+versions expired hold NULL). An erased one has no row, and its tombstone closes it.
+``open(create=False)`` runs no DDL, so a role with
 only row rights on the seven tables and ``EXECUTE`` on the four functions can use the
 store (the grants on the docs' Stores page, "Migrations and least privilege", which a
 test runs against the server).
@@ -72,7 +75,7 @@ from typing import Any, Final, TypeVar, final
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryCache, HistoryTree, HistoryView
-from scope.history.storekit import check_retention, new_secret, tombstone
+from scope.history.storekit import Closure, check_retention, new_secret, tombstone
 from scope.historystores._driver import (
     Driver,
     require_asyncio,
@@ -652,16 +655,17 @@ class PostgresStore(RecordStore):
 
     async def _read_meta(
         self, cid: ConversationID
-    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]]]:
+    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]], Closure | None]:
         sql = self._sql
+        mark = tombstone(self._secret, cid)
 
         async def read(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql.meta, cid))
+            return list(await conn.fetch(sql.meta, cid, mark))
 
         rows = await self._with_connection(read, f"meta read of conversation {str(cid)!r}")
-        owner, expires_at, retained = rows[0][0], rows[0][1], rows[0][2]
-        moves = [(r[3], r[4]) for r in rows if r[3] is not None]
-        return owner, expires_at, bool(retained), moves
+        owner, expires_at, retained, closure = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
+        moves = [(r[4], r[5]) for r in rows if r[4] is not None]
+        return owner, expires_at, bool(retained), moves, closure
 
     async def _move_head(
         self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
@@ -714,7 +718,9 @@ class PostgresStore(RecordStore):
         rows = await self._with_connection(page, f"scan of conversation {raw_id!r}")
         return [(r[0], r[1], r[2], r[3], "") for r in rows]
 
-    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> str:
+    async def _write(
+        self, batch: Batch, holder: str | None, owner: str | None, created: float | None
+    ) -> str:
         """One append (``holder`` None) or commit_turn (a holder: the commit_turn
         function, which also releases the holder's lease when the append landed or was a
         retry).
@@ -747,6 +753,8 @@ class PostgresStore(RecordStore):
                 return str(await conn.fetchval(sql, *args, holder))
 
             return await self._with_connection(commit, what, settle=True)
+        if created is not None:  # a restore (scope history import): never grouped
+            return await self._write_restored(args, created, what)
         queue = self._appending.get(cid)
         if queue is not None:  # one in flight: wait for the next group
             waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -767,6 +775,21 @@ class PostgresStore(RecordStore):
                 task.add_done_callback(self._running.discard)
             else:
                 del self._appending[cid]
+
+    async def _write_restored(self, args: tuple[Any, ...], created: float, what: str) -> str:
+        """The append function's call (``args``) and, when the batch was inserted, its
+        stored time set to ``created`` (Unix seconds), in one transaction: a restored
+        batch (``append(..., created=...)``) lands with its time or not at all."""
+        sql = self._sql
+
+        async def append(conn: Any) -> str:
+            async with conn.transaction():
+                outcome = str(await conn.fetchval(sql.append, *args))
+                if outcome == "inserted":
+                    await conn.execute(sql.set_created, args[0], args[1], created)
+                return outcome
+
+        return await self._with_connection(append, what, settle=True)
 
     async def _send_queued(
         self, cid: str, queue: list[tuple[tuple[Any, ...], asyncio.Future[str]]], what: str
@@ -1054,6 +1077,7 @@ class _Statements:
         "schema_table",
         "secret",
         "secret_table",
+        "set_created",
         "set_version",
         "tree",
         "upgrade_branches",
@@ -1389,6 +1413,12 @@ class _Statements:
             "$7::text[], $8::text[]) AS a(aid, digest, messages, count, expected, head, owner)"
         )
         self.commit_turn = f"SELECT {commit_turn}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        # A restored batch's stored time (parameters: the conversation id, the append
+        # id, Unix seconds), in the transaction of the append that inserted it.
+        self.set_created = (
+            f"UPDATE {batches} SET created = to_timestamp($3::float8) "
+            "WHERE conversation_id = $1 AND append_id = $2"
+        )
         self.move_head = f"SELECT {move_head}($1, $2, $3, $4, $5)"
         self.acquire_view = f"SELECT * FROM {acquire_view}($1, $2, $3, $4)"
         # Nothing of an expired conversation (until expire()) is read.
@@ -1486,8 +1516,17 @@ class _Statements:
         self.secret = f"SELECT secret FROM {secret} WHERE id = 1"
         # read_meta: the row's owner, expiry and retention flag beside each recorded move
         # (one row of NULLs when neither), one statement.
+        # read_meta (parameters: the id, its tombstone): the owner, the expiry (NULL
+        # once closed), the retention flag, the closure ('erased': the tombstone;
+        # 'expired': expire() removed it, or its expiry passed; 'cleared'), beside each
+        # recorded move, one statement.
         self.meta = (
-            "SELECT c.owner, extract(epoch FROM c.expires_at)::float8, c.retained, "
+            "SELECT c.owner, CASE WHEN c.closed THEN NULL "
+            "ELSE extract(epoch FROM c.expires_at)::float8 END, c.retained, "
+            f"CASE WHEN EXISTS (SELECT 1 FROM {tombstones} WHERE tombstone = $2) "
+            "THEN 'erased' WHEN c.closed AND c.expires_at = 'infinity' THEN 'expired' "
+            "WHEN c.closed THEN 'cleared' "
+            "WHEN c.expires_at <= clock_timestamp() THEN 'expired' END, "
             f"m.move_id, m.head FROM (SELECT 1) AS one LEFT JOIN {conv} c ON c.id = $1 "
             f"LEFT JOIN {moves} m ON m.conversation_id = $1"
         )
@@ -1516,8 +1555,8 @@ class _Statements:
         self.expire_batches = f"DELETE FROM {batches} WHERE conversation_id = ANY($1::text[])"
         self.expire_leases = f"DELETE FROM {leases} WHERE conversation_id = ANY($1::text[])"
         self.expire_moves = f"DELETE FROM {moves} WHERE conversation_id = ANY($1::text[])"
-        self.expire_rows = (
-            f"UPDATE {conv} SET closed = TRUE, expires_at = NULL, retained = FALSE "
+        self.expire_rows = (  # 'infinity': closed by expire() (read_meta's "expired")
+            f"UPDATE {conv} SET closed = TRUE, expires_at = 'infinity', retained = FALSE "
             "WHERE id = ANY($1::text[])"
         )
         self.erase_batches = (

@@ -95,6 +95,7 @@ from scope.history import (
     HistoryView,
 )
 from scope.history.storekit import (
+    Closure,
     check_erase_limit,
     check_head,
     check_move_id,
@@ -265,7 +266,8 @@ end
 # KEYS: closed, ids, batches, length, tree, nodes, moves, meta, tombstones[, listing,
 # expiring[, owner's index]]. ARGV: append id, digest, record, message count, expected
 # length ('' for no fence), '1' when fenced by head, expected head, listing member, owner
-# ('' none), tombstone, retention in ms ('' none). Checks first (closed, expired or
+# ('' none), tombstone, retention in ms ('' none), the stored time of a restored batch
+# ("<s>.<us>"; '': TIME now). Checks first (closed, expired or
 # erased; dedupe record across every branch; fence by length and head: DESIGN §6b's
 # order), then the one-time adoption of a pre-branch conversation (it changes no
 # answer), then the writes, so an error (or an out-of-memory refusal of the first write)
@@ -294,7 +296,8 @@ local first = redis.call('HLEN', KEYS[2]) == 0
 local index = redis.call('RPUSH', KEYS[3], ARGV[3]) - 1
 if head ~= index - 1 then start = index end
 local total = string.format('%d', tonumber(length) + tonumber(ARGV[4]))
-local created = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2]))
+local created = ARGV[12]
+if created == '' then created = clock[1] .. '.' .. string.format('%06d', tonumber(clock[2])) end
 redis.call('HSET', KEYS[5], index,
            string.format('%d %d ', head, start) .. total .. ' ' .. created .. ' ' .. ARGV[1],
            'head', index)
@@ -456,10 +459,24 @@ end
 return outcome
 """
 
-# KEYS: meta, moves. read_meta: both hashes in one atomic step (one slot), as
-# {{field, value, ...}, {move id, head, ...}}.
-_READ_META: Final = """
-return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+# KEYS: meta, moves, closed, tombstones. ARGV: the id's tombstone. read_meta: both
+# hashes and the closure in one atomic step (one slot), as {{field, value, ...}, {move
+# id, head, ...}, closure}: 'erased' (the tombstone is stored), 'expired' (expire()
+# removed it: the closed key holds '2'; or its expiry passed), 'cleared' (the closed key
+# holds '1'), '' (open).
+_READ_META: Final = f"""
+{_NOW_MS}
+local closure = ''
+if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
+  closure = 'erased'
+else
+  local closed = redis.call('GET', KEYS[3])
+  local exp = redis.call('HGET', KEYS[1], 'exp')
+  if closed == '2' then closure = 'expired'
+  elseif closed then closure = 'cleared'
+  elseif exp and tonumber(exp) <= now then closure = 'expired' end
+end
+return {{redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]), closure}}
 """
 
 # KEYS: closed, ids, batches, meta, tombstones, length, tree, nodes, moves[, expiring].
@@ -488,7 +505,8 @@ return 'retained'
 # expiring]. ARGV: now in Unix ms, listing member. expire() of one conversation: {1}
 # when it was due and is now closed (every branch's batches, dedupe records, tree and
 # move records and the lease deleted; owner and length kept), else {0, its expiry or
-# ''} (cleared, or an append or retain moved it: the index is fixed).
+# ''} (cleared, or an append or retain moved it: the index is fixed). The closed key
+# holds '2' (closed by its expiry: read_meta's "expired"; clear writes '1').
 _EXPIRE_ONE: Final = """
 local exp = redis.call('HGET', KEYS[5], 'exp')
 if redis.call('EXISTS', KEYS[1]) == 1 or not exp or tonumber(exp) > tonumber(ARGV[1]) then
@@ -503,7 +521,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 or not exp or tonumber(exp) > tonumber(ARG
 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8])
 redis.call('PERSIST', KEYS[9])
-redis.call('SET', KEYS[1], '1')
+redis.call('SET', KEYS[1], '2')
 redis.call('HDEL', KEYS[5], 'exp', 'retained')
 if KEYS[10] then
   redis.call('ZREM', KEYS[10], ARGV[2])
@@ -550,6 +568,13 @@ redis.call('SREM', KEYS[3], ARGV[1])
 if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[1]) end
 return 1
 """
+
+#: ``_READ_META``'s closure answers.
+_CLOSURES: Final[dict[bytes, Closure]] = {
+    b"cleared": "cleared",
+    b"expired": "expired",
+    b"erased": "erased",
+}
 
 #: How many listed ids one ``conversations()`` round trip fetches.
 _PAGE: Final = 1000
@@ -1415,7 +1440,9 @@ class RedisStore(RecordStore):
         held = await self._call(lambda: client.type(key), f"type of key {key!r}")
         return held.decode("utf-8", "replace") if isinstance(held, bytes) else str(held)
 
-    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> Any:
+    async def _write(
+        self, batch: Batch, holder: str | None, owner: str | None, created: float | None
+    ) -> Any:
         # One script; with a holder (append_release_turn) the folded script, which also
         # releases the holder's lease when the append landed or was a retry.
         cid = batch.conversation_id
@@ -1445,6 +1472,7 @@ class RedisStore(RecordStore):
         arguments = (
             *token, aid, digest, record, count, expected, fenced, expected_head,
             member, owner or "", mark, self._retention,
+            "" if created is None else f"{created:.6f}",
         )  # fmt: skip
 
         async def append() -> Any:
@@ -1635,16 +1663,19 @@ class RedisStore(RecordStore):
 
     async def _read_meta(
         self, cid: ConversationID
-    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]]]:
-        # One script reading meta and moves (one slot: atomic, on a Cluster too).
-        moves_key = self._keys(cid)[6]
-        meta_key = self._erasure_keys(cid)[0]
+    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]], Closure | None]:
+        # One script reading meta, moves and the closure (one slot: atomic, on a
+        # Cluster too).
+        keys = self._keys(cid)
+        closed_key, moves_key = keys[0], keys[6]
+        meta_key, tombs, mark = self._erasure_keys(cid)
         client = self._client
 
         async def read() -> Any:
-            return await _run(client, _READ_META, 2, meta_key, moves_key)
+            return await _run(client, _READ_META, 4, meta_key, moves_key, closed_key, tombs, mark)
 
-        fields, pairs = await self._call(read, f"meta read of conversation {str(cid)!r}")
+        fields, pairs, closed = await self._call(read, f"meta read of conversation {str(cid)!r}")
+        closure = _CLOSURES.get(bytes(closed))
         meta = {
             _text(cid, fields[i], "meta field"): fields[i + 1] for i in range(0, len(fields), 2)
         }
@@ -1655,7 +1686,7 @@ class RedisStore(RecordStore):
             (_text(cid, pairs[i], "move id"), _text(cid, pairs[i + 1], "move record"))
             for i in range(0, len(pairs), 2)
         ]
-        return owner, expiry, meta.get("retained") == b"1", moves
+        return owner, expiry, meta.get("retained") == b"1", moves, closure
 
     async def _retain(self, cid: ConversationID, until: float | None) -> bool:
         # One script (Cluster: the expiry index, in another slot, after it).

@@ -36,7 +36,9 @@ seq order and reads scan it as before branches; after, they walk parents from th
 Retention and erasure (DESIGN §6i): the conversation row holds the ``owner`` its first
 append recorded, ``expires_at`` (Unix seconds by the host's clock; NULL: never) and
 ``retained`` (1: its own setting, which appends do not move); an expired conversation is
-closed in every step from that moment. ``erase`` deletes every row naming the id (every
+closed in every step from that moment. ``closed`` is 0 (open), 1 (``clear``) or 2
+(``expire`` removed it: ``read_meta``'s ``"expired"``; earlier versions wrote 1 there).
+``erase`` deletes every row naming the id (every
 branch's batches, its lease, move records and conversation row) and writes its
 tombstone, the HMAC-SHA256 of the id under the store secret (``_secret``, 32 random
 bytes made with the schema).
@@ -90,7 +92,7 @@ import anyio.to_thread
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
 from scope.history import Batch, ConversationID, HistoryCache, HistoryTree, HistoryView
-from scope.history.storekit import check_retention, new_secret, tombstone
+from scope.history.storekit import Closure, check_retention, new_secret, tombstone
 from scope.historystores._driver import (
     Driver,
     cancellation_mark,
@@ -329,7 +331,7 @@ class _Tables:
         # (id, messages added, the new head's seq, the owner of a first batch, the
         # store-wide retention in seconds or NULL: it moves the expiry unless the
         # conversation has its own) and the batch row (id, seq, append id, digest,
-        # messages, parent seq, path length).
+        # messages, parent seq, stored time or NULL for now, path length).
         self.append_state = (
             f"SELECT {_closed('c')}, c.length, c.head, "
             f"(SELECT digest FROM {b} WHERE conversation_id = ?1 AND append_id = ?2), "
@@ -345,7 +347,7 @@ class _Tables:
         )
         self.append_batch = (
             f"INSERT INTO {b} (conversation_id, seq, append_id, digest, messages, parent, "
-            f"created, path_length) VALUES (?, ?, ?, ?, ?, ?, {_NOW}, ?)"
+            f"created, path_length) VALUES (?, ?, ?, ?, ?, ?, COALESCE(?, {_NOW}), ?)"
         )
         # The head's append id (parameters: the conversation id, the head's seq).
         self.head_id = f"SELECT append_id FROM {b} WHERE conversation_id = ? AND seq = ?"
@@ -649,24 +651,37 @@ class SQLiteStore(RecordStore):
 
     async def _read_meta(
         self, cid: ConversationID
-    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]]]:
-        # One statement (one snapshot): the conversation row's owner, expiry and
-        # retention flag beside each recorded move (one row of NULLs when neither).
+    ) -> tuple[str | None, float | None, bool, list[tuple[str, str]], Closure | None]:
+        # One statement (one snapshot): the conversation row's owner, expiry, retention
+        # flag and closure (closed: 1 cleared, 2 expired by expire(); an expiry passed:
+        # expired) and whether the id's tombstone is stored, beside each recorded move
+        # (one row of NULLs when neither).
         t = self._tables
         sql = (
-            f"SELECT c.owner, c.expires_at, c.retained, m.move_id, m.head FROM (SELECT 1) "
+            f"SELECT c.owner, c.expires_at, c.retained, c.closed, "
+            f"COALESCE(c.expires_at <= {_NOW}, 0), "
+            f"EXISTS (SELECT 1 FROM {t.tombstones} WHERE tombstone = ?2), "
+            f"m.move_id, m.head FROM (SELECT 1) "
             f"LEFT JOIN {t.conversations} c ON c.id = ?1 "
             f"LEFT JOIN {t.moves} m ON m.conversation_id = ?1"
         )
+        mark = tombstone(self._secret, cid)
 
         def read(conn: sqlite3.Connection) -> list[Any]:
-            return conn.execute(sql, (cid,)).fetchall()
+            return conn.execute(sql, (cid, mark)).fetchall()
 
         rows = await self._run(read, f"meta read of conversation {str(cid)!r}")
-        owner, expires_at, retained = rows[0][:3]
-        moves = [(r[3], r[4]) for r in rows if r[3] is not None]
+        owner, expires_at, retained, closed, due, erased = rows[0][:6]
+        moves = [(r[6], r[7]) for r in rows if r[6] is not None]
         expiry = None if expires_at is None else float(expires_at)
-        return owner, expiry, bool(retained), moves
+        closure: Closure | None = None
+        if erased:
+            closure = "erased"
+        elif closed == 2 or (not closed and due):
+            closure = "expired"
+        elif closed:
+            closure = "cleared"
+        return owner, expiry, bool(retained), moves, closure
 
     async def _move_head(
         self, cid: ConversationID, head: str, expected_head: str, move_id: str | None
@@ -757,7 +772,9 @@ class SQLiteStore(RecordStore):
 
         return await self._run(page, f"scan of conversation {raw_id!r}")
 
-    async def _write(self, batch: Batch, holder: str | None, owner: str | None) -> str:
+    async def _write(
+        self, batch: Batch, holder: str | None, owner: str | None, created: float | None
+    ) -> str:
         # One write transaction (see the class docstring for cancellation); with a
         # holder (append_release_turn) the release is in the same transaction.
         cid = batch.conversation_id
@@ -790,7 +807,9 @@ class SQLiteStore(RecordStore):
             seq = (last or 0) + 1
             first_owner = owner if last is None else None  # the first batch records it
             conn.execute(t.append_length, (cid, count, seq, first_owner, retention))
-            conn.execute(t.append_batch, (cid, seq, aid, digest, data, head, length + count))
+            conn.execute(
+                t.append_batch, (cid, seq, aid, digest, data, head, created, length + count)
+            )
             return "inserted"
 
         # The release of append_release_turn expires the holder's row in place rather
@@ -964,8 +983,8 @@ class SQLiteStore(RecordStore):
             rows = [(cid,) for cid in ids]
             for table in (t.batches, t.leases, t.moves):
                 conn.executemany(f"DELETE FROM {table} WHERE conversation_id = ?", rows)
-            conn.executemany(
-                f"UPDATE {t.conversations} SET closed = 1, expires_at = NULL, retained = 0 "
+            conn.executemany(  # closed = 2: closed by its expiry (read_meta's "expired")
+                f"UPDATE {t.conversations} SET closed = 2, expires_at = NULL, retained = 0 "
                 "WHERE id = ?",
                 rows,
             )

@@ -48,7 +48,12 @@ from typing import Any, Final, Literal
 
 from scope.chat import FinishReason, Message, Output, Response, Role
 from scope.conversation import Conversation, TurnEvent, TurnEventKind, TurnResult
-from scope.errors import ConversationClosedError, HistoryChangedError, HistoryDivergedError
+from scope.errors import (
+    ConversationClosedError,
+    HistoryChangedError,
+    HistoryDivergedError,
+    StoreError,
+)
 from scope.history import Batch, HistoryTree
 from scope.web._agui import AGUIRunInput
 from scope.web._request import CLIENT_MESSAGE_ID_KEY, REGENERATE
@@ -115,10 +120,15 @@ async def _read_tree(conversation: Conversation) -> HistoryTree:
     tree: HistoryTree = await read_tree(cid)
     if tree.closed:
         # Nothing a request asks can run on a closed chat: say so before any event (a
-        # service answers 410), not as an edit of a turn it cannot find or a stream error.
+        # service answers 410), not as an edit of a turn it cannot find or a stream error;
+        # name what closed it (cleared, expired, erased) when the store can say.
+        state = "closed"
+        read_meta = getattr(store, "read_meta", None)
+        if inspect.iscoroutinefunction(read_meta):
+            with contextlib.suppress(StoreError):
+                state = (await read_meta(cid)).closure or state
         raise ConversationClosedError(
-            f"chat {str(cid)!r} is closed (cleared, erased or expired): it takes no new "
-            "turn; start a new chat"
+            f"chat {str(cid)!r} is {state}: it takes no new turn; start a new chat"
         )
     return tree
 

@@ -476,7 +476,7 @@ def test_import_into_a_cleared_conversation_fails(
     line = ConversationLine("gone", [user_message("bye"), assistant_message("ciao")]).to_json()
     proc = scope(tmp_path, "history", "import", "--store", sqlite_url(source), "-", input=line)
     assert assert_one_line_error(proc) == (
-        "scope: error: <stdin>:1: conversation 'gone' is closed (cleared); nothing appended"
+        "scope: error: <stdin>:1: conversation 'gone' is cleared; nothing appended"
     )
 
 
@@ -698,10 +698,10 @@ def test_show_unknown_or_cleared(tmp_path: pathlib.Path, source: pathlib.Path) -
     assert assert_one_line_error(proc) == (
         "scope: error: conversation 'never' has no messages (unknown)"
     )
-    # A cleared conversation is marked as closed, not merely empty.
+    # A cleared conversation is named as cleared, not merely empty.
     proc = scope(tmp_path, "history", "show", "--store", sqlite_url(source), "gone")
-    assert assert_one_line_error(proc) == (
-        "scope: error: conversation 'gone' is closed (cleared, erased or expired): no messages"
+    assert (
+        assert_one_line_error(proc) == "scope: error: conversation 'gone' is cleared: no messages"
     )
 
 

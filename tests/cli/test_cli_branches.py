@@ -184,7 +184,7 @@ async def test_switch_errors_move_nothing(
 async def test_switch_of_a_closed_conversation(store: Handle) -> None:
     await store.append(turn("c", "a1", "q1"))
     await store.clear("c")
-    with pytest.raises(CLIError, match="is closed; nothing was moved"):
+    with pytest.raises(CLIError, match=r"^conversation 'c' is cleared; nothing was moved$"):
         await switch_conversation("memory://", "c", to="a1", expected_head=None, out=io.StringIO())
 
 
@@ -230,7 +230,7 @@ async def test_unknown_and_closed_conversations(store: Handle, command: Any) -> 
         await command("memory://", "nope", out=io.StringIO())
     await store.append(turn("c", "a1", "q1"))
     await store.clear("c")
-    with pytest.raises(CLIError, match="is closed"):
+    with pytest.raises(CLIError, match=r"^conversation 'c' is cleared: no branches$"):
         await command("memory://", "c", out=io.StringIO())
 
 

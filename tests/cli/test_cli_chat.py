@@ -210,8 +210,8 @@ def test_chat_on_a_cleared_conversation_stops_with_one_line(tmp_path: pathlib.Pa
     assert proc.returncode == 1
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        "scope: error: conversation 'old' is closed (cleared, erased or expired): nothing can "
-        "be added to it; start a new one by leaving out --conversation"
+        "scope: error: conversation 'old' is cleared: nothing can be added to it; start a "
+        "new one by leaving out --conversation"
     ]
 
 
@@ -305,7 +305,9 @@ def test_chat_session_reports_a_turn_lost_to_another_session_and_a_clear(
             assert "another session added to this conversation" in err.getvalue()
             assert [m.text for m in await store.read("c")] == ["elsewhere", "x"]
             await store.clear("c")
-            with pytest.raises(CLIError, match="closed"):
+            with pytest.raises(
+                CLIError, match=r"^conversation .c. is cleared; the message was not sent; "
+            ):
                 await session.turn("again")
             assert Interloper.calls == 1
 

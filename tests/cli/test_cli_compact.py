@@ -129,7 +129,7 @@ def test_compact_of_a_cleared_conversation_fails(tmp_path: pathlib.Path) -> None
     with OpenAIServer() as server:
         done = _compact(tmp_path, server, db)
         assert done.returncode == 1
-        assert "is closed" in done.stderr
+        assert done.stderr == "scope: error: conversation 'conv' is cleared: nothing to compact\n"
         assert server.bodies() == []
 
 

@@ -220,11 +220,27 @@ def test_erase_expire_and_verify_on_sqlite(
     assert capsys.readouterr().out == "2 erasure receipts verified: no residue\n"
     assert main(["history", "list", "--store", url]) == 0
     assert capsys.readouterr().out == ""
-    # The reading commands name a closed conversation as closed, whatever closed it.
-    for cid in ("c", "old"):
+
+    # The reading and moving commands say exactly what closed a conversation.
+    async def close_more() -> None:
+        async with await SQLiteStore.open(path) as store:
+            await store.append(_batch("shut"))
+            await store.clear("shut")
+            await store.append(_batch("late"))
+            await store.retain("late", dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+
+    anyio.run(close_more)
+    closures = {"c": "erased", "old": "expired", "late": "expired", "shut": "cleared"}
+    for cid, state in closures.items():  # "late": expired, expire() not run since
         for command in ("show", "branches", "inspect"):
             assert main(["history", command, "--store", url, cid]) == 1
             assert capsys.readouterr().err == (
-                f"scope: error: conversation {cid!r} is closed (cleared, erased or expired)"
+                f"scope: error: conversation {cid!r} is {state}"
                 f": no {'messages' if command == 'show' else 'branches'}\n"
+            )
+        for command in ("rewind", "switch"):
+            to = "0" if command == "rewind" else ""
+            assert main(["history", command, "--store", url, cid, "--to", to]) == 1
+            assert capsys.readouterr().err == (
+                f"scope: error: conversation {cid!r} is {state}; nothing was moved\n"
             )

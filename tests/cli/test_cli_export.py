@@ -21,7 +21,13 @@ from scope.chat import assistant_message, user_message
 from scope.cli import _stores, main
 from scope.cli._compare import compare_stores, differences
 from scope.cli._errors import CLIError
-from scope.cli._export import HEADER, ConversationRecord, export_store, parse_export
+from scope.cli._export import (
+    HEADER,
+    ConversationRecord,
+    export_store,
+    parse_export,
+    restore_conversation,
+)
 from scope.cli._history import export_conversations, import_conversations
 from scope.cli._stores import sqlite_url
 from scope.cli._verify import verify_store
@@ -140,6 +146,10 @@ async def test_round_trip_keeps_every_branch_head_owner_and_retention(
         for cid in ("branched", "forever", "kept", "rewound"):
             want, got = await source.read_tree(cid), await target.read_tree(cid)
             assert _shape(got) == _shape(want), cid
+            # Each batch's stored time is the source's (to the microsecond: what
+            # PostgreSQL and Redis keep), not the import's.
+            assert all(isinstance(t, float) for t in want.created), want.created
+            assert got.created == pytest.approx(want.created, abs=1e-6, rel=0), cid
             want_meta, got_meta = await source.read_meta(cid), await target.read_meta(cid)
             assert (got_meta.owner, got_meta.moves, got_meta.retained) == (
                 want_meta.owner,
@@ -186,15 +196,29 @@ async def test_round_trip_keeps_every_branch_head_owner_and_retention(
         "",
     )
 
-    # Export of the imported store is the source's export but for the stored times.
+    # Export of the imported store is the source's export (stored times to the
+    # microsecond, expiry to the millisecond; byte for byte into SQLite).
     status, again_data, _ = await _export("dst://")
     assert status == 0
 
-    def untimed(line: bytes) -> Any:
+    def parts(line: bytes) -> Any:
         record = ConversationRecord.from_json(line)
-        return record.conversation_id, _shape(record.tree), record.meta.owner, record.meta.moves
+        meta = record.meta
+        return (
+            record.conversation_id,
+            _shape(record.tree),
+            (meta.owner, meta.moves, meta.retained, meta.expires_at is None),
+        )
 
-    assert [untimed(x) for x in again_data.splitlines()[1:]] == [untimed(x) for x in lines]
+    def times(line: bytes) -> tuple[float | None, ...]:
+        return ConversationRecord.from_json(line).tree.created
+
+    again_lines = again_data.splitlines()[1:]
+    assert [parts(x) for x in again_lines] == [parts(x) for x in lines]
+    for got_line, want_line in zip(again_lines, lines, strict=True):
+        assert times(got_line) == pytest.approx(times(want_line), abs=1e-6, rel=0)
+    if backend.kind == "sqlite":
+        assert again_data == data
 
 
 @over_backends()
@@ -208,20 +232,23 @@ async def test_import_refuses_a_conflicting_store_and_goes_on(
         await target.append(_batch("branched", "a1", "other words"), owner="alice")
         await target.append(_batch("rewound", "a1", "start"), owner="carol")
         await target.clear("kept")
+        await target.erase("forever")
         status, out, err = await _import("dst://", data)
         assert status == 1
         assert err.splitlines() == [
             "scope: error: export.jsonl:2: conversation 'branched' conflicts with this store "
             "(batch 'a1' has other messages here); nothing more imported for it",
-            "scope: error: export.jsonl:4: conversation 'kept' is closed (cleared, expired or "
-            "erased) in this store; nothing imported",
+            "scope: error: export.jsonl:3: conversation 'forever' is erased in this store; "
+            "nothing imported",
+            "scope: error: export.jsonl:4: conversation 'kept' is cleared in this store; "
+            "nothing imported",
             "scope: error: export.jsonl:5: conversation 'rewound' conflicts with this store "
             "(its owner here is 'carol', the export's 'alice'); nothing more imported for it",
         ]
-        assert out == "imported 1, already present 0, failed 3 (of 4 conversations)\n"
+        assert out == "imported 0, already present 0, failed 4 (of 4 conversations)\n"
         assert [str(b.id) for b in (await target.read_tree("branched")).batches] == ["a1"]
         assert (await target.read_view("rewound")).head == "a1"
-        assert len(await target.read("forever")) == 2
+        assert await target.read("forever") == []
 
 
 async def test_export_names_a_conversation_closed_after_the_listing() -> None:
@@ -332,7 +359,10 @@ async def test_sigkill_during_import_then_a_rerun_finishes_the_job(
         await SQLiteStore.open(tmp_path / "target.db") as target,
     ):
         for cid in ("branched", "forever", "kept", "rewound"):
-            assert _shape(await target.read_tree(cid)) == _shape(await source.read_tree(cid))
+            want_tree, got_tree = await source.read_tree(cid), await target.read_tree(cid)
+            assert _shape(got_tree) == _shape(want_tree)
+            # The batch appended before the kill and those after it: the source's times.
+            assert got_tree.created == want_tree.created, cid
             want, got = await source.read_meta(cid), await target.read_meta(cid)
             assert (got.owner, got.moves, got.retained) == (want.owner, want.moves, want.retained)
 
@@ -400,11 +430,22 @@ def test_a_conversation_given_twice_and_an_unknown_version_are_refused(
 # -- verify --against: what two stores disagree on ---------------------------------------
 
 
+async def _copied(store: Any) -> InMemoryStore:
+    """A new in-memory store holding what ``store`` lists, restored as ``import`` does
+    (stored times included)."""
+    sink = io.BytesIO()
+    await export_store(store, sink, io.StringIO())
+    copy = InMemoryStore()
+    for _, record in parse_export(enumerate(sink.getvalue().splitlines()[1:], 2), "f"):
+        await restore_conversation(copy, record)
+    return copy
+
+
 async def test_differences_name_each_thing_two_stores_disagree_on() -> None:
-    a, b = InMemoryStore(), InMemoryStore()
+    a = InMemoryStore()
     until = _dt.datetime.now(_dt.UTC) + _DAY
-    for store in (a, b):
-        await _seed(store, until)
+    await _seed(a, until)
+    b = await _copied(a)
 
     async def read(store: InMemoryStore, cid: str) -> Any:
         return await store.read_tree(cid), await store.read_meta(cid)
@@ -430,13 +471,40 @@ async def test_differences_name_each_thing_two_stores_disagree_on() -> None:
         "head here '', there 'a1'",
         "owner here None, there 'zed'",
     ]
+    # The same batches stored at other times (a stored time the store has none for,
+    # None, is no difference).
+    tree, meta = await read(a, "forever")
+    later = HistoryTree(
+        tree.batches,
+        tree.parents,
+        [t + 1e-5 for t in tree.created if t is not None],
+        tree.head,
+    )
+    assert differences((tree, meta), (later, meta)) == ["other stored times: 'a1'"]
+    unknown = HistoryTree(tree.batches, tree.parents, [None], tree.head)
+    assert differences((tree, meta), (unknown, meta)) == []
+    close = HistoryTree(
+        tree.batches,
+        tree.parents,
+        [t + 4e-7 for t in tree.created if t is not None],
+        tree.head,
+    )
+    assert differences((tree, meta), (close, meta)) == []
     c = InMemoryStore()
     await c.append(_batch("branched", "a1", "other words"), owner="alice")
     await c.clear("kept")
     (tree, meta), (other, other_meta) = await read(a, "branched"), await read(c, "branched")
     assert differences((tree, meta), (other, other_meta))[0] == "batches only here: 'a2', 'b2'"
     assert differences(await read(a, "kept"), await read(c, "kept"))[0] == (
-        "closed here False, there True"
+        "open here, cleared there"
+    )
+    await c.erase("kept")
+    await c.retain("forever", _dt.datetime.now(_dt.UTC) - _DAY)
+    assert differences(await read(a, "kept"), await read(c, "kept"))[0] == (
+        "open here, erased there"
+    )
+    assert differences(await read(c, "forever"), await read(a, "forever"))[0] == (
+        "expired here, open there"
     )
 
 
@@ -448,8 +516,9 @@ def test_verify_against_another_store_exits_1_naming_what_differs(
     async def make() -> None:
         async with await SQLiteStore.open(tmp_path / "a.db") as a:
             await _seed(a, until)
+        # b: a copy of a's file (the same stored times), then more.
+        (tmp_path / "b.db").write_bytes((tmp_path / "a.db").read_bytes())
         async with await SQLiteStore.open(tmp_path / "b.db") as b:
-            await _seed(b, until)
             await b.append(_batch("more", "a1", "x"))
             await b.append(_batch("branched", "c2", "three"))
 

@@ -30,6 +30,7 @@ _BROKEN_STORE = textwrap.dedent(
         UnknownHeadError,
     )
     from scope.history import AppendID, Batch, ConversationID, HistoryTree, HistoryView
+    from scope.history.storekit import check_created
     from scope.history.storetest import StoreConformance
 
     class Store:
@@ -191,9 +192,14 @@ _BROKEN_STORE = textwrap.dedent(
                 moves[move_id] = head
             return self._length(tree, index)
 
-        async def append(self, batch):
+        async def append(self, batch, *, created=None):
             if not isinstance(batch, Batch):
                 raise InvalidBatchError("not a batch")
+            if "created-validate-after-io" in self.broken:
+                await anyio.lowlevel.checkpoint()
+            created = check_created(created)
+            if "created-ignored" in self.broken:
+                created = None
             cid = batch.conversation_id
             if "fence-first" in self.broken:
                 self._fence(cid, batch)
@@ -235,7 +241,7 @@ _BROKEN_STORE = textwrap.dedent(
                 parent = len(tree["batches"]) - 1
             tree["batches"].append(batch)
             tree["parents"].append(parent)
-            tree["created"].append(time.time())
+            tree["created"].append(time.time() if created is None else created)
             tree["head"] = len(tree["batches"]) - 1
             if "extend-from-last" in self.broken:
                 self._moved(cid, tree, tree["head"])
@@ -379,6 +385,7 @@ _ERASURE_LAYER = textwrap.dedent(
             super().__init__(broken, state)
             for key, empty in (
                 ("owners", dict), ("expires", dict), ("retained", set), ("tombstones", set),
+                ("expired", set),
             ):
                 self.state.setdefault(key, empty())
             self.state.setdefault("secret", new_secret())
@@ -408,7 +415,7 @@ _ERASURE_LAYER = textwrap.dedent(
                 return HistoryView((), 0, True)
             return view
 
-        async def append(self, batch, *, owner=None):
+        async def append(self, batch, *, owner=None, created=None):
             if not isinstance(batch, Batch):
                 raise InvalidBatchError("not a batch")
             if owner is None:
@@ -421,7 +428,7 @@ _ERASURE_LAYER = textwrap.dedent(
             if self._gone(cid):
                 raise ConversationClosedError(cid)
             before = len(self.state["batches"].get(cid, ()))
-            receipt = await super().append(batch)
+            receipt = await super().append(batch, created=created)
             if len(self.state["batches"].get(cid, ())) > before:
                 if owner is not None and (before == 0 or "owner-overwrite" in self.broken):
                     self.state["owners"][cid] = owner
@@ -472,14 +479,31 @@ _ERASURE_LAYER = textwrap.dedent(
         async def read_meta(self, conversation_id):
             cid = ConversationID(conversation_id)
             state = self.state
+            if tombstone(state["secret"], cid) in state["tombstones"]:
+                if "meta-closure" not in self.broken:
+                    return ConversationMeta(closure="erased")
             tree = state["trees"].get(cid)
             moves = () if tree is None else tuple(tree["moves"].items())
+            expires = state["expires"].get(cid)
+            closure = None
+            if cid in state["expired"]:
+                closure = "expired"
+            elif cid in state["closed"]:
+                closure = "cleared"
+            elif expires is not None and expires <= time.time():
+                closure = "expired"
             return ConversationMeta(
                 state["owners"].get(cid),
-                state["expires"].get(cid),
+                expires,
                 cid in state["retained"] and "meta-retained" not in self.broken,
                 () if "meta-moves" in self.broken else moves,
+                None if "meta-closure" in self.broken else closure,
             )
+
+        async def clear(self, conversation_id):
+            await super().clear(conversation_id)
+            if "clear-keeps-expired" not in self.broken:
+                self.state["expired"].discard(ConversationID(conversation_id))
 
         async def retain(self, conversation_id, until):
             cid = ConversationID(conversation_id)
@@ -518,6 +542,7 @@ _ERASURE_LAYER = textwrap.dedent(
                 if cid in state["closed"]:
                     continue
                 self._drop(cid)
+                state["expired"].add(cid)
                 if "expire-reopens" not in self.broken:
                     state["closed"].add(cid)
                 if "expire-drops-owner" in self.broken:
@@ -546,6 +571,7 @@ _ERASURE_LAYER = textwrap.dedent(
             for table in ("owners", "expires"):
                 state[table].pop(cid, None)
             state["retained"].discard(cid)
+            state["expired"].discard(cid)
             if "erase-keeps-id" in self.broken:
                 state["closed"].add(cid)
             else:
@@ -662,6 +688,20 @@ _ERASURE_CASES = [
         {"test_store_retention_expires_a_conversation_after_its_last_append"},
     ),
     ("meta-moves", "read_meta", {"test_read_meta_reads_owner_retention_and_recorded_moves"}),
+    (
+        "meta-closure",
+        "read_meta",
+        {
+            "test_read_meta_closure_says_cleared_or_erased",
+            "test_read_meta_closure_says_expired_before_and_after_expire",
+            "test_read_meta_after_clear_keeps_the_owner_and_after_erase_nothing",
+        },
+    ),
+    (
+        "clear-keeps-expired",
+        "read_meta",
+        {"test_read_meta_closure_says_expired_before_and_after_expire"},
+    ),
     ("meta-retained", "read_meta", {"test_read_meta_reads_owner_retention_and_recorded_moves"}),
     ("erase-counts", "erase_receipt", {"test_erase_receipt_counts_batches_bytes_and_digest"}),
     (
@@ -891,6 +931,12 @@ CASES = [
         },
     ),
     ("tree-head", "tree", {"test_tree_shape_parents_head_and_created_times"}),
+    (
+        "created-ignored",
+        "created",
+        {"test_tree_created_restores_a_given_stored_time"},
+    ),
+    ("created-validate-after-io", "created", {"test_tree_created_invalid_rejected_before_io"}),
     ("clear-keeps-branches", "clear", {"test_clear_closes_every_branch"}),
     ("fence-race", "fenced", {"test_concurrent_fenced_appends_at_one_length_exactly_one_lands"}),
     ("view-atomic", "view", {"test_views_are_atomic_under_concurrent_appends"}),

@@ -119,6 +119,24 @@ async def test_read_meta_is_the_wrapped_stores_own() -> None:
     assert (await StoreAdapter(inner).read_meta("c")).owner == "alice"
 
 
+async def test_a_restored_stored_time_reaches_a_store_that_takes_it() -> None:
+    inner = InMemoryStore()
+    await StoreAdapter(inner).append(Batch("c", "a1", TURN), created=1_500_000_000.5)
+    assert (await inner.read_tree("c")).created == (1_500_000_000.5,)
+
+
+async def test_a_restored_stored_time_through_a_store_without_it_is_a_type_error() -> None:
+    simple = Simple()
+    adapted = StoreAdapter(simple)
+    with pytest.raises(TypeError, match=r"Simple\.append takes no created"):
+        await adapted.append(Batch("c", "a1", TURN), created=1_500_000_000.5)
+    with pytest.raises(ValueError, match="created must be Unix seconds"):
+        await adapted.append(Batch("c", "a1", TURN), created=-1.0)
+    assert await simple.inner.read("c") == []
+    await adapted.append(Batch("c", "a1", TURN), created=None)  # None: the store's clock
+    assert await simple.inner.read("c") == list(TURN)
+
+
 async def test_the_stores_own_methods_are_used_as_they_are() -> None:
     store = InMemoryStore()
     adapted = StoreAdapter(store)

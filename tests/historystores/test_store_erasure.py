@@ -138,7 +138,8 @@ async def test_sqlite_expiry_is_closure_at_the_moment_and_expire_pages(tmp_path:
         assert await store.expire(later) == 0
     with sqlite3.connect(tmp_path / "h.db") as conn:
         assert conn.execute("SELECT count(*) FROM scope_history_batches").fetchone() == (1,)
-        closed = conn.execute("SELECT count(*) FROM scope_history_conversations WHERE closed = 1")
+        # closed = 2: closed by expire() (read_meta's "expired"; clear writes 1).
+        closed = conn.execute("SELECT count(*) FROM scope_history_conversations WHERE closed = 2")
         assert closed.fetchone() == (250,)
 
 

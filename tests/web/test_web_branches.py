@@ -443,7 +443,7 @@ async def test_a_request_to_a_closed_chat_is_refused_before_any_event(
     how: str, body: dict[str, Any]
 ) -> None:
     answers, conversation = await closed(how)
-    with pytest.raises(ConversationClosedError, match=r"chat 'chat' is closed \(cleared, erased"):
+    with pytest.raises(ConversationClosedError, match=rf"^chat 'chat' is {how}: it takes no"):
         await ui_turn(conversation, chat_request_from_ui(body))
     assert answers.asked == ["q1"]  # no model call
 
@@ -458,7 +458,9 @@ async def test_an_agui_run_on_a_closed_thread_is_refused_before_any_event(
         [user("q1", "u1"), answer("answer 1 to q1", "r:1"), user("q2", "u2")],
         [user("q2", "u2")],
     ):
-        with pytest.raises(ConversationClosedError, match="it takes no new turn"):
+        with pytest.raises(
+            ConversationClosedError, match=rf"^chat .chat. is {how}: it takes no new turn"
+        ):
             await agui_turn(
                 conversation, run_input_from_agui(agui(messages)), on_divergence=on_divergence
             )

@@ -276,7 +276,7 @@ def test_a_request_to_an_erased_chat_is_410_before_the_model(service: Service, r
             body = _agui(threadId=chat, messages=[{"id": "m2", "role": "user", "content": "hi"}])
         refused = client.post(route, content=body, headers=JSON)
     assert refused.status_code == 410
-    assert f"chat {chat!r} is closed (cleared, erased or expired)" in refused.text
+    assert f"chat {chat!r} is erased: it takes no new turn" in refused.text
     assert len(service.questions) == calls
 
 

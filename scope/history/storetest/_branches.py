@@ -315,6 +315,47 @@ class BranchRules(Base):
         tree = await store.read_tree("c")
         assert (tree.head, tree.head_path(), len(tree.batches)) == (-1, (), 4)
 
+    async def test_tree_created_restores_a_given_stored_time(self, store: Any) -> None:
+        # append(..., created=...): the stored time of a restored batch (DESIGN §6n),
+        # kept to the microsecond, on the first batch, a later one and another branch.
+        times = (1_500_000_000.123456, 1_500_000_100.5, 1_500_000_200.000001)
+        await store.append(Batch("c", "a1", _turn("a1")), created=times[0])
+        await store.append(Batch("c", "a2", _turn("a2")), created=int(times[1] // 1))
+        await store.move_head("c", "a1", expected_head="a2")
+        await store.append(Batch("c", "b2", _turn("b2")), created=times[2])
+        start = time.time()
+        await store.append(Batch("c", "b3", _turn("b3")))  # the store's clock
+        tree = await store.read_tree("c")
+        restored = tree.created
+        assert all(type(t) is float for t in restored), restored
+        wanted = (times[0], float(int(times[1] // 1)), times[2])
+        for got, want in zip(restored[:3], wanted, strict=True):
+            assert abs(got - want) < 1e-6, (restored, wanted)
+        assert restored[3] is not None and restored[3] >= start - 300, (start, restored)
+        # A retry of an accepted batch changes nothing: its first stored time stays.
+        receipt = await store.append(Batch("c", "a1", _turn("a1")), created=1.0)
+        assert receipt == Batch("c", "a1", _turn("a1")).receipt()
+        assert (await store.read_tree("c")).created == restored
+
+    async def test_tree_created_invalid_rejected_before_io(self, store: Any) -> None:
+        batch = Batch("c", "a1", _turn("a1"))
+        for bad, error in (
+            (True, TypeError),
+            ("1500000000", TypeError),
+            (b"1", TypeError),
+            (float("nan"), ValueError),
+            (float("inf"), ValueError),
+            (-1.0, ValueError),
+            (253_402_300_800.0, ValueError),
+            (10**400, ValueError),
+        ):
+
+            async def append(bad: Any = bad) -> Any:
+                return await store.append(batch, created=bad)
+
+            await self._rejects_without_suspending(error, append)
+        assert await store.read_tree("c") == HistoryTree((), (), ())
+
     async def test_tree_is_per_conversation(self, store: Any) -> None:
         await _branched(store)
         await store.append(Batch("d", "a1", _turn("d")))
@@ -454,6 +495,13 @@ class BranchRules(Base):
             assert (await store.read_view(cid)).head == "a1", f"round {round_}"
 
     # -- durability --------------------------------------------------------------------
+
+    async def test_durable_restored_created_times_survive_reopen(self, store: Any) -> None:
+        await store.append(Batch("c", "a1", _turn("a1")), created=1_500_000_000.25)
+        await store.append(Batch("c", "a2", _turn("a2")))
+        before = await store.read_tree("c")
+        async with self._reopened(store) as again:
+            assert (await again.read_tree("c")).created == before.created
 
     async def test_durable_tree_and_move_ids_survive_reopen(self, store: Any) -> None:
         await _branched(store)

@@ -284,7 +284,45 @@ class ErasureRules(Base):
         meta = await store.read_meta("c")
         assert meta.owner == "alice" and meta.moves == () and meta.expires_at is None
         await store.erase("c")
-        assert await store.read_meta("c") == ConversationMeta()
+        assert await store.read_meta("c") == ConversationMeta(closure="erased")
+
+    async def test_read_meta_closure_says_cleared_or_erased(self, store: Any) -> None:
+        await store.append(_batch("c", "a1"), owner="alice")
+        assert (await store.read_meta("c")).closure is None
+        assert (await store.read_meta("never-written")).closure is None
+        await store.clear("c")
+        assert (await store.read_meta("c")).closure == "cleared"
+        await store.clear("c")  # idempotent
+        assert (await store.read_meta("c")).closure == "cleared"
+        await store.clear("cleared-unwritten")
+        assert (await store.read_meta("cleared-unwritten")).closure == "cleared"
+        for cid in ("c", "open", "never"):
+            if cid == "open":
+                await store.append(_batch(cid, "a1"), owner="bob")
+            await store.erase(cid)
+            assert await store.read_meta(cid) == ConversationMeta(closure="erased"), cid
+            await store.clear(cid)  # an erased id stays erased
+            assert await store.read_meta(cid) == ConversationMeta(closure="erased"), cid
+
+    async def test_read_meta_closure_says_expired_before_and_after_expire(self, store: Any) -> None:
+        await store.append(_batch("c", "a1"), owner="alice")
+        await store.append(_batch("d", "a1"))
+        await store.append(_batch("e", "a1"))
+        past = _now() - _HOUR
+        for cid in ("c", "d", "e"):
+            await store.retain(cid, past)
+            assert (await store.read_meta(cid)).closure == "expired", cid
+        await store.clear("e")  # a clear after it expired: cleared
+        assert (await store.read_meta("e")).closure == "cleared"
+        assert await store.expire() == 2
+        meta = await store.read_meta("c")
+        assert (meta.closure, meta.owner) == ("expired", "alice")
+        assert (await store.read_meta("d")).closure == "expired"
+        assert (await store.read_meta("e")).closure == "cleared"
+        await store.clear("d")  # cleared after expire() removed it: the clear closed it
+        assert (await store.read_meta("d")).closure == "cleared"
+        await store.erase("c")
+        assert await store.read_meta("c") == ConversationMeta(closure="erased")
 
     async def test_read_meta_of_store_wide_retention_is_not_retained(self) -> None:
         async with self._opened(retention=_HOUR) as store:
