@@ -19,7 +19,7 @@ from scope.history._protocols import Reader, Store, Writer
 from scope.history._tree import HistoryTree, check_created, check_head, check_move_id
 from scope.history._view import HistoryView
 
-__all__ = ["LeaseTable", "StoreAdapter", "as_store", "takes_owner"]
+__all__ = ["LeaseTable", "StoreAdapter", "as_store", "records_owners"]
 
 
 def as_store(store: object) -> Store:
@@ -144,12 +144,19 @@ class StoreAdapter:
             self._own("append_release_turn"),
         )
         #: Whether the wrapped ``append`` takes ``owner=`` (DESIGN §6i).
-        self.owners: bool = _takes_owner(self._own("append"))
+        self.owners: bool = _takes(self._own("append"), "owner")
         self._leases = LeaseTable()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"StoreAdapter({self.store!r})"
+
+    def records_owners(self, method: str = "append") -> bool:
+        """Whether an ``owner=`` given to this adapter's ``method`` (``append`` or
+        ``append_release_turn``) reaches the wrapped store: its own method takes
+        ``owner=``, or the adapter derives the method from an ``append`` that does."""
+        own = self._own(method)
+        return self.owners if own is None else _takes(own, "owner")
 
     def _own(self, name: str) -> Any:
         return getattr(self.store, name, None)
@@ -244,7 +251,7 @@ class StoreAdapter:
         if owner is None:
             return await listing(after=after, limit=limit)  # type: ignore[no-any-return]
         check_owner(owner)
-        if not _takes_owner(listing):
+        if not _takes(listing, "owner"):
             raise TypeError(
                 f"{type(self.store).__name__}.conversations takes no owner: the adapter "
                 "cannot list by owner"
@@ -325,7 +332,7 @@ class StoreAdapter:
         if own is not None:
             if owner is None:
                 return await own(batch, holder)  # type: ignore[no-any-return]
-            if not _takes_owner(own):
+            if not _takes(own, "owner"):
                 raise TypeError(
                     f"{type(self.store).__name__}.append_release_turn takes no owner: the "
                     "adapter cannot record one"
@@ -361,20 +368,6 @@ class StoreAdapter:
         return await self._needed("read_meta")(conversation_id)  # type: ignore[no-any-return]
 
 
-def takes_owner(writer: object, method: str = "append") -> bool:
-    """Whether ``writer``'s ``method`` records an ``owner=`` (a ``StoreAdapter``: its
-    wrapped store's)."""
-    if isinstance(writer, StoreAdapter):
-        own = writer._own(method)
-        return writer.owners if own is None else _takes_owner(own)  # None: derived from append
-    return _takes_owner(getattr(writer, method, None))
-
-
-def _takes_owner(method: Any) -> bool:
-    """Whether ``method`` (a store's ``append``, listing ...) takes an ``owner`` keyword."""
-    return _takes(method, "owner")
-
-
 def _takes(method: Any, keyword: str) -> bool:
     """Whether ``method`` takes the keyword argument ``keyword``."""
     if method is None:
@@ -387,3 +380,12 @@ def _takes(method: Any, keyword: str) -> bool:
         (p.name == keyword and p.kind is not p.POSITIONAL_ONLY) or p.kind is p.VAR_KEYWORD
         for p in parameters
     )
+
+
+def records_owners(writer: object) -> bool:
+    """Whether ``writer``'s ``append`` records an ``owner=``: a ``Store`` says so by the
+    protocol; a ``StoreAdapter`` when its wrapped store's append does; anything else
+    (a plain ``Writer``) does not."""
+    if isinstance(writer, StoreAdapter):
+        return writer.records_owners("append")
+    return isinstance(writer, Store)

@@ -20,7 +20,7 @@ import attrs
 from scope.chat import Model, Request, Response, ResponseAccumulator, Role, Streamer
 from scope.errors import ConversationClosedError, InvalidResponseError, StoreError
 from scope.history import _commit, _trace
-from scope.history._adapter import StoreAdapter, as_store, takes_owner
+from scope.history._adapter import StoreAdapter, as_store, records_owners
 from scope.history._erasure import check_owner
 from scope.history._ids import ConversationID
 from scope.history._interrupted import Keeper
@@ -202,10 +202,10 @@ class Middleware:
         self._layers = check_order(layers)
         if owner is not None:
             check_owner(owner)
-            if not takes_owner(writer):
+            if not records_owners(writer):
                 raise TypeError(
-                    f"owner= needs a store whose append takes owner= (every bundled "
-                    f"store's does); {type(writer).__name__}.append does not"
+                    f"owner= needs a store whose append takes owner= (a scope.history.Store: "
+                    f"every bundled store's does); {type(writer).__name__}.append does not"
                 )
         self._owner = owner
         self._conversation_id = ConversationID(conversation_id)

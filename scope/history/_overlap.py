@@ -88,7 +88,7 @@ import anyio
 import anyio.lowlevel
 
 from scope.errors import StoreError, TurnInProgressError, TurnInterruptedError
-from scope.history._adapter import StoreAdapter, as_store, takes_owner
+from scope.history._adapter import StoreAdapter, as_store
 from scope.history._ids import ConversationID
 from scope.history._protocols import Store, TurnLeaser
 from scope.history._replay import cache_of
@@ -183,7 +183,8 @@ class Leases(Layer):
             folds = not isinstance(self.leaser, StoreAdapter) or self.leaser.folds
             self.fold_read: Final = folds and leaser is reader
             self.fold_commit: Final = folds and leaser is writer
-            folds_owner = takes_owner(leaser, "append_release_turn")
+            adapted = self.leaser if isinstance(self.leaser, StoreAdapter) else None
+            folds_owner = adapted is None or adapted.records_owners("append_release_turn")
             if owner is not None and self.fold_commit and not folds_owner:
                 raise TypeError(
                     f"owner= needs a store whose append_release_turn takes "

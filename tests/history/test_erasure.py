@@ -489,20 +489,33 @@ def test_middleware_owner_is_checked_at_construction() -> None:
     Middleware(simple, simple, "c", layers=(Unfenced(),))  # no owner: any writer
 
 
-class _NoOwnerFold(InMemoryStore):
-    """A store whose folded append takes no owner (its append does)."""
+class _NoOwnerFold(_Owning):
+    """A simple store whose append takes an owner and whose own folded append (with
+    its own acquire) takes none."""
 
-    async def append_release_turn(self, batch: Batch, holder: str) -> Any:  # type: ignore[override]
-        return await super().append_release_turn(batch, holder)
+    async def read_view(self, conversation_id: str) -> Any:
+        return await self.inner.read_view(conversation_id)
+
+    async def acquire_turn_view(self, conversation_id: str, holder: str, ttl: float) -> Any:
+        return await self.inner.acquire_turn_view(conversation_id, holder, ttl)
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Any:
+        return await self.inner.append_release_turn(batch, holder)
 
 
 def test_middleware_owner_with_a_lease_needs_an_owning_folded_append() -> None:
+    """Checked without looking at signatures: a ``Store`` records owners by its
+    protocol; through a ``StoreAdapter``, the adapter says whether the wrapped store's
+    folded append takes one (``records_owners``)."""
     from scope.history import Middleware
 
-    store = _NoOwnerFold()
+    store = StoreAdapter(_NoOwnerFold())
+    assert store.records_owners("append") and not store.records_owners("append_release_turn")
     Middleware(store, store, "c", owner="alice")  # fence: the folded append is not used
     with pytest.raises(TypeError, match="append_release_turn takes owner"):
         Middleware(store, store, "c", owner="alice", layers=(Wait(),))
+    owning = InMemoryStore()
+    Middleware(owning, owning, "c", owner="alice", layers=(Wait(),))
 
 
 async def test_conversation_owner_is_recorded_and_erase_owner_erases_it() -> None:
