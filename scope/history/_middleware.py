@@ -260,8 +260,19 @@ class Middleware:
         return self._layers
 
     @property
+    def fenced(self) -> bool:
+        """Whether committed turns are fenced: every overlap layer but ``Unfenced``, over
+        a reader with atomic views."""
+        return self._fenced
+
+    @property
     def exclusive_turns(self) -> bool:
-        """Whether committed turns are fenced: every overlap layer but ``Unfenced``."""
+        """Deprecated (v0.4): ``fenced``."""
+        warnings.warn(
+            "Middleware.exclusive_turns is deprecated: use Middleware.fenced",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self._fenced
 
     @property

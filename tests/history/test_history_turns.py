@@ -486,7 +486,9 @@ def test_middleware_checks_its_other_arguments() -> None:
         Middleware(store, store, "c", new_append_id="x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="on_incomplete"):
         Middleware(store, store, "c", on_incomplete="x")  # type: ignore[arg-type]
-    assert Middleware(store, store, "c").exclusive_turns is True
+    assert Middleware(store, store, "c").fenced is True
+    with pytest.warns(DeprecationWarning, match="use Middleware.fenced"):
+        assert Middleware(store, store, "c").exclusive_turns is True
 
 
 async def test_plain_reader_means_no_fence() -> None:

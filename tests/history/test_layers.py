@@ -39,10 +39,10 @@ def test_the_default_is_the_fence() -> None:
     assert Middleware(store, store, "c").layers == (Fence(),)
     keep = Middleware(store, store, "c", layers=[KeepInterrupted()])
     assert keep.layers == (Fence(), KeepInterrupted())
-    assert keep.keep_interrupted and keep.exclusive_turns and keep.on_overlap == "fence"
+    assert keep.keep_interrupted and keep.fenced and keep.on_overlap == "fence"
     waits = Middleware(store, store, "c", layers=(Wait(timeout=1, lease_ttl=2),))
     assert waits.on_overlap == "wait" and not waits.keep_interrupted
-    assert not Middleware(store, store, "c", layers=(Unfenced(),)).exclusive_turns
+    assert not Middleware(store, store, "c", layers=(Unfenced(),)).fenced
 
 
 def test_the_layers_check_their_arguments() -> None:
