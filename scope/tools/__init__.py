@@ -396,6 +396,7 @@ def _schema_tool(
     made._thread = False
     made._definition = definition
     made._arguments = None
+    made._approval = False
     return made
 
 

@@ -280,6 +280,23 @@ async def test_a_resumed_turn_that_fails_leaves_the_decided_turn_as_the_head() -
     assert RAN == ["delete a"]
 
 
+async def test_regenerate_moves_on_from_a_waiting_turn() -> None:
+    store = InMemoryStore()
+    model = ScriptedModel(calls(DELETE_A), answer("I'd rather not delete anything."))
+    conversation = Conversation(model, store, "c", tools=[delete])
+    await conversation.ask("Delete a")
+    result = await conversation.regenerate()
+    assert (result.output, result.pending) == ("I'd rather not delete anything.", ())
+    assert await conversation.pending() == ()
+    with pytest.raises(NotPendingError, match="no turn of it waits"):
+        await conversation.approve("c1")
+    assert RAN == []
+    assert [m.text for m in await store.read("c")] == [
+        "Delete a",
+        "I'd rather not delete anything.",
+    ]
+
+
 async def test_a_predicate_decides_per_call_with_the_tool_context() -> None:
     store = InMemoryStore()
     first = calls(("c1", "remove", '{"path": "/tmp/x"}'), ("c2", "remove", '{"path": "/etc/y"}'))
