@@ -48,6 +48,14 @@ Guarantees a caller relies on:
   user/assistant sequence every model replays. ``TurnResult.output_retries`` counts the
   retries; when they run out, ``InvalidResponseError`` (every answer stored).
 
+Tool approval (issue 46): a call of a tool made with ``@tool(requires_approval=...)``
+waits for a person. The turn is stored as it stands, the call marked pending (the calls
+of other tools in that response have run), and ``TurnResult.pending`` lists what waits;
+``approve(call_id)``/``deny(call_id, reason)`` (``stream_approve``/``stream_deny``) from
+any process resume it, ``pending()`` reads what waits from the store. The pending state
+is the stored turn: durable, erased with the conversation, and each decision is taken
+once (fenced by a head move; ``NotPendingError`` for the other of two racing).
+
 Branches (DESIGN §6h): ``regenerate()`` answers the last turn again and ``edit(turn,
 message)`` replaces a turn (``stream_regenerate``/``stream_edit`` give their events):
 the head is rewound, fenced, and the new turn runs only on the rewound head; nothing is
@@ -275,7 +283,9 @@ class Conversation:
       given to every tool that declares a ``ToolContext`` parameter, with the
       conversation id and the owner (``scope.tools``). Default None.
 
-    ``ask`` returns the finished turn; ``stream`` gives its events as they happen;
+    ``ask`` returns the finished turn (or the turn that waits for a tool call's
+    approval: ``approve``, ``deny``, ``pending``); ``stream`` gives its events as they
+    happen;
     ``regenerate``/``edit`` (and ``stream_regenerate``/``stream_edit``) rewind the head
     and run a turn again or with another message (needs a ``Store``). They
     work under asyncio and trio; one ``Conversation`` may run overlapping turns (the
@@ -703,8 +713,9 @@ class Conversation:
         result is stored, and when no call of the turn waits any more the turn goes on
         with the model, as ``ask`` would have; returns that turn's ``TurnResult`` (which
         may wait again, for a later call), or, while other calls still wait, the stored
-        turn with those in ``pending``. ``output``/``output_retries`` as for ``ask``
-        (for the answer the resumed turn ends with).
+        turn with those in ``pending`` (``steps`` 0, ``output`` None).
+        ``output``/``output_retries`` as for ``ask`` (for the answer the resumed turn
+        ends with).
 
         The rules:
 
@@ -712,10 +723,13 @@ class Conversation:
           waiting turn to where that turn started, fenced by the waiting turn
           (``Store.move_head``, ``expected_head``): of two decisions racing on a call,
           on any processes, exactly one moves it; the other raises ``NotPendingError``
-          before anything runs. The tool then runs, and the turn is stored again with
-          its result (fenced by that head): the call is decided. A decision whose
-          result cannot be stored moves the head back (the call waits again; its tool
-          may have run).
+          before anything runs. A decision on another call of the same turn that
+          landed first is no loss: the turn is read again and the decision taken on
+          it (while that one is still being taken, ``NotPendingError`` says so, and
+          ``pending()`` is empty until it is stored). The tool then runs, and the turn
+          is stored again with its result (fenced by that head): the call is decided.
+          A decision whose result cannot be stored moves the head back (the call waits
+          again; its tool may have run).
         - The resumed turn runs as ``edit``'s turn does: its first model call moves the
           head back to where the turn started (the decided turn stays in the tree, on
           its own branch, ``scope.history.branches``), and the finished turn is stored
@@ -742,7 +756,7 @@ class Conversation:
         _check_call_id(call_id)
         _check_retries(output_retries)
         self._format(output)
-        return await self._decide(call_id, None, output, output_retries)
+        return await _finish(self._decide(call_id, None, output, output_retries, streaming=False))
 
     async def deny(
         self, call_id: str, reason: str, *, output: object = None, output_retries: int = 1
@@ -751,14 +765,33 @@ class Conversation:
         an error result for it saying it was denied, with ``reason`` (a non-empty
         string, told to the model). Otherwise as ``approve``: the same rules, the same
         errors (``TypeError``/``ValueError`` for a bad ``reason`` too)."""
-        _check_call_id(call_id)
-        if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
-        if not reason.strip():
-            raise ValueError("reason must be a non-empty str (the model is told why)")
+        _check_reason(call_id, reason)
         _check_retries(output_retries)
         self._format(output)
-        return await self._decide(call_id, reason, output, output_retries)
+        return await _finish(self._decide(call_id, reason, output, output_retries, streaming=False))
+
+    def stream_approve(
+        self, call_id: str, *, output: object = None, output_retries: int = 1
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """``approve`` as events, like ``stream``: the decided call's ``tool_result``,
+        then the resumed turn's events (``chunk``, ``tool_call``, ``tool_result``) and
+        ``done`` with the ``TurnResult`` (``done`` at once, with ``pending``, while other
+        calls of the turn still wait). The arguments are checked here, before the first
+        iteration; nothing else happens until then. An early stop of the resumed turn
+        leaves the decided turn the head, as a failure does."""
+        _check_call_id(call_id)
+        _check_retries(output_retries)
+        self._format(output)
+        return self._decide(call_id, None, output, output_retries, streaming=True)
+
+    def stream_deny(
+        self, call_id: str, reason: str, *, output: object = None, output_retries: int = 1
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """``deny`` as events, as ``stream_approve`` gives them."""
+        _check_reason(call_id, reason)
+        _check_retries(output_retries)
+        self._format(output)
+        return self._decide(call_id, reason, output, output_retries, streaming=True)
 
     async def pending(self) -> tuple[ToolCall, ...]:
         """The tool calls that wait for a decision, in call order, as the store holds
@@ -822,46 +855,68 @@ class Conversation:
             err.__cause__ = exc
             await self._land(err)
 
+    async def _claim(self, store: Store, call_id: str, what: str) -> _Held:
+        """Take the decision on ``call_id``: read the waiting turn and move the head off
+        it, fenced by it. A move refused because a decision on another call of the turn
+        landed first is tried again on the turn that decision stored."""
+        cid = self.conversation_id
+        lost = False  # a move was refused: another decision landed first
+        for _ in range(_CLAIM_TRIES):
+            tree = await store.read_tree(cid)
+            if not isinstance(tree, HistoryTree):
+                raise HistoryError(
+                    f"{type(store).__name__}.read_tree returned {type(tree).__name__}, not a "
+                    "HistoryTree"
+                )
+            if tree.closed:
+                raise ConversationClosedError(
+                    f"conversation {str(cid)!r} is closed (cleared, expired or erased): "
+                    f"nothing to {what}"
+                )
+            held = _held(tree)
+            if held is None or call_id not in held.waiting:
+                if lost:
+                    raise NotPendingError(
+                        f"conversation {str(cid)!r}: tool call {call_id!r} was decided by "
+                        "another caller first (its decision moved the head; or one on another "
+                        "call of the turn is being taken: pending() says when it waits "
+                        "again): nothing ran",
+                        conversation_id=str(cid),
+                        call_id=call_id,
+                    )
+                why = (
+                    "no turn of it waits for a decision"
+                    if held is None or not held.waiting
+                    else f"the calls that wait are {', '.join(map(repr, held.waiting))}"
+                )
+                raise NotPendingError(
+                    f"conversation {str(cid)!r}: tool call {call_id!r} does not wait for a "
+                    f"decision ({why}): decided already, or never pending",
+                    conversation_id=str(cid),
+                    call_id=call_id,
+                )
+            try:  # the decision: exactly one caller moves the head off the waiting turn
+                await store.move_head(cid, held.parent, expected_head=str(held.batch.id))
+            except HistoryChangedError:
+                lost = True  # read again: decided by another caller, or another call was
+                continue
+            return held
+        raise NotPendingError(  # pragma: no cover - decisions on other calls kept landing
+            f"conversation {str(cid)!r}: tool call {call_id!r}: other decisions on the turn "
+            f"kept landing first ({_CLAIM_TRIES} tries); decide again",
+            conversation_id=str(cid),
+            call_id=call_id,
+        )
+
     async def _decide(
-        self, call_id: str, reason: str | None, output: object, retries: int
-    ) -> TurnResult[Any]:
+        self, call_id: str, reason: str | None, output: object, retries: int, *, streaming: bool
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """``approve`` (``reason`` None) and ``deny``, as events."""
         what = "approve" if reason is None else "deny"
         store = self._tree_store(what)
         cid = self.conversation_id
-        tree = await store.read_tree(cid)
-        if not isinstance(tree, HistoryTree):
-            raise HistoryError(
-                f"{type(store).__name__}.read_tree returned {type(tree).__name__}, not a "
-                "HistoryTree"
-            )
-        if tree.closed:
-            raise ConversationClosedError(
-                f"conversation {str(cid)!r} is closed (cleared, expired or erased): "
-                f"nothing to {what}"
-            )
-        held = _held(tree)
-        if held is None or call_id not in held.waiting:
-            why = (
-                "no turn of it waits for a decision"
-                if held is None or not held.waiting
-                else f"the calls that wait are {', '.join(map(repr, held.waiting))}"
-            )
-            raise NotPendingError(
-                f"conversation {str(cid)!r}: tool call {call_id!r} does not wait for a "
-                f"decision ({why}): decided already, or never pending",
-                conversation_id=str(cid),
-                call_id=call_id,
-            )
+        held = await self._claim(store, call_id, what)
         head = str(held.batch.id)
-        try:  # the decision: exactly one caller moves the head off the waiting turn
-            await store.move_head(cid, held.parent, expected_head=head)
-        except HistoryChangedError:
-            raise NotPendingError(
-                f"conversation {str(cid)!r}: tool call {call_id!r} was decided by another "
-                "caller first (its decision moved the head): nothing ran",
-                conversation_id=str(cid),
-                call_id=call_id,
-            ) from None
         call = held.call(call_id)
         response = Response(Output(message=_unmarked(held.assistant)))
         try:
@@ -876,22 +931,28 @@ class Conversation:
         except BaseException:
             await _move_back(store, cid, held.parent, head)
             raise
+        if streaming:
+            yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=result)
         waiting = tuple(c for c in held.waiting_calls() if c.id != call_id)
         if waiting:
-            return TurnResult(response, None, 0, messages, pending=waiting)
+            partial = TurnResult(response, None, 0, messages, pending=waiting)
+            yield TurnEvent(TurnEventKind.DONE, result=partial)
+            return
         opening = held.opening(result)
         move = MoveHead(store, held.parent, expected_head=str(batch.id))
-        events = self._turn(
-            opening, output, retries, streaming=False, pinned=held.parent, branch=move
-        )
         finished = False
         try:
-            resumed = await _finish(events)
-            finished = True
+            events = self._turn(
+                opening, output, retries, streaming=streaming, pinned=held.parent, branch=move
+            )
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if event.result is not None:
+                        finished = True
+                    yield event
         finally:
             if not finished:
                 await move.undo()
-        return resumed
 
     # ------------------------------------------------------------------ internals
 
@@ -1294,6 +1355,19 @@ def _check_retries(value: object) -> None:
 #: The message metadata key that marks a stored turn's last assistant message as
 #: waiting for decisions: the ids of its tool calls that wait (a JSON array).
 _APPROVAL_KEY: Final = "scope/approval"
+
+
+#: How many times a decision reads the waiting turn again when a decision on another
+#: call of it landed first.
+_CLAIM_TRIES: Final = 8
+
+
+def _check_reason(call_id: object, reason: object) -> None:
+    _check_call_id(call_id)
+    if not isinstance(reason, str):
+        raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+    if not reason.strip():
+        raise ValueError("reason must be a non-empty str (the model is told why)")
 
 
 def _check_call_id(call_id: object) -> None:

@@ -385,6 +385,73 @@ async def test_two_approvals_racing_from_two_store_handles(kind: str, tmp_path: 
         await _race([one, two])
 
 
+async def test_decisions_on_two_calls_of_one_turn_racing_both_land_or_say_so() -> None:
+    store = InMemoryStore()
+    first = calls(DELETE_A, ("c3", "delete", '{"path": "z"}'))
+    await Conversation(ScriptedModel(first), store, "c", tools=[delete]).ask("Delete a and z")
+    event, counter = anyio.Event(), [0]
+    outcomes: dict[str, object] = {}
+
+    async def decide(call_id: str) -> None:
+        model = ScriptedModel(answer("both decided"))
+        conversation = Conversation(model, _Barrier(store, event, counter, 2), "c", tools=[delete])
+        try:
+            outcomes[call_id] = await conversation.approve(call_id)
+        except NotPendingError as exc:
+            outcomes[call_id] = exc
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(decide, "c1")
+        group.start_soon(decide, "c3")
+    # One decision moved the head first; the other read the turn again and was taken on
+    # what the first stored, or (the first still in flight) said so: never lost silently.
+    left = [c.id for c in await Conversation(ScriptedModel(), store, "c", tools=[delete]).pending()]
+    errors = [k for k, v in outcomes.items() if isinstance(v, NotPendingError)]
+    assert left == errors
+    for call_id in left:
+        model = ScriptedModel(answer("both decided"))
+        await Conversation(model, store, "c", tools=[delete]).approve(call_id)
+    assert sorted(RAN) == ["delete a", "delete z"]
+    stored = await store.read("c")
+    assert stored[-1].text == "both decided" and marks(stored) == []
+
+
+async def test_stream_approve_gives_the_decided_result_then_the_resumed_turn() -> None:
+    store = InMemoryStore()
+    first = calls(DELETE_A, ("c3", "delete", '{"path": "z"}'))
+    await Conversation(ScriptedModel(first), store, "c", tools=[delete]).ask("Delete a and z")
+    conversation = Conversation(ScriptedModel(answer("Done.")), store, "c", tools=[delete])
+    events = [event async for event in conversation.stream_deny("c3", "keep z")]
+    assert [e.kind for e in events] == [TurnEventKind.TOOL_RESULT, TurnEventKind.DONE]
+    assert events[0].tool_result is not None and events[0].tool_result.is_error
+    assert events[1].result is not None and [c.id for c in events[1].result.pending] == ["c1"]
+    events = [event async for event in conversation.stream_approve("c1")]
+    kinds = [e.kind for e in events]
+    assert kinds[0] is TurnEventKind.TOOL_RESULT and kinds[-1] is TurnEventKind.DONE
+    assert TurnEventKind.CHUNK in kinds
+    assert "".join(e.chunk.text for e in events if e.chunk is not None) == "Done."
+    final = events[-1].result
+    assert final is not None and (final.output, final.pending) == ("Done.", ())
+    assert RAN == ["delete a"]
+
+
+async def test_a_stream_approve_stopped_early_leaves_the_decided_turn_the_head() -> None:
+    store = InMemoryStore()
+    await Conversation(ScriptedModel(calls(DELETE_A)), store, "c", tools=[delete]).ask("Del")
+    conversation = Conversation(
+        ScriptedModel(answer("Done, a is gone.")), store, "c", tools=[delete]
+    )
+    events = conversation.stream_approve("c1")
+    async for event in events:
+        if event.kind is TurnEventKind.CHUNK:
+            break
+    await events.aclose()
+    assert RAN == ["delete a"]
+    stored = await store.read("c")
+    assert [m.role for m in stored] == [Role.USER, Role.ASSISTANT, Role.TOOL]
+    assert marks(stored) == [[]] and await conversation.pending() == ()
+
+
 # ------------------------------------------------------------------ another process
 
 _CHILD = """
@@ -524,6 +591,13 @@ async def test_bad_decisions_raise_before_any_io() -> None:
     for coroutine, error, message in bad:
         with pytest.raises(error, match=message):
             await coroutine
+    # The stream forms check when called, before the first iteration.
+    with pytest.raises(TypeError, match="call_id must be a str"):
+        conversation.stream_approve(b"c1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="reason must be a non-empty str"):
+        conversation.stream_deny("c1", "")
+    with pytest.raises(ValueError, match="output_retries"):
+        conversation.stream_approve("c1", output_retries=-2)
     assert await store.read("c") == []
 
 
