@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from scope.chat import (
@@ -316,6 +317,43 @@ async def test_a_call_with_bad_arguments_needs_no_approval_and_never_runs() -> N
     assert (result.output, result.pending, RAN, SEEN) == ("sorry", (), [], [])
 
 
+@attrs.frozen
+class Verdict:
+    deleted: bool
+
+
+async def test_the_resumed_turn_decodes_output_and_sends_a_bad_answer_back() -> None:
+    store = InMemoryStore()
+    first = Conversation(ScriptedModel(calls(DELETE_A)), store, "c", tools=[delete])
+    waiting = await first.ask("Delete a", output=Verdict)
+    assert waiting.output is None and [c.id for c in waiting.pending] == ["c1"]
+    model = ScriptedModel(answer("yes"), answer('{"deleted": true}'))
+    result = await Conversation(model, store, "c", tools=[delete]).approve("c1", output=Verdict)
+    assert (result.output, result.output_retries) == (Verdict(True), 1)
+    assert model.requests[0].options.output_format is not None
+    assert marks(await store.read("c")) == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"on_overlap": "reject"}, {"on_overlap": "wait"}, {"limit": 4}, {"keep_interrupted": True}],
+    ids=["reject", "wait", "window", "keep_interrupted"],
+)
+async def test_approval_works_with_leases_windows_and_kept_turns(options: dict[str, Any]) -> None:
+    store = InMemoryStore()
+    await Conversation(ScriptedModel(answer("hi")), store, "c", **options).ask("Hello")
+    first = ScriptedModel(calls(DELETE_A), answer("never"))
+    conversation = Conversation(first, store, "c", tools=[delete], **options)
+    assert [c.id for c in (await conversation.ask("Delete a")).pending] == ["c1"]
+    with pytest.raises(ApprovalPendingError):
+        await conversation.ask("Other")
+    model = ScriptedModel(answer("Deleted."), answer("Bye."))
+    later = Conversation(model, store, "c", tools=[delete], **options)
+    assert (await later.approve("c1")).output == "Deleted."
+    assert (await later.ask("Thanks")).output == "Bye."
+    assert [m.text for m in await store.read("c")][-3:] == ["Deleted.", "Thanks", "Bye."]
+
+
 # ------------------------------------------------------------------ races
 
 
@@ -375,7 +413,7 @@ async def test_two_approvals_racing_on_one_call_exactly_one_wins() -> None:
     await _race([store, store])
 
 
-@over_backends("sqlite", "postgres")
+@over_backends("sqlite", "postgres", "redis")
 async def test_two_approvals_racing_from_two_store_handles(kind: str, tmp_path: Path) -> None:
     async with (
         fresh_backend(kind, tmp_path) as backend,
