@@ -9,6 +9,7 @@ them. asyncio and trio (the in-memory store and SQLite), PostgreSQL under asynci
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from scope.errors import (
     HistoryError,
     NotPendingError,
 )
-from scope.history import branches, erase
+from scope.history import branches, erase, erase_owner
 from scope.history.inmemory import InMemoryStore
 from scope.testing import ScriptedModel
 from scope.tools import ToolContext, tool
@@ -550,6 +551,84 @@ async def test_an_approval_from_another_process_resumes_the_turn(kind: str, tmp_
                 await conversation.approve("c1")
 
 
+_RACER = """
+import json, sys
+import anyio
+from scope.chat import FinishReason, Output, Response, assistant_message
+from scope.conversation import Conversation
+from scope.errors import NotPendingError
+from scope.testing import ScriptedModel
+from tests.conversation.test_tool_approval import RAN, delete
+from tests.servers import Backend
+
+async def main(kind, url, prefix, name):
+    backend = Backend.__new__(Backend)
+    backend.kind, backend.url, backend.prefix = kind, url, prefix
+    async with await backend.open() as store:
+        done = Response(Output(assistant_message(name), FinishReason.STOP))
+        conversation = Conversation(ScriptedModel(done), store, "c", tools=[delete])
+        print("ready", flush=True)
+        sys.stdin.readline()  # both processes start deciding together
+        try:
+            output = (await conversation.approve("c1")).output
+            print(json.dumps({"won": output, "ran": RAN}))
+        except NotPendingError as exc:
+            print(json.dumps({"lost": str(exc), "ran": RAN}))
+
+anyio.run(main, *sys.argv[1:5])
+"""
+
+
+def _run_racers(kind: str, url: str, prefix: str) -> list[dict[str, Any]]:
+    """Two processes that each approve call c1 once both are ready; their reports."""
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, kind, url, prefix, name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for name in ("one", "two")
+    ]
+    reports = []
+    try:
+        for racer in racers:
+            assert racer.stdout is not None
+            assert racer.stdout.readline() == "ready\n"
+        for racer in racers:
+            assert racer.stdin is not None
+            racer.stdin.write("go\n")
+            racer.stdin.flush()
+        for racer in racers:
+            out, err = racer.communicate()
+            assert racer.returncode == 0, err
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for racer in racers:
+            if racer.poll() is None:
+                racer.kill()
+                racer.wait()
+    return reports
+
+
+@over_backends("sqlite", "postgres")
+async def test_two_processes_approving_one_call_exactly_one_wins(kind: str, tmp_path: Path) -> None:
+    async with fresh_backend(kind, tmp_path) as backend:
+        async with await backend.open() as store:
+            model = ScriptedModel(calls(DELETE_A))
+            await Conversation(model, store, "c", tools=[delete]).ask("Delete a")
+        reports = await anyio.to_thread.run_sync(_run_racers, kind, backend.url, backend.prefix)
+        won = [r for r in reports if "won" in r]
+        lost = [r for r in reports if "lost" in r]
+        assert len(won) == 1 and len(lost) == 1, reports
+        assert won[0]["ran"] == ["delete a"] and lost[0]["ran"] == []
+        async with await backend.open() as store:
+            stored = await store.read("c")
+            assert stored[-1].text == won[0]["won"] and marks(stored) == []
+
+
 # ------------------------------------------------------------------ erasure
 
 
@@ -565,6 +644,24 @@ async def test_erasing_the_conversation_erases_its_pending_approvals() -> None:
     with pytest.raises(ConversationClosedError):
         await conversation.deny("c1", "gone")
     assert RAN == []
+
+
+@over_backends("sqlite", "postgres", "redis")
+async def test_erase_owner_erases_pending_approvals_on_every_store(
+    kind: str, tmp_path: Path
+) -> None:
+    async with fresh_backend(kind, tmp_path) as backend, await backend.open() as store:
+        conversation = Conversation(
+            ScriptedModel(calls(DELETE_A)), store, "c", tools=[delete], owner="ana"
+        )
+        await conversation.ask("Delete a")
+        assert [c.id for c in await conversation.pending()] == ["c1"]
+        [receipt] = await erase_owner(store, "ana")
+        assert await store.check_erased(receipt) == []
+        assert await conversation.pending() == ()
+        with pytest.raises(ConversationClosedError):
+            await conversation.approve("c1")
+        assert RAN == []
 
 
 # ------------------------------------------------------------------ bad input
