@@ -283,6 +283,10 @@ class Conversation:
       given to every tool that declares a ``ToolContext`` parameter, with the
       conversation id and the owner (``scope.tools``). Default None.
 
+    A tool made with ``requires_approval`` needs a store with branches (a
+    ``scope.history.Store``: ``read_tree``, ``move_head``, ``read_view``; every bundled
+    store): ``TypeError`` here otherwise.
+
     ``ask`` returns the finished turn (or the turn that waits for a tool call's
     approval: ``approve``, ``deny``, ``pending``); ``stream`` gives its events as they
     happen;
@@ -417,6 +421,8 @@ class Conversation:
         # One context for every tool call: the Middleware checked the owner above.
         self._context: ToolContext[Any] = ToolContext(cid, owner=owner, deps=deps)
         self._store = store
+        if self._approvals:  # its turns store themselves and decisions move the head
+            self._tree_store("a tool with requires_approval")
         self._window = reader if isinstance(reader, WindowReader) else None
         self._max_steps = max_steps
         self._append_retries = append_retries
@@ -1066,7 +1072,6 @@ class Conversation:
         # model calls replayed (the fence), and refuses to run on a turn that waits.
         watch: _Pinned | None = None
         if self._approvals:
-            self._tree_store("a tool with requires_approval")
             watch = _Pinned(self._reader, pinned, guard=True)
         if pinned is not None or appended is not None or watch is not None:
             caller, streamer = self._turn_wrapped(pinned, appended, branch, watch=watch)

@@ -763,8 +763,8 @@ async def test_approval_needs_a_store_with_branches() -> None:
 
     from scope.history import Unfenced
 
-    conversation = Conversation(ScriptedModel(), Plain(), "c", tools=[delete], layers=(Unfenced(),))
-    with pytest.raises(TypeError, match="needs a store with branches"):
+    conversation = Conversation(ScriptedModel(), Plain(), "c", tools=[look], layers=(Unfenced(),))
+    with pytest.raises(TypeError, match="pending needs a store with branches"):
         await conversation.pending()
     with pytest.raises(TypeError, match="a tool with requires_approval needs a store"):
-        await conversation.ask("Delete")
+        Conversation(ScriptedModel(), Plain(), "c", tools=[delete], layers=(Unfenced(),))
