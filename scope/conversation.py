@@ -48,6 +48,14 @@ Guarantees a caller relies on:
   user/assistant sequence every model replays. ``TurnResult.output_retries`` counts the
   retries; when they run out, ``InvalidResponseError`` (every answer stored).
 
+Tool approval (issue 46): a call of a tool made with ``@tool(requires_approval=...)``
+waits for a person. The turn is stored as it stands, the call marked pending (the calls
+of other tools in that response have run), and ``TurnResult.pending`` lists what waits;
+``approve(call_id)``/``deny(call_id, reason)`` (``stream_approve``/``stream_deny``) from
+any process resume it, ``pending()`` reads what waits from the store. The pending state
+is the stored turn: durable, erased with the conversation, and each decision is taken
+once (fenced by a head move; ``NotPendingError`` for the other of two racing).
+
 Branches (DESIGN §6h): ``regenerate()`` answers the last turn again and ``edit(turn,
 message)`` replaces a turn (``stream_regenerate``/``stream_edit`` give their events):
 the head is rewound, fenced, and the new turn runs only on the rewound head; nothing is
@@ -90,6 +98,7 @@ from scope.chat import (
     Message,
     Model,
     Options,
+    Output,
     OutputFormat,
     Request,
     Response,
@@ -108,6 +117,7 @@ from scope.chat import (
 )
 from scope.errors import (
     AppendConflictError,
+    ApprovalPendingError,
     CommitError,
     ConversationClosedError,
     HistoryChangedError,
@@ -116,9 +126,11 @@ from scope.errors import (
     InvalidResponseError,
     InvalidWindowError,
     MaxStepsError,
+    NotPendingError,
     UnknownHeadError,
 )
 from scope.history import (
+    Batch,
     ConversationID,
     HistoryCache,
     HistoryError,
@@ -198,6 +210,11 @@ class TurnResult(Generic[T]):
       user message that sent it back come first).
     - ``output_retries``: how many answers did not decode into ``output=``'s type and
       were sent back to the model (0: the first answer decoded, or no ``output=``).
+    - ``pending``: the tool calls that wait for a decision (``@tool(requires_approval=
+      ...)``; ``Conversation.approve``/``deny``), in call order; empty for a finished
+      turn. A turn that waits is stored as it stands (see ``Conversation.approve``):
+      ``response`` is the model's response that made the calls, ``output`` is None and
+      ``messages`` the stored turn so far.
     """
 
     response: Response
@@ -206,6 +223,8 @@ class TurnResult(Generic[T]):
     messages: tuple[Message, ...]
     # Added with output_retries: a default, so results made without it still build.
     output_retries: int = 0
+    # Added with tool approval: a default, as above.
+    pending: tuple[ToolCall, ...] = ()
 
 
 @final
@@ -264,7 +283,13 @@ class Conversation:
       given to every tool that declares a ``ToolContext`` parameter, with the
       conversation id and the owner (``scope.tools``). Default None.
 
-    ``ask`` returns the finished turn; ``stream`` gives its events as they happen;
+    A tool made with ``requires_approval`` needs a store with branches (a
+    ``scope.history.Store``: ``read_tree``, ``move_head``, ``read_view``; every bundled
+    store): ``TypeError`` here otherwise.
+
+    ``ask`` returns the finished turn (or the turn that waits for a tool call's
+    approval: ``approve``, ``deny``, ``pending``); ``stream`` gives its events as they
+    happen;
     ``regenerate``/``edit`` (and ``stream_regenerate``/``stream_edit``) rewind the head
     and run a turn again or with another message (needs a ``Store``). They
     work under asyncio and trio; one ``Conversation`` may run overlapping turns (the
@@ -276,6 +301,7 @@ class Conversation:
 
     __slots__ = (
         "_append_retries",
+        "_approvals",
         "_caller",
         "_context",
         "_definitions",
@@ -366,6 +392,7 @@ class Conversation:
             if item.name in self._tools:
                 raise ValueError(f"tools[{index}]: a second tool named {item.name!r}")
             self._tools[item.name] = item
+        self._approvals = any(item.requires_approval is not False for item in self._tools.values())
         wrappers = _sequence(middlewares, "middlewares", ModelMiddleware, "[otel.tracing()]")
         for index, layer in enumerate(wrappers):
             if not isinstance(layer, ModelMiddleware):
@@ -394,6 +421,8 @@ class Conversation:
         # One context for every tool call: the Middleware checked the owner above.
         self._context: ToolContext[Any] = ToolContext(cid, owner=owner, deps=deps)
         self._store = store
+        if self._approvals:  # its turns store themselves and decisions move the head
+            self._tree_store("a tool with requires_approval")
         self._window = reader if isinstance(reader, WindowReader) else None
         self._max_steps = max_steps
         self._append_retries = append_retries
@@ -679,6 +708,258 @@ class Conversation:
         _check_retries(output_retries)
         return self._branch_turn(turn, user, output, output_retries, expected_head, streaming=True)
 
+    # ------------------------------------------------------------ tool approval
+
+    async def approve(
+        self, call_id: str, *, output: object = None, output_retries: int = 1
+    ) -> TurnResult[Any]:
+        """Approve the waiting tool call ``call_id`` (``TurnResult.pending``,
+        ``pending()``), from this process or any other (a new ``Conversation`` on the
+        same store and conversation, with the same tools): the call's tool runs, its
+        result is stored, and when no call of the turn waits any more the turn goes on
+        with the model, as ``ask`` would have; returns that turn's ``TurnResult`` (which
+        may wait again, for a later call), or, while other calls still wait, the stored
+        turn with those in ``pending`` (``steps`` 0, ``output`` None).
+        ``output``/``output_retries`` as for ``ask`` (for the answer the resumed turn
+        ends with).
+
+        The rules:
+
+        - A decision is taken once. It first moves the conversation's head from the
+          waiting turn to where that turn started, fenced by the waiting turn
+          (``Store.move_head``, ``expected_head``): of two decisions racing on a call,
+          on any processes, exactly one moves it; the other raises ``NotPendingError``
+          before anything runs. A decision on another call of the same turn that
+          landed first is no loss: the turn is read again and the decision taken on
+          it (while that one is still being taken, ``NotPendingError`` says so, and
+          ``pending()`` is empty until it is stored). The tool then runs, and the turn
+          is stored again with its result (fenced by that head): the call is decided.
+          A decision whose result cannot be stored moves the head back (the call waits
+          again; its tool may have run).
+        - The resumed turn runs as ``edit``'s turn does: its first model call moves the
+          head back to where the turn started (the decided turn stays in the tree, on
+          its own branch, ``scope.history.branches``), and the finished turn is stored
+          there as one batch, as a turn that never waited would have been (user,
+          tool calls, results, answer). When it is not stored (a provider error, a
+          cancellation), the head moves back to the decided turn: ``pending()`` is then
+          empty, and ``ask`` goes on from it (its calls all have results, so it
+          replays to any model).
+        - A call that waits is not in process memory: it is the stored turn's last
+          assistant message, marked ``scope/approval`` (the ids that wait), with the
+          results of the calls that ran at once. It is erased with the conversation.
+          While a call waits, a new turn of a ``Conversation`` with approval tools
+          raises ``ApprovalPendingError`` (before the model is called); ``regenerate``
+          and ``edit`` move on from it.
+        - A process that dies after its decision moved the head and before the turn is
+          stored again leaves the head where the turn started and the waiting turn on a
+          branch: the decision is lost, never taken twice.
+
+        Raises ``TypeError``/``ValueError`` for a ``call_id`` that is not a non-empty
+        string and for bad ``output``/``output_retries`` (before any I/O),
+        ``NotPendingError`` when the call does not wait (decided already, never
+        pending, or the waiting turn is not the head), ``ConversationClosedError`` for a
+        closed conversation. Needs a ``Store`` (``read_tree``, ``move_head``)."""
+        _check_call_id(call_id)
+        _check_retries(output_retries)
+        self._format(output)
+        return await _finish(self._decide(call_id, None, output, output_retries, streaming=False))
+
+    async def deny(
+        self, call_id: str, reason: str, *, output: object = None, output_retries: int = 1
+    ) -> TurnResult[Any]:
+        """Deny the waiting tool call ``call_id``: its tool does not run; the model gets
+        an error result for it saying it was denied, with ``reason`` (a non-empty
+        string, told to the model). Otherwise as ``approve``: the same rules, the same
+        errors (``TypeError``/``ValueError`` for a bad ``reason`` too)."""
+        _check_reason(call_id, reason)
+        _check_retries(output_retries)
+        self._format(output)
+        return await _finish(self._decide(call_id, reason, output, output_retries, streaming=False))
+
+    def stream_approve(
+        self, call_id: str, *, output: object = None, output_retries: int = 1
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """``approve`` as events, like ``stream``: the decided call's ``tool_result``,
+        then the resumed turn's events (``chunk``, ``tool_call``, ``tool_result``) and
+        ``done`` with the ``TurnResult`` (``done`` at once, with ``pending``, while other
+        calls of the turn still wait). The arguments are checked here, before the first
+        iteration; nothing else happens until then. An early stop of the resumed turn
+        leaves the decided turn the head, as a failure does."""
+        _check_call_id(call_id)
+        _check_retries(output_retries)
+        self._format(output)
+        return self._decide(call_id, None, output, output_retries, streaming=True)
+
+    def stream_deny(
+        self, call_id: str, reason: str, *, output: object = None, output_retries: int = 1
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """``deny`` as events, as ``stream_approve`` gives them."""
+        _check_reason(call_id, reason)
+        _check_retries(output_retries)
+        self._format(output)
+        return self._decide(call_id, reason, output, output_retries, streaming=True)
+
+    async def pending(self) -> tuple[ToolCall, ...]:
+        """The tool calls that wait for a decision, in call order, as the store holds
+        them now (empty when none waits, and for a closed or erased conversation). Needs
+        a ``Store`` (``read_tree``)."""
+        store = self._tree_store("pending")
+        tree = await store.read_tree(self.conversation_id)
+        if tree.closed:
+            return ()
+        held = _held(tree)
+        return () if held is None else held.waiting_calls()
+
+    def _waiting(self, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+        """The calls that wait for approval (their tool says so)."""
+        waiting = []
+        for call in calls:
+            found = self._tools.get(call.name)
+            if found is not None and found.needs_approval(call, self._context):
+                waiting.append(call)
+        return tuple(waiting)
+
+    async def _hold(
+        self,
+        turn: list[Message],
+        response: Response,
+        waiting: tuple[ToolCall, ...],
+        results: list[ToolResult],
+        watch: _Pinned,
+    ) -> tuple[Message, ...]:
+        """Store the turn so far with ``waiting`` marked, fenced by the view its model
+        calls replayed; the messages stored."""
+        view = watch.view
+        assert view is not None  # the Middleware read it before calling the model
+        marked = _marked(response.message, tuple(call.id for call in waiting))
+        messages = (*turn, marked, *((tool_message(*results),) if results else ()))
+        batch = Batch(
+            self.conversation_id, uuid.uuid4().hex, messages, view.length, view.fence_head
+        )
+        await self._append(batch, response)
+        return messages
+
+    async def _append(self, batch: Batch, response: Response) -> None:
+        """Append ``batch`` (retrying a store failure as ``_land`` does)."""
+        try:
+            receipt = await (
+                self._store.append(batch)
+                if self._owner is None
+                else self._store.append(batch, owner=self._owner)  # type: ignore[call-arg]
+            )
+            receipt.validate_for(batch)
+        except _FINAL:
+            raise
+        except Exception as exc:
+            err = CommitError(
+                f"conversation {str(self.conversation_id)!r}: storing the turn that waits "
+                f"for approval failed ({type(exc).__name__}: {exc})",
+                batch=batch,
+                response=response,
+                retryable=True,
+            )
+            err.__cause__ = exc
+            await self._land(err)
+
+    async def _claim(self, store: Store, call_id: str, what: str) -> _Held:
+        """Take the decision on ``call_id``: read the waiting turn and move the head off
+        it, fenced by it. A move refused because a decision on another call of the turn
+        landed first is tried again on the turn that decision stored."""
+        cid = self.conversation_id
+        lost = False  # a move was refused: another decision landed first
+        for _ in range(_CLAIM_TRIES):
+            tree = await store.read_tree(cid)
+            if not isinstance(tree, HistoryTree):
+                raise HistoryError(
+                    f"{type(store).__name__}.read_tree returned {type(tree).__name__}, not a "
+                    "HistoryTree"
+                )
+            if tree.closed:
+                raise ConversationClosedError(
+                    f"conversation {str(cid)!r} is closed (cleared, expired or erased): "
+                    f"nothing to {what}"
+                )
+            held = _held(tree)
+            if held is None or call_id not in held.waiting:
+                if lost:
+                    raise NotPendingError(
+                        f"conversation {str(cid)!r}: tool call {call_id!r} was decided by "
+                        "another caller first (its decision moved the head; or one on another "
+                        "call of the turn is being taken: pending() says when it waits "
+                        "again): nothing ran",
+                        conversation_id=str(cid),
+                        call_id=call_id,
+                    )
+                why = (
+                    "no turn of it waits for a decision"
+                    if held is None or not held.waiting
+                    else f"the calls that wait are {', '.join(map(repr, held.waiting))}"
+                )
+                raise NotPendingError(
+                    f"conversation {str(cid)!r}: tool call {call_id!r} does not wait for a "
+                    f"decision ({why}): decided already, or never pending",
+                    conversation_id=str(cid),
+                    call_id=call_id,
+                )
+            try:  # the decision: exactly one caller moves the head off the waiting turn
+                await store.move_head(cid, held.parent, expected_head=str(held.batch.id))
+            except HistoryChangedError:
+                lost = True  # read again: decided by another caller, or another call was
+                continue
+            return held
+        raise NotPendingError(  # pragma: no cover - decisions on other calls kept landing
+            f"conversation {str(cid)!r}: tool call {call_id!r}: other decisions on the turn "
+            f"kept landing first ({_CLAIM_TRIES} tries); decide again",
+            conversation_id=str(cid),
+            call_id=call_id,
+        )
+
+    async def _decide(
+        self, call_id: str, reason: str | None, output: object, retries: int, *, streaming: bool
+    ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """``approve`` (``reason`` None) and ``deny``, as events."""
+        what = "approve" if reason is None else "deny"
+        store = self._tree_store(what)
+        cid = self.conversation_id
+        held = await self._claim(store, call_id, what)
+        head = str(held.batch.id)
+        call = held.call(call_id)
+        response = Response(Output(message=_unmarked(held.assistant)))
+        try:
+            if reason is None:
+                result = await self._answer(call)
+            else:
+                text = f"the call was denied: {reason}"
+                result = ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
+            messages = held.decided(result)
+            batch = Batch(cid, uuid.uuid4().hex, messages, held.length, held.parent)
+            await self._append(batch, response)
+        except BaseException:
+            await _move_back(store, cid, held.parent, head)
+            raise
+        if streaming:
+            yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=result)
+        waiting = tuple(c for c in held.waiting_calls() if c.id != call_id)
+        if waiting:
+            partial = TurnResult(response, None, 0, messages, pending=waiting)
+            yield TurnEvent(TurnEventKind.DONE, result=partial)
+            return
+        opening = held.opening(result)
+        move = MoveHead(store, held.parent, expected_head=str(batch.id))
+        finished = False
+        try:
+            events = self._turn(
+                opening, output, retries, streaming=streaming, pinned=held.parent, branch=move
+            )
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if event.result is not None:
+                        finished = True
+                    yield event
+        finally:
+            if not finished:
+                await move.undo()
+
     # ------------------------------------------------------------------ internals
 
     def _wrapped(self, middleware: Middleware) -> tuple[Model | None, Streamer | None]:
@@ -770,7 +1051,7 @@ class Conversation:
 
     async def _turn(
         self,
-        user: Message,
+        user: Message | tuple[Message, ...],
         output: object,
         output_retries: int,
         *,
@@ -778,6 +1059,8 @@ class Conversation:
         pinned: str | None = None,
         branch: MoveHead | None = None,
     ) -> AsyncGenerator[TurnEvent[Any], None]:
+        """One turn: ``user`` is its user message, or (a decided approval resuming) the
+        open turn so far."""
         options, decode = self._format(output)
         retrying = output is not None and output_retries > 0
         # A turn that may send a bad answer back needs to know where that answer was
@@ -785,10 +1068,15 @@ class Conversation:
         # the batches it appends.
         appended = _AppendIDs() if retrying else None
         caller, streamer = self._caller, self._streamer
-        if pinned is not None or appended is not None:
-            caller, streamer = self._turn_wrapped(pinned, appended, branch)
+        # A turn that may wait for an approval stores itself: it needs the view its
+        # model calls replayed (the fence), and refuses to run on a turn that waits.
+        watch: _Pinned | None = None
+        if self._approvals:
+            watch = _Pinned(self._reader, pinned, guard=True)
+        if pinned is not None or appended is not None or watch is not None:
+            caller, streamer = self._turn_wrapped(pinned, appended, branch, watch=watch)
         streaming = streaming or caller is None
-        turn: list[Message] = [user]
+        turn: list[Message] = [user] if isinstance(user, Message) else list(user)
         stored: tuple[Message, ...] = ()  # the attempts whose answers did not decode
         retries = steps = step = 0
         while True:
@@ -839,7 +1127,9 @@ class Conversation:
                     # them has no fence for any turn).
                     views = inspect.iscoroutinefunction(getattr(self._reader, "read_view", None))
                     pin = appended.last if views else None
-                    caller, streamer = self._turn_wrapped(pin, appended, check=False)
+                    if watch is not None:
+                        watch = _Pinned(self._reader, pin, guard=False)
+                    caller, streamer = self._turn_wrapped(pin, appended, check=False, watch=watch)
                     step = 0
                     continue
                 messages = (*stored, *turn, response.message)
@@ -858,13 +1148,29 @@ class Conversation:
                     f"{self._max_steps} model calls (max_steps); nothing of the turn was "
                     f"stored{kept}"
                 )
+            waiting = self._waiting(calls) if watch is not None else ()
             if streaming:  # ask() only wants the result: no events to make
                 for call in calls:
                     yield TurnEvent(TurnEventKind.TOOL_CALL, tool_call=call)
-            results = await self._run_tools(calls)
+            ids = {call.id for call in waiting}
+            now = tuple(call for call in calls if call.id not in ids) if ids else calls
+            results = await self._run_tools(now) if now else []
             if streaming:
                 for tool_result in results:
                     yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=tool_result)
+            if waiting:
+                assert watch is not None
+                held = await self._hold(turn, response, waiting, results, watch)
+                result = TurnResult(
+                    response,
+                    None,
+                    steps,
+                    (*stored, *held),
+                    output_retries=retries,
+                    pending=waiting,
+                )
+                yield TurnEvent(TurnEventKind.DONE, result=result)
+                return
             turn += (response.message, tool_message(*results))
 
     def _turn_wrapped(
@@ -874,15 +1180,19 @@ class Conversation:
         branch: MoveHead | None = None,
         *,
         check: bool = True,
+        watch: _Pinned | None = None,
     ) -> tuple[Model | None, Streamer | None]:
         """The model and the streamer behind a Middleware of one turn's own: reading
-        through the pin (when there is one), naming its batches with ``appended``, its
-        first step moving the head (``branch``: regenerate and edit)."""
+        through the pin (when there is one; ``watch``, when given, is that reader),
+        naming its batches with ``appended``, its first step moving the head
+        (``branch``: regenerate and edit)."""
         reader: Reader = self._reader
         if pinned is not None:
             if check:  # expected_head and branches need a Store; a retry's pin does not
                 self._tree_store("expected_head")
             reader = _Pinned(self._reader, pinned)
+        if watch is not None:
+            reader = watch
         extra: dict[str, Any] = {} if appended is None else {"new_append_id": appended}
         base = self._middleware
         layers = base.layers
@@ -1047,6 +1357,142 @@ def _check_retries(value: object) -> None:
         raise ValueError(f"output_retries must be an int >= 0, got {value!r}")
 
 
+#: The message metadata key that marks a stored turn's last assistant message as
+#: waiting for decisions: the ids of its tool calls that wait (a JSON array).
+_APPROVAL_KEY: Final = "scope/approval"
+
+
+#: How many times a decision reads the waiting turn again when a decision on another
+#: call of it landed first.
+_CLAIM_TRIES: Final = 8
+
+
+def _check_reason(call_id: object, reason: object) -> None:
+    _check_call_id(call_id)
+    if not isinstance(reason, str):
+        raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+    if not reason.strip():
+        raise ValueError("reason must be a non-empty str (the model is told why)")
+
+
+def _check_call_id(call_id: object) -> None:
+    if not isinstance(call_id, str):
+        raise TypeError(f"call_id must be a str, got {type(call_id).__name__}")
+    if not call_id:
+        raise ValueError("call_id must be a non-empty str (a ToolCall's id)")
+
+
+def _marked(message: Message, waiting: tuple[str, ...]) -> Message:
+    kept = {k: v for k, v in message.metadata.items() if k != _APPROVAL_KEY}
+    return Message(message.role, message.parts, Metadata({**kept, _APPROVAL_KEY: list(waiting)}))
+
+
+def _unmarked(message: Message) -> Message:
+    if _APPROVAL_KEY not in message.metadata:
+        return message
+    kept = {k: v for k, v in message.metadata.items() if k != _APPROVAL_KEY}
+    return Message(message.role, message.parts, Metadata(kept))
+
+
+def _marks(message: Message) -> tuple[str, ...] | None:
+    """The waiting call ids a message is marked with, or None (not marked)."""
+    if message.role is not Role.ASSISTANT or _APPROVAL_KEY not in message.metadata:
+        return None
+    value = message.metadata[_APPROVAL_KEY].value()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None  # not ours: a mark is a list of call ids
+    return tuple(value)
+
+
+def _waiting_ids(messages: Sequence[Message]) -> tuple[str, ...]:
+    """The call ids the last turn of ``messages`` waits for (empty: none)."""
+    index = len(messages) - 1
+    while index >= 0 and messages[index].role is Role.TOOL:
+        index -= 1
+    if index < 0:
+        return ()
+    return _marks(messages[index]) or ()
+
+
+@final
+class _Held:
+    """The head batch of a conversation whose turn waits (or waited) for decisions."""
+
+    __slots__ = ("assistant", "batch", "index", "length", "parent", "results", "waiting")
+
+    def __init__(self, batch: Batch, index: int, parent: str, length: int) -> None:
+        self.batch = batch
+        self.index = index  # of the marked assistant message
+        self.assistant: Message = batch.messages[index]
+        self.waiting: tuple[str, ...] = _marks(self.assistant) or ()
+        self.parent = parent  # where the turn started
+        self.length = length  # messages on the head path before it
+        self.results: list[ToolResult] = [
+            part.tool_result
+            for message in batch.messages[index + 1 :]
+            for part in message.parts
+            if part.tool_result is not None
+        ]
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        return tuple(p.tool_call for p in self.assistant.parts if p.tool_call is not None)
+
+    def waiting_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(call for call in self.calls() if call.id in self.waiting)
+
+    def call(self, call_id: str) -> ToolCall:
+        return next(call for call in self.calls() if call.id == call_id)
+
+    def _answered(self, result: ToolResult) -> tuple[ToolResult, ...]:
+        """The results so far with ``result``, in call order."""
+        by_id = {r.id: r for r in (*self.results, result)}
+        return tuple(by_id[c.id] for c in self.calls() if c.id in by_id)
+
+    def decided(self, result: ToolResult) -> tuple[Message, ...]:
+        """The waiting turn with ``result`` stored and its call no longer waiting."""
+        waiting = tuple(i for i in self.waiting if i != result.id)
+        head = self.batch.messages[: self.index]
+        return (*head, _marked(self.assistant, waiting), tool_message(*self._answered(result)))
+
+    def opening(self, result: ToolResult) -> tuple[Message, ...]:
+        """The open turn that resumes once every call is decided (no mark)."""
+        head = self.batch.messages[: self.index]
+        return (*head, _unmarked(self.assistant), tool_message(*self._answered(result)))
+
+
+def _held(tree: HistoryTree) -> _Held | None:
+    """The head batch when its turn waits for decisions (a marked last assistant)."""
+    path = tree.path(tree.head)
+    if not path:
+        return None
+    batch = tree.batches[path[-1]]
+    messages = batch.messages
+    index = len(messages) - 1
+    while index >= 0 and messages[index].role is Role.TOOL:
+        index -= 1
+    if index < 0 or _marks(messages[index]) is None:
+        return None
+    parent = str(tree.batches[path[-2]].id) if len(path) > 1 else ""
+    length = sum(len(tree.batches[i]) for i in path[:-1])
+    return _Held(batch, index, parent, length)
+
+
+async def _move_back(store: Store, cid: ConversationID, moved_to: str, head: str) -> None:
+    """Move the head back to the waiting turn ``head`` after a decision failed, as
+    ``MoveHead.undo`` does (shielded, bounded, logged, never raising)."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
+        try:
+            await store.move_head(cid, head, expected_head=moved_to)
+        except Exception as exc:
+            _log.warning(
+                "conversation %r: the head could not move back to the turn that waits "
+                "for approval (%s: %s)",
+                str(cid),
+                type(exc).__name__,
+                exc,
+            )
+
+
 def _text(response: Response) -> str:
     return response.text
 
@@ -1106,13 +1552,19 @@ class _Pinned:
     """The reader of one turn that must start from the head ``head``: its view is the
     reader's, or ``HistoryChangedError`` (before the model is called) when the
     conversation's head is another. The Middleware then fences the commit by that
-    view's head, so the turn is stored on ``head`` or not at all."""
+    view's head, so the turn is stored on ``head`` or not at all.
 
-    __slots__ = ("_head", "_reader")
+    ``head`` None: any head. ``view`` is the last view read (a turn that waits for an
+    approval is stored fenced by it); with ``guard``, a view whose last turn waits for
+    an approval raises ``ApprovalPendingError`` before the model is called."""
 
-    def __init__(self, reader: Reader, head: str) -> None:
+    __slots__ = ("_guard", "_head", "_reader", "view")
+
+    def __init__(self, reader: Reader, head: str | None, *, guard: bool = False) -> None:
         self._reader = reader
         self._head = head
+        self._guard = guard
+        self.view: HistoryView | None = None
 
     @property
     def history_cache(self) -> HistoryCache | None:
@@ -1125,7 +1577,7 @@ class _Pinned:
 
     async def read_view(self, conversation_id: str) -> HistoryView:
         view = await cast(ViewReader, self._reader).read_view(conversation_id)
-        if not view.closed and view.head != self._head:
+        if self._head is not None and not view.closed and view.head != self._head:
             raise HistoryChangedError(
                 view.length,
                 view.length,
@@ -1133,6 +1585,17 @@ class _Pinned:
                 expected_head=self._head,
                 actual_head=view.head,
             )
+        if self._guard and isinstance(view, HistoryView):
+            waiting = _waiting_ids(view.messages)
+            if waiting:
+                raise ApprovalPendingError(
+                    f"conversation {str(conversation_id)!r} waits for a decision on tool "
+                    f"call(s) {', '.join(map(repr, waiting))}: approve or deny them first "
+                    "(Conversation.pending() lists them); the model was not called",
+                    conversation_id=str(conversation_id),
+                    call_ids=waiting,
+                )
+        self.view = view
         return view
 
 

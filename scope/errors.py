@@ -33,7 +33,9 @@
     │   ├── StoreError                  a backend failed (I/O, corrupt record)
     │   ├── CommitError                 generation succeeded, persisting it did not (retryable)
     │   ├── TurnInProgressError         another turn holds the conversation's lease
-    │   └── TurnInterruptedError        a newer turn interrupted this one (on_overlap)
+    │   ├── TurnInterruptedError        a newer turn interrupted this one (on_overlap)
+    │   ├── ApprovalPendingError        a turn waits for a tool call's approval
+    │   └── NotPendingError             no such call waits for a decision (decided already)
     └── ProviderError                   (status_code, body, request_id)
         ├── AuthenticationError         401 / 403
         ├── BadRequestError             400 / 404 / 422
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AppendConflictError",
+    "ApprovalPendingError",
     "AuthenticationError",
     "BadRequestError",
     "CommitError",
@@ -105,6 +108,7 @@ __all__ = [
     "InvalidViewError",
     "InvalidWindowError",
     "MaxStepsError",
+    "NotPendingError",
     "ProviderConnectionError",
     "ProviderError",
     "ProviderServerError",
@@ -436,6 +440,53 @@ class TurnInterruptedError(HistoryError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_interrupted, (str(self), self.conversation_id))
+
+
+class ApprovalPendingError(HistoryError):
+    """The conversation's last turn waits for a decision on a tool call
+    (``@tool(requires_approval=...)``): a new turn would replay a tool call that has no
+    result, which no model accepts. Raised before the model is called, nothing stored:
+    decide the calls first (``Conversation.approve``/``deny``; ``pending()`` lists them).
+
+    ``conversation_id`` names the conversation, ``call_ids`` the calls that wait.
+    """
+
+    def __init__(self, message: str, *, conversation_id: str, call_ids: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.call_ids = call_ids
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_pending, (str(self), self.conversation_id, self.call_ids))
+
+
+class NotPendingError(HistoryError):
+    """``Conversation.approve``/``deny`` named a call that does not wait for a decision:
+    another decision on it won (of two racing, exactly one is taken; the other gets
+    this error, and nothing of it ran or was stored), it was never pending, or the
+    conversation's head is no longer the turn that waits (another turn, a regenerate or
+    an edit moved on from it). ``pending()`` says what still waits.
+
+    ``conversation_id`` names the conversation, ``call_id`` the call.
+    """
+
+    def __init__(self, message: str, *, conversation_id: str, call_id: str) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.call_id = call_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_not_pending, (str(self), self.conversation_id, self.call_id))
+
+
+def _rebuild_pending(
+    message: str, conversation_id: str, call_ids: tuple[str, ...]
+) -> ApprovalPendingError:
+    return ApprovalPendingError(message, conversation_id=conversation_id, call_ids=call_ids)
+
+
+def _rebuild_not_pending(message: str, conversation_id: str, call_id: str) -> NotPendingError:
+    return NotPendingError(message, conversation_id=conversation_id, call_id=call_id)
 
 
 def _rebuild_in_progress(

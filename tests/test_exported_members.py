@@ -16,6 +16,7 @@ EXPECTED: dict[str, list[str]] = {
     "scope": ["__version__"],
     "scope.errors": [
         "AppendConflictError",
+        "ApprovalPendingError",
         "AuthenticationError",
         "BadRequestError",
         "CommitError",
@@ -43,6 +44,7 @@ EXPECTED: dict[str, list[str]] = {
         "InvalidViewError",
         "InvalidWindowError",
         "MaxStepsError",
+        "NotPendingError",
         "ProviderConnectionError",
         "ProviderError",
         "ProviderServerError",

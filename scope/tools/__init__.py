@@ -172,14 +172,28 @@ class Tool(Generic[P, R]):
     - ``description``: default the docstring's first paragraph.
     - ``thread``: run a sync function in a worker thread (default True); ignored for
       async functions.
+    - ``requires_approval``: whether a call waits for a person's decision before it runs
+      (``Conversation.approve``/``deny``): ``False`` (the default), ``True``, or a
+      predicate ``requires_approval(arguments, context) -> bool`` given the call's decoded
+      keyword arguments (a dict, the ``ToolContext`` parameter left out) and the
+      conversation's ``ToolContext`` (see ``needs_approval``).
 
     Raises ``TypeError`` when a parameter's type has no JSON form, a parameter has no
     annotation or cannot be passed by keyword, ``ToolContext`` is used other than as a
     parameter's whole annotation or by two parameters; ``InvalidToolDefinitionError``
-    when the name is not a valid tool name.
+    when the name is not a valid tool name; ``TypeError`` when ``requires_approval`` is
+    neither a bool nor callable.
     """
 
-    __slots__ = ("_arguments", "_context", "_definition", "_function", "_is_async", "_thread")
+    __slots__ = (
+        "_approval",
+        "_arguments",
+        "_context",
+        "_definition",
+        "_function",
+        "_is_async",
+        "_thread",
+    )
 
     def __init__(
         self,
@@ -188,11 +202,18 @@ class Tool(Generic[P, R]):
         name: str | None = None,
         description: str | None = None,
         thread: bool = True,
+        requires_approval: bool | Callable[[dict[str, Any], ToolContext[Any]], bool] = False,
     ) -> None:
         if not callable(function):
             raise TypeError(f"tool needs a function, got {type(function).__name__}")
         if type(thread) is not bool:
             raise TypeError(f"thread must be a bool, got {type(thread).__name__}")
+        if type(requires_approval) is not bool and not callable(requires_approval):
+            raise TypeError(
+                "requires_approval must be a bool or a predicate "
+                f"(arguments, context) -> bool, got {type(requires_approval).__name__}"
+            )
+        self._approval = requires_approval
         tool_name = name if name is not None else getattr(function, "__name__", "")
         summary, notes = _docstring(inspect.getdoc(function) or "")
         fields, context = _parameters(function, tool_name)
@@ -232,6 +253,33 @@ class Tool(Generic[P, R]):
     def context_parameter(self) -> str | None:
         """The name of the parameter that receives the ``ToolContext``, or None."""
         return self._context
+
+    @property
+    def requires_approval(self) -> bool | Callable[[dict[str, Any], ToolContext[Any]], bool]:
+        """Whether (or the predicate that says whether) a call waits for approval."""
+        return self._approval
+
+    def needs_approval(self, call: ToolCall, context: ToolContext[Any]) -> bool:
+        """Whether ``call`` waits for approval before it runs: ``requires_approval`` as
+        given, or its predicate's answer for the call's decoded arguments and
+        ``context``. A call whose arguments do not decode needs none (it never runs: its
+        error result tells the model what to fix). A predicate that raises lets its
+        exception through, and one that returns something other than a bool raises
+        ``TypeError``: the turn fails, nothing runs unapproved."""
+        approval = self._approval
+        if type(approval) is bool:
+            return approval
+        try:
+            arguments = self.decode(call.arguments)
+        except InvalidToolCallError:
+            return False
+        answer = approval(arguments, context)
+        if type(answer) is not bool:
+            raise TypeError(
+                f"tool {self.name!r}: requires_approval must return a bool, got "
+                f"{type(answer).__name__}"
+            )
+        return answer
 
     @property
     def function(self) -> Callable[P, R]:
@@ -348,6 +396,7 @@ def _schema_tool(
     made._thread = False
     made._definition = definition
     made._arguments = None
+    made._approval = False
     return made
 
 
@@ -378,7 +427,11 @@ def tool(function: Callable[P, R], /) -> Tool[P, R]: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, thread: bool = True
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    thread: bool = True,
+    requires_approval: bool | Callable[[dict[str, Any], ToolContext[Any]], bool] = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -389,14 +442,27 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     thread: bool = True,
+    requires_approval: bool | Callable[[dict[str, Any], ToolContext[Any]], bool] = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a ``Tool`` of a function: ``@tool`` or ``@tool(name=..., description=...,
-    thread=...)`` (the arguments of ``Tool``)."""
+    thread=..., requires_approval=...)`` (the arguments of ``Tool``)."""
     if function is not None:
-        return Tool(function, name=name, description=description, thread=thread)
+        return Tool(
+            function,
+            name=name,
+            description=description,
+            thread=thread,
+            requires_approval=requires_approval,
+        )
 
     def decorate(function: Callable[P, R]) -> Tool[P, R]:
-        return Tool(function, name=name, description=description, thread=thread)
+        return Tool(
+            function,
+            name=name,
+            description=description,
+            thread=thread,
+            requires_approval=requires_approval,
+        )
 
     return decorate
 
