@@ -253,6 +253,7 @@ EXPECTED: dict[str, list[str]] = {
         "TurnLog",
         "TurnLogError",
         "UIChatRequest",
+        "UIToolApproval",
         "UI_MESSAGE_STREAM_HEADERS",
         "agui_events",
         "agui_turn",

@@ -5,7 +5,9 @@
 ``/agui/{name}`` (AG-UI), cutting every write into 5-byte pieces so multi-byte
 characters arrive split, and under ``/ui-retry`` a turn whose structured answer is sent
 back once (``output_retries``), with ``reset-step`` when the query says ``reset=1``.
-``live_server(app)`` runs an ASGI app on a loopback port in a thread (uvicorn) for the
+``approval_app(store)`` serves ``/api/chat``: a chat whose model asks to refund an order
+with a tool that waits for approval (``ui_turn`` and ``ui_message_stream``, approvals
+included). ``live_server(app)`` runs an ASGI app on a loopback port in a thread (uvicorn) for the
 Node and Chromium clients.
 """
 
@@ -23,19 +25,27 @@ from scope.chat import (
     FinishReason,
     Output,
     Response,
+    Role,
     assistant_message,
     media_part,
     native_part,
     reasoning_part,
     text_part,
     tool_call_delta_part,
+    tool_call_part,
 )
 from scope.chat import Request as ModelRequest
 from scope.conversation import Conversation
-from scope.errors import InvalidRequestError, ProviderServerError, TurnInterruptedError
+from scope.errors import (
+    HistoryError,
+    InvalidRequestError,
+    ProviderServerError,
+    TurnInterruptedError,
+)
 from scope.history.inmemory import InMemoryStore
 from scope.media import Media
 from scope.testing import FunctionModel
+from scope.tools import tool
 from scope.web import (
     AGUI_HEADERS,
     UI_MESSAGE_STREAM_HEADERS,
@@ -202,6 +212,51 @@ def scenario_app() -> Any:
             Route("/agui/{name}", agui, methods=["POST"]),
         ]
     )
+
+
+@tool(requires_approval=True)
+def refund(order: str) -> str:
+    """Refund an order.
+
+    :param order: the order id
+    """
+    return f"refunded {order}"
+
+
+def _refunder(request: ModelRequest) -> Response | str:
+    """Asks to refund the order the user names; then says what the tool answered."""
+    last = request.messages[-1]
+    if last.role is Role.USER:
+        call = tool_call_part("call-1", "refund", orjson.dumps({"order": last.text}).decode())
+        return Response(Output(assistant_message(call), FinishReason.TOOL_CALLS))
+    result = last.tool_results[0]
+    said = result.output.text() or ""
+    return f"{'failed' if result.is_error else 'done'}: {said}"
+
+
+def approval_app(store: InMemoryStore) -> Any:
+    """``POST /api/chat``: the chat ``_refunder`` answers, its refund waiting for approval;
+    a refused request is a 400 (``InvalidRequestError``) or a 409 (``HistoryError``:
+    a decision on a call that does not wait, a diverged chat)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def chat(request: Request) -> Any:
+        try:
+            asked = chat_request_from_ui(await request.body())
+        except InvalidRequestError as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        conversation = Conversation(FunctionModel(_refunder), store, asked.chat_id, tools=[refund])
+        try:
+            events = await ui_turn(conversation, asked)
+        except HistoryError as exc:
+            return PlainTextResponse(str(exc), status_code=409)
+        stream = ui_message_stream(events)
+        return StreamingResponse(stream, headers=dict(UI_MESSAGE_STREAM_HEADERS))
+
+    return Starlette(routes=[Route("/api/chat", chat, methods=["POST"])])
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from scope.web._turns import agui_turn as agui_turn
 from scope.web._turns import ui_turn as ui_turn
 from scope.web._ui import UI_MESSAGE_STREAM_HEADERS as UI_MESSAGE_STREAM_HEADERS
 from scope.web._ui import UIChatRequest as UIChatRequest
+from scope.web._ui import UIToolApproval as UIToolApproval
 from scope.web._ui import chat_request_from_ui as chat_request_from_ui
 from scope.web._ui import ui_message_stream as ui_message_stream
 from scope.web._ui import user_message_from_ui as user_message_from_ui
@@ -53,6 +54,7 @@ __all__ = [
     "TurnLog",
     "TurnLogError",
     "UIChatRequest",
+    "UIToolApproval",
     "UI_MESSAGE_STREAM_HEADERS",
     "agui_events",
     "agui_turn",

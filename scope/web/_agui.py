@@ -60,18 +60,21 @@ AGUI_HEADERS: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 _dumps = orjson.dumps
+#: The ``reason`` of the interrupt a tool call that waits for approval ends a run with.
+APPROVAL_REASON: Final = "tool_approval"
 
 
 class _AGUISink:
     """Writes AG-UI events (``data: {json}\\n\\n``) to ``out``."""
 
-    __slots__ = ("out", "run_id", "steps", "thread_id")
+    __slots__ = ("interrupts", "out", "run_id", "steps", "thread_id")
 
     def __init__(self, out: list[bytes], thread_id: str, run_id: str) -> None:
         self.out = out
         self.thread_id = thread_id
         self.run_id = run_id
         self.steps = 0
+        self.interrupts: list[dict[str, Any]] = []  # the calls that wait for a decision
 
     def _event(self, event: dict[str, Any]) -> None:
         self.out.append(b"data: " + _dumps(event) + b"\n\n")
@@ -134,6 +137,18 @@ class _AGUISink:
             }
         )
 
+    def approval_request(self, call: ToolCall) -> None:
+        # Sent with RUN_FINISHED (its interrupt outcome); the interrupt's id is the
+        # call's, and a resume entry answers it by that id (run_input_from_agui).
+        self.interrupts.append(
+            {
+                "id": call.id,
+                "reason": APPROVAL_REASON,
+                "message": f"approve the call of {call.name}?",
+                "toolCallId": call.id,
+            }
+        )
+
     def media(self, media: Media) -> None:
         pass  # AG-UI streams no assistant media
 
@@ -143,7 +158,14 @@ class _AGUISink:
         self._event({"type": "CUSTOM", "name": "source", "value": value})
 
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> None:
-        self._event({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id})
+        event: dict[str, Any] = {
+            "type": "RUN_FINISHED",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+        }
+        if self.interrupts:  # the run waits: a resume run answers each interrupt
+            event["outcome"] = {"type": "interrupt", "interrupts": self.interrupts}
+        self._event(event)
 
     def error(self, text: str) -> None:
         self._event({"type": "RUN_ERROR", "message": text})

@@ -79,6 +79,7 @@ class Sink(Protocol):
     def tool_delta(self, call_id: str, arguments: str) -> None: ...
     def tool_end(self, call: ToolCall) -> None: ...
     def tool_result(self, result: ToolResult) -> None: ...
+    def approval_request(self, call: ToolCall) -> None: ...
     def media(self, media: Media) -> None: ...
     def source(self, source_id: str, url: str, title: str) -> None: ...
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> None: ...
@@ -160,7 +161,15 @@ class Driver:
             assert item.tool_result is not None
             self._end_step()
             self._sink.tool_result(item.tool_result)
-        # TOOL_CALL repeats calls the chunks already carried; DONE ends the stream.
+        elif kind is TurnEventKind.DONE:
+            result = item.result
+            if result is not None and result.pending:
+                # The turn waits for a decision on these calls (requires_approval):
+                # each is asked for, after its call was sent.
+                self._end_step()
+                for call in result.pending:
+                    self._sink.approval_request(call)
+        # TOOL_CALL repeats calls the chunks already carried.
 
     def chunk(self, chunk: Response) -> None:
         if not self._in_step:

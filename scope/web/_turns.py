@@ -52,12 +52,13 @@ from scope.errors import (
     ConversationClosedError,
     HistoryChangedError,
     HistoryDivergedError,
+    NotPendingError,
     StoreError,
 )
 from scope.history import Batch, HistoryTree
 from scope.web._agui import AGUIRunInput
 from scope.web._request import CLIENT_MESSAGE_ID_KEY, REGENERATE
-from scope.web._ui import UIChatRequest
+from scope.web._ui import UIChatRequest, UIToolApproval
 
 __all__ = ["agui_turn", "ui_turn"]
 
@@ -74,6 +75,9 @@ _OUTPUT_RETRY_KEY: Final = "scope/output_retry"
 _ATTEMPTS: Final = 8
 
 _Events = AsyncGenerator[TurnEvent[Any], None]
+
+#: The reason a denied call's model is told when the client gave none.
+DENIED_WITHOUT_REASON: Final = "denied by the user"
 
 
 def _stamped(message: Message, client_id: str | None) -> Message:
@@ -358,9 +362,36 @@ async def ui_turn(
     the stream, as the protocol's error event: the response is already a 200.
     Needs a store with branches (every bundled store; ``TypeError`` otherwise).
     ``TypeError`` for arguments of the wrong kind.
+
+    **Tool approvals.** A turn that reaches a call of a tool with
+    ``requires_approval`` ends its stream waiting (``TurnResult.pending``);
+    ``ui_message_stream`` sends a ``tool-approval-request`` part per waiting call. The
+    client's answer (``addToolApprovalResponse``, then its automatic request) is a
+    request with ``approvals`` (``chat_request_from_ui``): each decision is taken in
+    order, ``conversation.stream_approve(call_id)`` or ``stream_deny(call_id,
+    reason)`` (the client's reason, or ``"denied by the user"``), and the events are
+    the decided calls' results, then the resumed turn's (only the last decision's
+    ``done``: the turn goes on once every waiting call is decided). A call that does
+    not wait (decided already, never pending, or the chat moved on) raises
+    ``NotPendingError`` here, before any event (answer 409); a closed chat
+    ``ConversationClosedError`` (410). ``output`` as for ``stream_approve``.
     """
     conversation = _check(conversation, request, UIChatRequest, "request")
     cid = conversation.conversation_id
+    if request.approvals:
+        await _read_tree(conversation)  # closed: ConversationClosedError; store kind
+        waiting = {call.id for call in await conversation.pending()}
+        for approval in request.approvals:
+            if approval.call_id not in waiting:
+                listed = ", ".join(map(repr, sorted(waiting))) or "none"
+                raise NotPendingError(
+                    f"chat {str(cid)!r}: tool call {approval.call_id!r} does not wait for "
+                    f"a decision (the calls that wait: {listed}): decided already, or the "
+                    "client's copy of the chat is not the server's; reload it",
+                    conversation_id=str(cid),
+                    call_id=approval.call_id,
+                )
+        return _decisions(conversation, request.approvals, output)
     regenerate = request.trigger == REGENERATE
     named = request.client_message_id if regenerate else request.message_id
     if named is None:
@@ -408,6 +439,25 @@ async def ui_turn(
         return _again(conversation, batches, number, output)
     message = _stamped(request.message, request.message_id)
     return conversation.stream_edit(number, message, output=output, expected_head=head)
+
+
+async def _decisions(
+    conversation: Conversation, approvals: Sequence[UIToolApproval], output: object
+) -> AsyncGenerator[TurnEvent[Any], None]:
+    """Each decision's events in order; the ``done`` of all but the last is dropped
+    (the turn still waits for the later decisions)."""
+    last = len(approvals) - 1
+    for index, approval in enumerate(approvals):
+        if approval.approved:
+            events = conversation.stream_approve(approval.call_id, output=output)
+        else:
+            reason = approval.reason or DENIED_WITHOUT_REASON
+            events = conversation.stream_deny(approval.call_id, reason, output=output)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if index < last and event.kind is TurnEventKind.DONE:
+                    continue
+                yield event
 
 
 def _same(client: Message, stored: Message) -> bool:

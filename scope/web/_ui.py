@@ -11,6 +11,7 @@ from typing import Any, Final, final
 import attrs
 import orjson
 
+from scope._json import kind
 from scope.chat import (
     FinishReason,
     Message,
@@ -34,6 +35,7 @@ from scope.web._core import (
     default_error_text,
 )
 from scope.web._request import (
+    SUBMIT,
     check_trigger,
     conversation_id_field,
     decode_body,
@@ -44,6 +46,7 @@ from scope.web._request import (
 __all__ = [
     "UI_MESSAGE_STREAM_HEADERS",
     "UIChatRequest",
+    "UIToolApproval",
     "chat_request_from_ui",
     "ui_message_stream",
     "user_message_from_ui",
@@ -165,6 +168,11 @@ class _UISink:
         if not output.content and output.details is not None:
             value = orjson.Fragment(output.details.bytes)
         self._part({"type": "tool-output-available", "toolCallId": result.id, "output": value})
+
+    def approval_request(self, call: ToolCall) -> None:
+        # The approval's id is the call's: the client answers with it
+        # (addToolApprovalResponse), and chat_request_from_ui reads it back.
+        self._part({"type": "tool-approval-request", "approvalId": call.id, "toolCallId": call.id})
 
     def media(self, media: Media) -> None:
         source = media.source
@@ -295,6 +303,18 @@ def _media_from_url(url: str, mime: str) -> Media:
 
 @final
 @attrs.frozen
+class UIToolApproval:
+    """A decision the AI SDK client sends on a tool call that waits for approval (its
+    ``addToolApprovalResponse``): ``call_id`` the call, ``approved`` the decision,
+    ``reason`` the user's reason (None when the client gave none)."""
+
+    call_id: str
+    approved: bool
+    reason: str | None = None
+
+
+@final
+@attrs.frozen
 class UIChatRequest:
     """An AI SDK chat request, read.
 
@@ -307,6 +327,16 @@ class UIChatRequest:
       of the earlier user message the new one replaces (an edit), for
       ``regenerate-message`` the assistant message to answer again.
     - ``client_message_id``: the ``id`` of the message the request ends with, or None.
+    - ``approvals``: the decisions on tool calls that wait for approval, when the
+      request answers them (below); empty otherwise.
+
+    A request that ends with the assistant message holding tool parts in state
+    ``approval-responded`` (the client's ``addToolApprovalResponse``, sent by
+    ``sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses``)
+    answers the approvals ``ui_message_stream`` asked for: ``approvals`` holds the
+    decisions, in the message's order; ``message`` and ``client_message_id`` are then
+    the user message before it (the question of the turn that waits) and
+    ``message_id`` the assistant message's id.
 
     ``ui_turn(conversation, request)`` runs what it asks for.
     """
@@ -316,6 +346,8 @@ class UIChatRequest:
     trigger: str = "submit-message"
     message_id: str | None = None
     client_message_id: str | None = None
+    # Added with tool approval: a default, so requests made without it still build.
+    approvals: tuple[UIToolApproval, ...] = ()
 
 
 def chat_request_from_ui(body: bytes | str | Mapping[str, Any]) -> UIChatRequest:
@@ -328,10 +360,25 @@ def chat_request_from_ui(body: bytes | str | Mapping[str, Any]) -> UIChatRequest
     ``messageId`` and the last message's ``id`` when present (null or absent: None);
     the message is read as ``user_message_from_ui`` reads it. Every problem raises
     ``InvalidRequestError`` naming the field: answer it with a 4xx.
+
+    A body whose last message is an assistant message answers tool approvals
+    (``UIChatRequest.approvals``): each of its tool parts (``tool-<name>`` or
+    ``dynamic-tool``) in state ``approval-responded`` is a decision. Such a part needs
+    a ``toolCallId`` (an id, as above) and an ``approval`` object whose ``id`` is that
+    call id (the ``approvalId`` ``ui_message_stream`` sent), whose ``approved`` is a
+    boolean and whose ``reason`` is a string, null or absent; one call is decided once
+    per request. The trigger must be ``submit-message``, the message must have at
+    least one such part, and a user message must come before it (read as above).
+    Every problem raises ``InvalidRequestError`` naming the field.
     """
     decoded = decode_body(body)
-    message = user_message_from_ui(decoded)
     trigger = check_trigger(decoded)
+    messages = decoded.get("messages")
+    if isinstance(messages, list) and messages:
+        final = messages[-1]
+        if isinstance(final, Mapping) and final.get("role") == "assistant":
+            return _approval_request(decoded, messages, trigger)
+    message = user_message_from_ui(decoded)
     last, path = last_user_message(decoded, "role")
     return UIChatRequest(
         conversation_id_field(decoded, "id"),
@@ -340,6 +387,85 @@ def chat_request_from_ui(body: bytes | str | Mapping[str, Any]) -> UIChatRequest
         optional_id_field(decoded, "messageId", "messageId"),
         optional_id_field(last, "id", f"{path}.id"),
     )
+
+
+def _approval_request(body: Mapping[str, Any], messages: list[Any], trigger: str) -> UIChatRequest:
+    """A request that ends with the assistant message answering tool approvals."""
+    index = len(messages) - 1
+    path = f"messages[{index}]"
+    final = messages[index]
+    if trigger != SUBMIT:
+        raise InvalidRequestError(
+            f"{path}.role is 'assistant' and the trigger is {trigger!r}: tool approvals "
+            f"are answered by {SUBMIT!r}"
+        )
+    approvals = _approvals(final, path)
+    chat_id = conversation_id_field(body, "id")
+    message_id = optional_id_field(body, "messageId", "messageId")
+    for number in range(index - 1, -1, -1):
+        earlier = messages[number]
+        if isinstance(earlier, Mapping) and earlier.get("role") == "user":
+            user_path = f"messages[{number}]"
+            return UIChatRequest(
+                chat_id,
+                _user_from_ui(earlier, user_path),
+                trigger,
+                message_id,
+                optional_id_field(earlier, "id", f"{user_path}.id"),
+                approvals,
+            )
+    raise InvalidRequestError(f"{path} answers tool approvals, but no user message comes before it")
+
+
+def _approvals(message: Mapping[str, Any], path: str) -> tuple[UIToolApproval, ...]:
+    """The decisions an assistant message holds (tool parts in ``approval-responded``)."""
+    raw_parts = message.get("parts")
+    if not isinstance(raw_parts, list):
+        raise InvalidRequestError(f"{path}.parts must be an array")
+    found: list[UIToolApproval] = []
+    seen: set[str] = set()
+    for i, part in enumerate(raw_parts):
+        if not isinstance(part, Mapping):
+            raise InvalidRequestError(f"{path}.parts[{i}] must be an object, got {kind(part)}")
+        part_type = part.get("type")
+        if not isinstance(part_type, str) or not (
+            part_type.startswith("tool-") or part_type == "dynamic-tool"
+        ):
+            continue
+        if part.get("state") != "approval-responded":
+            continue
+        where = f"{path}.parts[{i}]"
+        call_id = optional_id_field(part, "toolCallId", f"{where}.toolCallId")
+        if call_id is None:
+            raise InvalidRequestError(f"{where} answers an approval but has no toolCallId")
+        approval = part.get("approval")
+        if not isinstance(approval, Mapping):
+            raise InvalidRequestError(f"{where}.approval must be an object, got {kind(approval)}")
+        if approval.get("id") != call_id:
+            raise InvalidRequestError(
+                f"{where}.approval.id is {approval.get('id')!r}, not the approval asked for "
+                f"call {call_id!r} (its approvalId is the call id)"
+            )
+        approved = approval.get("approved")
+        if not isinstance(approved, bool):
+            raise InvalidRequestError(
+                f"{where}.approval.approved must be a boolean, got {kind(approved)}"
+            )
+        reason = approval.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRequestError(
+                f"{where}.approval.reason must be a string or null, got {kind(reason)}"
+            )
+        if call_id in seen:
+            raise InvalidRequestError(f"{where}: call {call_id!r} is decided twice")
+        seen.add(call_id)
+        found.append(UIToolApproval(call_id, approved, reason or None))
+    if not found:
+        raise InvalidRequestError(
+            f"{path}.role is 'assistant' and it answers no tool approval (no tool part in "
+            "state 'approval-responded'): the request carries no new user message"
+        )
+    return tuple(found)
 
 
 def user_message_from_ui(body: bytes | str | Mapping[str, Any]) -> Message:
@@ -358,6 +484,11 @@ def user_message_from_ui(body: bytes | str | Mapping[str, Any]) -> Message:
     decoded = decode_body(body)
     check_trigger(decoded)
     last, path = last_user_message(decoded, "role")
+    return _user_from_ui(last, path)
+
+
+def _user_from_ui(last: Mapping[str, Any], path: str) -> Message:
+    """A user message of a request (its text and file parts)."""
     raw_parts = last.get("parts")
     if not isinstance(raw_parts, list):
         raise InvalidRequestError(f"{path}.parts must be an array")

@@ -37,6 +37,7 @@ from tests.web_server import (
     RETRY_ANSWERS,
     SCENARIOS,
     Forecast,
+    approval_app,
     chunk,
     live_server,
     scenario_app,
@@ -592,6 +593,75 @@ def test_ai_sdk_chat_resending_a_request_stores_the_turn_once(ai: int) -> None:
     assert counted.calls == 2  # the resend called no model
     assert _texts(store, "chat-resend") == result["steps"][-1]["messages"]
     assert len(anyio.run(store.read_tree, "chat-resend").batches) == 2
+
+
+def _tool_part(message: dict[str, Any]) -> dict[str, Any]:
+    found = [part for part in message["parts"] if part["type"] == "tool-refund"]
+    assert len(found) == 1
+    return found[0]
+
+
+@pytest.mark.parametrize(
+    ("decision", "reason", "told"),
+    [
+        ("approve", None, "done: refunded o7"),
+        ("deny", "not today", "failed: the call was denied: not today"),
+        ("deny", None, "failed: the call was denied: denied by the user"),
+    ],
+)
+def test_ai_sdk_chat_goes_through_a_tool_approval(
+    ai: int, decision: str, reason: str | None, told: str
+) -> None:
+    # AbstractChat (what useChat runs): the turn pauses with the tool-approval-request
+    # part, addToolApprovalResponse answers it, the chat posts the decision by itself
+    # (lastAssistantMessageIsCompleteWithApprovalResponses) and reads the resumed turn.
+    store = InMemoryStore()
+    args = [decision] if reason is None else [decision, reason]
+    with live_server(approval_app(store)) as base:
+        result = _run_node("approval_client.mjs", base, "chat-approve", "o7", *args, ai=ai)
+    assert result["error"] is None
+    waiting = result["waiting"]
+    assert [m["role"] for m in waiting] == ["user", "assistant"]
+    assert _tool_part(waiting[1]) == {
+        "type": "tool-refund",
+        "toolCallId": "call-1",
+        "state": "approval-requested",
+        "input": {"order": "o7"},
+        "approval": {"id": "call-1"},
+    }
+    # The decision went back on the same assistant message, which the resumed turn
+    # continues: the tool's result (or the denial), then the answer.
+    posted = result["requests"][-1]
+    assert posted["messageId"] == waiting[1]["id"]
+    assert posted["messages"][-1]["parts"][-1]["state"] == "approval-responded"
+    final = result["messages"]
+    assert [m["id"] for m in final] == [m["id"] for m in waiting]
+    part = _tool_part(final[1])
+    approval: dict[str, Any] = {"id": "call-1", "approved": decision == "approve"}
+    if reason is not None:
+        approval["reason"] = reason
+    assert part["approval"] == approval
+    if decision == "approve":
+        assert (part["state"], part["output"]) == ("output-available", "refunded o7")
+    else:
+        denied = f"the call was denied: {reason or 'denied by the user'}"
+        assert (part["state"], part["errorText"]) == ("output-error", denied)
+    texts = [p["text"] for p in final[1]["parts"] if p["type"] == "text"]
+    assert texts == [told]
+    # The history holds the turn once, as a turn that never waited; nothing waits.
+    history = _stored(store, "chat-approve")
+    assert [(m.role.value, m.text) for m in history] == [
+        ("user", "o7"),
+        ("assistant", ""),
+        ("tool", ""),
+        ("assistant", told),
+    ]
+    assert history[1].tool_calls[0].id == "call-1"
+    assert history[2].tool_results[0].is_error is (decision == "deny")
+    # The waiting turn and the decided one stay in the tree, each on a branch of its own.
+    tree = anyio.run(store.read_tree, "chat-approve")
+    assert tree.parents == (-1, -1, -1) and tree.head == 2
+    assert len(tree.head_path()) == 1
 
 
 def _agui_run(base: str, messages: list[dict[str, Any]], run_id: str) -> dict[str, Any]:

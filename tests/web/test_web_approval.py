@@ -1,0 +1,428 @@
+"""scope.web carrying durable tool approval (``@tool(requires_approval=...)``): the AI
+SDK's ``tool-approval-request`` part and AG-UI's interrupt outcome for a turn that
+waits, the client's decision read from a request (every rule), and ``ui_turn`` taking
+it (``stream_approve``/``stream_deny``) with the resumed turn streamed and stored."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+
+from scope.chat import (
+    FinishReason,
+    Output,
+    Response,
+    Role,
+    assistant_message,
+    tool_call_part,
+)
+from scope.conversation import Conversation
+from scope.errors import ConversationClosedError, InvalidRequestError, NotPendingError
+from scope.history import erase
+from scope.history.inmemory import InMemoryStore
+from scope.testing import ScriptedModel
+from scope.tools import tool
+from scope.web import (
+    UIChatRequest,
+    UIToolApproval,
+    agui_events,
+    chat_request_from_ui,
+    ui_message_stream,
+    ui_turn,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@tool(requires_approval=True)
+def refund(order: str) -> str:
+    """Refund an order.
+
+    :param order: the order id
+    """
+    return f"refunded {order}"
+
+
+def _asks(*orders: str) -> Response:
+    calls = [
+        tool_call_part(f"call-{i}", "refund", orjson.dumps({"order": order}).decode())
+        for i, order in enumerate(orders, 1)
+    ]
+    return Response(Output(assistant_message(*calls), FinishReason.TOOL_CALLS))
+
+
+def _says(text: str) -> Response:
+    return Response(Output(assistant_message(text), FinishReason.STOP))
+
+
+def _parts(data: bytes) -> list[Any]:
+    events = [e for e in data.split(b"\n\n") if e]
+    return [e[6:].decode() if e == b"data: [DONE]" else orjson.loads(e[6:]) for e in events]
+
+
+async def _encoded(stream: AsyncIterator[bytes]) -> list[Any]:
+    return _parts(b"".join([data async for data in stream]))
+
+
+USER = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Refund o7"}]}
+
+
+def _tool_part(call_id: str = "call-1", **approval: Any) -> dict[str, Any]:
+    return {
+        "type": "tool-refund",
+        "toolCallId": call_id,
+        "state": "approval-responded",
+        "input": {"order": "o7"},
+        "approval": {"id": call_id, "approved": True, **approval},
+    }
+
+
+def _answer(*parts: Any) -> dict[str, Any]:
+    """The body the AI SDK chat posts after addToolApprovalResponse."""
+    assistant = {"id": "a1", "role": "assistant", "parts": [{"type": "step-start"}, *parts]}
+    return {
+        "id": "chat-1",
+        "trigger": "submit-message",
+        "messageId": "a1",
+        "messages": [copy.deepcopy(USER), assistant],
+    }
+
+
+def _submit() -> UIChatRequest:
+    return chat_request_from_ui({"id": "chat-1", "messages": [copy.deepcopy(USER)]})
+
+
+def _conversation(store: InMemoryStore, *answers: Response) -> Conversation:
+    return Conversation(ScriptedModel(*answers), store, "chat-1", tools=[refund])
+
+
+# ------------------------------------------------------------------ the encoders
+
+
+async def test_a_waiting_turn_ends_with_a_tool_approval_request_part() -> None:
+    store = InMemoryStore()
+    conversation = _conversation(store, _asks("o7"))
+    parts = await _encoded(ui_message_stream(await ui_turn(conversation, _submit())))
+    assert [p if isinstance(p, str) else p["type"] for p in parts][-5:] == [
+        "tool-input-available",
+        "finish-step",
+        "tool-approval-request",
+        "finish",
+        "[DONE]",
+    ]
+    # The shape both ai 6 and ai 7 accept (their uiMessageChunkSchema): the approval's
+    # id is the call's.
+    assert parts[-3] == {
+        "type": "tool-approval-request",
+        "approvalId": "call-1",
+        "toolCallId": "call-1",
+    }
+    assert parts[-2] == {"type": "finish", "finishReason": "tool-calls"}
+
+
+async def test_every_waiting_call_gets_its_request_after_the_calls_that_ran() -> None:
+    @tool
+    def lookup(order: str) -> str:
+        """Look an order up.
+
+        :param order: the order id
+        """
+        return f"{order}: paid"
+
+    both = assistant_message(
+        tool_call_part("call-1", "refund", '{"order": "o7"}'),
+        tool_call_part("call-2", "lookup", '{"order": "o7"}'),
+        tool_call_part("call-3", "refund", '{"order": "o8"}'),
+    )
+    conversation = Conversation(
+        ScriptedModel(Response(Output(both, FinishReason.TOOL_CALLS))),
+        InMemoryStore(),
+        "chat-1",
+        tools=[refund, lookup],
+    )
+    parts = await _encoded(ui_message_stream(conversation.stream("Refund o7 and o8")))
+    tail = [p for p in parts if isinstance(p, dict)][-4:]
+    assert tail == [
+        {"type": "tool-output-available", "toolCallId": "call-2", "output": "o7: paid"},
+        {"type": "tool-approval-request", "approvalId": "call-1", "toolCallId": "call-1"},
+        {"type": "tool-approval-request", "approvalId": "call-3", "toolCallId": "call-3"},
+        {"type": "finish", "finishReason": "tool-calls"},
+    ]
+
+
+async def test_agui_ends_a_waiting_run_with_an_interrupt_outcome() -> None:
+    conversation = _conversation(InMemoryStore(), _asks("o7"))
+    stream = agui_events(conversation.stream("Refund o7"), thread_id="t", run_id="r")
+    events = await _encoded(stream)
+    assert events[-1] == {
+        "type": "RUN_FINISHED",
+        "threadId": "t",
+        "runId": "r",
+        "outcome": {
+            "type": "interrupt",
+            "interrupts": [
+                {
+                    "id": "call-1",
+                    "reason": "tool_approval",
+                    "message": "approve the call of refund?",
+                    "toolCallId": "call-1",
+                }
+            ],
+        },
+    }
+
+
+async def test_a_finished_turn_asks_for_nothing() -> None:
+    conversation = _conversation(InMemoryStore(), _says("Hi."), _says("Hi again."))
+    parts = await _encoded(ui_message_stream(conversation.stream("Hello")))
+    assert all(p == "[DONE]" or p["type"] != "tool-approval-request" for p in parts)
+    events = await _encoded(agui_events(conversation.stream("Again"), thread_id="t", run_id="r"))
+    assert events[-1] == {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}
+
+
+# ------------------------------------------------------------ reading the decision
+
+
+def test_chat_request_from_ui_reads_the_decisions() -> None:
+    body = _answer(
+        _tool_part("call-1"),
+        {"type": "text", "text": "between"},
+        _tool_part("call-3", approved=False, reason="too much"),
+        {**_tool_part("call-9"), "state": "output-available"},  # decided before: skipped
+        {**_tool_part("call-4", approved=False, reason=""), "type": "dynamic-tool"},
+    )
+    request = chat_request_from_ui(orjson.dumps(body))
+    assert request.approvals == (
+        UIToolApproval("call-1", True),
+        UIToolApproval("call-3", False, "too much"),
+        UIToolApproval("call-4", False, None),
+    )
+    assert request.chat_id == "chat-1"
+    assert request.message.role is Role.USER and request.message.text == "Refund o7"
+    assert request.client_message_id == "u1"
+    assert request.message_id == "a1"
+    assert request.trigger == "submit-message"
+
+
+def test_a_request_without_decisions_has_none() -> None:
+    assert _submit().approvals == ()
+
+
+def _with(change: Any) -> dict[str, Any]:
+    body = _answer(_tool_part())
+    change(body)
+    return body
+
+
+def _part(body: dict[str, Any]) -> dict[str, Any]:
+    part: dict[str, Any] = body["messages"][-1]["parts"][1]
+    return part
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            lambda b: b.update(trigger="regenerate-message"),
+            r"messages\[1\]\.role is 'assistant' and the trigger is 'regenerate-message'",
+        ),
+        (
+            lambda b: b["messages"][-1].update(parts=[{"type": "text", "text": "hi"}]),
+            r"messages\[1\]\.role is 'assistant' and it answers no tool approval",
+        ),
+        (
+            lambda b: b["messages"][-1].update(parts="x"),
+            r"messages\[1\]\.parts must be an array",
+        ),
+        (
+            lambda b: b["messages"][-1]["parts"].append(3),
+            r"messages\[1\]\.parts\[2\] must be an object, got a number",
+        ),
+        (
+            lambda b: _part(b).pop("toolCallId"),
+            r"messages\[1\]\.parts\[1\] answers an approval but has no toolCallId",
+        ),
+        (
+            lambda b: _part(b).update(toolCallId=7),
+            r"messages\[1\]\.parts\[1\]\.toolCallId must be a string",
+        ),
+        (
+            lambda b: _part(b).update(toolCallId=" c"),
+            r"messages\[1\]\.parts\[1\]\.toolCallId",
+        ),
+        (
+            lambda b: _part(b).update(approval=None),
+            r"messages\[1\]\.parts\[1\]\.approval must be an object, got null",
+        ),
+        (
+            lambda b: _part(b)["approval"].update(id="other"),
+            r"messages\[1\]\.parts\[1\]\.approval\.id is 'other', not the approval asked for",
+        ),
+        (
+            lambda b: _part(b)["approval"].pop("approved"),
+            r"messages\[1\]\.parts\[1\]\.approval\.approved must be a boolean, got null",
+        ),
+        (
+            lambda b: _part(b)["approval"].update(approved="yes"),
+            r"messages\[1\]\.parts\[1\]\.approval\.approved must be a boolean, got a string",
+        ),
+        (
+            lambda b: _part(b)["approval"].update(reason=1),
+            r"messages\[1\]\.parts\[1\]\.approval\.reason must be a string or null",
+        ),
+        (
+            lambda b: b["messages"][-1]["parts"].append(copy.deepcopy(_part(b))),
+            r"messages\[1\]\.parts\[2\]: call 'call-1' is decided twice",
+        ),
+        (
+            lambda b: b["messages"].pop(0),
+            r"messages\[0\] answers tool approvals, but no user message comes before it",
+        ),
+        (
+            lambda b: b["messages"][0].update(parts=[]),
+            r"messages\[0\] has no text or file part",
+        ),
+        (
+            lambda b: b["messages"][0].update(id=""),
+            r"messages\[0\]\.id",
+        ),
+        (lambda b: b.update(messageId=5), "messageId must be a string"),
+        (lambda b: b.pop("id"), "the request body has no id"),
+    ],
+)
+def test_a_bad_decision_is_an_invalid_request(change: Any, problem: str) -> None:
+    with pytest.raises(InvalidRequestError, match=problem):
+        chat_request_from_ui(_with(change))
+
+
+# ------------------------------------------------------------- ui_turn decides
+
+
+async def _wait(store: InMemoryStore, *answers: Response) -> None:
+    conversation = _conversation(store, _asks("o7"), *answers)
+    await _encoded(ui_message_stream(await ui_turn(conversation, _submit())))
+    assert [call.id for call in await conversation.pending()] == ["call-1"]
+
+
+async def test_ui_turn_approves_and_streams_the_resumed_turn() -> None:
+    store = InMemoryStore()
+    await _wait(store)
+    conversation = _conversation(store, _says("Refunded o7."))
+    request = chat_request_from_ui(_answer(_tool_part()))
+    parts = await _encoded(ui_message_stream(await ui_turn(conversation, request)))
+    assert parts[:2] == [
+        {"type": "start"},
+        {"type": "tool-output-available", "toolCallId": "call-1", "output": "refunded o7"},
+    ]
+    text = "".join(p["delta"] for p in parts if p != "[DONE]" and p["type"] == "text-delta")
+    assert text == "Refunded o7."
+    assert parts[-2:] == [{"type": "finish", "finishReason": "stop"}, "[DONE]"]
+    assert await conversation.pending() == ()
+    history = await store.read("chat-1")
+    assert [(m.role, m.text) for m in history] == [
+        (Role.USER, "Refund o7"),
+        (Role.ASSISTANT, ""),
+        (Role.TOOL, ""),
+        (Role.ASSISTANT, "Refunded o7."),
+    ]
+    assert history[2].tool_results[0].output.text() == "refunded o7"
+    assert not history[2].tool_results[0].is_error
+
+
+@pytest.mark.parametrize(
+    ("reason", "told"), [("not today", "not today"), (None, "denied by the user")]
+)
+async def test_ui_turn_denies_with_the_clients_reason(reason: str | None, told: str) -> None:
+    store = InMemoryStore()
+    await _wait(store)
+    conversation = _conversation(store, _says("I did not refund o7."))
+    approval = {"approved": False} if reason is None else {"approved": False, "reason": reason}
+    request = chat_request_from_ui(_answer(_tool_part(**approval)))
+    parts = await _encoded(ui_message_stream(await ui_turn(conversation, request)))
+    assert parts[1] == {
+        "type": "tool-output-error",
+        "toolCallId": "call-1",
+        "errorText": f"the call was denied: {told}",
+    }
+    history = await store.read("chat-1")
+    assert [(m.role, m.text) for m in history][-1] == (Role.ASSISTANT, "I did not refund o7.")
+    result = history[2].tool_results[0]
+    assert result.is_error and result.output.text() == f"the call was denied: {told}"
+
+
+async def test_ui_turn_takes_several_decisions_in_order() -> None:
+    store = InMemoryStore()
+    first = _conversation(store, _asks("o7", "o8"))
+    await _encoded(ui_message_stream(await ui_turn(first, _submit())))
+    assert [c.id for c in await first.pending()] == ["call-1", "call-2"]
+    conversation = _conversation(store, _says("One of two."))
+    request = chat_request_from_ui(
+        _answer(_tool_part("call-1"), _tool_part("call-2", approved=False, reason="no"))
+    )
+    parts = await _encoded(ui_message_stream(await ui_turn(conversation, request)))
+    dicts = [p for p in parts if isinstance(p, dict)]
+    assert dicts[1:3] == [
+        {"type": "tool-output-available", "toolCallId": "call-1", "output": "refunded o7"},
+        {
+            "type": "tool-output-error",
+            "toolCallId": "call-2",
+            "errorText": "the call was denied: no",
+        },
+    ]
+    assert not any(p["type"] == "tool-approval-request" for p in dicts)
+    history = await store.read("chat-1")
+    assert history[-1].text == "One of two." and await conversation.pending() == ()
+
+
+async def test_a_partial_decision_asks_again_for_the_calls_that_still_wait() -> None:
+    store = InMemoryStore()
+    first = _conversation(store, _asks("o7", "o8"))
+    await _encoded(ui_message_stream(await ui_turn(first, _submit())))
+    conversation = _conversation(store)
+    request = chat_request_from_ui(_answer(_tool_part("call-1")))
+    parts = await _encoded(ui_message_stream(await ui_turn(conversation, request)))
+    assert [p for p in parts if isinstance(p, dict)] == [
+        {"type": "start"},
+        {"type": "tool-output-available", "toolCallId": "call-1", "output": "refunded o7"},
+        {"type": "tool-approval-request", "approvalId": "call-2", "toolCallId": "call-2"},
+        {"type": "finish"},
+    ]
+    assert [c.id for c in await conversation.pending()] == ["call-2"]
+
+
+async def test_a_decision_on_a_call_that_does_not_wait_is_refused_before_any_event() -> None:
+    store = InMemoryStore()
+    await _wait(store, _says("Refunded o7."))
+    conversation = _conversation(store, _says("unused"))
+    request = chat_request_from_ui(_answer(_tool_part("call-2")))
+    with pytest.raises(NotPendingError, match="'call-2' does not wait") as caught:
+        await ui_turn(conversation, request)
+    assert caught.value.call_id == "call-2" and caught.value.conversation_id == "chat-1"
+    # Decided once: the same decision again (a resent request) is refused too.
+    again = chat_request_from_ui(_answer(_tool_part("call-1")))
+    await _encoded(ui_message_stream(await ui_turn(conversation, again)))
+    with pytest.raises(NotPendingError, match="calls that wait: none"):
+        await ui_turn(conversation, again)
+
+
+async def test_a_decision_on_an_erased_chat_is_a_closed_conversation() -> None:
+    store = InMemoryStore()
+    await _wait(store)
+    await erase(store, "chat-1")
+    conversation = _conversation(store)
+    with pytest.raises(ConversationClosedError):
+        await ui_turn(conversation, chat_request_from_ui(_answer(_tool_part())))
+
+
+async def test_a_new_message_while_a_call_waits_is_the_streams_error() -> None:
+    store = InMemoryStore()
+    await _wait(store)
+    conversation = _conversation(store, _says("unused"))
+    body = {"id": "chat-1", "messages": [{**USER, "id": "u2", "parts": [USER["parts"][0]]}]}
+    stream = ui_message_stream(await ui_turn(conversation, chat_request_from_ui(body)))
+    parts = await _encoded(stream)
+    assert parts[-2] == {"type": "error", "errorText": "the answer failed (ApprovalPendingError)"}
