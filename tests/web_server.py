@@ -5,10 +5,10 @@
 ``/agui/{name}`` (AG-UI), cutting every write into 5-byte pieces so multi-byte
 characters arrive split, and under ``/ui-retry`` a turn whose structured answer is sent
 back once (``output_retries``), with ``reset-step`` when the query says ``reset=1``.
-``approval_app(store)`` serves ``/api/chat``: a chat whose model asks to refund an order
-with a tool that waits for approval (``ui_turn`` and ``ui_message_stream``, approvals
-included). ``live_server(app)`` runs an ASGI app on a loopback port in a thread (uvicorn) for the
-Node and Chromium clients.
+``approval_app(store)`` serves ``/api/chat`` and ``/api/agui``: a chat whose model asks
+to refund an order with a tool that waits for approval (``ui_turn``/``agui_turn`` and
+their encoders, approvals included). ``live_server(app)`` runs an ASGI app on a
+loopback port in a thread (uvicorn) for the Node and Chromium clients.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ from scope.web import (
     AGUI_HEADERS,
     UI_MESSAGE_STREAM_HEADERS,
     agui_events,
+    agui_turn,
     chat_request_from_ui,
+    run_input_from_agui,
     ui_message_stream,
     ui_turn,
     user_message_from_agui,
@@ -256,7 +258,25 @@ def approval_app(store: InMemoryStore) -> Any:
         stream = ui_message_stream(events)
         return StreamingResponse(stream, headers=dict(UI_MESSAGE_STREAM_HEADERS))
 
-    return Starlette(routes=[Route("/api/chat", chat, methods=["POST"])])
+    async def agui(request: Request) -> Any:
+        try:
+            run = run_input_from_agui(await request.body())
+        except InvalidRequestError as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        conversation = Conversation(FunctionModel(_refunder), store, run.thread_id, tools=[refund])
+        try:
+            events = await agui_turn(conversation, run)
+        except HistoryError as exc:
+            return PlainTextResponse(str(exc), status_code=409)
+        stream = agui_events(events, thread_id=str(run.thread_id), run_id=run.run_id)
+        return StreamingResponse(stream, headers=dict(AGUI_HEADERS))
+
+    return Starlette(
+        routes=[
+            Route("/api/chat", chat, methods=["POST"]),
+            Route("/api/agui", agui, methods=["POST"]),
+        ]
+    )
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from scope.web._agui import user_message_from_agui as user_message_from_agui
 from scope.web._core import EncodedStream as EncodedStream
 from scope.web._core import default_error_text as default_error_text
 from scope.web._request import CLIENT_MESSAGE_ID_KEY as CLIENT_MESSAGE_ID_KEY
+from scope.web._request import ToolApproval as ToolApproval
 from scope.web._resume import SHUTDOWN_GRACE as SHUTDOWN_GRACE
 from scope.web._resume import SHUTDOWN_TEXT as SHUTDOWN_TEXT
 from scope.web._resume import InMemoryTurnLog as InMemoryTurnLog
@@ -35,7 +36,6 @@ from scope.web._turns import agui_turn as agui_turn
 from scope.web._turns import ui_turn as ui_turn
 from scope.web._ui import UI_MESSAGE_STREAM_HEADERS as UI_MESSAGE_STREAM_HEADERS
 from scope.web._ui import UIChatRequest as UIChatRequest
-from scope.web._ui import UIToolApproval as UIToolApproval
 from scope.web._ui import chat_request_from_ui as chat_request_from_ui
 from scope.web._ui import ui_message_stream as ui_message_stream
 from scope.web._ui import user_message_from_ui as user_message_from_ui
@@ -51,10 +51,10 @@ __all__ = [
     "ResumableTurns",
     "SHUTDOWN_GRACE",
     "SHUTDOWN_TEXT",
+    "ToolApproval",
     "TurnLog",
     "TurnLogError",
     "UIChatRequest",
-    "UIToolApproval",
     "UI_MESSAGE_STREAM_HEADERS",
     "agui_events",
     "agui_turn",

@@ -11,6 +11,7 @@ from typing import Any, Final, final
 import attrs
 import orjson
 
+from scope._json import kind
 from scope.chat import (
     FinishReason,
     Message,
@@ -35,6 +36,7 @@ from scope.web._core import (
 )
 from scope.web._request import (
     CLIENT_MESSAGE_ID_KEY,
+    ToolApproval,
     conversation_id_field,
     decode_body,
     id_field,
@@ -258,6 +260,10 @@ class AGUIRunInput:
       with its ``id`` under ``CLIENT_MESSAGE_ID_KEY`` in its metadata, when it has
       one). They are never stored: ``agui_turn`` compares them with the stored head
       path to see whether the client's copy of the thread diverged.
+    - ``approvals``: the decisions a resume run brings (``resume``: the answers to the
+      interrupts of a run that ended waiting for approval), in order; empty for any
+      other run. For a resume run ``message`` is the last user message the run holds
+      (the question of the turn that waits) and ``prior`` the user messages before it.
     """
 
     thread_id: ConversationID
@@ -265,6 +271,8 @@ class AGUIRunInput:
     message: Message
     client_message_id: str | None = None
     prior: tuple[Message, ...] = ()
+    # Added with tool approval: a default, so inputs made without it still build.
+    approvals: tuple[ToolApproval, ...] = ()
 
 
 def run_input_from_agui(body: bytes | str | Mapping[str, Any]) -> AGUIRunInput:
@@ -278,12 +286,19 @@ def run_input_from_agui(body: bytes | str | Mapping[str, Any]) -> AGUIRunInput:
     problem raises ``InvalidRequestError`` naming the field: answer it with a 4xx.
     """
     decoded = decode_body(body)
-    message = user_message_from_agui(decoded)
+    approvals: tuple[ToolApproval, ...] = ()
+    if decoded.get("resume") is not None:
+        approvals = _resume(decoded["resume"])
+        last, path, end = _last_user(decoded)
+        message = _agui_user(last, path)
+    else:
+        message = user_message_from_agui(decoded)
+        last, path = last_user_message(decoded, "role")
+        end = len(decoded["messages"]) - 1
     thread_id = conversation_id_field(decoded, "threadId")
-    last, path = last_user_message(decoded, "role")
     messages = decoded["messages"]
     prior: list[Message] = []
-    for index, raw in enumerate(messages[:-1]):
+    for index, raw in enumerate(messages[:end]):
         where = f"messages[{index}]"
         if not isinstance(raw, Mapping):
             raise InvalidRequestError(f"{where} must be an object, got {type(raw).__name__}")
@@ -300,7 +315,77 @@ def run_input_from_agui(body: bytes | str | Mapping[str, Any]) -> AGUIRunInput:
         message,
         optional_id_field(last, "id", f"{path}.id"),
         tuple(prior),
+        approvals,
     )
+
+
+def _last_user(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, int]:
+    """A resume run's last user message, its path and its index."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidRequestError("the request body's messages must be an array")
+    for index in range(len(messages) - 1, -1, -1):
+        raw = messages[index]
+        if isinstance(raw, Mapping) and raw.get("role") == "user":
+            return raw, f"messages[{index}]", index
+    raise InvalidRequestError(
+        "the run resumes interrupts, but its messages hold no user message (the question "
+        "of the turn that waits)"
+    )
+
+
+def _resume(entries: object) -> tuple[ToolApproval, ...]:
+    """The decisions of ``RunAgentInput.resume`` (answers to the interrupts a run ended
+    with: ``agui_events`` names each by its call's id)."""
+    if not isinstance(entries, list):
+        raise InvalidRequestError(f"resume must be an array of resume entries, got {kind(entries)}")
+    if not entries:
+        raise InvalidRequestError("resume is empty: it answers no interrupt")
+    found: list[ToolApproval] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        where = f"resume[{index}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidRequestError(f"{where} must be an object, got {kind(entry)}")
+        call_id = optional_id_field(entry, "interruptId", f"{where}.interruptId")
+        if call_id is None:
+            raise InvalidRequestError(f"{where} has no interruptId")
+        if call_id in seen:
+            raise InvalidRequestError(f"{where}: interrupt {call_id!r} is answered twice")
+        seen.add(call_id)
+        status = entry.get("status")
+        if status == "cancelled":  # abandoned: the call does not run
+            found.append(ToolApproval(call_id, False, None))
+            continue
+        if status != "resolved":
+            raise InvalidRequestError(
+                f"{where}.status must be 'resolved' or 'cancelled', got {status!r}"
+            )
+        payload = entry.get("payload")
+        if isinstance(payload, bool):
+            found.append(ToolApproval(call_id, payload, None))
+            continue
+        if not isinstance(payload, Mapping):
+            raise InvalidRequestError(
+                f"{where}.payload must be a boolean or an object with approved, got {kind(payload)}"
+            )
+        approved = payload.get("approved")
+        if not isinstance(approved, bool):
+            raise InvalidRequestError(
+                f"{where}.payload.approved must be a boolean, got {kind(approved)}"
+            )
+        reason = payload.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRequestError(
+                f"{where}.payload.reason must be a string or null, got {kind(reason)}"
+            )
+        if payload.get("editedArgs") is not None:
+            raise InvalidRequestError(
+                f"{where}.payload.editedArgs: a call waits with the arguments the model "
+                "gave; approve or deny them (edited arguments are not taken)"
+            )
+        found.append(ToolApproval(call_id, approved, reason or None))
+    return tuple(found)
 
 
 def user_message_from_agui(body: bytes | str | Mapping[str, Any]) -> Message:

@@ -9,8 +9,9 @@ so one ``except InvalidRequestError`` answers every malformed request with a 4xx
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, final
 
+import attrs
 import orjson
 
 from scope._json import kind
@@ -19,6 +20,7 @@ from scope.history import ConversationID
 
 __all__ = [
     "CLIENT_MESSAGE_ID_KEY",
+    "ToolApproval",
     "check_trigger",
     "conversation_id_field",
     "decode_body",
@@ -35,6 +37,20 @@ CLIENT_MESSAGE_ID_KEY: Final = "scope/client_message_id"
 #: The AI SDK's triggers: a new message, or a new answer to the last one.
 SUBMIT: Final = "submit-message"
 REGENERATE: Final = "regenerate-message"
+
+
+@final
+@attrs.frozen
+class ToolApproval:
+    """A client's decision on a tool call that waits for approval (the AI SDK's
+    ``addToolApprovalResponse``, an AG-UI resume entry): ``call_id`` the call,
+    ``approved`` the decision, ``reason`` the user's reason (None when the client gave
+    none). ``ui_turn``/``agui_turn`` take it with ``Conversation.stream_approve`` or
+    ``stream_deny``."""
+
+    call_id: str
+    approved: bool
+    reason: str | None = None
 
 
 def decode_body(body: object) -> Mapping[str, Any]:

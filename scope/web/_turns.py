@@ -57,8 +57,8 @@ from scope.errors import (
 )
 from scope.history import Batch, HistoryTree
 from scope.web._agui import AGUIRunInput
-from scope.web._request import CLIENT_MESSAGE_ID_KEY, REGENERATE
-from scope.web._ui import UIChatRequest, UIToolApproval
+from scope.web._request import CLIENT_MESSAGE_ID_KEY, REGENERATE, ToolApproval
+from scope.web._ui import UIChatRequest
 
 __all__ = ["agui_turn", "ui_turn"]
 
@@ -379,19 +379,7 @@ async def ui_turn(
     conversation = _check(conversation, request, UIChatRequest, "request")
     cid = conversation.conversation_id
     if request.approvals:
-        await _read_tree(conversation)  # closed: ConversationClosedError; store kind
-        waiting = {call.id for call in await conversation.pending()}
-        for approval in request.approvals:
-            if approval.call_id not in waiting:
-                listed = ", ".join(map(repr, sorted(waiting))) or "none"
-                raise NotPendingError(
-                    f"chat {str(cid)!r}: tool call {approval.call_id!r} does not wait for "
-                    f"a decision (the calls that wait: {listed}): decided already, or the "
-                    "client's copy of the chat is not the server's; reload it",
-                    conversation_id=str(cid),
-                    call_id=approval.call_id,
-                )
-        return _decisions(conversation, request.approvals, output)
+        return await _decide(conversation, request.approvals, output, "chat")
     regenerate = request.trigger == REGENERATE
     named = request.client_message_id if regenerate else request.message_id
     if named is None:
@@ -441,8 +429,29 @@ async def ui_turn(
     return conversation.stream_edit(number, message, output=output, expected_head=head)
 
 
+async def _decide(
+    conversation: Conversation, approvals: Sequence[ToolApproval], output: object, noun: str
+) -> _Events:
+    """The decisions a request brings, checked before any event: each call must wait
+    (``NotPendingError``), the conversation be open (``ConversationClosedError``)."""
+    cid = conversation.conversation_id
+    await _read_tree(conversation)  # closed: ConversationClosedError; the store's kind
+    waiting = {call.id for call in await conversation.pending()}
+    for approval in approvals:
+        if approval.call_id not in waiting:
+            listed = ", ".join(map(repr, sorted(waiting))) or "none"
+            raise NotPendingError(
+                f"{noun} {str(cid)!r}: tool call {approval.call_id!r} does not wait for a "
+                f"decision (the calls that wait: {listed}): decided already, or the "
+                f"client's copy of the {noun} is not the server's; reload it",
+                conversation_id=str(cid),
+                call_id=approval.call_id,
+            )
+    return _decisions(conversation, approvals, output)
+
+
 async def _decisions(
-    conversation: Conversation, approvals: Sequence[UIToolApproval], output: object
+    conversation: Conversation, approvals: Sequence[ToolApproval], output: object
 ) -> AsyncGenerator[TurnEvent[Any], None]:
     """Each decision's events in order; the ``done`` of all but the last is dropped
     (the turn still waits for the later decisions)."""
@@ -516,6 +525,14 @@ async def agui_turn(
     The new message is stored with its client id (``CLIENT_MESSAGE_ID_KEY``).
     ``ValueError`` for another ``on_divergence``, ``TypeError`` for arguments of the
     wrong kind.
+
+    **Tool approvals.** A turn that reaches a call of a tool with
+    ``requires_approval`` ends its run waiting: ``agui_events`` ends it with
+    ``RUN_FINISHED`` carrying an interrupt outcome, one interrupt per waiting call
+    (its id the call's). A resume run (``run.approvals``, from ``RunAgentInput.resume``)
+    takes the decisions as ``ui_turn`` takes the AI SDK's (the same rules and errors:
+    ``NotPendingError`` for a call that does not wait, before any event); its messages
+    are not compared with the stored thread (the decision is fenced by the store).
     """
     conversation = _check(conversation, run, AGUIRunInput, "run")
     if type(on_divergence) is not str or on_divergence not in _DIVERGENCE:
@@ -523,6 +540,8 @@ async def agui_turn(
             f"on_divergence must be one of {', '.join(map(repr, _DIVERGENCE))}, got "
             f"{on_divergence!r}"
         )
+    if run.approvals:
+        return await _decide(conversation, run.approvals, output, "thread")
     client_id = run.client_message_id
 
     def again(tree: HistoryTree) -> _Events | None:

@@ -36,6 +36,7 @@ from scope.web._core import (
 )
 from scope.web._request import (
     SUBMIT,
+    ToolApproval,
     check_trigger,
     conversation_id_field,
     decode_body,
@@ -46,7 +47,6 @@ from scope.web._request import (
 __all__ = [
     "UI_MESSAGE_STREAM_HEADERS",
     "UIChatRequest",
-    "UIToolApproval",
     "chat_request_from_ui",
     "ui_message_stream",
     "user_message_from_ui",
@@ -303,18 +303,6 @@ def _media_from_url(url: str, mime: str) -> Media:
 
 @final
 @attrs.frozen
-class UIToolApproval:
-    """A decision the AI SDK client sends on a tool call that waits for approval (its
-    ``addToolApprovalResponse``): ``call_id`` the call, ``approved`` the decision,
-    ``reason`` the user's reason (None when the client gave none)."""
-
-    call_id: str
-    approved: bool
-    reason: str | None = None
-
-
-@final
-@attrs.frozen
 class UIChatRequest:
     """An AI SDK chat request, read.
 
@@ -347,7 +335,7 @@ class UIChatRequest:
     message_id: str | None = None
     client_message_id: str | None = None
     # Added with tool approval: a default, so requests made without it still build.
-    approvals: tuple[UIToolApproval, ...] = ()
+    approvals: tuple[ToolApproval, ...] = ()
 
 
 def chat_request_from_ui(body: bytes | str | Mapping[str, Any]) -> UIChatRequest:
@@ -417,12 +405,12 @@ def _approval_request(body: Mapping[str, Any], messages: list[Any], trigger: str
     raise InvalidRequestError(f"{path} answers tool approvals, but no user message comes before it")
 
 
-def _approvals(message: Mapping[str, Any], path: str) -> tuple[UIToolApproval, ...]:
+def _approvals(message: Mapping[str, Any], path: str) -> tuple[ToolApproval, ...]:
     """The decisions an assistant message holds (tool parts in ``approval-responded``)."""
     raw_parts = message.get("parts")
     if not isinstance(raw_parts, list):
         raise InvalidRequestError(f"{path}.parts must be an array")
-    found: list[UIToolApproval] = []
+    found: list[ToolApproval] = []
     seen: set[str] = set()
     for i, part in enumerate(raw_parts):
         if not isinstance(part, Mapping):
@@ -459,7 +447,7 @@ def _approvals(message: Mapping[str, Any], path: str) -> tuple[UIToolApproval, .
         if call_id in seen:
             raise InvalidRequestError(f"{where}: call {call_id!r} is decided twice")
         seen.add(call_id)
-        found.append(UIToolApproval(call_id, approved, reason or None))
+        found.append(ToolApproval(call_id, approved, reason or None))
     if not found:
         raise InvalidRequestError(
             f"{path}.role is 'assistant' and it answers no tool approval (no tool part in "

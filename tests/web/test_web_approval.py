@@ -1,7 +1,9 @@
 """scope.web carrying durable tool approval (``@tool(requires_approval=...)``): the AI
 SDK's ``tool-approval-request`` part and AG-UI's interrupt outcome for a turn that
-waits, the client's decision read from a request (every rule), and ``ui_turn`` taking
-it (``stream_approve``/``stream_deny``) with the resumed turn streamed and stored."""
+waits, the client's decision read from a request (the AI SDK's ``approval-responded``
+tool parts, AG-UI's ``resume`` entries: every rule), and ``ui_turn``/``agui_turn``
+taking it (``stream_approve``/``stream_deny``) with the resumed turn streamed and
+stored."""
 
 from __future__ import annotations
 
@@ -27,10 +29,12 @@ from scope.history.inmemory import InMemoryStore
 from scope.testing import ScriptedModel
 from scope.tools import tool
 from scope.web import (
+    ToolApproval,
     UIChatRequest,
-    UIToolApproval,
     agui_events,
+    agui_turn,
     chat_request_from_ui,
+    run_input_from_agui,
     ui_message_stream,
     ui_turn,
 )
@@ -197,9 +201,9 @@ def test_chat_request_from_ui_reads_the_decisions() -> None:
     )
     request = chat_request_from_ui(orjson.dumps(body))
     assert request.approvals == (
-        UIToolApproval("call-1", True),
-        UIToolApproval("call-3", False, "too much"),
-        UIToolApproval("call-4", False, None),
+        ToolApproval("call-1", True),
+        ToolApproval("call-3", False, "too much"),
+        ToolApproval("call-4", False, None),
     )
     assert request.chat_id == "chat-1"
     assert request.message.role is Role.USER and request.message.text == "Refund o7"
@@ -426,3 +430,174 @@ async def test_a_new_message_while_a_call_waits_is_the_streams_error() -> None:
     stream = ui_message_stream(await ui_turn(conversation, chat_request_from_ui(body)))
     parts = await _encoded(stream)
     assert parts[-2] == {"type": "error", "errorText": "the answer failed (ApprovalPendingError)"}
+
+
+# ------------------------------------------------------------------------ AG-UI
+
+
+def _resume_run(*entries: Any) -> dict[str, Any]:
+    """The RunAgentInput HttpAgent posts for runAgent({resume})."""
+    return {
+        "threadId": "chat-1",
+        "runId": "run-2",
+        "messages": [
+            {"id": "u1", "role": "user", "content": "Refund o7"},
+            {
+                "id": "call-1",
+                "role": "assistant",
+                "toolCalls": [
+                    {
+                        "id": "call-1",
+                        "type": "function",
+                        "function": {"name": "refund", "arguments": '{"order":"o7"}'},
+                    }
+                ],
+            },
+        ],
+        "resume": list(entries),
+    }
+
+
+def _resolved(call_id: str = "call-1", payload: Any = True) -> dict[str, Any]:
+    return {"interruptId": call_id, "status": "resolved", "payload": payload}
+
+
+def test_run_input_from_agui_reads_the_resume_entries() -> None:
+    run = run_input_from_agui(
+        _resume_run(
+            _resolved("call-1"),
+            _resolved("call-2", {"approved": False, "reason": "too much"}),
+            _resolved("call-3", {"approved": True, "reason": "fine"}),
+            {"interruptId": "call-4", "status": "cancelled"},
+            _resolved("call-5", {"approved": False, "reason": ""}),
+        )
+    )
+    assert run.approvals == (
+        ToolApproval("call-1", True),
+        ToolApproval("call-2", False, "too much"),
+        ToolApproval("call-3", True, "fine"),
+        ToolApproval("call-4", False),
+        ToolApproval("call-5", False),
+    )
+    assert run.message.text == "Refund o7" and run.client_message_id == "u1"
+    assert run.prior == () and run.run_id == "run-2" and run.thread_id == "chat-1"
+
+
+def test_a_run_without_resume_has_no_approvals() -> None:
+    body = {"threadId": "t", "runId": "r", "messages": [{"role": "user", "content": "hi"}]}
+    assert run_input_from_agui(body).approvals == ()
+    assert run_input_from_agui({**body, "resume": None}).approvals == ()
+
+
+def _run_with(change: Any) -> dict[str, Any]:
+    body = _resume_run(_resolved())
+    change(body)
+    return body
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda b: b.update(resume={}), "resume must be an array of resume entries, got an object"),
+        (lambda b: b.update(resume=[]), "resume is empty: it answers no interrupt"),
+        (lambda b: b["resume"].append("x"), r"resume\[1\] must be an object, got a string"),
+        (lambda b: b["resume"][0].pop("interruptId"), r"resume\[0\] has no interruptId"),
+        (
+            lambda b: b["resume"][0].update(interruptId=3),
+            r"resume\[0\]\.interruptId must be a string",
+        ),
+        (
+            lambda b: b["resume"].append(_resolved()),
+            r"resume\[1\]: interrupt 'call-1' is answered twice",
+        ),
+        (
+            lambda b: b["resume"][0].update(status="done"),
+            r"resume\[0\]\.status must be 'resolved' or 'cancelled', got 'done'",
+        ),
+        (
+            lambda b: b["resume"][0].pop("payload"),
+            r"resume\[0\]\.payload must be a boolean or an object with approved, got null",
+        ),
+        (
+            lambda b: b["resume"][0].update(payload={"reason": "x"}),
+            r"resume\[0\]\.payload\.approved must be a boolean, got null",
+        ),
+        (
+            lambda b: b["resume"][0].update(payload={"approved": True, "reason": 2}),
+            r"resume\[0\]\.payload\.reason must be a string or null, got a number",
+        ),
+        (
+            lambda b: b["resume"][0].update(payload={"approved": True, "editedArgs": {}}),
+            r"resume\[0\]\.payload\.editedArgs: a call waits with the arguments the model gave",
+        ),
+        (
+            lambda b: b.update(messages=b["messages"][1:]),
+            "the run resumes interrupts, but its messages hold no user message",
+        ),
+        (lambda b: b.update(messages={}), "messages must be an array"),
+        (
+            lambda b: b["messages"][0].update(content=""),
+            r"messages\[0\]\.content is empty",
+        ),
+        (lambda b: b.pop("runId"), "the request body has no runId"),
+    ],
+)
+def test_a_bad_resume_is_an_invalid_request(change: Any, problem: str) -> None:
+    with pytest.raises(InvalidRequestError, match=problem):
+        run_input_from_agui(_run_with(change))
+
+
+async def _agui_wait(store: InMemoryStore) -> None:
+    conversation = _conversation(store, _asks("o7"))
+    body = {
+        "threadId": "chat-1",
+        "runId": "run-1",
+        "messages": [{"id": "u1", "role": "user", "content": "Refund o7"}],
+    }
+    events = await agui_turn(conversation, run_input_from_agui(body))
+    encoded = await _encoded(agui_events(events, thread_id="chat-1", run_id="run-1"))
+    assert encoded[-1]["outcome"]["interrupts"][0]["id"] == "call-1"
+
+
+@pytest.mark.parametrize(
+    ("entry", "result", "said"),
+    [
+        (_resolved(), "refunded o7", "Refunded o7."),
+        (_resolved(payload={"approved": False, "reason": "no"}), "the call was denied: no", "No."),
+        (
+            {"interruptId": "call-1", "status": "cancelled"},
+            "the call was denied: denied by the user",
+            "No.",
+        ),
+    ],
+)
+async def test_agui_turn_resumes_with_the_decision(
+    entry: dict[str, Any], result: str, said: str
+) -> None:
+    store = InMemoryStore()
+    await _agui_wait(store)
+    conversation = _conversation(store, _says(said))
+    events = await agui_turn(conversation, run_input_from_agui(_resume_run(entry)))
+    encoded = await _encoded(agui_events(events, thread_id="chat-1", run_id="run-2"))
+    assert encoded[1] == {
+        "type": "TOOL_CALL_RESULT",
+        "messageId": "run-2:result:call-1",
+        "toolCallId": "call-1",
+        "content": result,
+        "role": "tool",
+    }
+    assert encoded[-1] == {"type": "RUN_FINISHED", "threadId": "chat-1", "runId": "run-2"}
+    history = await store.read("chat-1")
+    assert [m.text for m in history][-1] == said
+    assert history[2].tool_results[0].output.text() == result
+    assert await conversation.pending() == ()
+
+
+async def test_agui_resume_of_a_call_that_does_not_wait_is_refused() -> None:
+    store = InMemoryStore()
+    await _agui_wait(store)
+    conversation = _conversation(store)
+    with pytest.raises(NotPendingError, match=r"thread 'chat-1': tool call 'call-7'") as caught:
+        await agui_turn(conversation, run_input_from_agui(_resume_run(_resolved("call-7"))))
+    assert caught.value.call_id == "call-7"
+    assert [c.id for c in await conversation.pending()] == ["call-1"]

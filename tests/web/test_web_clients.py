@@ -664,6 +664,53 @@ def test_ai_sdk_chat_goes_through_a_tool_approval(
     assert len(tree.head_path()) == 1
 
 
+@pytest.mark.parametrize(
+    ("decision", "reason", "result", "told"),
+    [
+        ("approve", None, "refunded o7", "done: refunded o7"),
+        ("deny", "not today", "the call was denied: not today", None),
+        ("cancel", None, "the call was denied: denied by the user", None),
+    ],
+)
+def test_agui_client_goes_through_an_interrupt_and_a_resume(
+    decision: str, reason: str | None, result: str, told: str | None
+) -> None:
+    # HttpAgent: the first run ends with RUN_FINISHED's interrupt outcome (the client's
+    # pendingInterrupts), runAgent({resume}) answers it, and the resumed turn streams;
+    # every event passes the client's enforcement and verification.
+    store = InMemoryStore()
+    args = [decision] if reason is None else [decision, reason]
+    with live_server(approval_app(store)) as base:
+        run = _run_node("agui_approval_client.mjs", f"{base}/api/agui", "thread-ok", "o7", *args)
+    assert run["error"] is None
+    assert run["interrupts"] == [
+        {
+            "id": "call-1",
+            "reason": "tool_approval",
+            "message": "approve the call of refund?",
+            "toolCallId": "call-1",
+        }
+    ]
+    assert run["first"][-3:] == ["TOOL_CALL_END", "STEP_FINISHED", "RUN_FINISHED"]
+    assert run["events"][:2] == ["RUN_STARTED", "TOOL_CALL_RESULT"]
+    assert run["events"][-1] == "RUN_FINISHED" and run["pending"] == []
+    said = told or f"failed: {result}"
+    assert [(m["role"], m.get("content")) for m in run["messages"]] == [
+        ("user", "o7"),
+        ("assistant", None),
+        ("tool", result),
+        ("assistant", said),
+    ]
+    history = _stored(store, "thread-ok")
+    assert [(m.role.value, m.text) for m in history] == [
+        ("user", "o7"),
+        ("assistant", ""),
+        ("tool", ""),
+        ("assistant", said),
+    ]
+    assert history[2].tool_results[0].output.text() == result
+
+
 def _agui_run(base: str, messages: list[dict[str, Any]], run_id: str) -> dict[str, Any]:
     return _run_node(
         "agui_client.mjs", f"{base}/api/agui", "thread-tree", json.dumps(messages), run_id
