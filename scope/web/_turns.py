@@ -46,7 +46,7 @@ import inspect
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Final, Literal
 
-from scope.chat import FinishReason, Message, Output, Response, Role
+from scope.chat import FinishReason, Message, Output, Response, Role, ToolCall
 from scope.conversation import Conversation, TurnEvent, TurnEventKind, TurnResult
 from scope.errors import (
     ConversationClosedError,
@@ -67,6 +67,9 @@ _DIVERGENCE: Final = ("refuse", "edit")
 
 #: The history's mark on a turn kept unfinished (``keep_interrupted``, DESIGN §6c).
 _INTERRUPTED_KEY: Final = "scope/interrupted"
+#: The history's mark on a turn that waits for approval (``requires_approval``): the
+#: ids of the calls of its last assistant message that wait.
+_APPROVAL_KEY: Final = "scope/approval"
 #: The mark of the user message that sent an answer back (``output_retries``): its batch
 #: continues the turn before it, and the client never held that message.
 _OUTPUT_RETRY_KEY: Final = "scope/output_retry"
@@ -188,14 +191,30 @@ def _complete(batch: Batch) -> bool:
     )
 
 
+def _waiting(batch: Batch) -> tuple[ToolCall, ...]:
+    """The calls a stored turn waits on (its last assistant message's, marked), or ()."""
+    for message in reversed(batch.messages):
+        if message.role is Role.ASSISTANT:
+            if _APPROVAL_KEY not in message.metadata:
+                return ()
+            ids = message.metadata.decode(_APPROVAL_KEY)
+            if not isinstance(ids, list):
+                return ()
+            return tuple(call for call in message.tool_calls if call.id in ids)
+    return ()
+
+
 async def _replay(
-    turn: Sequence[Batch], decode: Callable[[Response], Any]
+    turn: Sequence[Batch],
+    decode: Callable[[Response], Any],
+    waiting: tuple[ToolCall, ...] = (),
 ) -> AsyncGenerator[TurnEvent[Any], None]:
     """The events of a stored turn (its batch and those of its output retries), as
     ``Conversation.stream`` gave them when it ran (no model call, nothing stored): per
     answer one chunk with the whole message, its tool calls and the tool results, then
     ``done`` with the stored messages. Finish reasons are not stored: ``tool_calls`` for
-    a step that called tools, ``stop`` for the final answer."""
+    a step that called tools, ``stop`` for the final answer. A turn that waits for
+    approval (``waiting``) ends with ``done`` saying so (``pending``, no output)."""
     steps = 0
     response: Response | None = None
     messages = tuple(m for batch in turn for m in batch.messages)
@@ -211,12 +230,13 @@ async def _replay(
         elif message.role is Role.TOOL:
             for result in message.tool_results:
                 yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=result)
-    assert response is not None  # _complete: the batch ends with an answer
+    assert response is not None  # _complete or _waiting: the batch has an answer
     retries = len(turn) - 1
-    yield TurnEvent(
-        TurnEventKind.DONE,
-        result=TurnResult(response, decode(response), steps, messages, output_retries=retries),
-    )
+    if waiting:
+        done = TurnResult(response, None, steps, messages, retries, pending=waiting)
+    else:
+        done = TurnResult(response, decode(response), steps, messages, output_retries=retries)
+    yield TurnEvent(TurnEventKind.DONE, result=done)
 
 
 def _again(
@@ -225,6 +245,9 @@ def _again(
     """What a resent request gets for its turn ``number``, the head path's last: the
     stored turn replayed, or, when it was kept unfinished, answered again in place."""
     last = _last_of(batches, number)
+    waiting = _waiting(batches[last - 1])
+    if waiting:  # it waits for a decision: asked for again, no model call
+        return _replay(batches[number - 1 : last], conversation.decoder(output), waiting)
     if _complete(batches[last - 1]):
         # The decoder ``output`` asks for, as Conversation.stream would apply it.
         decode = conversation.decoder(output)

@@ -601,3 +601,32 @@ async def test_agui_resume_of_a_call_that_does_not_wait_is_refused() -> None:
         await agui_turn(conversation, run_input_from_agui(_resume_run(_resolved("call-7"))))
     assert caught.value.call_id == "call-7"
     assert [c.id for c in await conversation.pending()] == ["call-1"]
+
+
+async def test_a_resent_request_of_a_waiting_turn_asks_again_without_a_model_call() -> None:
+    store = InMemoryStore()
+    await _wait(store)
+    conversation = _conversation(store)  # no answer scripted: a model call would fail
+    parts = await _encoded(ui_message_stream(await ui_turn(conversation, _submit())))
+    dicts = [p for p in parts if isinstance(p, dict)]
+    assert dicts[-2:] == [
+        {"type": "tool-approval-request", "approvalId": "call-1", "toolCallId": "call-1"},
+        {"type": "finish", "finishReason": "tool-calls"},
+    ]
+    assert {
+        "type": "tool-input-available",
+        "toolCallId": "call-1",
+        "toolName": "refund",
+        "input": {"order": "o7"},
+    } in dicts
+    assert len((await store.read_tree("chat-1")).batches) == 1  # nothing written
+    assert [c.id for c in await conversation.pending()] == ["call-1"]
+    # And the same over AG-UI: the resent run ends with the interrupt again.
+    body = {
+        "threadId": "chat-1",
+        "runId": "run-1",
+        "messages": [{"id": "u1", "role": "user", "content": "Refund o7"}],
+    }
+    events = await agui_turn(conversation, run_input_from_agui(body))
+    encoded = await _encoded(agui_events(events, thread_id="chat-1", run_id="run-1"))
+    assert encoded[-1]["outcome"]["interrupts"][0]["toolCallId"] == "call-1"
