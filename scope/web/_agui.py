@@ -198,7 +198,9 @@ def agui_events(
     (not the deprecated ``THINKING_*`` events; a signature or encrypted reasoning is
     never sent, so no ``REASONING_ENCRYPTED_VALUE`` either); tool
     calls as ``TOOL_CALL_START``/``_ARGS``/``_END``; tool results as
-    ``TOOL_CALL_RESULT``; then ``RUN_FINISHED``, or ``RUN_ERROR`` when the stream fails
+    ``TOOL_CALL_RESULT``; then ``RUN_FINISHED`` (with an interrupt ``outcome``, one
+    interrupt per call, when the turn waits for approval: ``TurnResult.pending``; a
+    resume run answers them, ``run_input_from_agui``), or ``RUN_ERROR`` when the stream fails
     (the failure is logged on the ``scope.web`` logger and kept as
     ``EncodedStream.error``; the encoded stream still ends normally; cancellation
     propagates). Serve it with ``AGUI_HEADERS``. Wrong argument types raise

@@ -234,7 +234,10 @@ def ui_message_stream(
     reasoning blocks (``*-start``/``-delta``/``-end``, one block per part of the
     accumulated answer), tool calls (``tool-input-start``/``-delta``/``-available``),
     tool results (``tool-output-available``/``-error``), sources (``source-url``),
-    media (``file``), ``finish`` with the finish reason, then ``data: [DONE]``.
+    media (``file``), ``finish`` with the finish reason, then ``data: [DONE]``. A turn
+    of ``Conversation.stream`` that waits for approval (``TurnResult.pending``) sends a
+    ``tool-approval-request`` per waiting call before ``finish`` (its ``approvalId`` is
+    the call id; ``chat_request_from_ui`` reads the client's answer).
 
     A step is restarted when ``Conversation.stream`` sends an answer back because it
     did not decode (``output_retries``) and the model answers again. The answer sent

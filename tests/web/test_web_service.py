@@ -86,6 +86,17 @@ def _agui(**fields: Any) -> bytes:
     return orjson.dumps({k: v for k, v in body.items() if v is not None})
 
 
+def _approval(approval: dict[str, Any]) -> bytes:
+    """The AI SDK chat's request after addToolApprovalResponse."""
+    user = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]}
+    tool = {"type": "tool-refund", "toolCallId": "call-1", "state": "approval-responded",
+            "input": {}, "approval": approval}  # fmt: skip
+    assistant = {"id": "a1", "role": "assistant", "parts": [tool]}
+    body = {"id": "chat-ok", "trigger": "submit-message", "messageId": "a1",
+            "messages": [user, assistant]}  # fmt: skip
+    return orjson.dumps(body)
+
+
 # (path, body, headers, expected status, what the answer names)
 MALFORMED: list[Any] = [
     pytest.param("/api/chat", b"{not json", JSON, 400, "not JSON", id="bad-json"),
@@ -156,6 +167,16 @@ MALFORMED: list[Any] = [
                                              {"id": "u1", "role": "user", "content": "Hi"}]),
                  JSON, 400, "messages[0].content must be a string or an array",
                  id="agui-bad-earlier-message"),
+    pytest.param("/api/chat", _approval({"id": "call-1", "approved": True}), JSON, 409,
+                 "tool call 'call-1' does not wait for a decision", id="approval-not-waiting"),
+    pytest.param("/api/chat", _approval({"id": "call-1", "approved": "yes"}), JSON, 400,
+                 "approval.approved must be a boolean", id="approval-not-boolean"),
+    pytest.param("/api/agui", orjson.dumps({**orjson.loads(_agui()), "resume": [
+                     {"interruptId": "call-1", "status": "resolved", "payload": True}]}),
+                 JSON, 409, "tool call 'call-1' does not wait", id="agui-resume-not-waiting"),
+    pytest.param("/api/agui", orjson.dumps({**orjson.loads(_agui()), "resume": [
+                     {"interruptId": "call-1", "status": "later"}]}),
+                 JSON, 400, "status must be 'resolved' or 'cancelled'", id="agui-resume-status"),
     pytest.param("/api/agui", _agui(), {"content-type": "application/x-www-form-urlencoded"},
                  415, "application/json", id="agui-form"),
 ]  # fmt: skip

@@ -35,7 +35,9 @@ by its content type, 413 for one over ``max_body`` bytes, 400 for every
 ``InvalidRequestError`` (the body, the message, the ids, the trigger: scope.web's one
 error rule), 409 (``TurnInProgressError``) for a second turn of a chat whose turn
 still runs, 409 (``HistoryDivergedError``) for a request whose copy of the chat is not
-the stored one (an edit or regenerate naming a message the chat does not hold), 410
+the stored one (an edit or regenerate naming a message the chat does not hold), 409
+(``NotPendingError``) for a tool approval or an AG-UI resume naming a call that does not
+wait for one, 410
 (``ConversationClosedError``) for a chat that was cleared, erased or expired. A
 failure during a turn reaches the client as the protocol's error event and is logged
 on the ``scope.web`` logger.
@@ -69,6 +71,7 @@ from scope.errors import (
     ConversationClosedError,
     HistoryDivergedError,
     InvalidRequestError,
+    NotPendingError,
     TurnInProgressError,
     TurnLogError,
 )
@@ -178,6 +181,8 @@ def create_app(
             events = await ui_turn(conversation(asked.chat_id), asked, output=output)
         except HistoryDivergedError as exc:  # it names a message the chat does not hold
             return PlainTextResponse(str(exc), status_code=409)
+        except NotPendingError as exc:  # a tool approval for a call that does not wait
+            return PlainTextResponse(str(exc), status_code=409)
         except ConversationClosedError as exc:  # cleared, erased or expired
             return PlainTextResponse(str(exc), status_code=410)
         frames = ui_message_stream(events, message_id=uuid.uuid4().hex, reset_step=reset_step)
@@ -211,6 +216,8 @@ def create_app(
         try:
             events = await agui_turn(conversation(run.thread_id), run, on_divergence=on_divergence)
         except HistoryDivergedError as exc:  # the client's thread is not the stored one
+            return PlainTextResponse(str(exc), status_code=409)
+        except NotPendingError as exc:  # a resume for a call that does not wait
             return PlainTextResponse(str(exc), status_code=409)
         except ConversationClosedError as exc:
             return PlainTextResponse(str(exc), status_code=410)
