@@ -226,14 +226,19 @@ def refund(order: str) -> str:
 
 
 def _refunder(request: ModelRequest) -> Response | str:
-    """Asks to refund the order the user names; then says what the tool answered."""
+    """Asks to refund the orders the user names (comma-separated: a call each, in one
+    response); then says what the tools answered."""
     last = request.messages[-1]
     if last.role is Role.USER:
-        call = tool_call_part("call-1", "refund", orjson.dumps({"order": last.text}).decode())
-        return Response(Output(assistant_message(call), FinishReason.TOOL_CALLS))
-    result = last.tool_results[0]
-    said = result.output.text() or ""
-    return f"{'failed' if result.is_error else 'done'}: {said}"
+        calls = [
+            tool_call_part(f"call-{i}", "refund", orjson.dumps({"order": order}).decode())
+            for i, order in enumerate(last.text.split(","), 1)
+        ]
+        return Response(Output(assistant_message(*calls), FinishReason.TOOL_CALLS))
+    return "; ".join(
+        f"{'failed' if result.is_error else 'done'}: {result.output.text() or ''}"
+        for result in last.tool_results
+    )
 
 
 def approval_app(store: InMemoryStore) -> Any:

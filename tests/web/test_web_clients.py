@@ -664,6 +664,36 @@ def test_ai_sdk_chat_goes_through_a_tool_approval(
     assert len(tree.head_path()) == 1
 
 
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_ai_sdk_chat_decides_two_waiting_calls_in_one_request(ai: int, decision: str) -> None:
+    # One response, two calls that wait: the chat posts once both are answered, and the
+    # turn goes on with both results.
+    store = InMemoryStore()
+    with live_server(approval_app(store)) as base:
+        result = _run_node("approval_client.mjs", base, "chat-two", "o7,o8", decision, ai=ai)
+    assert result["error"] is None
+    waiting = [p for p in result["waiting"][1]["parts"] if p["type"] == "tool-refund"]
+    assert [(p["toolCallId"], p["state"]) for p in waiting] == [
+        ("call-1", "approval-requested"),
+        ("call-2", "approval-requested"),
+    ]
+    assert len(result["requests"]) == 2  # the decisions went back together
+    decided = [p for p in result["messages"][1]["parts"] if p["type"] == "tool-refund"]
+    if decision == "approve":
+        told = "done: refunded o7; done: refunded o8"
+        assert [p["state"] for p in decided] == ["output-available"] * 2
+    else:
+        told = "failed: the call was denied: denied by the user; " * 2
+        told = told.removesuffix("; ")
+        assert [p["state"] for p in decided] == ["output-error"] * 2
+    texts = [p["text"] for p in result["messages"][1]["parts"] if p["type"] == "text"]
+    assert texts == [told]
+    history = _stored(store, "chat-two")
+    assert [m.role.value for m in history] == ["user", "assistant", "tool", "assistant"]
+    assert [r.id for r in history[2].tool_results] == ["call-1", "call-2"]
+    assert history[-1].text == told
+
+
 @pytest.mark.parametrize(
     ("decision", "reason", "result", "told"),
     [

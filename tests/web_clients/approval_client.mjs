@@ -1,10 +1,11 @@
 // The AI SDK's own chat logic (AbstractChat: what useChat runs) through a tool approval:
-// sendMessage asks for a refund, the stream ends with the tool-approval-request part,
-// addToolApprovalResponse answers it and the chat sends the decision by itself
+// sendMessage asks for a refund, the stream ends with a tool-approval-request part per
+// call, addToolApprovalResponse answers each and the chat sends the decisions by itself
 // (sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses), reading
 // the resumed answer. Prints {waiting, messages, requests, error} as JSON: the message
 // parts while the call waits, then after the decision.
-//   node approval_client.mjs BASE_URL CHAT_ID ORDER approve|deny [REASON]
+//   node approval_client.mjs BASE_URL CHAT_ID ORDERS approve|deny [REASON]
+// (ORDERS: one order, or several separated by commas: one call each)
 // The ai package: this folder's (ai 6), or the module SCOPE_AI_MODULE names (ai7/ai.mjs).
 const { AbstractChat, DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses } =
   await import(process.env.SCOPE_AI_MODULE ?? "ai");
@@ -64,21 +65,24 @@ const view = () =>
 
 await chat.sendMessage({ text: order });
 const waiting = view();
-const part = chat.messages
+const asked = chat.messages
   .at(-1)
-  .parts.find((candidate) => candidate.state === "approval-requested");
-if (part === undefined) {
+  .parts.filter((candidate) => candidate.state === "approval-requested");
+if (asked.length === 0) {
   console.log(JSON.stringify({ waiting, messages: waiting, requests, error: failure ?? "no approval asked" }));
 } else {
-  // The automatic request runs in the background: wait for its onFinish (or its error).
+  // The automatic request runs in the background, once every call is answered: wait
+  // for its onFinish (or its error).
   const resumed = new Promise((resolve) => {
     onFinished = resolve;
   });
-  await chat.addToolApprovalResponse({
-    id: part.approval.id,
-    approved: decision === "approve",
-    ...(reason === undefined ? {} : { reason }),
-  });
+  for (const part of asked) {
+    await chat.addToolApprovalResponse({
+      id: part.approval.id,
+      approved: decision === "approve",
+      ...(reason === undefined ? {} : { reason }),
+    });
+  }
   if (finished < 2) await resumed;
   console.log(JSON.stringify({ waiting, messages: view(), requests, error: failure }));
 }
