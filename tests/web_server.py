@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -260,7 +261,10 @@ def approval_app(store: InMemoryStore) -> Any:
             events = await ui_turn(conversation, asked)
         except HistoryError as exc:
             return PlainTextResponse(str(exc), status_code=409)
-        stream = ui_message_stream(events)
+        # A new turn's answer is a new message (its own id); the answer to a decision
+        # continues the assistant message the client holds, so it keeps that one's id.
+        message_id = asked.message_id if asked.approvals else uuid.uuid4().hex
+        stream = ui_message_stream(events, message_id=message_id)
         return StreamingResponse(stream, headers=dict(UI_MESSAGE_STREAM_HEADERS))
 
     async def agui(request: Request) -> Any:

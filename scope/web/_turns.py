@@ -397,7 +397,9 @@ async def ui_turn(
     ``done``: the turn goes on once every waiting call is decided). A call that does
     not wait (decided already, never pending, or the chat moved on) raises
     ``NotPendingError`` here, before any event (answer 409); a closed chat
-    ``ConversationClosedError`` (410). ``output`` as for ``stream_approve``.
+    ``ConversationClosedError`` (410). ``output`` as for ``stream_approve``. The
+    client appends the answer to the assistant message it holds: encode it with
+    ``message_id`` None or ``request.message_id`` (another id starts a new message).
     """
     conversation = _check(conversation, request, UIChatRequest, "request")
     cid = conversation.conversation_id

@@ -185,7 +185,10 @@ def create_app(
             return PlainTextResponse(str(exc), status_code=409)
         except ConversationClosedError as exc:  # cleared, erased or expired
             return PlainTextResponse(str(exc), status_code=410)
-        frames = ui_message_stream(events, message_id=uuid.uuid4().hex, reset_step=reset_step)
+        # The answer to a tool approval continues the assistant message the client holds:
+        # it keeps that message's id (a new one would make the client start another).
+        message_id = asked.message_id if asked.approvals else uuid.uuid4().hex
+        frames = ui_message_stream(events, message_id=message_id, reset_step=reset_step)
         try:
             await turns.start(asked.chat_id, frames)
         except TurnInProgressError as exc:  # a turn of this chat is still running
