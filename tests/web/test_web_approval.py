@@ -630,3 +630,25 @@ async def test_a_resent_request_of_a_waiting_turn_asks_again_without_a_model_cal
     events = await agui_turn(conversation, run_input_from_agui(body))
     encoded = await _encoded(agui_events(events, thread_id="chat-1", run_id="run-1"))
     assert encoded[-1]["outcome"]["interrupts"][0]["toolCallId"] == "call-1"
+
+
+async def test_of_two_decisions_checked_at_once_one_is_taken_the_other_streams_an_error() -> None:
+    # Both requests pass ui_turn's check while the call waits; the decision is taken by
+    # the first stream that runs, and the other's stream ends with the error part.
+    store = InMemoryStore()
+    await _wait(store)
+    first = _conversation(store, _says("Refunded o7."))
+    second = _conversation(store, _says("unused"))
+    approve = chat_request_from_ui(_answer(_tool_part()))
+    deny = chat_request_from_ui(_answer(_tool_part(approved=False, reason="no")))
+    taken = ui_message_stream(await ui_turn(first, approve))
+    lost = ui_message_stream(await ui_turn(second, deny))
+    assert (await _encoded(taken))[-2] == {"type": "finish", "finishReason": "stop"}
+    parts = await _encoded(lost)
+    assert parts[-2:] == [
+        {"type": "error", "errorText": "the answer failed (NotPendingError)"},
+        "[DONE]",
+    ]
+    assert isinstance(lost.error, NotPendingError)
+    history = await store.read("chat-1")
+    assert history[-1].text == "Refunded o7." and not history[2].tool_results[0].is_error
