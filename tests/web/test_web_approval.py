@@ -652,3 +652,25 @@ async def test_of_two_decisions_checked_at_once_one_is_taken_the_other_streams_a
     assert isinstance(lost.error, NotPendingError)
     history = await store.read("chat-1")
     assert history[-1].text == "Refunded o7." and not history[2].tool_results[0].is_error
+
+
+async def test_agui_a_partial_resume_ends_with_the_interrupts_that_remain() -> None:
+    store = InMemoryStore()
+    first = _conversation(store, _asks("o7", "o8"))
+    body = {
+        "threadId": "chat-1",
+        "runId": "run-1",
+        "messages": [{"id": "u1", "role": "user", "content": "Refund o7"}],
+    }
+    events = await agui_turn(first, run_input_from_agui(body))
+    encoded = await _encoded(agui_events(events, thread_id="chat-1", run_id="run-1"))
+    interrupts = encoded[-1]["outcome"]["interrupts"]
+    assert [i["toolCallId"] for i in interrupts] == ["call-1", "call-2"]
+    conversation = _conversation(store)
+    run = run_input_from_agui(_resume_run(_resolved("call-2", False)))
+    events = await agui_turn(conversation, run)
+    encoded = await _encoded(agui_events(events, thread_id="chat-1", run_id="run-2"))
+    assert [e["type"] for e in encoded] == ["RUN_STARTED", "TOOL_CALL_RESULT", "RUN_FINISHED"]
+    assert encoded[1]["content"] == "the call was denied: denied by the user"
+    assert [i["id"] for i in encoded[-1]["outcome"]["interrupts"]] == ["call-1"]
+    assert [c.id for c in await conversation.pending()] == ["call-1"]
