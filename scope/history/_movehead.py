@@ -22,7 +22,7 @@ from scope.errors import (
     CommitError,
     ConversationClosedError,
     HistoryChangedError,
-    HistoryError,
+    UnknownHeadError,
 )
 from scope.history._ids import ConversationID
 from scope.history._protocols import Store
@@ -91,8 +91,8 @@ class MoveHead(Layer):
         self._moved = True
         try:
             await self._store.move_head(cid, self._head, expected_head=self._expected)
-        except HistoryError:  # refused: nothing moved
-            self._moved = False
+        except (HistoryChangedError, UnknownHeadError, ConversationClosedError):
+            self._moved = False  # refused: nothing moved
             raise
 
     async def failed(self, turn: Turn, exc: BaseException) -> None:

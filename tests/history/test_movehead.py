@@ -139,3 +139,29 @@ def test_construction_checks() -> None:
         Middleware(store, store, "c", layers=MoveHead(store, "", expected_head=""))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"layers\[0\] must be a layer \(scope.history.Fence"):
         Middleware(store, store, "c", layers=("wait",))  # type: ignore[arg-type]
+
+
+async def test_a_move_whose_answer_was_lost_is_moved_back() -> None:
+    """A store error after the store moved the head (the answer lost on the way): the
+    move may have landed, so the failed turn moves it back (fenced: a move that did not
+    land moves nothing)."""
+
+    class LostAnswer(InMemoryStore):
+        failures = 1
+
+        async def move_head(self, *args: Any, **kwargs: Any) -> int:
+            moved = await super().move_head(*args, **kwargs)
+            if self.failures:
+                self.failures -= 1
+                raise StoreError("connection reset after the move")
+            return moved
+
+    store = LostAnswer()
+    await store.append(Batch("c", "a1", turn("q1")))
+    await store.append(Batch("c", "a2", turn("q2")))
+    move = MoveHead(store, "a1", expected_head="a2")
+    mw = Middleware(store, store, "c", layers=(move,))
+    with pytest.raises(StoreError, match="connection reset"):
+        await wrap(FunctionModel(lambda r: "x"), mw.call).call(Request((user_message("q"),)))
+    assert (await store.read_view("c")).head == "a2"
+    assert not move.moved
