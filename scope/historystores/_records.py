@@ -188,7 +188,9 @@ def decode_record(
         # Complete: no tool_call_delta parts. Such a part's kind is written as the JSON
         # string "tool_call_delta" (plain ASCII, never escaped), so bytes without that
         # token hold none; bytes with it (the token inside a text, say) are checked.
-        if _DELTA_TOKEN in data:
+        # (bytes.find, not ``in``: ``in`` first tries the token as an integer and
+        # raises and clears a TypeError, per record.)
+        if data.find(_DELTA_TOKEN) != -1:
             check_messages(out, _failure(conversation_id, append_id, error))
     else:  # any other spelling (number tokens orjson respells, say): the exact reader
         fail = _failure(conversation_id, append_id, error)
