@@ -395,13 +395,18 @@ def _field_lines(
         read = _dispatch(optional, "v", strict)
         return _guarded(indent, [f"{local} = None if v is None else {read}"], wire)
     if item is not None and attrs.has(item):
-        # Inlined: a list comprehension; on failure the loop structurer re-runs to name
-        # the index of the bad element.
+        # Inlined: a list comprehension (one element, the commonest: read as it is,
+        # without the comprehension's frame); on failure the loop structurer re-runs
+        # to name the index of the bad element.
         return [
             f"{indent}try:",
             f"{indent}    if type(v) is not list:",
             f"{indent}        raise Fail('', {error})",
-            f"{indent}    {local} = tuple([{_dispatch(item, 'e', strict)} for e in v])",
+            f"{indent}    if len(v) == 1:",
+            f"{indent}        e = v[0]",
+            f"{indent}        {local} = ({_dispatch(item, 'e', strict)},)",
+            f"{indent}    else:",
+            f"{indent}        {local} = tuple([{_dispatch(item, 'e', strict)} for e in v])",
             f"{indent}except Fail:",
             *_guarded(indent + "    ", [f"{fn}(v)"], wire),
             f"{indent}    raise",  # pragma: no cover - the loop fails the same way
