@@ -565,17 +565,26 @@ def _make_class_in(cls: type) -> Structurer:
                     lines += [f"    if not ({rule}):", "        raise NOT_CANONICAL()"]
         return define("strict", cls, [*lines, *finish, "    return obj"], f"shape{len(strict)}")
 
-    define(
-        "strict",
-        cls,
-        [
-            f"    obj = {hook_name('structure', cls)}(value)",
-            f"    if not {hook_name('canonical', cls)}(value):",
-            "        raise NOT_CANONICAL()",
-            f"    {const('learn_strict', learn_strict)}(tuple(value))",
-            "    return obj",
-        ],
-    )
+    strict_body = [
+        f"    obj = {hook_name('structure', cls)}(value)",
+        f"    if not {hook_name('canonical', cls)}(value):",
+        "        raise NOT_CANONICAL()",
+        f"    {const('learn_strict', learn_strict)}(tuple(value))",
+        "    return obj",
+    ]
+    made: list[Structurer] = []
+
+    def first_strict(value: Any) -> Any:
+        """Stands in for ``strict_<Class>`` until its first call generates it (most
+        classes never reach a stored record: no compile at import); a caller that kept
+        this function goes on calling the generated one."""
+        if not made:
+            with _LEARNING:
+                if not made:
+                    made.append(define("strict", cls, strict_body))
+        return made[0](value)
+
+    NAMESPACE[hook_name("strict", cls)] = first_strict
     return define(
         "structure",
         cls,
