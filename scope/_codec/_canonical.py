@@ -22,6 +22,11 @@ input is the canonical encoding of the decoded value exactly when ``canonical_<C
 holds (tests/chat/test_codec_canonical.py checks this with hypothesis against encoding
 the value again). Trees with ``Num`` tokens (the exact reader's) are not covered: their
 callers encode again.
+
+Stores reading records apply the same rules inside the structuring pass: the strict
+structurers (``_structure.strict_in``) check each member's rule (``field_rule``) where
+they read it, so the tree is walked once; ``canonical_<Class>`` runs there only for an
+object of a key layout not seen before.
 """
 
 from __future__ import annotations
