@@ -247,7 +247,11 @@ def decode_records(
 ) -> list[Message]:
     """The messages of ``(append_id, digest, encoded_messages)`` records, in order: what
     ``read`` returns (append ids are not looked at: ``read`` does not return them)."""
-    return [m for *_, messages in _decoded(conversation_id, records, cache) for m in messages]
+    out: list[Message] = []
+    extend = out.extend
+    for append_id, digest, data in records:
+        extend(decode_record(conversation_id, append_id, digest, data, cache))
+    return out
 
 
 def decode_batches(
