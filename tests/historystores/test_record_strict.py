@@ -12,11 +12,15 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scope._documents import digest_of
 from scope.errors import StoreError
 from scope.historystores._records import decode_record
+from tests.chat.test_codec_strict import _items
 from tests.helpers import batch, texts
+from tests.historystores.test_record_decode import verdicts
 from tests.servers import Backend, fresh_backend, over_backends
 
 pytestmark = pytest.mark.anyio
@@ -71,3 +75,15 @@ def test_a_tool_result_without_its_output_member_is_refused() -> None:
     data = b'[{"parts":[{"kind":"tool_result","tool_result":{"id":"0","name":"0"}}],"role":"tool"}]'
     with pytest.raises(StoreError, match="canonical"):
         decode_record("c", "a", digest_of(data), data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_items(), min_size=1, max_size=3))
+def test_the_read_decoder_equals_the_checked_decoder(items: list[Any]) -> None:
+    # Messages with members changed, added or removed anywhere, in the one spelling
+    # scope writes, digest matching: decode_record returns the reference's messages or
+    # raises StoreError exactly when the reference (exact reader, strict decode,
+    # completeness, encoding again) does.
+    data = orjson.dumps(items, option=orjson.OPT_SORT_KEYS)
+    fast, slow = verdicts(data)
+    assert fast == slow
