@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(HERE))  # tests.servers
 USER = "What is the capital of France, and why is it famous? " * 2
 ASSISTANT = "Paris. It is known for art, food, history and the Eiffel Tower. " * 3
 TURNS = 500
@@ -65,16 +66,12 @@ async def _write(kind: str, where: str) -> None:
 
 
 async def _drop(kind: str, where: str) -> None:
+    """Remove what the stores created (``tests.servers.drop_tables`` for PostgreSQL:
+    tables and functions; every key under the prefix for Redis)."""
     if kind == "postgres":
-        import asyncpg  # type: ignore[import-untyped]
+        from tests.servers import drop_tables
 
-        dsn, prefix = where.split(" ")
-        conn = await asyncpg.connect(dsn)
-        try:
-            for table in ("batches", "conversations", "meta", "tombstones", "leases"):
-                await conn.execute(f'DROP TABLE IF EXISTS "{prefix}_{table}" CASCADE')
-        finally:
-            await conn.close()
+        await drop_tables(*where.split(" "))
     elif kind == "redis":
         import redis.asyncio
 
