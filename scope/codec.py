@@ -40,6 +40,7 @@ import orjson
 
 from scope._codec import _canonical, _structure, _unstructure
 from scope._codec._errors import VALUE_ERRORS, Fail, decode_error_for, raise_as
+from scope._codec._generated import NAMESPACE
 from scope._json import parse_exact_fast, parse_plain_unchecked
 from scope.chat import Message
 
@@ -165,7 +166,8 @@ def encode_messages(messages: tuple[Message, ...] | list[Message]) -> bytes:
     return to_json(messages)
 
 
-_check_message: Final = _canonical.canonical_in(Message)
+_strict_messages: Final = _structure.strict_in(Message)
+_strict_layouts: Final[dict[Any, Any]] = NAMESPACE["_structure_Message_strict"]
 _set_json: Final = Message.__dict__["_json"].__set__  # the slot's own setter (frozen class)
 
 
@@ -174,16 +176,18 @@ def decode_canonical(data: bytes) -> tuple[tuple[Message, ...], bool] | None:
     messages, and whether ``data`` is exactly their canonical encoding
     (``encode_messages``), found without encoding them.
 
-    Taken when ``data`` is a non-empty array in orjson's one spelling with every
-    object's keys sorted: ``orjson.dumps`` of what ``orjson.loads`` read gives it back
-    byte for byte, which proves the parse lost nothing (no duplicate member dropped, no
-    number respelled), as in ``parse_exact_fast``. The values then encode to exactly
-    those bytes when each item holds only members the encoder writes, in its form
-    (``scope._codec._canonical``); each message then keeps its item's bytes as its
-    canonical bytes (what its first encode would compute).
+    One pass over the bytes: ``orjson.loads``, then ``orjson.dumps`` of each item (keys
+    sorted), which must give ``data`` back byte for byte. That proves the parse lost
+    nothing (no duplicate member dropped, no number respelled), as in
+    ``parse_exact_fast``, and gives each message its canonical bytes. Each item is then
+    read by the strict structurers (``scope._codec._structure.strict_in``): the checks
+    and construction of ``from_json``, with the canonical rule of each member checked
+    where it is read (``scope._codec._canonical``): the values encode to exactly those
+    bytes when each item holds only members the encoder writes, in its form.
 
-    None for any other input, or one that does not decode: the caller takes the exact
-    reader, which reports the problem with its path."""
+    A tree the strict structurers refuse as not canonical is read again by the plain
+    ones: its values, and False. None for any other input, or one that does not
+    decode: the caller takes the exact reader, which reports the problem with its path."""
     try:
         items = orjson.loads(data)
         if type(items) is not list or not items:
@@ -193,15 +197,22 @@ def decode_canonical(data: bytes) -> tuple[tuple[Message, ...], bool] | None:
         return None
     if b"[" + b",".join(parts) + b"]" != data:
         return None
-    structure = _structure.CLASS_IN[Message]
+    layouts, strict = _strict_layouts, _strict_messages
     try:
-        messages = tuple([structure(item) for item in items])
-    except Fail:
-        return None
-    check = _check_message
-    for item in items:
-        if not check(item):
-            return messages, False
+        messages = tuple(
+            [
+                (layouts.get(tuple(item)) or strict)(item) if type(item) is dict else strict(item)
+                for item in items
+            ]
+        )
+    except Fail as fail:
+        if fail.error is not _structure.NotCanonical:
+            return None  # the strict structurers fail where the plain ones do
+        structure = _structure.CLASS_IN[Message]
+        try:  # decodable, yet not the bytes scope writes: the values, flagged
+            return tuple([structure(item) for item in items]), False
+        except Fail:
+            return None
     set_json = _set_json
     for message, part in zip(messages, parts, strict=True):
         set_json(message, part)  # fresh values: no bytes kept yet

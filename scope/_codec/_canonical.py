@@ -22,6 +22,11 @@ input is the canonical encoding of the decoded value exactly when ``canonical_<C
 holds (tests/chat/test_codec_canonical.py checks this with hypothesis against encoding
 the value again). Trees with ``Num`` tokens (the exact reader's) are not covered: their
 callers encode again.
+
+Stores reading records apply the same rules inside the structuring pass: the strict
+structurers (``_structure.strict_in``) check each member's rule (``field_rule``) where
+they read it, so the tree is walked once; ``canonical_<Class>`` runs there only for an
+object of a key layout not seen before.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from scope._codec._generated import NAMESPACE, constant, define, hook_name
 from scope._codec._structure import _optional_type, wire_name
 from scope.metadata import Metadata
 
-__all__ = ["canonical_in", "register"]
+__all__ = ["canonical_in", "field_rule", "register"]
 
 #: The classes whose checks are generated on first use (their encoders must exist by
 #: then: an attrs default is compared in its encoded form).
@@ -92,42 +97,54 @@ def _value_check(hint: Any, var: str) -> str | None:
     return None
 
 
+def field_rule(cls: type, index: int, field: attrs.Attribute[Any]) -> tuple[str | None, str | None]:
+    """The canonical rule of one init field of ``cls`` (field number ``index``), as two
+    expressions over the member's JSON value ``v``: whether a present member is one the
+    encoder writes (None for a required field, always written), and whether the value
+    holds its encoder's form (None when it always does). A field always written may
+    still be absent from a tree the structurer accepts (one with a default, written
+    even at it): then the tree is not canonical."""
+    from scope._codec._unstructure import encode_default  # imports this module's peers
+
+    check = _value_check(field.type, "v")
+    default: Any = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        default = default.factory()
+    if default is attrs.NOTHING or (cls.__name__, field.name) in _ALWAYS:
+        return None, check
+    if default is None:
+        return "v is not None", check
+    if isinstance(default, Metadata | str | bytes | bool | int | float | tuple):
+        return "v", check  # the encoder omits the empty / zero / false value
+    # an attrs default: omitted when the value equals it
+    tree = constant(
+        "canonical",
+        cls,
+        f"d{index}",
+        orjson.loads(orjson.dumps(default, default=encode_default)),
+    )
+    return f"v != {tree}", check
+
+
 def _make(cls: type) -> Callable[[Any], bool]:
     """Generate ``canonical_<cls>``: every present member is one the encoder writes, and
     every value holds its encoder's form (see the module docstring)."""
-    from scope._codec._unstructure import encode_default  # imports this module's peers
-
     _PENDING.discard(cls)
     body: list[str] = []
     for index, field in enumerate(attrs.fields(cls)):
         if not field.init:
             continue
         wire = wire_name(cls, field)
-        check = _value_check(field.type, "v")
-        default = field.default
-        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            default = default.factory()
-        required = default is attrs.NOTHING or (cls.__name__, field.name) in _ALWAYS
-        if required:
+        written, check = field_rule(cls, index, field)
+        if written is None:  # always written: absent (at its default) is not canonical
+            body += [
+                f"    v = get({wire!r}, MISSING)",
+                "    if v is MISSING:",
+                "        return False",
+            ]
             if check is not None:
-                body += [
-                    f"    v = value[{wire!r}]",
-                    f"    if not ({check}):",
-                    "        return False",
-                ]
+                body += [f"    if not ({check}):", "        return False"]
             continue
-        if default is None:
-            written = "v is not None"
-        elif isinstance(default, Metadata | str | bytes | bool | int | float | tuple):
-            written = "v"  # the encoder omits the empty / zero / false value
-        else:  # an attrs default: omitted when the value equals it
-            tree = constant(
-                "canonical",
-                cls,
-                f"d{index}",
-                orjson.loads(orjson.dumps(default, default=encode_default)),
-            )
-            written = f"v != {tree}"
         body += [
             f"    v = get({wire!r}, MISSING)",
             "    if v is not MISSING:",

@@ -33,9 +33,11 @@ from scope.metadata import Metadata
 __all__ = [
     "CLASS_IN",
     "FROM_BUILTINS",
+    "NotCanonical",
     "Structurer",
     "register",
     "register_own",
+    "strict_in",
     "top_in",
     "wire_name",
 ]
@@ -325,12 +327,22 @@ NAMESPACE.update(
 )
 
 
-def _dispatch(cls: type, var: str) -> str:
+def _dispatch(cls: type, var: str, strict: bool = False) -> str:
     """The expression that structures ``var`` as ``cls``: the structurer of its key
     layout when one was learned (``_make_class_in``), called directly, else the class's
     structurer (which checks it is an object, reads it and learns its layout). It returns
-    and raises what ``structure_<Class>(var)`` would, one call shorter."""
+    and raises what ``structure_<Class>(var)`` would, one call shorter.
+
+    ``strict``: the same through the class's strict structurers (``strict_<Class>`` and
+    its layouts), which also raise ``Fail`` (of ``NotCanonical``) for a value whose
+    encoding would differ from the tree (see ``_make_class_in``)."""
     name = hook_name("structure", cls)
+    if strict:
+        generic = hook_name("strict", cls)
+        return (
+            f"(_{name}_strict.get(tuple({var})) or {generic})({var}) "
+            f"if type({var}) is dict else {generic}({var})"
+        )
     return (
         f"(_{name}_shapes.get(tuple({var})) or {name})({var}) "
         f"if type({var}) is dict else {name}({var})"
@@ -348,9 +360,15 @@ def _guarded(indent: str, body: list[str], wire: str) -> list[str]:
 
 
 def _field_lines(
-    cls: type, index: int, field: attrs.Attribute[Any], error: str, indent: str
+    cls: type,
+    index: int,
+    field: attrs.Attribute[Any],
+    error: str,
+    indent: str,
+    strict: bool = False,
 ) -> list[str]:
-    """The lines that read field ``index`` (JSON value ``v``) into ``f<index>``."""
+    """The lines that read field ``index`` (JSON value ``v``) into ``f<index>``; with
+    ``strict``, nested values of attrs classes through their strict structurers."""
 
     def const(what: str, value: Any) -> str:
         return constant("structure", cls, f"{what}{index}", value)
@@ -374,16 +392,21 @@ def _field_lines(
             *_guarded(indent + "    ", [f"{fn}(v)"], wire),
         ]
     if optional is not None and attrs.has(optional):  # inlined: a part's media, say
-        read = _dispatch(optional, "v")
+        read = _dispatch(optional, "v", strict)
         return _guarded(indent, [f"{local} = None if v is None else {read}"], wire)
     if item is not None and attrs.has(item):
-        # Inlined: a list comprehension; on failure the loop structurer re-runs to name
-        # the index of the bad element.
+        # Inlined: a list comprehension (one element, the commonest: read as it is,
+        # without the comprehension's frame); on failure the loop structurer re-runs
+        # to name the index of the bad element.
         return [
             f"{indent}try:",
             f"{indent}    if type(v) is not list:",
             f"{indent}        raise Fail('', {error})",
-            f"{indent}    {local} = tuple([{_dispatch(item, 'e')} for e in v])",
+            f"{indent}    if len(v) == 1:",
+            f"{indent}        e = v[0]",
+            f"{indent}        {local} = ({_dispatch(item, 'e', strict)},)",
+            f"{indent}    else:",
+            f"{indent}        {local} = tuple([{_dispatch(item, 'e', strict)} for e in v])",
             f"{indent}except Fail:",
             *_guarded(indent + "    ", [f"{fn}(v)"], wire),
             f"{indent}    raise",  # pragma: no cover - the loop fails the same way
@@ -503,11 +526,100 @@ def _make_class_in(cls: type) -> Structurer:
                 lines.append(f"    f{index} = _structure_{cls.__name__}_d{index}")
         return define("structure", cls, [*lines, *finish, "    return obj"], f"shape{len(shapes)}")
 
+    strict: dict[tuple[Any, ...], Structurer] = {}
+    const("strict", strict)
+
+    def learn_strict(keys: tuple[Any, ...]) -> None:
+        """Generate the strict structurer of objects with exactly ``keys`` (a layout
+        ``strict_<Class>`` just accepted), as ``learn`` does."""
+        if len(strict) >= _SHAPES or keys in strict:
+            return
+        with _LEARNING:
+            if len(strict) < _SHAPES and keys not in strict:
+                strict[keys] = _strict_shape(keys)
+
+    def _strict_shape(keys: tuple[Any, ...]) -> Structurer:
+        """The layout's structurer (``_shape``) with the canonical rule of every present
+        member checked where it is read (``_canonical.field_rule``), nested values of
+        attrs classes through their strict structurers (which check their own)."""
+        from scope._codec._canonical import field_rule  # it imports this module
+
+        present = set(keys)
+        lines: list[str] = []
+        for index, field in fields:
+            if not field.init:
+                continue
+            wire = wire_name(cls, field)
+            written, check = field_rule(cls, index, field)
+            if wire not in present:
+                lines.append(f"    f{index} = _structure_{cls.__name__}_d{index}")
+                if written is None:  # written even at its default: the tree lacks it
+                    lines.append("    raise NOT_CANONICAL()")
+                continue
+            lines.append(f"    v = value[{wire!r}]")
+            lines += _field_lines(cls, index, field, error, "    ", strict=True)
+            if _strict_inlined(field.type):
+                check = None  # the strict structurers checked the nested values
+            for rule in (written, check):
+                if rule is not None:
+                    lines += [f"    if not ({rule}):", "        raise NOT_CANONICAL()"]
+        return define("strict", cls, [*lines, *finish, "    return obj"], f"shape{len(strict)}")
+
+    strict_body = [
+        f"    obj = {hook_name('structure', cls)}(value)",
+        f"    if not {hook_name('canonical', cls)}(value):",
+        "        raise NOT_CANONICAL()",
+        f"    {const('learn_strict', learn_strict)}(tuple(value))",
+        "    return obj",
+    ]
+    made: list[Structurer] = []
+
+    def first_strict(value: Any) -> Any:
+        """Stands in for ``strict_<Class>`` until its first call generates it (most
+        classes never reach a stored record: no compile at import); a caller that kept
+        this function goes on calling the generated one."""
+        if not made:
+            with _LEARNING:
+                if not made:
+                    made.append(define("strict", cls, strict_body))
+        return made[0](value)
+
+    NAMESPACE[hook_name("strict", cls)] = first_strict
     return define(
         "structure",
         cls,
         [*body, *finish, f"    {const('learn', learn)}(tuple(value))", "    return obj"],
     )
+
+
+def _strict_inlined(hint: Any) -> bool:
+    """Whether ``_field_lines`` reads a field of this type through strict structurers:
+    an optional attrs value or a tuple of them."""
+    optional = _optional_type(hint)
+    if optional is not None:
+        return attrs.has(optional)
+    return typing.get_origin(hint) is tuple and attrs.has(typing.get_args(hint)[0])
+
+
+class NotCanonical(Exception):
+    """The error of the ``Fail`` a strict structurer raises for a value whose encoding
+    would differ from the tree it was read from (never raised out of the codec)."""
+
+
+def _not_canonical() -> Fail:
+    return Fail("not in the canonical encoding", NotCanonical)
+
+
+NAMESPACE["NOT_CANONICAL"] = _not_canonical
+
+
+def strict_in(cls: type) -> Structurer:
+    """The strict structurer of a registered class: ``structure_<Class>``'s value, or
+    ``Fail`` (of ``NotCanonical`` when the structurer accepted the tree but the value
+    would encode otherwise). Only for trees from ``orjson.loads`` whose ``orjson.dumps``
+    (keys sorted) gives back the input: the rules of ``_canonical`` assume that."""
+    found: Structurer = NAMESPACE[hook_name("strict", cls)]
+    return found
 
 
 def register(cls: type) -> None:
@@ -529,9 +641,14 @@ def register_own(cls: type, error: type[Exception], from_tree: Callable[[Any], A
             # nested error, if any) stays the cause.
             raise Fail(str(exc), error, exc.__cause__) from None
 
+    def strict(value: Any) -> Any:
+        raise _not_canonical()  # no canonical rule known: the caller takes its exact path
+
     ERRORS[cls] = error
     CLASS_IN[cls] = NAMESPACE[hook_name("structure", cls)] = structure
+    NAMESPACE[hook_name("strict", cls)] = strict
     constant("structure", cls, "shapes", {})  # no layouts: ``_dispatch`` calls ``structure``
+    constant("structure", cls, "strict", {})
 
 
 # ---------------------------------------------------------------- top-level targets

@@ -256,6 +256,11 @@ _PAYLOAD_TYPES: Final[dict[str, type]] = {
     "tool_result": ToolResult,
     "native": NativeItem,
 }
+#: The kinds ``Part.validate`` compares with, as module constants (an enum member read
+#: through its class costs a lookup on the metaclass each time; validate is hot).
+_TEXT: Final = PartKind.TEXT
+_REASONING: Final = PartKind.REASONING
+
 #: The payload field each kind selects (text and reasoning carry none).
 _PAYLOAD_OF: Final[dict[PartKind, str | None]] = {
     PartKind.TEXT: None,
@@ -339,15 +344,15 @@ class Part:
             set_count != 1 or type(getattr(self, payload_name)) is not _PAYLOAD_TYPES[payload_name]
         ):
             self._payload_error(kind)
-        if kind is PartKind.TEXT:
+        if kind is _TEXT:
             if not text:
                 raise InvalidPartError("a text part needs non-empty text")
-        elif kind is PartKind.REASONING:
+        elif kind is _REASONING:
             if not text and not self.signature:
                 raise InvalidPartError("a reasoning part needs text or a signature")
         elif text:
             raise InvalidPartError(f"a {kind} part must not set text")
-        if self.signature and kind is not PartKind.REASONING:
+        if self.signature and kind is not _REASONING:
             raise InvalidPartError(f"a {kind} part must not set a signature")
 
     def _payload_error(self, kind: PartKind) -> None:

@@ -188,7 +188,9 @@ def decode_record(
         # Complete: no tool_call_delta parts. Such a part's kind is written as the JSON
         # string "tool_call_delta" (plain ASCII, never escaped), so bytes without that
         # token hold none; bytes with it (the token inside a text, say) are checked.
-        if _DELTA_TOKEN in data:
+        # (bytes.find, not ``in``: ``in`` first tries the token as an integer and
+        # raises and clears a TypeError, per record.)
+        if data.find(_DELTA_TOKEN) != -1:
             check_messages(out, _failure(conversation_id, append_id, error))
     else:  # any other spelling (number tokens orjson respells, say): the exact reader
         fail = _failure(conversation_id, append_id, error)
@@ -245,7 +247,11 @@ def decode_records(
 ) -> list[Message]:
     """The messages of ``(append_id, digest, encoded_messages)`` records, in order: what
     ``read`` returns (append ids are not looked at: ``read`` does not return them)."""
-    return [m for *_, messages in _decoded(conversation_id, records, cache) for m in messages]
+    out: list[Message] = []
+    extend = out.extend
+    for append_id, digest, data in records:
+        extend(decode_record(conversation_id, append_id, digest, data, cache))
+    return out
 
 
 def decode_batches(
