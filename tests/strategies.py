@@ -547,16 +547,13 @@ def responses(*, complete: bool = False) -> st.SearchStrategy[Response]:
     outputs, tool_call_delta parts, no finish reason ...), complete ones included."""
     if complete:
         return _complete_response()
-    chunk = st.builds(
-        Response,
-        _maybe(
-            st.builds(
-                Output,
-                _maybe(messages(Role.ASSISTANT, deltas=True)),
-                _maybe(st.sampled_from(list(FinishReason))),
-                _output_metadata(),
-            )
+    reasons = _maybe(st.sampled_from(list(FinishReason)))
+    outputs = st.one_of(
+        st.builds(
+            Output, _maybe(messages(Role.ASSISTANT, deltas=True)), reasons, _output_metadata()
         ),
-        _maybe(_response_metadata()),
+        # metadata for the message after its last part: a chunk without a message
+        st.builds(Output, st.none(), reasons, _output_metadata(), metadata(max_size=2)),
     )
+    chunk = st.builds(Response, _maybe(outputs), _maybe(_response_metadata()))
     return st.one_of(st.just(Response()), chunk, _complete_response())

@@ -104,8 +104,9 @@ def complete_responses(draw: st.DrawFn) -> Response:
     has_call = any(p.kind is PartKind.TOOL_CALL for p in parts)
     reasons = list(FinishReason) if has_call else [r for r in FinishReason if r != "tool_calls"]
     message = None
+    message_meta = draw(_meta_dict)
     if parts:
-        message = Message(Role.ASSISTANT, parts, draw(_meta_dict))
+        message = Message(Role.ASSISTANT, parts, message_meta)
     output_meta = draw(st.none() | st.builds(OutputMetadata, _meta_dict))
     response_meta = draw(
         st.none()
@@ -117,7 +118,10 @@ def complete_responses(draw: st.DrawFn) -> Response:
             _meta_dict,
         )
     )
-    response = Response(Output(message, draw(st.sampled_from(reasons)), output_meta), response_meta)
+    # metadata for a message that never came (sent after no part): kept in the output
+    kept = message_meta if message is None else {}
+    output = Output(message, draw(st.sampled_from(reasons)), output_meta, kept)
+    response = Response(output, response_meta)
     response.validate_complete()
     return response
 
@@ -137,12 +141,21 @@ class _Chunk:
 
     def build(self) -> Response:
         output = None
-        if self.output or self.parts or self.finish is not None or self.output_extra is not None:
+        if (
+            self.output
+            or self.parts
+            or self.message_meta
+            or self.finish is not None
+            or self.output_extra is not None
+        ):
             message = None
+            late = {}  # message metadata in a chunk without parts: after them (or none came)
             if self.parts:
                 message = Message(Role.ASSISTANT, self.parts, self.message_meta)
+            else:
+                late = self.message_meta
             output_meta = None if self.output_extra is None else OutputMetadata(self.output_extra)
-            output = Output(message, self.finish, output_meta)
+            output = Output(message, self.finish, output_meta, late)
         meta = None
         if self.meta:
             meta = ResponseMetadata(self.id, self.model, self.usage, self.extra)
@@ -246,8 +259,10 @@ def split_response(draw: st.DrawFn, response: Response) -> list[Response]:
     chunks[finish_at].finish = output.finish_reason
     chunks[finish_at].output = True
 
-    if message is not None:
-        _scatter(draw, chunks[:content], dict(message.metadata), "message_meta", {"decoy": True})
+    # message metadata in any chunk: with parts, or alone (output.message_metadata, what
+    # a provider sends after the last part)
+    message_meta = output.message_metadata if message is None else message.metadata
+    _scatter(draw, chunks, dict(message_meta), "message_meta", {"decoy": True})
     if output.metadata is not None:
         at = draw(st.integers(0, len(chunks) - 1))
         chunks[at].output_extra = {}

@@ -105,7 +105,9 @@ class ResponseAccumulator:
       delta for an id that arrived as a complete call.
     - **Scalars.** Response id, model and finish reason take the latest non-empty value.
     - **Metadata.** Response extra, output extra and message metadata each merge per key,
-      last write wins.
+      last write wins. A chunk's ``output.message_metadata`` (metadata for the message
+      sent after its parts) merges into the message metadata the same way; the result
+      keeps it in ``message_metadata`` only while no part has come.
     - **Usage** is a cumulative snapshot: the latest non-zero one replaces the previous
       one; a zero usage (nothing reported) never overwrites.
     - **After the finish reason.** Once a finish reason was merged, a chunk that carries
@@ -277,6 +279,8 @@ class ResponseAccumulator:
             output_extra = output_extra.merge(output.metadata.extra)
         if message is not None and message.metadata:
             message_meta = message_meta.merge(message.metadata)
+        elif output is not None and output.message_metadata:
+            message_meta = message_meta.merge(output.message_metadata)
 
         # Phase 2: apply. Nothing below can fail.
         self._started = True
@@ -377,6 +381,7 @@ class ResponseAccumulator:
                 message,
                 self._finish,
                 OutputMetadata(self._output_extra) if self._has_output_meta else None,
+                EMPTY_METADATA if message is not None else self._message_meta,
             )
         metadata = None
         if self._has_response_meta:

@@ -75,8 +75,8 @@ def _setters(cls: type, *names: str) -> tuple[Any, ...]:
 _message_role, _message_parts, _message_metadata, _message_json = _setters(
     Message, "role", "parts", "metadata", "_json"
 )
-_output_message, _output_finish, _output_metadata = _setters(
-    Output, "message", "finish_reason", "metadata"
+_output_message, _output_finish, _output_metadata, _output_message_metadata = _setters(
+    Output, "message", "finish_reason", "metadata", "message_metadata"
 )
 _response_output, _response_metadata = _setters(Response, "output", "metadata")
 _usage_setters: Final = _setters(
@@ -207,6 +207,7 @@ def text_delta(
         _output_message(output, message)
         _output_finish(output, None)
         _output_metadata(output, None)
+        _output_message_metadata(output, EMPTY_METADATA)
         response = _new(Response)
         _response_output(response, output)
         _response_metadata(response, response_metadata)

@@ -183,14 +183,29 @@ def _finish(value: FinishReasonLike | None) -> FinishReason | None:
         ) from None
 
 
+def _to_message_metadata(value: Mapping[str, Any]) -> Metadata:
+    if type(value) is Metadata:
+        return value
+    return nested(Metadata.coerce, value, InvalidResponseError, "output message_metadata")
+
+
 @final
 @attrs.frozen
 class Output:
-    """The generated message (role assistant), why generation stopped, and metadata."""
+    """The generated message (role assistant), why generation stopped, and metadata.
+
+    ``message_metadata`` is for a stream chunk that has metadata for the message but no
+    part to carry it: what a provider sends after the answer's last part (Anthropic's
+    ``container``, a Responses text's annotations). It is allowed only without a
+    ``message`` (a message carries its own metadata); ``ResponseAccumulator`` merges it
+    into the message's metadata like a chunk message's, and keeps it here only when no
+    part ever came.
+    """
 
     message: Message | None = None
     finish_reason: FinishReason | None = attrs.field(default=None, converter=_finish)
     metadata: OutputMetadata | None = None
+    message_metadata: Metadata = attrs.field(default=EMPTY_METADATA, converter=_to_message_metadata)
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -205,6 +220,11 @@ class Output:
             if self.message.role is not Role.ASSISTANT:
                 raise InvalidResponseError(
                     f"output message must have role assistant, got {self.message.role}"
+                )
+            if self.message_metadata:
+                raise InvalidResponseError(
+                    "output message_metadata is only for a chunk without a message "
+                    "(put it in output.message.metadata)"
                 )
         if self.metadata is not None and not isinstance(self.metadata, OutputMetadata):
             raise InvalidResponseError(

@@ -813,8 +813,10 @@ def parse_message(data: bytes) -> Response:
         if body.get("container") is not None:
             _obj(body["container"], f"{where}.container")
             message_meta = Metadata({CONTAINER_KEY: verbatim.at("container")})
-        message = Message(Role.ASSISTANT, parts, message_meta) if parts else None
-        output = Output(message, reason)
+        if parts:
+            output = Output(Message(Role.ASSISTANT, parts, message_meta), reason)
+        else:  # the container of an answer without content, kept as a stream keeps it
+            output = Output(None, reason, message_metadata=message_meta)
         return Response(output, metadata)
 
 
@@ -989,10 +991,19 @@ class EventMapper:
                 dropped = dropped_by_api(transformations, "message_delta.input_transformations")
                 extra = extra.merge(Metadata({DROPPED_KEY: dropped}))
             metadata = ResponseMetadata(usage=self._usage.usage("message_delta.usage"), extra=extra)
+            # The code execution container comes after the last block: metadata for the
+            # message without a part (DESIGN §6k: a stream keeps what a call keeps).
+            message_meta = _EMPTY_META
+            if delta.get("container") is not None:
+                _obj(delta["container"], "message_delta.delta.container")
+                message_meta = Metadata(
+                    {CONTAINER_KEY: Verbatim(self._data).at("delta", "container")}
+                )
             output = None
             if reason is not None:
                 self.finish_reason_seen = True
-                output = Output(finish_reason=reason)
+            if reason is not None or message_meta:
+                output = Output(finish_reason=reason, message_metadata=message_meta)
             return Response(output, metadata)
         if kind == "message_stop":
             self.end_marker_seen = True

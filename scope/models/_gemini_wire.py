@@ -126,8 +126,8 @@ FINISH_REASON_KEY: Final = "gemini/finish_reason"
 #: Message metadata: the candidate's ``groundingMetadata`` (search queries, the pages or
 #: documents the answer rests on, which text each supports), verbatim. The API takes no
 #: such member in a request: it is kept for the application (and ``scope.web``'s source
-#: parts), never sent back. A stream carries it on the chunk that has it, when that chunk
-#: has parts (the last one, in the recordings).
+#: parts), never sent back. A stream carries it on the chunk that has it (with its parts,
+#: or as metadata for the message when that chunk has none).
 GROUNDING_KEY: Final = "gemini/grounding"
 
 #: ``reasoning_effort`` -> ``generationConfig.thinkingConfig``: ``"none"`` is a zero
@@ -705,12 +705,14 @@ class ChunkMapper:
             break
         metadata = self._metadata(body, extra, where)
         output = None
-        if parts or reason is not None:
+        if parts or reason is not None or message_meta:
             output_meta = None
             if raw_reason:
                 output_meta = OutputMetadata(Metadata({FINISH_REASON_KEY: raw_reason}))
-            message = Message(Role.ASSISTANT, parts, message_meta) if parts else None
-            output = Output(message, reason, output_meta)
+            if parts:
+                output = Output(Message(Role.ASSISTANT, parts, message_meta), reason, output_meta)
+            else:  # grounding on a chunk without parts: metadata for the message
+                output = Output(None, reason, output_meta, message_meta)
         if reason is not None:
             self.finish_reason_seen = True
         return Response(output, metadata)

@@ -114,11 +114,12 @@ INTERACTION_KEY: Final = "gemini/interaction_id"
 #: Output metadata: the interaction's ``status`` as the API spelled it.
 STATUS_KEY: Final = "gemini/status"
 
-#: Output metadata: the ``annotations`` (citations) of the answer's text, verbatim, as a
-#: JSON object from the output step's ordinal (a string) to its annotations in order. A
-#: stream sends them after the text they annotate (``text_annotation_delta``), so they
-#: cannot be part metadata there; call and stream both keep them here. The model's own
-#: citations: never sent back.
+#: Message metadata: the ``annotations`` (citations) of the answer's text, verbatim, as
+#: a JSON object from the output step's ordinal (a string) to its annotations in order.
+#: A stream sends them after the text they annotate (``text_annotation_delta``), so they
+#: cannot be part metadata there (a chunk without a message carries them); call and
+#: stream both keep them here, stored with the message. The model's own citations:
+#: never sent back.
 ANNOTATIONS_KEY: Final = "gemini/annotations"
 
 #: ``reasoning_effort`` -> ``generation_config.thinking_level`` (with
@@ -738,19 +739,22 @@ def _answer(
 ) -> Response:
     reason = finish_reason(status, calls)
     message = None
+    cited = EMPTY_METADATA
+    if annotations:
+        cited = Metadata({ANNOTATIONS_KEY: RawJSON.from_value(annotations)})
     if parts:
-        message_meta = EMPTY_METADATA
+        message_meta = cited
         interaction_id = _str(interaction, "id", where)
         if interaction_id:
-            message_meta = Metadata({INTERACTION_KEY: interaction_id})
+            message_meta = message_meta.merge(Metadata({INTERACTION_KEY: interaction_id}))
         with as_invalid_response(where):
             message = Message(Role.ASSISTANT, parts, message_meta)
+        cited = EMPTY_METADATA
     extra: dict[str, Any] = {STATUS_KEY: status} if status else {}
-    if annotations:
-        extra[ANNOTATIONS_KEY] = RawJSON.from_value(annotations)
     output_meta = OutputMetadata(Metadata(extra)) if extra else None
-    output = Output(message, reason, output_meta) if message or reason or extra else None
-    return Response(output, metadata)
+    if message or reason or extra or cited:
+        return Response(Output(message, reason, output_meta, cited), metadata)
+    return Response(None, metadata)
 
 
 # ---------------------------------------------------------------------------- stream
@@ -1001,12 +1005,15 @@ class EventMapper:
         return Response(output, metadata)
 
     def _with_annotations(self, chunk: Response | None) -> Response:
-        """``chunk`` (or an empty one) carrying every annotation so far (the output
-        metadata merges per key: the latest object wins)."""
-        extra = Metadata({ANNOTATIONS_KEY: RawJSON.from_value(self._annotations)})
+        """``chunk`` (or one without a message) carrying every annotation so far as
+        message metadata (it merges per key: the latest object wins)."""
+        cited = Metadata({ANNOTATIONS_KEY: RawJSON.from_value(self._annotations)})
         output = chunk.output if chunk is not None else None
         message = output.message if output is not None else None
-        return Response(Output(message, None, OutputMetadata(extra)))
+        if message is None:
+            return Response(Output(message_metadata=cited))
+        message = Message(message.role, message.parts, message.metadata.merge(cited))
+        return Response(Output(message), chunk.metadata if chunk is not None else None)
 
     def _parts(self, parts: list[Part]) -> Response | None:
         if not parts:

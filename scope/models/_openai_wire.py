@@ -19,7 +19,6 @@ from scope.chat import (
     Options,
     Output,
     OutputFormatType,
-    OutputMetadata,
     Part,
     PartKind,
     Request,
@@ -82,6 +81,12 @@ REFUSAL_KEY: Final = "openai/refusal"
 #: Tool-call part metadata: a call's ``extra_content`` (Gemini's compatible endpoint puts
 #: its thought signature there), kept verbatim and sent back on the same call.
 EXTRA_CONTENT_KEY: Final = "openai/extra_content"
+
+#: Message metadata: the ``annotations`` array of the answer (citations that OpenAI's
+#: search models and compatible servers attach), as received; a stream's deltas are
+#: joined in order and sent with the finish reason (DESIGN §6k: a stream keeps what a
+#: call keeps). Never sent back: the API takes no annotations on an input message.
+ANNOTATIONS_KEY: Final = "openai/annotations"
 
 #: Message metadata: OpenRouter's ``reasoning_details`` array, kept verbatim (assembled
 #: from its fragments in a stream) and sent back on the same assistant message.
@@ -572,7 +577,7 @@ def parse_completion(data: bytes) -> Response:
     with as_invalid_response("response"):
         entries: dict[str, Any] = {}
         if annotations:
-            entries["openai/annotations"] = annotations
+            entries[ANNOTATIONS_KEY] = annotations
         if details:
             entries[REASONING_DETAILS_KEY] = details
         message_meta = Metadata(entries) if entries else _EMPTY_META
@@ -608,6 +613,8 @@ class ChunkMapper:
     """
 
     __slots__ = (
+        "_annotations",
+        "_annotations_dirty",
         "_calls",
         "_details",
         "_details_dirty",
@@ -629,6 +636,8 @@ class ChunkMapper:
         # fragments of its text members)
         self._details: dict[int, tuple[dict[str, Any], dict[str, list[str]]]] = {}
         self._details_dirty = False
+        self._annotations: list[Any] = []  # every delta's annotations, in order
+        self._annotations_dirty = False
         self._id = ""
         self._model = ""
         self._extra = _EMPTY_META
@@ -712,6 +721,7 @@ class ChunkMapper:
                         and not delta.get("refusal")
                         and not delta.get("tool_calls")
                         and delta.get("function_call") is None
+                        and not delta.get("annotations")
                     ):
                         return text_delta(_TEXT, content, EMPTY_METADATA, metadata)
             output = self._choice(choices)
@@ -802,6 +812,16 @@ class ChunkMapper:
                     part = self._fragment(fragment, position, where)
                     if part is not None:
                         parts.append(part)
+            annotations = get("annotations")
+            if annotations:
+                # Citations (OpenAI search models, OpenRouter's web plugin: one per
+                # delta): kept as the call keeps them, sent with the finish.
+                if type(annotations) is not list:
+                    raise InvalidResponseError(
+                        f"{where}.annotations must be an array or null, got {_kind(annotations)}"
+                    )
+                self._annotations.extend(annotations)
+                self._annotations_dirty = True
             legacy = get("function_call")
             if legacy is not None and not (_placeholder_call(legacy) and -1 not in self._calls):
                 part = self._fragment(
@@ -821,23 +841,25 @@ class ChunkMapper:
         """The output of one event, carrying the assembled ``reasoning_details`` when they
         changed and this is the first event with more than reasoning (they come before
         the answer: assembling them once, not per fragment, keeps a stream linear) or the
-        finish. Details still unsent at a finish without parts go to the output's extra
-        metadata (kept on the response, not on the message)."""
-        if not parts and reason is None:
+        finish, and the ``annotations`` so far at the finish (or after it, when more
+        come). What no part carries goes to ``message_metadata``."""
+        finished = reason is not None or self.finish_reason_seen
+        annotate = self._annotations_dirty and finished
+        if not parts and reason is None and not annotate:
             return None
-        message_meta = _EMPTY_META
-        output_meta = None
+        entries: dict[str, Any] = {}
         if self._details_dirty and (
             reason is not None or any(part.kind is not PartKind.REASONING for part in parts)
         ):
             self._details_dirty = False
-            details = Metadata({REASONING_DETAILS_KEY: self._assembled_details()})
-            if parts:
-                message_meta = details
-            else:
-                output_meta = OutputMetadata(details)
-        message = Message(Role.ASSISTANT, parts, message_meta) if parts else None
-        return Output(message, reason, output_meta)
+            entries[REASONING_DETAILS_KEY] = self._assembled_details()
+        if annotate:
+            self._annotations_dirty = False
+            entries[ANNOTATIONS_KEY] = self._annotations
+        message_meta = Metadata(entries) if entries else _EMPTY_META
+        if parts:
+            return Output(Message(Role.ASSISTANT, parts, message_meta), reason)
+        return Output(None, reason, message_metadata=message_meta)
 
     def _add_details(self, fragments: list[Any], where: str) -> str:
         """Merge ``reasoning_details`` fragments into the entries of their ``index``

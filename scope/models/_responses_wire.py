@@ -94,6 +94,14 @@ ITEM_ID_KEY: Final = "openai/item_id"
 #: that dropping it can degrade performance.
 PHASE_KEY: Final = "openai/phase"
 
+#: Message metadata key holding the ``annotations`` of the answer's text (a web or file
+#: search's citations) as received: a JSON object from each ``message`` item's id to one
+#: array per content of that item that has text, in order (only items with any
+#: annotation). A stream
+#: has them whole at ``response.output_item.done``, after the item's text (DESIGN §6k: a
+#: stream keeps what a call keeps). They go back with their text to the same model.
+ANNOTATIONS_KEY: Final = "openai/annotations"
+
 #: What the body's ``include`` asks for unless the adapter is told not to.
 ENCRYPTED_REASONING: Final = "reasoning.encrypted_content"
 
@@ -400,6 +408,7 @@ def _assistant(
     current_id: str | None = None
     own = replay.owns(message)
     reasoning_at: dict[int, str] = {}  # id(reasoning item) -> where its part is
+    annotations = _annotations_by_part(message) if own else {}
     for index, part in enumerate(message.parts):
         part_kind = part.kind
         item_id = sent_item_id(part, own=own, send_reasoning=send_reasoning)
@@ -427,8 +436,13 @@ def _assistant(
             elif refusal:
                 current["content"].append({"type": "refusal", "refusal": part.text})
             else:
+                found = annotations.get(index)
                 current["content"].append(
-                    {"type": "output_text", "text": part.text, "annotations": []}
+                    {
+                        "type": "output_text",
+                        "text": part.text,
+                        "annotations": [] if found is None else orjson.Fragment(found.bytes),
+                    }
                 )
             continue
         current = None
@@ -662,6 +676,62 @@ def _item_parts(item: dict[str, Any], where: str, verbatim: Callable[[], RawJSON
     return parts
 
 
+def _annotations_by_part(message: Message) -> dict[int, RawJSON]:
+    """The stored annotations (``ANNOTATIONS_KEY``) of each text part of ``message``
+    that has any, by part index. An item's arrays go to its text parts in order when
+    there are as many: contents that merged into one part (equal metadata, as the
+    accumulator merges them) cannot be told apart, and their annotations are not sent
+    (the text is)."""
+    stored = message.metadata.get(ANNOTATIONS_KEY)
+    if stored is None:
+        return {}
+    tree = Verbatim(stored.bytes)
+    by_item = stored.value()
+    if type(by_item) is not dict:
+        return {}
+    texts: dict[str, list[int]] = {}
+    for index, part in enumerate(message.parts):
+        item_id = part.metadata.get(ITEM_ID_KEY) if part.kind is PartKind.TEXT else None
+        if item_id is not None and type(item_id.value()) is str:
+            texts.setdefault(item_id.value(), []).append(index)
+    found: dict[int, RawJSON] = {}
+    for item_id, arrays in by_item.items():
+        indexes = texts.get(item_id, [])
+        if type(arrays) is not list or len(arrays) != len(indexes):
+            continue
+        for ordinal, index in enumerate(indexes):
+            if type(arrays[ordinal]) is list and arrays[ordinal]:
+                found[index] = tree.at(item_id, ordinal)
+    return found
+
+
+def _item_annotations(item: dict[str, Any], where: str) -> list[Any] | None:
+    """The annotations of a ``message`` item, one array per content with text (one
+    without makes no part), or None when none has any."""
+    found: list[Any] = []
+    for index, raw in enumerate(_list(item, "content", where)):
+        here = f"{where}.content[{index}]"
+        content = obj(raw, here)
+        if not content.get("text") and not content.get("refusal"):
+            continue
+        annotations = content.get("annotations")
+        if annotations is None:
+            annotations = []
+        elif type(annotations) is not list:
+            raise InvalidResponseError(
+                f"{here}.annotations must be an array, got {kind(annotations)}"
+            )
+        found.append(annotations)
+    return found if any(found) else None
+
+
+def _annotated(annotations: dict[str, list[Any]]) -> Metadata:
+    """The message metadata holding ``annotations`` (empty: none)."""
+    if not annotations:
+        return Metadata()
+    return Metadata({ANNOTATIONS_KEY: RawJSON.from_value(annotations)})
+
+
 def _client_call(
     item: dict[str, Any], item_type: str, item_id: str, where: str, verbatim: Callable[[], RawJSON]
 ) -> Part:
@@ -707,18 +777,24 @@ def _response(body: dict[str, Any], where: str, verbatim: Verbatim) -> Response:
         raise _failure(body, error, "the response failed")
     parts: list[Part] = []
     has_calls = False
+    annotations: dict[str, list[Any]] = {}
     for index, raw in enumerate(_list(body, "output", where)):
-        item = obj(raw, f"{where}.output[{index}]")
+        here = f"{where}.output[{index}]"
+        item = obj(raw, here)
         has_calls = has_calls or item.get("type") in _CALL_TYPES
-        parts.extend(
-            _item_parts(
-                item, f"{where}.output[{index}]", functools.partial(verbatim.at, "output", index)
-            )
-        )
+        parts.extend(_item_parts(item, here, functools.partial(verbatim.at, "output", index)))
+        if item.get("type") == "message":
+            found = _item_annotations(item, here)
+            if found is not None:
+                annotations[_str(item, "id", here)] = found
     reason = _finish(body, has_calls, where)
     with as_invalid_response(where):
-        message = Message(Role.ASSISTANT, parts) if parts else None
-        return Response(Output(message, reason), _metadata(body, where))
+        meta = _annotated(annotations)
+        if parts:
+            return Response(
+                Output(Message(Role.ASSISTANT, parts, meta), reason), _metadata(body, where)
+            )
+        return Response(Output(None, reason, message_metadata=meta), _metadata(body, where))
 
 
 @final
@@ -740,6 +816,7 @@ class EventMapper:
     """
 
     __slots__ = (
+        "_annotations",
         "_calls",
         "_has_calls",
         "_id",
@@ -764,6 +841,7 @@ class EventMapper:
         self._calls: dict[str, tuple[str, str, list[str]]] = {}  # item id -> call
         self._summary: dict[str, int] = {}  # reasoning item id -> last summary index
         self._streamed: dict[str, list[str]] = {}  # item id -> text streamed
+        self._annotations: dict[str, list[Any]] = {}  # message item id -> annotations
         self._has_calls = False
         self.end_marker_seen = False
         self.finish_reason_seen = False
@@ -958,9 +1036,19 @@ class EventMapper:
                 )
             ]
         elif item_type == "message":
+            found = _item_annotations(item, where)
+            if found is not None:
+                self._annotations[item_id] = found
             if item_id in self._streamed:
-                return None  # the deltas said it all
+                if found is None:
+                    return None  # the deltas said it all
+                # Its text has gone out: the annotations (every item's so far, one
+                # key) follow as metadata for the message without a part.
+                return Response(Output(message_metadata=_annotated(self._annotations)))
             parts = _item_parts(item, where, verbatim)
+            if parts:
+                message = Message(Role.ASSISTANT, parts, _annotated(self._annotations))
+                return Response(Output(message))
         elif item_type in CLIENT_CALLS:
             self._has_calls = True  # a call the client answers: whole when it is done
             parts = _item_parts(item, where, verbatim)

@@ -184,6 +184,8 @@ class Driver:
         if output.finish_reason is not None:
             self._finished = True
         if output.message is None:
+            if output.message_metadata:  # what a provider sent after the last part
+                self._show(grounded(output.message_metadata))
             return
         sink = self._sink
         for part in output.message.parts:

@@ -21,6 +21,7 @@ __all__ = ["grounded", "images", "sources"]
 
 _CITATIONS: Final = "anthropic/citations"
 _GROUNDING: Final = "gemini/grounding"
+_ANNOTATIONS: Final = "openai/annotations"
 
 
 def _pages(value: Any) -> Iterator[tuple[str, str]]:
@@ -57,19 +58,51 @@ def sources(part: Part) -> list[tuple[str, str]]:
 
 
 def grounded(metadata: Metadata) -> list[tuple[str, str]]:
-    """``(url, title)`` of the web pages a Gemini answer's grounding names (message
-    metadata ``gemini/grounding``: its ``groundingChunks``' ``web`` members)."""
+    """``(url, title)`` of the web pages an answer's message metadata cites: a Gemini
+    answer's grounding (``gemini/grounding``: its ``groundingChunks``' ``web``
+    members) and the ``url_citation`` annotations of an OpenAI answer
+    (``openai/annotations``: a Chat Completions array, or a Responses object of one
+    array per text of each message item)."""
+    pages: list[tuple[str, str]] = []
     grounding = metadata.get(_GROUNDING)
-    if grounding is None:
-        return []
-    chunks = grounding.value().get("groundingChunks")
-    webs = [c.get("web") for c in chunks if isinstance(c, dict)] if isinstance(chunks, list) else []
-    return [
-        (url, title)
-        for url, title in _pages(
-            [{"url": w.get("uri"), "title": w.get("title")} for w in webs if isinstance(w, dict)]
+    if grounding is not None:
+        chunks = grounding.value().get("groundingChunks")
+        webs = (
+            [c.get("web") for c in chunks if isinstance(c, dict)]
+            if isinstance(chunks, list)
+            else []
         )
-    ]
+        pages.extend(
+            _pages(
+                [
+                    {"url": w.get("uri"), "title": w.get("title")}
+                    for w in webs
+                    if isinstance(w, dict)
+                ]
+            )
+        )
+    annotations = metadata.get(_ANNOTATIONS)
+    if annotations is not None:
+        value = annotations.value()
+        if isinstance(value, dict):  # Responses: item id -> one array per text
+            found = [
+                a
+                for texts in value.values()
+                if isinstance(texts, list)
+                for t in texts
+                if isinstance(t, list)
+                for a in t
+            ]
+        else:
+            found = value if isinstance(value, list) else []
+        cited = []
+        for annotation in found:
+            if isinstance(annotation, dict) and annotation.get("type") == "url_citation":
+                # Chat Completions nests the page in "url_citation"; Responses does not.
+                inner = annotation.get("url_citation")
+                cited.append(inner if isinstance(inner, dict) else annotation)
+        pages.extend(page for page in _pages(cited) if page[0].startswith(("http://", "https://")))
+    return pages
 
 
 def images(part: Part) -> list[Media]:

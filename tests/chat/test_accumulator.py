@@ -411,6 +411,43 @@ def test_metadata_objects_are_present_when_any_chunk_had_one() -> None:
     )
 
 
+def test_message_metadata_sent_after_the_parts_merges_into_the_message() -> None:
+    # What a provider sends after the last part (Anthropic's container in message_delta,
+    # a Responses text's annotations) rides on a chunk without a message.
+    late = Response(Output(message_metadata={"p/container": {"id": "c1"}, "m": 2}))
+    acc = accumulate(chunk("a", message_meta={"m": 1, "k": 1}), chunk("b"), late)
+    acc.add(chunk(finish=FinishReason.STOP))
+    acc.add(Response(Output(message_metadata={"p/late": True})))  # after the finish reason
+    assert acc.response() == Response(
+        Output(
+            Message(
+                Role.ASSISTANT,
+                [text_part("ab")],
+                {"m": 2, "k": 1, "p/container": {"id": "c1"}, "p/late": True},
+            ),
+            FinishReason.STOP,
+        )
+    )
+
+
+def test_message_metadata_without_any_part_stays_in_the_output() -> None:
+    acc = accumulate(Response(Output(message_metadata={"m": 1})))
+    assert acc.response() == Response(Output(message_metadata={"m": 1}))
+    acc.add(chunk("a"))  # a part after the metadata: the message takes it
+    assert acc.response() == chunk("a", message_meta={"m": 1})
+    only = accumulate(chunk(finish="stop"), Response(Output(message_metadata={"m": 1})))
+    assert only.response() == Response(Output(None, FinishReason.STOP, message_metadata={"m": 1}))
+
+
+def test_message_metadata_beside_a_message_is_rejected() -> None:
+    message = Message(Role.ASSISTANT, [text_part("a")])
+    with pytest.raises(InvalidResponseError, match=r"^output message_metadata is only for a chunk"):
+        Output(message, message_metadata={"m": 1})
+    with pytest.raises(InvalidResponseError, match="output message_metadata"):
+        Output(message_metadata={"": 1})  # an empty key, named by where it is
+    assert not Output(message, message_metadata={}).message_metadata
+
+
 def usage_after(*usages: Usage) -> Usage:
     acc = accumulate(*(Response(metadata=ResponseMetadata(usage=u)) for u in usages))
     response = acc.response()

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from scope.chat import Message, PartKind, Request, user_message, wrap
+from scope.chat import Message, PartKind, Request, user_message, wrap, wrap_stream
 from scope.history import Middleware
 from scope.history.inmemory import InMemoryStore
 from scope.jsonvalue import RawJSON
@@ -26,6 +26,7 @@ from scope.models._anthropic_wire import (
     API,
     CITATIONS_KEY,
     CONTAINER_KEY,
+    parse_message,
 )
 from tests.anthropic_server import load_transcript
 from tests.helpers import ANTHROPIC, accumulate, sent_to
@@ -137,22 +138,41 @@ async def test_cited_text_keeps_its_citations(name: str, server: Any) -> None:
     assert message.text  # the cited text is text
 
 
-async def test_the_container_is_kept_and_named_next_time(server: Any) -> None:
-    call = load_transcript("native_code_execution")[0]
-    container = call["json"]["container"]
-    server.script(call, load_transcript("text")[0])
+@pytest.mark.parametrize("name", ["native_code_execution", "stream_native_code_execution"])
+async def test_the_container_is_kept_and_named_next_time(name: str, server: Any) -> None:
+    # By call it is a member of the message; by stream it comes in message_delta, after
+    # the last block (a chunk of message metadata without a part).
+    recorded = load_transcript(name)[0]
+    if "sse" in recorded:
+        (late,) = [e for e in recorded["sse"] if e["type"] == "message_delta"]
+        container = late["delta"]["container"]
+    else:
+        container = recorded["json"]["container"]
+    assert container["id"].startswith("container_")
+    server.script(recorded, load_transcript("text")[0])
     store = InMemoryStore()
     model, _ = ANTHROPIC.recorded(server)
     async with model:
-        history = wrap(model, Middleware(store, store, "c1").call)
-        first = await history.call(QUESTION)
+        middleware = Middleware(store, store, "c1")
+        if "sse" in recorded:
+            _, first = await accumulate(wrap_stream(model, middleware.stream).stream(QUESTION))
+        else:
+            first = await wrap(model, middleware.call).call(QUESTION)
         assert first.output is not None and first.output.message is not None
         assert first.output.message.metadata[CONTAINER_KEY].value() == container
         stored = await store.read("c1")
         assert stored[-1].parts == first.output.message.parts
-        await history.call(Request([user_message("And again?")]))
+        assert stored[-1].metadata[CONTAINER_KEY] == first.output.message.metadata[CONTAINER_KEY]
+        await wrap(model, middleware.call).call(Request([user_message("And again?")]))
     body = server.requests[-1].body
     assert body["container"] == container["id"]
+
+
+def test_a_container_without_content_is_kept_in_the_output() -> None:
+    body = load_transcript("native_code_execution")[0]["json"]
+    empty = parse_message(orjson.dumps({**body, "content": []}))
+    assert empty.output is not None and empty.output.message is None
+    assert empty.output.message_metadata[CONTAINER_KEY].value() == body["container"]
 
 
 @pytest.mark.parametrize("name", [*CALLS, *STREAMS])

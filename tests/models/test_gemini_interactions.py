@@ -362,8 +362,8 @@ async def test_unmodelled_steps_are_kept_whole_in_order(
     assert image.media == Media.from_bytes("image/png", base64.b64decode("iVBORw0KGgo="))
     assert message.metadata[INTERACTION_KEY].value() == "v1_invented_interaction_1"
     assert response.output.finish_reason is FinishReason.STOP
-    assert response.output.metadata is not None
-    annotations = response.output.metadata.extra["gemini/annotations"].value()
+    # Message metadata (stored with the turn), by call and by stream alike.
+    annotations = message.metadata["gemini/annotations"].value()
     assert annotations == {"3": body["steps"][4]["content"][0]["annotations"]}
     assert response.metadata is not None
     usage = response.metadata.usage

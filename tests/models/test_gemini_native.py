@@ -99,3 +99,28 @@ async def test_grounding_is_kept_on_the_message_and_never_sent_back(server: Any)
         assert called.output.message.metadata[GROUNDING_KEY].value() == recorded
         await model.call(Request([*QUESTION.messages, answer, user_message("And Italy's?")]))
     assert b"groundingChunks" not in orjson.dumps(server.requests[-1].body)
+
+
+async def test_grounding_on_a_chunk_without_parts_is_kept_on_the_message(server: Any) -> None:
+    # Invented variation of the recording: the grounding comes on a last chunk of its own
+    # (no content, the finish reason), after the text; it is metadata for the message all the same.
+    from scope.models._gemini_wire import GROUNDING_KEY
+
+    exchange = load_transcript("stream_native_code")[0]
+    last = dict(exchange["sse"][-1])
+    recorded = last["candidates"][0]["groundingMetadata"]
+    moved = ("groundingMetadata", "finishReason")
+    candidate = {k: v for k, v in last["candidates"][0].items() if k not in moved}
+    finish = last["candidates"][0]["finishReason"]
+    alone = {"candidates": [{"index": 0, "groundingMetadata": recorded, "finishReason": finish}]}
+    exchange = {
+        **exchange,
+        "sse": [*exchange["sse"][:-1], {**last, "candidates": [candidate]}, alone],
+    }
+    server.script(exchange)
+    model, _ = GEMINI.recorded(server)
+    async with model:
+        chunks, streamed = await accumulate(model.stream(QUESTION))
+    assert chunks[-1].output is not None and chunks[-1].output.message is None
+    assert streamed.output is not None and streamed.output.message is not None
+    assert streamed.output.message.metadata[GROUNDING_KEY].value() == recorded

@@ -16,9 +16,9 @@ from scope.chat import (
     FinishReason,
     Message,
     Output,
-    OutputMetadata,
     Request,
     Response,
+    ResponseAccumulator,
     ToolOutput,
     ToolResult,
     Usage,
@@ -212,9 +212,9 @@ def test_reasoning_details_alone_give_the_reasoning_text() -> None:
     )
 
 
-def test_reasoning_details_after_the_last_part_stay_on_the_output() -> None:
+def test_reasoning_details_after_the_last_part_go_to_the_message() -> None:
     # Details still unsent when a stream finishes without a part to carry them are
-    # kept on the output's extra metadata (the response has them; never lost silently).
+    # metadata for the message without a part: accumulated, the message has them.
     mapper = ChunkMapper()
     detail = {"type": "reasoning.encrypted", "data": "ZW5j", "index": 0}
 
@@ -223,12 +223,19 @@ def test_reasoning_details_after_the_last_part_stay_on_the_output() -> None:
             {"id": "c", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         )
 
-    mapper.map("message", chunk({"content": "Hi"}))
-    mapper.map("message", chunk({"reasoning_details": [detail]}))
+    acc = ResponseAccumulator()
+    for data in (chunk({"content": "Hi"}), chunk({"reasoning_details": [detail]})):
+        mapped = mapper.map("message", data)
+        if mapped is not None:
+            acc.add(mapped)
     finished = mapper.map("message", chunk({}, "stop"))
-    assert finished == Response(
-        Output(None, FinishReason.STOP, OutputMetadata(Metadata({REASONING_DETAILS_KEY: [detail]})))
-    )
+    details = Metadata({REASONING_DETAILS_KEY: [detail]})
+    assert finished == Response(Output(None, FinishReason.STOP, message_metadata=details))
+    acc.add(finished)
+    response = acc.response()
+    assert response is not None and response.output is not None
+    assert response.output.message is not None
+    assert response.output.message.metadata == details
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ NATIVE = ["native_web_search", "native_mcp", "native_file_search"]
 #: Every recording sent back: the streamed web search's ``action.sources`` name a source
 #: of type ``api`` that the ``openai`` package's request types (which the loopback
 #: server checks bodies with) do not know, so its call-only sibling stands in for it.
-SENT_BACK = ["native_web_search_call", "native_mcp", "native_file_search"]
+SENT_BACK = ["native_web_search_call", "native_mcp", "native_file_search", "native_annotations"]
 QUESTION = Request([user_message("Look it up.")])
 MODELLED = {"message", "reasoning", "function_call"}
 
@@ -127,7 +127,7 @@ async def test_native_items_are_stored_and_go_back_in_order(name: str, server: A
             assert item["encrypted_content"] == original["encrypted_content"]
 
 
-@pytest.mark.parametrize("name", [*NATIVE, "native_web_search_call"])
+@pytest.mark.parametrize("name", [*NATIVE, "native_web_search_call", "native_annotations"])
 @pytest.mark.parametrize(
     ("other", "model"),
     [(API, "gpt-5-other"), (_anthropic_wire.API, "claude-x"), (_gemini_wire.API, "gemini-x")],

@@ -16,9 +16,11 @@ import pytest
 
 from scope.chat import Message, Output, Response, assistant_message, native_part
 from scope.models._anthropic_wire import parse_message
+from scope.models._openai_wire import ChunkMapper
 from scope.models._responses_wire import EventMapper
 from scope.web import agui_events, ui_message_stream
 from tests.anthropic_server import load_transcript as anthropic_transcript
+from tests.openai_server import load_transcript as openai_transcript
 from tests.responses_server import load_transcript as responses_transcript
 
 pytestmark = pytest.mark.anyio
@@ -133,3 +135,43 @@ async def test_gemini_grounding_shows_its_web_pages() -> None:
     assert shown == [
         {"type": "source-url", "sourceId": "bsrc1", "url": "https://example.org/a", "title": "A"}
     ]
+
+
+async def test_openai_responses_annotations_after_the_text_show_their_pages() -> None:
+    # Recorded: the stream's annotation comes after the text (message metadata of a
+    # chunk without a message); the page shows once it is there.
+    exchange = responses_transcript("native_annotations")[1]
+    mapper = EventMapper()
+    chunks = [mapper.map("", orjson.dumps(event)) for event in exchange["sse"]]
+    parts = await _ui(*(chunk for chunk in chunks if chunk is not None))
+    (item,) = [
+        e["item"]
+        for e in exchange["sse"]
+        if e["type"] == "response.output_item.done" and e["item"]["type"] == "message"
+    ]
+    (cited,) = item["content"][0]["annotations"]
+    shown = [p for p in parts if p["type"] == "source-url"]
+    assert shown == [
+        {"type": "source-url", "sourceId": "bsrc1", "url": cited["url"], "title": cited["title"]}
+    ]
+    last_text = max(i for i, p in enumerate(parts) if p["type"] == "text-delta")
+    assert parts.index(shown[0]) > last_text
+
+
+async def test_openai_chat_completions_annotations_show_their_pages() -> None:
+    exchange = openai_transcript("stream_openrouter_annotations")[0]
+    mapper = ChunkMapper()
+    chunks = [
+        mapper.map("", event.encode() if isinstance(event, str) else orjson.dumps(event))
+        for event in exchange["sse"]
+    ]
+    parts = await _ui(*(chunk for chunk in chunks if chunk is not None))
+    cited = [
+        a["url_citation"]
+        for e in exchange["sse"]
+        if isinstance(e, dict) and e["choices"]
+        for a in e["choices"][0]["delta"].get("annotations") or []
+    ]
+    urls = list(dict.fromkeys(c["url"] for c in cited))
+    assert len(urls) >= 2
+    assert [p["url"] for p in parts if p["type"] == "source-url"] == urls
