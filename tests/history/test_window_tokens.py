@@ -24,8 +24,10 @@ from scope.chat import (
     Usage,
     assistant_message,
     media_part,
+    native_part,
     reasoning_part,
     system_message,
+    text_part,
     tool_call_part,
     tool_message,
     user_message,
@@ -118,6 +120,21 @@ def test_input_tokens_difference_replaces_the_estimate_between_two_answers() -> 
     # A negative difference (another system prompt, say): the estimates stand.
     a2_less = _stamped("b", 100, 30)
     assert COUNTER.count([q1, a1, q2, a2_less]) == 104 + 20 + 104 + 30
+
+
+def test_a_provider_compaction_counts_by_the_usage_recorded_with_it() -> None:
+    # DESIGN §6k: an answer holding a provider's compaction item (its encrypted content
+    # is large, the summary it stands for small) is counted by the usage stored with it;
+    # its bytes only without one.
+    compaction = native_part(
+        "openai.responses", "compaction", {"type": "compaction", "encrypted_content": "g" * 40_000}
+    )
+    answer = attrs.evolve(_stamped("Noted.", 9000, 300), parts=(compaction, text_part("Noted.")))
+    assert COUNTER.count([answer]) == 300
+    after = [answer, user_message("x" * 400), _stamped("b", 9000 + 300 + 110, 30)]
+    assert COUNTER.count(after) == 300 + 110 + 30
+    unstamped = assistant_message(compaction, "Noted.")
+    assert COUNTER.count([unstamped]) > 10_000  # no usage: its bytes, an overestimate
 
 
 def test_malformed_usage_is_ignored() -> None:
