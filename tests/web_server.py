@@ -127,6 +127,26 @@ SCENARIOS: dict[str, tuple[list[Response], Exception | None]] = {
             ),
             chunk(media_part(Media.from_bytes("image/png", b"\x89PNG"))),
             chunk(text_part("Sunny."), finish=FinishReason.STOP),
+            # After the last part (as a Responses stream sends a text's annotations):
+            # a file the answer cites, a source-document part. INVENTED file id.
+            Response(
+                Output(
+                    message_metadata={
+                        "openai/annotations": {
+                            "msg_1": [
+                                [
+                                    {
+                                        "type": "file_citation",
+                                        "file_id": "file-1",
+                                        "filename": "zürich-notes.txt",
+                                        "index": 6,
+                                    }
+                                ]
+                            ]
+                        }
+                    }
+                )
+            ),
         ],
         None,
     ),

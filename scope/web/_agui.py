@@ -159,6 +159,13 @@ class _AGUISink:
         value = {"sourceId": source_id, "url": url, "title": title}
         self._event({"type": "CUSTOM", "name": "source", "value": value})
 
+    def document(self, source_id: str, media_type: str, title: str, filename: str) -> None:
+        # A cited document (no URL): a CUSTOM event of its own.
+        value = {"sourceId": source_id, "mediaType": media_type, "title": title}
+        if filename:
+            value["filename"] = filename
+        self._event({"type": "CUSTOM", "name": "document", "value": value})
+
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> None:
         event: dict[str, Any] = {
             "type": "RUN_FINISHED",

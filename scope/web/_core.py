@@ -28,7 +28,7 @@ from scope.conversation import TurnEvent, TurnEventKind
 from scope.errors import ConversationClosedError, TurnInProgressError, TurnInterruptedError
 from scope.media import Media
 from scope.metadata import Metadata
-from scope.web._sources import grounded, images, sources
+from scope.web._sources import Page, Source, cited, images, sources
 
 __all__ = [
     "Driver",
@@ -82,6 +82,7 @@ class Sink(Protocol):
     def approval_request(self, call: ToolCall) -> None: ...
     def media(self, media: Media) -> None: ...
     def source(self, source_id: str, url: str, title: str) -> None: ...
+    def document(self, source_id: str, media_type: str, title: str, filename: str) -> None: ...
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> None: ...
     def error(self, text: str) -> None: ...
     def abort(self, reason: str) -> None: ...
@@ -129,7 +130,7 @@ class Driver:
         self._calls: dict[str, tuple[str, list[str]]] = {}  # open calls: id -> name, args
         self._in_step = False
         self._finished = False  # the step's answer has its finish reason
-        self._seen: set[str] = set()  # the URLs shown as sources so far
+        self._seen: set[str] = set()  # the pages (URLs) and documents shown so far
 
     def start(self) -> None:
         self._sink.start()
@@ -185,7 +186,7 @@ class Driver:
             self._finished = True
         if output.message is None:
             if output.message_metadata:  # what a provider sent after the last part
-                self._show(grounded(output.message_metadata))
+                self._show(cited(output.message_metadata))
             return
         sink = self._sink
         for part in output.message.parts:
@@ -245,7 +246,7 @@ class Driver:
                 self._show(sources(part))
         metadata = output.message.metadata
         if metadata:
-            self._show(grounded(metadata))
+            self._show(cited(metadata))
 
     def end(self) -> None:
         """The stream ended naturally: close what is open, then ``finish``."""
@@ -268,12 +269,19 @@ class Driver:
         protocols expect of an aborted run)."""
         self._sink.error(text)
 
-    def _show(self, pages: list[tuple[str, str]]) -> None:
-        """Source parts for ``pages`` (read, cited or grounding), each URL once per stream."""
-        for url, title in pages:
-            if url not in self._seen:
-                self._seen.add(url)
-                self._sink.source(f"{self._prefix}src{len(self._seen)}", url, title)
+    def _show(self, found: list[Source]) -> None:
+        """Source parts for what an answer read or cited, each page (by URL) and each
+        document once per stream."""
+        for source in found:
+            key = source.url if isinstance(source, Page) else f"document:{source.key}"
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            source_id = f"{self._prefix}src{len(self._seen)}"
+            if isinstance(source, Page):
+                self._sink.source(source_id, source.url, source.title)
+            else:
+                self._sink.document(source_id, source.media_type, source.title, source.filename)
 
     def _close_block(self) -> None:
         if self._block:

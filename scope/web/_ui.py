@@ -190,6 +190,17 @@ class _UISink:
             part["title"] = title
         self._part(part)
 
+    def document(self, source_id: str, media_type: str, title: str, filename: str) -> None:
+        part: dict[str, Any] = {
+            "type": "source-document",
+            "sourceId": source_id,
+            "mediaType": media_type,
+            "title": title,
+        }
+        if filename:
+            part["filename"] = filename
+        self._part(part)
+
     def finish(self, reason: FinishReason | None, usage: Usage | None) -> None:
         if reason is None:
             self.out.append(b'data: {"type":"finish"}\n\n')
@@ -233,7 +244,8 @@ def ui_message_stream(
     Parts: ``start``, per model call ``start-step`` ... ``finish-step``, text and
     reasoning blocks (``*-start``/``-delta``/``-end``, one block per part of the
     accumulated answer), tool calls (``tool-input-start``/``-delta``/``-available``),
-    tool results (``tool-output-available``/``-error``), sources (``source-url``),
+    tool results (``tool-output-available``/``-error``), sources (``source-url``,
+    ``source-document``),
     media (``file``), ``finish`` with the finish reason, then ``data: [DONE]``. A turn
     of ``Conversation.stream`` that waits for approval (``TurnResult.pending``) sends a
     ``tool-approval-request`` per waiting call before ``finish`` (its ``approvalId`` is

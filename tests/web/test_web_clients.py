@@ -166,6 +166,13 @@ UI_EXPECTED: dict[str, list[dict[str, Any]]] = {
         {"type": "source-url", "sourceId": "bsrc1", "url": "https://example.org/zürich"},
         {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,iVBORw=="},
         {"type": "text", "text": "Sunny.", "state": "done"},
+        {
+            "type": "source-document",
+            "sourceId": "bsrc2",
+            "mediaType": "text/plain",
+            "title": "zürich-notes.txt",
+            "filename": "zürich-notes.txt",
+        },
     ],
     "interrupted": [  # abort: what was shown stays, without an error
         {"type": "step-start"},

@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 import pytest
 
-from scope.chat import Message, Output, Response, assistant_message, native_part
+from scope.chat import Message, Output, Response, assistant_message, native_part, text_part
 from scope.models._anthropic_wire import parse_message
 from scope.models._openai_wire import ChunkMapper
-from scope.models._responses_wire import EventMapper
+from scope.models._responses_wire import EventMapper, parse_response
 from scope.web import agui_events, ui_message_stream
 from tests.anthropic_server import load_transcript as anthropic_transcript
 from tests.openai_server import load_transcript as openai_transcript
@@ -175,3 +175,89 @@ async def test_openai_chat_completions_annotations_show_their_pages() -> None:
     urls = list(dict.fromkeys(c["url"] for c in cited))
     assert len(urls) >= 2
     assert [p["url"] for p in parts if p["type"] == "source-url"] == urls
+
+
+@pytest.mark.parametrize("way", ["call", "stream"])
+async def test_a_file_search_citation_is_a_source_document(way: str) -> None:
+    # Recorded: a file search answer whose text cites the file it found (file_citation).
+    call = responses_transcript("native_file_search")[0]
+    if way == "call":
+        chunks = [parse_response(orjson.dumps(call["json"]))]
+    else:
+        chunks = _responses_chunks("native_file_search")
+    parts = await _ui(*chunks)
+    (message,) = [i for i in call["json"]["output"] if i["type"] == "message"]
+    (citation,) = message["content"][0]["annotations"]
+    assert citation["type"] == "file_citation"
+    documents = [p for p in parts if p["type"] == "source-document"]
+    assert documents == [
+        {
+            "type": "source-document",
+            "sourceId": "bsrc1",
+            "mediaType": "text/plain",
+            "title": citation["filename"],
+            "filename": citation["filename"],
+        }
+    ]
+    assert citation["file_id"].encode() not in b"".join(orjson.dumps(p) for p in parts)
+
+
+async def test_anthropic_document_citations_show_each_document_once() -> None:
+    # INVENTED citations; their shapes per the Messages API reference (a plain-text
+    # document cited twice, a PDF once, a custom-content document without a title).
+    citations = [
+        {
+            "type": "char_location",
+            "cited_text": "Paris",
+            "document_index": 0,
+            "document_title": "Capitals",
+            "start_char_index": 0,
+            "end_char_index": 5,
+        },
+        {
+            "type": "page_location",
+            "cited_text": "Rome",
+            "document_index": 1,
+            "document_title": "Atlas",
+            "start_page_number": 3,
+            "end_page_number": 4,
+        },
+        {
+            "type": "char_location",
+            "cited_text": "Paris",
+            "document_index": 0,
+            "document_title": "Capitals",
+            "start_char_index": 9,
+            "end_char_index": 14,
+        },
+        {
+            "type": "content_block_location",
+            "cited_text": "Bern",
+            "document_index": 2,
+            "document_title": None,
+            "start_block_index": 0,
+            "end_block_index": 1,
+        },
+    ]
+    part = text_part("Paris, Rome and Bern.", {"anthropic/citations": citations})
+    parts = await _ui(Response(Output(assistant_message(part))))
+    documents = [
+        (p["sourceId"], p["mediaType"], p["title"]) for p in parts if p["type"] == "source-document"
+    ]
+    assert documents == [
+        ("bsrc1", "text/plain", "Capitals"),
+        ("bsrc2", "application/pdf", "Atlas"),
+        ("bsrc3", "text/plain", "Document 3"),
+    ]
+
+
+async def test_agui_gets_a_cited_document_as_a_custom_event() -> None:
+    call = responses_transcript("native_file_search")[0]
+    answer = parse_response(orjson.dumps(call["json"]))
+    data = b"".join(
+        [piece async for piece in agui_events(_items(answer), thread_id="t", run_id="r")]
+    )
+    events = [orjson.loads(e[6:]) for e in data.split(b"\n\n") if e]
+    (document,) = [e for e in events if e["type"] == "CUSTOM" and e["name"] == "document"]
+    assert document["value"]["mediaType"] == "text/plain"
+    assert document["value"]["title"] == document["value"]["filename"]
