@@ -282,6 +282,12 @@ class Conversation:
     - ``deps``: the service's own dependencies (any object: a database pool, a client),
       given to every tool that declares a ``ToolContext`` parameter, with the
       conversation id and the owner (``scope.tools``). Default None.
+    - ``strict_output``: send ``output=``'s schema in the strict subset, marked strict
+      (``OutputFormat(strict=True)``), so providers with a strict structured-output
+      mode constrain the answer to it; decoding follows the strict schema (every key
+      present, null for an optional field is its default). The type must be an object
+      type the subset can express (``TypeError`` at ``ask`` naming the field and the
+      keyword otherwise, as ``@tool(strict=True)``). Default False.
 
     A tool made with ``requires_approval`` needs a store with branches (a
     ``scope.history.Store``: ``read_tree``, ``move_head``, ``read_view``; every bundled
@@ -316,6 +322,7 @@ class Conversation:
         "_reader",
         "_store",
         "_streamer",
+        "_strict_output",
         "_system",
         "_tools",
         "_window",
@@ -344,7 +351,10 @@ class Conversation:
         append_retries: int = 3,
         owner: str | None = None,
         deps: object = None,
+        strict_output: bool = False,
     ) -> None:
+        if type(strict_output) is not bool:
+            raise TypeError(f"strict_output must be a bool, got {type(strict_output).__name__}")
         calls = callable(getattr(model, "call", None))
         streams = callable(getattr(model, "stream", None))
         if not (calls or streams):
@@ -432,6 +442,7 @@ class Conversation:
             item.definition for item in self._tools.values()
         )
         self._formats: dict[Any, tuple[Options, Callable[[Response], Any]]] = {}
+        self._strict_output = strict_output
 
     @property
     def store(self) -> ReadWriter:
@@ -1283,12 +1294,13 @@ class Conversation:
         cached = self._formats.get(output)
         if cached is not None:
             return cached
+        strict = self._strict_output
         try:
-            schema = _argschema.schema_for(output)
+            schema = _argschema.schema_for(output, strict=strict)
         except TypeError as exc:
             raise TypeError(f"output: {exc}") from None
         name = re.sub(r"[^A-Za-z0-9_-]", "_", getattr(output, "__name__", "") or "output")
-        fmt = OutputFormat.json_schema(name[:64] or "output", schema)
+        fmt = OutputFormat.json_schema(name[:64] or "output", schema, strict=strict)
         options = self._options.resolve(Options(output_format=fmt))
         expected = _argschema.describe(output)
 
@@ -1298,7 +1310,7 @@ class Conversation:
             except orjson.JSONDecodeError as exc:
                 raise _Undecodable(f"the answer is not JSON ({exc}), expected {expected}") from None
             try:
-                return _argschema.structure(value, output)
+                return _argschema.structure(value, output, strict=strict)
             except _argschema.ArgumentError as exc:
                 raise _Undecodable(f"the answer does not decode into {expected}: {exc}") from None
 
