@@ -100,6 +100,7 @@ from scope.chat import (
     Options,
     Output,
     OutputFormat,
+    Part,
     Request,
     Response,
     ResponseAccumulator,
@@ -111,6 +112,7 @@ from scope.chat import (
     ToolResult,
     system_message,
     tool_message,
+    tool_result_part,
     user_message,
     wrap,
     wrap_stream,
@@ -230,13 +232,19 @@ class TurnResult(Generic[T]):
 @final
 @attrs.frozen
 class TurnEvent(Generic[T]):
-    """One event of ``Conversation.stream``: ``kind`` says which attribute is set."""
+    """One event of ``Conversation.stream``: ``kind`` says which attribute is set;
+    ``denied`` (with ``tool_result``): the reason given when the call was denied
+    (``deny``/``stream_deny``), None for every other result."""
 
     kind: TurnEventKind
     chunk: Response | None = None
     tool_call: ToolCall | None = None
     tool_result: ToolResult | None = None
     result: TurnResult[T] | None = None
+    # Added with the denial mark (a default, so events made without it still build):
+    # with a tool_result, the reason a person denied the call (``Conversation.deny``;
+    # the result is then the error result telling the model so), else None.
+    denied: str | None = None
 
 
 @final
@@ -942,20 +950,21 @@ class Conversation:
             else:
                 text = f"the call was denied: {reason}"
                 result = ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
-            messages = held.decided(result)
+            answer = tool_result_part(result, None if reason is None else {_DENIED_KEY: reason})
+            messages = held.decided(answer)
             batch = Batch(cid, uuid.uuid4().hex, messages, held.length, held.parent)
             await self._append(batch, response)
         except BaseException:
             await _move_back(store, cid, held.parent, head)
             raise
         if streaming:
-            yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=result)
+            yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=result, denied=reason)
         waiting = tuple(c for c in held.waiting_calls() if c.id != call_id)
         if waiting:
             partial = TurnResult(response, None, 0, messages, pending=waiting)
             yield TurnEvent(TurnEventKind.DONE, result=partial)
             return
-        opening = held.opening(result)
+        opening = held.opening(answer)
         move = MoveHead(store, held.parent, expected_head=str(batch.id))
         finished = False
         try:
@@ -1374,6 +1383,12 @@ def _check_retries(value: object) -> None:
 _APPROVAL_KEY: Final = "scope/approval"
 
 
+#: The metadata key that marks the tool-result part answering a call a person denied
+#: (``Conversation.deny``): the reason given (a JSON string). Results stored before the
+#: mark existed have none, and read as results like any other.
+_DENIED_KEY: Final = "scope/denied"
+
+
 #: How many times a decision reads the waiting turn again when a decision on another
 #: call of it landed first.
 _CLAIM_TRIES: Final = 8
@@ -1439,8 +1454,9 @@ class _Held:
         self.waiting: tuple[str, ...] = _marks(self.assistant) or ()
         self.parent = parent  # where the turn started
         self.length = length  # messages on the head path before it
-        self.results: list[ToolResult] = [
-            part.tool_result
+        # The tool-result parts stored so far, with their metadata (a denial's mark).
+        self.results: list[Part] = [
+            part
             for message in batch.messages[index + 1 :]
             for part in message.parts
             if part.tool_result is not None
@@ -1455,21 +1471,27 @@ class _Held:
     def call(self, call_id: str) -> ToolCall:
         return next(call for call in self.calls() if call.id == call_id)
 
-    def _answered(self, result: ToolResult) -> tuple[ToolResult, ...]:
-        """The results so far with ``result``, in call order."""
-        by_id = {r.id: r for r in (*self.results, result)}
-        return tuple(by_id[c.id] for c in self.calls() if c.id in by_id)
+    def _answered(self, answer: Part) -> Message:
+        """The tool message of the result parts so far with ``answer``, in call order."""
+        by_id = {_result_of(p).id: p for p in (*self.results, answer)}
+        return Message(Role.TOOL, [by_id[c.id] for c in self.calls() if c.id in by_id])
 
-    def decided(self, result: ToolResult) -> tuple[Message, ...]:
-        """The waiting turn with ``result`` stored and its call no longer waiting."""
-        waiting = tuple(i for i in self.waiting if i != result.id)
+    def decided(self, answer: Part) -> tuple[Message, ...]:
+        """The waiting turn with ``answer`` (a tool-result part) stored and its call no
+        longer waiting."""
+        waiting = tuple(i for i in self.waiting if i != _result_of(answer).id)
         head = self.batch.messages[: self.index]
-        return (*head, _marked(self.assistant, waiting), tool_message(*self._answered(result)))
+        return (*head, _marked(self.assistant, waiting), self._answered(answer))
 
-    def opening(self, result: ToolResult) -> tuple[Message, ...]:
+    def opening(self, answer: Part) -> tuple[Message, ...]:
         """The open turn that resumes once every call is decided (no mark)."""
         head = self.batch.messages[: self.index]
-        return (*head, _unmarked(self.assistant), tool_message(*self._answered(result)))
+        return (*head, _unmarked(self.assistant), self._answered(answer))
+
+
+def _result_of(part: Part) -> ToolResult:
+    assert part.tool_result is not None  # a tool message's parts are tool results
+    return part.tool_result
 
 
 def _held(tree: HistoryTree) -> _Held | None:
