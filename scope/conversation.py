@@ -128,6 +128,7 @@ from scope.errors import (
     InvalidResponseError,
     InvalidWindowError,
     MaxStepsError,
+    NoOutputError,
     NotPendingError,
     UnknownHeadError,
 )
@@ -215,18 +216,34 @@ class TurnResult(Generic[T]):
     - ``pending``: the tool calls that wait for a decision (``@tool(requires_approval=
       ...)``; ``Conversation.approve``/``deny``), in call order; empty for a finished
       turn. A turn that waits is stored as it stands (see ``Conversation.approve``):
-      ``response`` is the model's response that made the calls, ``output`` is None and
-      ``messages`` the stored turn so far.
+      ``response`` is the model's response that made the calls, ``messages`` the stored
+      turn so far, and it has no output: reading ``output`` raises ``NoOutputError``
+      (check ``pending`` first), so ``output`` is always a ``T``.
     """
 
     response: Response
-    output: T
+    # Read through the ``output`` property (a waiting turn has none); the constructor
+    # argument is still ``output``, in the same place.
+    _output: T
     steps: int
     messages: tuple[Message, ...]
     # Added with output_retries: a default, so results made without it still build.
     output_retries: int = 0
     # Added with tool approval: a default, as above.
     pending: tuple[ToolCall, ...] = ()
+
+    @property
+    def output(self) -> T:
+        """The answer's text, or the decoded value with ``output=``. Raises
+        ``NoOutputError`` for a turn that waits for a decision (``pending``)."""
+        if self.pending:
+            waiting = ", ".join(repr(call.id) for call in self.pending)
+            raise NoOutputError(
+                f"the turn waits for a decision on tool call(s) {waiting} and has no "
+                "output yet: check TurnResult.pending, and read the output of the turn "
+                "Conversation.approve/deny finish"
+            )
+        return self._output
 
 
 @final
@@ -738,7 +755,7 @@ class Conversation:
         result is stored, and when no call of the turn waits any more the turn goes on
         with the model, as ``ask`` would have; returns that turn's ``TurnResult`` (which
         may wait again, for a later call), or, while other calls still wait, the stored
-        turn with those in ``pending`` (``steps`` 0, ``output`` None).
+        turn with those in ``pending`` (``steps`` 0, no ``output``: ``NoOutputError``).
         ``output``/``output_retries`` as for ``ask`` (for the answer the resumed turn
         ends with).
 

@@ -33,6 +33,7 @@ from scope.errors import (
     ApprovalPendingError,
     ConversationClosedError,
     HistoryError,
+    NoOutputError,
     NotPendingError,
 )
 from scope.history import Batch, branches, erase, erase_owner
@@ -128,7 +129,13 @@ async def test_a_call_that_needs_approval_is_stored_pending_and_the_other_runs_a
     model = ScriptedModel(calls(DELETE_A, LOOK_B))
     result = await Conversation(model, store, "c", tools=[delete, look]).ask("Clean up")
     assert result.pending == (ToolCall("c1", "delete", '{"path": "a"}'),)
-    assert result.output is None
+    with pytest.raises(NoOutputError) as caught:
+        result.output  # noqa: B018 (typed str: a waiting turn has none, so it raises)
+    assert str(caught.value) == (
+        "the turn waits for a decision on tool call(s) 'c1' and has no output yet: check "
+        "TurnResult.pending, and read the output of the turn Conversation.approve/deny "
+        "finish"
+    )
     assert result.steps == 1
     assert RAN == ["look b"]  # the tool without requires_approval ran in the same response
     stored = await store.read("c")
@@ -231,7 +238,9 @@ async def test_several_waiting_calls_are_decided_one_by_one() -> None:
     later = Conversation(model, store, "c", tools=[delete])
     partial = await later.approve("c3")
     assert [c.id for c in partial.pending] == ["c1"]
-    assert partial.output is None and model.requests == []
+    assert model.requests == []
+    with pytest.raises(NoOutputError, match=r"tool call\(s\) 'c1' and has no output"):
+        partial.output  # noqa: B018
     assert [c.id for c in await later.pending()] == ["c1"]
     assert RAN == ["delete z"]
     with pytest.raises(NotPendingError):
@@ -391,7 +400,9 @@ async def test_the_resumed_turn_decodes_output_and_sends_a_bad_answer_back() -> 
     store = InMemoryStore()
     first = Conversation(ScriptedModel(calls(DELETE_A)), store, "c", tools=[delete])
     waiting = await first.ask("Delete a", output=Verdict)
-    assert waiting.output is None and [c.id for c in waiting.pending] == ["c1"]
+    assert [c.id for c in waiting.pending] == ["c1"]
+    with pytest.raises(NoOutputError):
+        waiting.output  # noqa: B018
     model = ScriptedModel(answer("yes"), answer('{"deleted": true}'))
     result = await Conversation(model, store, "c", tools=[delete]).approve("c1", output=Verdict)
     assert (result.output, result.output_retries) == (Verdict(True), 1)
