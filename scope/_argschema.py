@@ -24,6 +24,11 @@ fractional part (``2.0`` is accepted and becomes ``2``), a ``number`` accepts in
 (made floats), booleans are never numbers, ``enum`` compares numbers by value and
 booleans only with booleans. Objects built from classes refuse unknown keys
 (``additionalProperties: false``).
+
+Strict mode (``schema_for(tp, strict=True)``, ``strict_schema``; ``structure(...,
+strict=True)`` on a second converter): the schema in the subset the providers' strict
+modes accept, and a decoder that agrees with it (every key of an object made from a
+class present; a null for an optional field that does not accept null is its default).
 """
 
 from __future__ import annotations
