@@ -24,6 +24,11 @@ fractional part (``2.0`` is accepted and becomes ``2``), a ``number`` accepts in
 (made floats), booleans are never numbers, ``enum`` compares numbers by value and
 booleans only with booleans. Objects built from classes refuse unknown keys
 (``additionalProperties: false``).
+
+Strict mode (``schema_for(tp, strict=True)``, ``strict_schema``; ``structure(...,
+strict=True)`` on a second converter): the schema in the subset the providers' strict
+modes accept, and a decoder that agrees with it (every key of an object made from a
+class present; a null for an optional field that does not accept null is its default).
 """
 
 from __future__ import annotations
@@ -48,12 +53,14 @@ import cattrs.v
 
 __all__ = [
     "ArgumentError",
+    "admits_null",
     "describe",
     "fields_of",
     "is_typeddict",
     "kind_of",
     "object_schema",
     "schema_for",
+    "strict_schema",
     "structure",
     "unstructure",
 ]
@@ -299,12 +306,22 @@ def object_schema(
     return schema
 
 
-def schema_for(tp: Any) -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of the JSON values that decode into ``tp``.
+def schema_for(tp: Any, *, strict: bool = False) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the JSON values that decode into ``tp``;
+    ``strict``: in the strict subset (``strict_schema``), whose root must be an object.
 
-    Raises ``TypeError`` naming the part of ``tp`` that has no JSON form.
+    Raises ``TypeError`` naming the part of ``tp`` that has no JSON form (or no strict
+    form).
     """
-    return _schema(tp, ())
+    schema = _schema(tp, ())
+    if not strict:
+        return schema
+    if schema.get("type") != "object":
+        raise TypeError(
+            f"{describe(tp)}: a strict schema's root must be an object (an attrs class, "
+            "dataclass, TypedDict or Pydantic model)"
+        )
+    return strict_schema(schema)
 
 
 def _schema(tp: Any, seen: tuple[Any, ...]) -> dict[str, Any]:
@@ -364,6 +381,110 @@ def _schema(tp: Any, seen: tuple[Any, ...]) -> dict[str, Any]:
     if tp in (list, tuple, dict):
         raise TypeError(f"{tp.__name__} needs its item types ({tp.__name__}[...])")
     raise TypeError(f"{describe(tp)} has no JSON Schema form (see scope.tools for the types)")
+
+
+# ------------------------------------------------------------------ the strict subset
+
+#: Keywords outside the strict subset that the decoder checks itself: a strict schema
+#: leaves them out (Anthropic's strict mode refuses them all, OpenAI's some) and says them
+#: in the description instead, so the model still reads the bound and a call that breaks
+#: it is still refused, as an error result the model can correct.
+_CHECKED_ONLY: Final = (
+    "minimum",
+    "exclusiveMinimum",
+    "maximum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+)
+
+
+def strict_schema(schema: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """``schema`` (as ``_schema`` makes it) in the strict subset that OpenAI's and
+    Anthropic's strict modes accept: every object closed (``additionalProperties:
+    false``) with every property required, a property that was optional made nullable
+    (``anyOf`` with ``{"type": "null"}``, unless it already accepts null), the
+    ``_CHECKED_ONLY`` keywords moved into the description. ``where`` is the path of
+    ``schema`` (``address.lines[]``; empty at the root).
+
+    Raises ``TypeError`` naming the path and the keyword for what the subset cannot
+    express: an open mapping (``additionalProperties`` with a schema), a fixed-length
+    tuple (``prefixItems``), the empty tuple, ``Any`` (a schema with no ``type``).
+    """
+    at = where or "the root"
+    if "anyOf" in schema:
+        return {**schema, "anyOf": [strict_schema(member, where) for member in schema["anyOf"]]}
+    if "type" not in schema:
+        if "enum" in schema:  # a Literal or Enum of mixed JSON types
+            return schema
+        raise TypeError(
+            f'{at}: Any has no strict form (the strict subset needs a "type" for every value)'
+        )
+    out = dict(schema)
+    kind = out["type"]
+    if kind == "object":
+        extra = out.get("additionalProperties", False)
+        if extra is not False:
+            raise TypeError(
+                f"{at}: additionalProperties: a mapping (dict[str, ...]) has no strict form "
+                '(the strict subset needs "additionalProperties": false on every object); '
+                "use a class with named fields"
+            )
+        required = set(out.get("required", ()))
+        properties: dict[str, Any] = {}
+        for name, member in out.get("properties", {}).items():
+            member = strict_schema(member, f"{where}.{name}" if where else name)
+            properties[name] = member if name in required or _nullable(member) else _or_null(member)
+        out["properties"] = properties
+        out["required"] = list(properties)
+        out["additionalProperties"] = False
+    elif kind == "array":
+        if "prefixItems" in out:
+            raise TypeError(
+                f"{at}: prefixItems: a fixed-length tuple has no strict form; use "
+                "tuple[T, ...], list[T] or a class"
+            )
+        if "items" not in out:
+            raise TypeError(f"{at}: maxItems: the empty tuple has no strict form")
+        out["items"] = strict_schema(out["items"], f"{where}[]")
+    notes = [f"{key} {out.pop(key)!r}" for key in _CHECKED_ONLY if key in out]
+    if notes:
+        said = f"({', '.join(notes)})"
+        out["description"] = f"{out['description']} {said}" if out.get("description") else said
+    return out
+
+
+def _nullable(schema: dict[str, Any]) -> bool:
+    if "anyOf" in schema:
+        return any(_nullable(member) for member in schema["anyOf"])
+    return schema.get("type") == "null" or None in schema.get("enum", ())
+
+
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` or null; a description stays on the outside."""
+    inner = {key: value for key, value in schema.items() if key != "description"}
+    out: dict[str, Any] = {"anyOf": [inner, {"type": "null"}]}
+    if "description" in schema:
+        out["description"] = schema["description"]
+    return out
+
+
+def admits_null(tp: Any) -> bool:
+    """Whether ``None`` is a value of ``tp`` (JSON null decodes into it)."""
+    if get_origin(tp) is typing.Annotated:
+        return admits_null(get_args(tp)[0])
+    if tp is Any or tp is None or tp is _NoneType:
+        return True
+    if _is_union(tp):
+        return any(admits_null(arg) for arg in get_args(tp))
+    if _is_literal(tp):
+        return None in get_args(tp)
+    return False
 
 
 # ------------------------------------------------------------------ constraints
@@ -581,7 +702,10 @@ def _needs(kind: type, what: str, inner: Callable[[Any, Any], Any]) -> Callable[
     return hook
 
 
-def _make_converter() -> cattrs.Converter:
+def _make_converter(*, strict: bool) -> cattrs.Converter:
+    """The decoder; ``strict``: objects made from classes need every key (as a strict
+    schema requires them all), and a null for an optional field that does not accept
+    null is the field left out (its default)."""
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     for tp, hook in (
         (str, _str),
@@ -662,6 +786,10 @@ def _make_converter() -> cattrs.Converter:
         return hook
 
     def record(tp: Any) -> Callable[[Any, Any], Any]:
+        hook = _record(tp)
+        return _every_key(tp, hook) if strict else hook
+
+    def _record(tp: Any) -> Callable[[Any, Any], Any]:
         if is_pydantic(tp):
             return _needs(dict, "an object", _model_hook(tp, converter))
         if is_typeddict(tp):
@@ -688,6 +816,38 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_factory(_is_constrained, constrained)
     converter.register_unstructure_hook_func(is_pydantic, _dump)
     return converter
+
+
+def _every_key(tp: Any, inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``inner`` (an object's hook) under a strict schema: every field's key must be
+    there, and a null for an optional field whose type does not accept null leaves the
+    field out (its default, or no key in a ``TypedDict``)."""
+    fields = fields_of(tp)
+    names = [name for name, _, _ in fields]
+    nulled = frozenset(
+        name for name, hint, required in fields if not required and not admits_null(hint)
+    )
+
+    def hook(value: Any, _: Any) -> Any:
+        if type(value) is not dict:
+            raise ArgumentError(f"expected an object, got {kind_of(value)}")
+        missing = [name for name in names if name not in value]
+        if missing:
+            problems: list[Exception] = []
+            for name in missing:
+                problem = KeyError(name)
+                problem.__notes__ = [
+                    cattrs.AttributeValidationNote(f"Structuring {name}", name, tp)
+                ]
+                problems.append(problem)
+            raise cattrs.ClassValidationError(f"invalid {describe(tp)}", problems, tp)
+        if nulled:
+            value = {
+                key: item for key, item in value.items() if item is not None or key not in nulled
+            }
+        return inner(value, tp)
+
+    return hook
 
 
 def _is_constrained(tp: Any) -> bool:
@@ -737,7 +897,8 @@ def _index_note(index: int, tp: Any) -> cattrs.IterableValidationNote:
     return cattrs.IterableValidationNote(f"Structuring {tp!r} @ index {index}", index, tp)
 
 
-_converter: Final = _make_converter()
+_converter: Final = _make_converter(strict=False)
+_strict_converter: Final = _make_converter(strict=True)
 
 
 def _format(exc: BaseException, tp: Any) -> str:
@@ -750,14 +911,16 @@ def _format(exc: BaseException, tp: Any) -> str:
     return cattrs.v.format_exception(exc, tp)
 
 
-def structure(value: Any, tp: Any) -> Any:
-    """Decode a JSON value (as ``json.loads`` gives it) into ``tp``.
+def structure(value: Any, tp: Any, *, strict: bool = False) -> Any:
+    """Decode a JSON value (as ``json.loads`` gives it) into ``tp``; ``strict``: as
+    ``schema_for(tp, strict=True)`` says (every key of an object made from a class
+    present, null for an optional field that does not accept null is its default).
 
     Raises ``ArgumentError`` whose message lists every problem with its path
     (``$.city: expected a string, got the number 3``).
     """
     try:
-        return _converter.structure(value, tp)
+        return (_strict_converter if strict else _converter).structure(value, tp)
     except ArgumentError as exc:
         raise ArgumentError(f"$: {exc}") from None
     except cattrs.BaseValidationError as exc:

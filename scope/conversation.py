@@ -100,6 +100,7 @@ from scope.chat import (
     Options,
     Output,
     OutputFormat,
+    Part,
     Request,
     Response,
     ResponseAccumulator,
@@ -111,6 +112,7 @@ from scope.chat import (
     ToolResult,
     system_message,
     tool_message,
+    tool_result_part,
     user_message,
     wrap,
     wrap_stream,
@@ -126,6 +128,7 @@ from scope.errors import (
     InvalidResponseError,
     InvalidWindowError,
     MaxStepsError,
+    NoOutputError,
     NotPendingError,
     UnknownHeadError,
 )
@@ -213,12 +216,15 @@ class TurnResult(Generic[T]):
     - ``pending``: the tool calls that wait for a decision (``@tool(requires_approval=
       ...)``; ``Conversation.approve``/``deny``), in call order; empty for a finished
       turn. A turn that waits is stored as it stands (see ``Conversation.approve``):
-      ``response`` is the model's response that made the calls, ``output`` is None and
-      ``messages`` the stored turn so far.
+      ``response`` is the model's response that made the calls, ``messages`` the stored
+      turn so far, and it has no output: reading ``output`` raises ``NoOutputError``
+      (check ``pending`` first), so ``output`` is always a ``T``.
     """
 
     response: Response
-    output: T
+    # Read through the ``output`` property (a waiting turn has none); the constructor
+    # argument is still ``output``, in the same place.
+    _output: T
     steps: int
     messages: tuple[Message, ...]
     # Added with output_retries: a default, so results made without it still build.
@@ -226,17 +232,36 @@ class TurnResult(Generic[T]):
     # Added with tool approval: a default, as above.
     pending: tuple[ToolCall, ...] = ()
 
+    @property
+    def output(self) -> T:
+        """The answer's text, or the decoded value with ``output=``. Raises
+        ``NoOutputError`` for a turn that waits for a decision (``pending``)."""
+        if self.pending:
+            waiting = ", ".join(repr(call.id) for call in self.pending)
+            raise NoOutputError(
+                f"the turn waits for a decision on tool call(s) {waiting} and has no "
+                "output yet: check TurnResult.pending, and read the output of the turn "
+                "Conversation.approve/deny finish"
+            )
+        return self._output
+
 
 @final
 @attrs.frozen
 class TurnEvent(Generic[T]):
-    """One event of ``Conversation.stream``: ``kind`` says which attribute is set."""
+    """One event of ``Conversation.stream``: ``kind`` says which attribute is set;
+    ``denied`` (with ``tool_result``): the reason given when the call was denied
+    (``deny``/``stream_deny``), None for every other result."""
 
     kind: TurnEventKind
     chunk: Response | None = None
     tool_call: ToolCall | None = None
     tool_result: ToolResult | None = None
     result: TurnResult[T] | None = None
+    # Added with the denial mark (a default, so events made without it still build):
+    # with a tool_result, the reason a person denied the call (``Conversation.deny``;
+    # the result is then the error result telling the model so), else None.
+    denied: str | None = None
 
 
 @final
@@ -282,6 +307,12 @@ class Conversation:
     - ``deps``: the service's own dependencies (any object: a database pool, a client),
       given to every tool that declares a ``ToolContext`` parameter, with the
       conversation id and the owner (``scope.tools``). Default None.
+    - ``strict_output``: send ``output=``'s schema in the strict subset, marked strict
+      (``OutputFormat(strict=True)``), so providers with a strict structured-output
+      mode constrain the answer to it; decoding follows the strict schema (every key
+      present, null for an optional field is its default). The type must be an object
+      type the subset can express (``TypeError`` at ``ask`` naming the field and the
+      keyword otherwise, as ``@tool(strict=True)``). Default False.
 
     A tool made with ``requires_approval`` needs a store with branches (a
     ``scope.history.Store``: ``read_tree``, ``move_head``, ``read_view``; every bundled
@@ -316,6 +347,7 @@ class Conversation:
         "_reader",
         "_store",
         "_streamer",
+        "_strict_output",
         "_system",
         "_tools",
         "_window",
@@ -344,7 +376,10 @@ class Conversation:
         append_retries: int = 3,
         owner: str | None = None,
         deps: object = None,
+        strict_output: bool = False,
     ) -> None:
+        if type(strict_output) is not bool:
+            raise TypeError(f"strict_output must be a bool, got {type(strict_output).__name__}")
         calls = callable(getattr(model, "call", None))
         streams = callable(getattr(model, "stream", None))
         if not (calls or streams):
@@ -432,6 +467,7 @@ class Conversation:
             item.definition for item in self._tools.values()
         )
         self._formats: dict[Any, tuple[Options, Callable[[Response], Any]]] = {}
+        self._strict_output = strict_output
 
     @property
     def store(self) -> ReadWriter:
@@ -719,7 +755,7 @@ class Conversation:
         result is stored, and when no call of the turn waits any more the turn goes on
         with the model, as ``ask`` would have; returns that turn's ``TurnResult`` (which
         may wait again, for a later call), or, while other calls still wait, the stored
-        turn with those in ``pending`` (``steps`` 0, ``output`` None).
+        turn with those in ``pending`` (``steps`` 0, no ``output``: ``NoOutputError``).
         ``output``/``output_retries`` as for ``ask`` (for the answer the resumed turn
         ends with).
 
@@ -931,20 +967,21 @@ class Conversation:
             else:
                 text = f"the call was denied: {reason}"
                 result = ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
-            messages = held.decided(result)
+            answer = tool_result_part(result, None if reason is None else {_DENIED_KEY: reason})
+            messages = held.decided(answer)
             batch = Batch(cid, uuid.uuid4().hex, messages, held.length, held.parent)
             await self._append(batch, response)
         except BaseException:
             await _move_back(store, cid, held.parent, head)
             raise
         if streaming:
-            yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=result)
+            yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=result, denied=reason)
         waiting = tuple(c for c in held.waiting_calls() if c.id != call_id)
         if waiting:
             partial = TurnResult(response, None, 0, messages, pending=waiting)
             yield TurnEvent(TurnEventKind.DONE, result=partial)
             return
-        opening = held.opening(result)
+        opening = held.opening(answer)
         move = MoveHead(store, held.parent, expected_head=str(batch.id))
         finished = False
         try:
@@ -1283,12 +1320,13 @@ class Conversation:
         cached = self._formats.get(output)
         if cached is not None:
             return cached
+        strict = self._strict_output
         try:
-            schema = _argschema.schema_for(output)
+            schema = _argschema.schema_for(output, strict=strict)
         except TypeError as exc:
             raise TypeError(f"output: {exc}") from None
         name = re.sub(r"[^A-Za-z0-9_-]", "_", getattr(output, "__name__", "") or "output")
-        fmt = OutputFormat.json_schema(name[:64] or "output", schema)
+        fmt = OutputFormat.json_schema(name[:64] or "output", schema, strict=strict)
         options = self._options.resolve(Options(output_format=fmt))
         expected = _argschema.describe(output)
 
@@ -1298,7 +1336,7 @@ class Conversation:
             except orjson.JSONDecodeError as exc:
                 raise _Undecodable(f"the answer is not JSON ({exc}), expected {expected}") from None
             try:
-                return _argschema.structure(value, output)
+                return _argschema.structure(value, output, strict=strict)
             except _argschema.ArgumentError as exc:
                 raise _Undecodable(f"the answer does not decode into {expected}: {exc}") from None
 
@@ -1360,6 +1398,12 @@ def _check_retries(value: object) -> None:
 #: The message metadata key that marks a stored turn's last assistant message as
 #: waiting for decisions: the ids of its tool calls that wait (a JSON array).
 _APPROVAL_KEY: Final = "scope/approval"
+
+
+#: The metadata key that marks the tool-result part answering a call a person denied
+#: (``Conversation.deny``): the reason given (a JSON string). Results stored before the
+#: mark existed have none, and read as results like any other.
+_DENIED_KEY: Final = "scope/denied"
 
 
 #: How many times a decision reads the waiting turn again when a decision on another
@@ -1427,8 +1471,9 @@ class _Held:
         self.waiting: tuple[str, ...] = _marks(self.assistant) or ()
         self.parent = parent  # where the turn started
         self.length = length  # messages on the head path before it
-        self.results: list[ToolResult] = [
-            part.tool_result
+        # The tool-result parts stored so far, with their metadata (a denial's mark).
+        self.results: list[Part] = [
+            part
             for message in batch.messages[index + 1 :]
             for part in message.parts
             if part.tool_result is not None
@@ -1443,21 +1488,27 @@ class _Held:
     def call(self, call_id: str) -> ToolCall:
         return next(call for call in self.calls() if call.id == call_id)
 
-    def _answered(self, result: ToolResult) -> tuple[ToolResult, ...]:
-        """The results so far with ``result``, in call order."""
-        by_id = {r.id: r for r in (*self.results, result)}
-        return tuple(by_id[c.id] for c in self.calls() if c.id in by_id)
+    def _answered(self, answer: Part) -> Message:
+        """The tool message of the result parts so far with ``answer``, in call order."""
+        by_id = {_result_of(p).id: p for p in (*self.results, answer)}
+        return Message(Role.TOOL, [by_id[c.id] for c in self.calls() if c.id in by_id])
 
-    def decided(self, result: ToolResult) -> tuple[Message, ...]:
-        """The waiting turn with ``result`` stored and its call no longer waiting."""
-        waiting = tuple(i for i in self.waiting if i != result.id)
+    def decided(self, answer: Part) -> tuple[Message, ...]:
+        """The waiting turn with ``answer`` (a tool-result part) stored and its call no
+        longer waiting."""
+        waiting = tuple(i for i in self.waiting if i != _result_of(answer).id)
         head = self.batch.messages[: self.index]
-        return (*head, _marked(self.assistant, waiting), tool_message(*self._answered(result)))
+        return (*head, _marked(self.assistant, waiting), self._answered(answer))
 
-    def opening(self, result: ToolResult) -> tuple[Message, ...]:
+    def opening(self, answer: Part) -> tuple[Message, ...]:
         """The open turn that resumes once every call is decided (no mark)."""
         head = self.batch.messages[: self.index]
-        return (*head, _unmarked(self.assistant), tool_message(*self._answered(result)))
+        return (*head, _unmarked(self.assistant), self._answered(answer))
+
+
+def _result_of(part: Part) -> ToolResult:
+    assert part.tool_result is not None  # a tool message's parts are tool results
+    return part.tool_result
 
 
 def _held(tree: HistoryTree) -> _Held | None:

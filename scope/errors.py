@@ -22,6 +22,7 @@
     ├── InvalidViewError                (also ValueError)
     ├── UnsupportedOptionError          (also ValueError)
     ├── MaxStepsError                   a Conversation turn used up its model calls
+    ├── NoOutputError                   a turn that waits for approval has no output yet
     ├── TurnLogError                    (also LookupError) scope.web: no events to resume
     ├── HistoryError
     │   ├── AppendConflictError
@@ -108,6 +109,7 @@ __all__ = [
     "InvalidViewError",
     "InvalidWindowError",
     "MaxStepsError",
+    "NoOutputError",
     "NotPendingError",
     "ProviderConnectionError",
     "ProviderError",
@@ -504,6 +506,12 @@ def _rebuild_interrupted(message: str, conversation_id: str) -> TurnInterruptedE
 class MaxStepsError(ScopeError):
     """A ``scope.conversation.Conversation`` turn made ``max_steps`` model calls and the
     last answer still asked for tools. Nothing of the turn was stored."""
+
+
+class NoOutputError(ScopeError):
+    """``TurnResult.output`` was read on a turn that waits for a decision on tool calls
+    (``TurnResult.pending`` lists them): it has no answer yet, so no output. The turn
+    that ``Conversation.approve``/``deny`` finish has one. The message names the calls."""
 
 
 class TurnLogError(ScopeError, LookupError):

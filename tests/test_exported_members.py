@@ -44,6 +44,7 @@ EXPECTED: dict[str, list[str]] = {
         "InvalidViewError",
         "InvalidWindowError",
         "MaxStepsError",
+        "NoOutputError",
         "NotPendingError",
         "ProviderConnectionError",
         "ProviderError",

@@ -43,11 +43,17 @@ class ToolDefinition:
 
     ``name`` is 1-64 ASCII letters, digits, ``_`` and ``-`` (what every major provider
     accepts); ``input_schema`` is a JSON Schema object whose ``"type"`` is ``"object"``.
+    ``strict`` asks providers with a strict mode (OpenAI, Anthropic) to constrain the
+    model's arguments to the schema, which must then be in their strict subset
+    (``@tool(strict=True)`` makes one); providers without one (Gemini) ignore it.
     """
 
     name: str
     input_schema: RawJSON = attrs.field(converter=_to_input_schema)
     description: str = ""
+    # Last, and omitted from the encoding when False: definitions stored before it
+    # existed decode unchanged (as not strict).
+    strict: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -60,6 +66,10 @@ class ToolDefinition:
                 f"tool name must be 1-64 ASCII letters, digits, '_' or '-', got {self.name!r}"
             )
         check_text(self.description, "tool description", InvalidToolDefinitionError)
+        if type(self.strict) is not bool:
+            raise InvalidToolDefinitionError(
+                f"tool {self.name!r} strict must be a bool, got {type(self.strict).__name__}"
+            )
         if not isinstance(self.input_schema, RawJSON) or not _is_object_schema(self.input_schema):
             raise InvalidToolDefinitionError(
                 f"tool {self.name!r} input_schema must be a JSON object"
@@ -86,12 +96,20 @@ def _to_output_schema(value: RawJSON | dict[str, Any] | None) -> RawJSON | None:
 @final
 @attrs.frozen
 class OutputFormat:
-    """The shape of the answer: plain text, any JSON, or JSON matching a named schema."""
+    """The shape of the answer: plain text, any JSON, or JSON matching a named schema.
+
+    ``strict`` (json_schema only) asks providers with a strict structured-output mode
+    (OpenAI Chat Completions and Responses) to constrain the answer to the schema, which
+    must then be in their strict subset; the others ignore it.
+    """
 
     type: OutputFormatType = attrs.field(converter=_to_output_format_type)
     name: str = ""
     description: str = ""
     schema: RawJSON | None = attrs.field(default=None, converter=_to_output_schema)
+    # Omitted from the encoding when False: formats stored before it existed decode
+    # unchanged (as not strict).
+    strict: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -102,6 +120,12 @@ class OutputFormat:
         check_text(
             self.description, "output format description", InvalidOutputFormatError, strip=True
         )
+        if type(self.strict) is not bool:
+            raise InvalidOutputFormatError(
+                f"output format strict must be a bool, got {type(self.strict).__name__}"
+            )
+        if self.strict and self.type is not OutputFormatType.JSON_SCHEMA:
+            raise InvalidOutputFormatError(f"a {self.type} output format cannot be strict")
         if self.type is OutputFormatType.JSON_SCHEMA:
             if not self.name:
                 raise InvalidOutputFormatError("a json_schema output format needs a name")
@@ -126,10 +150,21 @@ class OutputFormat:
 
     @classmethod
     def json_schema(
-        cls, name: str, schema: RawJSON | dict[str, Any], description: str = ""
+        cls,
+        name: str,
+        schema: RawJSON | dict[str, Any],
+        description: str = "",
+        *,
+        strict: bool = False,
     ) -> OutputFormat:
-        """JSON matching ``schema``, a JSON Schema object."""
-        return cls(OutputFormatType.JSON_SCHEMA, name=name, description=description, schema=schema)
+        """JSON matching ``schema``, a JSON Schema object; ``strict``: see the class."""
+        return cls(
+            OutputFormatType.JSON_SCHEMA,
+            name=name,
+            description=description,
+            schema=schema,
+            strict=strict,
+        )
 
     def fallback_instruction(self) -> str:
         """An instruction for models without native structured output (empty for text)."""

@@ -32,6 +32,7 @@ from scope.chat import (
     Role,
     ToolCall,
     ToolCallDelta,
+    ToolDefinition,
     Usage,
     text_delta,
 )
@@ -183,7 +184,7 @@ def build_body(
     # the head of every message's prefix, are final.
     body: dict[str, Any] = {"model": chosen, "max_tokens": 0, "messages": None}
     if request.tools:
-        body["tools"] = [tool_spec(tool, "input_schema") for tool in request.tools]
+        body["tools"] = [_tool(tool) for tool in request.tools]
     _options(options, body, system)
     if system:
         body["system"] = system
@@ -204,6 +205,13 @@ def build_body(
     if stream:
         body["stream"] = True
     return body
+
+
+def _tool(tool: ToolDefinition) -> dict[str, Any]:
+    spec = tool_spec(tool, "input_schema")
+    if tool.strict:  # strict tool use: the input is sampled to match the schema
+        spec["strict"] = True
+    return spec
 
 
 def _container(request: Request, replay: Replay) -> str | None:

@@ -186,6 +186,8 @@ def _options(options: Options, body: dict[str, Any]) -> None:
             if fmt.description:
                 spec["description"] = fmt.description
             spec["schema"] = orjson.Fragment(fmt.schema.bytes)
+            if fmt.strict:
+                spec["strict"] = True
             body["response_format"] = {"type": "json_schema", "json_schema": spec}
         # OutputFormat.text() is the protocol's default: nothing to send.
     # Extensions of other namespaces are meant for other providers and are ignored.
@@ -198,7 +200,10 @@ def _options(options: Options, body: dict[str, Any]) -> None:
 
 
 def _tool(tool: ToolDefinition) -> dict[str, Any]:
-    return {"type": "function", "function": tool_spec(tool, "parameters")}
+    function = tool_spec(tool, "parameters")
+    if tool.strict:  # absent is the protocol's default (not strict)
+        function["strict"] = True
+    return {"type": "function", "function": function}
 
 
 def _messages(messages: tuple[Message, ...], replay: Replay) -> list[dict[str, Any]]:

@@ -206,6 +206,8 @@ def _options(options: Options, body: dict[str, Any]) -> None:
             if fmt.description:
                 spec["description"] = fmt.description
             spec["schema"] = orjson.Fragment(fmt.schema.bytes)
+            if fmt.strict:
+                spec["strict"] = True
             body["text"] = {"format": spec}
         # OutputFormat.text() is the protocol's default: nothing to send.
     # Extensions of other namespaces are meant for other providers and are ignored.
@@ -215,8 +217,9 @@ def _options(options: Options, body: dict[str, Any]) -> None:
 
 def _tool(tool: ToolDefinition) -> dict[str, Any]:
     # "strict" defaults to true in the Responses API, which accepts only a subset of
-    # JSON Schema: the schema is sent verbatim, so not strict (as the Chat adapter).
-    return {"type": "function", **tool_spec(tool, "parameters"), "strict": False}
+    # JSON Schema: the schema is sent verbatim, so strict only when the definition says
+    # so (its schema is then in that subset: @tool(strict=True) makes one).
+    return {"type": "function", **tool_spec(tool, "parameters"), "strict": tool.strict}
 
 
 def _input(

@@ -41,6 +41,19 @@ parameters. ``tool(name=..., description=...)`` overrides the name and descripti
 fraction), a ``float`` accepts ``2``; unknown argument names are refused. Empty
 arguments (``""``, as some providers send for a tool without parameters) are ``{}``.
 
+**Strict mode.** ``@tool(strict=True)`` makes the schema in the subset that the
+providers' strict modes accept and marks the definition ``strict``: OpenAI (Chat
+Completions and Responses) and Anthropic then constrain the model's arguments to the
+schema; Gemini has no such flag and gets the same schema without it. In the strict
+schema every object is closed and lists every property as required; a parameter or
+field with a default accepts null as well (``anyOf`` with ``{"type": "null"}``), and a
+null for it decodes to its default (to None when its type accepts None). Every key must
+be present. Bounds outside the subset (``minimum``, ``maxLength``, ``minItems`` and the
+other ``annotated_types`` bounds; ``pattern`` stays) move into the description, and
+the decoder still checks them. A type the subset cannot express raises ``TypeError``
+naming the field and the keyword: ``dict[str, T]`` (``additionalProperties``), a
+fixed-length tuple (``prefixItems``), the empty tuple, ``Any``.
+
 **Errors the model can fix.** ``Tool.run(call)`` never raises for a bad call: invalid
 JSON, arguments that do not match the schema (every problem listed with its path,
 ``$.unit: expected one of 'C', 'F', got the string 'K'``) and any ``Exception`` the
@@ -177,12 +190,16 @@ class Tool(Generic[P, R]):
       predicate ``requires_approval(arguments, context) -> bool`` given the call's decoded
       keyword arguments (a dict, the ``ToolContext`` parameter left out) and the
       conversation's ``ToolContext`` (see ``needs_approval``).
+    - ``strict``: make the schema in the strict subset and mark the definition strict,
+      so providers with a strict mode constrain the model's arguments to it (default
+      False; see the module docstring).
 
     Raises ``TypeError`` when a parameter's type has no JSON form, a parameter has no
     annotation or cannot be passed by keyword, ``ToolContext`` is used other than as a
     parameter's whole annotation or by two parameters; ``InvalidToolDefinitionError``
     when the name is not a valid tool name; ``TypeError`` when ``requires_approval`` is
-    neither a bool nor callable.
+    neither a bool nor callable; ``TypeError`` naming the field and the keyword when
+    ``strict`` and the schema has no strict form.
     """
 
     __slots__ = (
@@ -192,6 +209,7 @@ class Tool(Generic[P, R]):
         "_definition",
         "_function",
         "_is_async",
+        "_strict",
         "_thread",
     )
 
@@ -203,11 +221,14 @@ class Tool(Generic[P, R]):
         description: str | None = None,
         thread: bool = True,
         requires_approval: bool | Callable[[dict[str, Any], ToolContext[Any]], bool] = False,
+        strict: bool = False,
     ) -> None:
         if not callable(function):
             raise TypeError(f"tool needs a function, got {type(function).__name__}")
         if type(thread) is not bool:
             raise TypeError(f"thread must be a bool, got {type(thread).__name__}")
+        if type(strict) is not bool:
+            raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
         if type(requires_approval) is not bool and not callable(requires_approval):
             raise TypeError(
                 "requires_approval must be a bool or a predicate "
@@ -219,14 +240,20 @@ class Tool(Generic[P, R]):
         fields, context = _parameters(function, tool_name)
         try:
             schema = _argschema.object_schema(fields, notes)
+            if strict:
+                schema = _argschema.strict_schema(schema)
         except TypeError as exc:
             raise TypeError(f"tool {tool_name!r}, parameter {exc}") from None
         self._function = function
         self._context = context
         self._is_async = inspect.iscoroutinefunction(function)
         self._thread = thread
+        self._strict = strict
         self._definition = ToolDefinition(
-            tool_name, RawJSON.from_value(schema), summary if description is None else description
+            tool_name,
+            RawJSON.from_value(schema),
+            summary if description is None else description,
+            strict=strict,
         )
         # The arguments object as a TypedDict made at run time: the decoder reads it as
         # any TypedDict (required and optional keys, no unknown keys).
@@ -317,7 +344,9 @@ class Tool(Generic[P, R]):
         if self._arguments is None:  # the schema is another system's to check
             return typing.cast(dict[str, Any], value)
         try:
-            decoded: dict[str, Any] = _argschema.structure(value, self._arguments)
+            decoded: dict[str, Any] = _argschema.structure(
+                value, self._arguments, strict=self._strict
+            )
         except _argschema.ArgumentError as exc:
             raise InvalidToolCallError(f"invalid arguments for {self.name}: {exc}") from None
         return decoded
@@ -397,6 +426,7 @@ def _schema_tool(
     made._definition = definition
     made._arguments = None
     made._approval = False
+    made._strict = definition.strict
     return made
 
 
@@ -432,6 +462,7 @@ def tool(
     description: str | None = None,
     thread: bool = True,
     requires_approval: bool | Callable[[dict[str, Any], ToolContext[Any]], bool] = False,
+    strict: bool = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -443,9 +474,10 @@ def tool(
     description: str | None = None,
     thread: bool = True,
     requires_approval: bool | Callable[[dict[str, Any], ToolContext[Any]], bool] = False,
+    strict: bool = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a ``Tool`` of a function: ``@tool`` or ``@tool(name=..., description=...,
-    thread=..., requires_approval=...)`` (the arguments of ``Tool``)."""
+    thread=..., requires_approval=..., strict=...)`` (the arguments of ``Tool``)."""
     if function is not None:
         return Tool(
             function,
@@ -453,6 +485,7 @@ def tool(
             description=description,
             thread=thread,
             requires_approval=requires_approval,
+            strict=strict,
         )
 
     def decorate(function: Callable[P, R]) -> Tool[P, R]:
@@ -462,6 +495,7 @@ def tool(
             description=description,
             thread=thread,
             requires_approval=requires_approval,
+            strict=strict,
         )
 
     return decorate

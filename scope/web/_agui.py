@@ -64,6 +64,9 @@ AGUI_HEADERS: Final[Mapping[str, str]] = MappingProxyType(
 _dumps = orjson.dumps
 #: The ``reason`` of the interrupt a tool call that waits for approval ends a run with.
 APPROVAL_REASON: Final = "tool_approval"
+#: The key of a denied call's mark in its TOOL_CALL_RESULT's metadata: the reason given
+#: (``Conversation.deny``), as the history marks the result.
+DENIED_KEY: Final = "scope/denied"
 
 
 class _AGUISink:
@@ -128,16 +131,20 @@ class _AGUISink:
     def tool_end(self, call: ToolCall) -> None:
         self._event({"type": "TOOL_CALL_END", "toolCallId": call.id})
 
-    def tool_result(self, result: ToolResult) -> None:
-        self._event(
-            {
-                "type": "TOOL_CALL_RESULT",
-                "messageId": f"{self.run_id}:result:{result.id}",
-                "toolCallId": result.id,
-                "content": result.output.text() or "",
-                "role": "tool",
-            }
-        )
+    def tool_result(self, result: ToolResult, denied: str | None) -> None:
+        event: dict[str, Any] = {
+            "type": "TOOL_CALL_RESULT",
+            "messageId": f"{self.run_id}:result:{result.id}",
+            "toolCallId": result.id,
+            "content": result.output.text() or "",
+            "role": "tool",
+        }
+        if denied is not None:
+            # AG-UI has no denied result: the content says it (as the model is told),
+            # and the event's metadata, which the client keeps on the tool message,
+            # marks it with the reason.
+            event["metadata"] = {DENIED_KEY: denied}
+        self._event(event)
 
     def approval_request(self, call: ToolCall) -> None:
         # Sent with RUN_FINISHED (its interrupt outcome); the interrupt's id is the

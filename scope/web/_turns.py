@@ -56,6 +56,7 @@ from scope.errors import (
     StoreError,
 )
 from scope.history import Batch, HistoryTree
+from scope.metadata import Metadata
 from scope.web._agui import AGUIRunInput
 from scope.web._request import CLIENT_MESSAGE_ID_KEY, REGENERATE, ToolApproval
 from scope.web._ui import UIChatRequest
@@ -73,6 +74,9 @@ _APPROVAL_KEY: Final = "scope/approval"
 #: The mark of the user message that sent an answer back (``output_retries``): its batch
 #: continues the turn before it, and the client never held that message.
 _OUTPUT_RETRY_KEY: Final = "scope/output_retry"
+#: The mark of the tool-result part that answers a denied call (``Conversation.deny``):
+#: the reason given.
+_DENIED_KEY: Final = "scope/denied"
 #: How many times a new turn whose fence found another turn stored (before its model
 #: was called) reads the conversation again and decides anew.
 _ATTEMPTS: Final = 8
@@ -81,6 +85,16 @@ _Events = AsyncGenerator[TurnEvent[Any], None]
 
 #: The reason a denied call's model is told when the client gave none.
 DENIED_WITHOUT_REASON: Final = "denied by the user"
+
+
+def _denied(metadata: Metadata) -> str | None:
+    """The reason a tool-result part's call was denied, or None (not denied, or stored
+    before the mark existed)."""
+    mark = metadata.get(_DENIED_KEY)
+    if mark is None:
+        return None
+    reason = mark.value()
+    return reason if isinstance(reason, str) else None
 
 
 def _stamped(message: Message, client_id: str | None) -> Message:
@@ -228,8 +242,13 @@ async def _replay(
             for call in calls:
                 yield TurnEvent(TurnEventKind.TOOL_CALL, tool_call=call)
         elif message.role is Role.TOOL:
-            for result in message.tool_results:
-                yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=result)
+            for part in message.parts:
+                if part.tool_result is not None:
+                    yield TurnEvent(
+                        TurnEventKind.TOOL_RESULT,
+                        tool_result=part.tool_result,
+                        denied=_denied(part.metadata),
+                    )
     assert response is not None  # _complete or _waiting: the batch has an answer
     retries = len(turn) - 1
     if waiting:

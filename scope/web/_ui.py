@@ -156,7 +156,10 @@ class _UISink:
             }
         )
 
-    def tool_result(self, result: ToolResult) -> None:
+    def tool_result(self, result: ToolResult, denied: str | None) -> None:
+        if denied is not None:  # the client shows the call as denied (output-denied)
+            self._part({"type": "tool-output-denied", "toolCallId": result.id})
+            return
         output = result.output
         text = output.text()
         if result.is_error:
@@ -244,8 +247,8 @@ def ui_message_stream(
     Parts: ``start``, per model call ``start-step`` ... ``finish-step``, text and
     reasoning blocks (``*-start``/``-delta``/``-end``, one block per part of the
     accumulated answer), tool calls (``tool-input-start``/``-delta``/``-available``),
-    tool results (``tool-output-available``/``-error``), sources (``source-url``,
-    ``source-document``),
+    tool results (``tool-output-available``/``-error``; ``tool-output-denied`` for a
+    call denied with ``Conversation.deny``), sources (``source-url``, ``source-document``),
     media (``file``), ``finish`` with the finish reason, then ``data: [DONE]``. A turn
     of ``Conversation.stream`` that waits for approval (``TurnResult.pending``) sends a
     ``tool-approval-request`` per waiting call before ``finish`` (its ``approvalId`` is

@@ -33,9 +33,10 @@ from scope.errors import (
     ApprovalPendingError,
     ConversationClosedError,
     HistoryError,
+    NoOutputError,
     NotPendingError,
 )
-from scope.history import branches, erase, erase_owner
+from scope.history import Batch, branches, erase, erase_owner
 from scope.history.inmemory import InMemoryStore
 from scope.testing import ScriptedModel
 from scope.tools import ToolContext, tool
@@ -128,7 +129,13 @@ async def test_a_call_that_needs_approval_is_stored_pending_and_the_other_runs_a
     model = ScriptedModel(calls(DELETE_A, LOOK_B))
     result = await Conversation(model, store, "c", tools=[delete, look]).ask("Clean up")
     assert result.pending == (ToolCall("c1", "delete", '{"path": "a"}'),)
-    assert result.output is None
+    with pytest.raises(NoOutputError) as caught:
+        result.output  # noqa: B018 (typed str: a waiting turn has none, so it raises)
+    assert str(caught.value) == (
+        "the turn waits for a decision on tool call(s) 'c1' and has no output yet: check "
+        "TurnResult.pending, and read the output of the turn Conversation.approve/deny "
+        "finish"
+    )
     assert result.steps == 1
     assert RAN == ["look b"]  # the tool without requires_approval ran in the same response
     stored = await store.read("c")
@@ -231,7 +238,9 @@ async def test_several_waiting_calls_are_decided_one_by_one() -> None:
     later = Conversation(model, store, "c", tools=[delete])
     partial = await later.approve("c3")
     assert [c.id for c in partial.pending] == ["c1"]
-    assert partial.output is None and model.requests == []
+    assert model.requests == []
+    with pytest.raises(NoOutputError, match=r"tool call\(s\) 'c1' and has no output"):
+        partial.output  # noqa: B018
     assert [c.id for c in await later.pending()] == ["c1"]
     assert RAN == ["delete z"]
     with pytest.raises(NotPendingError):
@@ -242,6 +251,70 @@ async def test_several_waiting_calls_are_decided_one_by_one() -> None:
     assert [t[0] for t in texts] == ["c1", "c3"]  # call order
     assert texts[1] == ("c3", "deleted z", False) and texts[0][2] is True
     assert RAN == ["delete z"]
+
+
+DENIED_KEY = "scope/denied"
+
+
+def denial_marks(message: Message) -> list[Any]:
+    """Per tool-result part of a tool message: its denial mark's value, or None."""
+    return [
+        part.metadata[DENIED_KEY].value() if DENIED_KEY in part.metadata else None
+        for part in message.parts
+    ]
+
+
+async def test_a_denied_result_is_marked_with_its_reason_where_it_is_stored() -> None:
+    # Deny one call, approve the other, of one response: the denial's mark survives the
+    # second decision and the resumed turn; the approved result has none. The model is
+    # sent both results, the mark with its part (scope metadata: adapters read their own).
+    store = InMemoryStore()
+    first = calls(DELETE_A, ("c3", "delete", '{"path": "z"}'))
+    await Conversation(ScriptedModel(first), store, "c", tools=[delete]).ask("Delete a and z")
+    model = ScriptedModel(answer("z is gone, a stays."))
+    conversation = Conversation(model, store, "c", tools=[delete])
+    partial = await conversation.deny("c1", "keep a")
+    assert denial_marks(partial.messages[-1]) == ["keep a"]
+    result = await conversation.approve("c3")
+    assert result.output == "z is gone, a stays."
+    sent = model.requests[0].messages[-1]
+    assert [t[0] for t in result_texts(sent)] == ["c1", "c3"]
+    assert denial_marks(sent) == ["keep a", None]
+    history = await store.read("c")
+    assert [m.role for m in history] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
+    assert denial_marks(history[2]) == ["keep a", None]
+    assert marks(history) == []
+
+
+async def test_the_denied_result_event_carries_the_reason_and_an_approved_one_none() -> None:
+    store = InMemoryStore()
+    first = calls(DELETE_A, ("c3", "delete", '{"path": "z"}'))
+    await Conversation(ScriptedModel(first), store, "c", tools=[delete]).ask("Delete a and z")
+    conversation = Conversation(ScriptedModel(answer("Done.")), store, "c", tools=[delete])
+    denied, _ = [event async for event in conversation.stream_deny("c3", "keep z")]
+    assert (denied.kind, denied.denied) == (TurnEventKind.TOOL_RESULT, "keep z")
+    approved, *_ = [event async for event in conversation.stream_approve("c1")]
+    assert (approved.kind, approved.denied) == (TurnEventKind.TOOL_RESULT, None)
+
+
+async def test_a_result_stored_before_the_denial_mark_still_resumes() -> None:
+    # A waiting turn stored by an older scope: a decided call's error result without the
+    # mark. Deciding the other call keeps that result as it was stored.
+    store = InMemoryStore()
+    first = calls(DELETE_A, ("c3", "delete", '{"path": "z"}'))
+    await Conversation(ScriptedModel(first), store, "c", tools=[delete]).ask("Delete a and z")
+    conversation = Conversation(ScriptedModel(answer("Done.")), store, "c", tools=[delete])
+    await conversation.deny("c1", "keep a")
+    tree = await store.read_tree("c")
+    *head, tool = tree.batches[tree.head].messages
+    assert denial_marks(tool) == ["keep a"]
+    unmarked = Message(Role.TOOL, [attrs.evolve(part, metadata={}) for part in tool.parts])
+    legacy = InMemoryStore()
+    await legacy.append(Batch("c", "legacy", (*head, unmarked), 0))
+    later = Conversation(ScriptedModel(answer("Done.")), legacy, "c", tools=[delete])
+    result = await later.approve("c3")
+    assert result.output == "Done."
+    assert denial_marks((await legacy.read("c"))[2]) == [None, None]
 
 
 async def test_a_resumed_turn_that_asks_for_another_approval_waits_again() -> None:
@@ -327,7 +400,9 @@ async def test_the_resumed_turn_decodes_output_and_sends_a_bad_answer_back() -> 
     store = InMemoryStore()
     first = Conversation(ScriptedModel(calls(DELETE_A)), store, "c", tools=[delete])
     waiting = await first.ask("Delete a", output=Verdict)
-    assert waiting.output is None and [c.id for c in waiting.pending] == ["c1"]
+    assert [c.id for c in waiting.pending] == ["c1"]
+    with pytest.raises(NoOutputError):
+        waiting.output  # noqa: B018
     model = ScriptedModel(answer("yes"), answer('{"deleted": true}'))
     result = await Conversation(model, store, "c", tools=[delete]).approve("c1", output=Verdict)
     assert (result.output, result.output_retries) == (Verdict(True), 1)

@@ -347,15 +347,17 @@ async def test_ui_turn_denies_with_the_clients_reason(reason: str | None, told: 
     approval = {"approved": False} if reason is None else {"approved": False, "reason": reason}
     request = chat_request_from_ui(_answer(_tool_part(**approval)))
     parts = await _encoded(ui_message_stream(await ui_turn(conversation, request)))
-    assert parts[1] == {
-        "type": "tool-output-error",
-        "toolCallId": "call-1",
-        "errorText": f"the call was denied: {told}",
-    }
+    # A denial, not a failure: the AI SDK's tool-output-denied (the model is told why).
+    assert parts[1] == {"type": "tool-output-denied", "toolCallId": "call-1"}
     history = await store.read("chat-1")
     assert [(m.role, m.text) for m in history][-1] == (Role.ASSISTANT, "I did not refund o7.")
     result = history[2].tool_results[0]
     assert result.is_error and result.output.text() == f"the call was denied: {told}"
+    assert history[2].parts[0].metadata.decode("scope/denied") == told
+    # The user's message sent again replays the stored turn: the denial reads as one.
+    again = await _encoded(ui_message_stream(await ui_turn(conversation, _submit())))
+    results = [p for p in again if isinstance(p, dict) and p["type"].startswith("tool-output")]
+    assert results == [{"type": "tool-output-denied", "toolCallId": "call-1"}]
 
 
 async def test_ui_turn_takes_several_decisions_in_order() -> None:
@@ -371,11 +373,7 @@ async def test_ui_turn_takes_several_decisions_in_order() -> None:
     dicts = [p for p in parts if isinstance(p, dict)]
     assert dicts[1:3] == [
         {"type": "tool-output-available", "toolCallId": "call-1", "output": "refunded o7"},
-        {
-            "type": "tool-output-error",
-            "toolCallId": "call-2",
-            "errorText": "the call was denied: no",
-        },
+        {"type": "tool-output-denied", "toolCallId": "call-2"},
     ]
     assert not any(p["type"] == "tool-approval-request" for p in dicts)
     history = await store.read("chat-1")
@@ -579,12 +577,15 @@ async def test_agui_turn_resumes_with_the_decision(
     conversation = _conversation(store, _says(said))
     events = await agui_turn(conversation, run_input_from_agui(_resume_run(entry)))
     encoded = await _encoded(agui_events(events, thread_id="chat-1", run_id="run-2"))
+    denied = result.removeprefix("the call was denied: ") if result != "refunded o7" else None
     assert encoded[1] == {
         "type": "TOOL_CALL_RESULT",
         "messageId": "run-2:result:call-1",
         "toolCallId": "call-1",
         "content": result,
         "role": "tool",
+        # AG-UI has no denied result: the event's metadata marks one, with the reason.
+        **({} if denied is None else {"metadata": {"scope/denied": denied}}),
     }
     assert encoded[-1] == {"type": "RUN_FINISHED", "threadId": "chat-1", "runId": "run-2"}
     history = await store.read("chat-1")

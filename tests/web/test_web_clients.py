@@ -650,9 +650,9 @@ def test_ai_sdk_chat_goes_through_a_tool_approval(
     assert part["approval"] == approval
     if decision == "approve":
         assert (part["state"], part["output"]) == ("output-available", "refunded o7")
-    else:
-        denied = f"the call was denied: {reason or 'denied by the user'}"
-        assert (part["state"], part["errorText"]) == ("output-error", denied)
+    else:  # a denial, not a failure: the tool part shows the call as denied
+        assert part["state"] == "output-denied"
+        assert "errorText" not in part and "output" not in part
     texts = [p["text"] for p in final[1]["parts"] if p["type"] == "text"]
     assert texts == [told]
     # The history holds the turn once, as a turn that never waited; nothing waits.
@@ -665,6 +665,12 @@ def test_ai_sdk_chat_goes_through_a_tool_approval(
     ]
     assert history[1].tool_calls[0].id == "call-1"
     assert history[2].tool_results[0].is_error is (decision == "deny")
+    # The denial is marked on the stored result (its reason), the approval is not.
+    mark = history[2].parts[0].metadata.get("scope/denied")
+    if decision == "approve":
+        assert mark is None
+    else:
+        assert mark is not None and mark.value() == (reason or "denied by the user")
     # The waiting turn and the decided one stay in the tree, each on a branch of its own.
     tree = anyio.run(store.read_tree, "chat-approve")
     assert tree.parents == (-1, -1, -1) and tree.head == 2
@@ -692,7 +698,7 @@ def test_ai_sdk_chat_decides_two_waiting_calls_in_one_request(ai: int, decision:
     else:
         told = "failed: the call was denied: denied by the user; " * 2
         told = told.removesuffix("; ")
-        assert [p["state"] for p in decided] == ["output-error"] * 2
+        assert [p["state"] for p in decided] == ["output-denied"] * 2
     texts = [p["text"] for p in result["messages"][1]["parts"] if p["type"] == "text"]
     assert texts == [told]
     history = _stored(store, "chat-two")
@@ -738,6 +744,13 @@ def test_agui_client_goes_through_an_interrupt_and_a_resume(
         ("tool", result),
         ("assistant", said),
     ]
+    # AG-UI has no denied result: a denial's TOOL_CALL_RESULT carries the mark in its
+    # metadata, which the client keeps on the tool message.
+    metadata = run["messages"][2].get("metadata")
+    if decision == "approve":
+        assert metadata is None
+    else:
+        assert metadata == {"scope/denied": result.removeprefix("the call was denied: ")}
     history = _stored(store, "thread-ok")
     assert [(m.role.value, m.text) for m in history] == [
         ("user", "o7"),
