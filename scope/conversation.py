@@ -151,8 +151,9 @@ from scope.history import (
     Writer,
     keyword_layers,
 )
+from scope.jsonvalue import RawJSON
 from scope.metadata import Metadata
-from scope.tools import Tool, ToolContext
+from scope.tools import FREEFORM_KEY, Tool, ToolContext
 
 __all__ = ["Conversation", "ModelMiddleware", "TurnEvent", "TurnEventKind", "TurnResult"]
 
@@ -963,7 +964,7 @@ class Conversation:
         response = Response(Output(message=_unmarked(held.assistant)))
         try:
             if reason is None:
-                result = await self._answer(call)
+                result = await self._answer(call, call.id in _freeform_calls(held.assistant))
             else:
                 text = f"the call was denied: {reason}"
                 result = ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
@@ -1191,7 +1192,8 @@ class Conversation:
                     yield TurnEvent(TurnEventKind.TOOL_CALL, tool_call=call)
             ids = {call.id for call in waiting}
             now = tuple(call for call in calls if call.id not in ids) if ids else calls
-            results = await self._run_tools(now) if now else []
+            freeform = _freeform_calls(response.message)
+            results = await self._run_tools(now, freeform) if now else []
             if streaming:
                 for tool_result in results:
                     yield TurnEvent(TurnEventKind.TOOL_RESULT, tool_result=tool_result)
@@ -1282,27 +1284,30 @@ class Conversation:
             retryable=True,
         ) from last
 
-    async def _run_tools(self, calls: tuple[ToolCall, ...]) -> list[ToolResult]:
-        """Answer every call, concurrently, results in call order."""
+    async def _run_tools(
+        self, calls: tuple[ToolCall, ...], freeform: frozenset[str]
+    ) -> list[ToolResult]:
+        """Answer every call, concurrently, results in call order (``freeform``: the ids
+        of the calls whose arguments are the model's text, not JSON)."""
         if len(calls) == 1:
-            return [await self._answer(calls[0])]
+            return [await self._answer(calls[0], calls[0].id in freeform)]
         results: list[ToolResult | None] = [None] * len(calls)
 
         async def answer(index: int, call: ToolCall) -> None:
-            results[index] = await self._answer(call)
+            results[index] = await self._answer(call, call.id in freeform)
 
         async with anyio.create_task_group() as group:
             for index, call in enumerate(calls):
                 group.start_soon(answer, index, call)
         return [result for result in results if result is not None]
 
-    async def _answer(self, call: ToolCall) -> ToolResult:
+    async def _answer(self, call: ToolCall, freeform: bool) -> ToolResult:
         found = self._tools.get(call.name)
         if found is None:
             known = ", ".join(self._tools) if self._tools else "none"
             text = f"there is no tool named {call.name!r} (the tools: {known})"
             return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
-        return await found.run(call, context=self._context)
+        return await found.run(call, context=self._context, freeform=freeform)
 
     def decoder(self, output: object = None) -> Callable[[Response], Any]:
         """The function that makes a turn's value of its final answer for ``output``
@@ -1404,6 +1409,7 @@ _APPROVAL_KEY: Final = "scope/approval"
 #: (``Conversation.deny``): the reason given (a JSON string). Results stored before the
 #: mark existed have none, and read as results like any other.
 _DENIED_KEY: Final = "scope/denied"
+_TRUE: Final = RawJSON.from_value(True)
 
 
 #: How many times a decision reads the waiting turn again when a decision on another
@@ -1429,6 +1435,16 @@ def _check_call_id(call_id: object) -> None:
 def _marked(message: Message, waiting: tuple[str, ...]) -> Message:
     kept = {k: v for k, v in message.metadata.items() if k != _APPROVAL_KEY}
     return Message(message.role, message.parts, Metadata({**kept, _APPROVAL_KEY: list(waiting)}))
+
+
+def _freeform_calls(message: Message) -> frozenset[str]:
+    """The ids of ``message``'s tool calls whose arguments are the text the model wrote,
+    not JSON (part metadata ``scope/freeform``: an OpenAI ``custom_tool_call``)."""
+    return frozenset(
+        part.tool_call.id
+        for part in message.parts
+        if part.tool_call is not None and part.metadata.get(FREEFORM_KEY) == _TRUE
+    )
 
 
 def _unmarked(message: Message) -> Message:

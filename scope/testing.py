@@ -330,7 +330,8 @@ class ScriptedModel:
         """Split a complete response into the chunks a provider would stream.
 
         - the first chunk carries the response id, model and extra metadata and the
-          message metadata;
+          message metadata (an answer without parts: its ``message_metadata`` comes with
+          the finish reason);
         - each text part comes in pieces of ``text_size`` characters (with the part's
           metadata on every piece, so they merge back);
         - reasoning text likewise, its signature in one more piece at the end;
@@ -473,7 +474,12 @@ def _iter_chunks(response: Response, text_size: int, args_size: int) -> Iterator
     message = None if output is None else output.message
     last_output = None
     if output is not None:
-        last_output = Output(finish_reason=output.finish_reason, metadata=output.metadata)
+        # Metadata for a message that never came (no part) rides on the last chunk.
+        last_output = Output(
+            finish_reason=output.finish_reason,
+            metadata=output.metadata,
+            message_metadata=output.message_metadata,
+        )
     first_meta = None
     last_meta = None
     if meta is not None:

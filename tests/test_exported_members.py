@@ -266,7 +266,7 @@ EXPECTED: dict[str, list[str]] = {
         "user_message_from_agui",
         "user_message_from_ui",
     ],
-    "scope.tools": ["Tool", "ToolContext", "to_output", "tool"],
+    "scope.tools": ["FREEFORM_KEY", "Tool", "ToolContext", "to_output", "tool"],
     "scope.tools.mcp": ["load_tools", "mcp_tool", "result_output"],
     "scope.conversation": [
         "Conversation",

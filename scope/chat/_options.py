@@ -46,6 +46,10 @@ class ToolDefinition:
     ``strict`` asks providers with a strict mode (OpenAI, Anthropic) to constrain the
     model's arguments to the schema, which must then be in their strict subset
     (``@tool(strict=True)`` makes one); providers without one (Gemini) ignore it.
+    ``freeform`` says the tool takes one text, not JSON arguments: the schema is then an
+    object of exactly one required string property (the text). OpenAI Responses offers
+    it as a custom tool (the model writes the text itself, a ``custom_tool_call``); the
+    other providers get the schema, and the text comes as that property.
     """
 
     name: str
@@ -54,6 +58,8 @@ class ToolDefinition:
     # Last, and omitted from the encoding when False: definitions stored before it
     # existed decode unchanged (as not strict).
     strict: bool = attrs.field(default=False, kw_only=True)
+    # Likewise: omitted when False.
+    freeform: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         self.validate()
@@ -79,6 +85,32 @@ class ToolDefinition:
             raise InvalidToolDefinitionError(
                 f'tool {self.name!r} input_schema must have "type": "object"'
             )
+        if type(self.freeform) is not bool:
+            raise InvalidToolDefinitionError(
+                f"tool {self.name!r} freeform must be a bool, got {type(self.freeform).__name__}"
+            )
+        if self.freeform and _freeform_property(schema) is None:
+            raise InvalidToolDefinitionError(
+                f"tool {self.name!r} is freeform: its input_schema must be an object of "
+                "exactly one property, a required string (the text)"
+            )
+
+
+def _freeform_property(schema: Any) -> str | None:
+    """The one property of a freeform tool's input schema (an object whose only
+    property is a required string), or None when ``schema`` is no such object."""
+    if type(schema) is not dict:
+        return None
+    properties = schema.get("properties")
+    if type(properties) is not dict or len(properties) != 1:
+        return None
+    ((name, spec),) = properties.items()
+    required = schema.get("required")
+    if type(spec) is not dict or spec.get("type") != "string":
+        return None
+    if type(required) is not list or name not in required:
+        return None
+    return str(name)
 
 
 def _optional_schema(value: RawJSON | dict[str, Any] | None) -> RawJSON | None:

@@ -216,6 +216,13 @@ def _options(options: Options, body: dict[str, Any]) -> None:
 
 
 def _tool(tool: ToolDefinition) -> dict[str, Any]:
+    if tool.freeform:
+        # The model writes the tool's text itself: a custom tool (its calls come as
+        # custom_tool_call items, the text as their input).
+        custom: dict[str, Any] = {"type": "custom", "name": tool.name}
+        if tool.description:
+            custom["description"] = tool.description
+        return custom
     # "strict" defaults to true in the Responses API, which accepts only a subset of
     # JSON Schema: the schema is sent verbatim, so strict only when the definition says
     # so (its schema is then in that subset: @tool(strict=True) makes one).
@@ -598,6 +605,10 @@ def _reasoning_text(item: dict[str, Any], where: str) -> str:
 #: item as received (verbatim), sent back as it is to the same model.
 ITEM_KEY: Final = "openai/item"
 
+#: Part metadata of a tool call whose arguments are the text the model wrote, not JSON
+#: (a ``custom_tool_call``'s input): a freeform tool takes it as its text.
+FREEFORM_KEY: Final = "scope/freeform"
+
 #: Items the client must answer: each a tool call, (tool name, the member holding its
 #: arguments; a string member is the arguments as they are, an object member its JSON).
 #: The tool message answering one goes back as the matching output item (``_answer``).
@@ -753,8 +764,10 @@ def _client_call(
     else:
         arguments = RawJSON.from_value(obj(value, f"{where}.{member}")).bytes.decode("utf-8")
     call = ToolCall(call_id, name, arguments)
-    meta = Metadata({ITEM_ID_KEY: item_id, ITEM_KEY: verbatim()})
-    return Part(PartKind.TOOL_CALL, tool_call=call, metadata=meta)
+    entries: dict[str, Any] = {ITEM_ID_KEY: item_id, ITEM_KEY: verbatim()}
+    if item_type == "custom_tool_call":  # its arguments are the text the model wrote
+        entries[FREEFORM_KEY] = True
+    return Part(PartKind.TOOL_CALL, tool_call=call, metadata=Metadata(entries))
 
 
 def _metadata(body: dict[str, Any], where: str, *, usage: bool = True) -> ResponseMetadata:

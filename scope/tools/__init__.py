@@ -107,9 +107,14 @@ from scope.history import ConversationID
 from scope.jsonvalue import RawJSON
 from scope.media import Media
 
-__all__ = ["Tool", "ToolContext", "to_output", "tool"]
+__all__ = ["FREEFORM_KEY", "Tool", "ToolContext", "to_output", "tool"]
 
 _log: Final = logging.getLogger("scope.tools")
+
+#: Part metadata an adapter puts on a tool call whose arguments are the text the model
+#: wrote, not JSON (an OpenAI ``custom_tool_call``): a freeform tool takes that text
+#: (``Tool.run(call, freeform=True)``; ``Conversation`` reads the mark).
+FREEFORM_KEY: Final = "scope/freeform"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -193,13 +198,21 @@ class Tool(Generic[P, R]):
     - ``strict``: make the schema in the strict subset and mark the definition strict,
       so providers with a strict mode constrain the model's arguments to it (default
       False; see the module docstring).
+    - ``freeform``: the tool takes one text the model writes itself (code, a patch, a
+      query), not JSON arguments: the function has exactly one parameter the model sets,
+      a ``str`` without a default. The definition is marked ``freeform``: OpenAI
+      Responses offers it as a custom tool and answers with a ``custom_tool_call``
+      whose input is the text; the other providers get the schema (an object of that
+      one string) and send the text as its value (default False; see ``run``).
 
     Raises ``TypeError`` when a parameter's type has no JSON form, a parameter has no
     annotation or cannot be passed by keyword, ``ToolContext`` is used other than as a
     parameter's whole annotation or by two parameters; ``InvalidToolDefinitionError``
     when the name is not a valid tool name; ``TypeError`` when ``requires_approval`` is
     neither a bool nor callable; ``TypeError`` naming the field and the keyword when
-    ``strict`` and the schema has no strict form.
+    ``strict`` and the schema has no strict form; ``TypeError`` when ``freeform`` and the
+    function does not take exactly one required ``str`` (``strict`` and ``freeform``
+    together: ``TypeError``, a custom tool has no schema to be strict about).
     """
 
     __slots__ = (
@@ -210,6 +223,7 @@ class Tool(Generic[P, R]):
         "_function",
         "_is_async",
         "_strict",
+        "_text",
         "_thread",
     )
 
@@ -222,6 +236,7 @@ class Tool(Generic[P, R]):
         thread: bool = True,
         requires_approval: bool | Callable[[dict[str, Any], ToolContext[Any]], bool] = False,
         strict: bool = False,
+        freeform: bool = False,
     ) -> None:
         if not callable(function):
             raise TypeError(f"tool needs a function, got {type(function).__name__}")
@@ -229,6 +244,10 @@ class Tool(Generic[P, R]):
             raise TypeError(f"thread must be a bool, got {type(thread).__name__}")
         if type(strict) is not bool:
             raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
+        if type(freeform) is not bool:
+            raise TypeError(f"freeform must be a bool, got {type(freeform).__name__}")
+        if strict and freeform:
+            raise TypeError("a tool is strict or freeform, not both (a custom tool has no schema)")
         if type(requires_approval) is not bool and not callable(requires_approval):
             raise TypeError(
                 "requires_approval must be a bool or a predicate "
@@ -238,6 +257,15 @@ class Tool(Generic[P, R]):
         tool_name = name if name is not None else getattr(function, "__name__", "")
         summary, notes = _docstring(inspect.getdoc(function) or "")
         fields, context = _parameters(function, tool_name)
+        self._text: str | None = None  # the parameter that takes a freeform tool's text
+        if freeform:
+            if len(fields) != 1 or fields[0][1] is not str or not fields[0][2]:
+                raise TypeError(
+                    f"tool {tool_name!r} is freeform: it takes exactly one parameter the "
+                    "model sets, a str without a default (the text), got "
+                    f"{', '.join(f[0] for f in fields) or 'none'}"
+                )
+            self._text = fields[0][0]
         try:
             schema = _argschema.object_schema(fields, notes)
             if strict:
@@ -254,6 +282,7 @@ class Tool(Generic[P, R]):
             RawJSON.from_value(schema),
             summary if description is None else description,
             strict=strict,
+            freeform=freeform,
         )
         # The arguments object as a TypedDict made at run time: the decoder reads it as
         # any TypedDict (required and optional keys, no unknown keys).
@@ -351,10 +380,16 @@ class Tool(Generic[P, R]):
             raise InvalidToolCallError(f"invalid arguments for {self.name}: {exc}") from None
         return decoded
 
-    async def run(self, call: ToolCall, *, context: ToolContext[Any] | None = None) -> ToolResult:
+    async def run(
+        self, call: ToolCall, *, context: ToolContext[Any] | None = None, freeform: bool = False
+    ) -> ToolResult:
         """Answer ``call``: decode its arguments, run the function, wrap what it returned.
         ``context`` is what the function's ``ToolContext`` parameter receives (ignored
-        by a function without one).
+        by a function without one). ``freeform``: the call's arguments are the text the
+        model wrote, not JSON (a call whose part carries metadata ``scope/freeform``, an
+        OpenAI ``custom_tool_call``; ``Conversation`` passes it): a freeform tool's
+        function gets that text as it is, and any other tool answers with an error
+        result (it takes JSON arguments).
 
         Never raises for a bad call or a failing function: both become an error result
         (``is_error=True``) telling the model what to fix. Cancellation propagates.
@@ -373,8 +408,20 @@ class Tool(Generic[P, R]):
                 f"tool {self.name!r} takes a ToolContext (parameter {self._context}): pass "
                 "run(call, context=ToolContext(...))"
             )
+        if type(freeform) is not bool:
+            raise TypeError(f"freeform must be a bool, got {type(freeform).__name__}")
+        if freeform and self._text is None:
+            text = (
+                f"{self.name} takes JSON arguments matching its schema, not free text; call "
+                f"it as a function with a JSON object"
+            )
+            return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
         try:
-            kwargs = self.decode(call.arguments)
+            kwargs: dict[str, Any] = (
+                {self._text: call.arguments}
+                if freeform and self._text is not None
+                else self.decode(call.arguments)
+            )
         except InvalidToolCallError as exc:
             text = f"{exc}. Call {self.name} again with corrected arguments."
             return ToolResult(call.id, call.name, ToolOutput.of_text(text), is_error=True)
@@ -463,6 +510,7 @@ def tool(
     thread: bool = True,
     requires_approval: bool | Callable[[dict[str, Any], ToolContext[Any]], bool] = False,
     strict: bool = False,
+    freeform: bool = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -475,9 +523,11 @@ def tool(
     thread: bool = True,
     requires_approval: bool | Callable[[dict[str, Any], ToolContext[Any]], bool] = False,
     strict: bool = False,
+    freeform: bool = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a ``Tool`` of a function: ``@tool`` or ``@tool(name=..., description=...,
-    thread=..., requires_approval=..., strict=...)`` (the arguments of ``Tool``)."""
+    thread=..., requires_approval=..., strict=..., freeform=...)`` (the arguments of
+    ``Tool``)."""
     if function is not None:
         return Tool(
             function,
@@ -486,6 +536,7 @@ def tool(
             thread=thread,
             requires_approval=requires_approval,
             strict=strict,
+            freeform=freeform,
         )
 
     def decorate(function: Callable[P, R]) -> Tool[P, R]:
@@ -496,6 +547,7 @@ def tool(
             thread=thread,
             requires_approval=requires_approval,
             strict=strict,
+            freeform=freeform,
         )
 
     return decorate

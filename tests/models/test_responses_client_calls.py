@@ -43,7 +43,10 @@ from scope.models._responses_wire import (
     build_body,
     parse_response,
 )
-from scope.tools import tool
+from scope.models._responses_wire import (
+    FREEFORM_KEY as WIRE_FREEFORM_KEY,
+)
+from scope.tools import FREEFORM_KEY, tool
 from tests.helpers import RESPONSES, merged
 from tests.responses_server import load_transcript
 
@@ -353,3 +356,55 @@ async def test_a_conversation_runs_a_client_answered_call_like_any_tool(
     sent = server.requests[-1].body["input"]
     assert sent[1]["type"] == item_type
     assert sent[2]["type"] == ANSWERS[item_type]
+
+
+async def test_a_freeform_tool_is_a_custom_tool_and_takes_the_text(server: Any) -> None:
+    # The model writes the tool's text itself (a custom tool): the function gets the
+    # custom_tool_call's input exactly, and the answer goes back as its output item.
+    ran: list[str] = []
+
+    @tool(freeform=True)
+    def code_exec(code: str) -> str:
+        """Run Python code."""
+        ran.append(code)
+        return "hello"
+
+    final = load_transcript("text")[0]
+    server.script({"status": 200, "json": _body(ITEMS["custom_tool_call"])}, final)
+    model, _ = RESPONSES.recorded(server)
+    async with model:
+        conversation = Conversation(model, InMemoryStore(), "c1", tools=[code_exec])
+        result = await conversation.ask("Say hello in Python.")
+    assert ran == [ITEMS["custom_tool_call"]["input"]]
+    assert result.steps == 2
+    server.check_requests()  # the openai package's request types accept both bodies
+    first, second = (request.body for request in server.requests)
+    assert first["tools"] == [
+        {"type": "custom", "name": "code_exec", "description": "Run Python code."}
+    ]
+    assert second["input"][2] == {
+        "type": "custom_tool_call_output",
+        "call_id": "call_custom_01",
+        "output": "hello",
+    }
+    # The mark is the adapter's, named as scope.tools names it.
+    part = result.messages[1].parts[0]
+    assert part.metadata[FREEFORM_KEY].value() is True
+    assert WIRE_FREEFORM_KEY == FREEFORM_KEY
+
+
+async def test_a_custom_call_of_a_tool_that_takes_json_is_an_error_result(server: Any) -> None:
+    @tool
+    def code_exec(code: str) -> str:
+        """Run Python code."""
+        raise AssertionError("never runs")
+
+    final = load_transcript("text")[0]
+    server.script({"status": 200, "json": _body(ITEMS["custom_tool_call"])}, final)
+    model, _ = RESPONSES.recorded(server)
+    async with model:
+        conversation = Conversation(model, InMemoryStore(), "c1", tools=[code_exec])
+        result = await conversation.ask("Say hello in Python.")
+    (answer,) = result.messages[2].parts
+    assert answer.tool_result is not None and answer.tool_result.is_error
+    assert "takes JSON arguments" in (answer.tool_result.output.text() or "")
