@@ -196,8 +196,10 @@ class PostgresStore(RecordStore):
       dedupe record, and inserts the batch as one row. A clear locks the same row, marks
       it closed and deletes the batches in one transaction. So appends, retries and
       clears of one conversation are linearizable, whichever pool or host runs them.
-      Appends to one conversation through one handle take turns, and those queued
-      behind one in flight are sent as one statement (group commit, see ``_write``).
+      One handle keeps at most two append statements in flight, one per conversation
+      at a time; appends that arrive meanwhile queue and go together as one statement,
+      sorted by conversation id, one transaction (group commit, see ``_write`` and
+      ``_send_group``), each checked as alone and answered its own outcome.
       ``acquire_turn`` is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement
       and ``release_turn`` one ``DELETE``; a lease expires by the server's clock
       (``clock_timestamp()``), so the hosts' clocks need not agree. The folded steps
@@ -235,8 +237,10 @@ class PostgresStore(RecordStore):
       never tears a connection down mid-protocol (asyncpg then opens cancel-request
       connections and logs "Future exception was never retrieved"). The statement or
       transaction commits or rolls back as a unit: a cancelled append may have
-      committed, and a retry of the same batch resolves it. ``aclose()`` waits for
-      these background statements.
+      committed, and a retry of the same batch resolves it. An append cancelled while
+      it waits in the handle's queue (not yet sent) raises at once and writes
+      nothing; one whose group was sent waits for the group's statement, as above.
+      ``aclose()`` waits for these background statements and fails the queued appends.
     - **Errors.** Every asyncpg, socket and timeout error becomes ``StoreError``; a
       corrupt stored record makes ``read`` and ``read_batches`` raise ``StoreError`` naming
       the conversation. Calls on a closed store raise ``StoreError``.
