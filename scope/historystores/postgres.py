@@ -902,14 +902,21 @@ class PostgresStore(RecordStore):
             self._dispatch()
 
     async def _send_together(self, group: list[_Queued], conversations: int) -> list[str | None]:
-        """The group statement's outcome per batch, None for ``busy``."""
-        sql = self._sql.append_group
+        """The group statement's outcome per batch, None for ``busy``. A group of one
+        conversation waits for its row's lock, as each of its appends would alone
+        (``_Statements.append_batches``: no other conversation to hold up)."""
         columns = [list(column) for column in zip(*(item.row for item in group), strict=True)]
         retention = self._retention
         what = f"append of {len(group)} batches to {conversations} conversations"
+        if conversations == 1:
+            sql = self._sql.append_batches
+            args = [columns[0][0], *columns[1:8], columns[8][0], retention]
+        else:
+            sql = self._sql.append_group
+            args = [*columns, retention]
 
         async def append(conn: Any) -> list[str | None]:
-            rows = await conn.fetch(sql, *columns, retention)
+            rows = await conn.fetch(sql, *args)
             return [None if r[0] is None else str(r[0]) for r in rows]
 
         outcomes = await self._with_connection(append, what)
@@ -1181,6 +1188,7 @@ class _Statements:
         "acquire",
         "acquire_view",
         "append",
+        "append_batches",
         "append_group",
         "close",
         "commit_turn",
@@ -1566,6 +1574,14 @@ class _Statements:
             "unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], "
             "$6::bigint[], $7::text[], $8::text[], $9::text[]) "
             "AS a(cid, aid, digest, messages, count, expected, head, owner, tombstone)"
+        )
+        # A group of one conversation ($1; $9 its tombstone): the append function once
+        # per batch, in the arrays' order, one statement.
+        self.append_batches = (
+            f"SELECT {fn}($1, a.aid, a.digest, a.messages, a.count, a.expected, a.head, "
+            "a.owner, $9, $10) FROM "
+            "unnest($2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::bigint[], "
+            "$7::text[], $8::text[]) AS a(aid, digest, messages, count, expected, head, owner)"
         )
         self.commit_turn = f"SELECT {commit_turn}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
         # A restored batch's stored time (parameters: the conversation id, the append
