@@ -851,14 +851,17 @@ class PostgresStore(RecordStore):
     async def _send_group(self, group: list[_Queued]) -> None:
         """Send ``group`` (sorted by conversation) and give each waiter its outcome.
 
-        More than one batch: one statement (``_Statements.append_group``). It first
-        locks the rows of the group's conversations that no other transaction holds
-        (``SKIP LOCKED``), then calls the append function once per batch in order; a
-        batch whose conversation's row another transaction holds is answered ``busy``
-        unsent and then sent alone, waiting for that lock as an append alone would, so
-        a lock held on one conversation never makes another's append wait or time out.
-        Conversations without a row yet are created in sorted order (two groups never
-        wait on each other in a cycle).
+        One batch: the append function's call, as alone. Batches of one conversation:
+        one statement calling it once per batch in order (``append_batches``), waiting
+        for the row's lock as each would alone. Batches of several conversations: one
+        statement (``append_group``) that first locks the rows of the group's
+        conversations that no other transaction holds (``SKIP LOCKED``), then calls the
+        append function once per batch in order; a batch whose conversation's row
+        another transaction holds is answered ``busy`` unsent and then sent alone,
+        waiting for that lock as an append alone would, so a lock held on one
+        conversation never makes another's append wait or time out. Conversations
+        without a row yet are created in sorted order (two groups never wait on each
+        other in a cycle).
 
         When the group's statement fails (an error of the server, or a connection lost
         twice), its transaction wrote nothing, or its outcome is unknown, so each batch
