@@ -104,6 +104,10 @@ T = TypeVar("T")
 #: The most appends one group-commit statement carries (``PostgresStore._write``).
 _GROUP: Final = 64
 
+#: How many append statements one store handle keeps in flight (``PostgresStore._write``):
+#: two, so a group fills while one is sent and the other's round trip and commit run.
+_SLOTS: Final = 2
+
 #: How many stored ids one page of ``check_erased`` reads.
 _ID_PAGE: Final = 1000
 
@@ -192,8 +196,10 @@ class PostgresStore(RecordStore):
       dedupe record, and inserts the batch as one row. A clear locks the same row, marks
       it closed and deletes the batches in one transaction. So appends, retries and
       clears of one conversation are linearizable, whichever pool or host runs them.
-      Appends to one conversation through one handle take turns, and those queued
-      behind one in flight are sent as one statement (group commit, see ``_write``).
+      One handle keeps at most two append statements in flight, one per conversation
+      at a time; appends that arrive meanwhile queue and go together as one statement,
+      sorted by conversation id, one transaction (group commit, see ``_write`` and
+      ``_send_group``), each checked as alone and answered its own outcome.
       ``acquire_turn`` is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement
       and ``release_turn`` one ``DELETE``; a lease expires by the server's clock
       (``clock_timestamp()``), so the hosts' clocks need not agree. The folded steps
@@ -231,8 +237,10 @@ class PostgresStore(RecordStore):
       never tears a connection down mid-protocol (asyncpg then opens cancel-request
       connections and logs "Future exception was never retrieved"). The statement or
       transaction commits or rolls back as a unit: a cancelled append may have
-      committed, and a retry of the same batch resolves it. ``aclose()`` waits for
-      these background statements.
+      committed, and a retry of the same batch resolves it. An append cancelled while
+      it waits in the handle's queue (not yet sent) raises at once and writes
+      nothing; one whose group was sent waits for the group's statement, as above.
+      ``aclose()`` waits for these background statements and fails the queued appends.
     - **Errors.** Every asyncpg, socket and timeout error becomes ``StoreError``; a
       corrupt stored record makes ``read`` and ``read_batches`` raise ``StoreError`` naming
       the conversation. Calls on a closed store raise ``StoreError``.
@@ -240,7 +248,7 @@ class PostgresStore(RecordStore):
 
     __slots__ = (
         "_acquire_timeout",
-        "_appending",
+        "_busy",
         "_cache",
         "_closed",
         "_command_timeout",
@@ -249,9 +257,11 @@ class PostgresStore(RecordStore):
         "_max_size",
         "_outcome_source",
         "_pool",
+        "_queue",
         "_retention",
         "_running",
         "_secret",
+        "_sending",
         "_sql",
         "retention",
         "table_prefix",
@@ -279,8 +289,11 @@ class PostgresStore(RecordStore):
         self._acquire_timeout = acquire_timeout
         self._max_size = max_size
         self._running: set[asyncio.Task[Any]] = set()
-        # Per conversation with an append in flight: the appends queued behind it.
-        self._appending: dict[str, list[tuple[tuple[Any, ...], asyncio.Future[str]]]] = {}
+        # Group commit (see _write): the append statements in flight, the conversations
+        # they append to, and the appends waiting for a slot or for their conversation.
+        self._sending = 0
+        self._busy: set[str] = set()
+        self._queue: list[_Queued] = []
         self._cache = cache
         self._sql = _Statements(table_prefix)
         self._closed = False
@@ -423,7 +436,8 @@ class PostgresStore(RecordStore):
         if self._closed:
             return
         self._closed = True
-        if self._running:  # statements of cancelled calls, bounded by command_timeout
+        self._dispatch()  # queued appends fail: their groups would find the store closed
+        while self._running:  # statements of cancelled calls and groups, bounded
             await asyncio.wait(set(self._running))
         try:
             await self._pool.close()
@@ -725,56 +739,214 @@ class PostgresStore(RecordStore):
         function, which also releases the holder's lease when the append landed or was a
         retry).
 
-        Appends of one conversation through this handle take turns: while one is in
-        flight, the next ones queue, and when it is done they are sent together, as one
-        statement calling the append function once per batch in arrival order (one
-        transaction, one row lock, one commit: group commit). Each batch is checked as
-        when it is sent alone (closure, dedupe record, fence, against the batches queued
-        before it), so each gets the outcome it would get alone, in that order; only the
-        commit is shared. Without the queue, 16 appends to one conversation wait on its
-        row lock in the server, each holding it through its own commit's WAL flush."""
+        Appends through this handle share at most ``_SLOTS`` statements in flight, one
+        per conversation at a time. An append that finds a slot free and its
+        conversation idle is sent alone (one call of the append function, one round
+        trip). The others queue; when a statement ends, the queued appends of idle
+        conversations go together, sorted by conversation id (arrival order within a
+        conversation), as one statement (``_send_group``): one transaction, one commit
+        for all of them (group commit). Each batch is checked as when it is sent alone
+        (closure, dedupe record, fence, counting the batches of its conversation queued
+        before it) and gets its own outcome. A restore (``created``) and a commit_turn
+        are never queued."""
         cid = str(batch.conversation_id)
         what = f"append to conversation {cid!r}"
-        row = (str(batch.id), batch.digest, batch.encoded_messages, len(batch.messages))
-        mark = tombstone(self._secret, cid)
-        args = (
+        row = (
             cid,
-            *row,
+            str(batch.id),
+            batch.digest,
+            batch.encoded_messages,
+            len(batch.messages),
             batch.expected_length,
             batch.expected_head,
             owner,
-            mark,
-            self._retention,
+            tombstone(self._secret, cid),
         )
         if holder is not None:
             sql = self._sql.commit_turn
 
             async def commit(conn: Any) -> str:
-                return str(await conn.fetchval(sql, *args, holder))
+                return str(await conn.fetchval(sql, *row, self._retention, holder))
 
             return await self._with_connection(commit, what, settle=True)
         if created is not None:  # a restore (scope history import): never grouped
-            return await self._write_restored(args, created, what)
-        queue = self._appending.get(cid)
-        if queue is not None:  # one in flight: wait for the next group
-            waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            queue.append(((*row, batch.expected_length, batch.expected_head, owner), waiter))
-            return await self._settled(waiter)
-        self._appending[cid] = queue = []
+            return await self._write_restored((*row, self._retention), created, what)
+        if self._sending >= _SLOTS or cid in self._busy:
+            return await self._queued(_Queued(row))
+        self._sending += 1
+        self._busy.add(cid)
+        try:
+            return await self._send_alone(row, settle=True)
+        finally:
+            self._sending -= 1
+            self._busy.discard(cid)
+            self._dispatch()
+
+    async def _send_alone(self, row: tuple[Any, ...], *, settle: bool) -> str:
+        """One call of the append function for ``row`` (its arguments but the
+        retention), one statement."""
         sql = self._sql.append
+        args = (*row, self._retention)
 
         async def append(conn: Any) -> str:
             return str(await conn.fetchval(sql, *args))
 
+        return await self._with_connection(
+            append, f"append to conversation {row[0]!r}", settle=settle
+        )
+
+    async def _queued(self, item: _Queued) -> str:
+        """Queue ``item`` and return its outcome once its group answered. A caller
+        cancelled while its append is still queued leaves the queue at once: nothing of
+        it was sent, nothing is written. One cancelled after its group was sent waits
+        for the group's statement first, as a cancelled append sent alone waits for its
+        own, then gets its cancellation (the batch may have landed)."""
+        self._queue.append(item)
         try:
-            return await self._with_connection(append, what, settle=True)
+            return await asyncio.shield(item.waiter)
+        except asyncio.CancelledError:
+            if not item.sent:
+                self._queue.remove(item)
+                raise
+            if not item.waiter.done():
+                bound = self._settle_bound()
+                await _wait_through_cancellation(item.waiter, None if bound is None else 2 * bound)
+            if item.waiter.done() and not item.waiter.cancelled():
+                item.waiter.exception()  # retrieved: the caller gets its cancellation instead
+            raise
+
+    def _dispatch(self) -> None:
+        """Send the queued appends of idle conversations while a slot is free, up to
+        ``_GROUP`` per statement, each group in a task of its own (see ``_write``).
+        After ``aclose`` the queue is failed instead."""
+        if self._closed:
+            queue, self._queue = self._queue, []
+            for item in queue:
+                item.sent = True
+                if not item.waiter.done():
+                    item.waiter.set_exception(store_closed("PostgresStore"))
+            return
+        while self._queue and self._sending < _SLOTS:
+            group: list[_Queued] = []
+            left: list[_Queued] = []
+            for item in self._queue:
+                # A conversation's appends in the group are its first queued ones: its
+                # later ones wait (it is busy) for a later group.
+                if len(group) < _GROUP and item.row[0] not in self._busy:
+                    group.append(item)
+                else:
+                    left.append(item)
+            if not group:
+                return
+            self._queue = left
+            for item in group:
+                item.sent = True
+                self._busy.add(item.row[0])
+            self._sending += 1
+            group.sort(key=_conversation_of)  # stable: arrival order per conversation
+            task = asyncio.ensure_future(self._send_group(group))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _send_group(self, group: list[_Queued]) -> None:
+        """Send ``group`` (sorted by conversation) and give each waiter its outcome.
+
+        One batch: the append function's call, as alone. Batches of one conversation:
+        one statement calling it once per batch in order (``append_batches``), waiting
+        for the row's lock as each would alone. Batches of several conversations: one
+        statement (``append_group``) that first locks the rows of the group's
+        conversations that no other transaction holds (``SKIP LOCKED``), then calls the
+        append function once per batch in order; a batch whose conversation's row
+        another transaction holds is answered ``busy`` unsent and then sent alone,
+        waiting for that lock as an append alone would, so a lock held on one
+        conversation never makes the rest of the group wait or time out (the wait
+        holds this group's slot: the handle's later appends queue meanwhile). Conversations
+        without a row yet are created in sorted order (two groups never wait on each
+        other in a cycle).
+
+        When the group's statement fails (an error of the server, or a connection lost
+        twice), its transaction wrote nothing, or its outcome is unknown, so each batch
+        is sent alone (in order per conversation, conversations at once): each gets the
+        outcome or error it would get alone, and a retry of a batch that landed answers
+        its receipt. A timeout is every waiter's error (a retry would double their
+        wait), as is a closed store."""
+        conversations = {item.row[0] for item in group}
+        try:
+            if len(group) == 1:
+                try:
+                    outcome = await self._send_alone(group[0].row, settle=False)
+                except Exception as exc:
+                    _answer(group[0], exc)
+                else:
+                    _answer(group[0], outcome)
+                return
+            try:
+                outcomes = await self._send_together(group, len(conversations))
+            except StoreError as exc:
+                if self._closed or _timed_out(exc, self._driver):
+                    for item in group:
+                        _answer(item, exc)
+                    return
+                await self._send_each(group)
+                return
+            busy: list[_Queued] = []
+            for item, answer in zip(group, outcomes, strict=True):
+                if answer is None:
+                    busy.append(item)
+                else:
+                    _answer(item, answer)
+            if busy:
+                await self._send_each(busy)
         finally:
-            if queue:
-                task = asyncio.ensure_future(self._send_queued(cid, queue, what))
-                self._running.add(task)
-                task.add_done_callback(self._running.discard)
-            else:
-                del self._appending[cid]
+            self._sending -= 1
+            self._busy.difference_update(conversations)
+            for item in group:  # only when this task itself was cancelled (loop shutdown)
+                if not item.waiter.done():
+                    item.waiter.set_exception(store_closed("PostgresStore"))
+            self._dispatch()
+
+    async def _send_together(self, group: list[_Queued], conversations: int) -> list[str | None]:
+        """The group statement's outcome per batch, None for ``busy``. A group of one
+        conversation waits for its row's lock, as each of its appends would alone
+        (``_Statements.append_batches``: no other conversation to hold up)."""
+        columns = [list(column) for column in zip(*(item.row for item in group), strict=True)]
+        retention = self._retention
+        what = f"append of {len(group)} batches to {conversations} conversations"
+        if conversations == 1:
+            sql = self._sql.append_batches
+            args = [columns[0][0], *columns[1:8], columns[8][0], retention]
+        else:
+            sql = self._sql.append_group
+            args = [*columns, retention]
+
+        async def append(conn: Any) -> list[str | None]:
+            rows = await conn.fetch(sql, *args)
+            return [None if r[0] is None else str(r[0]) for r in rows]
+
+        outcomes = await self._with_connection(append, what)
+        if len(outcomes) != len(group):
+            raise StoreError(  # pragma: no cover - one row per batch sent
+                f"PostgreSQL {what}: {len(outcomes)} outcomes for {len(group)} batches"
+            )
+        return outcomes
+
+    async def _send_each(self, items: list[_Queued]) -> None:
+        """Send each of ``items`` alone: one conversation's in order, conversations at
+        once; each waiter gets its own outcome or error."""
+        per_conversation: dict[str, list[_Queued]] = {}
+        for item in items:
+            per_conversation.setdefault(item.row[0], []).append(item)
+
+        async def send(queue: list[_Queued]) -> None:
+            for item in queue:
+                try:
+                    outcome = await self._send_alone(item.row, settle=False)
+                except Exception as exc:
+                    _answer(item, exc)
+                else:
+                    _answer(item, outcome)
+
+        await asyncio.gather(*(send(queue) for queue in per_conversation.values()))
 
     async def _write_restored(self, args: tuple[Any, ...], created: float, what: str) -> str:
         """The append function's call (``args``) and, when the batch was inserted, its
@@ -790,59 +962,6 @@ class PostgresStore(RecordStore):
                 return outcome
 
         return await self._with_connection(append, what, settle=True)
-
-    async def _send_queued(
-        self, cid: str, queue: list[tuple[tuple[Any, ...], asyncio.Future[str]]], what: str
-    ) -> None:
-        """Send the appends queued on ``cid`` in groups (see ``_write``) until none is
-        left; each waiter gets its own outcome, or the group's error."""
-        sql = self._sql.append_group
-        tail = (tombstone(self._secret, cid), self._retention)
-        group: list[tuple[tuple[Any, ...], asyncio.Future[str]]] = []
-        try:
-            while queue:
-                group = queue[:_GROUP]
-                del queue[:_GROUP]
-                columns = [
-                    list(column) for column in zip(*(rows for rows, _ in group), strict=True)
-                ]
-
-                async def append(conn: Any, columns: list[list[Any]] = columns) -> list[str]:
-                    return [str(r[0]) for r in await conn.fetch(sql, cid, *columns, *tail)]
-
-                try:
-                    outcomes = await self._with_connection(append, what, settle=True)
-                    if len(outcomes) != len(group):
-                        raise StoreError(  # pragma: no cover - one row per batch sent
-                            f"PostgreSQL {what}: {len(outcomes)} outcomes for {len(group)} batches"
-                        )
-                except Exception as exc:
-                    for _, waiter in group:
-                        if not waiter.done():
-                            waiter.set_exception(exc)
-                    continue
-                for (_, waiter), outcome in zip(group, outcomes, strict=True):
-                    if not waiter.done():
-                        waiter.set_result(outcome)
-        finally:
-            del self._appending[cid]
-            for _, waiter in [*group, *queue]:  # only when this task itself was cancelled
-                if not waiter.done():
-                    waiter.set_exception(store_closed("PostgresStore"))
-
-    async def _settled(self, waiter: asyncio.Future[str]) -> str:
-        """``waiter``'s outcome; a cancelled caller waits for its group's statement
-        first, as ``_with_connection(settle=True)`` does (one statement in flight before
-        it, then its own)."""
-        try:
-            return await asyncio.shield(waiter)
-        except asyncio.CancelledError:
-            if not waiter.done():
-                bound = self._settle_bound()
-                await _wait_through_cancellation(waiter, None if bound is None else 2 * bound)
-            if waiter.done() and not waiter.cancelled():
-                waiter.exception()  # retrieved: the caller gets its cancellation instead
-            raise
 
     async def _clear(self, cid: ConversationID) -> None:
         sql = self._sql
@@ -1012,6 +1131,41 @@ class PostgresStore(RecordStore):
         return await self._with_connection(problems, "check of an erasure")
 
 
+@final
+class _Queued:
+    """An append waiting in ``PostgresStore._queue``: the append function's arguments
+    but the retention (the conversation id first), the caller's future, and whether its
+    group took it (then the caller's cancellation waits for the group's statement)."""
+
+    __slots__ = ("row", "sent", "waiter")
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self.row: Final = row
+        self.sent = False
+        self.waiter: Final[asyncio.Future[str]] = asyncio.get_running_loop().create_future()
+
+
+def _conversation_of(item: _Queued) -> str:
+    """The sort key of a group: the conversation id."""
+    return str(item.row[0])
+
+
+def _answer(item: _Queued, outcome: str | Exception) -> None:
+    """Give ``item``'s caller its outcome or error (unless it has one)."""
+    if item.waiter.done():
+        return
+    if isinstance(outcome, Exception):
+        item.waiter.set_exception(outcome)
+    else:
+        item.waiter.set_result(outcome)
+
+
+def _timed_out(exc: StoreError, driver: Driver) -> bool:
+    """Whether ``exc`` is a timeout of the driver (``retry_once`` chains it)."""
+    cause = exc.__cause__
+    return isinstance(cause, Exception) and driver.kind(cause) == "timeout"
+
+
 async def _wait_through_cancellation(task: asyncio.Future[Any], bound: float | None) -> None:
     """Wait until ``task`` is done or ``bound`` seconds passed (None: no bound), through
     the caller's cancellation: an anyio cancel scope cancels the waiting task again at
@@ -1038,6 +1192,7 @@ class _Statements:
         "acquire",
         "acquire_view",
         "append",
+        "append_batches",
         "append_group",
         "close",
         "commit_turn",
@@ -1403,10 +1558,30 @@ class _Statements:
             "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version"
         )
         self.append = f"SELECT {fn}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-        # Group commit (PostgresStore._write): the append function once per batch, in
-        # the arrays' order (a function scan returns its rows in order and the select
-        # list runs once per row, each call seeing the ones before it), one statement.
+        # Group commit (PostgresStore._send_group), one statement, the arrays sorted by
+        # conversation id: first the rows of the group's conversations that no other
+        # transaction holds are locked (SKIP LOCKED: never a wait; the materialized
+        # CTEs run before the select list), then the append function runs once per
+        # batch, in the arrays' order (a function scan returns its rows in order and the
+        # select list runs once per row, each call seeing the ones before it). A batch
+        # whose conversation's row exists but was not locked (another transaction holds
+        # it) is answered NULL (busy) and not appended; a conversation without a row
+        # yet is created by the function (its tombstone checked), in sorted order.
         self.append_group = (
+            "WITH l AS MATERIALIZED (SELECT c.id FROM "
+            f"{conv} c WHERE c.id = ANY($1::text[]) ORDER BY c.id FOR UPDATE SKIP LOCKED), "
+            "k AS MATERIALIZED (SELECT ARRAY(SELECT l.id FROM l) AS locked, "
+            f"ARRAY(SELECT c.id FROM {conv} c WHERE c.id = ANY($1::text[])) AS known) "
+            "SELECT CASE WHEN a.cid = ANY(k.locked) OR NOT a.cid = ANY(k.known) THEN "
+            f"{fn}(a.cid, a.aid, a.digest, a.messages, a.count, a.expected, a.head, "
+            "a.owner, a.tombstone, $10) END FROM k CROSS JOIN "
+            "unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], "
+            "$6::bigint[], $7::text[], $8::text[], $9::text[]) "
+            "AS a(cid, aid, digest, messages, count, expected, head, owner, tombstone)"
+        )
+        # A group of one conversation ($1; $9 its tombstone): the append function once
+        # per batch, in the arrays' order, one statement.
+        self.append_batches = (
             f"SELECT {fn}($1, a.aid, a.digest, a.messages, a.count, a.expected, a.head, "
             "a.owner, $9, $10) FROM "
             "unnest($2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::bigint[], "

@@ -19,7 +19,12 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import pytest
 
-from scope.errors import HistoryChangedError, StoreError
+from scope.errors import (
+    AppendConflictError,
+    ConversationClosedError,
+    HistoryChangedError,
+    StoreError,
+)
 from scope.history import Batch
 from scope.history.storetest import StoreConformance
 from scope.historystores.postgres import PostgresStore
@@ -652,34 +657,307 @@ async def test_appends_queued_behind_one_in_flight_go_as_one_group(
         assert stored == ["a1", "a2", "a3", "a4", "a6"]
 
 
-async def test_queued_append_cancelled_returns_once_its_group_is_settled(
+# -- group commit across conversations -----------------------------------------------------
+
+
+async def until_lock_waiters(dsn: str, application_name: str, count: int) -> None:
+    """Poll until ``count`` sessions of ``application_name`` wait for a lock (at most
+    10 s: a guard against a hang, not a timing the test depends on)."""
+    with anyio.fail_after(10):
+        while True:
+            await anyio.sleep(0.02)
+            if await lock_waiters(dsn, application_name) == count:
+                return
+
+
+@asynccontextmanager
+async def both_slots_held(
+    store: PostgresStore, dsn: str, prefix: str, app_name: str
+) -> AsyncIterator[list[asyncio.Task[Any]]]:
+    """Fill the handle's two append slots: an outside transaction holds the rows of
+    conversations ``x1`` and ``x2`` (appended to here first), and an append to each
+    waits for its lock in the server. Appends made inside the block queue in the
+    handle; on exit the outside transaction rolls back, so the two appends and then the
+    queued ones go. Yields the two appends' tasks."""
+    for cid in ("x1", "x2"):
+        await store.append(batch(cid, "a1"))
+    conn = await asyncpg.connect(dsn)
+    try:
+        tr = conn.transaction()
+        await tr.start()
+        await conn.execute(
+            f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id IN ('x1', 'x2') FOR UPDATE"
+        )
+        held = [asyncio.ensure_future(store.append(batch(cid, "a2"))) for cid in ("x1", "x2")]
+        await until_lock_waiters(dsn, app_name, 2)
+        try:
+            yield held
+        finally:
+            await tr.rollback()
+    finally:
+        await conn.close()
+    assert await asyncio.gather(*held) == [batch(c, "a2").receipt() for c in ("x1", "x2")]
+
+
+async def transactions_of(dsn: str, prefix: str, rows: list[tuple[str, str]]) -> int:
+    """How many transactions inserted the batches ``rows`` ((conversation, append id)
+    pairs): their rows' distinct ``xmin``."""
+    found = await admin(
+        dsn,
+        f'SELECT conversation_id, append_id, xmin::text FROM "{prefix}_batches" '
+        "WHERE (conversation_id, append_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+        [c for c, _ in rows],
+        [a for _, a in rows],
+    )
+    assert len(found) == len(rows)
+    return len({r[2] for r in found})
+
+
+async def settle_queue() -> None:
+    """Let every task started so far run to its first wait (an append to its place in
+    the queue: nothing before it awaits I/O)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_appends_of_many_conversations_queued_go_as_one_statement(
     dsn: str, prefix: str, app_name: str
 ) -> None:
-    """A cancelled append that was queued behind another waits for its group's
-    statement, as a cancelled append sent alone waits for its own: when it returns,
-    its batch has landed."""
+    """While the handle's two slots are busy, appends to other conversations queue, then
+    go together as one statement, one transaction (their rows share one xmin). Each
+    appended alone would be a transaction of its own."""
     async with await PostgresStore.open(
-        dsn, table_prefix=prefix, application_name=app_name
+        dsn, table_prefix=prefix, application_name=app_name, max_size=8
     ) as store:
-        await store.append(batch("c", "a1"))
-        conn = await asyncpg.connect(dsn)
-        try:
-            tr = conn.transaction()
-            await tr.start()
-            await conn.execute(
-                f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'c' FOR UPDATE"
+        await store.append(batch("c3", "a0"))  # one conversation with a row already
+        queued = [batch(f"c{i}", "a1", f"t{i}") for i in (5, 2, 4, 1, 3)]
+        async with both_slots_held(store, dsn, prefix, app_name):
+            tasks = [asyncio.ensure_future(store.append(b)) for b in queued]
+            await settle_queue()
+            assert await lock_waiters(dsn, app_name) == 2  # only the two in flight
+            assert not any(t.done() for t in tasks)
+        assert await asyncio.gather(*tasks) == [b.receipt() for b in queued]
+        rows = [(str(b.conversation_id), "a1") for b in queued]
+        assert await transactions_of(dsn, prefix, rows) == 1
+        for b in queued:
+            assert await store.read_batches(b.conversation_id) == (
+                [batch("c3", "a0"), b] if b.conversation_id == "c3" else [b]
             )
-            first = asyncio.ensure_future(store.append(batch("c", "a2")))
-            await until_waiting_for_a_lock(dsn, app_name)
-            task = asyncio.ensure_future(store.append(batch("c", "a3")))
-            await asyncio.sleep(0.1)
-            task.cancel()
-            await asyncio.sleep(0.2)
-            assert not task.done()  # settling: its group is not sent yet
-            await tr.rollback()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert [str(b.id) for b in await store.read_batches("c")] == ["a1", "a2", "a3"]
-            await first
+
+
+async def test_one_group_mixes_outcomes_each_as_alone(dsn: str, prefix: str, app_name: str) -> None:
+    """One group holding a closed conversation, a conflict, a retry, a stale fence and
+    a fence counting the batch queued before it: each append gets what it would get
+    alone, and the ones that land share the group's transaction."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name, max_size=8
+    ) as store:
+        await store.clear("shut")
+        await store.append(batch("d", "a1"))
+        await store.append(batch("e", "a1"))
+        queued = [
+            batch("shut", "a1"),
+            batch("d", "a1", "other"),  # a conflict with the stored a1
+            batch("d", "a1"),  # a retry of the stored a1
+            Batch("e", "a2", batch("e", "a2").messages, expected_length=5),  # stale
+            batch("f", "a1"),
+            Batch("f", "a2", batch("f", "a2", "two").messages, expected_length=2),
+            batch("g", "a1"),
+        ]
+        async with both_slots_held(store, dsn, prefix, app_name):
+            tasks = [asyncio.ensure_future(store.append(b)) for b in queued]
+            await settle_queue()
+            assert not any(t.done() for t in tasks)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(outcomes[0], ConversationClosedError)
+        assert isinstance(outcomes[1], AppendConflictError)
+        assert outcomes[2] == queued[2].receipt()
+        assert isinstance(outcomes[3], HistoryChangedError)
+        assert (outcomes[3].expected, outcomes[3].actual) == (5, 2)
+        assert outcomes[4:] == [b.receipt() for b in queued[4:]]
+        assert await store.read_batches("shut") == []
+        assert await store.read_batches("d") == [batch("d", "a1")]
+        assert await store.read_batches("e") == [batch("e", "a1")]
+        assert await store.read_batches("f") == [queued[4], queued[5]]
+        assert await transactions_of(dsn, prefix, [("f", "a1"), ("f", "a2"), ("g", "a1")]) == 1
+
+
+async def test_a_server_error_of_one_grouped_append_fails_only_that_one(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """A batch the server refuses with an error (here a trigger) rolls its group's
+    statement back; each batch is then sent alone: that one raises ``StoreError``, the
+    others land."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name, max_size=8
+    ) as store:
+        refuse = f'"{prefix}_refuse"'
+        await admin(
+            dsn,
+            f"CREATE FUNCTION {refuse}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.append_id = 'boom' THEN RAISE EXCEPTION 'refused by the test'; END IF; "
+            "RETURN NEW; END $$",
+        )
+        try:
+            await admin(
+                dsn,
+                f'CREATE TRIGGER refuse BEFORE INSERT ON "{prefix}_batches" '
+                f"FOR EACH ROW EXECUTE FUNCTION {refuse}()",
+            )
+            queued = [batch("a", "a1"), batch("b", "boom"), batch("b", "a2"), batch("c", "a1")]
+            async with both_slots_held(store, dsn, prefix, app_name):
+                tasks = [asyncio.ensure_future(store.append(b)) for b in queued]
+                await settle_queue()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         finally:
-            await conn.close()
+            await admin(dsn, f'DROP TRIGGER IF EXISTS refuse ON "{prefix}_batches"')
+            await admin(dsn, f"DROP FUNCTION IF EXISTS {refuse}()")
+        assert isinstance(outcomes[1], StoreError)
+        assert "refused by the test" in str(outcomes[1])
+        assert [outcomes[0], *outcomes[2:]] == [b.receipt() for b in (queued[0], *queued[2:])]
+        assert await store.read_batches("a") == [queued[0]]
+        assert await store.read_batches("b") == [queued[2]]
+        assert await store.read_batches("c") == [queued[3]]
+
+
+async def test_a_queued_append_cancelled_before_it_is_sent_leaves_nothing(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """A caller cancelled while its append waits in the queue gets its cancellation at
+    once (the slots are still held) and nothing of its batch is written; the appends
+    queued beside it still land."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name, max_size=8
+    ) as store:
+        async with both_slots_held(store, dsn, prefix, app_name):
+            cancelled = asyncio.ensure_future(store.append(batch("c1", "a1")))
+            kept = asyncio.ensure_future(store.append(batch("c2", "a1")))
+            await settle_queue()
+            cancelled.cancel()
+            # At once, the slots still held (a hang guard, not a timing).
+            with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+                await cancelled
+            assert not kept.done()
+            assert await lock_waiters(dsn, app_name) == 2
+        assert await kept == batch("c2", "a1").receipt()
+        assert await store.read_batches("c1") == []
+        assert await store.conversations() == ["c2", "x1", "x2"]
+        # Nothing of it is stored: the same id with another batch is no conflict.
+        assert (
+            await store.append(batch("c1", "a1", "other")) == batch("c1", "a1", "other").receipt()
+        )
+
+
+async def test_group_retried_after_its_connection_killed_after_commit(
+    dsn: str, prefix: str, app_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group's statement commits, then its session is terminated before the client
+    reads the reply: the store retries the statement on a fresh connection, the dedupe
+    records answer, and every caller gets its receipt; each batch is stored once."""
+    original = PostgresStore._with_connection
+    killed: list[int] = []
+
+    async def lose_the_reply(
+        self: PostgresStore, fn: Callable[[Any], Awaitable[Any]], what: str, **options: Any
+    ) -> Any:
+        async def commit_then_die(conn: Any) -> Any:
+            result = await fn(conn)  # committed
+            if what.startswith("append of") and not killed:
+                killed.append(await terminate(dsn, app_name))
+                await conn.fetchval("SELECT 1")  # the dead session: a real driver error
+            return result
+
+        return await original(self, commit_then_die, what, **options)
+
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name, max_size=8
+    ) as store:
+        queued = [batch("c1", "a1"), batch("c2", "a1"), batch("c2", "a2", "more")]
+        monkeypatch.setattr(PostgresStore, "_with_connection", lose_the_reply)
+        async with both_slots_held(store, dsn, prefix, app_name):
+            tasks = [asyncio.ensure_future(store.append(b)) for b in queued]
+            await settle_queue()
+        assert await asyncio.gather(*tasks) == [b.receipt() for b in queued]
+        assert killed and killed[0] >= 1
+        assert await store.read_batches("c1") == [queued[0]]
+        assert await store.read_batches("c2") == queued[1:]
+        assert await transactions_of(dsn, prefix, [("c1", "a1"), ("c2", "a1"), ("c2", "a2")]) == 1
+
+
+async def test_fenced_appends_racing_on_many_conversations_one_wins_each(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """Eight tasks per conversation, four conversations, all at once, two rounds: each
+    round every task appends with the head it read as ``expected_head`` (and the
+    length as ``expected_length``); exactly one per conversation wins each round, the
+    others raise ``HistoryChangedError``, and the stored chain is the winners'."""
+    conversations = [f"c{i}" for i in range(4)]
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name, max_size=8
+    ) as store:
+        winners: dict[str, list[str]] = {cid: [] for cid in conversations}
+        for r in range(2):
+            views = {cid: await store.read_view(cid) for cid in conversations}
+
+            async def append(
+                cid: str, t: int, r: int = r, views: dict[str, Any] = views
+            ) -> str | None:
+                view = views[cid]
+                b = Batch(
+                    cid,
+                    f"r{r}t{t}",
+                    batch(cid, "x", f"{cid} r{r} t{t}").messages,
+                    expected_length=view.length,
+                    expected_head=view.head,
+                )
+                try:
+                    assert await store.append(b) == b.receipt()
+                except HistoryChangedError:
+                    return None
+                return str(b.id)
+
+            results = await asyncio.gather(
+                *(append(cid, t) for cid in conversations for t in range(8))
+            )
+            for i, cid in enumerate(conversations):
+                won = [aid for aid in results[i * 8 : (i + 1) * 8] if aid is not None]
+                assert len(won) == 1, (cid, won)
+                winners[cid] += won
+        for cid in conversations:
+            assert [str(b.id) for b in await store.read_batches(cid)] == winners[cid]
+            assert (await store.read_view(cid)).length == 4
+
+
+async def test_a_row_held_elsewhere_never_holds_up_the_rest_of_its_group(
+    dsn: str, prefix: str, app_name: str
+) -> None:
+    """Another transaction holds conversation ``y``'s row when its group is sent: the
+    group's other appends land at once (the group skips ``y``'s row instead of waiting
+    for it), and ``y``'s append is sent alone, waiting for that lock as it would alone,
+    and lands once the lock is released."""
+    async with await PostgresStore.open(
+        dsn, table_prefix=prefix, application_name=app_name, max_size=8
+    ) as store:
+        await store.append(batch("y", "a1"))
+        other = await asyncpg.connect(dsn)
+        try:
+            tr = other.transaction()
+            await tr.start()
+            await other.execute(
+                f"SELECT 1 FROM \"{prefix}_conversations\" WHERE id = 'y' FOR UPDATE"
+            )
+            queued = [batch("w", "a1"), batch("y", "a2", "two"), batch("z", "a1")]
+            async with both_slots_held(store, dsn, prefix, app_name):
+                tasks = [asyncio.ensure_future(store.append(b)) for b in queued]
+                await settle_queue()
+            with anyio.fail_after(10):  # a hang guard: they must not wait for y's lock
+                assert await tasks[0] == queued[0].receipt()
+                assert await tasks[2] == queued[2].receipt()
+            await until_lock_waiters(dsn, app_name, 1)  # y's append, sent alone
+            assert not tasks[1].done()
+            await tr.rollback()
+            assert await tasks[1] == queued[1].receipt()
+        finally:
+            await other.close()
+        assert [str(b.id) for b in await store.read_batches("y")] == ["a1", "a2"]
+        assert await transactions_of(dsn, prefix, [("w", "a1"), ("z", "a1")]) == 1
