@@ -31,8 +31,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+#: This tree. A child process imports scope (and ``tests.servers``) from the tree its
+#: ``PYTHONPATH`` names: only the parent puts this tree on ``sys.path`` (it writes and
+#: drops the data). Before, the child did too, so ``--vs`` timed this tree twice.
 HERE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(HERE))  # tests.servers
+if sys.argv[1:2] != ["--child"]:
+    sys.path.insert(0, str(HERE))  # tests.servers
 USER = "What is the capital of France, and why is it famous? " * 2
 ASSISTANT = "Paris. It is known for art, food, history and the Eiffel Tower. " * 3
 TURNS = 500
@@ -110,6 +114,12 @@ def _child(tree: Path, kind: str, where: str, reads: int) -> dict[str, float]:
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
         kind, where, reads = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        import scope
+
+        tree = Path(os.environ["PYTHONPATH"]).resolve()
+        source = Path(scope.__file__ or "").resolve()
+        if tree not in source.parents:
+            raise SystemExit(f"the child imported scope from {source}, not from {tree}")
         print(json.dumps(asyncio.run(_time(kind, where, reads))))
         return
     parser = argparse.ArgumentParser()
