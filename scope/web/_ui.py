@@ -156,6 +156,12 @@ class _UISink:
             }
         )
 
+    def earlier_call(self, call: ToolCall) -> None:
+        # tool-input-available: a client that holds the call (in state
+        # approval-responded) updates that part and keeps its approval; one that reads
+        # this stream from its start (a resumed stream) gets the part its result needs.
+        self.tool_end(call)
+
     def tool_result(self, result: ToolResult, denied: str | None) -> None:
         if denied is not None:  # the client shows the call as denied (output-denied)
             self._part({"type": "tool-output-denied", "toolCallId": result.id})

@@ -55,7 +55,7 @@ import os
 import pathlib
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import anyio
@@ -78,6 +78,7 @@ from scope.errors import (
 from scope.history import ReadWriter
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
+from scope.tools import Tool
 from scope.web import (
     AGUI_HEADERS,
     UI_MESSAGE_STREAM_HEADERS,
@@ -129,6 +130,7 @@ def create_app(
     max_body: int = MAX_BODY,
     output: type | None = None,
     reset_step: bool = False,
+    tools: Sequence[Tool[..., Any]] = (),
 ) -> Starlette:
     """The service: ``model`` answers, ``store`` keeps every chat's history, ``log``
     keeps running turns' events (default in memory; ``RedisTurnLog`` for several
@@ -151,7 +153,12 @@ def create_app(
 
     def conversation(chat_id: str) -> Conversation:
         return Conversation(
-            model, store, chat_id, on_overlap=on_overlap, keep_interrupted=keep_interrupted
+            model,
+            store,
+            chat_id,
+            tools=tools,
+            on_overlap=on_overlap,
+            keep_interrupted=keep_interrupted,
         )
 
     async def sse(turn_id: str, last_event_id: str | None, headers: Any) -> Response:
