@@ -412,8 +412,10 @@ async def ui_turn(
     request with ``approvals`` (``chat_request_from_ui``): each decision is taken in
     order, ``conversation.stream_approve(call_id)`` or ``stream_deny(call_id,
     reason)`` (the client's reason, or ``"denied by the user"``), and the events are
-    the decided calls' results, then the resumed turn's (only the last decision's
-    ``done``: the turn goes on once every waiting call is decided). A call that does
+    the decided calls' results, each after a ``tool_call`` event for its call (which
+    ``ui_message_stream`` sends again, so that the stream read alone, a resumed one,
+    holds it), then the resumed turn's (only the last decision's ``done``: the turn
+    goes on once every waiting call is decided). A call that does
     not wait (decided already, never pending, or the chat moved on) raises
     ``NotPendingError`` here, before any event (answer 409); a closed chat
     ``ConversationClosedError`` (410). ``output`` as for ``stream_approve``. The
