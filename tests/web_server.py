@@ -246,7 +246,7 @@ def refund(order: str) -> str:
     return f"refunded {order}"
 
 
-def _refunder(request: ModelRequest) -> Response | str:
+def refunder(request: ModelRequest) -> Response | str:
     """Asks to refund the orders the user names (comma-separated: a call each, in one
     response); then says what the tools answered."""
     last = request.messages[-1]
@@ -263,7 +263,7 @@ def _refunder(request: ModelRequest) -> Response | str:
 
 
 def approval_app(store: InMemoryStore) -> Any:
-    """``POST /api/chat``: the chat ``_refunder`` answers, its refund waiting for approval;
+    """``POST /api/chat``: the chat ``refunder`` answers, its refund waiting for approval;
     a refused request is a 400 (``InvalidRequestError``) or a 409 (``HistoryError``:
     a decision on a call that does not wait, a diverged chat)."""
     from starlette.applications import Starlette
@@ -276,7 +276,7 @@ def approval_app(store: InMemoryStore) -> Any:
             asked = chat_request_from_ui(await request.body())
         except InvalidRequestError as exc:
             return PlainTextResponse(str(exc), status_code=400)
-        conversation = Conversation(FunctionModel(_refunder), store, asked.chat_id, tools=[refund])
+        conversation = Conversation(FunctionModel(refunder), store, asked.chat_id, tools=[refund])
         try:
             events = await ui_turn(conversation, asked)
         except HistoryError as exc:
@@ -292,7 +292,7 @@ def approval_app(store: InMemoryStore) -> Any:
             run = run_input_from_agui(await request.body())
         except InvalidRequestError as exc:
             return PlainTextResponse(str(exc), status_code=400)
-        conversation = Conversation(FunctionModel(_refunder), store, run.thread_id, tools=[refund])
+        conversation = Conversation(FunctionModel(refunder), store, run.thread_id, tools=[refund])
         try:
             events = await agui_turn(conversation, run)
         except HistoryError as exc:

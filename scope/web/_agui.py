@@ -131,6 +131,11 @@ class _AGUISink:
     def tool_end(self, call: ToolCall) -> None:
         self._event({"type": "TOOL_CALL_END", "toolCallId": call.id})
 
+    def earlier_call(self, call: ToolCall) -> None:
+        # Nothing: a resume run's client holds the call (HttpAgent would add it again),
+        # and a reconnecting one reads on from its Last-Event-ID.
+        return
+
     def tool_result(self, result: ToolResult, denied: str | None) -> None:
         event: dict[str, Any] = {
             "type": "TOOL_CALL_RESULT",

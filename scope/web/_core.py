@@ -78,6 +78,7 @@ class Sink(Protocol):
     def tool_start(self, call_id: str, name: str) -> None: ...
     def tool_delta(self, call_id: str, arguments: str) -> None: ...
     def tool_end(self, call: ToolCall) -> None: ...
+    def earlier_call(self, call: ToolCall) -> None: ...
     def tool_result(self, result: ToolResult, denied: str | None) -> None: ...
     def approval_request(self, call: ToolCall) -> None: ...
     def media(self, media: Media) -> None: ...
@@ -109,6 +110,7 @@ class Driver:
         "_block_kind",
         "_block_meta",
         "_calls",
+        "_carried",
         "_count",
         "_finished",
         "_in_step",
@@ -128,6 +130,7 @@ class Driver:
         self._block_kind: PartKind | None = None
         self._block_meta: Metadata | None = None
         self._calls: dict[str, tuple[str, list[str]]] = {}  # open calls: id -> name, args
+        self._carried: set[str] = set()  # the ids of the calls this stream has sent
         self._in_step = False
         self._finished = False  # the step's answer has its finish reason
         self._seen: set[str] = set()  # the pages (URLs) and documents shown so far
@@ -158,6 +161,16 @@ class Driver:
             ):
                 self._restart()
             self.chunk(chunk)
+        elif kind is TurnEventKind.TOOL_CALL:
+            call = item.tool_call
+            assert call is not None
+            if call.id not in self._carried:
+                # A call an earlier stream carried (the waiting turn's, which a decision
+                # continues): sent again before its result, so that this stream read
+                # alone (a resumed one, replayed from its start) holds it too.
+                self._carried.add(call.id)
+                self._sink.earlier_call(call)
+            # Otherwise it repeats a call the chunks already carried.
         elif kind is TurnEventKind.TOOL_RESULT:
             assert item.tool_result is not None
             self._end_step()
@@ -166,11 +179,14 @@ class Driver:
             result = item.result
             if result is not None and result.pending:
                 # The turn waits for a decision on these calls (requires_approval):
-                # each is asked for, after its call was sent.
+                # each is asked for, after its call was sent (by an earlier stream, for
+                # the calls a partial decision leaves waiting: sent again, as above).
                 self._end_step()
                 for call in result.pending:
+                    if call.id not in self._carried:
+                        self._carried.add(call.id)
+                        self._sink.earlier_call(call)
                     self._sink.approval_request(call)
-        # TOOL_CALL repeats calls the chunks already carried.
 
     def chunk(self, chunk: Response) -> None:
         if not self._in_step:
@@ -222,6 +238,7 @@ class Driver:
                 if call is None:  # a new call: the accumulator starts a new part
                     self._close_block()
                     call = self._calls[delta.id] = (delta.name, [])
+                    self._carried.add(delta.id)
                     sink.tool_start(delta.id, delta.name)
                 if delta.arguments:
                     call[1].append(delta.arguments)
@@ -230,6 +247,7 @@ class Driver:
                 complete = part.tool_call
                 assert complete is not None
                 self._close_block()
+                self._carried.add(complete.id)
                 sink.tool_start(complete.id, complete.name)
                 if complete.arguments:
                     sink.tool_delta(complete.id, complete.arguments)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from scope.chat import FinishReason, Message, Output, Response, Role, ToolCall
@@ -412,8 +412,10 @@ async def ui_turn(
     request with ``approvals`` (``chat_request_from_ui``): each decision is taken in
     order, ``conversation.stream_approve(call_id)`` or ``stream_deny(call_id,
     reason)`` (the client's reason, or ``"denied by the user"``), and the events are
-    the decided calls' results, then the resumed turn's (only the last decision's
-    ``done``: the turn goes on once every waiting call is decided). A call that does
+    the decided calls' results, each after a ``tool_call`` event for its call (which
+    ``ui_message_stream`` sends again, so that the stream read alone, a resumed one,
+    holds it), then the resumed turn's (only the last decision's ``done``: the turn
+    goes on once every waiting call is decided). A call that does
     not wait (decided already, never pending, or the chat moved on) raises
     ``NotPendingError`` here, before any event (answer 409); a closed chat
     ``ConversationClosedError`` (410). ``output`` as for ``stream_approve``. The
@@ -480,7 +482,7 @@ async def _decide(
     (``NotPendingError``), the conversation be open (``ConversationClosedError``)."""
     cid = conversation.conversation_id
     await _read_tree(conversation)  # closed: ConversationClosedError; the store's kind
-    waiting = {call.id for call in await conversation.pending()}
+    waiting = {call.id: call for call in await conversation.pending()}
     for approval in approvals:
         if approval.call_id not in waiting:
             listed = ", ".join(map(repr, sorted(waiting))) or "none"
@@ -491,14 +493,20 @@ async def _decide(
                 conversation_id=str(cid),
                 call_id=approval.call_id,
             )
-    return _decisions(conversation, approvals, output)
+    return _decisions(conversation, approvals, waiting, output)
 
 
 async def _decisions(
-    conversation: Conversation, approvals: Sequence[ToolApproval], output: object
+    conversation: Conversation,
+    approvals: Sequence[ToolApproval],
+    calls: Mapping[str, ToolCall],
+    output: object,
 ) -> AsyncGenerator[TurnEvent[Any], None]:
-    """Each decision's events in order; the ``done`` of all but the last is dropped
-    (the turn still waits for the later decisions)."""
+    """Each decision's events in order, its first one (the decided call's result)
+    after a ``tool_call`` event for that call: the encoders send the call again, for a
+    reader of this stream alone (a resumed stream replayed from its start). The
+    ``done`` of all but the last decision is dropped (the turn still waits for the
+    later decisions)."""
     last = len(approvals) - 1
     for index, approval in enumerate(approvals):
         if approval.approved:
@@ -506,8 +514,12 @@ async def _decisions(
         else:
             reason = approval.reason or DENIED_WITHOUT_REASON
             events = conversation.stream_deny(approval.call_id, reason, output=output)
+        first = True
         async with contextlib.aclosing(events):
             async for event in events:
+                if first:  # the call is claimed: its result comes
+                    first = False
+                    yield TurnEvent(TurnEventKind.TOOL_CALL, tool_call=calls[approval.call_id])
                 if index < last and event.kind is TurnEventKind.DONE:
                     continue
                 yield event

@@ -156,6 +156,12 @@ class _UISink:
             }
         )
 
+    def earlier_call(self, call: ToolCall) -> None:
+        # tool-input-available: a client that holds the call (in state
+        # approval-responded) updates that part and keeps its approval; one that reads
+        # this stream from its start (a resumed stream) gets the part its result needs.
+        self.tool_end(call)
+
     def tool_result(self, result: ToolResult, denied: str | None) -> None:
         if denied is not None:  # the client shows the call as denied (output-denied)
             self._part({"type": "tool-output-denied", "toolCallId": result.id})
@@ -252,7 +258,10 @@ def ui_message_stream(
     media (``file``), ``finish`` with the finish reason, then ``data: [DONE]``. A turn
     of ``Conversation.stream`` that waits for approval (``TurnResult.pending``) sends a
     ``tool-approval-request`` per waiting call before ``finish`` (its ``approvalId`` is
-    the call id; ``chat_request_from_ui`` reads the client's answer).
+    the call id; ``chat_request_from_ui`` reads the client's answer). A call the stream
+    names but an earlier stream carried (``ui_turn``'s decided calls, the calls a partial
+    decision leaves waiting) is sent first as ``tool-input-available``, so the stream
+    read alone (a resumed one, replayed from its start) holds every call it names.
 
     A step is restarted when ``Conversation.stream`` sends an answer back because it
     did not decode (``output_retries``) and the model answers again. The answer sent

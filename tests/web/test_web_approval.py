@@ -85,6 +85,17 @@ def _tool_part(call_id: str = "call-1", **approval: Any) -> dict[str, Any]:
     }
 
 
+def _call(call_id: str = "call-1", order: str = "o7") -> dict[str, Any]:
+    """The decided call, sent again before its result (a resumed stream's reader has
+    only this stream)."""
+    return {
+        "type": "tool-input-available",
+        "toolCallId": call_id,
+        "toolName": "refund",
+        "input": {"order": order},
+    }
+
+
 def _answer(*parts: Any) -> dict[str, Any]:
     """The body the AI SDK chat posts after addToolApprovalResponse."""
     assistant = {"id": "a1", "role": "assistant", "parts": [{"type": "step-start"}, *parts]}
@@ -318,8 +329,9 @@ async def test_ui_turn_approves_and_streams_the_resumed_turn() -> None:
     conversation = _conversation(store, _says("Refunded o7."))
     request = chat_request_from_ui(_answer(_tool_part()))
     parts = await _encoded(ui_message_stream(await ui_turn(conversation, request)))
-    assert parts[:2] == [
+    assert parts[:3] == [
         {"type": "start"},
+        _call(),
         {"type": "tool-output-available", "toolCallId": "call-1", "output": "refunded o7"},
     ]
     text = "".join(p["delta"] for p in parts if p != "[DONE]" and p["type"] == "text-delta")
@@ -348,7 +360,7 @@ async def test_ui_turn_denies_with_the_clients_reason(reason: str | None, told: 
     request = chat_request_from_ui(_answer(_tool_part(**approval)))
     parts = await _encoded(ui_message_stream(await ui_turn(conversation, request)))
     # A denial, not a failure: the AI SDK's tool-output-denied (the model is told why).
-    assert parts[1] == {"type": "tool-output-denied", "toolCallId": "call-1"}
+    assert parts[1:3] == [_call(), {"type": "tool-output-denied", "toolCallId": "call-1"}]
     history = await store.read("chat-1")
     assert [(m.role, m.text) for m in history][-1] == (Role.ASSISTANT, "I did not refund o7.")
     result = history[2].tool_results[0]
@@ -371,8 +383,10 @@ async def test_ui_turn_takes_several_decisions_in_order() -> None:
     )
     parts = await _encoded(ui_message_stream(await ui_turn(conversation, request)))
     dicts = [p for p in parts if isinstance(p, dict)]
-    assert dicts[1:3] == [
+    assert dicts[1:5] == [
+        _call(),
         {"type": "tool-output-available", "toolCallId": "call-1", "output": "refunded o7"},
+        _call("call-2", "o8"),
         {"type": "tool-output-denied", "toolCallId": "call-2"},
     ]
     assert not any(p["type"] == "tool-approval-request" for p in dicts)
@@ -387,9 +401,12 @@ async def test_a_partial_decision_asks_again_for_the_calls_that_still_wait() -> 
     conversation = _conversation(store)
     request = chat_request_from_ui(_answer(_tool_part("call-1")))
     parts = await _encoded(ui_message_stream(await ui_turn(conversation, request)))
+    # Each call this stream names is in it: the decided one, and the one still waiting.
     assert [p for p in parts if isinstance(p, dict)] == [
         {"type": "start"},
+        _call(),
         {"type": "tool-output-available", "toolCallId": "call-1", "output": "refunded o7"},
+        _call("call-2", "o8"),
         {"type": "tool-approval-request", "approvalId": "call-2", "toolCallId": "call-2"},
         {"type": "finish"},
     ]

@@ -17,6 +17,7 @@ one a failure.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -40,6 +41,8 @@ from tests.web_server import (
     approval_app,
     chunk,
     live_server,
+    refund,
+    refunder,
     scenario_app,
 )
 
@@ -705,6 +708,156 @@ def test_ai_sdk_chat_decides_two_waiting_calls_in_one_request(ai: int, decision:
     assert [m.role.value for m in history] == ["user", "assistant", "tool", "assistant"]
     assert [r.id for r in history[2].tool_results] == ["call-1", "call-2"]
     assert history[-1].text == told
+
+
+class GatedRefunds:
+    """``refunder`` as a streamer over the example service: its answer after the tools
+    comes in pieces and, when ``hold``, waits after the first until the test releases
+    it."""
+
+    def __init__(self, *, hold: bool) -> None:
+        self.hold = hold
+        self.released: anyio.Event | None = None
+
+    def release(self) -> None:
+        if self.released is None:
+            self.released = anyio.Event()
+        self.released.set()
+
+    def streamer(self) -> Streamer:
+        async def stream(request: Request) -> AsyncIterator[Response]:
+            answer = refunder(request)
+            if isinstance(answer, Response):  # the calls, which wait for approval
+                yield answer
+                return
+            for index, start in enumerate(range(0, len(answer), 8)):
+                if index == 1 and self.hold:
+                    if self.released is None:
+                        self.released = anyio.Event()
+                    await self.released.wait()
+                yield chunk(answer[start : start + 8])
+            yield chunk(finish=FinishReason.STOP)
+
+        return StreamerFunc(stream)
+
+
+@contextlib.contextmanager
+def _refund_service(store: InMemoryStore, *, hold: bool = False) -> Iterator[str]:
+    """The example service (``ResumableTurns``) with ``refund``, which waits for
+    approval; ``POST /test/release`` lets a held answer go on."""
+    from starlette.requests import Request as HTTPRequest
+    from starlette.responses import Response as HTTPResponse
+    from starlette.routing import Route
+
+    gated = GatedRefunds(hold=hold)
+    app = _example().create_app(gated.streamer(), store, tools=[refund])
+
+    async def release(request: HTTPRequest) -> HTTPResponse:
+        gated.release()
+        return HTTPResponse(status_code=204)
+
+    app.router.routes.append(Route("/test/release", release, methods=["POST"]))
+    with live_server(app) as base:
+        yield base
+
+
+def _told(decision: str, reason: str | None) -> str:
+    if decision == "approve":
+        return "done: refunded o7"
+    return f"failed: the call was denied: {reason or 'denied by the user'}"
+
+
+def _stored_once(store: InMemoryStore, chat: str, decision: str, told: str) -> None:
+    history = _stored(store, chat)
+    assert [(m.role.value, m.text) for m in history] == [
+        ("user", "o7"),
+        ("assistant", ""),
+        ("tool", ""),
+        ("assistant", told),
+    ]
+    assert history[2].tool_results[0].is_error is (decision == "deny")
+
+
+@pytest.mark.parametrize("reload", [False, True], ids=["live", "reloaded"])
+@pytest.mark.parametrize(
+    ("decision", "reason"), [("approve", None), ("deny", "not today")], ids=["approve", "deny"]
+)
+def test_ai_sdk_chat_goes_through_a_tool_approval_on_resumable_turns(
+    ai: int, decision: str, reason: str | None, reload: bool
+) -> None:
+    # The example service runs every turn through ResumableTurns: the waiting turn (its
+    # log ends with the approval request) and the decided one. "reloaded": the page is
+    # reloaded while the call waits; the new chat's resumeStream (useChat's resume: true)
+    # gets the waiting turn replayed from the log, and decides there.
+    store = InMemoryStore()
+    chat = f"turns-{decision}-{reload}-{ai}"
+    args = [decision] if reason is None else [decision, reason]
+    with _refund_service(store) as base:
+        flags = ["--reload"] if reload else []
+        result = _run_node("approval_client.mjs", base, chat, "o7", *args, *flags, ai=ai)
+    assert result["error"] is None
+    waiting = result["waiting"]
+    asked = {
+        "type": "tool-refund",
+        "toolCallId": "call-1",
+        "state": "approval-requested",
+        "input": {"order": "o7"},
+        "approval": {"id": "call-1"},
+    }
+    assert [_tool_part(m) for m in waiting[1:]] == [asked]
+    if reload:  # the replay rebuilt the waiting message, the same id
+        assert result["replayed"] == waiting
+    else:
+        assert result["replayed"] is None
+    posted = result["requests"][-1]
+    assert posted["messageId"] == waiting[1]["id"]
+    final = result["messages"]
+    assert [m["id"] for m in final] == [m["id"] for m in waiting]
+    part = _tool_part(final[1])
+    approval: dict[str, Any] = {"id": "call-1", "approved": decision == "approve"}
+    if reason is not None:
+        approval["reason"] = reason
+    assert part["approval"] == approval  # the decided call was sent again: kept
+    if decision == "approve":
+        assert (part["state"], part["output"]) == ("output-available", "refunded o7")
+    else:
+        assert part["state"] == "output-denied"
+    told = _told(decision, reason)
+    assert [p["text"] for p in final[1]["parts"] if p["type"] == "text"] == [told]
+    _stored_once(store, chat, decision, told)
+
+
+@pytest.mark.parametrize(
+    ("decision", "reason"), [("approve", None), ("deny", "not today")], ids=["approve", "deny"]
+)
+def test_ai_sdk_chat_resumes_a_decided_turn_after_disconnecting(
+    ai: int, decision: str, reason: str | None
+) -> None:
+    # The decided turn's connection drops mid-answer; the chat resumes it, and the log
+    # replays it from its start (the AI SDK rebuilds the message from the replay). Its
+    # stream sends the decided call again before the call's result: without it the
+    # client has no part for the result ("No tool invocation found").
+    store = InMemoryStore()
+    chat = f"drop-{decision}-{ai}"
+    args = [decision] if reason is None else [decision, reason]
+    with _refund_service(store, hold=True) as base:
+        result = _run_node(
+            "approval_client.mjs", base, chat, "o7", *args, "--drop=/test/release", ai=ai
+        )
+    assert result["error"] is None
+    told = _told(decision, reason)
+    dropped = [p for p in result["dropped"][1]["parts"] if p["type"] == "text"]
+    assert len(dropped) == 1 and told.startswith(dropped[0]["text"]) and dropped[0]["text"] != told
+    final = result["messages"]
+    assert [m["id"] for m in final] == [m["id"] for m in result["waiting"]]
+    part = _tool_part(final[1])
+    if decision == "approve":
+        assert (part["state"], part["output"]) == ("output-available", "refunded o7")
+    else:
+        assert part["state"] == "output-denied"
+    assert part["input"] == {"order": "o7"}
+    assert [p["text"] for p in final[1]["parts"] if p["type"] == "text"] == [told]
+    _stored_once(store, chat, decision, told)
 
 
 @pytest.mark.parametrize(

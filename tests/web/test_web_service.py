@@ -24,7 +24,7 @@ from scope.chat import Request, user_message
 from scope.history import erase
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
-from tests.web_server import live_server
+from tests.web_server import live_server, refund, refunder
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "examples" / "web_chat" / "app.py"
 JSON = {"content-type": "application/json"}
@@ -349,3 +349,58 @@ def test_a_resent_request_gets_the_stored_answer_with_no_model_call(service: Ser
     stored = anyio.run(service.store.read, "chat-resent")
     assert [m.text for m in stored] == ["Once only", expected]  # stored once
     assert len(anyio.run(service.store.read, "thread-resent")) == 2
+
+
+def test_a_tool_approval_runs_through_resumable_turns() -> None:
+    # The example service with a tool that waits for approval: the waiting turn and the
+    # decided one each run through ResumableTurns, and a GET of either replays it whole
+    # (the AI SDK's resume), each part with its id.
+    store = InMemoryStore()
+    app = _example().create_app(FunctionModel(refunder), store, tools=[refund])
+    user = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "o7"}]}
+    with live_server(app) as base, httpx.Client(base_url=base, timeout=10) as client:
+        asked = client.post(
+            "/api/chat", content=orjson.dumps({"id": "c", "messages": [user]}), headers=JSON
+        )
+        waiting = list(_events(iter(asked.text.splitlines())))
+        replayed = list(_events(iter(client.get("/api/chat/c/stream").text.splitlines())))
+        assert replayed == waiting and all(event_id for event_id, _ in waiting)
+        parts = [part for _, part in waiting]
+        assert parts[-3:] == [
+            {"type": "tool-approval-request", "approvalId": "call-1", "toolCallId": "call-1"},
+            {"type": "finish", "finishReason": "tool-calls"},
+            {"type": "[DONE]"},
+        ]
+        message_id = parts[0]["messageId"]
+        tool = {
+            "type": "tool-refund",
+            "toolCallId": "call-1",
+            "state": "approval-responded",
+            "input": {"order": "o7"},
+            "approval": {"id": "call-1", "approved": True},
+        }
+        assistant = {"id": message_id, "role": "assistant", "parts": [tool]}
+        decision = {
+            "id": "c",
+            "trigger": "submit-message",
+            "messageId": message_id,
+            "messages": [user, assistant],
+        }
+        decided = client.post("/api/chat", content=orjson.dumps(decision), headers=JSON)
+        answer = list(_events(iter(decided.text.splitlines())))
+        again = list(_events(iter(client.get("/api/chat/c/stream").text.splitlines())))
+    assert again == answer
+    # The decided turn's stream holds the call its result belongs to: read alone (a
+    # resumed stream, replayed from its start), it rebuilds the message.
+    assert [part for _, part in answer][:3] == [
+        {"type": "start", "messageId": message_id},
+        {
+            "type": "tool-input-available",
+            "toolCallId": "call-1",
+            "toolName": "refund",
+            "input": {"order": "o7"},
+        },
+        {"type": "tool-output-available", "toolCallId": "call-1", "output": "refunded o7"},
+    ]
+    stored = anyio.run(store.read, "c")
+    assert [m.text for m in stored] == ["o7", "", "", "done: refunded o7"]

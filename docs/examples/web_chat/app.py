@@ -24,7 +24,9 @@ Routes:
   ``GET /api/agui/{thread_id}/stream`` with ``Last-Event-ID``: the rest of the run.
 
 Each chat (the AI SDK's chat id, AG-UI's thread id) is one ``Conversation`` over the
-store, which owns the history: a request contributes only its new user message.
+store, which owns the history: a request contributes only its new user message. With
+``create_app``'s ``tools``, a call of one that waits for approval ends the turn's
+stream, and the client's decision is the next request, a turn of its own.
 Turns run apart from the requests (``ResumableTurns``): a client that disconnects can
 come back for the rest, and the turn is stored once either way. A request posted again
 (the same message id) is never stored twice: it streams the stored answer (no model
@@ -55,7 +57,7 @@ import os
 import pathlib
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import anyio
@@ -78,6 +80,7 @@ from scope.errors import (
 from scope.history import ReadWriter
 from scope.history.inmemory import InMemoryStore
 from scope.testing import FunctionModel
+from scope.tools import Tool
 from scope.web import (
     AGUI_HEADERS,
     UI_MESSAGE_STREAM_HEADERS,
@@ -129,6 +132,7 @@ def create_app(
     max_body: int = MAX_BODY,
     output: type | None = None,
     reset_step: bool = False,
+    tools: Sequence[Tool[..., Any]] = (),
 ) -> Starlette:
     """The service: ``model`` answers, ``store`` keeps every chat's history, ``log``
     keeps running turns' events (default in memory; ``RedisTurnLog`` for several
@@ -141,7 +145,10 @@ def create_app(
     the service shuts down (``serve``). ``output``: a type the AI SDK chat's answers
     decode into (``ui_turn(..., output=)``: an answer that does not is sent back once);
     ``reset_step``: show only the answer that decoded, for clients on ``ai`` 7.0.70 or
-    later (``ui_message_stream(..., reset_step=True)``; ``ai`` 6 rejects the part)."""
+    later (``ui_message_stream(..., reset_step=True)``; ``ai`` 6 rejects the part).
+    ``tools``: the chats' tools; one with ``requires_approval`` makes a turn wait, and
+    the client's decision is a turn of its own (``ui_turn``/``agui_turn``), run and
+    resumable like any other."""
     turns = ResumableTurns(log, shutdown_grace=shutdown_grace)
 
     @contextlib.asynccontextmanager
@@ -151,7 +158,12 @@ def create_app(
 
     def conversation(chat_id: str) -> Conversation:
         return Conversation(
-            model, store, chat_id, on_overlap=on_overlap, keep_interrupted=keep_interrupted
+            model,
+            store,
+            chat_id,
+            tools=tools,
+            on_overlap=on_overlap,
+            keep_interrupted=keep_interrupted,
         )
 
     async def sse(turn_id: str, last_event_id: str | None, headers: Any) -> Response:
