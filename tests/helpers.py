@@ -527,9 +527,11 @@ def _interactions_error(status: int, request_id: str, code: str, message: str) -
 def _interactions_transcript(name: str) -> list[dict[str, Any]]:
     """The exchanges of a transcript: a recorded one of
     tests/gemini_interactions_transcripts/, a stream as recorded and the text answer
-    (``"text"``) assembled from one; or one of the invented ones above."""
-    if name == "text":
-        (exchange,) = gemini_interactions_server.load("stream_final_answer")["exchanges"]
+    (``"text"``) and the tool call (``"tool_call"``) assembled from one; or one of the
+    invented ones above."""
+    if name in ("text", "tool_call"):  # a recorded stream, as one body
+        recorded = "stream_final_answer" if name == "text" else "stream_tool_call"
+        (exchange,) = gemini_interactions_server.load(recorded)["exchanges"]
         body = gemini_interactions_server.assembled(gemini_interactions_server.events_of(exchange))
         return [{"status": 200, "headers": exchange["headers"], "json": body}]
     if name == "stream_text":

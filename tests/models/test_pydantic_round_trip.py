@@ -17,18 +17,20 @@ import pytest
 from scope.conversation import Conversation
 from scope.history.inmemory import InMemoryStore
 from tests.conversation.test_tools_pydantic import FORECAST, VALID, Forecast, forecast
-from tests.helpers import ANTHROPIC, GEMINI, OPENAI, RESPONSES, Provider
+from tests.helpers import ANTHROPIC, GEMINI, INTERACTIONS, OPENAI, RESPONSES, Provider
 
 pytestmark = pytest.mark.anyio
 
-#: The recorded turns: a call of get_weather, then the answer ANSWER.
+#: The recorded turns: a call of get_weather, then an answer of ANSWERS.
 TRANSCRIPTS = [
     (OPENAI, ["tool_turn"]),
     (ANTHROPIC, ["thinking_tool_turn"]),
     (GEMINI, ["tool_turn"]),
     (RESPONSES, ["reasoning_tool_turn", "reasoning_final_answer"]),
+    (INTERACTIONS, ["tool_call", "text"]),
 ]
-ANSWER = "It is 18°C and sunny in Paris."
+#: The recorded answers' texts (each rewritten to REQUEST's JSON).
+ANSWERS = ("It is 18°C and sunny in Paris.", INTERACTIONS.text_answer)
 REQUEST: dict[str, Any] = orjson.loads(VALID)["request"]
 
 
@@ -42,11 +44,13 @@ def _rewrite(value: Any) -> Any:
             for key in ("arguments", "input", "args"):
                 if key in out:
                     arguments = {"request": REQUEST}
-                    out[key] = orjson.dumps(arguments).decode() if key == "arguments" else arguments
+                    # As the wire spells them: a JSON text where it had one, else an object.
+                    text = isinstance(value[key], str)
+                    out[key] = orjson.dumps(arguments).decode() if text else arguments
         return out
     if isinstance(value, list):
         return [_rewrite(item) for item in value]
-    if value == ANSWER:
+    if value in ANSWERS:
         return orjson.dumps(REQUEST).decode()
     return value
 
