@@ -60,6 +60,7 @@ from scope.models._wire import (
 __all__ = [
     "API",
     "EXTRA_CONTENT_KEY",
+    "FREEFORM_KEY",
     "PROVIDER",
     "REASONING_DETAILS_KEY",
     "REFUSAL_KEY",
@@ -82,6 +83,12 @@ REFUSAL_KEY: Final = "openai/refusal"
 #: its thought signature there), kept verbatim and sent back on the same call.
 EXTRA_CONTENT_KEY: Final = "openai/extra_content"
 
+#: Tool-call part metadata of a call whose arguments are the text the model wrote, not
+#: JSON: a custom tool's call (Chat Completions ``"type": "custom"``, a Responses
+#: ``custom_tool_call``), whose input a freeform tool takes as its text. The same string
+#: as ``scope.tools.FREEFORM_KEY``.
+FREEFORM_KEY: Final = "scope/freeform"
+
 #: Message metadata: the ``annotations`` array of the answer (citations that OpenAI's
 #: search models and compatible servers attach), as received; a stream's deltas are
 #: joined in order and sent with the finish reason (DESIGN §6k: a stream keeps what a
@@ -99,6 +106,7 @@ _DETAIL_TEXTS: Final = ("text", "summary", "data")
 RESERVED_FIELDS: Final = frozenset({"messages", "model", "stream", "stream_options"})
 
 _REFUSAL_META: Final = Metadata({REFUSAL_KEY: True})
+_FREEFORM_META: Final = Metadata({FREEFORM_KEY: True})
 _EMPTY_META: Final = Metadata()
 _TEXT: Final = PartKind.TEXT
 
@@ -290,11 +298,21 @@ def _assistant(message: Message, where: str, replay: Replay) -> dict[str, Any]:
         elif kind is PartKind.TOOL_CALL:
             call = part.tool_call
             assert call is not None
-            spec: dict[str, Any] = {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
+            spec: dict[str, Any]
+            if own and part.metadata.get(FREEFORM_KEY) == _FREEFORM_META[FREEFORM_KEY]:
+                # A custom tool's call goes back as it came, its input the text; to
+                # another model it is a function call whose arguments are that text.
+                spec = {
+                    "id": call.id,
+                    "type": "custom",
+                    "custom": {"name": call.name, "input": call.arguments},
+                }
+            else:
+                spec = {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
             extra = part.metadata.get(EXTRA_CONTENT_KEY) if own else None
             if extra is not None:
                 spec["extra_content"] = orjson.Fragment(extra.bytes)
@@ -481,6 +499,7 @@ def _tool_call_part(raw: object, where: str, fallback_id: str) -> Part:
     kind = call.get("type") or "function"  # "" is a placeholder, as null
     call_id = _opt_str(call, "id", where) or fallback_id
     if kind == "custom":
+        # A custom tool's call: its input is the text the model wrote, as it is.
         spec = _obj(call.get("custom"), f"{where}.custom")
         name = _opt_str(spec, "name", f"{where}.custom") or ""
         arguments = _opt_str(spec, "input", f"{where}.custom") or ""
@@ -489,10 +508,13 @@ def _tool_call_part(raw: object, where: str, fallback_id: str) -> Part:
         name = _opt_str(spec, "name", f"{where}.function") or ""
         arguments = _opt_str(spec, "arguments", f"{where}.function") or ""
     with as_invalid_response(where):
+        metadata = _extra_content(call)
+        if kind == "custom":
+            metadata = metadata.merge(_FREEFORM_META)
         return Part(
             PartKind.TOOL_CALL,
             tool_call=ToolCall(call_id, name, arguments),
-            metadata=_extra_content(call),
+            metadata=metadata,
         )
 
 
@@ -908,6 +930,14 @@ class ChunkMapper:
         index = fragment.get("index", position)
         if type(index) is not int:
             raise InvalidResponseError(f"{where}.index must be an integer, got {index!r}")
+        if fragment.get("type") == "custom" or fragment.get("custom") is not None:
+            # The stream's tool-call delta is documented for function calls only (its
+            # type is "function", it has no custom member): a custom call is read by
+            # call, never guessed at here.
+            raise InvalidResponseError(
+                f"{where}: a streamed custom tool call, which the Chat Completions stream "
+                "does not document; ask by call(), or use OpenAIResponsesModel"
+            )
         function = fragment.get("function")
         function = {} if function is None else _obj(function, f"{where}.function")
         call_id = _opt_str(fragment, "id", where) or ""  # "" is a placeholder, as null

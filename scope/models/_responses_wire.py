@@ -52,7 +52,7 @@ from scope.models._json_shape import (
     nested_count,
     obj,
 )
-from scope.models._openai_wire import REFUSAL_KEY, data_url
+from scope.models._openai_wire import FREEFORM_KEY, REFUSAL_KEY, data_url
 from scope.models._provenance import Replay
 from scope.models._wire import (
     as_invalid_response,
@@ -604,10 +604,6 @@ def _reasoning_text(item: dict[str, Any], where: str) -> str:
 #: Part metadata of a tool call made from an item the client answers (DESIGN §6k): the
 #: item as received (verbatim), sent back as it is to the same model.
 ITEM_KEY: Final = "openai/item"
-
-#: Part metadata of a tool call whose arguments are the text the model wrote, not JSON
-#: (a ``custom_tool_call``'s input): a freeform tool takes it as its text.
-FREEFORM_KEY: Final = "scope/freeform"
 
 #: Items the client must answer: each a tool call, (tool name, the member holding its
 #: arguments; a string member is the arguments as they are, an object member its JSON).
