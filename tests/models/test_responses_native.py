@@ -4,7 +4,8 @@ Each transcript (tests/responses_transcripts/native_*.json, provenance in its
 description) is one recorded answer by call and by stream: built-in web search, a
 remote MCP server (``mcp_list_tools``, ``mcp_call``), built-in file search, the code
 interpreter, hosted tool search (``tool_search_call``, ``tool_search_output``) and
-server-side compaction, with the encrypted reasoning bound to them; image generation by
+server-side compaction, with the encrypted reasoning bound to them, and the hosted shell
+(``shell_call``, ``shell_call_output`` run in the API's container); image generation by
 call only. For each: both give the same message, every item the adapter does not model
 is a native part holding the item as recorded, in its place; the message is stored and
 read back equal; the next request to the same model carries every item back in order
@@ -20,6 +21,7 @@ import attrs
 import pytest
 
 from scope.chat import (
+    FinishReason,
     Message,
     PartKind,
     Request,
@@ -49,6 +51,7 @@ NATIVE = [
     "native_code_interpreter",
     "native_tool_search",
     "native_compaction",
+    "native_hosted_shell",
 ]
 #: Every recording sent back: the streamed web search's ``action.sources`` name a source
 #: of type ``api`` that the ``openai`` package's request types (which the loopback
@@ -63,6 +66,8 @@ SENT_BACK = [
     "native_tool_search",
     "native_tool_search_call",
     "native_image_generation_call",
+    "native_hosted_shell",
+    "native_hosted_shell_call",
 ]
 QUESTION = Request([user_message("Look it up.")])
 MODELLED = {"message", "reasoning", "function_call"}
@@ -186,6 +191,25 @@ async def test_native_items_are_stored_and_go_back_in_order(name: str, server: A
             assert item == original
         elif original["type"] == "reasoning":
             assert item["encrypted_content"] == original["encrypted_content"]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["call", "stream"])
+async def test_a_hosted_shell_call_is_no_call_for_the_client(streamed: bool, server: Any) -> None:
+    # The API ran the commands in its container and answered with their output: a
+    # shell_call there is the hosted tool's item, not a tool call (a local one is).
+    call, stream = load_transcript("native_hosted_shell")
+    server.script(stream if streamed else call)
+    model, _ = RESPONSES.recorded(server)
+    async with model:
+        if streamed:
+            _, response = await accumulate(model.stream(QUESTION))
+        else:
+            response = await model.call(QUESTION)
+    assert response.output is not None and response.output.message is not None
+    assert response.output.finish_reason is FinishReason.STOP
+    natives = [part.native for part in response.output.message.parts if part.native is not None]
+    assert [native.type for native in natives] == ["shell_call", "shell_call_output"] * 2
+    assert not [p for p in response.output.message.parts if p.kind is PartKind.TOOL_CALL]
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["call", "stream"])
