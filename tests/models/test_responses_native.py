@@ -3,15 +3,15 @@
 Each transcript (tests/responses_transcripts/native_*.json, provenance in its
 description) is one recorded answer by call and by stream: built-in web search, a
 remote MCP server (``mcp_list_tools``, ``mcp_call``), built-in file search, the code
-interpreter, hosted tool search (``tool_search_call``, ``tool_search_output``) and
-server-side compaction, with the encrypted reasoning bound to them, and the hosted shell
-(``shell_call``, ``shell_call_output`` run in the API's container); image generation by
-call only. For each: both give the same message, every item the adapter does not model
-is a native part holding the item as recorded, in its place; the message is stored and
-read back equal; the next request to the same model carries every item back in order
-(the loopback server validates it with the official ``openai`` package's request
-types), or, for a compaction item, starts at it; a request to another model carries
-none of their opaque strings."""
+interpreter, hosted tool search (``tool_search_call``, ``tool_search_output``),
+server-side compaction, the hosted shell (``shell_call``, ``shell_call_output`` run in
+the API's container) and image generation, with the encrypted reasoning bound to them.
+For each: both give the same message, every item the adapter does not model is a native
+part holding the item as recorded, in its place; the message is stored and read back
+equal; the next request to the same model carries every item back in order (the
+loopback server validates it with the official ``openai`` package's request types), or,
+for a compaction item, starts at it; a request to another model carries none of their
+opaque strings."""
 
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ NATIVE = [
     "native_tool_search",
     "native_compaction",
     "native_hosted_shell",
+    "native_image_generation",
 ]
 #: Every recording sent back: the streamed web search's ``action.sources`` name a source
 #: of type ``api`` that the ``openai`` package's request types (which the loopback
@@ -68,6 +69,7 @@ SENT_BACK = [
     "native_image_generation_call",
     "native_hosted_shell",
     "native_hosted_shell_call",
+    "native_image_generation",
 ]
 QUESTION = Request([user_message("Look it up.")])
 MODELLED = {"message", "reasoning", "function_call"}
@@ -75,9 +77,22 @@ MODELLED = {"message", "reasoning", "function_call"}
 server = RESPONSES.server_fixture()
 
 
+def _holds_something(item: dict[str, Any]) -> bool:
+    """False for an item that holds nothing to keep: a message item whose texts are
+    empty, a reasoning item with neither summary text nor ``encrypted_content`` (one
+    recorded without ``include: ["reasoning.encrypted_content"]``, which scope asks for)."""
+    if item["type"] == "message":
+        return any(content.get("text") for content in item["content"])
+    if item["type"] == "reasoning":
+        summary = any(entry.get("text") for entry in item.get("summary") or ())
+        return summary or bool(item.get("encrypted_content"))
+    return True
+
+
 def _output(name: str) -> list[dict[str, Any]]:
+    """The recorded answer's output items that hold something to keep."""
     output: list[dict[str, Any]] = load_transcript(name)[0]["json"]["output"]
-    return output
+    return [item for item in output if _holds_something(item)]
 
 
 def _opaque(item: dict[str, Any]) -> list[str]:
@@ -175,13 +190,7 @@ async def test_native_items_are_stored_and_go_back_in_order(name: str, server: A
         # Read back equal (the middleware adds its usage and response id stamps).
         assert stored[1].parts == answer.parts
     sent = server.requests[-1].body["input"]
-    # A message item whose text is empty (the image generation's) holds no part: there
-    # is nothing of it to send.
-    output = [
-        item
-        for item in _output(name)
-        if item["type"] != "message" or any(c.get("text") for c in item["content"])
-    ]
+    output = _output(name)
     # The answer's items go back in the order the model gave them, every item the
     # adapter does not model as recorded, the reasoning bound to them included.
     back = sent[1:-1]
