@@ -5,7 +5,8 @@ provenance in its description) is an answer recorded from the API: server web se
 (with cited text), code execution (with its container), a remote MCP server, server web
 fetch, the text editor code execution tool, server tool search (with a client
 ``tool_use`` and its ``caller``), the advisor tool and server-side compaction, by call
-and by stream. Every block the adapter does not model is a native part holding the block
+and by stream; code execution calling web fetch (server tool blocks with a ``caller``)
+by call. Every block the adapter does not model is a native part holding the block
 as recorded (what a stream's deltas bring included), in its place; text citations, the
 container and a tool_use's caller are kept in metadata; the answer is stored and read
 back equal; the next request to the same model carries every block back in order (the
@@ -47,7 +48,8 @@ from tests.helpers import ANTHROPIC, accumulate, sent_to
 
 pytestmark = pytest.mark.anyio
 
-CALLS = [
+#: Recorded by call and by stream (two answers each).
+BOTH = [
     "native_web_search",
     "native_code_execution",
     "native_mcp",
@@ -57,7 +59,8 @@ CALLS = [
     "native_advisor",
     "native_compaction",
 ]
-STREAMS = [f"stream_{name}" for name in CALLS]
+CALLS = [*BOTH, "native_code_execution_web_fetch"]
+STREAMS = [f"stream_{name}" for name in BOTH]
 MODELLED = {"text", "thinking", "redacted_thinking", "tool_use"}
 QUESTION = Request([user_message("Look it up.")])
 
