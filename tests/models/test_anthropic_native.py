@@ -158,8 +158,6 @@ async def test_native_blocks_decode_in_place(name: str, server: Any) -> None:
 
 @pytest.mark.parametrize("name", ["native_web_search", "stream_native_web_search"])
 async def test_cited_text_keeps_its_citations(name: str, server: Any) -> None:
-    message = await _answer(name, server)
-    cited = [part for part in message.parts if CITATIONS_KEY in part.metadata]
     content = _content(name)
     if name.startswith("stream_"):
         events = load_transcript(name)[0]["sse"]
@@ -170,10 +168,34 @@ async def test_cited_text_keeps_its_citations(name: str, server: Any) -> None:
         ]
     else:
         recorded = [c for block in content for c in block.get("citations") or []]
-    assert cited
-    kept = [c for part in cited for c in part.metadata[CITATIONS_KEY].value()]
-    assert kept == recorded
-    assert message.text  # the cited text is text
+    server.script(load_transcript(name)[0], load_transcript("text")[0])
+    store = InMemoryStore()
+    model, _ = ANTHROPIC.recorded(server)
+    async with model:
+        middleware = Middleware(store, store, "c1")
+        if name.startswith("stream_"):
+            _, first = await accumulate(wrap_stream(model, middleware.stream).stream(QUESTION))
+        else:
+            first = await wrap(model, middleware.call).call(QUESTION)
+        assert first.output is not None and first.output.message is not None
+        message = first.output.message
+        cited = [part for part in message.parts if CITATIONS_KEY in part.metadata]
+        assert cited
+        kept = [c for part in cited for c in part.metadata[CITATIONS_KEY].value()]
+        assert kept == recorded
+        assert message.text  # the cited text is text
+        stored = await store.read("c1")
+        assert stored[-1].parts == message.parts
+        await wrap(model, middleware.call).call(Request([user_message("And then?")]))
+    # The next request to the same model carries each cited text block's citations as
+    # recorded, on its text (another model gets none: see below).
+    sent = server.requests[-1].body["messages"][1]["content"]
+    back = [
+        (block["text"], block["citations"])
+        for block in sent
+        if block["type"] == "text" and block.get("citations")
+    ]
+    assert back == [(part.text, part.metadata[CITATIONS_KEY].value()) for part in cited]
 
 
 @pytest.mark.parametrize("name", ["native_code_execution", "stream_native_code_execution"])
