@@ -275,12 +275,30 @@ def test_a_container_without_content_is_kept_in_the_output() -> None:
 
 
 @pytest.mark.parametrize("name", [*CALLS, *STREAMS])
-async def test_native_blocks_go_back_in_order_to_their_own_model(name: str, server: Any) -> None:
-    answer = await _answer(name, server)
-    server.script(load_transcript("text")[0])
+async def test_native_blocks_are_stored_and_go_back_in_order_to_their_own_model(
+    name: str, server: Any
+) -> None:
+    server.script(load_transcript(name)[0], load_transcript("text")[0])
+    store = InMemoryStore()
     model, _ = ANTHROPIC.recorded(server)
     async with model:
-        await model.call(Request([*QUESTION.messages, answer, user_message("And then?")]))
+        middleware = Middleware(store, store, "c1")
+        if name.startswith("stream_"):
+            _, first = await accumulate(wrap_stream(model, middleware.stream).stream(QUESTION))
+        else:
+            first = await wrap(model, middleware.call).call(QUESTION)
+        assert first.output is not None and first.output.message is not None
+        answer = first.output.message
+        calls = [part.tool_call for part in answer.parts if part.tool_call is not None]
+        if calls:
+            # A tool-call answer leaves the turn open: the host resubmits it with the results.
+            results = [ToolResult(c.id, c.name, ToolOutput.of_text("0.92")) for c in calls]
+            turn = Request([*QUESTION.messages, answer, tool_message(*results)])
+            await wrap(model, middleware.call).call(turn)
+        else:
+            await wrap(model, middleware.call).call(Request([user_message("And then?")]))
+        stored = await store.read("c1")
+        assert stored[1].parts == answer.parts  # read back equal
     sent = server.requests[-1].body["messages"][1]
     assert sent["role"] == "assistant"
     natives = [part.native for part in answer.parts if part.kind is PartKind.NATIVE]
