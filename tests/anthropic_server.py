@@ -102,11 +102,21 @@ def check_request_body(body: Any) -> None:
         validate_body(body, _anthropic_params)
 
 
+#: Block types only the beta types have (besides a remote MCP server's ``mcp_*`` blocks).
+_BETA_BLOCKS = frozenset({"compaction", "advisor_tool_result"})
+
+
 def _beta_blocks(body: dict[str, Any]) -> bool:
     """Whether ``body`` sends back blocks only the beta types have (a remote MCP
-    server's ``mcp_tool_use`` / ``mcp_tool_result``)."""
+    server's ``mcp_tool_use`` / ``mcp_tool_result``, server-side compaction, the
+    advisor tool's call and result)."""
     return any(
-        isinstance(block, dict) and str(block.get("type", "")).startswith("mcp_")
+        isinstance(block, dict)
+        and (
+            str(block.get("type", "")).startswith("mcp_")
+            or block.get("type") in _BETA_BLOCKS
+            or (block.get("type") == "server_tool_use" and block.get("name") == "advisor")
+        )
         for message in body.get("messages") or ()
         if isinstance(message, dict) and isinstance(message.get("content"), list)
         for block in message["content"]

@@ -883,8 +883,11 @@ class EventMapper:
     block stops, so it is decoded whole); a ``redacted_thinking`` block is one reasoning
     part; a ``tool_use`` block is a ``ToolCallDelta`` when it starts and one per
     ``input_json_delta`` (the block index gives the call's id and name), and ``{}`` when
-    it stops without input; ``message_start`` and ``message_delta`` give id, model,
-    usage snapshots and the finish reason. ``ping`` and unknown events add nothing.
+    it stops without input; a block the adapter does not model is one native part when
+    it stops, holding what its deltas brought (a server tool's ``input_json_delta``
+    input, a compaction block's ``compaction_delta`` summary); ``message_start`` and
+    ``message_delta`` give id, model, usage snapshots and the finish reason. ``ping``
+    and unknown events add nothing.
     ``end_marker_seen`` is true once ``message_stop`` arrived, ``finish_reason_seen``
     once a stop reason did. ``map`` returns ``None`` for an event that adds nothing. A
     malformed event raises ``InvalidResponseError``; an ``error`` event the
@@ -1119,6 +1122,13 @@ class EventMapper:
         if kind == "signature_delta" and block_type == "thinking":
             state[4].append(_str(delta, "signature", here))
             return None
+        if kind == "compaction_delta" and block_type == "compaction":
+            # A compaction block starts with content null: its summary (and opaque
+            # state) arrive here, kept for the block's stop.
+            for member in ("content", "encrypted_content"):
+                if delta.get(member) is not None:
+                    state[4].append((member, _str(delta, member, here)))
+            return None
         if kind == "input_json_delta" and block_type not in _MODELLED:
             state[4].append(_str(delta, "partial_json", here))  # a server tool's input
             return None
@@ -1148,6 +1158,12 @@ class EventMapper:
                 return None
             meta = Metadata({CITATIONS_KEY: RawJSON.from_value(kept)}) if kept else _EMPTY_META
             return self._parts([Part(PartKind.TEXT, text=text, metadata=meta)])
+        if kept is not None and state[0] == "compaction":
+            joined: dict[str, str] = {}
+            for member, fragment in state[4]:
+                joined[member] = joined.get(member, "") + fragment
+            kept.update(joined)
+            return self._parts([_native(state[0], kept, where)])
         if kept is not None:
             fragments = "".join(state[4])
             if fragments.strip():

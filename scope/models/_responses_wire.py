@@ -621,6 +621,24 @@ CLIENT_CALLS: Final[dict[str, tuple[str | None, str]]] = {
 _MODELLED: Final = frozenset({"message", "reasoning", "function_call", *CLIENT_CALLS})
 _CALL_TYPES: Final = frozenset({"function_call", *CLIENT_CALLS})
 
+
+def _hosted(item: dict[str, Any]) -> bool:
+    """Whether ``item`` is a shell call the API ran itself (the hosted shell: its
+    environment a container, its ``shell_call_output`` in the same answer): a native
+    item like any hosted tool's, not a call for the client to answer."""
+    environment = item.get("environment")
+    return (
+        item.get("type") == "shell_call"
+        and isinstance(environment, dict)
+        and environment.get("type") not in (None, "local")
+    )
+
+
+def _is_call(item: dict[str, Any]) -> bool:
+    """Whether ``item`` is a call the client answers (``function_call``, ``CLIENT_CALLS``)."""
+    return item.get("type") in _CALL_TYPES and not _hosted(item)
+
+
 #: Members of a client-answered item the API documents as output only: an input item of
 #: that type has no such member, so it is not sent back.
 _OUTPUT_ONLY: Final[dict[str, tuple[str, ...]]] = {"custom_tool_call": ("status",)}
@@ -632,7 +650,7 @@ def _item_parts(item: dict[str, Any], where: str, verbatim: Callable[[], RawJSON
     is one native part (DESIGN §6k) holding the item as the provider wrote it
     (``verbatim()``)."""
     item_type = item.get("type")
-    if item_type not in _MODELLED:
+    if item_type not in _MODELLED or _hosted(item):
         if type(item_type) is not str or not item_type or item_type != item_type.strip():
             raise InvalidResponseError(f"{where}.type must be an item type, got {item_type!r}")
         with as_invalid_response(where):
@@ -793,7 +811,7 @@ def _response(body: dict[str, Any], where: str, verbatim: Verbatim) -> Response:
     for index, raw in enumerate(_list(body, "output", where)):
         here = f"{where}.output[{index}]"
         item = obj(raw, here)
-        has_calls = has_calls or item.get("type") in _CALL_TYPES
+        has_calls = has_calls or _is_call(item)
         parts.extend(_item_parts(item, here, functools.partial(verbatim.at, "output", index)))
         if item.get("type") == "message":
             found = _item_annotations(item, here)
@@ -1061,7 +1079,7 @@ class EventMapper:
             if parts:
                 message = Message(Role.ASSISTANT, parts, _annotated(self._annotations))
                 return Response(Output(message))
-        elif item_type in CLIENT_CALLS:
+        elif item_type in CLIENT_CALLS and not _hosted(item):
             self._has_calls = True  # a call the client answers: whole when it is done
             parts = _item_parts(item, where, verbatim)
         else:
@@ -1076,8 +1094,7 @@ class EventMapper:
         self.end_marker_seen = True
         self.finish_reason_seen = True
         has_calls = self._has_calls or any(
-            isinstance(item, dict) and item.get("type") in _CALL_TYPES
-            for item in _list(response, "output", where)
+            isinstance(item, dict) and _is_call(item) for item in _list(response, "output", where)
         )
         reason = _finish(response, has_calls, where)
         metadata = _metadata(response, where)

@@ -2,13 +2,17 @@
 
 Each transcript (tests/anthropic_transcripts/native_*.json and stream_native_*.json,
 provenance in its description) is an answer recorded from the API: server web search
-(with cited text), code execution (with its container), a remote MCP server and server
-web fetch, by call and by stream. Every block the adapter does not model is a native part
-holding the block as recorded, in its place; text citations and the container are kept
-in metadata; the answer is stored and read back equal; the next request to the same model
-carries every block back in order (the loopback server validates the body with the
-official ``anthropic`` package's request types) and names the container; a request to
-another model carries none of the blocks' opaque strings."""
+(with cited text), code execution (with its container), a remote MCP server, server web
+fetch, the text editor code execution tool, server tool search (with a client
+``tool_use`` and its ``caller``), the advisor tool and server-side compaction, by call
+and by stream; code execution calling web fetch (server tool blocks with a ``caller``)
+by call. Every block the adapter does not model is a native part holding the block
+as recorded (what a stream's deltas bring included), in its place; text citations, the
+container and a tool_use's caller are kept in metadata; the answer is stored and read
+back equal; the next request to the same model carries every block back in order (the
+loopback server validates the body with the official ``anthropic`` package's request
+types) and names the container; a request to another model carries none of the blocks'
+opaque strings."""
 
 from __future__ import annotations
 
@@ -17,13 +21,24 @@ from typing import Any
 import orjson
 import pytest
 
-from scope.chat import Message, PartKind, Request, user_message, wrap, wrap_stream
+from scope.chat import (
+    Message,
+    PartKind,
+    Request,
+    ToolOutput,
+    ToolResult,
+    tool_message,
+    user_message,
+    wrap,
+    wrap_stream,
+)
 from scope.history import Middleware
 from scope.history.inmemory import InMemoryStore
 from scope.jsonvalue import RawJSON
 from scope.models import _gemini_wire, _responses_wire
 from scope.models._anthropic_wire import (
     API,
+    CALLER_KEY,
     CITATIONS_KEY,
     CONTAINER_KEY,
     parse_message,
@@ -33,8 +48,19 @@ from tests.helpers import ANTHROPIC, accumulate, sent_to
 
 pytestmark = pytest.mark.anyio
 
-CALLS = ["native_web_search", "native_code_execution", "native_mcp", "native_web_fetch"]
-STREAMS = [f"stream_{name}" for name in CALLS]
+#: Recorded by call and by stream (two answers each).
+BOTH = [
+    "native_web_search",
+    "native_code_execution",
+    "native_mcp",
+    "native_web_fetch",
+    "native_text_editor",
+    "native_tool_search",
+    "native_advisor",
+    "native_compaction",
+]
+CALLS = [*BOTH, "native_code_execution_web_fetch"]
+STREAMS = [f"stream_{name}" for name in BOTH]
 MODELLED = {"text", "thinking", "redacted_thinking", "tool_use"}
 QUESTION = Request([user_message("Look it up.")])
 
@@ -49,16 +75,30 @@ def _content(name: str) -> list[dict[str, Any]]:
     return content
 
 
-def _streamed_input(name: str, index: int) -> Any:
+def _streamed(name: str, index: int, delta_type: str, member: str) -> str:
+    """What the deltas of one type bring a streamed block, joined."""
     events = load_transcript(name)[0]["sse"]
-    fragments = "".join(
-        e["delta"]["partial_json"]
+    return "".join(
+        e["delta"][member]
         for e in events
         if e["type"] == "content_block_delta"
         and e["index"] == index
-        and e["delta"]["type"] == "input_json_delta"
+        and e["delta"]["type"] == delta_type
     )
-    return orjson.loads(fragments) if fragments.strip() else None
+
+
+def _streamed_block(name: str, index: int, block: dict[str, Any]) -> dict[str, Any]:
+    """A streamed block whole: a server_tool_use starts with input {}, its input arriving
+    in input_json_delta fragments; a compaction block starts with content null, its
+    summary arriving in compaction_delta events."""
+    fragments = _streamed(name, index, "input_json_delta", "partial_json")
+    if fragments.strip():
+        block = {**block, "input": orjson.loads(fragments)}
+    if block["type"] == "compaction":
+        summary = _streamed(name, index, "compaction_delta", "content")
+        assert summary  # the recording streams its summary
+        block = {**block, "content": summary}
+    return block
 
 
 async def _answer(name: str, server: Any) -> Message:
@@ -103,10 +143,8 @@ async def test_native_blocks_decode_in_place(name: str, server: Any) -> None:
     assert expected and len(natives) == len(expected)
     for native, (index, block) in zip(natives, expected, strict=True):
         assert native is not None and native.provider == API and native.type == block["type"]
-        if name.startswith("stream_") and "input" in block:
-            # A streamed server_tool_use starts with input {}: its input arrives in
-            # input_json_delta fragments.
-            block = {**block, "input": _streamed_input(name, index) or block["input"]}
+        if name.startswith("stream_"):
+            block = _streamed_block(name, index, block)
         assert native.data == RawJSON.from_value(block)
     # Order: the native parts stand where their blocks stood among the tool blocks.
     order = [block["type"] for block in content if block["type"] not in ("text", "thinking")]
@@ -120,8 +158,6 @@ async def test_native_blocks_decode_in_place(name: str, server: Any) -> None:
 
 @pytest.mark.parametrize("name", ["native_web_search", "stream_native_web_search"])
 async def test_cited_text_keeps_its_citations(name: str, server: Any) -> None:
-    message = await _answer(name, server)
-    cited = [part for part in message.parts if CITATIONS_KEY in part.metadata]
     content = _content(name)
     if name.startswith("stream_"):
         events = load_transcript(name)[0]["sse"]
@@ -132,10 +168,34 @@ async def test_cited_text_keeps_its_citations(name: str, server: Any) -> None:
         ]
     else:
         recorded = [c for block in content for c in block.get("citations") or []]
-    assert cited
-    kept = [c for part in cited for c in part.metadata[CITATIONS_KEY].value()]
-    assert kept == recorded
-    assert message.text  # the cited text is text
+    server.script(load_transcript(name)[0], load_transcript("text")[0])
+    store = InMemoryStore()
+    model, _ = ANTHROPIC.recorded(server)
+    async with model:
+        middleware = Middleware(store, store, "c1")
+        if name.startswith("stream_"):
+            _, first = await accumulate(wrap_stream(model, middleware.stream).stream(QUESTION))
+        else:
+            first = await wrap(model, middleware.call).call(QUESTION)
+        assert first.output is not None and first.output.message is not None
+        message = first.output.message
+        cited = [part for part in message.parts if CITATIONS_KEY in part.metadata]
+        assert cited
+        kept = [c for part in cited for c in part.metadata[CITATIONS_KEY].value()]
+        assert kept == recorded
+        assert message.text  # the cited text is text
+        stored = await store.read("c1")
+        assert stored[-1].parts == message.parts
+        await wrap(model, middleware.call).call(Request([user_message("And then?")]))
+    # The next request to the same model carries each cited text block's citations as
+    # recorded, on its text (another model gets none: see below).
+    sent = server.requests[-1].body["messages"][1]["content"]
+    back = [
+        (block["text"], block["citations"])
+        for block in sent
+        if block["type"] == "text" and block.get("citations")
+    ]
+    assert back == [(part.text, part.metadata[CITATIONS_KEY].value()) for part in cited]
 
 
 @pytest.mark.parametrize("name", ["native_code_execution", "stream_native_code_execution"])
@@ -168,6 +228,45 @@ async def test_the_container_is_kept_and_named_next_time(name: str, server: Any)
     assert body["container"] == container["id"]
 
 
+@pytest.mark.parametrize("name", ["native_tool_search", "stream_native_tool_search"])
+async def test_a_tool_use_caller_is_kept_and_goes_back_to_its_own_model(
+    name: str, server: Any
+) -> None:
+    content = _content(name)
+    (index,) = [i for i, block in enumerate(content) if block["type"] == "tool_use"]
+    recorded = content[index]
+    if name.startswith("stream_"):
+        recorded = {
+            **recorded,
+            "input": orjson.loads(_streamed(name, index, "input_json_delta", "partial_json")),
+        }
+    assert recorded["caller"] == {"type": "direct"}
+    server.script(load_transcript(name)[0], load_transcript("text")[0])
+    store = InMemoryStore()
+    model, _ = ANTHROPIC.recorded(server)
+    async with model:
+        middleware = Middleware(store, store, "c1")
+        if name.startswith("stream_"):
+            _, first = await accumulate(wrap_stream(model, middleware.stream).stream(QUESTION))
+        else:
+            first = await wrap(model, middleware.call).call(QUESTION)
+        assert first.output is not None and first.output.message is not None
+        answer = first.output.message
+        (call,) = [p for p in answer.parts if p.kind is PartKind.TOOL_CALL]
+        assert call.metadata[CALLER_KEY] == RawJSON.from_value(recorded["caller"])
+        # A tool-call answer leaves the turn open: the host resubmits it with the result.
+        assert call.tool_call is not None
+        answered = ToolResult(call.tool_call.id, call.tool_call.name, ToolOutput.of_text("0.92"))
+        turn = Request([*QUESTION.messages, answer, tool_message(answered)])
+        await wrap(model, middleware.call).call(turn)
+        stored = await store.read("c1")
+        assert stored[1].parts == answer.parts
+    sent = server.requests[-1].body["messages"][1]["content"]
+    # In its place among the blocks, the caller as recorded.
+    assert [block["type"] for block in sent] == [block["type"] for block in content]
+    assert sent[index] == recorded
+
+
 def test_a_container_without_content_is_kept_in_the_output() -> None:
     body = load_transcript("native_code_execution")[0]["json"]
     empty = parse_message(orjson.dumps({**body, "content": []}))
@@ -176,12 +275,30 @@ def test_a_container_without_content_is_kept_in_the_output() -> None:
 
 
 @pytest.mark.parametrize("name", [*CALLS, *STREAMS])
-async def test_native_blocks_go_back_in_order_to_their_own_model(name: str, server: Any) -> None:
-    answer = await _answer(name, server)
-    server.script(load_transcript("text")[0])
+async def test_native_blocks_are_stored_and_go_back_in_order_to_their_own_model(
+    name: str, server: Any
+) -> None:
+    server.script(load_transcript(name)[0], load_transcript("text")[0])
+    store = InMemoryStore()
     model, _ = ANTHROPIC.recorded(server)
     async with model:
-        await model.call(Request([*QUESTION.messages, answer, user_message("And then?")]))
+        middleware = Middleware(store, store, "c1")
+        if name.startswith("stream_"):
+            _, first = await accumulate(wrap_stream(model, middleware.stream).stream(QUESTION))
+        else:
+            first = await wrap(model, middleware.call).call(QUESTION)
+        assert first.output is not None and first.output.message is not None
+        answer = first.output.message
+        calls = [part.tool_call for part in answer.parts if part.tool_call is not None]
+        if calls:
+            # A tool-call answer leaves the turn open: the host resubmits it with the results.
+            results = [ToolResult(c.id, c.name, ToolOutput.of_text("0.92")) for c in calls]
+            turn = Request([*QUESTION.messages, answer, tool_message(*results)])
+            await wrap(model, middleware.call).call(turn)
+        else:
+            await wrap(model, middleware.call).call(Request([user_message("And then?")]))
+        stored = await store.read("c1")
+        assert stored[1].parts == answer.parts  # read back equal
     sent = server.requests[-1].body["messages"][1]
     assert sent["role"] == "assistant"
     natives = [part.native for part in answer.parts if part.kind is PartKind.NATIVE]
@@ -203,9 +320,12 @@ async def test_native_blocks_never_reach_another_model(
     request = Request([*QUESTION.messages, answer, user_message("And then?")])
     sent, replay = sent_to(other, model, request)
     for block in _content(name):
-        if block["type"] not in ("text",):
+        # A tool_use is a tool call, its id the call's wherever the call goes; what the
+        # block carries besides (its caller) is Anthropic's.
+        if block["type"] not in MODELLED:
             for opaque in _opaque(block):
                 assert opaque.encode() not in sent, opaque
+    assert b'"caller"' not in sent
     citations = [part for part in answer.parts if CITATIONS_KEY in part.metadata]
     for part in citations:
         for citation in part.metadata[CITATIONS_KEY].value():

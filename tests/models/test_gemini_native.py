@@ -1,11 +1,15 @@
-"""Provider-native parts over the Gemini API (DESIGN §6k), on a real recording.
+"""Provider-native parts over the Gemini API (DESIGN §6k), on real recordings.
 
-``stream_native_code`` (tests/gemini_transcripts, provenance in its description) is an
-answer recorded from the API: an ``executableCode`` part (file search run as code), then
-text. The part the adapter does not model is a native part holding the wire part as
-recorded, in its place, by stream and by call (the same chunks as one body); it goes
-back in place to the same model (the loopback server validates the body with the
-official ``google-genai`` types) and to no other."""
+Each transcript (tests/gemini_transcripts/native_*.json and stream_native_*.json,
+provenance in its description) is an answer recorded from the API: code execution
+(``executableCode``, ``codeExecutionResult``) and file search run as a server tool
+(``toolCall``, ``toolResponse``), their thought signatures and ``groundingMetadata``, by
+call and by stream. A part the adapter does not model is a native part holding the wire
+part as recorded, its signature included, in its place; the answer is stored and read
+back equal; it goes back in place to the same model (the loopback server validates the
+body with the official ``google-genai`` types) and to no other. Grounding is the
+message's metadata and is never sent. ``stream_native_code``'s first chunk, taken as one
+body, is the call of the same answer."""
 
 from __future__ import annotations
 
@@ -14,10 +18,12 @@ from typing import Any
 import orjson
 import pytest
 
-from scope.chat import PartKind, Request, user_message
+from scope.chat import PartKind, Request, Response, user_message, wrap, wrap_stream
+from scope.history import Middleware
+from scope.history.inmemory import InMemoryStore
 from scope.jsonvalue import RawJSON
 from scope.models import _anthropic_wire, _interactions_wire, _responses_wire
-from scope.models._gemini_wire import API, parse_response
+from scope.models._gemini_wire import API, GROUNDING_KEY, parse_response
 from tests.gemini_server import load_transcript
 from tests.helpers import GEMINI, accumulate, sent_to
 
@@ -124,3 +130,144 @@ async def test_grounding_on_a_chunk_without_parts_is_kept_on_the_message(server:
     assert chunks[-1].output is not None and chunks[-1].output.message is None
     assert streamed.output is not None and streamed.output.message is not None
     assert streamed.output.message.metadata[GROUNDING_KEY].value() == recorded
+
+
+#: Recorded answers with parts the adapter keeps whole, by call and by stream.
+CALLS = ["native_code_execution", "native_tool_call"]
+STREAMS = ["stream_native_code", "stream_native_code_execution", "stream_native_tool_call"]
+
+
+def _bodies(name: str) -> list[dict[str, Any]]:
+    exchange = load_transcript(name)[0]
+    bodies: list[dict[str, Any]] = exchange["sse"] if "sse" in exchange else [exchange["json"]]
+    return bodies
+
+
+def _wire_parts(name: str) -> list[dict[str, Any]]:
+    return [
+        part
+        for body in _bodies(name)
+        for candidate in body.get("candidates", [])
+        for part in (candidate.get("content") or {}).get("parts", [])
+    ]
+
+
+def _kept(name: str) -> list[dict[str, Any]]:
+    """The recorded parts the adapter does not model: code, its result, server tool
+    calls and responses (each with its thought signature)."""
+    return [part for part in _wire_parts(name) if "text" not in part]
+
+
+def _order(kinds: list[str]) -> list[str]:
+    return [kind for index, kind in enumerate(kinds) if index == 0 or kinds[index - 1] != kind]
+
+
+async def _answer(name: str, server: Any, model: Any) -> Response:
+    if name.startswith("stream_"):
+        _, response = await accumulate(model.stream(QUESTION))
+        return response
+    response: Response = await model.call(QUESTION)
+    return response
+
+
+@pytest.mark.parametrize("name", [*CALLS, *STREAMS])
+async def test_native_parts_decode_whole_and_in_place(name: str, server: Any) -> None:
+    server.script(load_transcript(name)[0])
+    model, _ = GEMINI.recorded(server)
+    async with model:
+        response = await _answer(name, server, model)
+    assert response.output is not None and response.output.message is not None
+    parts = response.output.message.parts
+    kept = _kept(name)
+    natives = [part.native for part in parts if part.native is not None]
+    assert kept
+    assert [(native.provider, native.type, native.data) for native in natives] == [
+        (API, next(key for key in part if key != "thoughtSignature"), RawJSON.from_value(part))
+        for part in kept
+    ]
+    # In place: the native parts stand where theirs stood among the text.
+    recorded = [
+        "text" if "text" in part else "native" for part in _wire_parts(name) if part.get("text", 1)
+    ]
+    kinds = [str(part.kind) for part in parts if part.kind in (PartKind.NATIVE, PartKind.TEXT)]
+    assert _order(kinds) == _order(recorded)
+
+
+@pytest.mark.parametrize("name", [*CALLS, *STREAMS])
+async def test_native_parts_are_stored_and_go_back_to_their_own_model(
+    name: str, server: Any
+) -> None:
+    server.script(load_transcript(name)[0], load_transcript("text")[0])
+    store = InMemoryStore()
+    model, _ = GEMINI.recorded(server)
+    async with model:
+        history = Middleware(store, store, "c1")
+        if name.startswith("stream_"):
+            _, first = await accumulate(wrap_stream(model, history.stream).stream(QUESTION))
+        else:
+            first = await wrap(model, history.call).call(QUESTION)
+        assert first.output is not None and first.output.message is not None
+        stored = await store.read("c1")
+        assert stored[-1].parts == first.output.message.parts
+        assert stored[-1].metadata.get(GROUNDING_KEY) == first.output.message.metadata.get(
+            GROUNDING_KEY
+        )
+        await wrap(model, history.call).call(Request([user_message("And Italy's?")]))
+    sent = server.requests[-1].body["contents"][1]
+    assert sent["role"] == "model"
+    # Every kept part goes back as recorded (its thought signature byte-exact), in place.
+    assert [part for part in sent["parts"] if "text" not in part] == _kept(name)
+    recorded = [
+        "text" if "text" in part else "native" for part in _wire_parts(name) if part.get("text", 1)
+    ]
+    back = ["text" if "text" in part else "native" for part in sent["parts"] if part.get("text", 1)]
+    assert _order(back) == _order(recorded)
+    # Grounding is the answer's metadata, never sent.
+    assert b"groundingChunks" not in orjson.dumps(server.requests[-1].body)
+
+
+@pytest.mark.parametrize("name", [*CALLS, *STREAMS])
+@pytest.mark.parametrize(
+    ("other", "model_name"),
+    [
+        (API, "gemini-other"),
+        (_anthropic_wire.API, "claude-x"),
+        (_responses_wire.API, "gpt-x"),
+        (_interactions_wire.API, GEMINI.model),
+    ],
+)
+async def test_native_parts_never_reach_another_model(
+    name: str, other: str, model_name: str, server: Any
+) -> None:
+    server.script(load_transcript(name)[0])
+    model, _ = GEMINI.recorded(server)
+    async with model:
+        response = await _answer(name, server, model)
+    assert response.output is not None and response.output.message is not None
+    request = Request([*QUESTION.messages, response.output.message, user_message("And then?")])
+    sent, replay = sent_to(other, model_name, request)
+    for part in _kept(name):
+        for key, value in part.items():
+            # Each member as the wire spells it, and the signature.
+            spelled = orjson.dumps(value)
+            assert (spelled[1:-1] if key == "thoughtSignature" else spelled) not in sent
+    natives = [part for part in response.output.message.parts if part.kind is PartKind.NATIVE]
+    assert len([why for why in replay.left_out if "native item" in why]) == len(natives)
+
+
+@pytest.mark.parametrize("name", ["native_tool_call", "stream_native_tool_call"])
+async def test_grounding_of_a_recorded_answer_is_kept_on_the_message(
+    name: str, server: Any
+) -> None:
+    (recorded,) = [
+        candidate["groundingMetadata"]
+        for body in _bodies(name)
+        for candidate in body.get("candidates", [])
+        if "groundingMetadata" in candidate
+    ]
+    server.script(load_transcript(name)[0])
+    model, _ = GEMINI.recorded(server)
+    async with model:
+        response = await _answer(name, server, model)
+    assert response.output is not None and response.output.message is not None
+    assert response.output.message.metadata[GROUNDING_KEY].value() == recorded
