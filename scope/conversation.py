@@ -747,6 +747,21 @@ class Conversation:
 
     # ------------------------------------------------------------ tool approval
 
+    @overload
+    async def approve(
+        self, call_id: str, *, output: None = None, output_retries: int = 1
+    ) -> TurnResult[str]: ...
+
+    @overload
+    async def approve(
+        self, call_id: str, *, output: type[T], output_retries: int = 1
+    ) -> TurnResult[T]: ...
+
+    @overload
+    async def approve(
+        self, call_id: str, *, output: object, output_retries: int = 1
+    ) -> TurnResult[Any]: ...
+
     async def approve(
         self, call_id: str, *, output: object = None, output_retries: int = 1
     ) -> TurnResult[Any]:
@@ -800,6 +815,21 @@ class Conversation:
         _check_retries(output_retries)
         self._format(output)
         return await _finish(self._decide(call_id, None, output, output_retries, streaming=False))
+
+    @overload
+    async def deny(
+        self, call_id: str, reason: str, *, output: None = None, output_retries: int = 1
+    ) -> TurnResult[str]: ...
+
+    @overload
+    async def deny(
+        self, call_id: str, reason: str, *, output: type[T], output_retries: int = 1
+    ) -> TurnResult[T]: ...
+
+    @overload
+    async def deny(
+        self, call_id: str, reason: str, *, output: object, output_retries: int = 1
+    ) -> TurnResult[Any]: ...
 
     async def deny(
         self, call_id: str, reason: str, *, output: object = None, output_retries: int = 1

@@ -20,6 +20,7 @@ from scope.chat import (
     text_part,
     user_message,
 )
+from scope.conversation import Conversation
 from scope.history import Batch, Receipt
 from scope.media import Source
 
@@ -86,3 +87,14 @@ def answer_message(response: Response) -> Message | None:
 
 def tool_call_count(response: Response) -> int:
     return len(response.message.tool_calls) + len(response.tool_calls)  # no error here
+
+
+# A decision's result is typed as ask()'s: the text without output=, T with output=T.
+async def decided(conversation: Conversation) -> None:
+    approved = await conversation.approve("c1")
+    # E: expression has type "str", variable has type "int"
+    count: int = approved.output
+    denied = await conversation.deny("c1", "no", output=int)
+    # E: expression has type "int", variable has type "str"
+    text: str = denied.output
+    assert count and text

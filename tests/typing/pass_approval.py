@@ -1,11 +1,13 @@
 """A turn that waits for approval, typed (mypy --strict: no errors): ``ask`` gives a
 ``TurnResult[str]`` whether or not the turn waits; a waiting turn has ``pending`` and no
 output (reading it raises ``NoOutputError``), so ``output`` is a ``str`` whenever it is
-read. tests/test_typing.py also runs ``main()``."""
+read; ``approve``/``deny`` type their result as ``ask`` does (``TurnResult[str]``, or
+``TurnResult[T]`` with ``output=T``). tests/test_typing.py also runs ``main()``."""
 
 from __future__ import annotations
 
 import anyio
+import attrs
 
 from scope.chat import FinishReason, Output, Response, assistant_message, tool_call_part
 from scope.conversation import Conversation, TurnResult
@@ -13,6 +15,11 @@ from scope.errors import NoOutputError
 from scope.history.inmemory import InMemoryStore
 from scope.testing import ScriptedModel
 from scope.tools import tool
+
+
+@attrs.frozen
+class Kept:
+    kept: bool
 
 
 @tool(requires_approval=True)
@@ -39,6 +46,15 @@ async def main() -> None:
     finished = await conversation.approve("c1")
     text: str = finished.output
     assert not finished.pending and text == "Refunded o7."
+    again = ScriptedModel(
+        Response(Output(asks, FinishReason.TOOL_CALLS)),
+        Response(Output(assistant_message('{"kept": true}'), FinishReason.STOP)),
+    )
+    other = Conversation(again, InMemoryStore(), "d", tools=[refund])
+    await other.ask("Refund o7")
+    denied: TurnResult[Kept] = await other.deny("c1", "not today", output=Kept)
+    kept: bool = denied.output.kept
+    assert kept
 
 
 if __name__ == "__main__":
