@@ -844,3 +844,13 @@ def test_reasoning_that_cannot_go_back_is_left_out_and_counted() -> None:
         "messages[1].parts[0] (reasoning without a signature)",
         "messages[3].parts[0] (reasoning without a signature)",
     ]
+
+
+def test_a_streamed_container_that_is_no_object_is_refused() -> None:
+    mapper = EventMapper()
+    mapper.map("", START)
+    # Built by hand: the SDK's event types (event() checks with them) refuse it too.
+    bad = {"type": "message_delta", "delta": {"stop_reason": "end_turn", "container": "c1"}}
+    late = orjson.dumps(bad)
+    with pytest.raises(InvalidResponseError, match=r"message_delta\.delta\.container"):
+        mapper.map("", late)
