@@ -116,6 +116,7 @@ __all__ = [
     "ProviderServerError",
     "ProviderTimeoutError",
     "RateLimitError",
+    "RestoreConflictError",
     "ScopeError",
     "ScopeWarning",
     "StoreError",
@@ -227,6 +228,12 @@ class AppendConflictError(HistoryError):
 
 class ConversationClosedError(HistoryError):
     """The conversation was cleared; it is closed for ever."""
+
+
+class RestoreConflictError(HistoryError):
+    """A restore step (``scope.history.Restorer``) is refused: the store holds something
+    the restored record contradicts (a closed conversation's id holding batches or
+    closed another way, tombstones under another store secret). Nothing was written."""
 
 
 class HistoryChangedError(HistoryError):

@@ -5,6 +5,7 @@ from scope.errors import CommitError as CommitError
 from scope.errors import ConversationClosedError as ConversationClosedError
 from scope.errors import HistoryChangedError as HistoryChangedError
 from scope.errors import HistoryError as HistoryError
+from scope.errors import RestoreConflictError as RestoreConflictError
 from scope.errors import StoreError as StoreError
 from scope.errors import TurnInProgressError as TurnInProgressError
 from scope.errors import TurnInterruptedError as TurnInterruptedError
@@ -42,6 +43,8 @@ from scope.history._protocols import Store as Store
 from scope.history._protocols import TurnLeaser as TurnLeaser
 from scope.history._protocols import ViewReader as ViewReader
 from scope.history._protocols import Writer as Writer
+from scope.history._restore import ClosedConversation as ClosedConversation
+from scope.history._restore import Restorer as Restorer
 from scope.history._retention import erase as erase
 from scope.history._retention import erase_owner as erase_owner
 from scope.history._retention import retain as retain
@@ -61,6 +64,7 @@ __all__ = [
     "Branch",
     "COMPACTION_KEY",
     "Clearer",
+    "ClosedConversation",
     "CommitError",
     "ConversationClosedError",
     "ConversationID",
@@ -85,6 +89,8 @@ __all__ = [
     "Reader",
     "Receipt",
     "Reject",
+    "RestoreConflictError",
+    "Restorer",
     "Store",
     "StoreAdapter",
     "StoreError",
