@@ -74,7 +74,14 @@ from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryCache, HistoryTree, HistoryView
+from scope.history import (
+    Batch,
+    ClosedConversation,
+    ConversationID,
+    HistoryCache,
+    HistoryTree,
+    HistoryView,
+)
 from scope.history.storekit import Closure, check_retention, new_secret, tombstone
 from scope.historystores._driver import (
     Driver,
@@ -88,13 +95,11 @@ from scope.historystores._records import (
     tree_of,
     view_of,
 )
+from scope.historystores._restoring import HELD, WRITTEN, RestoringStore, same_closure
 from scope.historystores._schema import (
     SCHEMA_VERSION,
     schema_mismatch,
     validate_table_prefix,
-)
-from scope.historystores._store import (
-    RecordStore,
 )
 
 __all__ = ["PostgresStore"]
@@ -183,7 +188,7 @@ _CLIENT_GRACE: Final = 1.0
 
 
 @final
-class PostgresStore(RecordStore):
+class PostgresStore(RestoringStore):
     """A ``scope.history.Store`` (and ``PersistentStore``) in PostgreSQL tables.
 
     Open with ``await PostgresStore.open(dsn)``; use as an async context manager or call
@@ -1130,6 +1135,117 @@ class PostgresStore(RecordStore):
 
         return await self._with_connection(problems, "check of an erasure")
 
+    # -- restore (DESIGN §6n) ---------------------------------------------------------
+
+    async def _closed_page(self, after: ConversationID | None, limit: int) -> list[Any]:
+        sql = self._sql.closed_page
+
+        async def page(conn: Any) -> list[Any]:
+            return list(await conn.fetch(sql, after, limit))
+
+        return await self._with_connection(page, "listing of closed conversations")
+
+    async def _restore_closed(self, closed: ClosedConversation, mark: str) -> str:
+        # One transaction: the row inserted closed (ON CONFLICT waits for a transaction
+        # creating it), else locked and read; the tombstone read after the row lock (an
+        # erase that committed meanwhile is seen). A refusal rolls everything back.
+        sql = self._sql
+        cid = closed.conversation_id
+        expired = closed.closure == "expired"
+        values = (cid, expired, closed.length, closed.owner)
+
+        async def restore(conn: Any) -> str:
+            try:
+                async with conn.transaction():
+                    return await restore_in(conn)
+            except _Refused as exc:
+                return str(exc)
+
+        async def restore_in(conn: Any) -> str:
+            inserted = await conn.fetchval(sql.restore_insert, *values)
+            row = None if inserted else await conn.fetchrow(sql.restore_state, cid)
+            if await conn.fetchval(sql.erased, mark):
+                raise _Refused("it is erased")
+            if inserted:
+                return WRITTEN
+            if row is None:  # deleted after the insert found it: run the step again
+                raise _Refused("it was removed while being restored")
+            stored, removed, due, owner, length, held = row
+            if held:
+                raise _Refused("it holds batches (open, or expired and not removed yet)")
+            if stored:
+                return same_closure(closed, "expired" if removed else "cleared", owner, length)
+            if due and (refused := same_closure(closed, "expired", owner, length)) != HELD:
+                return refused
+            # A row without a batch (a retention setting; due: the same closure).
+            await conn.execute(sql.restore_update, *values)
+            await conn.execute(sql.delete_moves, cid)
+            return WRITTEN
+
+        return await self._with_connection(
+            restore, f"restore of closed conversation {str(cid)!r}", settle=True
+        )
+
+    async def _tombstone_page(self, after: str | None, limit: int) -> list[Any]:
+        sql = self._sql.tombstone_page
+
+        async def page(conn: Any) -> list[Any]:
+            return [row[0] for row in await conn.fetch(sql, after, limit)]
+
+        return await self._with_connection(page, "listing of tombstones")
+
+    async def _restore_erasures(self, secret: bytes, marks: list[str]) -> int | str:
+        # One transaction: the secret row locked (restores queue there) and the
+        # conversations table locked against writes (SHARE: reads go on), the secret
+        # compared (another one replaced only in a store without conversations or
+        # tombstones), the tombstones not stored yet found, the stored ids hashed against
+        # them in keyset pages (only when some are new and the store holds conversations),
+        # the new ones written.
+        sql = self._sql
+
+        async def restore(conn: Any) -> int | str:
+            try:
+                async with conn.transaction():
+                    return await restore_in(conn)
+            except _Refused as exc:
+                return str(exc)
+
+        async def restore_in(conn: Any) -> int:
+            stored = await conn.fetchval(sql.lock_secret)
+            await conn.execute(sql.lock_conversations)
+            if stored != secret:
+                if await conn.fetchval(sql.store_used):
+                    raise _Refused(
+                        "the store holds conversations or tombstones under another secret "
+                        "(restore erasures into an empty store)"
+                    )
+                await conn.execute(sql.set_secret, secret)
+            new = [row[0] for row in await conn.fetch(sql.new_tombstones, marks)]
+            if new:
+                wanted = set(new)
+                last = None
+                while True:
+                    ids = [row[0] for row in await conn.fetch(sql.id_pages[0][1], last)]
+                    for cid in ids:
+                        if (mark := tombstone(secret, str(cid))) in wanted:
+                            raise _Refused(
+                                f"a stored conversation's id hashes to tombstone {mark} "
+                                "(erase it first)"
+                            )
+                    if len(ids) < _ID_PAGE:
+                        break
+                    last = ids[-1]
+            return int(await conn.fetchval(sql.add_tombstones, new))
+
+        answer = await self._with_connection(restore, "restore of erasures", settle=True)
+        if not isinstance(answer, str):  # committed: this handle hashes with it now
+            self._secret = secret
+        return answer
+
+
+class _Refused(Exception):
+    """Internal: a restore step refused (its transaction rolled back); the reason."""
+
 
 @final
 class _Queued:
@@ -1191,10 +1307,12 @@ class _Statements:
     __slots__ = (
         "acquire",
         "acquire_view",
+        "add_tombstones",
         "append",
         "append_batches",
         "append_group",
         "close",
+        "closed_page",
         "commit_turn",
         "conversations",
         "conversations_after",
@@ -1215,14 +1333,20 @@ class _Statements:
         "forget_erased",
         "functions",
         "id_pages",
+        "lock_conversations",
         "lock_row",
+        "lock_secret",
         "meta",
         "move_head",
+        "new_tombstones",
         "owned",
         "owned_open",
         "read",
         "read_path",
         "release",
+        "restore_insert",
+        "restore_state",
+        "restore_update",
         "retain",
         "scan_ids",
         "scan_ids_first",
@@ -1233,7 +1357,10 @@ class _Statements:
         "secret",
         "secret_table",
         "set_created",
+        "set_secret",
         "set_version",
+        "store_used",
+        "tombstone_page",
         "tree",
         "upgrade_branches",
         "upgrade_erasure",
@@ -1743,6 +1870,53 @@ class _Statements:
             f"INSERT INTO {tombstones} (tombstone, erased_at) VALUES ($1, clock_timestamp()) "
             "ON CONFLICT (tombstone) DO UPDATE SET erased_at = EXCLUDED.erased_at "
             "RETURNING extract(epoch FROM erased_at)::float8"
+        )
+        # -- restore (DESIGN §6n) ------------------------------------------------------
+        # Closed: cleared (closed), removed by expire() (closed, 'infinity'), or due by
+        # the server's clock; keyset pages ($1 the last id, NULL: from the first).
+        self.closed_page = (
+            "SELECT id, CASE WHEN closed AND expires_at = 'infinity' THEN 'expired' "
+            "WHEN closed THEN 'cleared' ELSE 'expired' END, owner, length "
+            f"FROM {conv} c WHERE {shut} AND ($1::text IS NULL OR id > $1) "
+            "ORDER BY id LIMIT $2::bigint"
+        )
+        # A restored closed conversation ($2: expired, else cleared) as clear or expire()
+        # leaves it: no head, no expiry, not retained. The insert answers TRUE when it
+        # wrote the row; the update rewrites a row without a batch.
+        self.restore_insert = (
+            f"INSERT INTO {conv} (id, closed, length, owner, expires_at, retained) "
+            "VALUES ($1, TRUE, $3, $4, CASE WHEN $2::boolean THEN 'infinity'::timestamptz "
+            "END, FALSE) ON CONFLICT (id) DO NOTHING RETURNING TRUE"
+        )
+        self.restore_update = (
+            f"UPDATE {conv} SET closed = TRUE, length = $3, owner = $4, "
+            "expires_at = CASE WHEN $2::boolean THEN 'infinity'::timestamptz END, "
+            "retained = FALSE, head = NULL, branched = FALSE WHERE id = $1"
+        )
+        self.restore_state = (
+            f"SELECT c.closed, c.closed AND c.expires_at = 'infinity', {expired('c')}, "
+            f"c.owner, c.length, EXISTS (SELECT 1 FROM {batches} b WHERE b.conversation_id "
+            f"= c.id) FROM {conv} c WHERE c.id = $1 FOR UPDATE"
+        )
+        self.tombstone_page = (
+            f"SELECT tombstone FROM {tombstones} WHERE $1::text IS NULL OR tombstone > $1 "
+            "ORDER BY tombstone LIMIT $2::bigint"
+        )
+        self.lock_secret = f"SELECT secret FROM {secret} WHERE id = 1 FOR UPDATE"
+        self.lock_conversations = f"LOCK TABLE {conv} IN SHARE MODE"
+        self.store_used = (
+            f"SELECT EXISTS (SELECT 1 FROM {conv}) OR EXISTS (SELECT 1 FROM {batches}) "
+            f"OR EXISTS (SELECT 1 FROM {tombstones})"
+        )
+        self.set_secret = f"UPDATE {secret} SET secret = $1 WHERE id = 1"
+        self.new_tombstones = (
+            "SELECT m FROM unnest($1::text[]) AS m WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {tombstones} t WHERE t.tombstone = m) ORDER BY m"
+        )
+        self.add_tombstones = (
+            f"WITH added AS (INSERT INTO {tombstones} (tombstone, erased_at) "
+            "SELECT m, clock_timestamp() FROM unnest($1::text[]) AS m "
+            "ON CONFLICT (tombstone) DO NOTHING RETURNING 1) SELECT count(*) FROM added"
         )
         self.id_pages = tuple(
             (

@@ -91,7 +91,14 @@ import anyio.to_thread
 
 from scope._validate import check_seconds, check_type
 from scope.errors import StoreError
-from scope.history import Batch, ConversationID, HistoryCache, HistoryTree, HistoryView
+from scope.history import (
+    Batch,
+    ClosedConversation,
+    ConversationID,
+    HistoryCache,
+    HistoryTree,
+    HistoryView,
+)
 from scope.history.storekit import Closure, check_retention, new_secret, tombstone
 from scope.historystores._driver import (
     Driver,
@@ -106,6 +113,7 @@ from scope.historystores._records import (
     tree_of,
     view_of,
 )
+from scope.historystores._restoring import HELD, WRITTEN, RestoringStore, same_closure
 from scope.historystores._schema import (
     SCHEMA_VERSION,
     message_count,
@@ -113,7 +121,6 @@ from scope.historystores._schema import (
     validate_table_prefix,
 )
 from scope.historystores._store import (
-    RecordStore,
     fence_refuses,
     releases,
 )
@@ -431,7 +438,7 @@ def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
 
 
 @final
-class SQLiteStore(RecordStore):
+class SQLiteStore(RestoringStore):
     """A ``scope.history.Store`` (and ``PersistentStore``) in one SQLite file.
 
     Open with ``await SQLiteStore.open(path)``; use as an async context manager or call
@@ -1070,6 +1077,125 @@ class SQLiteStore(RecordStore):
             return found
 
         return await self._run(problems, "check of an erasure")
+
+    # -- restore (DESIGN §6n) ---------------------------------------------------------
+
+    async def _closed_page(self, after: ConversationID | None, limit: int) -> list[Any]:
+        # One statement over the primary key: cleared (1), removed by expire (2), or
+        # due by the clock and not removed yet (read_meta's closures).
+        sql = (
+            f"SELECT id, CASE WHEN closed = 1 THEN 'cleared' ELSE 'expired' END, owner, "
+            f"length FROM {self._tables.conversations} c WHERE {_closed('c')} "
+            "AND (?1 IS NULL OR id > ?1) ORDER BY id LIMIT ?2"
+        )
+
+        def page(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(sql, (after, limit)).fetchall()
+
+        return await self._run(page, "listing of closed conversations")
+
+    async def _restore_closed(self, closed: ClosedConversation, mark: str) -> str:
+        # One write transaction: the tombstone, the row and whether the id holds a
+        # batch read, then (unless refused or held) the row written closed.
+        t = self._tables
+        pool = self._pool
+        cid = closed.conversation_id
+        code = 1 if closed.closure == "cleared" else 2
+        state = (
+            f"SELECT c.closed, {_closed('c')}, c.owner, c.length, "
+            f"EXISTS (SELECT 1 FROM {t.batches} WHERE conversation_id = ?1) "
+            f"FROM {t.conversations} c WHERE c.id = ?1"
+        )
+        write = (
+            f"INSERT INTO {t.conversations} (id, closed, length, head, branched, owner, "
+            "expires_at, retained) VALUES (?1, ?2, ?3, NULL, 0, ?4, NULL, 0) "
+            "ON CONFLICT (id) DO UPDATE SET closed = excluded.closed, length = excluded.length, "
+            "head = NULL, branched = 0, owner = excluded.owner, expires_at = NULL, retained = 0"
+        )
+
+        def body(conn: sqlite3.Connection) -> str:
+            found = conn.execute(f"SELECT 1 FROM {t.tombstones} WHERE tombstone = ?", (mark,))
+            if found.fetchone() is not None:
+                return "it is erased"
+            row = conn.execute(state, (cid,)).fetchone()
+            if row is not None:
+                stored, shut, owner, length, held = row
+                if held:
+                    return "it holds batches (open, or expired and not removed yet)"
+                if stored:
+                    closure = "cleared" if stored == 1 else "expired"
+                    return same_closure(closed, closure, owner, length)
+                if shut and (refused := same_closure(closed, "expired", owner, length)) != HELD:
+                    return refused
+            # Unknown, or a row without a batch (a retention setting; due: the same
+            # closure) written closed as expire leaves it.
+            conn.execute(write, (cid, code, closed.length, closed.owner))
+            conn.execute(f"DELETE FROM {t.moves} WHERE conversation_id = ?", (cid,))
+            return WRITTEN
+
+        def restore(conn: sqlite3.Connection) -> str:
+            with pool.write_lock:
+                return _transaction(conn, lambda: body(conn))
+
+        return await self._run(restore, f"restore of closed conversation {str(cid)!r}")
+
+    async def _tombstone_page(self, after: str | None, limit: int) -> list[Any]:
+        sql = (
+            f"SELECT tombstone FROM {self._tables.tombstones} "
+            "WHERE ?1 IS NULL OR tombstone > ?1 ORDER BY tombstone LIMIT ?2"
+        )
+
+        def page(conn: sqlite3.Connection) -> list[Any]:
+            return [row[0] for row in conn.execute(sql, (after, limit))]
+
+        return await self._run(page, "listing of tombstones")
+
+    async def _restore_erasures(self, secret: bytes, marks: list[str]) -> int | str:
+        # One write transaction: the stored secret compared (another one is replaced
+        # only in a store without conversations or tombstones), the tombstones not
+        # stored yet found, the stored ids hashed against them (only when some are new
+        # and the store holds conversations), then the new ones written.
+        t = self._tables
+        pool = self._pool
+
+        def body(conn: sqlite3.Connection) -> int | str:
+            (stored,) = conn.execute(f"SELECT secret FROM {t.secret} WHERE id = 1").fetchone()
+            if stored != secret:
+                used = conn.execute(
+                    f"SELECT EXISTS (SELECT 1 FROM {t.conversations}) "
+                    f"OR EXISTS (SELECT 1 FROM {t.batches}) "
+                    f"OR EXISTS (SELECT 1 FROM {t.tombstones})"
+                ).fetchone()[0]
+                if used:
+                    return (
+                        "the store holds conversations or tombstones under another secret "
+                        "(restore erasures into an empty store)"
+                    )
+                conn.execute(f"UPDATE {t.secret} SET secret = ? WHERE id = 1", (secret,))
+            held = f"SELECT 1 FROM {t.tombstones} WHERE tombstone = ?"
+            new = {m for m in marks if conn.execute(held, (m,)).fetchone() is None}
+            if new:
+                for (cid,) in conn.execute(f"SELECT id FROM {t.conversations}"):
+                    if tombstone(secret, str(cid)) in new:
+                        return (
+                            f"a stored conversation's id hashes to tombstone "
+                            f"{tombstone(secret, str(cid))} (erase it first)"
+                        )
+            conn.executemany(
+                f"INSERT INTO {t.tombstones} (tombstone, erased_at) VALUES (?, {_NOW})",
+                [(m,) for m in sorted(new)],
+            )
+            return len(new)
+
+        def restore(conn: sqlite3.Connection) -> int | str:
+            with pool.write_lock:
+                answer = _transaction(conn, lambda: body(conn))
+            if not isinstance(answer, str):  # committed: this handle hashes with it now
+                pool.secret = secret
+                self._secret = secret
+            return answer
+
+        return await self._run(restore, "restore of erasures")
 
 
 def _view_rows(
