@@ -149,6 +149,22 @@ def _tombstone_field(value: object) -> str:
     return value
 
 
+def check_tombstone(value: object) -> str:
+    """A tombstone as a store keeps it: ``"hmac-sha256:<64 lowercase hex>"``, else
+    ``InvalidReceiptError``."""
+    return _tombstone_field(value)
+
+
+def check_secret(value: object) -> bytes:
+    """A store secret: ``bytes`` of ``SECRET_BYTES``, else ``ValueError`` (``TypeError``
+    for anything but bytes)."""
+    if type(value) is not bytes:
+        raise TypeError(f"a store secret must be bytes, got {type(value).__name__}")
+    if len(value) != SECRET_BYTES:
+        raise ValueError(f"a store secret must be {SECRET_BYTES} bytes, got {len(value)}")
+    return value
+
+
 def _digest_field(value: object) -> str:
     if type(value) is not str or _DIGEST.fullmatch(value) is None:
         raise InvalidReceiptError(f"digest must be 'sha256:<64 hex>', got {value!r}")

@@ -125,6 +125,7 @@ class Restorer(Protocol):
         own tombstones would close nothing under another key. Afterwards an append under
         an id hashing to one of them raises ``ConversationClosedError``, ``read_meta``
         says ``"erased"`` and ``check_erased`` proves the source's receipts. A secret
-        that is not 32 bytes raises ``ValueError``, a malformed tombstone
-        ``InvalidReceiptError`` (nothing written)."""
+        that is not 32 bytes raises ``ValueError`` (``TypeError``: not ``bytes``), a
+        malformed tombstone ``InvalidReceiptError``, both before any I/O
+        (``storekit.check_secret``, ``storekit.check_tombstone``)."""
         ...
