@@ -127,22 +127,6 @@ def check_erase_limit(limit: object, what: str = "limit") -> int:
     return limit
 
 
-def check_secret(secret: object) -> bytes:
-    """A store secret to adopt (``Restorer.restore_erasures``): ``bytes`` of exactly
-    ``SECRET_BYTES`` (32), else ``ValueError``, raised before any I/O."""
-    if type(secret) is not bytes or len(secret) != SECRET_BYTES:
-        got = f"{len(secret)} bytes" if type(secret) is bytes else type(secret).__name__
-        raise ValueError(f"secret must be bytes of length {SECRET_BYTES}, got {got}")
-    return secret
-
-
-def check_tombstone(value: object) -> str:
-    """A tombstone to restore: a ``str`` ``"hmac-sha256:<64 lowercase hex>"``, else
-    ``InvalidReceiptError`` (the rule of ``ErasureReceipt.tombstone``), raised before any
-    I/O."""
-    return _tombstone_field(value)
-
-
 def _tombstone_field(value: object) -> str:
     if type(value) is not str or _TOMBSTONE.fullmatch(value) is None:
         raise InvalidReceiptError(f"tombstone must be 'hmac-sha256:<64 hex>', got {value!r}")

@@ -120,8 +120,9 @@ class RestoringStore(RecordStore):
     async def restore_erasures(self, secret: bytes, tombstones: Sequence[str]) -> int:
         """Adopt ``secret`` as the store secret and add ``tombstones`` in one atomic step;
         the number added (those stored already are left alone). Every argument is
-        checked before any I/O: a secret that is not ``bytes`` of 32 raises
-        ``ValueError``, a malformed tombstone ``InvalidReceiptError``.
+        checked before any I/O: a secret that is not 32 bytes raises
+        ``ValueError`` (``TypeError``: not ``bytes``), a malformed tombstone
+        ``InvalidReceiptError``.
 
         ``RestoreConflictError`` (nothing written) when the secret is not the store's
         and the store holds a conversation row (open or closed) or a tombstone, or when

@@ -288,13 +288,25 @@ GOOD = "hmac-sha256:" + "ab" * 32
 
 
 @pytest.mark.parametrize(
-    "secret", [b"x" * 31, b"x" * 33, b"", bytearray(32), memoryview(b"x" * 32), "x" * 32, None]
+    ("secret", "error"),
+    [
+        (b"x" * 31, ValueError),
+        (b"x" * 33, ValueError),
+        (b"", ValueError),
+        (bytearray(32), TypeError),
+        (memoryview(b"x" * 32), TypeError),
+        ("x" * 32, TypeError),
+        (None, TypeError),
+    ],
 )
-async def test_restore_erasures_bad_secret_is_a_value_error(opener: Opener, secret: Any) -> None:
+async def test_restore_erasures_bad_secret_is_refused_before_io(
+    opener: Opener, secret: Any, error: type[Exception]
+) -> None:
     store = await opener("target")
     before = await store.store_secret()
-    with pytest.raises(ValueError, match="secret must be bytes of length 32"):
+    with pytest.raises(error, match="secret must be") as caught:
         await store.restore_erasures(secret, [GOOD])
+    assert type(caught.value) is error
     assert await store.store_secret() == before
     assert await store.tombstones() == []
 
