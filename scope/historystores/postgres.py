@@ -60,6 +60,16 @@ only row rights on the seven tables and ``EXECUTE`` on the four functions can us
 store (the grants on the docs' Stores page, "Migrations and least privilege", which a
 test runs against the server).
 
+Restore (``scope.history.Restorer``, DESIGN §6n), each step one statement or one short
+transaction on one connection (no server-side function): ``closed_conversations`` lists
+the closed rows (``closed``, or due by the server's clock) over the primary key,
+``tombstones`` the tombstones table in order; ``restore_closed`` inserts the row closed
+(``expires_at`` ``'infinity'`` for expired, as ``expire`` leaves it), or locks and compares
+the one there, the tombstone read after the row lock; ``restore_erasures`` locks the
+secret row and the conversations table (``SHARE``: writes wait, reads go on), replaces
+the secret only in a store holding no conversation row, batch or tombstone, then inserts
+the tombstones not stored yet (``erased_at``: the server's clock at the restore).
+
 Tables go to the first schema of the connection's ``search_path``. Every store operation
 on one conversation locks that conversation's row first, so appends, retries and clears
 of one conversation are linearizable across connections, pools and hosts.

@@ -63,6 +63,15 @@ under the store secret made with the schema.
 A batch is one row holding its canonical encoded messages; reading checks every row
 against its digest, so a record changed outside scope raises ``StoreError``.
 
+Restore (``scope.history.Restorer``, DESIGN §6n), each step one statement or one
+``BEGIN IMMEDIATE`` transaction: ``closed_conversations`` lists the closed rows (closed 1
+or 2, or due by the clock) over the primary key, ``tombstones`` the tombstones table in
+order; ``restore_closed`` writes a conversation row closed (no head, expiry or batch)
+unless the id is erased, holds a batch or is closed otherwise; ``restore_erasures``
+replaces the ``_secret`` row only in a file holding no conversation row, batch or
+tombstone, then inserts the tombstones not stored yet (``erased_at``: the time of the
+restore, by the same clock as ``erase``).
+
 Erasure on disk: every connection runs with ``PRAGMA secure_delete = ON``, so what
 ``erase`` (and ``clear``, ``expire``) deletes is overwritten with zeros in the pages it
 frees; the WAL file still holds the frames written when the batches were appended until
