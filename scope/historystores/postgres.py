@@ -66,9 +66,12 @@ the closed rows (``closed``, or due by the server's clock) over the primary key,
 ``tombstones`` the tombstones table in order; ``restore_closed`` inserts the row closed
 (``expires_at`` ``'infinity'`` for expired, as ``expire`` leaves it), or locks and compares
 the one there, the tombstone read after the row lock; ``restore_erasures`` locks the
-secret row and the conversations table (``SHARE``: writes wait, reads go on), replaces
-the secret only in a store holding no conversation row, batch or tombstone, then inserts
-the tombstones not stored yet (``erased_at``: the server's clock at the restore).
+conversations table (``SHARE ROW EXCLUSIVE``: one restore at a time, writes wait, reads
+go on), replaces the secret only in a store holding no conversation row, batch or
+tombstone, then inserts the tombstones not stored yet (``erased_at``: the server's clock
+at the restore). Replacing the secret needs ``UPDATE`` on the ``_secret`` table, which
+the application role of the least-privilege grants lacks: import with the migration
+role.
 
 Tables go to the first schema of the connection's ``search_path``. Every store operation
 on one conversation locks that conversation's row first, so appends, retries and clears
@@ -1205,8 +1208,8 @@ class PostgresStore(RestoringStore):
         return await self._with_connection(page, "listing of tombstones")
 
     async def _restore_erasures(self, secret: bytes, marks: list[str]) -> int | str:
-        # One transaction: the secret row locked (restores queue there) and the
-        # conversations table locked against writes (SHARE: reads go on), the secret
+        # One transaction: the conversations table locked (restores queue there, writes
+        # wait, reads go on), the secret
         # compared (another one replaced only in a store without conversations or
         # tombstones), the tombstones not stored yet found, the stored ids hashed against
         # them in keyset pages (only when some are new and the store holds conversations),
@@ -1221,8 +1224,8 @@ class PostgresStore(RestoringStore):
                 return str(exc)
 
         async def restore_in(conn: Any) -> int:
-            stored = await conn.fetchval(sql.lock_secret)
             await conn.execute(sql.lock_conversations)
+            stored = await conn.fetchval(sql.secret)
             if stored != secret:
                 if await conn.fetchval(sql.store_used):
                     raise _Refused(
@@ -1345,7 +1348,6 @@ class _Statements:
         "id_pages",
         "lock_conversations",
         "lock_row",
-        "lock_secret",
         "meta",
         "move_head",
         "new_tombstones",
@@ -1912,8 +1914,10 @@ class _Statements:
             f"SELECT tombstone FROM {tombstones} WHERE $1::text IS NULL OR tombstone > $1 "
             "ORDER BY tombstone LIMIT $2::bigint"
         )
-        self.lock_secret = f"SELECT secret FROM {secret} WHERE id = 1 FOR UPDATE"
-        self.lock_conversations = f"LOCK TABLE {conv} IN SHARE MODE"
+        # SHARE ROW EXCLUSIVE: one restore at a time, no write to the table meanwhile,
+        # reads go on (needs UPDATE on the table, as appends do; FOR UPDATE on the secret
+        # row would need UPDATE on the secret table, which the application role lacks).
+        self.lock_conversations = f"LOCK TABLE {conv} IN SHARE ROW EXCLUSIVE MODE"
         self.store_used = (
             f"SELECT EXISTS (SELECT 1 FROM {conv}) OR EXISTS (SELECT 1 FROM {batches}) "
             f"OR EXISTS (SELECT 1 FROM {tombstones})"

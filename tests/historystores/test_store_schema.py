@@ -19,7 +19,7 @@ import pytest
 from scope.chat import FinishReason, Output, Request, Response, assistant_message, user_message
 from scope.cli import main
 from scope.errors import ConversationClosedError, HistoryChangedError, StoreError
-from scope.history import Batch, HistoryView, Middleware, keyword_layers
+from scope.history import Batch, ClosedConversation, HistoryView, Middleware, keyword_layers
 from scope.historystores._schema import SCHEMA_VERSION
 from scope.historystores.sqlite import SQLiteStore
 from tests.helpers import turn
@@ -299,6 +299,39 @@ async def test_postgres_least_privilege_role(pg: tuple[Any, str, str]) -> None:
             assert len([r async for r in store.scan_records()]) == 6
             await store.clear("c")
             assert (await store.read_view("c")).closed
+    finally:
+        await conn.execute(f'DROP OWNED BY "{role}"')
+        await conn.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.mark.servers
+async def test_postgres_least_privilege_role_restores(pg: tuple[Any, str, str]) -> None:
+    # The documented grants run every restore step (DESIGN §6n) but the adoption of
+    # another secret, which needs UPDATE on the secret table: refused with the server's
+    # reason, nothing written.
+    from scope.historystores.postgres import PostgresStore
+
+    conn, dsn, prefix = pg
+    role = f"scope_app_{uuid.uuid4().hex[:8]}"
+    async with await PostgresStore.open(dsn, table_prefix=prefix):
+        pass
+    await conn.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        for statement in documented_grants(prefix, role):
+            await conn.execute(statement)
+        app_dsn = dsn.replace("://scope@", f"://{role}@", 1)
+        async with await PostgresStore.open(app_dsn, table_prefix=prefix, create=False) as store:
+            secret = await store.store_secret()
+            with pytest.raises(StoreError, match="permission denied"):
+                await store.restore_erasures(b"o" * 32, [])
+            assert await store.store_secret() == secret
+            closed = ClosedConversation("c", "expired", "alice", 3)
+            assert await store.restore_closed(closed) is True
+            assert await store.restore_closed(closed) is False
+            assert await store.closed_conversations() == [closed]
+            mark = "hmac-sha256:" + "ab" * 32
+            assert await store.restore_erasures(secret, [mark]) == 1
+            assert await store.tombstones() == [mark]
     finally:
         await conn.execute(f'DROP OWNED BY "{role}"')
         await conn.execute(f'DROP ROLE "{role}"')
