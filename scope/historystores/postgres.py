@@ -1151,10 +1151,12 @@ class PostgresStore(RestoringStore):
     # -- restore (DESIGN §6n) ---------------------------------------------------------
 
     async def _closed_page(self, after: ConversationID | None, limit: int) -> list[Any]:
-        sql = self._sql.closed_page
+        sql = self._sql
 
         async def page(conn: Any) -> list[Any]:
-            return list(await conn.fetch(sql, after, limit))
+            if after is None:
+                return list(await conn.fetch(sql.closed_first, limit))
+            return list(await conn.fetch(sql.closed_after, limit, after))
 
         return await self._with_connection(page, "listing of closed conversations")
 
@@ -1200,10 +1202,12 @@ class PostgresStore(RestoringStore):
         )
 
     async def _tombstone_page(self, after: str | None, limit: int) -> list[Any]:
-        sql = self._sql.tombstone_page
+        sql = self._sql
 
         async def page(conn: Any) -> list[Any]:
-            return [row[0] for row in await conn.fetch(sql, after, limit)]
+            if after is None:
+                return [row[0] for row in await conn.fetch(sql.tombstones_first, limit)]
+            return [row[0] for row in await conn.fetch(sql.tombstones_after, limit, after)]
 
         return await self._with_connection(page, "listing of tombstones")
 
@@ -1325,7 +1329,8 @@ class _Statements:
         "append_batches",
         "append_group",
         "close",
-        "closed_page",
+        "closed_after",
+        "closed_first",
         "commit_turn",
         "conversations",
         "conversations_after",
@@ -1372,7 +1377,8 @@ class _Statements:
         "set_secret",
         "set_version",
         "store_used",
-        "tombstone_page",
+        "tombstones_after",
+        "tombstones_first",
         "tree",
         "upgrade_branches",
         "upgrade_erasure",
@@ -1885,13 +1891,15 @@ class _Statements:
         )
         # -- restore (DESIGN §6n) ------------------------------------------------------
         # Closed: cleared (closed), removed by expire() (closed, 'infinity'), or due by
-        # the server's clock; keyset pages ($1 the last id, NULL: from the first).
-        self.closed_page = (
+        # the server's clock. Keyset pages ($1 the page size, $2 the last id), the first
+        # one apart so a page after an id seeks to it in the primary key.
+        closed_page = (
             "SELECT id, CASE WHEN closed AND expires_at = 'infinity' THEN 'expired' "
             "WHEN closed THEN 'cleared' ELSE 'expired' END, owner, length "
-            f"FROM {conv} c WHERE {shut} AND ($1::text IS NULL OR id > $1) "
-            "ORDER BY id LIMIT $2::bigint"
+            f"FROM {conv} c WHERE {shut}"
         )
+        self.closed_first = f"{closed_page} ORDER BY id LIMIT $1::bigint"
+        self.closed_after = f"{closed_page} AND id > $2 ORDER BY id LIMIT $1::bigint"
         # A restored closed conversation ($2: expired, else cleared) as clear or expire()
         # leaves it: no head, no expiry, not retained. The insert answers TRUE when it
         # wrote the row; the update rewrites a row without a batch.
@@ -1910,9 +1918,12 @@ class _Statements:
             f"c.owner, c.length, EXISTS (SELECT 1 FROM {batches} b WHERE b.conversation_id "
             f"= c.id) FROM {conv} c WHERE c.id = $1 FOR UPDATE"
         )
-        self.tombstone_page = (
-            f"SELECT tombstone FROM {tombstones} WHERE $1::text IS NULL OR tombstone > $1 "
-            "ORDER BY tombstone LIMIT $2::bigint"
+        self.tombstones_first = (
+            f"SELECT tombstone FROM {tombstones} ORDER BY tombstone LIMIT $1::bigint"
+        )
+        self.tombstones_after = (
+            f"SELECT tombstone FROM {tombstones} WHERE tombstone > $2 "
+            "ORDER BY tombstone LIMIT $1::bigint"
         )
         # SHARE ROW EXCLUSIVE: one restore at a time, no write to the table meanwhile,
         # reads go on (needs UPDATE on the table, as appends do; FOR UPDATE on the secret

@@ -1092,14 +1092,17 @@ class SQLiteStore(RestoringStore):
     async def _closed_page(self, after: ConversationID | None, limit: int) -> list[Any]:
         # One statement over the primary key: cleared (1), removed by expire (2), or
         # due by the clock and not removed yet (read_meta's closures).
+        # A page after an id seeks to it (no OR in the condition, which would scan
+        # from the first id).
         sql = (
             f"SELECT id, CASE WHEN closed = 1 THEN 'cleared' ELSE 'expired' END, owner, "
             f"length FROM {self._tables.conversations} c WHERE {_closed('c')} "
-            "AND (?1 IS NULL OR id > ?1) ORDER BY id LIMIT ?2"
+            f"{'' if after is None else 'AND id > ?2 '}ORDER BY id LIMIT ?1"
         )
+        args = (limit,) if after is None else (limit, after)
 
         def page(conn: sqlite3.Connection) -> list[Any]:
-            return conn.execute(sql, (after, limit)).fetchall()
+            return conn.execute(sql, args).fetchall()
 
         return await self._run(page, "listing of closed conversations")
 
@@ -1151,11 +1154,12 @@ class SQLiteStore(RestoringStore):
     async def _tombstone_page(self, after: str | None, limit: int) -> list[Any]:
         sql = (
             f"SELECT tombstone FROM {self._tables.tombstones} "
-            "WHERE ?1 IS NULL OR tombstone > ?1 ORDER BY tombstone LIMIT ?2"
+            f"{'' if after is None else 'WHERE tombstone > ?2 '}ORDER BY tombstone LIMIT ?1"
         )
+        args = (limit,) if after is None else (limit, after)
 
         def page(conn: sqlite3.Connection) -> list[Any]:
-            return [row[0] for row in conn.execute(sql, (after, limit))]
+            return [row[0] for row in conn.execute(sql, args)]
 
         return await self._run(page, "listing of tombstones")
 
