@@ -208,6 +208,8 @@ EXPECTED: dict[str, list[str]] = {
         "check_now",
         "check_owner",
         "check_retention",
+        "check_secret",
+        "check_tombstone",
         "check_until",
         "erasure_digest",
         "new_secret",
