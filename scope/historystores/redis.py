@@ -23,6 +23,7 @@ conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
     {P}:{{H}}:meta      HASH    owner (the first append's), exp (Unix ms), retained ("1")
     {P}:{{T}}:tombstones SET    the erased ids' tombstones of one hash slot (``T``: a
                                 short tag in the conversation's slot, naming no id)
+    {P}:{{imported}}:tombstones  SET  the tombstones ``restore_erasures`` added (see below)
     {P}:secret          STRING  the store secret (the tombstones' HMAC key), SET NX at open
     {{P}:conversations}:expiring   ZSET  id -> expiry (Unix ms): expire() and listings
     {{P}:conversations}:owner:{O}  ZSET  an owner's conversations (``O``: hex of the owner)
@@ -52,6 +53,25 @@ them itself, and ``expire()`` closes it and cleans what native expiry cannot (th
 indexes). ``erase`` deletes every key of the conversation, every branch's included, and
 adds its tombstone to its slot's tombstone set in one script; a tombstoned id is closed
 for ever.
+
+Restore (DESIGN §6n: ``scope.history.Restorer``, what ``scope history export`` and
+``import`` use). There is no index of closed ids or of tombstones, so the listings scan:
+``closed_conversations`` ``SCAN``s the whole keyspace (every primary of a Cluster) for the
+``:closed`` keys, adds the expiry index's due ids and reads each candidate's closure,
+owner and length with one script in its slot; ``tombstones`` ``SCAN``s for the tombstone
+sets and reads them whole. Each call costs O(keys in the database) (and O(tombstones)):
+tools' work, not a request path. ``restore_closed`` is one script in the conversation's
+slot that refuses (nothing written) or writes the closed key, the owner and the length
+as ``clear``/``expire()`` leave them; the owner's index (which ``erase_owned`` reads) is
+in the same script on one Redis, written after it on a Cluster, on a re-run too.
+``restore_erasures`` runs ordered, idempotent steps (a Cluster cannot change several
+slots atomically; run again, they finish the job): with another secret, a keyspace
+``SCAN`` proves the store holds no conversation, tombstone or index, then the secret is
+swapped (compare and set); then the new tombstones go to ``{P}:{{imported}}:tombstones``
+in one ``SADD``. A tombstone does not name its id, so not the slot the id's scripts read:
+a handle opened on a store that holds imported tombstones (``EXISTS`` at open) checks the
+imported set before each step on a conversation and copies a tombstone found there into
+the id's slot set (one more round trip per step, on such stores only).
 
 One conversation's keys share a hash slot, so its scripts also run on Redis Cluster.
 Every step on a conversation (append, clear, each read, ``move_head``, the lease steps,
