@@ -188,6 +188,7 @@ async def test_restore_closed_writes_what_closure_leaves(places: Places) -> None
         assert await target.restore_closed(closed) is True
     assert await target.closed_conversations() == [expected[cid] for cid in sorted(expected)]
     assert await target.conversations() == []
+    assert await target.conversations(owner="ann") == []
     for closed in expected.values():
         cid = closed.conversation_id
         assert await target.read_meta(cid) == ConversationMeta(
@@ -413,13 +414,18 @@ async def test_an_imported_tombstone_over_stored_batches_closes_them(places: Pla
     # every step treats it as erased, as when erase wrote it.
     store = await places.open()
     await store.append(batch("c", "a1"), owner="ann")
+    await store.append(batch("d", "a1"), owner="ann")
+    await store.clear("d")
+    assert [c.conversation_id for c in await store.closed_conversations()] == ["d"]
     secret = await store.store_secret()
     other = await places.open(store.prefix)
-    assert await other.restore_erasures(secret, [tombstone(secret, "c")]) == 1
+    marks = [tombstone(secret, "c"), tombstone(secret, "d")]
+    assert await other.restore_erasures(secret, marks) == 2
     assert await other.read("c") == []
     assert (await other.read_tree("c")).closed
     assert (await other.read_view("c")).closed
     assert (await other.read_meta("c")).closure == "erased"
     with pytest.raises(ConversationClosedError):
         await other.append(batch("c", "a2"))
-    assert await other.closed_conversations() == []
+    assert await other.closed_conversations() == []  # d is erased now
+    assert (await other.read_meta("d")).closure == "erased"
