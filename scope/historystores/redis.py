@@ -655,11 +655,11 @@ end
 return outcome
 """
 
-# KEYS: secret. ARGV: the secret read, the secret adopted. restore_erasures' swap of
-# the store secret (compare and set): 1 when it now holds the adopted one, 0 when it
-# holds neither (another handle changed it meanwhile: nothing written).
+# KEYS: secret. ARGV: the secret read ('' none), the secret adopted. restore_erasures'
+# swap of the store secret (compare and set): 1 when it now holds the adopted one, 0
+# when it holds neither (another handle changed it meanwhile: nothing written).
 _ADOPT_SECRET: Final = """
-local held = redis.call('GET', KEYS[1])
+local held = redis.call('GET', KEYS[1]) or ''
 if held == ARGV[2] then return 1 end
 if held ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])

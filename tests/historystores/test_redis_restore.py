@@ -429,3 +429,27 @@ async def test_an_imported_tombstone_over_stored_batches_closes_them(places: Pla
         await other.append(batch("c", "a2"))
     assert await other.closed_conversations() == []  # d is erased now
     assert (await other.read_meta("d")).closure == "erased"
+
+
+async def test_restore_erasures_swaps_the_secret_only_if_unchanged(
+    places: Places, admin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another handle swaps the secret between the emptiness check and the swap: the
+    # compare-and-set refuses, nothing written.
+    store = await places.open()
+    secret_key = f"{store.prefix}:secret"
+    third = b"t" * 32
+    checked = RedisStore._held_keys
+
+    async def racing(self: RedisStore, limit: int = 3) -> list[str]:
+        found = await checked(self, limit)
+        await admin.set(secret_key, third)
+        return found
+
+    monkeypatch.setattr(RedisStore, "_held_keys", racing)
+    own = await store.store_secret()
+    with pytest.raises(RestoreConflictError, match="changed during the restore"):
+        await store.restore_erasures(b"n" * 32, ["hmac-sha256:" + "e" * 64])
+    assert await admin.get(secret_key) == third
+    assert await store.store_secret() == own
+    assert await admin.exists(f"{store.prefix}:{{imported}}:tombstones") == 0
