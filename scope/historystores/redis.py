@@ -23,7 +23,8 @@ conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
     {P}:{{H}}:meta      HASH    owner (the first append's), exp (Unix ms), retained ("1")
     {P}:{{T}}:tombstones SET    the erased ids' tombstones of one hash slot (``T``: a
                                 short tag in the conversation's slot, naming no id)
-    {P}:{{imported}}:tombstones  SET  the tombstones ``restore_erasures`` added (see below)
+    {P}:{{imported}}:tombstones  SET  the tombstones ``restore_erasures`` added (its hash
+                                tag is the word ``imported``; see below)
     {P}:secret          STRING  the store secret (the tombstones' HMAC key), SET NX at open
     {{P}:conversations}:expiring   ZSET  id -> expiry (Unix ms): expire() and listings
     {{P}:conversations}:owner:{O}  ZSET  an owner's conversations (``O``: hex of the owner)
