@@ -124,7 +124,8 @@ class Restorer(Protocol):
         closed) and no tombstone, else ``RestoreConflictError`` (nothing written): its
         own tombstones would close nothing under another key. Afterwards an append under
         an id hashing to one of them raises ``ConversationClosedError``, ``read_meta``
-        says ``"erased"`` and ``check_erased`` proves the source's receipts. A secret
+        says ``"erased"`` and ``check_erased`` proves the source's receipts (those of a
+        store of the same kind: a receipt names the kind that issued it). A secret
         that is not 32 bytes raises ``ValueError`` (``TypeError``: not ``bytes``), a
         malformed tombstone ``InvalidReceiptError``, both before any I/O
         (``storekit.check_secret``, ``storekit.check_tombstone``)."""

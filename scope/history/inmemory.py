@@ -15,7 +15,7 @@ import datetime as _dt
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, final
 
 import attrs
@@ -27,6 +27,7 @@ from scope.errors import (
     ConversationClosedError,
     HistoryChangedError,
     InvalidBatchError,
+    RestoreConflictError,
     UnknownHeadError,
 )
 from scope.history._adapter import LeaseTable
@@ -39,12 +40,15 @@ from scope.history._erasure import (
     check_now,
     check_owner,
     check_retention,
+    check_secret,
+    check_tombstone,
     check_until,
     new_secret,
     tombstone,
 )
 from scope.history._ids import AppendID, ConversationID
 from scope.history._meta import Closure, ConversationMeta
+from scope.history._restore import ClosedConversation
 from scope.history._tree import HistoryTree, check_created, check_head, check_move_id
 from scope.history._view import HistoryView
 
@@ -623,6 +627,110 @@ class InMemoryStore:
                         f"a conversation id hashing to the tombstone is held in {where}"
                     )
         return problems
+
+    # -- restore (DESIGN §6n: scope.history.Restorer) ---------------------------------
+
+    def _closure_locked(self, cid: ConversationID, now: float) -> ClosedConversation | None:
+        """How ``cid`` is closed (as ``read_meta`` says it), None when it is open,
+        unknown or erased; the caller holds the lock."""
+        expires = self._expires.get(cid)
+        if cid in self._expired or (
+            cid not in self._closed and expires is not None and expires <= now
+        ):
+            closure: Closure = "expired"
+        elif cid in self._closed:
+            closure = "cleared"
+        else:
+            return None
+        if self._tombstones and tombstone(self._secret, cid) in self._tombstones:
+            return None
+        return ClosedConversation(
+            cid, closure, self._owners.get(cid), self._view_locked(cid).length
+        )
+
+    async def closed_conversations(
+        self, *, after: str | None = None, limit: int = 1000
+    ) -> list[ClosedConversation]:
+        """The cleared and expired conversations after ``after``, in lexical order, at
+        most ``limit`` (see ``scope.history.Restorer``)."""
+        count = check_erase_limit(limit)
+        start = None if after is None else ConversationID(after)
+        with self._lock:
+            now = self.clock()
+            due = (cid for cid, when in self._expires.items() if when <= now)
+            ids = sorted(self._closed.union(due))
+            first = 0 if start is None else bisect.bisect_right(ids, start)
+            closed: list[ClosedConversation] = []
+            for cid in ids[first:]:
+                entry = self._closure_locked(cid, now)
+                if entry is not None:
+                    closed.append(entry)
+                    if len(closed) == count:
+                        break
+            return closed
+
+    async def restore_closed(self, closed: ClosedConversation) -> bool:
+        """Record ``closed`` under one lock (see ``scope.history.Restorer``)."""
+        if not isinstance(closed, ClosedConversation):
+            raise TypeError(f"restore_closed needs a ClosedConversation, got {closed!r}")
+        cid = closed.conversation_id
+        with self._lock:
+            held = self._closure_locked(cid, self.clock())
+            if self._tombstones and tombstone(self._secret, cid) in self._tombstones:
+                raise RestoreConflictError(f"conversation {str(cid)!r} is erased here")
+            if cid in self._trees:
+                raise RestoreConflictError(f"conversation {str(cid)!r} holds batches here")
+            if held is not None:
+                if held != closed:
+                    raise RestoreConflictError(
+                        f"conversation {str(cid)!r} is closed otherwise here ({held})"
+                    )
+                return False
+            if cid in self._owners or cid in self._expires:
+                raise RestoreConflictError(
+                    f"conversation {str(cid)!r} holds an owner or an expiry here"
+                )
+            self._closed.add(cid)
+            if closed.closure == "expired":
+                self._expired.add(cid)
+            self._lengths[cid] = closed.length
+            if closed.owner is not None:
+                self._owners[cid] = closed.owner
+        self._cache.forget(cid)
+        return True
+
+    async def tombstones(self, *, after: str | None = None, limit: int = 1000) -> list[str]:
+        """The erased ids' tombstones after ``after``, in order, at most ``limit`` (see
+        ``scope.history.Restorer``)."""
+        count = check_erase_limit(limit)
+        with self._lock:
+            marks = sorted(self._tombstones)
+        first = 0 if after is None else bisect.bisect_right(marks, after)
+        return marks[first : first + count]
+
+    async def store_secret(self) -> bytes:
+        """This store's secret (see ``scope.history.Restorer``)."""
+        return self._secret
+
+    async def restore_erasures(self, secret: bytes, tombstones: Sequence[str]) -> int:
+        """Adopt ``secret`` (in a store holding nothing) and add ``tombstones`` under one
+        lock (see ``scope.history.Restorer``)."""
+        secret = check_secret(secret)
+        marks = {check_tombstone(mark) for mark in tombstones}
+        with self._lock:
+            if secret != self._secret:
+                if self._trees or self._closed or self._owners or self._expires:
+                    raise RestoreConflictError(
+                        "this store holds conversations under another store secret"
+                    )
+                if self._tombstones:
+                    raise RestoreConflictError(
+                        "this store holds tombstones under another store secret"
+                    )
+                self._secret = secret
+            added = marks - self._tombstones
+            self._tombstones |= added
+        return len(added)
 
 
 def __getattr__(name: str) -> Any:

@@ -23,6 +23,8 @@ conversation id's UTF-8 bytes, so any id is safe inside the ``{...}`` hash tag):
     {P}:{{H}}:meta      HASH    owner (the first append's), exp (Unix ms), retained ("1")
     {P}:{{T}}:tombstones SET    the erased ids' tombstones of one hash slot (``T``: a
                                 short tag in the conversation's slot, naming no id)
+    {P}:{{imported}}:tombstones  SET  the tombstones ``restore_erasures`` added (its hash
+                                tag is the word ``imported``; see below)
     {P}:secret          STRING  the store secret (the tombstones' HMAC key), SET NX at open
     {{P}:conversations}:expiring   ZSET  id -> expiry (Unix ms): expire() and listings
     {{P}:conversations}:owner:{O}  ZSET  an owner's conversations (``O``: hex of the owner)
@@ -53,6 +55,25 @@ indexes). ``erase`` deletes every key of the conversation, every branch's includ
 adds its tombstone to its slot's tombstone set in one script; a tombstoned id is closed
 for ever.
 
+Restore (DESIGN §6n: ``scope.history.Restorer``, what ``scope history export`` and
+``import`` use). There is no index of closed ids or of tombstones, so the listings scan:
+``closed_conversations`` ``SCAN``s the whole keyspace (every primary of a Cluster) for the
+``:closed`` keys, adds the expiry index's due ids and reads each candidate's closure,
+owner and length with one script in its slot; ``tombstones`` ``SCAN``s for the tombstone
+sets and reads them whole. Each call costs O(keys in the database) (and O(tombstones)):
+tools' work, not a request path. ``restore_closed`` is one script in the conversation's
+slot that refuses (nothing written) or writes the closed key, the owner and the length
+as ``clear``/``expire()`` leave them; the owner's index (which ``erase_owned`` reads) is
+in the same script on one Redis, written after it on a Cluster, on a re-run too.
+``restore_erasures`` runs ordered, idempotent steps (a Cluster cannot change several
+slots atomically; run again, they finish the job): with another secret, a keyspace
+``SCAN`` proves the store holds no conversation, tombstone or index, then the secret is
+swapped (compare and set); then the new tombstones go to ``{P}:{{imported}}:tombstones``
+in one ``SADD``. A tombstone does not name its id, so not the slot the id's scripts read:
+a handle opened on a store that holds imported tombstones (``EXISTS`` at open) checks the
+imported set before each step on a conversation and copies a tombstone found there into
+the id's slot set (one more round trip per step, on such stores only).
+
 One conversation's keys share a hash slot, so its scripts also run on Redis Cluster.
 Every step on a conversation (append, clear, each read, ``move_head``, the lease steps,
 ``retain``, ``erase`` and each conversation ``expire`` removes) is one Lua script, atomic
@@ -75,7 +96,7 @@ import functools
 import hashlib
 import math
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar, final
 
 from scope._validate import check_seconds, check_type
@@ -83,12 +104,14 @@ from scope.errors import (
     AppendConflictError,
     HistoryChangedError,
     InvalidViewError,
+    RestoreConflictError,
     ScopeWarning,
     StoreError,
     UnknownHeadError,
 )
 from scope.history import (
     Batch,
+    ClosedConversation,
     ConversationID,
     HistoryCache,
     HistoryTree,
@@ -101,6 +124,8 @@ from scope.history.storekit import (
     check_move_id,
     check_owner,
     check_retention,
+    check_secret,
+    check_tombstone,
     tombstone,
 )
 from scope.historystores._driver import (
@@ -569,6 +594,79 @@ if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[1]) end
 return 1
 """
 
+# KEYS: closed, meta, tombstones, length. ARGV: the id's tombstone. closed_conversations:
+# {closure, owner or nil, length or nil} in one atomic step, the closure as _READ_META
+# says it ('erased', 'expired', 'cleared', '' open), the length as _VIEW reads it.
+_CLOSED_READ: Final = f"""
+{_NOW_MS}
+if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then return {{'erased', false, false}} end
+local closed = redis.call('GET', KEYS[1])
+local exp = redis.call('HGET', KEYS[2], 'exp')
+local closure = ''
+if closed == '2' then closure = 'expired'
+elseif closed then closure = 'cleared'
+elseif exp and tonumber(exp) <= now then closure = 'expired' end
+return {{closure, redis.call('HGET', KEYS[2], 'owner'), redis.call('GET', KEYS[4])}}
+"""
+
+# KEYS: closed, ids, batches, length, tree, nodes, moves, meta, tombstones, lease[,
+# listing, expiring[, owner's index]]. ARGV: tombstone, closure ('1' cleared, '2'
+# expired: what clear and expire() leave in the closed key), owner ('' none), length
+# (decimal), listing member. restore_closed, in one atomic step: the refusals first
+# ('erased'; 'batches': it holds a batch, or its expiry passed and expire() did not
+# remove it yet; 'closure:<1|2>', 'owner:<owner>', 'length:<length>': closed another
+# way), nothing written then; an id closed exactly so answers 'same'; an unknown one is
+# closed as clear / expire() leave it ('restored'): the closed key, the owner in meta
+# (no expiry, not retained), the length key (none for 0), no data key. With the index
+# keys (one Redis) the id leaves the listing and the expiry index and enters its
+# owner's index in the same step, on 'same' too (an interrupted run is finished).
+_RESTORE_CLOSED: Final = f"""
+{_NOW_MS}
+if redis.call('SISMEMBER', KEYS[9], ARGV[1]) == 1 then return 'erased' end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 'batches' end
+local closed = redis.call('GET', KEYS[1])
+local exp = redis.call('HGET', KEYS[8], 'exp')
+if not closed and exp and tonumber(exp) <= now then return 'batches' end
+local owner = redis.call('HGET', KEYS[8], 'owner') or ''
+local outcome = 'restored'
+if closed then
+  if closed ~= '2' then closed = '1' end
+  if closed ~= ARGV[2] then return 'closure:' .. closed end
+  if owner ~= ARGV[3] then return 'owner:' .. owner end
+  local length = redis.call('GET', KEYS[4]) or '0'
+  if length ~= ARGV[4] then return 'length:' .. length end
+  outcome = 'same'
+else
+  if owner ~= '' and owner ~= ARGV[3] then return 'owner:' .. owner end
+  redis.call('SET', KEYS[1], ARGV[2])
+  redis.call('DEL', KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[10])
+  redis.call('HDEL', KEYS[8], 'exp', 'retained')
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[8], 'owner', ARGV[3]) end
+  if ARGV[4] == '0' then
+    redis.call('DEL', KEYS[4])
+  else
+    redis.call('SET', KEYS[4], ARGV[4])
+  end
+end
+if KEYS[11] then
+  redis.call('ZREM', KEYS[11], ARGV[5])
+  redis.call('ZREM', KEYS[12], ARGV[5])
+  if KEYS[13] then redis.call('ZADD', KEYS[13], 0, ARGV[5]) end
+end
+return outcome
+"""
+
+# KEYS: secret. ARGV: the secret read ('' none), the secret adopted. restore_erasures'
+# swap of the store secret (compare and set): 1 when it now holds the adopted one, 0
+# when it holds neither (another handle changed it meanwhile: nothing written).
+_ADOPT_SECRET: Final = """
+local held = redis.call('GET', KEYS[1]) or ''
+if held == ARGV[2] then return 1 end
+if held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+"""
+
 #: ``_READ_META``'s closure answers.
 _CLOSURES: Final[dict[bytes, Closure]] = {
     b"cleared": "cleared",
@@ -767,6 +865,8 @@ class RedisStore(RecordStore):
         "_closed",
         "_driver",
         "_expiring",
+        "_imported",
+        "_imports",
         "_listed",
         "_listing",
         "_listing_checked",
@@ -809,6 +909,10 @@ class RedisStore(RecordStore):
         # listing's slot too.
         self._expiring = f"{{{self._listing}}}:expiring"
         self._listing_checked = False
+        # The tombstones restore_erasures adds (it cannot know their ids, so not their
+        # slots), and whether the store holds any (read at open; see _settle).
+        self._imports = f"{prefix}:{{imported}}:tombstones"
+        self._imported = False
         self.prefix: Final = prefix
         self.cluster: Final = cluster
         self._listed = ListedIDs(repr(self))
@@ -946,6 +1050,9 @@ class RedisStore(RecordStore):
                 "scope?): erase needs it; restore it from a backup"
             )
         self._secret = secret
+        imports = self._imports
+        held = await self._call(lambda: client.exists(imports), "store secret")
+        self._imported = bool(held)
 
     async def _persistence_problem(self) -> str | None:
         """What a server restart would lose, or None when AOF is on."""
@@ -1148,6 +1255,7 @@ class RedisStore(RecordStore):
         (a consistent snapshot, on Redis Cluster too). A corrupt stored record raises
         ``StoreError``."""
         cid = ConversationID(conversation_id)
+        await self._settle(cid)
         closed_key, _, batches_key, length_key, tree_key, *_ = self._keys(cid)
         meta, tombs, mark = self._erasure_keys(cid)
         keys = (closed_key, length_key, tree_key, batches_key, meta, tombs)
@@ -1181,6 +1289,8 @@ class RedisStore(RecordStore):
         return view if view.closed else HistoryView(view.messages, view.length, head=head)
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
+        if await self._imported_erased(cid):
+            return decode(cid, iter(()), self._cache)
         keys = self._keys(cid)
         client = self._client
 
@@ -1211,6 +1321,8 @@ class RedisStore(RecordStore):
         no record asks the server's clock (``TIME``; a user refused it is answered by
         this machine's clock)."""
         cid = ConversationID(conversation_id)
+        if await self._imported_erased(cid):
+            return HistoryTree((), (), (), -1, True)
         closed_key, _, batches_key, _, tree_key, *_ = self._keys(cid)
         meta, tombs, mark = self._erasure_keys(cid)
         client = self._client
@@ -1312,6 +1424,7 @@ class RedisStore(RecordStore):
         target = check_head(head, "head")
         expected = check_head(expected_head, "expected_head")
         mid = check_move_id(move_id) or ""
+        await self._settle(cid)
         closed_key, _, batches_key, length_key, tree_key, nodes_key, moves_key = self._keys(cid)
         meta, tombs, mark = self._erasure_keys(cid)
         keys = (closed_key, batches_key, length_key, tree_key, nodes_key, moves_key, meta, tombs)
@@ -1446,6 +1559,7 @@ class RedisStore(RecordStore):
         # One script; with a holder (append_release_turn) the folded script, which also
         # releases the holder's lease when the append landed or was a retry.
         cid = batch.conversation_id
+        await self._settle(cid)
         aid = str(batch.id).encode("utf-8")
         digest = batch.digest.encode("ascii")
         record = b"".join((digest, b"\n", aid, b"\n", batch.encoded_messages))
@@ -1513,6 +1627,7 @@ class RedisStore(RecordStore):
             await self._call(lambda: client.zadd(index, {member: 0}), f"listing of {cid!r}")
 
     async def _clear(self, cid: ConversationID) -> None:
+        await self._settle(cid)
         closed_key, ids, batches, length, tree, nodes, moves = self._keys(cid)
         meta, tombs, mark = self._erasure_keys(cid)
         keys = (closed_key, ids, batches, tree, nodes, moves, meta, tombs, length)
@@ -1566,6 +1681,7 @@ class RedisStore(RecordStore):
     ) -> HistoryView | None:
         # One script (append_release_turn: one script too; on a Cluster the listing is
         # updated after it, as for append).
+        await self._settle(cid)
         closed_key, _, batches_key, length_key, tree_key, *_ = self._keys(cid)
         meta, tombs, mark = self._erasure_keys(cid)
         keys = (self._lease_key(cid), closed_key, length_key, tree_key, batches_key, meta, tombs)
@@ -1666,6 +1782,7 @@ class RedisStore(RecordStore):
     ) -> tuple[str | None, float | None, bool, list[tuple[str, str]], Closure | None]:
         # One script reading meta, moves and the closure (one slot: atomic, on a
         # Cluster too).
+        await self._settle(cid)
         keys = self._keys(cid)
         closed_key, moves_key = keys[0], keys[6]
         meta_key, tombs, mark = self._erasure_keys(cid)
@@ -1690,6 +1807,7 @@ class RedisStore(RecordStore):
 
     async def _retain(self, cid: ConversationID, until: float | None) -> bool:
         # One script (Cluster: the expiry index, in another slot, after it).
+        await self._settle(cid)
         closed_key, ids, batches, length, tree, nodes, moves = self._keys(cid)
         meta, tombs, mark = self._erasure_keys(cid)
         keys = (closed_key, ids, batches, meta, tombs, length, tree, nodes, moves)
@@ -1910,6 +2028,303 @@ class RedisStore(RecordStore):
             async for member in client.sscan_iter(key, count=1000):
                 held(bytes(member), where)
 
+    # -- restore (DESIGN §6n: scope.history.Restorer) -----------------------------------
+
+    async def _settle(self, cid: ConversationID) -> None:
+        """When the store holds imported tombstones (``restore_erasures``): copy
+        ``cid``'s tombstone, if it is one of them, into its slot's tombstone set, before
+        a step's script runs (which reads only that set: on a Cluster it cannot read
+        another slot). One ``SISMEMBER`` per step, on a store that holds imported
+        tombstones only; idempotent. Imports happen with no other handle open (see
+        ``restore_erasures``), so no step runs between an import and its check."""
+        if not self._imported:
+            return
+        _, tombs, mark = self._erasure_keys(cid)
+        imports = self._imports
+        client = self._client
+
+        async def settle() -> None:
+            if await client.sismember(imports, mark):
+                await client.sadd(tombs, mark)
+
+        await self._call(settle, f"erasure check of conversation {str(cid)!r}")
+
+    async def _imported_erased(self, cid: ConversationID) -> bool:
+        """Whether ``cid``'s tombstone is an imported one (a read, for the plain-read
+        steps: ``read``, ``read_batches``, ``read_tree``)."""
+        if not self._imported:
+            return False
+        mark = self._erasure_keys(cid)[2]
+        imports = self._imports
+        client = self._client
+        found = await self._call(
+            lambda: client.sismember(imports, mark), f"erasure check of conversation {str(cid)!r}"
+        )
+        return bool(found)
+
+    async def closed_conversations(
+        self, *, after: str | None = None, limit: int = 1000
+    ) -> list[ClosedConversation]:
+        """``scope.history.Restorer.closed_conversations``. There is no index of closed
+        ids: every call ``SCAN``s the whole keyspace (every primary of a Cluster) for the
+        ``:closed`` keys (cleared, or expired and removed by ``expire``) and reads the
+        expiry index's due ids (expired by the server's clock, not removed yet), sorts
+        the ids after ``after``, then reads each one's closure, owner and length with one
+        script in its slot (``_CLOSED_READ``) until ``limit`` are found: O(keys in the
+        database) per page, for an export tool, not for a request path. An id stored
+        outside scope that is not a valid id is skipped."""
+        count = check_erase_limit(limit)
+        start = None if after is None else ConversationID(after)
+        client = self._client
+        prefix = self.prefix
+
+        async def candidates() -> set[ConversationID]:
+            found: set[ConversationID] = set()
+            head, tail = f"{prefix}:{{".encode(), b"}:closed"
+            async for key in client.scan_iter(match=f"{prefix}:{{*}}:closed", count=1000):
+                key = bytes(key)
+                if not (key.startswith(head) and key.endswith(tail)):
+                    continue
+                with contextlib.suppress(ValueError):
+                    found.add(stored_id(bytes.fromhex(key[len(head) : -len(tail)].decode())))
+            seconds, micros = await client.time()
+            now = int(seconds) * 1000 + int(micros) // 1000
+            for raw in await client.zrangebyscore(self._expiring, "-inf", now):
+                with contextlib.suppress(ValueError):
+                    found.add(stored_id(bytes(raw)))
+            return found
+
+        ids = sorted(
+            cid
+            for cid in await self._call(candidates, "scan of closed conversations")
+            if start is None or cid > start
+        )
+        out: list[ClosedConversation] = []
+        for cid in ids:
+            if len(out) == count:
+                break
+            every_key = self._keys(cid)
+            meta, tombs, mark = self._erasure_keys(cid)
+            keys = (every_key[0], meta, tombs, every_key[3])
+
+            async def read(keys: tuple[str, ...] = keys, mark: str = mark) -> Any:
+                return await _run(client, _CLOSED_READ, 4, *keys, mark)
+
+            closure, owner, length = await self._call(
+                read, f"closure read of conversation {str(cid)!r}"
+            )
+            kind = _answer(closure)
+            if kind not in ("cleared", "expired") or await self._imported_erased(cid):
+                continue
+            try:
+                out.append(
+                    ClosedConversation(
+                        cid,
+                        kind,
+                        None if owner is None else _text(cid, owner, "owner"),
+                        0 if length is None else _length(cid, length),
+                    )
+                )
+            except InvalidViewError as exc:
+                raise StoreError(f"conversation {str(cid)!r} is corrupt: {exc}") from None
+        return out
+
+    async def restore_closed(self, closed: ClosedConversation) -> bool:
+        """``scope.history.Restorer.restore_closed``: one script in the conversation's
+        slot (``_RESTORE_CLOSED``) checks and writes it as ``clear`` (``"cleared"``) or
+        ``expire`` (``"expired"``) leave a conversation: the closed key, the owner in
+        ``meta`` (no expiry), its length. One Redis: the listing, the expiry index and
+        the owner's index (which ``erase_owned`` reads) change in the same step. Cluster:
+        they are in another slot, changed after the script, on a re-run that finds it
+        already restored too (so an import cut short between the two steps is finished
+        by running it again; until then ``erase_owned`` does not find it)."""
+        if not isinstance(closed, ClosedConversation):
+            raise TypeError(
+                f"restore_closed needs a ClosedConversation, got {type(closed).__name__}"
+            )
+        cid = closed.conversation_id
+        await self._settle(cid)
+        closed_key, ids, batches, length, tree, nodes, moves = self._keys(cid)
+        meta, tombs, mark = self._erasure_keys(cid)
+        keys = (
+            closed_key, ids, batches, length, tree, nodes, moves, meta, tombs,
+            self._lease_key(cid),
+        )  # fmt: skip
+        kind = "1" if closed.closure == "cleared" else "2"
+        owner = closed.owner or ""
+        member = cid.encode("utf-8")
+        arguments = (mark, kind, owner, str(closed.length), member)
+        indexes: tuple[str, ...] = (self._listing, self._expiring)
+        if closed.owner is not None:
+            indexes += (self._owner_index(closed.owner),)
+        client = self._client
+        cluster = self.cluster
+
+        async def restore() -> str:
+            if not cluster:
+                answer = await _run(
+                    client, _RESTORE_CLOSED, len(keys) + len(indexes), *keys, *indexes, *arguments
+                )
+                return _answer(answer)
+            outcome = _answer(await _run(client, _RESTORE_CLOSED, len(keys), *keys, *arguments))
+            if outcome in ("restored", "same"):
+                await client.zrem(self._listing, member)
+                await client.zrem(self._expiring, member)
+                if closed.owner is not None:
+                    await client.zadd(self._owner_index(closed.owner), {member: 0})
+            return outcome
+
+        outcome = await self._call(restore, f"restore of conversation {str(cid)!r}")
+        if outcome == "restored":
+            self._cache.forget(cid)
+            return True
+        if outcome == "same":
+            return False
+        kind_of = {"1": "cleared", "2": "expired"}
+        problem, _, held = outcome.partition(":")
+        reasons = {
+            "erased": "is erased (its tombstone is stored)",
+            "batches": "holds batches (open, or expired and not removed by expire())",
+            "closure": f"is {kind_of.get(held, held)}, not {closed.closure}",
+            "owner": f"has owner {held or None!r}, not {closed.owner!r}",
+            "length": f"was closed at length {held}, not {closed.length}",
+        }
+        if problem not in reasons:
+            raise StoreError(f"Redis restore script returned {outcome!r}")
+        raise RestoreConflictError(
+            f"cannot restore closed conversation {str(cid)!r}: the store's "
+            f"{reasons[problem]}; nothing was written"
+        )
+
+    async def _tombstone_sets(self) -> list[bytes]:
+        """Every tombstone set of this store (each slot's and the imported one's): one
+        ``SCAN`` of the keyspace (every primary of a Cluster)."""
+        client = self._client
+        pattern = re.compile(re.escape(self.prefix).encode() + rb":\{[^{}]*\}:tombstones\Z")
+
+        async def scan() -> list[bytes]:
+            match = f"{self.prefix}:{{*}}:tombstones"
+            return [
+                bytes(key)
+                async for key in client.scan_iter(match=match, count=1000)
+                if pattern.match(bytes(key))
+            ]
+
+        return await self._call(scan, "scan of tombstone sets")
+
+    async def _every_tombstone(self) -> set[str]:
+        """Every tombstone the store holds (O(tombstones), after a keyspace ``SCAN``)."""
+        client = self._client
+        found: set[str] = set()
+        for key in await self._tombstone_sets():
+
+            async def members(key: bytes = key) -> list[bytes]:
+                return [bytes(m) async for m in client.sscan_iter(key, count=1000)]
+
+            for raw in await self._call(members, "read of tombstones"):
+                found.add(raw.decode("utf-8", "replace"))
+        return found
+
+    async def tombstones(self, *, after: str | None = None, limit: int = 1000) -> list[str]:
+        """``scope.history.Restorer.tombstones``: the members of every tombstone set (one
+        per hash slot that holds an erased id, and the imported ones), read whole and
+        sorted on every call: a keyspace ``SCAN`` and O(tombstones) per page, for an
+        export tool. ``after`` must be a string (``TypeError``)."""
+        count = check_erase_limit(limit)
+        if after is not None and not isinstance(after, str):
+            raise TypeError(f"after must be a string or None, got {type(after).__name__}")
+        every = sorted(
+            mark for mark in await self._every_tombstone() if after is None or mark > after
+        )
+        return every[:count]
+
+    async def store_secret(self) -> bytes:
+        """``scope.history.Restorer.store_secret``: the secret this handle read at open
+        (or adopted with ``restore_erasures``), the key ``{prefix}:secret``."""
+        if self._closed:
+            raise store_closed("RedisStore")
+        return self._secret
+
+    async def _held_keys(self, limit: int = 3) -> list[str]:
+        """Up to ``limit`` keys of this store that hold a conversation (open or closed,
+        any of its keys), a tombstone set or an index: a keyspace ``SCAN`` (every primary
+        of a Cluster) for ``{P}:*`` and ``{{P}:*``; the secret and the schema marker are
+        not counted, nor keys of another prefix that the patterns also match."""
+        client = self._client
+        prefix = re.escape(self.prefix).encode()
+        ours = re.compile(
+            rb"(?:" + prefix + rb":\{[^{}]*\}:[a-z]+"
+            rb"|" + prefix + rb":conversations"
+            rb"|\{" + prefix + rb":conversations\}:.*)\Z",
+            re.DOTALL,
+        )
+
+        async def scan() -> list[str]:
+            held: list[str] = []
+            for match in (f"{self.prefix}:*", f"{{{self.prefix}:*"):
+                async for key in client.scan_iter(match=match, count=1000):
+                    if ours.match(bytes(key)):
+                        held.append(bytes(key).decode("utf-8", "replace"))
+                        if len(held) == limit:
+                            return held
+            return held
+
+        return await self._call(scan, "check that the store is empty")
+
+    async def restore_erasures(self, secret: bytes, tombstones: Sequence[str]) -> int:
+        """``scope.history.Restorer.restore_erasures``, in ordered idempotent steps (a
+        Cluster cannot change keys of several slots atomically; run again, the steps
+        finish the job):
+
+        1. Check ``secret`` and every tombstone (before any I/O).
+        2. When the stored secret is another one: ``SCAN`` the keyspace (every primary)
+           for any key of a conversation, tombstone set or index of this store
+           (``RestoreConflictError`` naming them, nothing written), then swap the secret
+           (compare and set, one script: ``RestoreConflictError`` when another handle
+           changed it meanwhile) and adopt it on this handle. A handle opened before
+           keeps the secret it read: restore with no other handle open.
+        3. Add the tombstones not held yet (read from every tombstone set: O(tombstones)
+           after a keyspace ``SCAN``) with one ``SADD`` to the imported set
+           ``{P}:{imported}:tombstones``. A tombstone names no id, so not the id's slot,
+           where the scripts look (``{P}:{T}:tombstones``); every handle opened since
+           (and this one) knows the store holds imported tombstones, and before each
+           step on a conversation copies its tombstone from the imported set into its
+           slot's set when it is there (``_settle``), so the step's script finds it
+           erased.
+
+        Returns how many were added."""
+        key = check_secret(secret)
+        marks = list(dict.fromkeys(check_tombstone(mark) for mark in tombstones))
+        client = self._client
+        secret_key = f"{self.prefix}:secret"
+        held = await self._call(lambda: client.get(secret_key), "store secret")
+        if held != key:
+            found = await self._held_keys()
+            if found:
+                raise RestoreConflictError(
+                    "cannot adopt another store secret: this store holds conversations or "
+                    f"tombstones made under its own (keys {', '.join(found)}, ...); nothing "
+                    "was written"
+                )
+
+            async def adopt() -> Any:
+                return await _run(client, _ADOPT_SECRET, 1, secret_key, held or b"", key)
+
+            if not int(await self._call(adopt, "store secret")):
+                raise RestoreConflictError(
+                    f"the store secret (key {secret_key!r}) changed during the restore (another "
+                    "handle?); nothing was written"
+                )
+        self._secret = key
+        present = await self._every_tombstone() if marks else set()
+        new = [mark for mark in marks if mark not in present]
+        if not new:
+            return 0
+        imports = self._imports
+        added = await self._call(lambda: client.sadd(imports, *new), "restore of tombstones")
+        self._imported = True
+        return int(added)
+
 
 #: Each script's SHA1 (hex), computed once: scripts run with ``EVALSHA``.
 _SHAS: dict[str, str] = {}
@@ -1955,6 +2370,14 @@ def _text(cid: str, raw: Any, what: str) -> str:
     elif isinstance(raw, str):
         return raw
     raise StoreError(f"conversation {str(cid)!r} is corrupt: its {what} is {raw!r}")
+
+
+def _length(cid: str, raw: Any) -> int:
+    """A closed conversation's stored length (decimal), else ``StoreError``."""
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
+    if not re.fullmatch(r"[0-9]{1,18}", text):
+        raise StoreError(f"conversation {str(cid)!r} is corrupt: its length is {raw!r}")
+    return int(text)
 
 
 def _corrupt_tree(cid: str, problem: str) -> StoreError:

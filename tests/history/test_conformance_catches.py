@@ -627,6 +627,98 @@ _ERASURE_LAYER = textwrap.dedent(
     """
 )
 
+
+# Restore (DESIGN §6n): a layer over the erasure layer (it rebinds ``Store`` again) that
+# makes the configurable store a ``scope.history.Restorer``, with its own breakages.
+_RESTORE_LAYER = textwrap.dedent(
+    """
+    from scope.errors import RestoreConflictError
+    from scope.history import ClosedConversation
+    from scope.history.storekit import check_secret, check_tombstone
+
+    class Store(Store):
+        def __init__(self, broken, state=None, retention=None):
+            super().__init__(broken, state, retention)
+            self.state.setdefault("lengths", {})
+
+        async def read_view(self, conversation_id):
+            view = await super().read_view(conversation_id)
+            if view.closed:
+                cid = ConversationID(conversation_id)
+                return HistoryView((), self.state["lengths"].get(cid, 0), True)
+            return view
+
+        async def _closure(self, cid):
+            meta = await self.read_meta(cid)
+            if meta.closure in (None, "erased"):
+                return None
+            length = (await self.read_view(cid)).length
+            return ClosedConversation(cid, meta.closure, meta.owner, length)
+
+        async def closed_conversations(self, *, after=None, limit=1000):
+            count = check_erase_limit(limit)
+            start = None if after is None else ConversationID(after)
+            state = self.state
+            ids = state["closed"] | {c for c, t in state["expires"].items() if t <= time.time()}
+            ordered = list(ids) if "closed-unordered" in self.broken else sorted(ids)
+            listed = []
+            for cid in ordered:
+                entry = await self._closure(cid)
+                if entry is not None and (start is None or cid > start):
+                    listed.append(entry)
+            return listed[:count]
+
+        async def restore_closed(self, closed):
+            cid = closed.conversation_id
+            state = self.state
+            held = await self._closure(cid)
+            if "restore-overwrites" not in self.broken:
+                if tombstone(state["secret"], cid) in state["tombstones"]:
+                    raise RestoreConflictError(cid)
+                if state["batches"].get(cid) or cid in state["trees"]:
+                    raise RestoreConflictError(cid)
+                if held is not None and held != closed:
+                    raise RestoreConflictError(cid)
+            if held == closed:
+                return False
+            state["closed"].add(cid)
+            if closed.closure == "expired":
+                state["expired"].add(cid)
+            state["lengths"][cid] = closed.length
+            if closed.owner is not None and "restore-drops-owner" not in self.broken:
+                state["owners"][cid] = closed.owner
+            return True
+
+        async def tombstones(self, *, after=None, limit=1000):
+            count = check_erase_limit(limit)
+            return [m for m in sorted(self.state["tombstones"]) if after is None or m > after][
+                :count
+            ]
+
+        async def store_secret(self):
+            return self.state["secret"]
+
+        async def restore_erasures(self, secret, tombstones):
+            state = self.state
+            secret = check_secret(secret)
+            added = 0
+            for mark in tombstones:
+                if "restore-validates-late" in self.broken:
+                    state["tombstones"].add(check_tombstone(mark))
+                else:
+                    check_tombstone(mark)
+            if secret != state["secret"]:
+                used = state["batches"] or state["closed"] or state["tombstones"]
+                if used and "restore-adopts-anyway" not in self.broken:
+                    raise RestoreConflictError("used")
+                state["secret"] = secret
+            for mark in tombstones:
+                added += mark not in state["tombstones"]
+                state["tombstones"].add(mark)
+            return added
+    """
+)
+
 _ERASURE_BASE = textwrap.dedent(
     """
 
@@ -638,7 +730,9 @@ _ERASURE_BASE = textwrap.dedent(
 
 _BROKEN_STORE = (
     _BROKEN_STORE.replace(
-        "\n\nclass Base(StoreConformance):", _ERASURE_LAYER + "\n\nclass Base(StoreConformance):", 1
+        "\n\nclass Base(StoreConformance):",
+        _ERASURE_LAYER + _RESTORE_LAYER + "\n\nclass Base(StoreConformance):",
+        1,
     )
     + _ERASURE_BASE
 )
@@ -752,6 +846,45 @@ _ERASURE_CASES = [
         "erase-owned-halfway",
         "cancelled_midway",
         {"test_erase_owner_cancelled_midway_finishes_when_run_again"},
+    ),
+]
+
+
+_RESTORE_CASES = [
+    (
+        "closed-unordered",
+        "closed_conversations or hostile",
+        {
+            "test_closed_conversations_lists_cleared_and_expired_in_order",
+            "test_restore_closed_keeps_hostile_ids_apart",
+        },
+    ),
+    (
+        "restore-drops-owner",
+        "restore",
+        {
+            "test_restore_closed_writes_what_was_listed",
+            "test_restored_owner_is_found_by_erase_owned",
+        },
+    ),
+    (
+        "restore-overwrites",
+        "restore_closed",
+        {
+            "test_restore_closed_refuses_an_id_holding_batches",
+            "test_restore_closed_refuses_another_closure",
+            "test_restore_closed_refuses_an_erased_id",
+        },
+    ),
+    (
+        "restore-adopts-anyway",
+        "restore_erasures",
+        {"test_restore_erasures_refuses_another_secret_in_a_used_store"},
+    ),
+    (
+        "restore-validates-late",
+        "restore_erasures",
+        {"test_restore_erasures_rejects_a_bad_tombstone"},
     ),
 ]
 
@@ -1012,6 +1145,7 @@ CASES = [
         },
     ),
     *_ERASURE_CASES,
+    *_RESTORE_CASES,
 ]
 
 

@@ -359,6 +359,8 @@ class FakeRedis:
             return b"+OK\r\n"
         if args[0] == "GET" and args[1].endswith(":secret"):
             return b"$32\r\n" + b"s" * 32 + b"\r\n"
+        if args[0] == "EXISTS" and args[1].endswith(":{imported}:tombstones"):
+            return b":0\r\n"  # no imported tombstones (read at open)
         if args[0] == "CONFIG":
             if self.config_error:
                 return f"-{self.config_error}\r\n".encode()

@@ -74,6 +74,7 @@ from scope.history.storetest._branches import BranchRules
 from scope.history.storetest._core import CoreRules
 from scope.history.storetest._erasure import ErasureRules
 from scope.history.storetest._leases import LeaseRules
+from scope.history.storetest._restore import RestoreRules
 from scope.history.storetest._runner import on_anyio_runner
 from scope.history.storetest._support import HOSTILE_IDS, rich_messages
 from scope.history.storetest._turns import TurnRules
@@ -81,7 +82,7 @@ from scope.history.storetest._turns import TurnRules
 __all__ = ["HOSTILE_IDS", "StoreConformance", "rich_messages"]
 
 
-class StoreConformance(CoreRules, TurnRules, LeaseRules, BranchRules, ErasureRules):
+class StoreConformance(CoreRules, TurnRules, LeaseRules, BranchRules, ErasureRules, RestoreRules):
     """The store contract of ``scope.history`` as pytest tests. Subclass it (see the
     module docstring); never instantiate it directly."""
 
