@@ -31,7 +31,7 @@ import orjson
 from scope import __version__, codec
 from scope.chat import Message
 from scope.cli._errors import CLIError
-from scope.cli._export import ConversationRecord, is_export_header
+from scope.cli._export import ConversationRecord, export_version, parse_export_line
 from scope.cli._history import ConversationLine
 from scope.cli._render import Progress
 from scope.cli._stores import opened_store, redact_url
@@ -147,12 +147,14 @@ def load_file(path: str, limit: int) -> Workload:
                 if not line.strip():
                     continue
                 if versioned is None:
-                    versioned = is_export_header(line)
+                    versioned = export_version(line) is not None
                     if versioned:
                         continue
                 try:
                     if versioned:
-                        record = ConversationRecord.from_json(line)
+                        record = parse_export_line(line)
+                        if not isinstance(record, ConversationRecord):
+                            continue  # a closed conversation, a tombstone, the secret
                         cid = str(record.conversation_id)
                         batches += [(cid, str(b.id), b.messages) for b in record.tree.head_path()]
                     else:

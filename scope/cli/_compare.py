@@ -9,7 +9,7 @@ from typing import Final, TextIO
 from scope.cli._render import Progress, safe
 from scope.cli._stores import CLIStore, opened_store, redact_url
 from scope.errors import StoreError
-from scope.history import ConversationID, ConversationMeta, HistoryTree
+from scope.history import ClosedConversation, ConversationID, ConversationMeta, HistoryTree
 
 __all__ = ["compare_stores", "differences"]
 
@@ -119,9 +119,12 @@ async def compare_stores(
 ) -> int:
     """Compare every conversation either store lists (or those named): the same batches
     (append id, digest, parent, so the same chain digest on every path), the same head,
-    owner, recorded moves and expiry (``differences``). One ``scope: error:`` line per
-    conversation that differs or cannot be read, a summary on stdout; exit status 1 when
-    anything differs. Both stores are opened without creating anything and only read."""
+    owner, recorded moves and expiry (``differences``); without named ones also the closed
+    conversations (closure, owner, length), the tombstones and, where either store holds
+    a tombstone, the store secret (``_closed_differences``). One ``scope: error:`` line
+    per conversation that differs or cannot be read, a summary on stdout; exit status 1
+    when anything differs. Both stores are opened without creating anything and only
+    read."""
     compared = 0
     differ: list[str] = []
     async with opened_store(url, create=False) as mine, opened_store(other, create=False) as theirs:
@@ -140,6 +143,10 @@ async def compare_stores(
                 stderr.write(
                     safe(f"scope: error: conversation {str(cid)!r}: {'; '.join(found)}") + "\n"
                 )
+        if not conversation_ids:
+            for problem in await _closed_differences(mine, theirs):
+                differ.append(problem)
+                stderr.write(safe(f"scope: error: {problem}") + "\n")
         progress.done()
     where = redact_url(other)
     plural = "conversation" if compared == 1 else "conversations"
@@ -149,6 +156,58 @@ async def compare_stores(
         stdout.write(f"compared {compared} {plural} with {where}: all equal\n")
     stdout.flush()
     return 1 if differ else 0
+
+
+async def _closed(store: CLIStore) -> AsyncIterator[ClosedConversation]:
+    after: str | None = None
+    while page := await store.closed_conversations(after=after, limit=_PAGE):
+        for entry in page:
+            yield entry
+        after = page[-1].conversation_id
+
+
+async def _tombstones(store: CLIStore) -> AsyncIterator[str]:
+    after: str | None = None
+    while page := await store.tombstones(after=after, limit=_PAGE):
+        for mark in page:
+            yield mark
+        after = page[-1]
+
+
+async def _closed_differences(mine: CLIStore, theirs: CLIStore) -> list[str]:
+    """What the two stores' closed conversations and tombstones disagree on (one
+    store's listings held in memory, the other's paged against them): one line per
+    closed conversation that differs,
+    a count of the tombstones held on one side only, and whether the store secrets
+    differ while either holds a tombstone."""
+    found: list[str] = []
+    here = {e.conversation_id: e async for e in _closed(mine)}
+    async for entry in _closed(theirs):
+        held = here.pop(entry.conversation_id, None)
+        if held != entry:
+            what = "open or unknown" if held is None else f"{held.closure} ({held.owner!r})"
+            found.append(
+                f"closed conversation {str(entry.conversation_id)!r}: {what} here, "
+                f"{entry.closure} ({entry.owner!r}) there"
+            )
+    for cid, held in here.items():
+        found.append(
+            f"closed conversation {str(cid)!r}: {held.closure} ({held.owner!r}) here, "
+            "open or unknown there"
+        )
+    marks = {m async for m in _tombstones(mine)}
+    theirs_only = 0
+    async for mark in _tombstones(theirs):
+        if mark in marks:
+            marks.discard(mark)
+        else:
+            theirs_only += 1
+    if marks or theirs_only:
+        found.append(f"tombstones only here: {len(marks)}, only there: {theirs_only}")
+    any_marks = await mine.tombstones(limit=1) or await theirs.tombstones(limit=1)
+    if any_marks and await mine.store_secret() != await theirs.store_secret():
+        found.append("other store secrets (a tombstone here closes no id there)")
+    return found
 
 
 async def _named(conversation_ids: Sequence[str]) -> AsyncIterator[ConversationID]:

@@ -1,9 +1,19 @@
 """``scope history export`` / ``import`` of a whole store (DESIGN §6n): the export format
-(version 2) and the restore of one conversation through the ``Store`` protocol.
+(version 3) and the restore of a store through the ``Store`` and ``Restorer`` protocols.
 
 An export file is JSON Lines. Its first line is the header
-``{"format":"scope-history-export","version":2}``; every other line is one conversation,
-an object with sorted keys:
+``{"format":"scope-history-export","version":3}``; every other line is an object with
+sorted keys, one of:
+
+- ``{"secret"}``: the source store's secret (64 hex digits), the key of its tombstones;
+  written once, before the tombstones, when the store holds any (so the file is as
+  sensitive as the store).
+- ``{"tombstone"}``: one erased conversation's tombstone (``"hmac-sha256:<64 hex>"``);
+  the erased id itself is in no file.
+- ``{"closure", "conversation_id", "length", "owner"}``: a closed conversation
+  (``scope.history.ClosedConversation``): ``"cleared"`` or ``"expired"``, the owner
+  (``null``: none) and its closed view's length. Its batches are gone (or due to go).
+- a conversation line, the whole tree of an open conversation:
 
 - ``conversation_id``: the id.
 - ``batches``: every batch of every branch in stored order, each
@@ -18,17 +28,19 @@ an object with sorted keys:
 - ``owner`` (``null``: none), ``expires_at`` (Unix seconds, ``null``: never) and
   ``retained`` (whether ``retain`` set the expiry).
 
-A file without the header is the old format (scope 0.1 to 0.4): one
-``{"conversation_id", "messages"}`` line per conversation (``_history.ConversationLine``);
-``import`` still reads it.
+A version 2 file (scope 0.5 before closed conversations were carried) holds only
+conversation lines; ``import`` still reads it. A file without the header is the old
+format (scope 0.1 to 0.4): one ``{"conversation_id", "messages"}`` line per conversation
+(``_history.ConversationLine``); ``import`` still reads it too.
 """
 
 from __future__ import annotations
 
+import binascii
 import datetime as _dt
 import math
-from collections.abc import Callable, Iterable
-from typing import IO, Any, Final, TextIO, final
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import IO, Any, Final, TextIO, TypeVar, final
 
 import attrs
 import orjson
@@ -43,32 +55,40 @@ from scope.errors import (
     ConversationClosedError,
     InvalidBatchError,
     InvalidConversationIDError,
+    InvalidReceiptError,
     InvalidViewError,
+    RestoreConflictError,
     StoreError,
 )
 from scope.history import (
     Batch,
+    ClosedConversation,
     ConversationID,
     ConversationMeta,
     HistoryTree,
 )
+from scope.history.storekit import check_secret, check_tombstone
 
 __all__ = [
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
     "HEADER",
     "ConversationRecord",
+    "ExportContents",
     "RestoreConflict",
     "export_store",
-    "is_export_header",
+    "export_version",
     "parse_export",
+    "parse_export_line",
     "restore_conversation",
 ]
 
 #: The ``format`` of an export file's header line.
 EXPORT_FORMAT: Final = "scope-history-export"
-#: The version of the export format this scope writes (and the only one with a header).
-EXPORT_VERSION: Final = 2
+#: The version of the export format this scope writes.
+EXPORT_VERSION: Final = 3
+#: The versions with a header this scope reads.
+READ_VERSIONS: Final = (2, 3)
 #: The header line, without the newline.
 HEADER: Final = orjson.dumps(
     {"format": EXPORT_FORMAT, "version": EXPORT_VERSION}, option=orjson.OPT_SORT_KEYS
@@ -78,6 +98,8 @@ _KEYS: Final = frozenset(
     {"batches", "conversation_id", "expires_at", "head", "moves", "owner", "retained"}
 )
 _BATCH_KEYS: Final = frozenset({"created", "digest", "id", "messages", "parent"})
+_CLOSED_KEYS: Final = frozenset({"closure", "conversation_id", "length", "owner"})
+_T = TypeVar("_T")
 
 
 def _seconds(value: Any, where: str) -> float | None:
@@ -244,44 +266,119 @@ class ConversationRecord:
         return cls(cid, history, meta)
 
 
-def is_export_header(line: bytes) -> bool:
-    """Whether ``line`` is an export header (of any version); ``CLIError`` for a header
-    of a version this scope does not read."""
+def export_version(line: bytes) -> int | None:
+    """The version of an export header line (None: ``line`` is no header, so the file
+    is of the old headerless format); ``CLIError`` for a header of a version this scope
+    does not read."""
     try:
         tree = orjson.loads(line)
     except orjson.JSONDecodeError:
-        return False
+        return None
     if type(tree) is not dict or "format" not in tree:
-        return False
-    if tree != {"format": EXPORT_FORMAT, "version": EXPORT_VERSION}:
+        return None
+    version = tree.get("version")
+    if tree != {"format": EXPORT_FORMAT, "version": version} or version not in READ_VERSIONS:
         raise CLIError(
             f"not an export file this scope reads: its header is {line.decode(errors='replace')}"
-            f" (this scope reads version {EXPORT_VERSION} and headerless version 1 files)"
+            f" (this scope reads versions 2 and {EXPORT_VERSION} and headerless version 1 "
+            "files)"
         )
-    return True
+    return int(version)
 
 
-def parse_export(
-    lines: Iterable[tuple[int, bytes]], source: str
-) -> list[tuple[int, ConversationRecord]]:
-    """Validate every conversation line (numbered) of a version 2 file: ``(line number,
-    ConversationRecord)``; ``CLIError`` naming ``source:line`` for the first bad one or a
-    conversation given twice (nothing imported by anyone before this returns)."""
+def closed_line(closed: ClosedConversation) -> bytes:
+    """The export line of a closed conversation, without the newline."""
+    return orjson.dumps(
+        {
+            "closure": closed.closure,
+            "conversation_id": str(closed.conversation_id),
+            "length": closed.length,
+            "owner": closed.owner,
+        },
+        option=orjson.OPT_SORT_KEYS,
+    )
+
+
+def parse_export_line(line: bytes) -> ConversationRecord | ClosedConversation | str | bytes:
+    """One line after the header, by its keys: a ``ConversationRecord``, a
+    ``ClosedConversation``, a tombstone (``str``) or the store secret (``bytes``);
+    ``InvalidBatchError`` naming the place for anything else."""
+    try:
+        tree = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidBatchError(f"invalid JSON: {exc}") from None
+    keys = set(tree) if type(tree) is dict else set()
+    try:
+        if keys == {"secret"}:
+            secret = _string(tree["secret"], "secret")
+            try:
+                return check_secret(binascii.unhexlify(secret))
+            except (binascii.Error, ValueError) as exc:
+                raise InvalidBatchError(f"secret: expected 64 hex digits ({exc})") from None
+        if keys == {"tombstone"}:
+            return check_tombstone(tree["tombstone"])
+        if keys == _CLOSED_KEYS:
+            return ClosedConversation(
+                _string(tree["conversation_id"], "conversation_id"),
+                tree["closure"],
+                tree["owner"],
+                tree["length"],
+            )
+    except (InvalidReceiptError, InvalidViewError, InvalidConversationIDError) as exc:
+        raise InvalidBatchError(str(exc)) from None
+    return ConversationRecord.from_json(line)
+
+
+@final
+@attrs.frozen
+class ExportContents:
+    """A validated export file: the secret and tombstones (if the store held any), the
+    closed conversations and the conversation records, each with its line number."""
+
+    secret: bytes | None
+    tombstones: tuple[str, ...]
+    closed: tuple[tuple[int, ClosedConversation], ...]
+    records: tuple[tuple[int, ConversationRecord], ...]
+
+
+def parse_export(lines: Iterable[tuple[int, bytes]], source: str, version: int) -> ExportContents:
+    """Validate every line (numbered) after the header of a version 2 or 3 file;
+    ``CLIError`` naming ``source:line`` for the first bad one, a conversation given
+    twice, a tombstone before the secret or a secret given twice, or a line of version
+    3 in a version 2 file (nothing imported by anyone before this returns)."""
+    secret: bytes | None = None
+    tombstones: list[str] = []
+    closed: list[tuple[int, ClosedConversation]] = []
     records: list[tuple[int, ConversationRecord]] = []
     seen: dict[str, int] = {}
     for number, line in lines:
         try:
-            record = ConversationRecord.from_json(line)
+            item = parse_export_line(line)
+            if version < 3 and not isinstance(item, ConversationRecord):
+                raise InvalidBatchError(f"a version 3 line in a version {version} file")
+            if isinstance(item, bytes):
+                if secret is not None:
+                    raise InvalidBatchError("a second store secret")
+                secret = item
+                continue
+            if isinstance(item, str):
+                if secret is None:
+                    raise InvalidBatchError("a tombstone before the store secret")
+                tombstones.append(item)
+                continue
         except InvalidBatchError as exc:
             raise CLIError(f"{source}:{number}: {exc}; nothing was imported") from None
-        first = seen.setdefault(record.conversation_id, number)
+        first = seen.setdefault(item.conversation_id, number)
         if first != number:
             raise CLIError(
-                f"{source}:{number}: conversation {str(record.conversation_id)!r} already "
+                f"{source}:{number}: conversation {str(item.conversation_id)!r} already "
                 f"appears on line {first}; nothing was imported"
             )
-        records.append((number, record))
-    return records
+        if isinstance(item, ClosedConversation):
+            closed.append((number, item))
+        else:
+            records.append((number, item))
+    return ExportContents(secret, tuple(tombstones), tuple(closed), tuple(records))
 
 
 # -- export --------------------------------------------------------------------------
@@ -290,42 +387,69 @@ def parse_export(
 EXPORT_PAGE: Final = 1000
 
 
-async def export_store(store: CLIStore, sink: IO[bytes], stderr: TextIO) -> tuple[int, list[str]]:
-    """Write the header and every conversation the store lists (one rewound to its start
-    included), paging through the listing; the number written and one error line for
-    each conversation not written (a corrupt record, or closed since it was listed)."""
+async def _paged(
+    fetch: Callable[[Any], Awaitable[list[_T]]], key: Callable[[_T], Any]
+) -> AsyncIterator[_T]:
+    """Every item of a keyset-paged listing (``fetch(after)``), a page at a time."""
+    after = None
+    while page := await fetch(after):
+        for item in page:
+            yield item
+        after = key(page[-1])
+
+
+async def export_store(
+    store: CLIStore, sink: IO[bytes], stderr: TextIO
+) -> tuple[int, int, list[str]]:
+    """Write the header, the store secret and tombstones (when it holds any), every
+    closed conversation and every conversation the store lists (one rewound to its start
+    included), paging through each listing; the number of conversations written, the
+    number of tombstones, and one error line for each conversation not written (a
+    corrupt record, or closed since it was listed)."""
     sink.write(HEADER + b"\n")
     failed: list[str] = []
-    count = 0
+    count = marks = 0
     progress = Progress(stderr, "exported")
-    after: str | None = None
-    while page := await store.conversations(after=after, limit=EXPORT_PAGE):
-        after = page[-1]
-        for cid in page:
-            progress.step()
-            try:
-                # The meta first: batches are never deleted but by a closure, so every
-                # move it records names a batch of the tree read after it.
-                meta = await store.read_meta(cid)
-                tree = await store.read_tree(cid)
-            except StoreError as exc:  # a corrupt record: export the others
-                failed.append(f"scope: error: conversation {str(cid)!r} not exported: {exc}\n")
-                continue
-            if tree.closed or not tree.batches:
-                failed.append(
-                    f"scope: error: conversation {str(cid)!r} not exported: it was closed "
-                    "(cleared, expired or erased) after it was listed\n"
-                )
-                continue
-            try:
-                line = ConversationRecord(cid, tree, meta).to_json()
-            except InvalidBatchError as exc:  # a store that broke its own rules
-                failed.append(f"scope: error: conversation {str(cid)!r} not exported: {exc}\n")
-                continue
-            sink.write(line + b"\n")
-            count += 1
+    tombstones = _paged(lambda after: store.tombstones(after=after, limit=EXPORT_PAGE), str)
+    async for mark in tombstones:
+        if not marks:
+            secret = binascii.hexlify(await store.store_secret())
+            sink.write(orjson.dumps({"secret": secret.decode()}) + b"\n")
+        sink.write(orjson.dumps({"tombstone": mark}) + b"\n")
+        marks += 1
+    closed = _paged(
+        lambda after: store.closed_conversations(after=after, limit=EXPORT_PAGE),
+        lambda entry: entry.conversation_id,
+    )
+    async for entry in closed:
+        progress.step()
+        sink.write(closed_line(entry) + b"\n")
+        count += 1
+    async for cid in _paged(lambda after: store.conversations(after=after, limit=EXPORT_PAGE), str):
+        progress.step()
+        try:
+            # The meta first: batches are never deleted but by a closure, so every
+            # move it records names a batch of the tree read after it.
+            meta = await store.read_meta(cid)
+            tree = await store.read_tree(cid)
+        except StoreError as exc:  # a corrupt record: export the others
+            failed.append(f"scope: error: conversation {str(cid)!r} not exported: {exc}\n")
+            continue
+        if tree.closed or not tree.batches:
+            failed.append(
+                f"scope: error: conversation {str(cid)!r} not exported: it was closed "
+                "(cleared, expired or erased) after it was listed\n"
+            )
+            continue
+        try:
+            line = ConversationRecord(cid, tree, meta).to_json()
+        except InvalidBatchError as exc:  # a store that broke its own rules
+            failed.append(f"scope: error: conversation {str(cid)!r} not exported: {exc}\n")
+            continue
+        sink.write(line + b"\n")
+        count += 1
     progress.done()
-    return count, failed
+    return count, marks, failed
 
 
 # -- import --------------------------------------------------------------------------
@@ -424,42 +548,83 @@ async def restore_conversation(store: CLIStore, record: ConversationRecord) -> b
     return wrote
 
 
+#: How many tombstones one ``restore_erasures`` round trip carries.
+IMPORT_TOMBSTONES: Final = 1000
+
+
+async def _restore_erasures(store: CLIStore, contents: ExportContents) -> int:
+    """Adopt the export's store secret and add its tombstones, a page per round trip
+    (the first adopts the secret); the number added. ``CLIError`` (nothing written)
+    when the store holds conversations or tombstones under another secret."""
+    marks, added = contents.tombstones, 0
+    if contents.secret is None or not marks:
+        return 0
+    for start in range(0, len(marks), IMPORT_TOMBSTONES):
+        try:
+            chunk = marks[start : start + IMPORT_TOMBSTONES]
+            added += await store.restore_erasures(contents.secret, chunk)
+        except RestoreConflictError as exc:
+            raise CLIError(
+                f"cannot import the export's tombstones ({exc}): import a file holding "
+                "erased conversations into an empty store; nothing was imported"
+            ) from None
+    return added
+
+
 async def import_records(
     url: str,
-    records: list[tuple[int, ConversationRecord]],
+    contents: ExportContents,
     source: str,
     *,
     stdout: TextIO,
     stderr: TextIO,
 ) -> int:
-    """Restore each record (``restore_conversation``); a conflict or a closed
-    conversation is one error line and the import goes on (exit status 1)."""
+    """Restore the tombstones (with the store secret), then each closed conversation
+    (``Restorer.restore_closed``), then each conversation record
+    (``restore_conversation``); a conflict or a closed conversation is one error line
+    and the import goes on (exit status 1). Tombstones under another secret than the
+    store's refuse the whole import (``CLIError``)."""
     imported = unchanged = failed = 0
+    total = len(contents.closed) + len(contents.records)
     async with opened_store(url) as store:
-        progress = Progress(stderr, "imported", len(records))
-        for number, record in records:
-            cid = str(record.conversation_id)
-            problem = None
+        added = await _restore_erasures(store, contents)
+        progress = Progress(stderr, "imported", total)
+
+        def report(number: int, cid: str, problem: str) -> None:
+            nonlocal failed
+            failed += 1
+            progress.done()
+            stderr.write(f"scope: error: {source}:{number}: conversation {cid!r} {problem}\n")
+
+        for number, closed in contents.closed:
             try:
-                wrote = await restore_conversation(store, record)
-            except RestoreConflict as exc:
-                problem = f"conflicts with this store ({exc}); nothing more imported for it"
-            except ConversationClosedError:
-                state = await closed_as(store, cid)
-                problem = f"is {state} in this store; nothing imported"
-            except AppendConflictError as exc:
-                problem = f"conflicts with this store ({exc}); nothing more imported for it"
+                wrote = await store.restore_closed(closed)
+            except RestoreConflictError as exc:
+                report(number, closed.conversation_id, f"conflicts with this store ({exc})")
             else:
                 imported, unchanged = imported + wrote, unchanged + (not wrote)
-            if problem is not None:
-                failed += 1
-                progress.done()
-                stderr.write(f"scope: error: {source}:{number}: conversation {cid!r} {problem}\n")
+            progress.step()
+        for number, record in contents.records:
+            cid = str(record.conversation_id)
+            try:
+                wrote = await restore_conversation(store, record)
+            except (RestoreConflict, AppendConflictError) as exc:
+                report(
+                    number, cid, f"conflicts with this store ({exc}); nothing more imported for it"
+                )
+            except ConversationClosedError:
+                state = await closed_as(store, cid)
+                report(number, cid, f"is {state} in this store; nothing imported")
+            else:
+                imported, unchanged = imported + wrote, unchanged + (not wrote)
             progress.step()
         progress.done()
+    marks = len(contents.tombstones)
     stdout.write(
         f"imported {imported}, already present {unchanged}, failed {failed} "
-        f"(of {len(records)} conversation{'s' if len(records) != 1 else ''})\n"
+        f"(of {total} conversation{'s' if total != 1 else ''})"
+        + (f"; tombstones added {added} (of {marks})" if marks else "")
+        + "\n"
     )
     stdout.flush()
     return 1 if failed else 0

@@ -19,7 +19,7 @@ from scope import codec
 from scope._documents import check_messages, decode_messages
 from scope.chat import Message, Model
 from scope.cli._errors import CLIError
-from scope.cli._export import export_store, import_records, is_export_header, parse_export
+from scope.cli._export import export_store, export_version, import_records, parse_export
 from scope.cli._render import Progress, render_batches
 from scope.cli._stores import CLIStore, closed_as, opened_store, redact_url
 from scope.codec import encode_messages
@@ -257,9 +257,12 @@ async def export_conversations(
     """
     async with opened_store(url, create=create) as store:
         with _output(output, stdout) as sink:
-            count, failed = await export_store(store, sink, stderr)
+            count, marks, failed = await export_store(store, sink, stderr)
         if output not in (None, "-"):
-            stderr.write(f"exported {count} conversation{'s' if count != 1 else ''} to {output}\n")
+            also = f" and {marks} tombstone{'s' if marks != 1 else ''}" if marks else ""
+            stderr.write(
+                f"exported {count} conversation{'s' if count != 1 else ''}{also} to {output}\n"
+            )
         stderr.writelines(failed)
         return max(_report_invalid_ids(store, stderr), 1 if failed else 0)
 
@@ -352,9 +355,10 @@ async def import_conversations(
         for number, raw in enumerate(data.split(b"\n"), 1)
         if raw.strip()
     ]
-    if numbered and is_export_header(numbered[0][1]):
-        records = parse_export(numbered[1:], source)
-        return await import_records(url, records, source, stdout=stdout, stderr=stderr)
+    version = export_version(numbered[0][1]) if numbered else None
+    if version is not None:
+        contents = parse_export(numbered[1:], source, version)
+        return await import_records(url, contents, source, stdout=stdout, stderr=stderr)
     lines = parse_import(data, source)
     imported = unchanged = failed = 0
     async with opened_store(url) as store:

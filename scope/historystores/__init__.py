@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, cast, final, runtime_chec
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from scope._validate import publish as _publish
-from scope.history import Store
+from scope.history import Restorer, Store
 from scope.history.storekit import check_retention
 from scope.historystores._scan import DEFAULT_PAGE_SIZE, StoredRecord
 from scope.historystores._schema import SCHEMA_VERSION
@@ -49,9 +49,10 @@ __all__ = [
 
 
 @runtime_checkable
-class PersistentStore(Store, Protocol):
-    """What ``open_store`` returns: a ``scope.history.Store`` that must be closed, and
-    whose stored records can be scanned as they are."""
+class PersistentStore(Store, Restorer, Protocol):
+    """What ``open_store`` returns: a ``scope.history.Store`` that must be closed, whose
+    stored records can be scanned as they are, and a ``scope.history.Restorer`` (what
+    ``scope history export``/``import`` carry besides open conversations)."""
 
     async def aclose(self) -> None:
         """Release the store's connections; later calls raise ``StoreError``."""

@@ -1,8 +1,8 @@
-"""``scope history export`` / ``import`` of a whole store (DESIGN §6n), format version 2:
-every branch, head, recorded move, owner and retention survives a round trip into each
-store kind; a retry of an original batch on the imported store returns its original
-receipt; a SIGKILL during an import and a re-run finish the job; conflicts and bad lines
-are named, never skipped silently."""
+"""``scope history export`` / ``import`` of a whole store (DESIGN §6n), format version 3:
+every branch, head, recorded move, owner, retention, closed conversation and tombstone
+survives a round trip into each store kind; a retry of an original batch on the imported
+store returns its original receipt; a SIGKILL during an import and a re-run finish the
+job; conflicts and bad lines are named, never skipped silently."""
 
 from __future__ import annotations
 
@@ -26,12 +26,14 @@ from scope.cli._export import (
     ConversationRecord,
     export_store,
     parse_export,
+    parse_export_line,
     restore_conversation,
 )
 from scope.cli._history import export_conversations, import_conversations
 from scope.cli._stores import sqlite_url
 from scope.cli._verify import verify_store
-from scope.history import Batch, ConversationID, ConversationMeta, HistoryTree
+from scope.errors import ConversationClosedError
+from scope.history import Batch, ClosedConversation, ConversationID, ConversationMeta, HistoryTree
 from scope.history.inmemory import InMemoryStore
 from scope.historystores.sqlite import SQLiteStore
 from tests.helpers import subprocess_env
@@ -118,6 +120,11 @@ async def _import(url: str, data: bytes) -> tuple[int, str, str]:
 pytestmark = pytest.mark.anyio
 
 
+async def _view_length(path: pathlib.Path, cid: str) -> int:
+    async with await SQLiteStore.open(path) as store:
+        return (await store.read_view(cid)).length
+
+
 @over_backends()
 async def test_round_trip_keeps_every_branch_head_owner_and_retention(
     backend: Backend, cli_opens: None, source_path: pathlib.Path
@@ -126,11 +133,28 @@ async def test_round_trip_keeps_every_branch_head_owner_and_retention(
     async with await SQLiteStore.open(source_path) as source:
         await _seed(source, until)
         receipt = (await source.read_tree("branched")).batches[0].receipt()
+        # Closed ones: erased (its tombstone), expired and removed, expired and due.
+        await source.append(_batch("erased", "a1", "forget me"), owner="alice")
+        erased = await source.erase("erased")
+        await source.append(_batch("lapsed", "a1", "old"), owner="bob")
+        await source.retain("lapsed", _dt.datetime.now(_dt.UTC) - _DAY)
+        assert await source.expire() == 1
+        await source.append(_batch("due", "a1", "old too"), owner="bob")
+        await source.retain("due", _dt.datetime.now(_dt.UTC) - _DAY)
+        secret = await source.store_secret()
 
     status, data, err = await _export("src://")
     assert (status, err) == (0, "")
-    header, *lines = data.splitlines()
+    header, secret_line, tombstone_line, *rest = data.splitlines()
+    closed_lines, lines = rest[:3], rest[3:]
     assert header == HEADER
+    assert secret_line == b'{"secret":"%s"}' % secret.hex().encode()
+    assert tombstone_line == b'{"tombstone":"%s"}' % erased.tombstone.encode()
+    assert [parse_export_line(line) for line in closed_lines] == [
+        ClosedConversation("due", "expired", "bob", (await _view_length(source_path, "due"))),
+        ClosedConversation("gone", "cleared", None, 2),
+        ClosedConversation("lapsed", "expired", "bob", await _view_length(source_path, "lapsed")),
+    ]
     assert [ConversationRecord.from_json(line).conversation_id for line in lines] == [
         "branched",
         "forever",
@@ -140,7 +164,9 @@ async def test_round_trip_keeps_every_branch_head_owner_and_retention(
 
     status, out, err = await _import("dst://", data)
     assert (status, err) == (0, "")
-    assert out == "imported 4, already present 0, failed 0 (of 4 conversations)\n"
+    assert out == (
+        "imported 7, already present 0, failed 0 (of 7 conversations); tombstones added 1 (of 1)\n"
+    )
 
     async with await SQLiteStore.open(source_path) as source, await backend.open() as target:
         for cid in ("branched", "forever", "kept", "rewound"):
@@ -168,6 +194,16 @@ async def test_round_trip_keeps_every_branch_head_owner_and_retention(
         assert await target.conversations(owner="alice") == ["branched", "rewound"]
         assert await target.conversations(owner="bob") == ["kept"]
         assert "gone" not in await target.conversations()
+        # Closed and erased ones are what they were, owners included.
+        assert (await target.read_meta("gone")).closure == "cleared"
+        assert (await target.read_meta("lapsed")).closure == "expired"
+        assert await target.read_meta("erased") == ConversationMeta(closure="erased")
+        assert await target.store_secret() == secret
+        if backend.kind == "sqlite":  # a receipt names the kind of store that issued it
+            assert await target.check_erased(erased) == []
+        for cid in ("gone", "lapsed", "erased", "due"):
+            with pytest.raises(ConversationClosedError):
+                await target.append(_batch(cid, "again", "again"), owner="alice")
         # A retry of an original batch returns the original receipt and moves nothing.
         before = await target.read_tree("branched")
         again = await target.append(_batch("branched", "a1", "one"), owner="mallory")
@@ -180,7 +216,9 @@ async def test_round_trip_keeps_every_branch_head_owner_and_retention(
     # Importing the file again changes nothing.
     status, out, _ = await _import("dst://", data)
     assert status == 0
-    assert out == "imported 0, already present 4, failed 0 (of 4 conversations)\n"
+    assert out == (
+        "imported 0, already present 7, failed 0 (of 7 conversations); tombstones added 0 (of 1)\n"
+    )
 
     # verify proves each path of the imported store untampered, and the chain digests
     # (compared above) are the source's.
@@ -190,7 +228,9 @@ async def test_round_trip_keeps_every_branch_head_owner_and_retention(
 
     # verify --against: the two stores hold the same conversations.
     out_c, err_c = io.StringIO(), io.StringIO()
-    assert await compare_stores("dst://", "src://", [], stdout=out_c, stderr=err_c) == 0
+    assert await compare_stores("dst://", "src://", [], stdout=out_c, stderr=err_c) == 0, (
+        err_c.getvalue()
+    )
     assert (out_c.getvalue(), err_c.getvalue()) == (
         "compared 4 conversations with src://: all equal\n",
         "",
@@ -214,11 +254,19 @@ async def test_round_trip_keeps_every_branch_head_owner_and_retention(
         return ConversationRecord.from_json(line).tree.created
 
     again_lines = again_data.splitlines()[1:]
+    assert again_lines[: len(closed_lines) + 2] == [secret_line, tombstone_line, *closed_lines]
+    again_lines = again_lines[len(closed_lines) + 2 :]
     assert [parts(x) for x in again_lines] == [parts(x) for x in lines]
     for got_line, want_line in zip(again_lines, lines, strict=True):
         assert times(got_line) == pytest.approx(times(want_line), abs=1e-6, rel=0)
     if backend.kind == "sqlite":
         assert again_data == data
+
+    # erase_owner on the imported store finds what it finds on the source: open,
+    # cleared, expired and due conversations alike.
+    async with await backend.open() as target:
+        erased_ids = [r.conversation_id for r in await target.erase_owned("bob")]
+    assert erased_ids == ["due", "kept", "lapsed"]
 
 
 @over_backends()
@@ -236,16 +284,18 @@ async def test_import_refuses_a_conflicting_store_and_goes_on(
         status, out, err = await _import("dst://", data)
         assert status == 1
         assert err.splitlines() == [
-            "scope: error: export.jsonl:2: conversation 'branched' conflicts with this store "
+            "scope: error: export.jsonl:3: conversation 'branched' conflicts with this store "
             "(batch 'a1' has other messages here); nothing more imported for it",
-            "scope: error: export.jsonl:3: conversation 'forever' is erased in this store; "
+            "scope: error: export.jsonl:4: conversation 'forever' is erased in this store; "
             "nothing imported",
-            "scope: error: export.jsonl:4: conversation 'kept' is cleared in this store; "
+            "scope: error: export.jsonl:5: conversation 'kept' is cleared in this store; "
             "nothing imported",
-            "scope: error: export.jsonl:5: conversation 'rewound' conflicts with this store "
+            "scope: error: export.jsonl:6: conversation 'rewound' conflicts with this store "
             "(its owner here is 'carol', the export's 'alice'); nothing more imported for it",
         ]
-        assert out == "imported 0, already present 0, failed 4 (of 4 conversations)\n"
+        # The cleared 'gone' (line 2) is restored closed.
+        assert out == "imported 1, already present 0, failed 4 (of 5 conversations)\n"
+        assert (await target.read_meta("gone")).closure == "cleared"
         assert [str(b.id) for b in (await target.read_tree("branched")).batches] == ["a1"]
         assert (await target.read_view("rewound")).head == "a1"
         assert await target.read("forever") == []
@@ -268,8 +318,8 @@ async def test_export_names_a_conversation_closed_after_the_listing() -> None:
             return listed
 
     sink = io.BytesIO()
-    count, failed = await export_store(ListsTooMuch(), sink, io.StringIO())
-    assert count == 1
+    count, marks, failed = await export_store(ListsTooMuch(), sink, io.StringIO())
+    assert (count, marks) == (1, 0)  # closed lines come first: 'gone' was open then
     assert failed == [
         "scope: error: conversation 'gone' not exported: it was closed (cleared, expired "
         "or erased) after it was listed\n"
@@ -294,8 +344,8 @@ async def test_export_names_a_conversation_whose_records_contradict_each_other()
             return await inner.read_meta(conversation_id)
 
     sink = io.BytesIO()
-    count, failed = await export_store(GhostMove(), sink, io.StringIO())
-    assert count == 1
+    count, marks, failed = await export_store(GhostMove(), sink, io.StringIO())
+    assert (count, marks) == (1, 0)
     assert failed == [
         "scope: error: conversation 'open' not exported: move 'm1' names no batch of this "
         "conversation\n"
@@ -353,7 +403,9 @@ async def test_sigkill_during_import_then_a_rerun_finishes_the_job(
         check=False,
     )
     assert rerun.returncode == 0, rerun.stderr
-    assert rerun.stdout.decode() == "imported 4, already present 0, failed 0 (of 4 conversations)\n"
+    assert rerun.stdout.decode() == (
+        "imported 4, already present 1, failed 0 (of 5 conversations)\n"  # 'gone', closed
+    )
     async with (
         await SQLiteStore.open(source_path) as source,
         await SQLiteStore.open(tmp_path / "target.db") as target,
@@ -382,7 +434,7 @@ def _good() -> bytes:
 
 
 def test_a_good_line_parses() -> None:
-    ((number, record),) = parse_export([(2, _good())], "f")
+    ((number, record),) = parse_export([(2, _good())], "f", 3).records
     assert number == 2 and record.head_id() == "a1" and record.tree.created == (1.5,)
 
 
@@ -407,24 +459,100 @@ def test_a_good_line_parses() -> None:
 )
 def test_a_bad_line_refuses_the_whole_file(line: bytes, problem: str) -> None:
     with pytest.raises(CLIError) as info:
-        parse_export([(2, _good().replace(b'"c"', b'"d"')), (3, line)], "f")
+        parse_export([(2, _good().replace(b'"c"', b'"d"')), (3, line)], "f", 3)
     message = str(info.value)
     assert message.startswith("f:3: ") and problem in message, message
     assert message.endswith("; nothing was imported")
+
+
+_SECRET = b'{"secret":"%s"}' % (b"ab" * 32)
+_MARK = b'{"tombstone":"hmac-sha256:%s"}' % (b"0" * 64)
+_CLOSED = b'{"closure":"cleared","conversation_id":"x","length":2,"owner":"alice"}'
+
+
+def test_version_3_lines_parse_by_their_keys() -> None:
+    contents = parse_export([(2, _SECRET), (3, _MARK), (4, _CLOSED), (5, _good())], "f", 3)
+    assert contents.secret == b"\xab" * 32
+    assert contents.tombstones == ("hmac-sha256:" + "0" * 64,)
+    assert contents.closed == ((4, ClosedConversation("x", "cleared", "alice", 2)),)
+    assert [number for number, _ in contents.records] == [5]
+
+
+@pytest.mark.parametrize(
+    ("lines", "problem"),
+    [
+        ([_MARK], "f:2: a tombstone before the store secret"),
+        ([_SECRET, _SECRET], "f:3: a second store secret"),
+        ([b'{"secret":"abc"}'], "f:2: secret: expected 64 hex digits"),
+        ([b'{"secret":"%s"}' % (b"ab" * 31)], "f:2: secret: expected 64 hex digits"),
+        ([b'{"secret":7}'], "f:2: secret: expected a string"),
+        ([_SECRET, b'{"tombstone":"hmac-sha256:00"}'], "f:3: tombstone must be 'hmac-sha256:"),
+        ([_CLOSED.replace(b"cleared", b"erased")], "f:2: closure must be 'cleared' or 'expired'"),
+        ([_CLOSED.replace(b'"length":2', b'"length":-1')], "f:2: length must be an integer"),
+        ([_CLOSED.replace(b'"alice"', b'""')], "f:2: owner: owner must be 1 to 256"),
+        ([_CLOSED.replace(b'"x"', b'" x"')], "f:2: conversation id"),
+        ([_CLOSED, _CLOSED], "f:3: conversation 'x' already appears on line 2"),
+        ([_CLOSED.replace(b'"x"', b'"c"'), _good()], "f:3: conversation 'c' already appears"),
+    ],
+)
+def test_a_bad_version_3_line_refuses_the_whole_file(lines: list[bytes], problem: str) -> None:
+    with pytest.raises(CLIError) as info:
+        parse_export(enumerate(lines, 2), "f", 3)
+    message = str(info.value)
+    assert message.startswith(problem) and message.endswith("; nothing was imported"), message
+
+
+@pytest.mark.parametrize("line", [_SECRET, _CLOSED])
+def test_a_version_3_line_in_a_version_2_file_is_refused(line: bytes) -> None:
+    with pytest.raises(CLIError, match=r"^f:2: a version 3 line in a version 2 file;"):
+        parse_export([(2, line)], "f", 2)
+
+
+async def test_a_version_2_file_still_imports(tmp_path: pathlib.Path) -> None:
+    data = b'{"format":"scope-history-export","version":2}\n' + _good() + b"\n"
+    status, out, err = await _import(sqlite_url(tmp_path / "t.db"), data)
+    assert (status, err) == (0, "")
+    assert out == "imported 1, already present 0, failed 0 (of 1 conversation)\n"
+    async with await SQLiteStore.open(tmp_path / "t.db") as store:
+        assert [str(b.id) for b in await store.read_batches("c")] == ["a1"]
+
+
+@over_backends()
+async def test_import_of_tombstones_refuses_a_store_with_another_secret(
+    backend: Backend, cli_opens: None, source_path: pathlib.Path
+) -> None:
+    async with await SQLiteStore.open(source_path) as source:
+        await source.append(_batch("kept", "a1", "hi"))
+        await source.erase("erased")
+    _, data, _ = await _export("src://")
+    async with await backend.open() as target:
+        await target.clear("mine")  # the store is in use: its secret is not the source's
+        secret = await target.store_secret()
+        with pytest.raises(CLIError) as info:
+            await _import("dst://", data)
+        message = str(info.value)
+        assert message.startswith("cannot import the export's tombstones ("), message
+        assert message.endswith(
+            "): import a file holding erased conversations into an empty store; "
+            "nothing was imported"
+        )
+        assert await target.store_secret() == secret
+        assert await target.tombstones() == []
+        assert await target.conversations() == []
 
 
 def test_a_conversation_given_twice_and_an_unknown_version_are_refused(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(CLIError, match=r"^f:3: conversation 'c' already appears on line 2;"):
-        parse_export([(2, _good()), (3, _good())], "f")
-    path = tmp_path / "v3.jsonl"
-    path.write_bytes(b'{"format":"scope-history-export","version":3}\n' + _good() + b"\n")
+        parse_export([(2, _good()), (3, _good())], "f", 3)
+    path = tmp_path / "v4.jsonl"
+    path.write_bytes(b'{"format":"scope-history-export","version":4}\n' + _good() + b"\n")
     target = tmp_path / "t.db"
     assert main(["history", "import", "--store", sqlite_url(target), str(path)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("scope: error: not an export file this scope reads: its header is ")
-    assert '"version":3' in err and "reads version 2" in err
+    assert '"version":4' in err and "reads versions 2 and 3" in err
 
 
 # -- verify --against: what two stores disagree on ---------------------------------------
@@ -436,7 +564,12 @@ async def _copied(store: Any) -> InMemoryStore:
     sink = io.BytesIO()
     await export_store(store, sink, io.StringIO())
     copy = InMemoryStore()
-    for _, record in parse_export(enumerate(sink.getvalue().splitlines()[1:], 2), "f"):
+    contents = parse_export(enumerate(sink.getvalue().splitlines()[1:], 2), "f", 3)
+    if contents.secret is not None:
+        await copy.restore_erasures(contents.secret, contents.tombstones)
+    for _, closed in contents.closed:
+        await copy.restore_closed(closed)
+    for _, record in contents.records:
         await restore_conversation(copy, record)
     return copy
 
