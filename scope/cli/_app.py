@@ -310,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     export = actions.add_parser(
         "export",
         parents=[store_parent, no_create],
-        help="write the whole store as JSON Lines (export format version 2)",
+        help="write the whole store as JSON Lines (export format version 3)",
         description="Write every conversation the store lists (one rewound to its start "
         "too) as one JSON line after a header line: its whole tree (every batch of every "
         "branch with its append id, parent, digest and stored time; the head; recorded "
@@ -326,8 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[store_parent],
         help="restore the conversations of an export file",
         description="Restore each conversation of FILE (- for stdin). The whole file is "
-        "validated first: a malformed line aborts before anything is written. A version 2 "
-        "file restores every branch, the head, recorded moves, owner and retention, each "
+        "validated first: a malformed line aborts before anything is written. A version 3 "
+        "(or 2) file restores the tombstones of erased conversations (into an empty store), "
+        "closed conversations with their owners, and every branch, the head, recorded "
+        "moves, owner and retention of the others, each "
         "batch under its original append id (retries get the original receipts) with its "
         "original stored time; every "
         "step is idempotent, so importing twice is a no-op and an import cut short "

@@ -132,8 +132,8 @@ def builtin_workload() -> Workload:
 
 def load_file(path: str, limit: int) -> Workload:
     """The first ``limit`` conversations of an export file, read line by line: of a
-    version 2 file (``scope history export``'s, its header first) each conversation's
-    head path batches, of an old one each line as one batch. A bad line raises
+    version 3 or 2 file (``scope history export``'s, its header first) each open
+    conversation's head path batches, of an old one each line as one batch. A bad line raises
     ``CLIError`` naming ``path:line``."""
     batches: list[tuple[str, str, tuple[Message, ...]]] = []
     conversations = 0

@@ -244,10 +244,11 @@ def _output(path: str | None, stdout: BinaryIO) -> Iterator[IO[bytes]]:
 async def export_conversations(
     url: str, output: str | None, *, stdout: BinaryIO, stderr: TextIO, create: bool = True
 ) -> int:
-    """Write every conversation the store lists in the export format (version 2, see
-    ``scope.cli._export``): the header line, then one line per conversation with its
-    whole tree (every branch, the head, the recorded moves), owner and retention; a
-    conversation rewound to its start too.
+    """Write the whole store in the export format (version 3, see
+    ``scope.cli._export``): the header line, the store secret and tombstones (when it
+    erased anything), one line per closed conversation, then one line per conversation
+    it lists with its whole tree (every branch, the head, the recorded moves), owner and
+    retention; a conversation rewound to its start too.
 
     With ``output`` the file is written to a temporary name and renamed when complete,
     so a failed export never leaves a partial file behind. Nothing is skipped silently:
@@ -340,8 +341,9 @@ def read_import_file(path: str, stdin: BinaryIO) -> tuple[bytes, str]:
 async def import_conversations(
     url: str, data: bytes, source: str, *, stdout: TextIO, stderr: TextIO
 ) -> int:
-    """Import an export file: one of version 2 (its header line first) restores each
-    conversation's whole tree (``scope.cli._export.restore_conversation``); one of the
+    """Import an export file: one of version 3 or 2 (its header line first) restores
+    the tombstones and closed conversations, then each conversation's whole tree
+    (``scope.cli._export.import_records``); one of the
     old format (``ConversationLine`` lines) appends each line as one batch (see
     ``import_append_id``), as below.
 

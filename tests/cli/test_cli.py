@@ -87,17 +87,28 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[bytes], status: int 
     return lines[0]
 
 
+#: The closed line of the ``source`` fixture's cleared conversation.
+GONE = b'{"closure":"cleared","conversation_id":"gone","length":2,"owner":null}'
+
+
 def exported_ids(path: pathlib.Path) -> list[str]:
-    """The conversation ids of an export file (version 2: its header line first)."""
+    """The ids of the open conversations of an export file (its header line first; the
+    ``source`` fixture's closed line, which comes before them, checked and left out)."""
     header, *lines = path.read_bytes().splitlines()
     assert header == HEADER
+    if lines and lines[0] == GONE:
+        lines = lines[1:]
     return [json.loads(line)["conversation_id"] for line in lines]
 
 
 def old_export(data: bytes) -> bytes:
     """A version 2 export as the old format writes it: one ``ConversationLine`` of the
     head path's messages per conversation (what scope 0.4 exported)."""
-    records = [ConversationRecord.from_json(line) for line in data.splitlines()[1:]]
+    records = [
+        ConversationRecord.from_json(line)
+        for line in data.splitlines()[1:]
+        if b'"closure":' not in line  # a closed conversation: no messages to carry
+    ]
     return b"".join(
         ConversationLine(
             r.conversation_id, [m for b in r.tree.head_path() for m in b.messages]
@@ -301,16 +312,17 @@ def test_export_import_reproduces_every_conversation(
     proc = scope(tmp_path, "history", "export", "--store", sqlite_url(source), "-o", str(exported))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b""
-    assert err_lines(proc) == [f"exported 2 conversations to {exported}"]  # stderr not a tty
+    assert err_lines(proc) == [f"exported 3 conversations to {exported}"]  # stderr not a tty
     assert exported_ids(exported) == ["plain", "tricky"]
     lines = exported.read_bytes().splitlines()
-    assert b'"text":"Wie sp\xc3\xa4t ist es? \xf0\x9f\x95\xb0\\nzweite Zeile"' in lines[2]
-    assert b'"x":2.50' in lines[2] and b'"cost":0.10' in lines[2] and b"1.0e3" in lines[2]
+    assert lines[1] == GONE
+    assert b'"text":"Wie sp\xc3\xa4t ist es? \xf0\x9f\x95\xb0\\nzweite Zeile"' in lines[3]
+    assert b'"x":2.50' in lines[3] and b'"cost":0.10' in lines[3] and b"1.0e3" in lines[3]
 
     target = tmp_path / "target.sqlite3"
     proc = scope(tmp_path, "history", "import", "--store", sqlite_url(target), str(exported))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.decode() == "imported 2, already present 0, failed 0 (of 2 conversations)\n"
+    assert proc.stdout.decode() == "imported 3, already present 0, failed 0 (of 3 conversations)\n"
     assert read_all(target) == read_all(source)  # byte-equal canonical messages
 
     # Export of the target equals the export of the source, byte for byte (stdout form),
@@ -333,8 +345,9 @@ def test_export_lines_are_the_canonical_conversation_record(
     keys, each batch's stored canonical messages) and reads back."""
     proc = scope(tmp_path, "history", "export", "--store", sqlite_url(source))
     assert proc.returncode == 0, proc.stderr
-    header, *lines = proc.stdout.splitlines()
-    assert header == b'{"format":"scope-history-export","version":2}'
+    header, gone, *lines = proc.stdout.splitlines()
+    assert header == b'{"format":"scope-history-export","version":3}'
+    assert gone == GONE
     stored = read_all(source)
     assert len(lines) == len(stored) == 2
 
@@ -598,7 +611,7 @@ def test_list_and_show(tmp_path: pathlib.Path, source: pathlib.Path) -> None:
     as_json = scope(tmp_path, "history", "show", "--json", "--store", url, "tricky")
     exported = scope(tmp_path, "history", "export", "--store", url).stdout.splitlines()
     # show --json is the old (version 1) line of the head path, which import still reads.
-    record = ConversationRecord.from_json(exported[2])
+    record = ConversationRecord.from_json(exported[-1])
     flat = [m for b in record.tree.head_path() for m in b.messages]
     assert as_json.stdout.splitlines() == [ConversationLine("tricky", flat).to_json()]
     assert b"seed-0" not in as_json.stdout and first.digest.encode() not in as_json.stdout
@@ -655,7 +668,7 @@ def test_list_and_export_skip_an_invalid_stored_id_and_exit_1(
     exported = scope(tmp_path, "history", "export", "--store", url, "-o", "out.jsonl")
     lines = err_lines(exported)
     assert exported.returncode == 1
-    assert lines[0] == "exported 2 conversations to out.jsonl" and lines[1].startswith(error)
+    assert lines[0] == "exported 3 conversations to out.jsonl" and lines[1].startswith(error)
     assert len(lines) == 2 and "Traceback" not in exported.stderr.decode()
     assert exported_ids(tmp_path / "out.jsonl") == ["plain", "tricky"]
 
@@ -677,7 +690,7 @@ def test_export_goes_on_past_a_corrupt_conversation_and_exits_1(
     exported = scope(tmp_path, "history", "export", "--no-create", "--store", url, "-o", "o.jsonl")
     assert exported.returncode == 1
     lines = err_lines(exported)
-    assert lines[0] == "exported 1 conversation to o.jsonl"
+    assert lines[0] == "exported 2 conversations to o.jsonl"
     assert lines[1].startswith("scope: error: conversation 'plain' not exported: ")
     assert "is corrupt" in lines[1] and len(lines) == 2
     assert exported_ids(tmp_path / "o.jsonl") == ["tricky"]

@@ -242,7 +242,7 @@ def test_bench_on_an_export_of_the_demo_store(tmp_path: pathlib.Path) -> None:
     assert scope(tmp_path, "demo", "--store", url).returncode == 0  # two conversations
     assert scope(tmp_path, "history", "export", "--store", url, "-o", "demo.jsonl").returncode == 0
     header, *exported = (tmp_path / "demo.jsonl").read_bytes().splitlines()
-    assert json.loads(header) == {"format": "scope-history-export", "version": 2}
+    assert json.loads(header) == {"format": "scope-history-export", "version": 3}
     messages = sum(len(b["messages"]) for line in exported for b in json.loads(line)["batches"])
     assert len(exported) == 2
     proc = scope(tmp_path, "bench", *FAST, "--file", "demo.jsonl", "--json", "file.json")
