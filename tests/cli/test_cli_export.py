@@ -379,6 +379,7 @@ async def test_sigkill_during_import_then_a_rerun_finishes_the_job(
     source_path = tmp_path / "source.db"
     async with await SQLiteStore.open(source_path) as source:
         await _seed(source, _dt.datetime.now(_dt.UTC) + _DAY)
+        erased = await source.erase("erased")  # the file holds the secret and a tombstone
     exported = tmp_path / "export.jsonl"
     status, data, _ = await _export(sqlite_url(source_path))
     assert status == 0
@@ -404,7 +405,8 @@ async def test_sigkill_during_import_then_a_rerun_finishes_the_job(
     )
     assert rerun.returncode == 0, rerun.stderr
     assert rerun.stdout.decode() == (
-        "imported 4, already present 1, failed 0 (of 5 conversations)\n"  # 'gone', closed
+        "imported 4, already present 1, failed 0 (of 5 conversations); "  # 'gone', closed
+        "tombstones added 0 (of 1)\n"  # the killed run restored them, and the secret
     )
     async with (
         await SQLiteStore.open(source_path) as source,
@@ -417,6 +419,8 @@ async def test_sigkill_during_import_then_a_rerun_finishes_the_job(
             assert got_tree.created == want_tree.created, cid
             want, got = await source.read_meta(cid), await target.read_meta(cid)
             assert (got.owner, got.moves, got.retained) == (want.owner, want.moves, want.retained)
+        assert await target.check_erased(erased) == []
+        assert (await target.read_meta("gone")).closure == "cleared"
 
 
 # -- bad lines: the whole file is refused before anything is imported -------------------
