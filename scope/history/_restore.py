@@ -122,11 +122,13 @@ class Restorer(Protocol):
         the number of tombstones added (those held already are left alone). When the
         store's secret is another one, the store must hold no conversation (open or
         closed) and no tombstone, else ``RestoreConflictError`` (nothing written): its
-        own tombstones would close nothing under another key. Afterwards an append under
-        an id hashing to one of them raises ``ConversationClosedError``, ``read_meta``
-        says ``"erased"`` and ``check_erased`` proves the source's receipts (those of a
-        store of the same kind: a receipt names the kind that issued it). A secret
-        that is not 32 bytes raises ``ValueError`` (``TypeError``: not ``bytes``), a
-        malformed tombstone ``InvalidReceiptError``, both before any I/O
-        (``storekit.check_secret``, ``storekit.check_tombstone``)."""
+        own tombstones would close nothing under another key. A tombstone to add that
+        the id of a conversation the store holds (open or closed) hashes to is a
+        ``RestoreConflictError`` too (erase it first: an erased id holds nothing).
+        Afterwards an append under an id hashing to one of them raises
+        ``ConversationClosedError``, ``read_meta`` says ``"erased"`` and ``check_erased``
+        proves the source's receipts (those of a store of the same kind: a receipt names
+        the kind that issued it). A secret that is not 32 bytes raises ``ValueError``
+        (``TypeError``: not ``bytes``), a malformed tombstone ``InvalidReceiptError``,
+        both before any I/O (``storekit.check_secret``, ``storekit.check_tombstone``)."""
         ...

@@ -729,6 +729,15 @@ class InMemoryStore:
                     )
                 self._secret = secret
             added = marks - self._tombstones
+            if added:
+                held = (
+                    self._trees.keys() | self._closed | self._owners.keys() | self._expires.keys()
+                )
+                if any(tombstone(secret, cid) in added for cid in held):
+                    raise RestoreConflictError(
+                        "a conversation this store holds has an id hashing to one of the "
+                        "tombstones (erase it first: an erased id holds nothing)"
+                    )
             self._tombstones |= added
         return len(added)
 

@@ -2283,8 +2283,10 @@ class RedisStore(RecordStore):
            (compare and set, one script: ``RestoreConflictError`` when another handle
            changed it meanwhile) and adopt it on this handle. A handle opened before
            keeps the secret it read: restore with no other handle open.
-        3. Add the tombstones not held yet (read from every tombstone set: O(tombstones)
-           after a keyspace ``SCAN``) with one ``SADD`` to the imported set
+        3. Refuse (``RestoreConflictError``, nothing added) a new tombstone that a listed
+           conversation's id hashes to (``_refuse_held``), then add the tombstones not
+           held yet (read from every tombstone set: O(tombstones) after a keyspace
+           ``SCAN``) with one ``SADD`` to the imported set
            ``{P}:{imported}:tombstones``. A tombstone names no id, so not the id's slot,
            where the scripts look (``{P}:{T}:tombstones``); every handle opened since
            (and this one) knows the store holds imported tombstones, and before each
@@ -2320,10 +2322,27 @@ class RedisStore(RecordStore):
         new = [mark for mark in marks if mark not in present]
         if not new:
             return 0
+        await self._refuse_held(key, set(new))
         imports = self._imports
         added = await self._call(lambda: client.sadd(imports, *new), "restore of tombstones")
         self._imported = True
         return int(added)
+
+    async def _refuse_held(self, secret: bytes, marks: set[str]) -> None:
+        """``RestoreConflictError`` when a conversation the store lists (open, or closed
+        by ``clear`` or expiry) has an id hashing to one of ``marks``: a tombstone
+        closes its id, and an erased id holds nothing (erase it first). Hashes every
+        listed id (a keyspace ``SCAN`` for the closed ones)."""
+        ids = list(await self.conversations())
+        after: str | None = None
+        while page := await self.closed_conversations(after=after, limit=1000):
+            ids += [entry.conversation_id for entry in page]
+            after = page[-1].conversation_id
+        if any(tombstone(secret, cid) in marks for cid in ids):
+            raise RestoreConflictError(
+                "a conversation this store holds has an id hashing to one of the tombstones "
+                "(erase it first: an erased id holds nothing); nothing was written"
+            )
 
 
 #: Each script's SHA1 (hex), computed once: scripts run with ``EVALSHA``.

@@ -701,7 +701,6 @@ _RESTORE_LAYER = textwrap.dedent(
         async def restore_erasures(self, secret, tombstones):
             state = self.state
             secret = check_secret(secret)
-            added = 0
             for mark in tombstones:
                 if "restore-validates-late" in self.broken:
                     state["tombstones"].add(check_tombstone(mark))
@@ -712,10 +711,12 @@ _RESTORE_LAYER = textwrap.dedent(
                 if used and "restore-adopts-anyway" not in self.broken:
                     raise RestoreConflictError("used")
                 state["secret"] = secret
-            for mark in tombstones:
-                added += mark not in state["tombstones"]
-                state["tombstones"].add(mark)
-            return added
+            new = set(tombstones) - state["tombstones"]
+            held = set(state["batches"]) | state["closed"] | set(state["owners"])
+            if any(tombstone(state["secret"], cid) in new for cid in held):
+                raise RestoreConflictError("held")
+            state["tombstones"] |= new
+            return len(new)
     """
 )
 

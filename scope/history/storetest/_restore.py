@@ -260,6 +260,23 @@ class RestoreRules(Base):
         assert (await store.read_meta("theirs")).closure == "erased"
         assert await store.read("kept") == _turn("kept/a1")
 
+    @pytest.mark.parametrize("held_as", ["open", "cleared"])
+    async def test_restore_erasures_refuses_a_tombstone_of_a_held_id(
+        self, store: Any, held_as: str
+    ) -> None:
+        store = _restorer(store)
+        await store.append(_batch("c", "a1"), owner="alice")
+        if held_as == "cleared":
+            await store.clear("c")
+        secret = await store.store_secret()
+        other = tombstone(secret, "other")
+        with pytest.raises(RestoreConflictError):  # erase it first: an erased id holds nothing
+            await store.restore_erasures(secret, [other, tombstone(secret, "c")])
+        assert await store.tombstones() == []
+        assert (await store.read_meta("c")).closure == (None if held_as == "open" else "cleared")
+        if held_as == "open":
+            assert await store.read("c") == _turn("c/a1")
+
     @pytest.mark.parametrize("used_by", ["append", "clear", "erase"])
     async def test_restore_erasures_refuses_another_secret_in_a_used_store(
         self, store: Any, used_by: str
