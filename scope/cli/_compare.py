@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Final, TextIO
 
+from scope.cli._export import paged
 from scope.cli._render import Progress, safe
 from scope.cli._stores import CLIStore, opened_store, redact_url
 from scope.errors import StoreError
@@ -20,13 +21,9 @@ _PAGE: Final = 1000
 _MICROSECOND: Final = 1e-6
 
 
-async def _listed(store: CLIStore) -> AsyncIterator[ConversationID]:
+def _listed(store: CLIStore) -> AsyncIterator[ConversationID]:
     """Every conversation the store lists, in lexical order, a page at a time."""
-    after: str | None = None
-    while page := await store.conversations(after=after, limit=_PAGE):
-        for cid in page:
-            yield cid
-        after = page[-1]
+    return paged(lambda after: store.conversations(after=after, limit=_PAGE), str)
 
 
 async def _union(a: CLIStore, b: CLIStore) -> AsyncIterator[ConversationID]:
@@ -158,20 +155,15 @@ async def compare_stores(
     return 1 if differ else 0
 
 
-async def _closed(store: CLIStore) -> AsyncIterator[ClosedConversation]:
-    after: str | None = None
-    while page := await store.closed_conversations(after=after, limit=_PAGE):
-        for entry in page:
-            yield entry
-        after = page[-1].conversation_id
+def _closed(store: CLIStore) -> AsyncIterator[ClosedConversation]:
+    return paged(
+        lambda after: store.closed_conversations(after=after, limit=_PAGE),
+        lambda entry: entry.conversation_id,
+    )
 
 
-async def _tombstones(store: CLIStore) -> AsyncIterator[str]:
-    after: str | None = None
-    while page := await store.tombstones(after=after, limit=_PAGE):
-        for mark in page:
-            yield mark
-        after = page[-1]
+def _tombstones(store: CLIStore) -> AsyncIterator[str]:
+    return paged(lambda after: store.tombstones(after=after, limit=_PAGE), str)
 
 
 async def _closed_differences(mine: CLIStore, theirs: CLIStore) -> list[str]:

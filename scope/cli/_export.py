@@ -78,6 +78,7 @@ __all__ = [
     "RestoreConflict",
     "export_store",
     "export_version",
+    "paged",
     "parse_export",
     "parse_export_line",
     "restore_conversation",
@@ -387,7 +388,7 @@ def parse_export(lines: Iterable[tuple[int, bytes]], source: str, version: int) 
 EXPORT_PAGE: Final = 1000
 
 
-async def _paged(
+async def paged(
     fetch: Callable[[Any], Awaitable[list[_T]]], key: Callable[[_T], Any]
 ) -> AsyncIterator[_T]:
     """Every item of a keyset-paged listing (``fetch(after)``), a page at a time."""
@@ -410,14 +411,14 @@ async def export_store(
     failed: list[str] = []
     count = marks = 0
     progress = Progress(stderr, "exported")
-    tombstones = _paged(lambda after: store.tombstones(after=after, limit=EXPORT_PAGE), str)
+    tombstones = paged(lambda after: store.tombstones(after=after, limit=EXPORT_PAGE), str)
     async for mark in tombstones:
         if not marks:
             secret = binascii.hexlify(await store.store_secret())
             sink.write(orjson.dumps({"secret": secret.decode()}) + b"\n")
         sink.write(orjson.dumps({"tombstone": mark}) + b"\n")
         marks += 1
-    closed = _paged(
+    closed = paged(
         lambda after: store.closed_conversations(after=after, limit=EXPORT_PAGE),
         lambda entry: entry.conversation_id,
     )
@@ -425,7 +426,7 @@ async def export_store(
         progress.step()
         sink.write(closed_line(entry) + b"\n")
         count += 1
-    async for cid in _paged(lambda after: store.conversations(after=after, limit=EXPORT_PAGE), str):
+    async for cid in paged(lambda after: store.conversations(after=after, limit=EXPORT_PAGE), str):
         progress.step()
         try:
             # The meta first: batches are never deleted but by a closure, so every
