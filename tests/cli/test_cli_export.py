@@ -15,7 +15,10 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
+import orjson
 import pytest
+from hypothesis import given, reject
+from hypothesis import strategies as st
 
 from scope.chat import assistant_message, user_message
 from scope.cli import _stores, main
@@ -24,6 +27,7 @@ from scope.cli._errors import CLIError
 from scope.cli._export import (
     HEADER,
     ConversationRecord,
+    closed_line,
     export_store,
     parse_export,
     parse_export_line,
@@ -32,9 +36,15 @@ from scope.cli._export import (
 from scope.cli._history import export_conversations, import_conversations
 from scope.cli._stores import sqlite_url
 from scope.cli._verify import verify_store
-from scope.errors import ConversationClosedError
+from scope.errors import (
+    ConversationClosedError,
+    InvalidBatchError,
+    InvalidConversationIDError,
+    InvalidViewError,
+)
 from scope.history import Batch, ClosedConversation, ConversationID, ConversationMeta, HistoryTree
 from scope.history.inmemory import InMemoryStore
+from scope.history.storekit import tombstone
 from scope.historystores.sqlite import SQLiteStore
 from tests.helpers import subprocess_env
 from tests.servers import Backend, fresh_backend, over_backends
@@ -681,3 +691,51 @@ def test_verify_against_another_store_exits_1_naming_what_differs(
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"compared 2 conversations with {b}: all equal"
     )
+
+
+# -- the version 3 lines as a codec (hypothesis) ----------------------------------------
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+_LINE_KEYS = ["closure", "conversation_id", "length", "owner", "secret", "tombstone", "batches"]
+
+
+@given(
+    cid=st.text(min_size=1, max_size=40),
+    closure=st.sampled_from(["cleared", "expired"]),
+    owner=st.none() | st.text(min_size=1, max_size=30),
+    length=st.integers(0, 2**53),
+)
+def test_a_closed_line_round_trips(cid: str, closure: str, owner: str | None, length: int) -> None:
+    try:
+        closed = ClosedConversation(cid, closure, owner, length)
+    except (InvalidConversationIDError, InvalidViewError):
+        reject()
+    line = closed_line(closed)
+    assert parse_export_line(line) == closed
+    assert closed_line(parse_export_line(line)) == line  # type: ignore[arg-type]
+
+
+@given(secret=st.binary(min_size=32, max_size=32), cid=st.text(min_size=1, max_size=20))
+def test_secret_and_tombstone_lines_round_trip(secret: bytes, cid: str) -> None:
+    assert parse_export_line(b'{"secret":"%s"}' % secret.hex().encode()) == secret
+    mark = tombstone(secret, cid)
+    assert parse_export_line(b'{"tombstone":"%s"}' % mark.encode()) == mark
+
+
+@given(st.dictionaries(st.sampled_from(_LINE_KEYS), _JSON_VALUES, min_size=1, max_size=5))
+def test_any_json_object_parses_or_is_an_invalid_batch_error(tree: dict[str, Any]) -> None:
+    """A line is one of the four kinds or refused with ``InvalidBatchError`` (naming the
+    place), never another exception."""
+    try:
+        item = parse_export_line(orjson.dumps(tree))
+    except InvalidBatchError:
+        return
+    assert isinstance(item, ConversationRecord | ClosedConversation | str | bytes)
