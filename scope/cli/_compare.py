@@ -169,9 +169,8 @@ def _tombstones(store: CLIStore) -> AsyncIterator[str]:
 async def _closed_differences(mine: CLIStore, theirs: CLIStore) -> list[str]:
     """What the two stores' closed conversations and tombstones disagree on (one
     store's listings held in memory, the other's paged against them): one line per
-    closed conversation that differs,
-    a count of the tombstones held on one side only, and whether the store secrets
-    differ while either holds a tombstone."""
+    closed conversation that differs, a count of the tombstones held on one side only,
+    and whether the store secrets differ while either holds a tombstone."""
     found: list[str] = []
     here = {e.conversation_id: e async for e in _closed(mine)}
     async for entry in _closed(theirs):

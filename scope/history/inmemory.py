@@ -686,10 +686,9 @@ class InMemoryStore:
                         f"conversation {str(cid)!r} is closed otherwise here ({held})"
                     )
                 return False
-            if cid in self._owners or cid in self._expires:
-                raise RestoreConflictError(
-                    f"conversation {str(cid)!r} holds an owner or an expiry here"
-                )
+            # An id with only a retain() setting (no batch yet) is not a conversation.
+            self._expires.pop(cid, None)
+            self._retained.discard(cid)
             self._closed.add(cid)
             if closed.closure == "expired":
                 self._expired.add(cid)

@@ -681,6 +681,8 @@ _RESTORE_LAYER = textwrap.dedent(
                     raise RestoreConflictError(cid)
             if held == closed:
                 return False
+            state["expires"].pop(cid, None)
+            state["retained"].discard(cid)
             state["closed"].add(cid)
             if closed.closure == "expired":
                 state["expired"].add(cid)

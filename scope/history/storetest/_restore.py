@@ -317,3 +317,13 @@ class RestoreRules(Base):
         with pytest.raises(InvalidReceiptError):
             await store.restore_erasures(secret, [good, mark])
         assert await store.tombstones() == []
+
+    async def test_restore_closed_over_an_id_with_only_a_retention_setting(
+        self, store: Any
+    ) -> None:
+        store = _restorer(store)
+        await store.retain("c", _now() + _HOUR)  # waits for a first append that never came
+        entry = ClosedConversation("c", "cleared", "alice", 2)
+        assert await store.restore_closed(entry) is True
+        assert await store.read_meta("c") == ConversationMeta("alice", closure="cleared")
+        assert await store.closed_conversations() == [entry]
