@@ -271,13 +271,7 @@ class InMemoryStore:
             if self._tombstones and tombstone(self._secret, cid) in self._tombstones:
                 return ConversationMeta(closure="erased")
             expires = self._expires.get(cid)
-            closure: Closure | None = None
-            if cid in self._expired:
-                closure = "expired"
-            elif cid in self._closed:
-                closure = "cleared"
-            elif expires is not None and expires <= self.clock():
-                closure = "expired"
+            closure = self._closed_as_locked(cid, self.clock())
             tree = self._trees.get(cid)
             moves = (
                 ()
@@ -630,17 +624,21 @@ class InMemoryStore:
 
     # -- restore (DESIGN §6n: scope.history.Restorer) ---------------------------------
 
+    def _closed_as_locked(self, cid: ConversationID, now: float) -> Closure | None:
+        """``"cleared"`` or ``"expired"`` (its expiry passed by ``now``, removed or not),
+        None when neither (erasure is not looked at); the caller holds the lock."""
+        if cid in self._expired:
+            return "expired"
+        if cid in self._closed:
+            return "cleared"
+        expires = self._expires.get(cid)
+        return "expired" if expires is not None and expires <= now else None
+
     def _closure_locked(self, cid: ConversationID, now: float) -> ClosedConversation | None:
         """How ``cid`` is closed (as ``read_meta`` says it), None when it is open,
         unknown or erased; the caller holds the lock."""
-        expires = self._expires.get(cid)
-        if cid in self._expired or (
-            cid not in self._closed and expires is not None and expires <= now
-        ):
-            closure: Closure = "expired"
-        elif cid in self._closed:
-            closure = "cleared"
-        else:
+        closure = self._closed_as_locked(cid, now)
+        if closure is None:
             return None
         if self._tombstones and tombstone(self._secret, cid) in self._tombstones:
             return None
