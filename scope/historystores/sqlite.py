@@ -529,7 +529,7 @@ class SQLiteStore(RestoringStore):
         table_prefix: str = "scope_history",
         synchronous: Synchronous = "NORMAL",
         busy_timeout: float = 5.0,
-        max_idle_connections: int = 4,
+        max_idle_connections: int = 16,
         cache_bytes: int = HistoryCache.DEFAULT_MAX_BYTES,
         create: bool = True,
         retention: _dt.timedelta | None = None,
@@ -545,6 +545,11 @@ class SQLiteStore(RestoringStore):
         ``synchronous``: ``"NORMAL"`` survives a killed process, ``"FULL"``/``"EXTRA"``
         also a power loss. ``busy_timeout``: seconds a write waits for another handle's
         transaction before failing with ``StoreError``.
+        ``max_idle_connections`` (an int >= 1; default 16, one per worker thread of the
+        handle under asyncio): connections kept open between calls. A burst of more
+        concurrent calls than this opens connections and closes them after (each new
+        one without its prepared statements and page cache: about a quarter more time
+        per append at 16 tasks than with one kept per thread; benchmarks/RESULTS.md).
         ``cache_bytes`` (default 32 MiB; 0 keeps nothing) bounds this handle's
         ``history_cache``: the decoded batches (so re-reading a conversation skips
         decoding; every record is still checked against its digest on every read)

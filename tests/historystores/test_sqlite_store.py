@@ -436,3 +436,32 @@ async def test_a_failing_append_in_a_group_fails_alone(store: SQLiteStore) -> No
         batch("c", k).receipt() for k in ("a1", "a2", "a3")
     ]
     assert [str(b.id) for b in await store.read_batches("c")] == ["a1", "a2", "a3"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_concurrent_calls_reuse_connections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a handle keeps one connection per worker thread: bursts of concurrent
+    appends and reads open at most that many connections, never one per burst (a
+    connection closed after a burst and opened again loses its prepared statements and
+    page cache). With fewer kept than threads, every burst would close and reopen."""
+    opened: list[str] = []
+    connect = sqlite3.connect
+
+    def counting(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        opened.append(str(args[0]))
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", counting)
+    async with await SQLiteStore.open(tmp_path / "burst.db") as store:
+        length = 0
+        for round_ in range(25):
+            async with anyio.create_task_group() as group:
+                for index in range(16):
+                    group.start_soon(store.append, batch("c", f"a{round_}-{index}"))
+                    group.start_soon(store.read, "c")
+            length += 32
+        assert len(await store.read("c")) == length
+    assert 1 <= len(opened) <= 16, f"{len(opened)} connections opened"
