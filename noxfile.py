@@ -24,6 +24,7 @@ BENCHMARKS = [
     "benchmarks/bench_gemini.py",
     "benchmarks/bench_window.py",
     "benchmarks/bench_redis_listing.py",
+    "benchmarks/bench_redis_imported.py",
     "benchmarks/bench_listing.py",
     "benchmarks/bench_memory.py",
     "benchmarks/bench_web.py",

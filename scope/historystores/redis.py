@@ -72,7 +72,8 @@ swapped (compare and set); then the new tombstones go to ``{P}:{{imported}}:tomb
 in one ``SADD``. A tombstone does not name its id, so not the slot the id's scripts read:
 a handle opened on a store that holds imported tombstones (``EXISTS`` at open) checks the
 imported set before each step on a conversation and copies a tombstone found there into
-the id's slot set (one more round trip per step, on such stores only).
+the id's slot set (one more round trip the first time a handle meets an id, on such
+stores only: the answer is kept, as the imported set never changes once steps run).
 
 One conversation's keys share a hash slot, so its scripts also run on Redis Cluster.
 Every step on a conversation (append, clear, each read, ``move_head``, the lease steps,
@@ -90,6 +91,7 @@ store that must survive a server restart; ``RedisStore.open`` checks it.
 from __future__ import annotations
 
 import binascii
+import collections
 import contextlib
 import datetime as _dt
 import functools
@@ -158,6 +160,9 @@ __all__ = ["RedisStore"]
 T = TypeVar("T")
 
 _PREFIX: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,100}\Z")
+#: How many conversations a handle remembers having checked against the imported
+#: tombstones (``RedisStore._settle``), least recently used leaving first.
+_SETTLED_MAX: Final = 65_536
 
 # The server's clock in Lua, in Unix milliseconds (expiry times are compared with it).
 _NOW_MS: Final = """
@@ -873,6 +878,7 @@ class RedisStore(RecordStore):
         "_outcome_source",
         "_retention",
         "_secret",
+        "_settled",
         "_socket_timeout",
         "cluster",
         "prefix",
@@ -913,6 +919,9 @@ class RedisStore(RecordStore):
         # slots), and whether the store holds any (read at open; see _settle).
         self._imports = f"{prefix}:{{imported}}:tombstones"
         self._imported = False
+        # The conversations checked against them: True once an imported tombstone was
+        # copied into the id's slot set, False when the id has none (see _settle).
+        self._settled: collections.OrderedDict[str, bool] = collections.OrderedDict()
         self.prefix: Final = prefix
         self.cluster: Final = cluster
         self._listed = ListedIDs(repr(self))
@@ -2034,33 +2043,65 @@ class RedisStore(RecordStore):
         """When the store holds imported tombstones (``restore_erasures``): copy
         ``cid``'s tombstone, if it is one of them, into its slot's tombstone set, before
         a step's script runs (which reads only that set: on a Cluster it cannot read
-        another slot). One ``SISMEMBER`` per step, on a store that holds imported
-        tombstones only; idempotent. Imports happen with no other handle open (see
-        ``restore_erasures``), so no step runs between an import and its check."""
+        another slot). One ``SISMEMBER`` the first time this handle meets ``cid`` (and
+        again once ``_SETTLED_MAX`` other ids pushed it out), on a store that holds
+        imported tombstones only; idempotent.
+
+        The answer is kept: imports happen with no other handle open (see
+        ``restore_erasures``; one through this handle drops what it kept), so the
+        imported set does not change while a handle keeps answers, and a tombstone
+        copied into its slot set stays there: an id checked once needs no second
+        check."""
         if not self._imported:
+            return
+        settled = self._settled
+        key = str(cid)
+        if key in settled:
+            settled.move_to_end(key)
             return
         _, tombs, mark = self._erasure_keys(cid)
         imports = self._imports
         client = self._client
 
-        async def settle() -> None:
+        async def settle() -> bool:
             if await client.sismember(imports, mark):
                 await client.sadd(tombs, mark)
+                return True
+            return False
 
-        await self._call(settle, f"erasure check of conversation {str(cid)!r}")
+        found = await self._call(settle, f"erasure check of conversation {str(cid)!r}")
+        self._remember(key, found)
+
+    def _remember(self, key: str, erased: bool) -> None:
+        settled = self._settled
+        settled[key] = erased
+        if len(settled) > _SETTLED_MAX:
+            settled.popitem(last=False)
 
     async def _imported_erased(self, cid: ConversationID) -> bool:
         """Whether ``cid``'s tombstone is an imported one (a read, for the plain-read
-        steps: ``read``, ``read_batches``, ``read_tree``)."""
+        steps: ``read``, ``read_batches``, ``read_tree``; kept as ``_settle`` keeps it
+        when it finds none: an id found erased is checked again, so that ``_settle``
+        still copies its tombstone, which these read-only steps do not)."""
         if not self._imported:
             return False
+        key = str(cid)
+        known = self._settled.get(key)
+        if known is not None:
+            self._settled.move_to_end(key)
+            return known
         mark = self._erasure_keys(cid)[2]
         imports = self._imports
         client = self._client
-        found = await self._call(
-            lambda: client.sismember(imports, mark), f"erasure check of conversation {str(cid)!r}"
+        found = bool(
+            await self._call(
+                lambda: client.sismember(imports, mark),
+                f"erasure check of conversation {str(cid)!r}",
+            )
         )
-        return bool(found)
+        if not found:
+            self._remember(key, False)
+        return found
 
     async def closed_conversations(
         self, *, after: str | None = None, limit: int = 1000
@@ -2326,6 +2367,7 @@ class RedisStore(RecordStore):
         imports = self._imports
         added = await self._call(lambda: client.sadd(imports, *new), "restore of tombstones")
         self._imported = True
+        self._settled.clear()  # checked before these were imported
         return int(added)
 
     async def _refuse_held(self, secret: bytes, marks: set[str]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import scope.historystores.redis as redis_store
 from scope.errors import (
     ConversationClosedError,
     InvalidConversationIDError,
@@ -449,3 +450,78 @@ async def test_restore_erasures_swaps_the_secret_only_if_unchanged(
     assert await admin.get(secret_key) == third
     assert await store.store_secret() == own
     assert await admin.exists(f"{store.prefix}:{{imported}}:tombstones") == 0
+
+
+class _CountedChecks:
+    """Wraps a handle's client to count its ``SISMEMBER`` calls (the imported check)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.calls = 0
+        client = store._client
+        original = client.sismember
+
+        async def sismember(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return await original(*args, **kwargs)
+
+        client.sismember = sismember
+
+
+async def test_a_handle_checks_each_id_against_imported_tombstones_once(
+    places: Places,
+) -> None:
+    """On a store holding imported tombstones, a handle asks the imported set once per
+    conversation id: the set never changes once steps run, and a tombstone found there
+    is copied into the id's own slot set. Before, every step paid that round trip."""
+    source = await places.open()
+    for cid in ("gone", "later"):
+        await source.append(batch(cid, "a1"))
+        await source.erase(cid)
+    secret, marks = await source.store_secret(), await source.tombstones()
+    first = [m for m in marks if m != tombstone(secret, "later")]
+    assert len(first) == 1
+    target = await places.open()
+    assert await target.restore_erasures(secret, first) == 1
+    handle = await places.open(target.prefix)  # opened after: finds the imported set
+    checks = _CountedChecks(handle)
+    for index in range(3):
+        await handle.append(batch("live", f"a{index}"))
+        assert (await handle.read_view("live")).length == 2 * (index + 1)
+    assert len(await handle.read("live")) == 6
+    assert (await handle.read_tree("live")).head == 2
+    assert checks.calls == 1
+    for _ in range(2):
+        with pytest.raises(ConversationClosedError):
+            await handle.append(batch("gone", "again"))
+        assert (await handle.read_view("gone")).closed
+        assert await handle.read("gone") == []
+    assert checks.calls == 2
+    # "later" was checked (no imported tombstone then) before its tombstone is imported
+    # through this handle: the kept answer is dropped with the import.
+    assert await handle.read("later") == []
+    calls = checks.calls
+    assert await handle.restore_erasures(secret, marks) == 1
+    with pytest.raises(ConversationClosedError):
+        await handle.append(batch("later", "again"))
+    assert checks.calls == calls + 1
+
+
+async def test_the_kept_answers_are_bounded(
+    places: Places, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle keeps its answers for the most recently used ids only: one pushed out
+    is checked again."""
+    monkeypatch.setattr(redis_store, "_SETTLED_MAX", 2)
+    source = await places.open()
+    await source.append(batch("gone", "a1"))
+    await source.erase("gone")
+    target = await places.open()
+    await target.restore_erasures(await source.store_secret(), await source.tombstones())
+    handle = await places.open(target.prefix)
+    checks = _CountedChecks(handle)
+    for cid in ("c1", "c2", "c1", "c3"):  # c2 is now the least recently used
+        await handle.append(batch(cid, f"a-{checks.calls}"))
+    assert checks.calls == 3
+    assert list(handle._settled) == ["c1", "c3"]
+    await handle.read_view("c2")
+    assert checks.calls == 4
