@@ -493,13 +493,13 @@ def _make_class_in(cls: type) -> Structurer:
             ]
             indent = "        "
         body += _field_lines(cls, index, field, error, indent)
-    finish = [
-        *assemble,
+    validate = [
         "    try:",
         "        obj.validate()",
         "    except ScopeError as exc:",
         "        raise Fail(str(exc), type(exc), exc) from None",
     ]
+    finish = [*assemble, *validate]
 
     def learn(keys: tuple[Any, ...]) -> None:
         """Generate the structurer of objects with exactly ``keys`` (in that order), a
@@ -543,6 +543,7 @@ def _make_class_in(cls: type) -> Structurer:
         member checked where it is read (``_canonical.field_rule``), nested values of
         attrs classes through their strict structurers (which check their own)."""
         from scope._codec._canonical import field_rule  # it imports this module
+        from scope._codec._proven import proof  # it imports scope.chat
 
         present = set(keys)
         lines: list[str] = []
@@ -563,7 +564,13 @@ def _make_class_in(cls: type) -> Structurer:
             for rule in (written, check):
                 if rule is not None:
                     lines += [f"    if not ({rule}):", "        raise NOT_CANONICAL()"]
-        return define("strict", cls, [*lines, *finish, "    return obj"], f"shape{len(strict)}")
+        # validate() only where the layout does not already prove it passes (_proven).
+        proven = proof(cls, {f.name for f in attrs.fields(cls) if wire_name(cls, f) in present})
+        if proven is not None:
+            lines += [*assemble, f"    if not ({proven}):", *(f"    {line}" for line in validate)]
+        else:
+            lines += finish
+        return define("strict", cls, [*lines, "    return obj"], f"shape{len(strict)}")
 
     strict_body = [
         f"    obj = {hook_name('structure', cls)}(value)",
