@@ -469,17 +469,15 @@ def _make_class_in(cls: type) -> Structurer:
         f"        raise {const('unknown', _unknown_field(cls, ERRORS[cls]))}(value)",
         "    get = value.get",
     ]
-    builder = _builder(cls)
-    assemble = [f"    obj = new({const('builder', builder)})"]
     fields = list(enumerate(attrs.fields(cls)))
     for index, field in fields:
         default = field.default
         if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
             default = default.factory()  # values are immutable: one shared default
+        if default is not attrs.NOTHING:
+            const(f"d{index}", default)
         if not field.init:
-            assemble.append(f"    obj.{field.name} = {const(f'd{index}', default)}")
             continue
-        assemble.append(f"    obj.{field.name} = f{index}")
         wire = wire_name(cls, field)
         body.append(f"    v = get({wire!r}, MISSING)")
         if default is attrs.NOTHING:
@@ -489,19 +487,33 @@ def _make_class_in(cls: type) -> Structurer:
         else:
             body += [
                 "    if v is MISSING:",
-                f"        f{index} = {const(f'd{index}', default)}",
+                f"        f{index} = _structure_{cls.__name__}_d{index}",
                 "    else:",
             ]
             indent = "        "
         body += _field_lines(cls, index, field, error, indent)
-    assemble.append(f"    obj.__class__ = {const('cls', cls)}")
+    builder, final = const("builder", _builder(cls)), const("cls", cls)
+
+    def assemble(absent: frozenset[int] = frozenset()) -> list[str]:
+        """The lines that assemble the value from the locals ``f<index>``, the fields
+        numbered in ``absent`` (and those not in ``__init__``) from their defaults."""
+        lines = [f"    obj = new({builder})"]
+        for index, field in fields:
+            value = (
+                f"f{index}"
+                if field.init and index not in absent
+                else f"_structure_{cls.__name__}_d{index}"
+            )
+            lines.append(f"    obj.{field.name} = {value}")
+        return [*lines, f"    obj.__class__ = {final}"]
+
     validate = [
         "    try:",
         "        obj.validate()",
         "    except ScopeError as exc:",
         "        raise Fail(str(exc), type(exc), exc) from None",
     ]
-    finish = [*assemble, *validate]
+    finish = [*assemble(), *validate]
 
     def learn(keys: tuple[Any, ...]) -> None:
         """Generate the structurer of objects with exactly ``keys`` (in that order), a
@@ -517,6 +529,7 @@ def _make_class_in(cls: type) -> Structurer:
     def _shape(keys: tuple[Any, ...]) -> Structurer:
         present = set(keys)
         lines: list[str] = []
+        absent: set[int] = set()
         for index, field in fields:
             if not field.init:
                 continue
@@ -525,8 +538,9 @@ def _make_class_in(cls: type) -> Structurer:
                 lines.append(f"    v = value[{wire!r}]")
                 lines += _field_lines(cls, index, field, error, "    ")
             else:
-                lines.append(f"    f{index} = _structure_{cls.__name__}_d{index}")
-        return define("structure", cls, [*lines, *finish, "    return obj"], f"shape{len(shapes)}")
+                absent.add(index)  # assembled from its default
+        lines += [*assemble(frozenset(absent)), *validate, "    return obj"]
+        return define("structure", cls, lines, f"shape{len(shapes)}")
 
     strict: dict[tuple[Any, ...], Structurer] = {}
     const("strict", strict)
@@ -549,13 +563,14 @@ def _make_class_in(cls: type) -> Structurer:
 
         present = set(keys)
         lines: list[str] = []
+        absent: set[int] = set()
         for index, field in fields:
             if not field.init:
                 continue
             wire = wire_name(cls, field)
             written, check = field_rule(cls, index, field)
             if wire not in present:
-                lines.append(f"    f{index} = _structure_{cls.__name__}_d{index}")
+                absent.add(index)  # assembled from its default
                 if written is None:  # written even at its default: the tree lacks it
                     lines.append("    raise NOT_CANONICAL()")
                 continue
@@ -568,10 +583,11 @@ def _make_class_in(cls: type) -> Structurer:
                     lines += [f"    if not ({rule}):", "        raise NOT_CANONICAL()"]
         # validate() only where the layout does not already prove it passes (_proven).
         proven = proof(cls, {f.name for f in attrs.fields(cls) if wire_name(cls, f) in present})
+        lines += assemble(frozenset(absent))
         if proven is not None:
-            lines += [*assemble, f"    if not ({proven}):", *(f"    {line}" for line in validate)]
+            lines += [f"    if not ({proven}):", *(f"    {line}" for line in validate)]
         else:
-            lines += finish
+            lines += validate
         return define("strict", cls, [*lines, "    return obj"], f"shape{len(strict)}")
 
     strict_body = [

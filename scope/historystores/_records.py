@@ -166,13 +166,14 @@ def decode_record(
             raise _failure(conversation_id, append_id, error)(
                 f"messages are {type(data).__name__}, not bytes"
             )
-    if not isinstance(digest, str) or not digest.startswith(DIGEST_PREFIX):
-        raise _failure(conversation_id, append_id, error)(f"invalid digest {digest!r}")
     actual = digest_of(data)
-    if actual != digest:
-        raise _failure(conversation_id, append_id, error)(
-            f"its messages digest to {actual}, the record says {digest}"
-        )
+    if type(digest) is not str or digest != actual:  # equal to a digest: a valid one
+        if not isinstance(digest, str) or not digest.startswith(DIGEST_PREFIX):
+            raise _failure(conversation_id, append_id, error)(f"invalid digest {digest!r}")
+        if actual != digest:
+            raise _failure(conversation_id, append_id, error)(
+                f"its messages digest to {actual}, the record says {digest}"
+            )
     if cache is not None:
         cached = cache.messages(conversation_id, digest)
         if cached is not None:
