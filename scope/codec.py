@@ -201,12 +201,14 @@ def decode_canonical(data: bytes) -> tuple[tuple[Message, ...], bool] | None:
     messages: list[Message] = []
     append = messages.append
     try:
-        for item, part in zip(items, parts, strict=True):
+        at = 0  # parts[at] is items[at]'s bytes; a counter is cheaper than zip or enumerate
+        for item in items:
             message = (
                 (layouts.get(tuple(item)) or strict)(item) if type(item) is dict else strict(item)
             )
-            set_json(message, part)  # a fresh value: no bytes kept yet
+            set_json(message, parts[at])  # a fresh value: no bytes kept yet
             append(message)
+            at += 1  # noqa: SIM113
     except Fail as fail:
         if fail.error is not _structure.NotCanonical:
             return None  # the strict structurers fail where the plain ones do
