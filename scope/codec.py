@@ -197,14 +197,18 @@ def decode_canonical(data: bytes) -> tuple[tuple[Message, ...], bool] | None:
         return None
     if b"[" + b",".join(parts) + b"]" != data:
         return None
-    layouts, strict = _strict_layouts, _strict_messages
+    layouts, strict, set_json = _strict_layouts, _strict_messages, _set_json
+    messages: list[Message] = []
+    append = messages.append
     try:
-        messages = tuple(
-            [
+        at = 0  # parts[at] is items[at]'s bytes; a counter is cheaper than zip or enumerate
+        for item in items:
+            message = (
                 (layouts.get(tuple(item)) or strict)(item) if type(item) is dict else strict(item)
-                for item in items
-            ]
-        )
+            )
+            set_json(message, parts[at])  # a fresh value: no bytes kept yet
+            append(message)
+            at += 1  # noqa: SIM113
     except Fail as fail:
         if fail.error is not _structure.NotCanonical:
             return None  # the strict structurers fail where the plain ones do
@@ -213,7 +217,4 @@ def decode_canonical(data: bytes) -> tuple[tuple[Message, ...], bool] | None:
             return tuple([structure(item) for item in items]), False
         except Fail:
             return None
-    set_json = _set_json
-    for message, part in zip(messages, parts, strict=True):
-        set_json(message, part)  # fresh values: no bytes kept yet
-    return messages, True
+    return tuple(messages), True

@@ -441,15 +441,16 @@ def _make_class_in(cls: type) -> Structurer:
     """Generate ``structure_<Class>``: check the object's keys, read every field (its
     default when absent), then assemble the value and ``validate()`` it.
 
-    The value is assembled without ``__init__``: ``object.__new__`` and each slot
-    written through its member descriptor (what ``object.__setattr__`` ends up calling,
-    without the lookup; frozen classes refuse plain assignment). That is what
-    ``__init__`` would build, because every converter is a no-op on what the field
-    structurers produce, and runs the same checks, because every
+    The value is assembled without ``__init__``, by ``_builder(cls)``: an instance of
+    the builder, each slot written by plain assignment, then its class set to ``cls``.
+    That is what ``__init__`` would build, because every converter is a no-op on what
+    the field structurers produce, and runs the same checks, because every
     ``__attrs_post_init__`` is ``validate()`` (tests/chat/test_codec_generated.py pins both).
     Measured building the standard turn of benchmarks/bench_codec.py from a parsed tree
     (best of 150 rounds, shared 2-core box, CPython 3.11): through ``__init__`` 124 µs,
-    ``object.__setattr__`` per slot 115 µs, the descriptors 105 µs.
+    ``object.__setattr__`` per slot 115 µs, the member descriptors' ``__set__`` 105 µs.
+    Assigning through the builder costs about a third of the descriptor calls per
+    object (one Part: 0.51 µs with the descriptors, 0.18 µs through the builder).
     """
 
     def const(what: str, value: Any) -> str:
@@ -468,17 +469,15 @@ def _make_class_in(cls: type) -> Structurer:
         f"        raise {const('unknown', _unknown_field(cls, ERRORS[cls]))}(value)",
         "    get = value.get",
     ]
-    assemble = [f"    obj = new({const('cls', cls)})"]
     fields = list(enumerate(attrs.fields(cls)))
     for index, field in fields:
         default = field.default
         if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
             default = default.factory()  # values are immutable: one shared default
-        write = const(f"w{index}", cls.__dict__[field.name].__set__)
+        if default is not attrs.NOTHING:
+            const(f"d{index}", default)
         if not field.init:
-            assemble.append(f"    {write}(obj, {const(f'd{index}', default)})")
             continue
-        assemble.append(f"    {write}(obj, f{index})")
         wire = wire_name(cls, field)
         body.append(f"    v = get({wire!r}, MISSING)")
         if default is attrs.NOTHING:
@@ -488,18 +487,33 @@ def _make_class_in(cls: type) -> Structurer:
         else:
             body += [
                 "    if v is MISSING:",
-                f"        f{index} = {const(f'd{index}', default)}",
+                f"        f{index} = _structure_{cls.__name__}_d{index}",
                 "    else:",
             ]
             indent = "        "
         body += _field_lines(cls, index, field, error, indent)
-    finish = [
-        *assemble,
+    builder, final = const("builder", _builder(cls)), const("cls", cls)
+
+    def assemble(absent: frozenset[int] = frozenset()) -> list[str]:
+        """The lines that assemble the value from the locals ``f<index>``, the fields
+        numbered in ``absent`` (and those not in ``__init__``) from their defaults."""
+        lines = [f"    obj = new({builder})"]
+        for index, field in fields:
+            value = (
+                f"f{index}"
+                if field.init and index not in absent
+                else f"_structure_{cls.__name__}_d{index}"
+            )
+            lines.append(f"    obj.{field.name} = {value}")
+        return [*lines, f"    obj.__class__ = {final}"]
+
+    validate = [
         "    try:",
         "        obj.validate()",
         "    except ScopeError as exc:",
         "        raise Fail(str(exc), type(exc), exc) from None",
     ]
+    finish = [*assemble(), *validate]
 
     def learn(keys: tuple[Any, ...]) -> None:
         """Generate the structurer of objects with exactly ``keys`` (in that order), a
@@ -515,6 +529,7 @@ def _make_class_in(cls: type) -> Structurer:
     def _shape(keys: tuple[Any, ...]) -> Structurer:
         present = set(keys)
         lines: list[str] = []
+        absent: set[int] = set()
         for index, field in fields:
             if not field.init:
                 continue
@@ -523,8 +538,9 @@ def _make_class_in(cls: type) -> Structurer:
                 lines.append(f"    v = value[{wire!r}]")
                 lines += _field_lines(cls, index, field, error, "    ")
             else:
-                lines.append(f"    f{index} = _structure_{cls.__name__}_d{index}")
-        return define("structure", cls, [*lines, *finish, "    return obj"], f"shape{len(shapes)}")
+                absent.add(index)  # assembled from its default
+        lines += [*assemble(frozenset(absent)), *validate, "    return obj"]
+        return define("structure", cls, lines, f"shape{len(shapes)}")
 
     strict: dict[tuple[Any, ...], Structurer] = {}
     const("strict", strict)
@@ -543,16 +559,18 @@ def _make_class_in(cls: type) -> Structurer:
         member checked where it is read (``_canonical.field_rule``), nested values of
         attrs classes through their strict structurers (which check their own)."""
         from scope._codec._canonical import field_rule  # it imports this module
+        from scope._codec._proven import proof  # it imports scope.chat
 
         present = set(keys)
         lines: list[str] = []
+        absent: set[int] = set()
         for index, field in fields:
             if not field.init:
                 continue
             wire = wire_name(cls, field)
             written, check = field_rule(cls, index, field)
             if wire not in present:
-                lines.append(f"    f{index} = _structure_{cls.__name__}_d{index}")
+                absent.add(index)  # assembled from its default
                 if written is None:  # written even at its default: the tree lacks it
                     lines.append("    raise NOT_CANONICAL()")
                 continue
@@ -563,7 +581,14 @@ def _make_class_in(cls: type) -> Structurer:
             for rule in (written, check):
                 if rule is not None:
                     lines += [f"    if not ({rule}):", "        raise NOT_CANONICAL()"]
-        return define("strict", cls, [*lines, *finish, "    return obj"], f"shape{len(strict)}")
+        # validate() only where the layout does not already prove it passes (_proven).
+        proven = proof(cls, {f.name for f in attrs.fields(cls) if wire_name(cls, f) in present})
+        lines += assemble(frozenset(absent))
+        if proven is not None:
+            lines += [f"    if not ({proven}):", *(f"    {line}" for line in validate)]
+        else:
+            lines += validate
+        return define("strict", cls, [*lines, "    return obj"], f"shape{len(strict)}")
 
     strict_body = [
         f"    obj = {hook_name('structure', cls)}(value)",
@@ -590,6 +615,32 @@ def _make_class_in(cls: type) -> Structurer:
         cls,
         [*body, *finish, f"    {const('learn', learn)}(tuple(value))", "    return obj"],
     )
+
+
+def _builder(cls: type) -> type:
+    """The class the generated structurers of ``cls`` assemble a value in: a subclass
+    that adds nothing to its layout (no slots, so the same memory layout, which lets an
+    instance's class be set to ``cls``) and writes its slots by plain assignment (the
+    frozen class's ``__setattr__``/``__delattr__`` refuse it; with ``object``'s, CPython
+    stores to a slot without a call). A structurer sets the class to ``cls`` as soon as
+    every slot is written, before anything can see the object, so no value of this
+    class escapes.
+
+    Checked here on a fresh instance: a class whose instances cannot change class this
+    way raises ``TypeError`` at registration."""
+    if not all(hasattr(cls.__dict__.get(f.name), "__set__") for f in attrs.fields(cls)):
+        raise TypeError(f"scope.codec: {cls.__name__} must be a slotted attrs class")
+    namespace = {
+        "__slots__": (),
+        "__setattr__": object.__setattr__,
+        "__delattr__": object.__delattr__,
+        "__module__": __name__,
+        "__qualname__": f"_builder.<{cls.__qualname__}>",
+    }
+    builder = type(cls.__name__, (cls,), namespace)
+    probe: Any = object.__new__(builder)
+    probe.__class__ = cls
+    return builder
 
 
 def _strict_inlined(hint: Any) -> bool:

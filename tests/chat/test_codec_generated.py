@@ -159,6 +159,23 @@ def test_every_converter_is_a_no_op_on_decoded_values() -> None:
     assert seen == set(codec._VALUE_CLASSES)  # the golden documents hold every class
 
 
+def test_a_builder_only_assembles_a_slotted_attrs_value() -> None:
+    # The structurers assemble each value in a builder subclass that adds nothing to
+    # its layout, then set its class (the test above sees only the classes themselves).
+    @attrs.frozen(slots=False)
+    class Loose:
+        x: int
+
+    with pytest.raises(TypeError, match="must be a slotted attrs class"):
+        _structure._builder(Loose)
+    builder = _structure._builder(ToolCall)
+    assert builder.__mro__[1] is ToolCall and builder.__basicsize__ == ToolCall.__basicsize__
+    value: Any = object.__new__(builder)
+    value.id, value.name, value.arguments = "c1", "f", ""
+    value.__class__ = ToolCall
+    assert type(value) is ToolCall and value == ToolCall("c1", "f")
+
+
 @settings(max_examples=50, deadline=None)
 @given(requests(), responses())
 def test_every_converter_is_a_no_op_on_decoded_generated_values(

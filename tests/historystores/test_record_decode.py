@@ -116,3 +116,37 @@ def test_one_broken_member_is_refused_as_the_reference_refuses_it(
     assert problem in str(caught.value)
     with pytest.raises(StoreError):
         reference(record)
+
+
+class _EqualToAll(str):
+    """A str that says it equals anything (what no driver returns; still refused)."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = str.__hash__
+
+
+RECORD = encode_messages((assistant_message("hi"),))
+
+
+@pytest.mark.parametrize(
+    ("digest", "problem"),
+    [
+        (digest_of(RECORD).encode(), "invalid digest b'sha256:"),
+        (digest_of(RECORD)[7:], "invalid digest '"),
+        (_EqualToAll("x"), "invalid digest 'x'"),
+        (_EqualToAll(digest_of(RECORD)), None),
+        ("sha256:" + "0" * 64, f"its messages digest to {digest_of(RECORD)}, the record says"),
+    ],
+)
+def test_a_record_digest_is_checked_before_anything_else(digest: Any, problem: str | None) -> None:
+    if problem is None:  # a str subclass holding the digest: the checks as for a str
+        assert decode_record("c", "a", digest, RECORD) == (assistant_message("hi"),)
+        return
+    with pytest.raises(StoreError) as caught:
+        decode_record("c", "a", digest, RECORD)
+    assert f"stored batch 'a' is corrupt: {problem}" in str(caught.value)

@@ -1,0 +1,125 @@
+"""What a strict layout structurer already proves of ``validate()``.
+
+A strict layout structurer (``_structure.strict_in``, one per key layout) knows which
+members its object holds, and has checked each one's JSON type and canonical rule before
+it assembles the value: every present member is not at its default (``_canonical``), an
+enum member is a member, a nested value was built by its own strict structurer (so has
+its class), a metadata map is a ``Metadata``; every absent member holds its default.
+``proof(cls, present)`` gives an expression over the structurer's locals ``f<index>``
+that, when true, means ``cls.validate()`` passes for that value: the structurer then
+skips the call. When it is false, or there is no expression for the layout (None), the
+structurer calls ``validate()`` as before, so bad input raises the same error with the
+same message and path. The expression only ever says "valid", never "invalid".
+
+The rules restate those of ``Part.validate`` and ``Message.validate``
+(``scope.chat``) for the values such a layout can hold; tests/chat/test_codec_proven.py
+checks every layout and kind against ``validate()`` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import attrs
+
+from scope._codec._generated import constant
+from scope.chat import Message, Part, PartKind, Role
+from scope.metadata import Metadata
+
+__all__ = ["proof"]
+
+#: The part fields that carry a kind's payload, each named as the kind it belongs to.
+_PAYLOADS: Final = ("media", "tool_call", "tool_call_delta", "tool_result", "native")
+
+#: The part kinds each role's messages may carry (``Message.validate``).
+_ALLOWED: Final[dict[Role, frozenset[PartKind]]] = {
+    Role.SYSTEM: frozenset({PartKind.TEXT}),
+    Role.USER: frozenset({PartKind.TEXT, PartKind.MEDIA}),
+    Role.ASSISTANT: frozenset(
+        {
+            PartKind.TEXT,
+            PartKind.MEDIA,
+            PartKind.REASONING,
+            PartKind.TOOL_CALL,
+            PartKind.TOOL_CALL_DELTA,
+            PartKind.NATIVE,
+        }
+    ),
+    Role.TOOL: frozenset({PartKind.TOOL_RESULT}),
+}
+
+
+def _locals(cls: type) -> dict[str, str]:
+    """The local each init field is read into (``f<index>``), by field name."""
+    return {f.name: f"f{i}" for i, f in enumerate(attrs.fields(cls)) if f.init}
+
+
+def _metadata_default(cls: type) -> bool:
+    """Whether the ``metadata`` field's default is a plain ``Metadata`` (what
+    ``validate()`` requires; a present member is structured as one)."""
+    field = attrs.fields_dict(cls)["metadata"]
+    return field.type in (Metadata, "Metadata") and type(field.default) is Metadata
+
+
+def _part(present: frozenset[str]) -> str | None:
+    """``Part.validate`` for a layout: ``kind`` a ``PartKind``; ``text`` a str (valid
+    Unicode when not ASCII), non-empty when present; ``signature`` bytes, non-empty when
+    present; ``metadata`` a ``Metadata``; a present payload of its class. What is left is
+    the kind: it must select exactly the payload present, with text only for text and
+    reasoning parts, and a signature only for reasoning ones."""
+    f = _locals(Part)
+    if not _metadata_default(Part):  # pragma: no cover - the rules below would not hold
+        return None
+    payloads = [name for name in _PAYLOADS if name in present]
+    text, signature = "text" in present, "signature" in present
+    kind = f["kind"]
+    if len(payloads) > 1:
+        return None
+    if payloads:
+        if text or signature:
+            return None
+        rule = f"{kind} is {_kind(payloads[0])}"
+    elif signature:
+        rule = f"{kind} is {_kind('reasoning')}"
+    elif text:
+        rule = f"({kind} is {_kind('text')} or {kind} is {_kind('reasoning')})"
+    else:
+        return None  # no payload, no text, no signature: never valid
+    if text:
+        rule += f" and {f['text']}.isascii()"  # other text: validate() checks its Unicode
+    return rule
+
+
+def _kind(value: str) -> str:
+    return constant("strict", Part, f"kind_{value}", PartKind(value))
+
+
+def _message(present: frozenset[str]) -> str | None:
+    """``Message.validate`` for a layout: ``role`` a ``Role``, ``parts`` a tuple of
+    ``Part`` values, ``metadata`` a ``Metadata``. What is left: at least one part, each
+    of a kind the role may carry."""
+    del present  # every layout holds the same proven types
+    if not _metadata_default(Message):  # pragma: no cover - the rules below would not hold
+        return None
+    f = _locals(Message)
+    role, parts = f["role"], f["parts"]
+    allowed = constant("strict", Message, "allowed_kinds", _ALLOWED)
+    return (
+        f"({parts}[0].kind in {allowed}[{role}] if len({parts}) == 1 else "
+        f"(len({parts}) > 1 and {allowed}[{role}].issuperset([p.kind for p in {parts}])))"
+    )
+
+
+_PROOFS: Final[dict[type, Callable[[frozenset[str]], str | None]]] = {
+    Part: _part,
+    Message: _message,
+}
+
+
+def proof(cls: type, present: Any) -> str | None:
+    """An expression over the locals ``f<index>`` of a strict layout structurer of
+    ``cls`` whose object holds the init fields named in ``present`` (the others at
+    their defaults): true only when ``validate()`` would pass. None: no such rule."""
+    rule = _PROOFS.get(cls)
+    return None if rule is None else rule(frozenset(present))
