@@ -10,9 +10,13 @@ the medians. The table shows the median over rounds of each tree's time per mess
 and of the ratio A/B of each round's pair (the box's speed drifts between rounds, not
 within a pair).
 
+``--messages 10`` reads a 10-message conversation instead: there the store call's own
+cost (a thread hop, a round trip) outweighs decoding.
+
 Run: ``python benchmarks/bench_read.py [--vs OTHER_TREE] [--rounds N] [--reads N]
-[sqlite] [postgres] [redis]`` (PostgreSQL from ``SCOPE_TEST_POSTGRES_DSN``, Redis from
-``SCOPE_TEST_REDIS_URL``; a store without its server is skipped). Without ``--vs`` it
+[--messages N] [sqlite] [postgres] [redis]`` (PostgreSQL from
+``SCOPE_TEST_POSTGRES_DSN``, Redis from ``SCOPE_TEST_REDIS_URL``; a store without its
+server is skipped). Without ``--vs`` it
 prints this tree's times only.
 """
 
@@ -59,13 +63,13 @@ async def _open(kind: str, where: str, **options: Any) -> Any:
     return await RedisStore.open(url, prefix=prefix, check_persistence=False, **options)
 
 
-async def _write(kind: str, where: str) -> None:
+async def _write(kind: str, where: str, turns: int) -> None:
     from scope.chat import assistant_message, user_message
     from scope.history import Batch
 
     messages = (user_message(USER), assistant_message(ASSISTANT))
     async with await _open(kind, where) as store:
-        for _ in range(TURNS):
+        for _ in range(turns):
             await store.append(Batch(CID, uuid.uuid4().hex, messages))
 
 
@@ -89,45 +93,48 @@ async def _drop(kind: str, where: str) -> None:
             await client.aclose()
 
 
-async def _time(kind: str, where: str, reads: int) -> dict[str, float]:
+async def _time(kind: str, where: str, reads: int, messages: int) -> dict[str, float]:
     """Median seconds per message of cold and warm reads (this process's tree)."""
     out: dict[str, float] = {}
     async with await _open(kind, where, cache_bytes=0) as cold, await _open(kind, where) as warm:
         for name, store in (("cold", cold), ("warm", warm)):
-            assert len(await store.read(CID)) == 2 * TURNS  # untimed: connections, cache
+            assert len(await store.read(CID)) == messages  # untimed: connections, cache
             times = []
             for _ in range(reads):
                 start = time.perf_counter()
                 await store.read(CID)
                 times.append(time.perf_counter() - start)
-            out[name] = statistics.median(times) / (2 * TURNS)
+            out[name] = statistics.median(times) / messages
     return out
 
 
-def _child(tree: Path, kind: str, where: str, reads: int) -> dict[str, float]:
+def _child(tree: Path, kind: str, where: str, reads: int, messages: int) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(tree))
-    command = [sys.executable, __file__, "--child", kind, where, str(reads)]
+    command = [sys.executable, __file__, "--child", kind, where, str(reads), str(messages)]
     done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        kind, where, reads = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        kind, where, reads, messages = sys.argv[2], sys.argv[3], *map(int, sys.argv[4:6])
         import scope
 
         tree = Path(os.environ["PYTHONPATH"]).resolve()
         source = Path(scope.__file__ or "").resolve()
         if tree not in source.parents:
             raise SystemExit(f"the child imported scope from {source}, not from {tree}")
-        print(json.dumps(asyncio.run(_time(kind, where, reads))))
+        print(json.dumps(asyncio.run(_time(kind, where, reads, messages))))
         return
     parser = argparse.ArgumentParser()
     parser.add_argument("stores", nargs="*", default=["sqlite", "postgres", "redis"])
     parser.add_argument("--vs", type=Path, help="another checkout of scope (tree B)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reads", type=int, default=15)
+    parser.add_argument("--messages", type=int, default=2 * TURNS, help="an even number")
     args = parser.parse_args()
+    if args.messages < 2 or args.messages % 2:
+        parser.error("--messages: an even number, at least 2")
     trees = [HERE, *([args.vs.resolve()] if args.vs else [])]
     print(f"A = {trees[0]}" + (f", B = {trees[1]}" if args.vs else ""))
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,19 +149,19 @@ def main() -> None:
             else:
                 print(f"{kind}: skipped (no server)")
                 continue
-            asyncio.run(_write(kind, where))
+            asyncio.run(_write(kind, where, args.messages // 2))
             try:
                 runs: list[list[dict[str, float]]] = [[] for _ in trees]
                 for _ in range(args.rounds):
                     for index, tree in enumerate(trees):
-                        runs[index].append(_child(tree, kind, where, args.reads))
+                        runs[index].append(_child(tree, kind, where, args.reads, args.messages))
             finally:
                 asyncio.run(_drop(kind, where))
             for name in ("cold", "warm"):
                 cells = [
                     f"{statistics.median(r[name] for r in run) * 1e6:6.2f} us/msg" for run in runs
                 ]
-                line = f"{kind:8s} {name} read 1,000 msgs: A {cells[0]}"
+                line = f"{kind:8s} {name} read {args.messages:,} msgs: A {cells[0]}"
                 if args.vs:
                     ratio = statistics.median(a[name] / b[name] for a, b in zip(*runs, strict=True))
                     line += f"   B {cells[1]}   A/B {ratio:.2f}x"

@@ -8,6 +8,7 @@ caller (``warn_caller``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import warnings
@@ -96,36 +97,76 @@ async def deliver_cancellation(mark: int, cause: BaseException | None = None) ->
 
 async def in_thread(executor: Executor, fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)`` on a worker thread, run to its end: a cancellation that arrives
-    meanwhile is raised once the call is done, instead of its result or error (as
-    ``anyio.to_thread.run_sync`` does by default).
+    meanwhile is raised once the call is done, instead of its result or error. A store
+    call that is cancelled therefore always ends cancelled, whether its work succeeded
+    or failed; its outcome is unknown, as the store guarantees state (all or nothing, a
+    retry of the same batch lands once).
 
     Under asyncio the call goes straight to ``executor`` (the store handle's own
-    threads) and the wait is shielded by hand: anyio's path adds a checkpoint (one more
-    turn of the event loop), its capacity limiter and a cancel scope to every call,
-    about 10 µs of a SQLite store call on a loaded 2-core box. An anyio cancel scope re-delivers its
-    cancellation while the task waits; each is caught and the wait goes on. Under trio
-    it is ``anyio.to_thread.run_sync``."""
+    threads), and the thread, when done, wakes the waiting task through one future of
+    this call's (``loop.call_soon_threadsafe``): one turn of the event loop, as
+    ``asyncio.to_thread`` takes. A cancellation (a native ``Task.cancel()``, or an anyio
+    cancel scope, which re-delivers while the task waits) is caught and the wait goes on
+    on a new future; the thread's future is never cancelled. A cancellation requested
+    before the call and not yet delivered is raised first, before the thread starts (see
+    ``cancellation_mark``). anyio's path (``anyio.to_thread.run_sync``) adds a
+    checkpoint, its capacity limiter and a cancel scope to every call, and
+    ``run_in_executor`` with ``asyncio.shield`` one more turn of the loop: together about
+    16 us of a SQLite store call on a 2-core box. Under trio it is
+    ``anyio.to_thread.run_sync``, then ``deliver_cancellation``."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # no asyncio event loop in this thread: trio
-        return await anyio.to_thread.run_sync(fn, *args)
-    future = loop.run_in_executor(executor, fn, *args)
-    pending: asyncio.CancelledError | None = None
+        try:
+            result: T = await anyio.to_thread.run_sync(fn, *args)
+        except Exception as exc:
+            await deliver_cancellation(0, exc)
+            raise
+        await deliver_cancellation(0)
+        return result
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        await asyncio.sleep(0)  # raises a cancellation not delivered yet (the mark's rule)
+    waiter = _Waiter(loop)
+    work = executor.submit(fn, *args)
+    work.add_done_callback(waiter.done)
+    pending: BaseException | None = None
     while True:
         try:
-            result = await asyncio.shield(future)
+            await waiter.future
         except asyncio.CancelledError as exc:
-            if not future.done():
-                pending = pending or exc
-                continue
-            raise pending or exc from None
-        except BaseException:
-            if pending is not None:
-                raise pending from None
-            raise
-        if pending is not None:
-            raise pending
-        return result
+            if work.done():
+                raise pending or exc from None
+            pending = pending or exc
+            waiter.future = loop.create_future()  # the cancelled one is spent
+            continue
+        break
+    if pending is not None:
+        raise pending
+    # An anyio cancel scope cancelled after the thread's end and before this task ran
+    # again (anyio does not throw into a task whose wait is over): raised here too.
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    return work.result()
+
+
+@final
+class _Waiter:
+    """The future ``in_thread`` awaits, set by the worker thread's end (through the
+    loop: ``done`` runs on the worker thread, ``wake`` on the loop's)."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+
+    def done(self, _: object) -> None:
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            self.loop.call_soon_threadsafe(self.wake)
+
+    def wake(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
 
 
 def store_closed(store: str) -> StoreError:

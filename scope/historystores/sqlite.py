@@ -111,8 +111,6 @@ from scope.history import (
 from scope.history.storekit import Closure, check_retention, new_secret, tombstone
 from scope.historystores._driver import (
     Driver,
-    cancellation_mark,
-    deliver_cancellation,
     in_thread,
     store_closed,
 )
@@ -466,10 +464,11 @@ class SQLiteStore(RestoringStore):
       are one transaction each: ``acquire_turn_view`` the upsert
       and the read, ``append_release_turn`` the append and the expiry of the holder's lease.
     - **Cancellation.** The work of a call runs to completion on its worker thread even if
-      the awaiting task is cancelled. A cancelled call always ends cancelled: under trio
-      or an anyio cancel scope the cancellation is raised as soon as the thread is done,
-      whether the work succeeded or failed; a native asyncio ``Task.cancel()`` raises at
-      once while the thread finishes in the background. A cancelled ``append`` therefore
+      the awaiting task is cancelled. A cancelled call always ends cancelled: the
+      cancellation (a native asyncio ``Task.cancel()``, an anyio or trio cancel scope) is
+      raised as soon as the thread is done, whether the work succeeded or failed, and
+      one requested before the call is raised before its work starts (asyncio). A
+      cancelled ``append`` therefore
       has either committed entirely or not at all; it *may have committed*, so retry the
       same batch: the retry returns the receipt and appends nothing.
     - **Reads** (``read``, ``read_batches``, ``read_view``, ``read_tree``) are one
@@ -608,17 +607,10 @@ class SQLiteStore(RestoringStore):
     async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         """Run ``fn(connection)`` on a worker thread. The thread's work always runs to
         its end; a cancellation that arrived meanwhile is raised once it is done, instead
-        of its result or error (see ``deliver_cancellation``)."""
+        of its result or error (see ``in_thread``)."""
         if self._pool.closed:
             raise store_closed("SQLiteStore")
-        mark = await cancellation_mark()
-        try:
-            result: T = await in_thread(self._pool.executor, self._pool.run, fn, what)
-        except Exception as exc:  # re-raised below unless a cancellation replaces it
-            await deliver_cancellation(mark, exc)
-            raise
-        await deliver_cancellation(mark)
-        return result
+        return await in_thread(self._pool.executor, self._pool.run, fn, what)
 
     async def read_view(self, conversation_id: str) -> HistoryView:
         """The conversation's head path (messages, length, head) and closure from one

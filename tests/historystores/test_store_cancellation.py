@@ -1,8 +1,9 @@
 """Cancellation storms: hundreds of store calls cancelled at random points, on every store.
 
 Each storm starts appends, reads and clears in waves of concurrent tasks and cancels each
-one after a random delay (0 to a few milliseconds: before, inside and after the driver's
-work), until at least ``CANCELLED`` (200) were cancelled while running. It counts:
+one after a random wait (0 to a few milliseconds, or 0 to a dozen turns of the event
+loop: before, inside and after the driver's work; see ``draw``), until at least
+``CANCELLED`` (200) were cancelled while running. It counts:
 
 - every task cancelled while its call was still running ends cancelled (under asyncio
   a native ``Task.cancel()``, the kind redis-py used to swallow; under trio a cancel
@@ -41,12 +42,14 @@ pytestmark = pytest.mark.anyio
 
 #: Calls cancelled while running, per storm: waves go on until this many were.
 CANCELLED = 200
-#: The most calls a storm makes (a store too fast for MAX_DELAY fails the count).
+#: The most calls a storm makes (a store too fast for the waits fails the count).
 CALLS = 1200
 #: Concurrent calls per wave.
 WAVE = 24
 #: The longest delay before a call is cancelled, in seconds.
 MAX_DELAY = 0.004
+#: The most event loop turns before a call is cancelled.
+MAX_TURNS = 12
 
 OPEN = [f"open {i}" for i in range(3)]
 DOOMED = "doomed"
@@ -101,15 +104,32 @@ def operation(
     return run
 
 
+def draw(rng: random.Random) -> float:
+    """How long a call runs before its cancel: half the time a number of event loop
+    turns (an int, 0 to ``MAX_TURNS``: a call waiting on a thread or a socket spans a
+    few, however fast the machine), else seconds (0 to ``MAX_DELAY``: a timer fires
+    a millisecond late or more, after most of a fast store's calls have ended)."""
+    return rng.randrange(MAX_TURNS + 1) if rng.random() < 0.5 else rng.random() * MAX_DELAY
+
+
+async def pause(wait: float) -> None:
+    """Wait what ``draw`` drew: that many loop turns (an int), or seconds."""
+    if isinstance(wait, int):
+        for _ in range(wait):
+            await anyio.lowlevel.checkpoint()
+    else:
+        await anyio.sleep(wait)
+
+
 async def asyncio_storm(store: PersistentStore, seed: int) -> Tally:
-    """Native ``Task.cancel()`` of each call after a random delay."""
+    """Native ``Task.cancel()`` of each call after a random wait."""
     rng = random.Random(seed)
     tally = Tally()
 
     async def one(index: int) -> None:
         run = operation(store, tally, *plan(rng, index))
         task = asyncio.ensure_future(run())
-        await asyncio.sleep(rng.random() * MAX_DELAY)
+        await pause(draw(rng))
         if task.done():
             task.result()
             tally.finished_first += 1
@@ -132,16 +152,16 @@ async def asyncio_storm(store: PersistentStore, seed: int) -> Tally:
 
 async def scope_storm(store: PersistentStore, seed: int) -> Tally:
     """A cancel scope per call (trio, or anyio on asyncio), cancelled after a random
-    delay."""
+    wait."""
     rng = random.Random(seed)
     tally = Tally()
 
-    async def one(index: int, run: Callable[[], Awaitable[None]], delay: float) -> None:
+    async def one(index: int, run: Callable[[], Awaitable[None]], wait: float) -> None:
         returned = swallowed = False
         with anyio.CancelScope() as scope:
 
             async def cancel_later() -> None:
-                await anyio.sleep(delay)
+                await pause(wait)
                 if not returned:
                     scope.cancel()
 
@@ -169,7 +189,7 @@ async def scope_storm(store: PersistentStore, seed: int) -> Tally:
         async with anyio.create_task_group() as tg:
             for index in range(start, start + WAVE):
                 run = operation(store, tally, *plan(rng, index))
-                tg.start_soon(one, index, run, rng.random() * MAX_DELAY)
+                tg.start_soon(one, index, run, draw(rng))
         if tally.cancelled >= CANCELLED:
             break
     return tally
