@@ -1,4 +1,4 @@
-"""PostgreSQL appends, this tree against another in one run: 1 and 16 tasks, one
+"""Appends, this tree against another in one run: 1 and 16 tasks, one
 conversation and many, the rows of ``bench_peers.py`` without the peers (their packages
 are not needed), so the pair runs often enough to see through a loaded box.
 
@@ -7,7 +7,8 @@ One append is one turn of ``bench_peers.py`` (a ~110-character user message and 
 1 task appending ``--appends`` times to one conversation, or each time to a new one;
 16 tasks appending ``--per-task`` times each, all to one conversation, or each task to
 its own. Each round runs one process per tree, in turn (A B A B ...), on its own table
-prefix; each process opens a handle (``max_size=16``), runs one untimed round of each
+prefix (SQLite: its own file); each process opens a handle (PostgreSQL:
+``max_size=16``), runs one untimed round of each
 row (the pool's connections, each session's first statements), then times each row:
 per append (the row's wall time over its appends: the inverse of throughput) and the
 p50 of one append's latency. The table shows the median over rounds of each tree's
@@ -15,7 +16,8 @@ times and of the ratio A/B of each round's pair (the box's speed drifts between
 rounds, not within a pair).
 
 Run: ``python benchmarks/bench_append.py [--vs OTHER_TREE] [--rounds N] [--appends N]
-[--per-task N]`` (PostgreSQL from ``SCOPE_TEST_POSTGRES_DSN``). Without ``--vs`` it
+[--per-task N] [--store postgres|sqlite]`` (PostgreSQL, the default, from
+``SCOPE_TEST_POSTGRES_DSN``; SQLite in a temporary directory). Without ``--vs`` it
 prints this tree's times only.
 """
 
@@ -28,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -68,56 +71,74 @@ async def _row(store: Any, row: str, appends: int, per_task: int) -> tuple[float
     return (time.perf_counter() - start) / len(latencies), statistics.median(latencies)
 
 
-async def _time(dsn: str, appends: int, per_task: int) -> dict[str, list[float]]:
+async def _rows(store: Any, appends: int, per_task: int) -> dict[str, list[float]]:
+    async with store:
+        for row in ROWS:  # untimed
+            await _row(store, row, 2, 2)
+        return {row: list(await _row(store, row, appends, per_task)) for row in ROWS}
+
+
+async def _time(kind: str, where: str, appends: int, per_task: int) -> dict[str, list[float]]:
+    prefix = f"bench_append_{uuid.uuid4().hex[:8]}"
+    if kind == "sqlite":
+        from scope.historystores.sqlite import SQLiteStore
+
+        store = await SQLiteStore.open(str(Path(where) / f"{prefix}.db"))
+        return await _rows(store, appends, per_task)
     from scope.historystores.postgres import PostgresStore
     from tests.servers import drop_tables
 
-    prefix = f"bench_append_{uuid.uuid4().hex[:8]}"
-    out: dict[str, list[float]] = {}
     try:
-        async with await PostgresStore.open(dsn, table_prefix=prefix, max_size=16) as store:
-            for row in ROWS:  # untimed
-                await _row(store, row, 2, 2)
-            for row in ROWS:
-                out[row] = list(await _row(store, row, appends, per_task))
+        store = await PostgresStore.open(where, table_prefix=prefix, max_size=16)
+        return await _rows(store, appends, per_task)
     finally:
-        await drop_tables(dsn, prefix)
-    return out
+        await drop_tables(where, prefix)
 
 
-def _child(tree: Path, dsn: str, appends: int, per_task: int) -> dict[str, list[float]]:
+def _child(
+    tree: Path, kind: str, where: str, appends: int, per_task: int
+) -> dict[str, list[float]]:
     env = dict(os.environ, PYTHONPATH=str(tree))
-    command = [sys.executable, __file__, "--child", dsn, str(appends), str(per_task)]
+    command = [sys.executable, __file__, "--child", kind, where, str(appends), str(per_task)]
     done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        dsn, appends, per_task = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        kind, where, appends, per_task = sys.argv[2], sys.argv[3], *map(int, sys.argv[4:6])
         import scope
 
         source = Path(scope.__file__ or "").resolve()
         if not source.is_relative_to(Path.cwd().resolve()):  # the tree under test
             raise RuntimeError(f"scope was imported from {source}, not from {Path.cwd()}")
-        print(json.dumps(asyncio.run(_time(dsn, appends, per_task))))
+        print(json.dumps(asyncio.run(_time(kind, where, appends, per_task))))
         return
     parser = argparse.ArgumentParser()
     parser.add_argument("--vs", type=Path, help="another checkout of scope (tree B)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--appends", type=int, default=60)
     parser.add_argument("--per-task", type=int, default=12)
+    parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
     args = parser.parse_args()
+    if args.store == "sqlite":
+        with tempfile.TemporaryDirectory() as where:
+            _compare(args, "sqlite", where)
+        return
     dsn = os.environ.get("SCOPE_TEST_POSTGRES_DSN")
     if not dsn:
         print("postgres: skipped (no SCOPE_TEST_POSTGRES_DSN)")
         return
+    _compare(args, "postgres", dsn)
+
+
+def _compare(args: argparse.Namespace, kind: str, where: str) -> None:
     trees = [HERE, *([args.vs.resolve()] if args.vs else [])]
     print(f"A = {trees[0]}" + (f", B = {trees[1]}" if args.vs else ""))
     runs: list[list[dict[str, list[float]]]] = [[] for _ in trees]
     for _ in range(args.rounds):
         for index, tree in enumerate(trees):
-            runs[index].append(_child(tree, dsn, args.appends, args.per_task))
+            runs[index].append(_child(tree, kind, where, args.appends, args.per_task))
     for row in ROWS:
         for column, name in ((0, "per append"), (1, "p50")):
             cells = [
