@@ -112,7 +112,7 @@ async def in_thread(executor: Executor, fn: Callable[..., T], *args: object) -> 
     ``cancellation_mark``). anyio's path (``anyio.to_thread.run_sync``) adds a
     checkpoint, its capacity limiter and a cancel scope to every call, and
     ``run_in_executor`` with ``asyncio.shield`` one more turn of the loop: together about
-    16 us of a SQLite store call on a 2-core box. Under trio it is
+    10 us of a SQLite store call on a 2-core box. Under trio it is
     ``anyio.to_thread.run_sync``, then ``deliver_cancellation``."""
     try:
         loop = asyncio.get_running_loop()
