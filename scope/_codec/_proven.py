@@ -12,20 +12,24 @@ structurer calls ``validate()`` as before, so bad input raises the same error wi
 same message and path. The expression only ever says "valid", never "invalid".
 
 The rules restate those of ``Part.validate`` and ``Message.validate``
-(``scope.chat``) for the values such a layout can hold; tests/chat/test_codec_proven.py
-checks every layout and kind against ``validate()`` itself.
+(``scope.chat``) for the values such a layout can hold, and ask ``validate()`` itself
+what they can: the part kinds each role may carry (``_allowed``), and which string fields
+of ``ToolCall``, ``ToolCallDelta`` and ``ToolResult`` must be non-empty or free of
+surrounding whitespace (``_text_rules``). tests/chat/test_codec_proven.py checks every
+layout and kind against ``validate()`` itself.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
 
 from scope._codec._generated import constant
-from scope.chat import Message, Part, PartKind, Role
-from scope.errors import InvalidMessageError
+from scope.chat import Message, Part, PartKind, Role, ToolCall, ToolCallDelta, ToolResult
+from scope.errors import InvalidMessageError, ScopeError
 from scope.metadata import Metadata
 
 __all__ = ["proof"]
@@ -117,9 +121,101 @@ def _message(present: frozenset[str]) -> str | None:
     )
 
 
+def _passes(cls: type, values: dict[str, Any]) -> bool:
+    """Whether ``validate()`` passes for the value of ``cls`` whose init fields hold
+    ``values``, assembled as a structurer assembles it (no ``__init__``)."""
+    obj: Any = object.__new__(cls)
+    for name, value in values.items():
+        cls.__dict__[name].__set__(obj, value)
+    try:
+        obj.validate()
+    except ScopeError:
+        return False
+    return True
+
+
+def _is_str(field: attrs.Attribute[Any]) -> bool:
+    return field.type in (str, "str")
+
+
+@functools.cache
+def _text_rules(cls: type) -> dict[str, tuple[bool, bool]] | None:
+    """For each string field of ``cls``: whether ``validate()`` refuses it empty, and
+    whether it refuses it with surrounding whitespace, asked of ``validate()`` itself on
+    a value whose string fields are ``"x"`` and whose other fields hold their defaults
+    (which must pass). None when that value does not pass: no proof for ``cls``."""
+    base: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        default: Any = field.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            default = default.factory()
+        if _is_str(field):
+            base[field.name] = "x"
+        elif default is attrs.NOTHING:
+            return None  # pragma: no cover - a required field that is not a string
+        else:
+            base[field.name] = default
+    if not _passes(cls, base):  # pragma: no cover - the probes below would mean nothing
+        return None
+    return {
+        field.name: (
+            not _passes(cls, {**base, field.name: ""}),
+            not _passes(cls, {**base, field.name: " x"}),
+        )
+        for field in attrs.fields(cls)
+        if _is_str(field)
+    }
+
+
+def _text_ok(value: str, required: bool, strip: bool) -> bool:
+    """``check_text`` of an ASCII default, as the rules derived for its field."""
+    return (
+        value.isascii() and (bool(value) or not required) and (not strip or value.strip() == value)
+    )
+
+
+def _texts(cls: type, typed: tuple[str, ...] = ()) -> Callable[[frozenset[str]], str | None]:
+    """The proof of a class whose ``validate()`` checks its string fields with
+    ``check_text`` (``_text_rules`` finds which must be non-empty or stripped) and each
+    field named in ``typed`` only for its type, which the structurer has checked (a
+    present member; an absent one holds its default, which passed in ``_text_rules``).
+    A string that is not ASCII is left to ``validate()``'s Unicode check. Any other
+    field: no proof."""
+
+    def rule(present: frozenset[str]) -> str | None:
+        texts = _text_rules(cls)
+        if texts is None:  # pragma: no cover - see _text_rules
+            return None
+        f = _locals(cls)
+        terms: list[str] = []
+        for field in attrs.fields(cls):
+            name = field.name
+            if name in typed:
+                continue
+            if name not in texts:  # pragma: no cover - a rule this proof does not know
+                return None
+            required, strip = texts[name]
+            if name not in present:
+                if not (type(field.default) is str and _text_ok(field.default, required, strip)):
+                    return None  # absent, and its default would not pass
+                continue
+            local = f[name]
+            if required:
+                terms.append(local)
+            terms.append(f"{local}.isascii()")
+            if strip:
+                terms.append(f"{local}.strip() == {local}")
+        return " and ".join(terms) if terms else "True"
+
+    return rule
+
+
 _PROOFS: Final[dict[type, Callable[[frozenset[str]], str | None]]] = {
     Part: _part,
     Message: _message,
+    ToolCall: _texts(ToolCall),
+    ToolCallDelta: _texts(ToolCallDelta),
+    ToolResult: _texts(ToolResult, typed=("output", "is_error")),
 }
 
 
