@@ -15,7 +15,8 @@ The rules restate those of ``Part.validate`` and ``Message.validate``
 (``scope.chat``) for the values such a layout can hold, and ask ``validate()`` itself
 what they can: the part kinds each role may carry (``_allowed``), and which string fields
 of ``ToolCall``, ``ToolCallDelta`` and ``ToolResult`` must be non-empty or free of
-surrounding whitespace (``_text_rules``). tests/chat/test_codec_proven.py checks every
+surrounding whitespace (``_text_rules``), the part kinds a ``ToolOutput`` may hold
+(``_output_kinds``). tests/chat/test_codec_proven.py checks every
 layout and kind against ``validate()`` itself.
 """
 
@@ -28,7 +29,16 @@ from typing import Any, Final
 import attrs
 
 from scope._codec._generated import constant
-from scope.chat import Message, Part, PartKind, Role, ToolCall, ToolCallDelta, ToolResult
+from scope.chat import (
+    Message,
+    Part,
+    PartKind,
+    Role,
+    ToolCall,
+    ToolCallDelta,
+    ToolOutput,
+    ToolResult,
+)
 from scope.errors import InvalidMessageError, ScopeError
 from scope.metadata import Metadata
 
@@ -210,12 +220,39 @@ def _texts(cls: type, typed: tuple[str, ...] = ()) -> Callable[[frozenset[str]],
     return rule
 
 
+def _output_kinds() -> frozenset[PartKind]:
+    """The part kinds a tool output's content may hold, asked of ``ToolOutput.validate``
+    itself (one part of each kind; it looks only at the parts' kinds)."""
+    kinds = set()
+    for kind in PartKind:
+        part: Any = object.__new__(Part)
+        Part.__dict__["kind"].__set__(part, kind)
+        if _passes(ToolOutput, {"content": (part,), "details": None}):
+            kinds.add(kind)
+    return frozenset(kinds)
+
+
+def _tool_output(present: frozenset[str]) -> str | None:
+    """``ToolOutput.validate`` for a layout: ``content`` a tuple of ``Part`` values (the
+    strict structurers built them), ``details`` not looked at. What is left: every
+    part of a kind an output may hold (``_output_kinds``); no content always passes."""
+    if "content" not in present:
+        return "True"
+    content = _locals(ToolOutput)["content"]
+    allowed = constant("strict", ToolOutput, "allowed_kinds", _output_kinds())
+    return (
+        f"({content}[0].kind in {allowed} if len({content}) == 1 else "
+        f"{allowed}.issuperset([p.kind for p in {content}]))"
+    )
+
+
 _PROOFS: Final[dict[type, Callable[[frozenset[str]], str | None]]] = {
     Part: _part,
     Message: _message,
     ToolCall: _texts(ToolCall),
     ToolCallDelta: _texts(ToolCallDelta),
     ToolResult: _texts(ToolResult, typed=("output", "is_error")),
+    ToolOutput: _tool_output,
 }
 
 

@@ -37,6 +37,7 @@ from scope.chat import (
 from scope.codec import encode_messages
 from scope.errors import ScopeError, StoreError
 from scope.historystores._records import decode_record
+from scope.jsonvalue import RawJSON
 from scope.media import Media, Source
 from scope.metadata import Metadata
 from tests.historystores.test_record_decode import reference
@@ -206,6 +207,23 @@ def test_a_tool_result_layout_proof_holds_exactly_when_validate_passes() -> None
     assert proven > 100
 
 
+@pytest.mark.parametrize("details", [None, RawJSON.parse('{"a":1}'), RawJSON.parse("[1]")])
+def test_a_tool_output_layout_proof_holds_exactly_when_validate_passes(details: Any) -> None:
+    samples = [
+        _built(Part, {"kind": PartKind(name), name: PRESENT[name][0]})
+        for name in ("media", "tool_call", "tool_call_delta", "tool_result", "native")
+    ]
+    samples += [text_part("hi"), _built(Part, {"kind": PartKind.REASONING, "text": "r"})]
+    for count in range(4):
+        for content in itertools.product(samples, repeat=count):
+            values: dict[str, Any] = {"content": content} if content else {}
+            if details is not None:
+                values["details"] = details
+            rule = proof(ToolOutput, set(values))
+            holds = _holds(ToolOutput, rule, values)
+            assert holds == _valid(_built(ToolOutput, values)), (content, details, rule)
+
+
 def test_the_text_rules_are_those_of_validate() -> None:
     """What ``_text_rules`` asked of ``validate()``: ids and names must be non-empty,
     no string field is stripped (a proof that skipped either would fail above)."""
@@ -272,6 +290,8 @@ def _outcome(check: Any) -> Any:
         ((1, "tool_result", "name"), "\u00e9"),
         ((1, "tool_result", "is_error"), 1),
         ((1, "tool_result", "output"), {"content": [{"kind": "tool_call", "text": "x"}]}),
+        ((1, "tool_result", "output"), {"content": [{"kind": "reasoning", "text": "x"}]}),
+        ((1, "tool_result", "output"), {"content": [{"kind": "text", "text": "\u00e9"}]}),
     ],
 )
 def test_a_tool_record_decodes_as_the_checked_decoder_decodes_it(
@@ -283,9 +303,9 @@ def test_a_tool_record_decodes_as_the_checked_decoder_decodes_it(
     decoded through the strict structurer of its parent's layout (before, the generic
     structurer validates everything), so the good record is decoded first."""
     good = encode_messages(TOOL_TURN)
-    for _ in range(3):  # one more level of nesting learned each time: proofs apply
+    for _ in range(5):  # one more level of nesting learned each time: proofs apply
         decode_record("c", "a", digest_of(good), good)
-    for cls in (ToolCall, ToolResult):
+    for cls in (ToolCall, ToolResult, ToolOutput):
         assert NAMESPACE[f"_structure_{cls.__name__}_strict"], cls
     tree = orjson.loads(good)
     if path is not None:
@@ -297,7 +317,7 @@ def test_a_tool_record_decodes_as_the_checked_decoder_decodes_it(
     assert fast == slow
     if path is None:
         assert list(fast) == list(TOOL_TURN)
-    elif value in ("", 1) or type(value) is dict:  # refused, not by the proofs
-        assert fast[0] is StoreError, fast
+    elif value in ("", 1) or (type(value) is dict and "\u00e9" not in str(value)):
+        assert fast[0] is StoreError, fast  # refused, by validate()
     else:  # valid text that is not ASCII: accepted through validate()
         assert all(type(message) is Message for message in fast), fast
