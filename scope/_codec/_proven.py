@@ -14,8 +14,8 @@ same message and path. The expression only ever says "valid", never "invalid".
 The rules restate those of ``Part.validate`` and ``Message.validate``
 (``scope.chat``) for the values such a layout can hold, and ask ``validate()`` itself
 what they can: the part kinds each role may carry (``_allowed``), and which string fields
-of ``ToolCall``, ``ToolCallDelta`` and ``ToolResult`` must be non-empty or free of
-surrounding whitespace (``_text_rules``), the part kinds a ``ToolOutput`` may hold
+of ``ToolCall``, ``ToolCallDelta``, ``ToolResult`` and ``NativeItem`` must be non-empty
+or free of surrounding whitespace (``_text_rules``), the part kinds a ``ToolOutput`` may hold
 (``_output_kinds``). tests/chat/test_codec_proven.py checks every
 layout and kind against ``validate()`` itself.
 """
@@ -31,6 +31,7 @@ import attrs
 from scope._codec._generated import constant
 from scope.chat import (
     Message,
+    NativeItem,
     Part,
     PartKind,
     Role,
@@ -40,6 +41,7 @@ from scope.chat import (
     ToolResult,
 )
 from scope.errors import InvalidMessageError, ScopeError
+from scope.jsonvalue import RawJSON
 from scope.metadata import Metadata
 
 __all__ = ["proof"]
@@ -148,12 +150,18 @@ def _is_str(field: attrs.Attribute[Any]) -> bool:
     return field.type in (str, "str")
 
 
+#: A valid value of each field that is neither a string nor has a default, for the
+#: probes of ``_text_rules``.
+_SAMPLES: Final[dict[tuple[type, str], Any]] = {(NativeItem, "data"): RawJSON.parse("{}")}
+
+
 @functools.cache
 def _text_rules(cls: type) -> dict[str, tuple[bool, bool]] | None:
     """For each string field of ``cls``: whether ``validate()`` refuses it empty, and
     whether it refuses it with surrounding whitespace, asked of ``validate()`` itself on
     a value whose string fields are ``"x"`` and whose other fields hold their defaults
-    (which must pass). None when that value does not pass: no proof for ``cls``."""
+    (``_SAMPLES`` for those without), which must pass. None when that value does not
+    pass: no proof for ``cls``."""
     base: dict[str, Any] = {}
     for field in attrs.fields(cls):
         default: Any = field.default
@@ -162,7 +170,9 @@ def _text_rules(cls: type) -> dict[str, tuple[bool, bool]] | None:
         if _is_str(field):
             base[field.name] = "x"
         elif default is attrs.NOTHING:
-            return None  # pragma: no cover - a required field that is not a string
+            if (cls, field.name) not in _SAMPLES:  # pragma: no cover - no value to try
+                return None
+            base[field.name] = _SAMPLES[cls, field.name]
         else:
             base[field.name] = default
     if not _passes(cls, base):  # pragma: no cover - the probes below would mean nothing
@@ -184,13 +194,16 @@ def _text_ok(value: str, required: bool, strip: bool) -> bool:
     )
 
 
-def _texts(cls: type, typed: tuple[str, ...] = ()) -> Callable[[frozenset[str]], str | None]:
+def _texts(
+    cls: type, typed: dict[str, Callable[[str], str] | None] | None = None
+) -> Callable[[frozenset[str]], str | None]:
     """The proof of a class whose ``validate()`` checks its string fields with
     ``check_text`` (``_text_rules`` finds which must be non-empty or stripped) and each
-    field named in ``typed`` only for its type, which the structurer has checked (a
-    present member; an absent one holds its default, which passed in ``_text_rules``).
-    A string that is not ASCII is left to ``validate()``'s Unicode check. Any other
-    field: no proof."""
+    field named in ``typed`` for its type, which the structurer has checked (a present
+    member; an absent one holds its default, which passed in ``_text_rules``), and for
+    the rule ``typed`` gives over its local, if any. A string that is not ASCII is left
+    to ``validate()``'s Unicode check. Any other field: no proof."""
+    typed = typed or {}
 
     def rule(present: frozenset[str]) -> str | None:
         texts = _text_rules(cls)
@@ -201,6 +214,11 @@ def _texts(cls: type, typed: tuple[str, ...] = ()) -> Callable[[frozenset[str]],
         for field in attrs.fields(cls):
             name = field.name
             if name in typed:
+                extra = typed[name]
+                if extra is not None:
+                    if name not in present:  # pragma: no cover - none without a default
+                        return None
+                    terms.append(extra(f[name]))
                 continue
             if name not in texts:  # pragma: no cover - a rule this proof does not know
                 return None
@@ -251,7 +269,9 @@ _PROOFS: Final[dict[type, Callable[[frozenset[str]], str | None]]] = {
     Message: _message,
     ToolCall: _texts(ToolCall),
     ToolCallDelta: _texts(ToolCallDelta),
-    ToolResult: _texts(ToolResult, typed=("output", "is_error")),
+    ToolResult: _texts(ToolResult, typed={"output": None, "is_error": None}),
+    # NativeItem.validate: data a RawJSON (as the structurer builds it) of an object.
+    NativeItem: _texts(NativeItem, typed={"data": lambda data: f"{data}.bytes[:1] == b'{{'"}),
     ToolOutput: _tool_output,
 }
 

@@ -224,19 +224,31 @@ def test_a_tool_output_layout_proof_holds_exactly_when_validate_passes(details: 
             assert holds == _valid(_built(ToolOutput, values)), (content, details, rule)
 
 
+#: What a strict structurer can hold in a native item's data: any JSON value.
+DATA: list[Any] = [RawJSON.parse(text) for text in ("{}", '{"a":[1]}', "[1]", '"{"', "1", "null")]
+
+
+def test_a_native_item_layout_proof_holds_exactly_when_validate_passes() -> None:
+    checked, proven = _check_layouts(NativeItem, {"provider": TEXTS, "type": TEXTS, "data": DATA})
+    assert checked == (1 + 13) ** 2 * (1 + 6)
+    assert proven == 3 * 3 * 2  # "x", "call_1", "a b"; data "{}", '{"a":[1]}'
+
+
 def test_the_text_rules_are_those_of_validate() -> None:
     """What ``_text_rules`` asked of ``validate()``: ids and names must be non-empty,
-    no string field is stripped (a proof that skipped either would fail above)."""
+    a native item's provider and type also stripped (a proof that skipped a rule would
+    fail above)."""
     required = {"id": (True, False), "name": (True, False)}
     assert _text_rules(ToolCall) == {**required, "arguments": (False, False)}
     assert _text_rules(ToolCallDelta) == {**required, "arguments": (False, False)}
     assert _text_rules(ToolResult) == required
+    assert _text_rules(NativeItem) == {"provider": (True, True), "type": (True, True)}
     assert proof(ToolResult, {"id", "output"}) is None  # a required name at its default
 
 
 @settings(max_examples=400, deadline=None)
 @given(
-    st.sampled_from([ToolCall, ToolCallDelta, ToolResult]),
+    st.sampled_from([ToolCall, ToolCallDelta, ToolResult, NativeItem]),
     st.lists(
         st.text(max_size=6) | st.text(st.characters(max_codepoint=127), max_size=6),
         min_size=3,
@@ -251,6 +263,8 @@ def test_a_tool_proof_never_holds_for_a_value_validate_refuses(
     """Any strings (any code points, lone surrogates included; ASCII half the time)."""
     names = {f.name for f in attrs.fields(cls)}
     values: dict[str, Any] = {"id": strings[0], "name": strings[1]}
+    if cls is NativeItem:
+        values = {"provider": strings[0], "type": strings[1], "data": DATA[is_error]}
     if "arguments" in extra and "arguments" in names:
         values["arguments"] = strings[2]
     if "output" in extra and "output" in names:
