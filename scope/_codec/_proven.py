@@ -11,13 +11,13 @@ skips the call. When it is false, or there is no expression for the layout (None
 structurer calls ``validate()`` as before, so bad input raises the same error with the
 same message and path. The expression only ever says "valid", never "invalid".
 
-The rules restate those of ``Part.validate`` and ``Message.validate``
+The rules restate those of the ``validate()`` methods of ``Part``, ``Message``,
+``ToolCall``, ``ToolCallDelta``, ``ToolResult``, ``ToolOutput`` and ``NativeItem``
 (``scope.chat``) for the values such a layout can hold, and ask ``validate()`` itself
-what they can: the part kinds each role may carry (``_allowed``), and which string fields
-of ``ToolCall``, ``ToolCallDelta``, ``ToolResult`` and ``NativeItem`` must be non-empty
-or free of surrounding whitespace (``_text_rules``), the part kinds a ``ToolOutput`` may hold
-(``_output_kinds``). tests/chat/test_codec_proven.py checks every
-layout and kind against ``validate()`` itself.
+what they can: the part kinds each role may carry (``_allowed``) and a tool output may
+hold (``_output_kinds``), and which string fields must be non-empty or free of
+surrounding whitespace (``_text_rules``). tests/chat/test_codec_proven.py checks every
+layout against ``validate()`` itself.
 """
 
 from __future__ import annotations
