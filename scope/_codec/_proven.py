@@ -11,21 +11,37 @@ skips the call. When it is false, or there is no expression for the layout (None
 structurer calls ``validate()`` as before, so bad input raises the same error with the
 same message and path. The expression only ever says "valid", never "invalid".
 
-The rules restate those of ``Part.validate`` and ``Message.validate``
-(``scope.chat``) for the values such a layout can hold; tests/chat/test_codec_proven.py
-checks every layout and kind against ``validate()`` itself.
+The rules restate those of the ``validate()`` methods of ``Part``, ``Message``,
+``ToolCall``, ``ToolCallDelta``, ``ToolResult``, ``ToolOutput`` and ``NativeItem``
+(``scope.chat``) for the values such a layout can hold, and ask ``validate()`` itself
+what they can: the part kinds each role may carry (``_allowed``) and a tool output may
+hold (``_output_kinds``), and which string fields must be non-empty or free of
+surrounding whitespace (``_text_rules``). tests/chat/test_codec_proven.py checks every
+layout against ``validate()`` itself.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
 
 from scope._codec._generated import constant
-from scope.chat import Message, Part, PartKind, Role
-from scope.errors import InvalidMessageError
+from scope.chat import (
+    Message,
+    NativeItem,
+    Part,
+    PartKind,
+    Role,
+    ToolCall,
+    ToolCallDelta,
+    ToolOutput,
+    ToolResult,
+)
+from scope.errors import InvalidMessageError, ScopeError
+from scope.jsonvalue import RawJSON
 from scope.metadata import Metadata
 
 __all__ = ["proof"]
@@ -117,9 +133,146 @@ def _message(present: frozenset[str]) -> str | None:
     )
 
 
+def _passes(cls: type, values: dict[str, Any]) -> bool:
+    """Whether ``validate()`` passes for the value of ``cls`` whose init fields hold
+    ``values``, assembled as a structurer assembles it (no ``__init__``)."""
+    obj: Any = object.__new__(cls)
+    for name, value in values.items():
+        cls.__dict__[name].__set__(obj, value)
+    try:
+        obj.validate()
+    except ScopeError:
+        return False
+    return True
+
+
+def _is_str(field: attrs.Attribute[Any]) -> bool:
+    return field.type in (str, "str")
+
+
+#: A valid value of each field that is neither a string nor has a default, for the
+#: probes of ``_text_rules``.
+_SAMPLES: Final[dict[tuple[type, str], Any]] = {(NativeItem, "data"): RawJSON.parse("{}")}
+
+
+@functools.cache
+def _text_rules(cls: type) -> dict[str, tuple[bool, bool]] | None:
+    """For each string field of ``cls``: whether ``validate()`` refuses it empty, and
+    whether it refuses it with surrounding whitespace, asked of ``validate()`` itself on
+    a value whose string fields are ``"x"`` and whose other fields hold their defaults
+    (``_SAMPLES`` for those without), which must pass. None when that value does not
+    pass: no proof for ``cls``."""
+    base: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        default: Any = field.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            default = default.factory()
+        if _is_str(field):
+            base[field.name] = "x"
+        elif default is attrs.NOTHING:
+            if (cls, field.name) not in _SAMPLES:  # pragma: no cover - no value to try
+                return None
+            base[field.name] = _SAMPLES[cls, field.name]
+        else:
+            base[field.name] = default
+    if not _passes(cls, base):  # pragma: no cover - the probes below would mean nothing
+        return None
+    return {
+        field.name: (
+            not _passes(cls, {**base, field.name: ""}),
+            not _passes(cls, {**base, field.name: " x"}),
+        )
+        for field in attrs.fields(cls)
+        if _is_str(field)
+    }
+
+
+def _text_ok(value: str, required: bool, strip: bool) -> bool:
+    """``check_text`` of an ASCII default, as the rules derived for its field."""
+    return (
+        value.isascii() and (bool(value) or not required) and (not strip or value.strip() == value)
+    )
+
+
+def _texts(
+    cls: type, typed: dict[str, Callable[[str], str] | None] | None = None
+) -> Callable[[frozenset[str]], str | None]:
+    """The proof of a class whose ``validate()`` checks its string fields with
+    ``check_text`` (``_text_rules`` finds which must be non-empty or stripped) and each
+    field named in ``typed`` for its type, which the structurer has checked (a present
+    member; an absent one holds its default, which passed in ``_text_rules``), and for
+    the rule ``typed`` gives over its local, if any. A string that is not ASCII is left
+    to ``validate()``'s Unicode check. Any other field: no proof."""
+    typed = typed or {}
+
+    def rule(present: frozenset[str]) -> str | None:
+        texts = _text_rules(cls)
+        if texts is None:  # pragma: no cover - see _text_rules
+            return None
+        f = _locals(cls)
+        terms: list[str] = []
+        for field in attrs.fields(cls):
+            name = field.name
+            if name in typed:
+                extra = typed[name]
+                if extra is not None:
+                    if name not in present:  # pragma: no cover - none without a default
+                        return None
+                    terms.append(extra(f[name]))
+                continue
+            if name not in texts:  # pragma: no cover - a rule this proof does not know
+                return None
+            required, strip = texts[name]
+            if name not in present:
+                if not (type(field.default) is str and _text_ok(field.default, required, strip)):
+                    return None  # absent, and its default would not pass
+                continue
+            local = f[name]
+            if required:
+                terms.append(local)
+            terms.append(f"{local}.isascii()")
+            if strip:
+                terms.append(f"{local}.strip() == {local}")
+        return " and ".join(terms) if terms else "True"
+
+    return rule
+
+
+def _output_kinds() -> frozenset[PartKind]:
+    """The part kinds a tool output's content may hold, asked of ``ToolOutput.validate``
+    itself (one part of each kind; it looks only at the parts' kinds)."""
+    kinds = set()
+    for kind in PartKind:
+        part: Any = object.__new__(Part)
+        Part.__dict__["kind"].__set__(part, kind)
+        if _passes(ToolOutput, {"content": (part,), "details": None}):
+            kinds.add(kind)
+    return frozenset(kinds)
+
+
+def _tool_output(present: frozenset[str]) -> str | None:
+    """``ToolOutput.validate`` for a layout: ``content`` a tuple of ``Part`` values (the
+    strict structurers built them), ``details`` not looked at. What is left: every
+    part of a kind an output may hold (``_output_kinds``); no content always passes."""
+    if "content" not in present:
+        return "True"
+    content = _locals(ToolOutput)["content"]
+    allowed = constant("strict", ToolOutput, "allowed_kinds", _output_kinds())
+    return (
+        f"({content}[0].kind in {allowed} if len({content}) == 1 else "
+        f"{allowed}.issuperset([p.kind for p in {content}]))"
+    )
+
+
 _PROOFS: Final[dict[type, Callable[[frozenset[str]], str | None]]] = {
     Part: _part,
     Message: _message,
+    ToolCall: _texts(ToolCall),
+    ToolCallDelta: _texts(ToolCallDelta),
+    ToolResult: _texts(ToolResult, typed={"output": None, "is_error": None}),
+    # NativeItem.validate: data a RawJSON (as the structurer builds it) of an object.
+    NativeItem: _texts(NativeItem, typed={"data": lambda data: f"{data}.bytes[:1] == b'{{'"}),
+    ToolOutput: _tool_output,
 }
 
 

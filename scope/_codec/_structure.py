@@ -411,6 +411,9 @@ def _field_lines(
             *_guarded(indent + "    ", [f"{fn}(v)"], wire),
             f"{indent}    raise",  # pragma: no cover - the loop fails the same way
         ]
+    # Inlined: a tool result's output, a media's source.
+    if isinstance(hint, type) and attrs.has(hint):
+        return _guarded(indent, [f"{local} = {_dispatch(hint, 'v', strict)}"], wire)
     return _guarded(indent, [f"{local} = {fn}(v)"], wire)
 
 
@@ -645,10 +648,12 @@ def _builder(cls: type) -> type:
 
 def _strict_inlined(hint: Any) -> bool:
     """Whether ``_field_lines`` reads a field of this type through strict structurers:
-    an optional attrs value or a tuple of them."""
+    an attrs value, optional or not, or a tuple of them."""
     optional = _optional_type(hint)
     if optional is not None:
         return attrs.has(optional)
+    if attrs.has(hint):
+        return True
     return typing.get_origin(hint) is tuple and attrs.has(typing.get_args(hint)[0])
 
 
