@@ -17,6 +17,7 @@ BENCHMARKS = [
     "benchmarks/bench_stores.py",
     "benchmarks/bench_peers.py",
     "benchmarks/bench_read.py",
+    "benchmarks/bench_append.py",
     "benchmarks/bench_openai.py",
     "benchmarks/bench_otel.py",
     "benchmarks/bench_anthropic.py",

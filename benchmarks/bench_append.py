@@ -16,9 +16,9 @@ times and of the ratio A/B of each round's pair (the box's speed drifts between
 rounds, not within a pair).
 
 Run: ``python benchmarks/bench_append.py [--vs OTHER_TREE] [--rounds N] [--appends N]
-[--per-task N] [--store postgres|sqlite]`` (PostgreSQL, the default, from
-``SCOPE_TEST_POSTGRES_DSN``; SQLite in a temporary directory). Without ``--vs`` it
-prints this tree's times only.
+[--per-task N] [sqlite] [postgres]`` (both by default; PostgreSQL from
+``SCOPE_TEST_POSTGRES_DSN``, skipped without it; SQLite in a temporary directory).
+Without ``--vs`` it prints this tree's times only.
 """
 
 from __future__ import annotations
@@ -119,22 +119,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--appends", type=int, default=60)
     parser.add_argument("--per-task", type=int, default=12)
-    parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("stores", nargs="*", help="sqlite and/or postgres (default: both)")
     args = parser.parse_args()
-    if args.store == "sqlite":
-        with tempfile.TemporaryDirectory() as where:
-            _compare(args, "sqlite", where)
-        return
-    dsn = os.environ.get("SCOPE_TEST_POSTGRES_DSN")
-    if not dsn:
-        print("postgres: skipped (no SCOPE_TEST_POSTGRES_DSN)")
-        return
-    _compare(args, "postgres", dsn)
+    unknown = set(args.stores) - {"sqlite", "postgres"}
+    if unknown:
+        parser.error(f"unknown stores: {', '.join(sorted(unknown))} (sqlite, postgres)")
+    for kind in args.stores or ("sqlite", "postgres"):
+        if kind == "sqlite":
+            with tempfile.TemporaryDirectory() as where:
+                _compare(args, "sqlite", where)
+        elif os.environ.get("SCOPE_TEST_POSTGRES_DSN"):
+            _compare(args, "postgres", os.environ["SCOPE_TEST_POSTGRES_DSN"])
+        else:
+            print("postgres: skipped (no SCOPE_TEST_POSTGRES_DSN)")
 
 
 def _compare(args: argparse.Namespace, kind: str, where: str) -> None:
     trees = [HERE, *([args.vs.resolve()] if args.vs else [])]
-    print(f"A = {trees[0]}" + (f", B = {trees[1]}" if args.vs else ""))
+    print(f"{kind}: A = {trees[0]}" + (f", B = {trees[1]}" if args.vs else ""))
     runs: list[list[dict[str, list[float]]]] = [[] for _ in trees]
     for _ in range(args.rounds):
         for index, tree in enumerate(trees):
