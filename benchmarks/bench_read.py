@@ -16,8 +16,7 @@ cost (a thread hop, a round trip) outweighs decoding.
 Run: ``python benchmarks/bench_read.py [--vs OTHER_TREE] [--rounds N] [--reads N]
 [--messages N] [sqlite] [postgres] [redis]`` (PostgreSQL from
 ``SCOPE_TEST_POSTGRES_DSN``, Redis from ``SCOPE_TEST_REDIS_URL``; a store without its
-server is skipped). Without ``--vs`` it
-prints this tree's times only.
+server is skipped). Without ``--vs`` it prints this tree's times only.
 """
 
 from __future__ import annotations

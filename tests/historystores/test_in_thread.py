@@ -34,7 +34,7 @@ class Gate:
 
     def __call__(self) -> Any:
         self.started.set()
-        assert self.release.wait(10)
+        assert self.release.wait(60)  # a bound for a hang only: released within milliseconds
         try:
             return self.outcome()
         finally:
@@ -63,7 +63,7 @@ def executor() -> Iterator[Watched]:
 
 async def started(gate: Gate) -> None:
     """Return once the gate's body runs on its thread."""
-    assert await anyio.to_thread.run_sync(gate.started.wait, 10)
+    assert await anyio.to_thread.run_sync(gate.started.wait, 60)
 
 
 async def test_the_result_and_the_error_of_the_work(executor: Watched) -> None:
@@ -154,7 +154,7 @@ async def test_a_cancel_scope_cancelled_after_the_thread_ended_ends_cancelled(
         # so the loop gets in_thread's wake-up first, then the scope's cancel.
         future.add_done_callback(cancel_later)
         gate.release.set()
-        assert queued.wait(10)  # holds the loop until both are queued
+        assert queued.wait(60)  # holds the loop until both are queued
 
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as group:
@@ -216,7 +216,7 @@ def test_a_thread_that_ends_after_its_loop_closed_raises_nothing(
 
     async def main() -> None:
         tasks.append(asyncio.ensure_future(in_thread(executor, gate)))
-        assert await asyncio.to_thread(gate.started.wait, 10)
+        assert await asyncio.to_thread(gate.started.wait, 60)
 
     loop = asyncio.new_event_loop()
     reported: list[str] = []
