@@ -40,7 +40,7 @@ from scope.chat import (
     ToolOutput,
     ToolResult,
 )
-from scope.errors import InvalidMessageError, ScopeError
+from scope.errors import ScopeError
 from scope.jsonvalue import RawJSON
 from scope.metadata import Metadata
 
@@ -54,22 +54,17 @@ def _allowed() -> dict[Role, frozenset[PartKind]]:
     """The part kinds each role's messages may carry, asked of ``Message.validate``
     itself (a one-part message per role and kind; it looks only at the part's kind), so
     the proofs restate no table of ``scope.chat``'s."""
-    table: dict[Role, frozenset[PartKind]] = {}
-    for role in Role:
-        kinds = set()
-        for kind in PartKind:
-            part: Any = object.__new__(Part)
-            Part.__dict__["kind"].__set__(part, kind)
-            message: Any = object.__new__(Message)
-            for name, value in (("role", role), ("parts", (part,)), ("metadata", Metadata())):
-                Message.__dict__[name].__set__(message, value)
-            try:
-                message.validate()
-            except InvalidMessageError:
-                continue
-            kinds.add(kind)
-        table[role] = frozenset(kinds)
-    return table
+    return {
+        role: frozenset(
+            kind
+            for kind in PartKind
+            if _passes(
+                Message,
+                {"role": role, "parts": (_bare(Part, {"kind": kind}),), "metadata": Metadata()},
+            )
+        )
+        for role in Role
+    }
 
 
 def _locals(cls: type) -> dict[str, str]:
@@ -133,14 +128,19 @@ def _message(present: frozenset[str]) -> str | None:
     )
 
 
-def _passes(cls: type, values: dict[str, Any]) -> bool:
-    """Whether ``validate()`` passes for the value of ``cls`` whose init fields hold
-    ``values``, assembled as a structurer assembles it (no ``__init__``)."""
+def _bare(cls: type, values: dict[str, Any]) -> Any:
+    """A value of ``cls`` whose init fields hold ``values`` (the others unset), assembled
+    as a structurer assembles it: no ``__init__``, so no check has run."""
     obj: Any = object.__new__(cls)
     for name, value in values.items():
         cls.__dict__[name].__set__(obj, value)
+    return obj
+
+
+def _passes(cls: type, values: dict[str, Any]) -> bool:
+    """Whether ``validate()`` passes for ``_bare(cls, values)``."""
     try:
-        obj.validate()
+        _bare(cls, values).validate()
     except ScopeError:
         return False
     return True
@@ -241,13 +241,11 @@ def _texts(
 def _output_kinds() -> frozenset[PartKind]:
     """The part kinds a tool output's content may hold, asked of ``ToolOutput.validate``
     itself (one part of each kind; it looks only at the parts' kinds)."""
-    kinds = set()
-    for kind in PartKind:
-        part: Any = object.__new__(Part)
-        Part.__dict__["kind"].__set__(part, kind)
-        if _passes(ToolOutput, {"content": (part,), "details": None}):
-            kinds.add(kind)
-    return frozenset(kinds)
+    return frozenset(
+        kind
+        for kind in PartKind
+        if _passes(ToolOutput, {"content": (_bare(Part, {"kind": kind}),), "details": None})
+    )
 
 
 def _tool_output(present: frozenset[str]) -> str | None:
