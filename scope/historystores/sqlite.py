@@ -3,8 +3,11 @@
 One file holds any number of conversations; several ``SQLiteStore`` handles, in one
 process or many, may share it (WAL mode, ``BEGIN IMMEDIATE`` write transactions and a
 busy timeout). Every database call runs on a worker thread through
-``anyio.to_thread.run_sync``, so the event loop never blocks and the store works the same
-under asyncio and trio.
+``anyio.to_thread.run_sync``, so the event loop never waits on the database and the store
+works the same under asyncio and trio. The records a read fetched are checked and decoded
+on the caller's thread once the call is done, as every store does: decoding is Python work
+that holds the GIL wherever it runs, and on the worker thread it measured about a fifth
+slower (benchmarks/RESULTS.md).
 
 Schema version 5 (``{prefix}`` is ``table_prefix``, default ``scope_history``):
 
@@ -621,14 +624,15 @@ class SQLiteStore(RestoringStore):
         t, secret = self._tables, self._secret
         cache = self._cache
 
-        def read(conn: sqlite3.Connection) -> HistoryView:
-            return _view(cid, _view_rows(conn, t, secret, cid), cache)
+        def read(conn: sqlite3.Connection) -> list[Any]:
+            return _view_rows(conn, t, secret, cid)
 
-        return await self._run(read, f"read of conversation {str(cid)!r}")
+        rows = await self._run(read, f"read of conversation {str(cid)!r}")
+        return _view(cid, rows, cache)
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
-        """The head path's records in order, decoded with ``decode`` on the worker
-        thread: one statement (a consistent snapshot) reading every batch in seq order
+        """The head path's records in order, decoded with ``decode`` once the worker
+        thread fetched them: one statement (a consistent snapshot) reading every batch in seq order
         of a linear conversation; for one that has branched (that statement finds
         nothing), a second one walking parents from its head. A closed or expired
         conversation reads nothing (an expired one's batches, until ``expire()`` runs,
@@ -636,13 +640,14 @@ class SQLiteStore(RestoringStore):
         t = self._tables
         cache = self._cache
 
-        def read(conn: sqlite3.Connection) -> T:
+        def read(conn: sqlite3.Connection) -> list[Any]:
             rows = conn.execute(t.read, (cid,)).fetchall()
             if not rows:  # empty, unknown, or branched: the walk (nothing for the first two)
                 rows = conn.execute(t.read_path, (cid,)).fetchall()
-            return decode(cid, rows, cache)
+            return rows
 
-        return await self._run(read, f"read of conversation {str(cid)!r}")
+        rows = await self._run(read, f"read of conversation {str(cid)!r}")
+        return decode(cid, rows, cache)
 
     async def _read_tree(self, cid: ConversationID) -> HistoryTree:
         # One statement: the conversation row and every batch, in seq order (none when
@@ -650,17 +655,16 @@ class SQLiteStore(RestoringStore):
         t, secret = self._tables, self._secret
         cache = self._cache
 
-        def read(conn: sqlite3.Connection) -> HistoryTree:
+        def read(conn: sqlite3.Connection) -> tuple[list[Any], bool]:
             rows = conn.execute(t.tree, (cid,)).fetchall()
-            if not rows:
-                if _tombstoned(conn, t, secret, cid):
-                    return HistoryTree((), (), (), -1, True)
-                return HistoryTree((), (), ())
-            closed, head = bool(rows[0][0]), rows[0][1]
-            batches = [tuple(r[2:]) for r in rows if r[2] is not None]
-            return tree_of(cid, closed, head, batches, cache)
+            return rows, not rows and _tombstoned(conn, t, secret, cid)
 
-        return await self._run(read, f"tree read of conversation {str(cid)!r}")
+        rows, erased = await self._run(read, f"tree read of conversation {str(cid)!r}")
+        if not rows:
+            return HistoryTree((), (), (), -1, True) if erased else HistoryTree((), (), ())
+        closed, head = bool(rows[0][0]), rows[0][1]
+        batches = [tuple(r[2:]) for r in rows if r[2] is not None]
+        return tree_of(cid, closed, head, batches, cache)
 
     async def _read_meta(
         self, cid: ConversationID
@@ -901,12 +905,12 @@ class SQLiteStore(RestoringStore):
                 return None
             return _view_rows(conn, t, secret, cid)
 
-        def acquire_view(conn: sqlite3.Connection) -> HistoryView | None:
+        def acquire_view(conn: sqlite3.Connection) -> list[Any] | None:
             with pool.write_lock:
-                rows = _transaction(conn, lambda: body(conn))
-            return None if rows is None else _view(cid, rows, cache)
+                return _transaction(conn, lambda: body(conn))
 
-        return await self._run(acquire_view, f"lease and read of conversation {str(cid)!r}")
+        rows = await self._run(acquire_view, f"lease and read of conversation {str(cid)!r}")
+        return None if rows is None else _view(cid, rows, cache)
 
     async def _release(self, cid: ConversationID, holder: str) -> bool:
         # One delete in one transaction (the append's transaction expires the lease

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ from scope.codec import encode_messages
 from scope.errors import HistoryChangedError, StoreError
 from scope.history import Batch
 from scope.history.storetest import StoreConformance
+from scope.historystores import _records
 from scope.historystores.sqlite import SQLiteStore
-from tests.helpers import batch
+from tests.helpers import batch, texts
 
 
 class TestSQLiteConformance(StoreConformance):
@@ -465,3 +467,35 @@ async def test_concurrent_calls_reuse_connections(
             length += 32
         assert len(await store.read("c")) == length
     assert 1 <= len(opened) <= 16, f"{len(opened)} connections opened"
+
+
+@pytest.mark.anyio
+async def test_reads_decode_on_the_callers_thread(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker thread fetches a read's rows; their records are checked and decoded on
+    the caller's thread once it is done (on the worker thread the same decoding measured
+    about a fifth slower: benchmarks/RESULTS.md), for every read and the leased view."""
+    await store.append(batch("c", "a1"))
+    await store.append(batch("c", "a2", "again"))
+    threads: list[int] = []
+    decode = _records.decode_record
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(_records, "decode_record", watched)
+    reads = {
+        "read": lambda: store.read("c"),
+        "read_view": lambda: store.read_view("c"),
+        "read_batches": lambda: store.read_batches("c"),
+        "read_tree": lambda: store.read_tree("c"),
+        "acquire_turn_view": lambda: store.acquire_turn_view("c", "holder", 30.0),
+    }
+    for name, read in reads.items():
+        threads.clear()
+        got = await read()
+        assert got is not None, name
+        assert threads == [threading.get_ident()] * 2, name
+    assert texts(await store.read("c")) == ["hello", "hello!", "again", "again!"]
