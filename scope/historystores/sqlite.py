@@ -632,9 +632,9 @@ class SQLiteStore(RestoringStore):
 
     async def _read(self, cid: ConversationID, decode: Decoder[T]) -> T:
         """The head path's records in order, decoded with ``decode`` once the worker
-        thread fetched them: one statement (a consistent snapshot) reading every batch in seq order
-        of a linear conversation; for one that has branched (that statement finds
-        nothing), a second one walking parents from its head. A closed or expired
+        thread fetched them: one statement (a consistent snapshot) reading every batch in
+        seq order of a linear conversation; for one that has branched (that statement
+        finds nothing), a second one walking parents from its head. A closed or expired
         conversation reads nothing (an expired one's batches, until ``expire()`` runs,
         are not read)."""
         t = self._tables
