@@ -18,6 +18,7 @@ orjson writes every document (``canonical``).
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import re
@@ -212,9 +213,11 @@ _OPTS: Final = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS
 def canonical(tree: Any, *, check_floats: bool = False) -> bytes:
     """Canonical bytes of a parsed tree: sorted keys, no whitespace, one string spelling.
 
-    ``Num`` tokens and RawJSON values are written verbatim. Raises ``ValueError`` for lone
-    surrogates, non-string keys, NaN/Infinity (when ``check_floats``), unsupported types
-    and nesting deeper than ``MAX_DEPTH``.
+    ``Num`` tokens and RawJSON values are written verbatim, an ``Enum`` member as its
+    value (orjson's rule; the writer for what orjson cannot write keeps it), checked as
+    that value is. Raises ``ValueError`` for lone surrogates, non-string keys,
+    NaN/Infinity (when ``check_floats``), unsupported types and nesting deeper than
+    ``MAX_DEPTH``.
     """
     if check_floats:
         _check_tree(tree, 0)
@@ -255,6 +258,8 @@ def _check_tree(value: Any, depth: int) -> None:
             raise ValueError(f"{value!r} is not a JSON number")
     elif isinstance(value, dict | list | tuple):
         raise ValueError(f"type {kind.__name__} is not a JSON value")
+    elif isinstance(value, enum.Enum) and not isinstance(value, str | int):
+        _check_tree(value.value, depth)  # orjson writes a member as its value
     elif depth and kind not in _PLAIN:
         # An embedded RawJSON adds its own nesting to the depth it is embedded at.
         raw = getattr(value, "_raw_json_bytes", None)
@@ -324,6 +329,8 @@ def _write(value: Any, out: list[bytes], depth: int) -> None:
         if not math.isfinite(value):
             raise ValueError(f"{value!r} is not a JSON number")
         out.append(orjson.dumps(value))
+    elif isinstance(value, enum.Enum):
+        _write(value.value, out, depth)  # as orjson writes it
     else:
         out.append(_raw(value))
 

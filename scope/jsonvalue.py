@@ -36,7 +36,8 @@ class RawJSON:
     def from_value(cls, value: Any) -> RawJSON:
         """Encode a dict (str keys), list, tuple, str, int, finite float, bool or None.
 
-        RawJSON values may appear inside ``value`` and are embedded verbatim.
+        RawJSON values may appear inside ``value`` and are embedded verbatim; an ``Enum``
+        member is encoded as its value, checked as that value is (a NaN value is refused).
         """
         if isinstance(value, RawJSON):
             return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import pickle
 import re
@@ -266,6 +267,64 @@ def test_from_value_encodes_builtin_subclasses_as_their_values() -> None:
     assert RawJSON.from_value([_Count(2**70)]).bytes == f"[{2**70}]".encode()
     with pytest.raises(InvalidJSONError):
         RawJSON.from_value([_Ratio("nan")])
+
+
+#: Beyond orjson's 64-bit integers: a value holding it is written by canonical's own
+#: writer (scope._json._write) instead of orjson.
+BIG: int = 2**64 + 1
+
+
+def _beside_big(value: Any) -> bytes:
+    """``from_value([value, BIG])``: ``value`` written by the writer orjson cannot be."""
+    return RawJSON.from_value([value, BIG]).bytes
+
+
+@FAST
+@given(json_values())
+def test_the_writer_for_big_integers_writes_what_orjson_writes(value: Any) -> None:
+    expected = b"[" + RawJSON.from_value(value).bytes + b"," + str(BIG).encode() + b"]"
+    assert _beside_big(value) == expected
+
+
+class _Plain(enum.Enum):
+    TEXT = "x"
+    WHOLE = 3
+    HALF = 1.5
+    PAIR = (1, "b")
+    OBJECT = {"b": 1, "a": [2]}  # noqa: RUF012 - an Enum value, never mutated
+    NAN = float("nan")
+    INFINITE = float("inf")
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+@pytest.mark.parametrize(
+    ("member", "expected"),
+    [
+        (_Plain.TEXT, b'"x"'),
+        (_Plain.WHOLE, b"3"),
+        (_Plain.HALF, b"1.5"),
+        (_Plain.PAIR, b'[1,"b"]'),
+        (_Plain.OBJECT, b'{"a":[2],"b":1}'),
+        (_Level.HIGH, b"3"),
+    ],
+)
+def test_from_value_encodes_an_enum_member_as_its_value(member: Any, expected: bytes) -> None:
+    # orjson writes a member as its value; the writer for big integers did not: it
+    # refused a plain Enum ("type _Plain is not a JSON value") beside a big integer.
+    assert RawJSON.from_value(member).bytes == expected
+    assert RawJSON.from_value({"k": [member]}).bytes == b'{"k":[' + expected + b"]}"
+    assert _beside_big(member) == b"[" + expected + b"," + str(BIG).encode() + b"]"
+
+
+@pytest.mark.parametrize("member", [_Plain.NAN, _Plain.INFINITE])
+def test_from_value_refuses_an_enum_member_whose_value_is_not_finite(member: Any) -> None:
+    # orjson writes NaN and infinities as null: the member's value is checked as a float.
+    for value in (member, [member], {"k": member}, [member, BIG]):
+        with pytest.raises(InvalidJSONError, match="is not a JSON number"):
+            RawJSON.from_value(value)
 
 
 @pytest.mark.parametrize("text", ["{x", "[1,", "tru"])
