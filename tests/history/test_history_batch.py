@@ -220,6 +220,51 @@ def test_batch_json_expected_length_in_any_spelling(length: str, error: str | No
             Batch.from_json(pretty)
 
 
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        (5, "^expected_head must be a str or None, got int$"),
+        (b"a1", "^expected_head must be a str or None, got bytes$"),
+        (" a1", "^expected_head: append id ' a1' must not have surrounding whitespace$"),
+        ("a\x00b", r"^expected_head: append id 'a\\x00b' must not contain control characters$"),
+    ],
+)
+def test_expected_head_must_be_an_append_id(bad: Any, match: str) -> None:
+    with pytest.raises(InvalidBatchError, match=match):
+        Batch("c", "a", [user_message("hi")], expected_head=bad)
+
+
+@pytest.mark.parametrize(("length", "head"), [(None, None), (0, ""), (7, "a1")])
+def test_batch_json_round_trips_the_fences(length: int | None, head: str | None) -> None:
+    # The fences are not part of a batch's equality: compare them one by one.
+    batch = Batch("c", "a2", [user_message("hi")], expected_length=length, expected_head=head)
+    data = batch.to_json()
+    tree = orjson.loads(data)
+    assert tree.get("expected_length") == length and ("expected_length" in tree) == (
+        length is not None
+    )
+    assert tree.get("expected_head") == head and ("expected_head" in tree) == (head is not None)
+    for document in (data, json.dumps(tree, indent=2)):  # orjson's spelling, the exact reader
+        decoded = Batch.from_json(document)
+        assert decoded == batch
+        assert (decoded.expected_length, decoded.expected_head) == (length, head)
+
+
+@pytest.mark.parametrize(
+    ("head", "match"),
+    [
+        (5, "^expected_head: expected a string, got int$"),
+        ([], "^expected_head: expected a string, got list$"),
+        (" a1", "^expected_head: append id ' a1' must not have surrounding whitespace$"),
+    ],
+)
+def test_batch_json_expected_head_must_be_an_append_id(head: Any, match: str) -> None:
+    tree = orjson.loads(Batch("c", "a", [user_message("hi")]).to_json())
+    tree["expected_head"] = head
+    with pytest.raises(InvalidBatchError, match=match):
+        Batch.from_json(orjson.dumps(tree))
+
+
 def test_batch_json_with_wrong_digest_is_invalid() -> None:
     tree = orjson.loads(Batch("c", "a", [user_message("hi")]).to_json())
     tree["digest"] = "sha256:" + "0" * 64
