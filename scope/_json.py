@@ -328,7 +328,7 @@ def _write(value: Any, out: list[bytes], depth: int) -> None:
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{value!r} is not a JSON number")
-        out.append(orjson.dumps(value))
+        out.append(orjson.dumps(float.__float__(value)))  # orjson refuses a subclass
     elif isinstance(value, enum.Enum):
         _write(value.value, out, depth)  # as orjson writes it
     else:

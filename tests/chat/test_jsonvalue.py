@@ -267,6 +267,13 @@ def test_from_value_encodes_builtin_subclasses_as_their_values() -> None:
     assert RawJSON.from_value([_Count(2**70)]).bytes == f"[{2**70}]".encode()
     with pytest.raises(InvalidJSONError):
         RawJSON.from_value([_Ratio("nan")])
+    # The same beside an integer beyond 64 bits, which canonical's own writer writes: it
+    # refused a float subclass (orjson does not write one by itself).
+    assert _beside_big([_Name("x"), _Count(3), _Ratio(0.5)]) == (
+        b'[["x",3,0.5],' + str(BIG).encode() + b"]"
+    )
+    with pytest.raises(InvalidJSONError, match="is not a JSON number"):
+        _beside_big(_Ratio("inf"))
 
 
 #: Beyond orjson's 64-bit integers: a value holding it is written by canonical's own
