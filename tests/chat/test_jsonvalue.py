@@ -286,11 +286,43 @@ def _beside_big(value: Any) -> bytes:
     return RawJSON.from_value([value, BIG]).bytes
 
 
+def _encoded(value: Any) -> bytes | None:
+    """``from_value(value).bytes``, None when refused (``InvalidJSONError``)."""
+    try:
+        return RawJSON.from_value(value).bytes
+    except InvalidJSONError:
+        return None
+
+
 @FAST
-@given(json_values())
-def test_the_writer_for_big_integers_writes_what_orjson_writes(value: Any) -> None:
-    expected = b"[" + RawJSON.from_value(value).bytes + b"," + str(BIG).encode() + b"]"
-    assert _beside_big(value) == expected
+@given(st.data())
+def test_the_writer_for_big_integers_writes_what_orjson_writes(data: st.DataObject) -> None:
+    # JSON values, builtin subclasses, Enum members of every kind and embedded RawJSON:
+    # orjson writes the value alone, scope's writer the value beside BIG.
+    value = data.draw(json_values() | _unusual_values())
+    alone, beside = _encoded(value), _encoded([value, BIG])
+    if alone is None:
+        assert beside is None
+    else:
+        assert beside == b"[" + alone + b"," + str(BIG).encode() + b"]"
+
+
+def _unusual_values() -> st.SearchStrategy[Any]:
+    scalars = json_values().filter(lambda v: not isinstance(v, list | dict))
+    leaves = st.one_of(
+        scalars,
+        st.sampled_from([*_Plain, *_Level, _Name("n"), _Count(-4), _Ratio(0.25)]),
+        scalars.map(RawJSON.from_value),
+    )
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.lists(inner, max_size=3).map(tuple),
+            st.dictionaries(st.text(max_size=4), inner, max_size=3),
+        ),
+        max_leaves=8,
+    )
 
 
 class _Plain(enum.Enum):
