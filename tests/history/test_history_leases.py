@@ -577,6 +577,102 @@ async def test_a_lost_lease_or_an_interrupt_marker_stops_the_model_await(
     assert await _free(store)
 
 
+class Gated:
+    """A model whose call waits for ``go``, then answers."""
+
+    def __init__(self) -> None:
+        self.started, self.go = anyio.Event(), anyio.Event()
+
+    async def call(self, request: Request) -> Response:
+        self.started.set()
+        await self.go.wait()
+        return Response(Output(assistant_message("ok"), FinishReason.STOP))
+
+
+class FailingRenewal(Renewals):
+    """Every renewal of the conversation's lease fails with a store error."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self.failed = anyio.Event()
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        if conversation_id == "c":
+            self.failed.set()
+            raise StoreError("the store is unreachable")
+        return await super().acquire_turn(conversation_id, holder, ttl)
+
+
+async def test_a_renewal_that_fails_is_logged_and_the_turn_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A store failure while renewing stops nothing: it is logged (the lease may expire
+    # meanwhile), and the turn commits, guarded by the fence; the lease is given back.
+    store = InMemoryStore()
+    leaser = FailingRenewal(store)
+    mw = Middleware(leaser, leaser, "c", layers=(Reject(lease_ttl=0.15),))
+    model = Gated()
+    with anyio.fail_after(5), caplog.at_level("WARNING", logger="scope.history"):
+        async with anyio.create_task_group() as group:
+
+            async def release_after_a_failed_renewal() -> None:
+                await leaser.failed.wait()
+                model.go.set()
+
+            group.start_soon(release_after_a_failed_renewal)
+            response = await mw.call(model).call(Request([user_message("q")]))
+    assert response.message.text == "ok"
+    assert [m.text for m in await store.read("c")] == ["q", "ok"]
+    warnings = [r for r in caplog.records if "renewing the turn lease" in r.getMessage()]
+    assert warnings and "conversation 'c'" in warnings[0].getMessage()
+    assert warnings[0].exc_info is not None  # the store error, with its traceback
+    assert await _free(store)
+
+
+class HeldRenewal(Renewals):
+    """A renewal of the conversation's lease waits for ``resume`` once it is under way
+    (``holding``); it then renews as usual."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self.holding, self.resume = anyio.Event(), anyio.Event()
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        if conversation_id == "c" and not self.holding.is_set():
+            self.holding.set()
+            await self.resume.wait()
+        return await super().acquire_turn(conversation_id, holder, ttl)
+
+
+async def test_a_turn_waits_for_a_renewal_under_way_before_it_commits() -> None:
+    # A renewal under way when the model answers is finished first (shielded): its
+    # outcome (a lost lease stops the turn) is known before the commit, and it cannot
+    # take the lease again after the release.
+    store = InMemoryStore()
+    leaser = HeldRenewal(store)
+    mw = Middleware(leaser, leaser, "c", layers=(Reject(lease_ttl=0.15),))
+    model = Gated()
+    done = anyio.Event()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def turn() -> None:
+                await mw.call(model).call(Request([user_message("q")]))
+                done.set()
+
+            group.start_soon(turn)
+            await leaser.holding.wait()  # a renewal is under way ...
+            model.go.set()  # ... as the model answers
+            await anyio.wait_all_tasks_blocked()
+            assert await store.read("c") == []  # the turn waits for the renewal
+            assert not done.is_set()
+            assert not await _free(store)  # the lease is still the turn's
+            leaser.resume.set()
+        assert done.is_set()
+    assert [m.text for m in await store.read("c")] == ["q", "ok"]
+    assert await _free(store)  # given back after the renewal, and not taken again
+
+
 async def test_a_cancellation_of_a_leased_stream_stays_a_cancellation() -> None:
     # The await's own cancel scope only absorbs a stop: the caller's cancellation goes
     # on as it is (reported as cancelled, not interrupted), and the lease is given back.
