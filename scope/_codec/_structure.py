@@ -525,7 +525,7 @@ def _make_class_in(cls: type) -> Structurer:
         their defaults, so it returns and raises what the generic one would."""
         if len(shapes) >= _SHAPES or keys in shapes:
             return
-        with _LEARNING:  # stores decode on worker threads: one name per function
+        with _LEARNING:  # decoding may run on any thread: one name per function
             if len(shapes) < _SHAPES and keys not in shapes:
                 shapes[keys] = _shape(keys)
 

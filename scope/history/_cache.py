@@ -59,7 +59,7 @@ class HistoryCache:
     kept; ``max_bytes=0`` keeps nothing (every read decodes, every turn checks its
     whole replay). The least recently used entries leave first; ``forget`` drops a
     conversation's entries (its store does on ``clear`` and when ``read_view`` finds it
-    closed). Thread-safe (SQLite decodes on worker threads).
+    closed). Thread-safe: one lock guards the entries, whichever thread reads or writes.
 
     ``turns`` is the rest of the handle's state in this process: the lease layer's
     per-conversation queues (``scope.history._overlap``: the turn holding the

@@ -186,3 +186,27 @@ def test_replays_share_the_bound_and_a_clear_forgets_them() -> None:
         InMemoryStore(cache_bytes=1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cache_bytes must be an integer >= 0"):
         InMemoryStore(cache_bytes=-1)
+
+
+async def test_clear_empties_the_cache_and_reads_decode_again(
+    opener: Opener, decodes: list[int]
+) -> None:
+    # HistoryCache.clear drops every entry of every conversation; a read after it
+    # decodes each record again (and keeps it again).
+    store = await opener()
+    try:
+        for cid in ("c", "d"):
+            await store.append(Batch(cid, "a1", turn(cid)))
+        cache = store.history_cache
+        entries, held = cache.size
+        assert entries >= 2 and held > 0
+        assert repr(cache) == (
+            f"HistoryCache(max_bytes={cache.max_bytes}, entries={entries}, bytes={held})"
+        )
+        cache.clear()
+        assert cache.size == (0, 0)
+        before = decodes[0]
+        assert [m.text for m in await store.read("c")] == ["c q", "c a"]
+        assert decodes[0] == before + 1 and cache.size[0] == 1
+    finally:
+        await store.aclose()
