@@ -165,6 +165,51 @@ async def test_leases_kept_in_the_adapter_exclude_each_other_by_holder_token() -
     assert await adapted.acquire_turn("c", "h3", 30) is True  # released with the append
 
 
+class OwnFold(Simple):
+    """A third-party store that records owners on append and folds the commit with the
+    lease release itself, but whose fold takes no owner."""
+
+    async def append(self, batch: Batch, *, owner: str | None = None) -> Receipt:
+        return await self.inner.append(batch, owner=owner)
+
+    async def acquire_turn(self, conversation_id: str, holder: str, ttl: float) -> bool:
+        return await self.inner.acquire_turn(conversation_id, holder, ttl)
+
+    async def release_turn(self, conversation_id: str, holder: str) -> bool:
+        return await self.inner.release_turn(conversation_id, holder)
+
+    async def append_release_turn(self, batch: Batch, holder: str) -> Receipt:
+        return await self.inner.append_release_turn(batch, holder)
+
+
+async def test_the_stores_own_fold_gets_the_owner_only_when_it_takes_one() -> None:
+    # The store's own append_release_turn is used as it is: with the owner when it takes
+    # one; without one when none is given; a TypeError, before anything is written,
+    # when an owner is given and it takes none.
+    store = InMemoryStore()
+    assert await store.acquire_turn("c", "h", 30)
+    batch = Batch("c", "a1", TURN)
+    assert await StoreAdapter(store).append_release_turn(batch, "h", owner="alice") == (
+        batch.receipt()
+    )
+    assert (await store.read_meta("c")).owner == "alice"
+    assert await store.acquire_turn("c", "h2", 30)  # released with the append
+
+    own = OwnFold()
+    adapted = StoreAdapter(own)
+    assert await own.acquire_turn("d", "h", 30)
+    with pytest.raises(
+        TypeError, match=r"^OwnFold\.append_release_turn takes no owner: the adapter cannot"
+    ):
+        await adapted.append_release_turn(Batch("d", "a1", TURN), "h", owner="alice")
+    assert await own.inner.read("d") == []  # nothing written, the lease still held
+    assert not await own.acquire_turn("d", "other", 30)
+    assert await adapted.append_release_turn(Batch("d", "a1", TURN), "h") == (
+        Batch("d", "a1", TURN).receipt()
+    )
+    assert await own.acquire_turn("d", "other", 30)
+
+
 async def test_adapter_leases_expire_by_themselves() -> None:
     adapted = StoreAdapter(Simple())
     assert await adapted.acquire_turn("c", "h1", 0.05) is True
