@@ -137,6 +137,33 @@ async def test_gemini_grounding_shows_its_web_pages() -> None:
     ]
 
 
+async def test_gemini_retrieved_context_with_a_uri_or_title_shows_as_a_source() -> None:
+    # INVENTED uris and titles; RetrievedContext's uri, title and text per the Gemini
+    # API reference (GroundingChunk.retrievedContext; Vertex AI fills uri and title).
+    # A web uri is a page, any other uri or a title alone a document, its media type
+    # guessed from its title; a chunk that is not an object is skipped.
+    grounding = {
+        "groundingChunks": [
+            {"retrievedContext": {"uri": "https://example.org/kb/paris", "title": "Paris"}},
+            {"retrievedContext": {"uri": "gs://example-bucket/france.pdf", "title": "france.pdf"}},
+            {"retrievedContext": {"title": "Notes", "text": "Paris is the capital."}},
+            "not a chunk",
+        ],
+    }
+    message = assistant_message("Paris.")
+    message = Message(message.role, message.parts, {"gemini/grounding": grounding})
+    parts = await _ui(Response(Output(message)))
+    shown = [p for p in parts if p["type"].startswith("source-")]
+    assert shown == [
+        {"type": "source-url", "sourceId": "bsrc1", "url": "https://example.org/kb/paris",
+         "title": "Paris"},
+        {"type": "source-document", "sourceId": "bsrc2", "mediaType": "application/pdf",
+         "title": "france.pdf", "filename": "france.pdf"},
+        {"type": "source-document", "sourceId": "bsrc3",
+         "mediaType": "application/octet-stream", "title": "Notes", "filename": "Notes"},
+    ]  # fmt: skip
+
+
 async def test_openai_responses_annotations_after_the_text_show_their_pages() -> None:
     # Recorded: the stream's annotation comes after the text (message metadata of a
     # chunk without a message); the page shows once it is there.
