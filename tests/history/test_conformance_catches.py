@@ -660,7 +660,8 @@ _RESTORE_LAYER = textwrap.dedent(
             start = None if after is None else ConversationID(after)
             state = self.state
             ids = state["closed"] | {c for c, t in state["expires"].items() if t <= time.time()}
-            ordered = list(ids) if "closed-unordered" in self.broken else sorted(ids)
+            # Broken: the ids in reverse order (a set's own order could happen to be sorted).
+            ordered = sorted(ids, reverse="closed-unordered" in self.broken)
             listed = []
             for cid in ordered:
                 entry = await self._closure(cid)
