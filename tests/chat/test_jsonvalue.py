@@ -246,6 +246,26 @@ def test_from_value_counts_embedded_raw_json_toward_depth() -> None:
             RawJSON.from_value(value)
 
 
+def test_embedded_raw_json_counts_its_nesting_not_the_brackets_in_its_strings() -> None:
+    # Brackets inside strings, an escaped backslash and an escaped quote before more
+    # brackets: none of them nest. Depth 1 inside 510 lists is 511 levels: accepted.
+    strings = RawJSON.parse('["' + "[" * 600 + r'", "\\", "\"[{[{"]')
+    assert RawJSON.from_value(_lists(510, strings)).bytes.endswith(strings.bytes + b"]" * 510)
+    # Three real levels (one string holds an escaped quote and a bracket): 512 at 509
+    # lists, 513 at 510.
+    deep = RawJSON.parse(r'[[["[\"]"]]]')
+    assert RawJSON.from_value(_lists(509, deep)).bytes == b"[" * 509 + deep.bytes + b"]" * 509
+    with pytest.raises(InvalidJSONError, match="nesting deeper than 512 levels"):
+        RawJSON.from_value(_lists(510, deep))
+
+
+def _lists(depth: int, inner: Any) -> Any:
+    """``inner`` inside ``depth`` one-item lists."""
+    for _ in range(depth):
+        inner = [inner]
+    return inner
+
+
 class _Name(str):
     __slots__ = ()
 
